@@ -1,0 +1,26 @@
+"""arc_kit: ARC-AGI with a language model as a product of experts (Franzen, Disselhoff, Hartmann, 2025).
+
+The top level holds the numpy-only foundation: tasks and task sets, loaders, the text format,
+augmentations and the submission. Model code lives in submodules that import torch when used.
+"""
+
+__version__ = "0.1.0"
+
+from arc_kit.augmentation import Augmentation
+from arc_kit.datasets import (
+    find_competition_files,
+    load_challenges,
+    load_dataset,
+    load_folder,
+    load_re_arc,
+    load_tasks,
+)
+from arc_kit.submission import build_submission, load_submission, score_submission, write_submission
+from arc_kit.tasks import InvalidDataError, Pair, Task, TaskSet
+from arc_kit.text_format import TaskEncoder, TextFormat, Vocabulary
+
+__all__ = [
+    "Augmentation", "InvalidDataError", "Pair", "Task", "TaskEncoder", "TaskSet", "TextFormat", "Vocabulary",
+    "build_submission", "find_competition_files", "load_challenges", "load_dataset", "load_folder",
+    "load_re_arc", "load_submission", "load_tasks", "score_submission", "write_submission", "__version__",
+]

