@@ -98,7 +98,10 @@ def setup_score(parser):
         from arc_kit.submission import score_submission, solutions_problems, submission_problems
 
         submission = read_json(args.submission)
-        if Path(args.solutions).exists():
+        if not isinstance(submission, dict):
+            from arc_kit.tasks import InvalidDataError
+            raise InvalidDataError(submission_problems(submission), args.submission)
+        if Path(args.solutions).exists() or args.solutions.lower().endswith(".json"):
             solutions = read_json(args.solutions)
             problems = solutions_problems(solutions)
             if problems:
@@ -135,7 +138,13 @@ def setup_show(parser):
         from arc_kit.plotting import draw_task
 
         tasks = _load(args)
-        task = tasks[int(args.task)] if args.task.isdigit() and args.task not in tasks else tasks[args.task]
+        if args.task.isdigit() and args.task not in tasks:
+            if int(args.task) >= len(tasks):
+                raise KeyError(f"no task {args.task!r} in {tasks.name or 'the task set'} ({len(tasks)} tasks), "
+                               "neither as an id nor as a position")
+            task = tasks[int(args.task)]
+        else:
+            task = tasks[args.task]
         title = task.id
         if args.augmentation:
             augmentation = Augmentation.from_key(args.augmentation)
@@ -210,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidDataError as error:
         print(f"arc-kit {args.command}: {error}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # output piped into `head` and the like
         return 0
     except (FileNotFoundError, KeyError, ValueError, OSError) as error:
         if args.debug:
@@ -221,8 +230,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"arc-kit {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head` and the like
-        return 0
 
 
 if __name__ == "__main__":

@@ -117,23 +117,33 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True) -> TaskSet:
     paths = sorted(folder.rglob("*.json"))
     if not paths:
         raise InvalidDataError([f"no .json files below {folder}"])
-    challenges, unreadable, duplicates = {}, {}, []
+    challenges, unreadable, duplicates, order = {}, {}, [], []
     for path in paths:
         task_id = path.stem
         if task_id in challenges or task_id in unreadable:
             duplicates.append(f"task {task_id}: a second file {path.relative_to(folder)} (kept the first)")
             continue
+        order.append(task_id)
         try:
             challenges[task_id] = read_json(path)
         except InvalidDataError as error:
             unreadable[task_id] = f"task {task_id}: {error.problems[0]}"
-    if (unreadable or duplicates) and strict:
-        raise InvalidDataError(list(unreadable.values()) + duplicates, str(folder))
-    tasks = parse_tasks(challenges, source=str(folder), strict=strict, name=folder.name)
-    if unreadable or duplicates:
-        warnings.warn(f"{folder}: {'; '.join(list(unreadable.values()) + duplicates)}", stacklevel=2)
-        tasks.skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
-    return tasks
+    file_problems = list(unreadable.values()) + duplicates
+    if strict:  # every problem at once: the unreadable files and the malformed tasks
+        try:
+            tasks = parse_tasks(challenges, source=str(folder), strict=True, name=folder.name)
+        except InvalidDataError as error:
+            raise InvalidDataError(file_problems + error.problems, str(folder)) from None
+        if file_problems:
+            raise InvalidDataError(file_problems, str(folder))
+        return tasks
+    tasks = parse_tasks(challenges, source=str(folder), strict=False, name=folder.name)
+    if not file_problems:
+        return tasks
+    warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
+    skipped = dict(tasks.skipped)
+    skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
+    return TaskSet(tasks.tasks(), tasks.name, skipped, order=order)
 
 
 def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
@@ -314,7 +324,8 @@ def _re_arc_files(source: Path):
         with tarfile.open(source) as archive:
             for member in archive:
                 name = Path(member.name)
-                if member.isfile() and name.suffix == ".json" and name.parent.name == "tasks":
+                if (member.isfile() and name.suffix == ".json" and name.parent.name == "tasks"
+                        and name.name != "counts.json"):  # as in a folder: counts.json is no task
                     content = archive.extractfile(member).read()
                     yield name.stem, (lambda content=content: json.load(io.BytesIO(content)))
         return

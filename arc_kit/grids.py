@@ -93,7 +93,8 @@ def grid_problems(value: Any, where: str) -> list[str]:
     problems = []
     if len(value) > MAX_SIDE:
         problems.append(f"{where} has {len(value)} rows, at most {MAX_SIDE} allowed")
-    width = len(value[0]) if isinstance(value[0], list) else None
+    # the first non-empty row sets the width (an empty first row must not make every other row 'ragged')
+    width = next((len(row) for row in value if isinstance(row, list) and row), None)
     if width is not None and width > MAX_SIDE:
         problems.append(f"{where} has {width} columns, at most {MAX_SIDE} allowed")
     bad_cells = []
@@ -104,7 +105,7 @@ def grid_problems(value: Any, where: str) -> list[str]:
         if not row:
             problems.append(f"{where} row {row_index} is empty")
             continue
-        if width is not None and len(row) != width and row_index > 0:
+        if width is not None and len(row) != width:
             problems.append(f"{where} row {row_index} has {len(row)} cells, expected {width}")
         for column_index, cell in enumerate(row):
             if not _is_colour(cell):
@@ -136,7 +137,10 @@ def freeze(grid: Any) -> np.ndarray:
     if (isinstance(grid, np.ndarray) and grid.dtype == GRID_DTYPE and not grid.flags.writeable
             and grid.flags.owndata and grid.ndim == 2):
         return grid
-    array = np.asarray(grid)
+    try:
+        array = np.asarray(grid)
+    except ValueError:  # ragged nested lists: numpy's message does not say where
+        return to_grid(grid)
     if (array.ndim != 2 or not (0 < array.shape[0] <= MAX_SIDE and 0 < array.shape[1] <= MAX_SIDE)
             or array.dtype.kind not in "iu" or (array.size and (array.min() < 0 or array.max() >= COLOURS))):
         return to_grid(grid)  # the slow path names the problem (or accepts nested lists)

@@ -142,6 +142,9 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     problems = submission_problems(submission, challenges)
     if problems:
         raise InvalidDataError(problems, f"refusing to write {path}")
+    # Valid grids may be numpy arrays or tuples, which json cannot write: store them as lists.
+    submission = {task_id: [{name: grid_to_json(entry[name]) for name in ATTEMPTS} for entry in entries]
+                  for task_id, entries in submission.items()}
     path = write_json_atomically(path, submission)
     if read_json(path) != submission:
         raise OSError(f"{path}: the file read back differs from what was written")
@@ -189,7 +192,13 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
     """Score every test output of ``solutions``; missing or malformed attempts count as wrong."""
     import pandas as pd
 
+    if not isinstance(submission, Mapping):
+        raise InvalidDataError(submission_problems(submission))
     if isinstance(solutions, TaskSet):
+        unknown = [task.id for task in solutions.tasks() if not task.has_solutions]
+        if unknown:
+            raise ValueError(f"no test outputs known for {len(unknown)} task(s), e.g. {unknown[:3]}; "
+                             "nothing to score against")
         solutions = {task.id: task.test_outputs for task in solutions.tasks()}
     rows = []
     for task_id, outputs in solutions.items():

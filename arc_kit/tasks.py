@@ -232,10 +232,12 @@ class TaskSet(Mapping[str, Task]):
     """An ordered, read-only collection of tasks, looked up by id (or by position with an int).
 
     ``skipped`` holds the tasks that a lenient load could not use, so that a submission can still
-    give every task id an answer.
+    give every task id an answer. ``order`` lists every id, skipped ones included, in file order
+    (default: the tasks, then the skipped ones).
     """
 
-    def __init__(self, tasks: Iterable[Task], name: str = "", skipped: Mapping[str, SkippedTask] | None = None):
+    def __init__(self, tasks: Iterable[Task], name: str = "", skipped: Mapping[str, SkippedTask] | None = None,
+                 order: Iterable[str] | None = None):
         self._tasks: dict[str, Task] = {}
         for task in tasks:
             if task.id in self._tasks:
@@ -244,6 +246,7 @@ class TaskSet(Mapping[str, Task]):
         self.name = name
         self.skipped: dict[str, SkippedTask] = dict(skipped or {})
         self._ids = list(self._tasks)
+        self._order = list(dict.fromkeys(order)) if order is not None else []
 
     def __getitem__(self, key: str | int) -> Task:
         if isinstance(key, (int, np.integer)):
@@ -252,6 +255,9 @@ class TaskSet(Mapping[str, Task]):
             return self._tasks[key]
         except KeyError:
             raise KeyError(f"no task {key!r} in {self.name or 'this task set'} ({len(self)} tasks)") from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._tasks  # ids only: positions are for lookup, not membership
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ids)
@@ -272,21 +278,28 @@ class TaskSet(Mapping[str, Task]):
 
     def test_counts(self) -> dict[str, int]:
         """Every task id, skipped ones included, with its number of test inputs (file order)."""
-        counts = {task_id: len(task.test) for task_id, task in self._tasks.items()}
-        counts.update({task_id: skipped.test_count for task_id, skipped in self.skipped.items()})
+        counts = {}
+        for task_id in [*self._order, *self._tasks, *self.skipped]:  # ids missing from the order go last
+            if task_id in counts:
+                continue
+            if task_id in self._tasks:
+                counts[task_id] = len(self._tasks[task_id].test)
+            elif task_id in self.skipped:
+                counts[task_id] = self.skipped[task_id].test_count
         return counts
 
     def select(self, ids: Iterable[str]) -> TaskSet:
         ids = list(ids)
         return TaskSet([self[task_id] for task_id in ids], self.name,
-                       {i: s for i, s in self.skipped.items() if i in ids})
+                       {i: s for i, s in self.skipped.items() if i in ids}, order=ids)
 
     def head(self, count: int) -> TaskSet:
         """The first ``count`` tasks in sorted id order (a stable choice for quick runs)."""
         return TaskSet([self._tasks[task_id] for task_id in sorted(self._ids)[:count]], self.name)
 
     def without_solutions(self) -> TaskSet:
-        return TaskSet([task.without_solutions() for task in self.tasks()], self.name, self.skipped)
+        return TaskSet([task.without_solutions() for task in self.tasks()], self.name, self.skipped,
+                       order=self._order)
 
     def challenges_json(self) -> dict[str, Any]:
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
@@ -344,7 +357,7 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
                       + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
                       stacklevel=2)
-    return TaskSet(tasks, name=name, skipped=skipped)
+    return TaskSet(tasks, name=name, skipped=skipped, order=challenges)
 
 
 def _salvage_test_inputs(data: Any) -> tuple[np.ndarray | None, ...]:

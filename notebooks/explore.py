@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Exploring ARC tasks with arc_kit
+#
+# Load a task set, look at tasks, see one task under the augmentations the method uses, and read
+# the text a model is given. Every cell calls the package; change the settings and rerun.
+
+# %%
+DATASET = "arc-agi-1/evaluation"  # or arc-agi-1/training, arc-agi-2/evaluation, a challenges JSON, a folder
+TASK_ID = "00576224"
+SEED = 0  # augmentations are drawn from this seed
+
+# %%
+import numpy as np
+
+import arc_kit
+from arc_kit.plotting import draw_grids, draw_task
+
+tasks = arc_kit.load_tasks(DATASET)
+tasks
+
+# %% [markdown]
+# ## A few tasks
+
+# %%
+for task in tasks.head(3).tasks():
+    draw_task(task)
+
+# %% [markdown]
+# ## One task under the paper's augmentations
+# Each augmentation is a symmetry of the square, a colour permutation and an order of the train
+# pairs; its key (`s5-c...-o...`) is how it is written in records.
+
+# %%
+task = tasks[TASK_ID]
+augmentations = arc_kit.Augmentation.inference_set(np.random.default_rng(SEED), len(task.train), count=4)
+for augmentation in augmentations:
+    draw_task(augmentation.apply(task), title=f"{task.id} under {augmentation.key}")
+
+# %% [markdown]
+# The test input under all 16 inference augmentations, and each answer mapped back to the
+# original frame (they must all agree):
+
+# %%
+full_set = arc_kit.Augmentation.inference_set(np.random.default_rng(SEED), len(task.train))
+views = [a.apply_grid(task.test[0].input) for a in full_set]
+draw_grids(views, [a.key[:2] for a in full_set], title="the test input, 16 views")
+back = [a.invert_grid(a.apply_grid(task.test[0].output)) for a in full_set]
+assert all(np.array_equal(grid, task.test[0].output) for grid in back)
+
+# %% [markdown]
+# ## The text a model reads
+# The authors' format: pre-prompt, then `I` + input rows + `\n+/-=O` + output rows + `\n` + eos
+# for each pair. The loss covers output tokens only (and not the first output).
+
+# %%
+encoder = arc_kit.TaskEncoder(arc_kit.Vocabulary())
+encoded = encoder.encode_training(list(task.train) + [task.test[0]])
+print(encoder.text(encoded.ids))
+print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the loss")
+
+# %%
+prompt = encoder.encode_prompt(task.train, task.test[0].input)
+print(f"generation prompt: {len(prompt)} tokens; room kept for an answer of up to "
+      f"{encoder.max_answer_len} tokens")
+print(encoder.text(prompt.ids[-40:]))
