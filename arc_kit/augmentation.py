@@ -50,7 +50,8 @@ def _symmetry_tables() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
 
 SYMMETRY_INVERSE, SYMMETRY_THEN = _symmetry_tables()  # SYMMETRY_THEN[a][b]: a first, then b
 
-_KEY = re.compile(r"^s([0-7])-c([0-9]{10})(?:-o([0-9]+(?:,[0-9]+)*))?$")
+# the order may be empty ("-o"): Augmentation.random(rng, 0) gives order=(), whose key must parse too
+_KEY = re.compile(r"^s([0-7])-c([0-9]{10})(?:-o((?:[0-9]+(?:,[0-9]+)*)?))?$")
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Augmentation:
             raise ValueError(f"not an augmentation key: {key!r} (expected like 's5-c3012456789-o2,0,1')")
         symmetry, colours, order = match.groups()
         return cls(int(symmetry), tuple(int(c) for c in colours),
-                   None if order is None else tuple(int(i) for i in order.split(",")))
+                   None if order is None else tuple(int(i) for i in order.split(",") if i))
 
     # -- properties ------------------------------------------------------------------------------
     @property

@@ -265,8 +265,9 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
     if tasks.has_solutions:
         written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json",
                                                      tasks.solutions_json())
+    loaded = TaskSet(tasks.tasks(), tasks.name)  # the challenges file holds only the loaded tasks
     written["sample_submission"] = write_json_atomically(folder / "sample_submission.json",
-                                                         build_submission(tasks, {}))
+                                                         build_submission(loaded, {}))
     return written
 
 

@@ -211,7 +211,7 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
             hits += bool(right)
             which.append(right[0] if right else "-")
         rows.append({"task_id": task_id, "test_outputs": len(outputs), "correct": hits,
-                     "score": hits / len(outputs), "right_attempts": " ".join(which)})
+                     "score": hits / len(outputs) if len(outputs) else 0.0, "right_attempts": " ".join(which)})
     table = pd.DataFrame(rows, columns=["task_id", "test_outputs", "correct", "score", "right_attempts"])
     return Score(int(table["correct"].sum()), int(table["test_outputs"].sum()), table)
 

@@ -289,8 +289,8 @@ class TaskSet(Mapping[str, Task]):
         return counts
 
     def select(self, ids: Iterable[str]) -> TaskSet:
-        ids = list(ids)
-        return TaskSet([self[task_id] for task_id in ids], self.name,
+        ids = list(ids)  # skipped ids are kept as skipped; an unknown id is a KeyError
+        return TaskSet([self[task_id] for task_id in ids if task_id not in self.skipped], self.name,
                        {i: s for i, s in self.skipped.items() if i in ids}, order=ids)
 
     def head(self, count: int) -> TaskSet:

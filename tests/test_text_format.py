@@ -514,7 +514,7 @@ def test_hugging_face_single_characters(single_character_tokenizer):
         encoder.decode_answer(adapter.encode("1O\n") + [adapter.eos_id])
 
 
-def test_hugging_face_tokenizer_needs_single_digit_tokens(same_symbols_tokenizer):
+def test_encoder_needs_single_digit_tokens():
     class TwoTokenDigits:
         vocab_size, bos_id, eos_id, pad_id = 3, 0, 1, 2
 

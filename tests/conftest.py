@@ -1,0 +1,98 @@
+"""Shared fixtures: tiny ARC tasks built in the test, and the Kaggle files that hold them.
+
+Everything here is made from a seed on the CPU; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arc_kit.tasks import TaskSet, parse_tasks
+
+
+def _grid(rng: np.random.Generator, height: int, width: int) -> list[list[int]]:
+    return rng.integers(0, 10, size=(height, width)).tolist()
+
+
+def _task_json(seed: int = 0, train: int = 2, test: int = 1, height: int = 3, width: int = 3) -> dict:
+    """A valid task in the ARC file layout, test outputs included (the output flips the input)."""
+    rng = np.random.default_rng(seed)
+
+    def pair() -> dict:
+        grid = _grid(rng, height, width)
+        return {"input": grid, "output": grid[::-1]}
+
+    return {"train": [pair() for _ in range(train)], "test": [pair() for _ in range(test)]}
+
+
+def _split_kaggle(tasks: dict[str, dict]) -> tuple[dict, dict]:
+    """(challenges, solutions) in the Kaggle layout from tasks that carry their test outputs."""
+    challenges = {task_id: {"train": task["train"], "test": [{"input": pair["input"]} for pair in task["test"]]}
+                  for task_id, task in tasks.items()}
+    solutions = {task_id: [pair["output"] for pair in task["test"]] for task_id, task in tasks.items()}
+    return challenges, solutions
+
+
+def _write_json(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def make_task_json() -> Callable[..., dict]:
+    """``make_task_json(seed, train=2, test=1, height=3, width=3)``: a valid task with test outputs."""
+    return _task_json
+
+
+@pytest.fixture
+def split_kaggle() -> Callable[[dict[str, dict]], tuple[dict, dict]]:
+    """``split_kaggle(tasks)``: (challenges, solutions) dicts in the Kaggle layout."""
+    return _split_kaggle
+
+
+@pytest.fixture
+def write_json() -> Callable[[Path, object], Path]:
+    """``write_json(path, data)``: write JSON, creating parent folders; returns the path."""
+    return _write_json
+
+
+@pytest.fixture
+def small_tasks_json() -> dict[str, dict]:
+    """Three tasks, ids deliberately not in sorted order; the second has two test inputs."""
+    return {
+        "f00d0003": _task_json(seed=3),
+        "0bad0001": _task_json(seed=1, train=3, test=2, height=2, width=4),
+        "a1b2c3d4": _task_json(seed=2, height=5, width=1),
+    }
+
+
+@pytest.fixture
+def small_task_set(small_tasks_json) -> TaskSet:
+    """``small_tasks_json`` parsed, test outputs included."""
+    challenges, solutions = _split_kaggle(small_tasks_json)
+    return parse_tasks(challenges, solutions, name="small")
+
+
+@dataclass(frozen=True)
+class KaggleFiles:
+    challenges: Path
+    solutions: Path
+    tasks: dict[str, dict]  # the tasks written, test outputs included
+
+
+@pytest.fixture
+def kaggle_files(tmp_path, small_tasks_json) -> KaggleFiles:
+    """``small_tasks_json`` written as a Kaggle evaluation challenges + solutions pair in tmp_path."""
+    challenges, solutions = _split_kaggle(small_tasks_json)
+    return KaggleFiles(
+        challenges=_write_json(tmp_path / "kaggle" / "arc-agi_evaluation_challenges.json", challenges),
+        solutions=_write_json(tmp_path / "kaggle" / "arc-agi_evaluation_solutions.json", solutions),
+        tasks=small_tasks_json,
+    )

