@@ -194,6 +194,115 @@ def setup_dry_run(parser):
     return run
 
 
+def _settings_from_arguments(settings, arguments: dict):
+    """Replace the fields of a settings dataclass that were given on the command line (not None)."""
+    import dataclasses
+
+    given = {name: value for name, value in arguments.items() if value is not None}
+    return dataclasses.replace(settings, **given) if given else settings
+
+
+@command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC and training tasks")
+def setup_pretrain(parser):
+    parser.add_argument("--model", required=True, help="a model folder to fine-tune, or a from-scratch preset "
+                                                       "(micro, tiny, small, base)")
+    parser.add_argument("--out", required=True, help="the run folder: the trained model, its log and checkpoints")
+    parser.add_argument("--re-arc", help="RE-ARC examples: a folder with tasks/<id>.json, or the .tar.gz")
+    parser.add_argument("--tasks", nargs="*", default=None, help="task sets whose pairs are also trained on "
+                                                                 "(e.g. arc-agi-1/training)")
+    parser.add_argument("--re-arc-weight", type=float, default=0.8,
+                        help="share of sequences drawn from RE-ARC when --tasks are given too (default: %(default)s)")
+    parser.add_argument("--allow-evaluation-tasks", action="store_true",
+                        help="permit training on an evaluation set (it then cannot be used to measure the model)")
+    parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
+    parser.add_argument("--device", default="auto")
+    group = parser.add_argument_group("training settings (defaults: the paper's recipe, or the from-scratch "
+                                      "variant for presets)")
+    for flag, kind, name in [("--steps", int, "steps"), ("--minutes", float, "minutes"),
+                             ("--batch-size", int, "batch_size"), ("--accumulation", int, "gradient_accumulation"),
+                             ("--lr", float, "learning_rate"), ("--embedding-lr", float, "embedding_learning_rate"),
+                             ("--warmup", float, "warmup_ratio"), ("--weight-decay", float, "weight_decay"),
+                             ("--rank", int, "lora_rank"), ("--alpha", int, "lora_alpha"), ("--seed", int, "seed"),
+                             ("--save-every", int, "save_every"), ("--log-every", int, "log_every"),
+                             ("--workers", int, "data_workers")]:
+        group.add_argument(flag, type=kind, dest=name)
+    group.add_argument("--optimizer", choices=["auto", "adamw", "adamw_8bit"])
+    group.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"])
+    group.add_argument("--full", dest="full_finetune", action="store_const", const=True,
+                       help="train every weight instead of LoRA adapters")
+    group.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_const",
+                       const=False)
+    sequences = parser.add_argument_group("sequences")
+    sequences.add_argument("--max-len", type=int, dest="max_len")
+    sequences.add_argument("--min-pairs", type=int, dest="min_pairs")
+    sequences.add_argument("--max-pairs", type=int, dest="max_pairs")
+
+    def run(args):
+        from arc_kit.datasets import load_re_arc, load_tasks
+        from arc_kit.models import PRESETS
+        from arc_kit.training import TrainingSettings, pretrain
+        from arc_kit.training_data import mix_pools, pools_from_tasks
+
+        if not args.re_arc and not args.tasks:
+            raise ValueError("nothing to train on: give --re-arc PATH and/or --tasks NAME")
+        groups, described = {}, []
+        if args.re_arc:
+            pools = load_re_arc(args.re_arc)
+            groups["re-arc"] = (pools, args.re_arc_weight if args.tasks else 1.0)
+            described.append(f"RE-ARC {args.re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs)")
+        for name in args.tasks or []:
+            if "eval" in name.lower() and not args.allow_evaluation_tasks:
+                raise ValueError(f"refusing to train on {name!r}, an evaluation set (--allow-evaluation-tasks)")
+            tasks = load_tasks(name)
+            weight = (1.0 - args.re_arc_weight if args.re_arc else 1.0) / len(args.tasks)
+            groups[name] = (pools_from_tasks(tasks), weight)
+            described.append(f"{name} ({len(tasks)} tasks)")
+        pools, weights = mix_pools(groups)
+        base = TrainingSettings.from_scratch() if args.model in PRESETS else TrainingSettings()
+        fields = {name: getattr(args, name, None) for name in base.to_json() if name != "sequences"}
+        settings = _settings_from_arguments(base, fields)
+        sequence_fields = {name: getattr(args, name) for name in ("max_len", "min_pairs", "max_pairs")}
+        settings = settings.replace(sequences=_settings_from_arguments(settings.sequences, sequence_fields))
+        result = pretrain(args.model, args.out, pools, settings, weights=weights,
+                          data_description="; ".join(described), resume=not args.no_resume, device=args.device)
+        if result.main_process:
+            print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
+                  f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
+                  f"model in {result.path}")
+        return 0
+    return run
+
+
+@command("create-model", "write a fresh, untrained from-scratch model folder (config, weights, tokenizer)")
+def setup_create_model(parser):
+    parser.add_argument("--preset", required=True, help="micro, tiny, small or base")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+
+    def run(args):
+        from arc_kit.models import create_model, parameter_count, save_model
+
+        model, tokenizer = create_model(args.preset, seed=args.seed)
+        save_model(model, tokenizer, args.out, {"preset": args.preset, "seed": args.seed, "trained": False})
+        print(f"wrote {args.out} ({args.preset}, {parameter_count(model):,} parameters)")
+        return 0
+    return run
+
+
+@command("shrink", "shrink a pretrained model's vocabulary to the tokens of the text format")
+def setup_shrink(parser):
+    parser.add_argument("source", help="a pretrained model folder (Hugging Face layout)")
+    parser.add_argument("destination", help="where to write the shrunk model folder")
+
+    def run(args):
+        from arc_kit.shrinking import shrink_model_folder
+
+        path = shrink_model_folder(args.source, args.destination)
+        print(f"wrote {path}")
+        return 0
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arc-kit", description="ARC-AGI with a product of experts: solve, "
                                      "score and submit.")

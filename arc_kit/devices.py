@@ -1,0 +1,107 @@
+"""What this machine can do: devices, data types, bitsandbytes, unsloth; and staying offline.
+
+Every question about the hardware goes through here, so that a request the machine cannot serve
+(4-bit without a GPU, unsloth without a GPU) fails early with a clear ``UnsupportedSetupError``
+instead of a traceback from deep inside a library. Importing this module sets the Hugging Face
+variables that keep every library off the network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+
+OFFLINE_VARIABLES = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def stay_offline() -> None:
+    """Make sure nothing tries to reach a model hub (a user's explicit setting wins)."""
+    for name, value in OFFLINE_VARIABLES.items():
+        os.environ.setdefault(name, value)
+
+
+stay_offline()
+
+
+class UnsupportedSetupError(RuntimeError):
+    """The machine cannot do what was asked (the message says what, and what to do instead)."""
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU is an error."""
+    if device == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if device.startswith("cuda") and not cuda_available():
+        raise UnsupportedSetupError(f"device {device!r} asked for, but this machine has no CUDA GPU; use 'cpu'")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """'auto' -> bfloat16 on GPUs that have it, float16 on older GPUs (T4), float32 on the CPU."""
+    import torch
+
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+             "float32": torch.float32, "fp32": torch.float32}
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; expected auto, bfloat16, float16 or float32")
+    return names[dtype]
+
+
+@lru_cache(maxsize=1)
+def bitsandbytes_works() -> bool:
+    """True when bitsandbytes imports and a CUDA GPU is there for its 4-bit and 8-bit kernels."""
+    if importlib.util.find_spec("bitsandbytes") is None or not cuda_available():
+        return False
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception:  # a broken native library shows up as any kind of error
+        return False
+    return True
+
+
+def require_4bit() -> None:
+    if not cuda_available():
+        raise UnsupportedSetupError("4-bit loading needs a CUDA GPU (bitsandbytes); this machine has none. "
+                                    "Load without quantization (quantization=None) on the CPU.")
+    if not bitsandbytes_works():
+        raise UnsupportedSetupError("4-bit loading needs bitsandbytes, which is not installed or does not work "
+                                    "here (pip install bitsandbytes)")
+
+
+def unsloth_available() -> bool:
+    """True when unsloth is installed and can work (it needs a GPU); never imports it."""
+    return cuda_available() and importlib.util.find_spec("unsloth") is not None
+
+
+def resolve_backend(backend: str) -> str:
+    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error."""
+    if backend not in ("auto", "unsloth", "transformers"):
+        raise ValueError(f"unknown backend {backend!r}; expected auto, unsloth or transformers")
+    if backend == "unsloth":
+        if not cuda_available():
+            raise UnsupportedSetupError("unsloth needs a CUDA GPU and this machine has none; use "
+                                        "backend='transformers' (or 'auto')")
+        if importlib.util.find_spec("unsloth") is None:
+            raise UnsupportedSetupError("unsloth is not installed (pip install unsloth on a GPU machine); "
+                                        "use backend='transformers' (or 'auto')")
+        return "unsloth"
+    if backend == "auto":
+        return "unsloth" if unsloth_available() else "transformers"
+    return backend

@@ -1,0 +1,425 @@
+"""Initial fine-tuning (``arc-kit pretrain``): LoRA or full training on drawn sequences.
+
+The loop runs on Hugging Face ``accelerate``, so the same code trains on a CPU, one GPU, or
+several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). Defaults
+are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
+layer, with the input embeddings and output head trained in full at their own learning rate;
+lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
+bitsandbytes works. ``TrainingSettings.from_scratch`` is the variant for models built from a
+preset (full training, higher learning rates: not in the paper).
+
+A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
+per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
+and ``checkpoints/`` that a rerun resumes from. This module knows how to train; what it trains on
+comes from ``training_data``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arc_kit import __version__, devices
+from arc_kit.training_data import PaddingCollator, SequenceDataset, SequenceSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """One training run; the defaults are the paper's initial fine-tune."""
+
+    steps: int = 1000  # optimizer steps
+    batch_size: int = 4  # sequences per device and micro-batch
+    gradient_accumulation: int = 2  # micro-batches per optimizer step
+    learning_rate: float = 1e-4  # LoRA adapters (or every non-embedding weight when training fully)
+    embedding_learning_rate: float = 1e-5  # input embeddings and output head
+    warmup_ratio: float = 0.25  # share of the steps spent warming up linearly
+    weight_decay: float = 0.0  # the paper uses none
+    max_grad_norm: float = 1.0  # gradient clipping
+    lora_rank: int = 256
+    lora_alpha: int = 24
+    full_finetune: bool = False  # train every weight instead of LoRA adapters (models trained from scratch)
+    train_embeddings: bool = True  # train the input embeddings and output head (in full, their own rate)
+    optimizer: str = "auto"  # auto: 8-bit AdamW where bitsandbytes works (a GPU), else AdamW
+    precision: str = "auto"  # auto: bf16 on GPUs that have it, fp16 on older GPUs, fp32 on the CPU
+    gradient_checkpointing: bool = True  # recompute activations: long sequences fit in memory
+    sequences: SequenceSettings = field(default_factory=SequenceSettings)
+    seed: int = 0  # seeds the model's LoRA initialisation and every drawn sequence
+    save_every: int = 250  # steps between checkpoints (and at the end, and at the time limit)
+    log_every: int = 10  # steps between rows of training_log.csv
+    minutes: float | None = None  # stop cleanly (checkpoint and final model) after this long
+    data_workers: int = 0  # DataLoader worker processes drawing sequences
+
+    @classmethod
+    def from_scratch(cls, **changes) -> TrainingSettings:
+        """Full training of a fresh model: higher learning rates, no checkpointing (models are small)."""
+        defaults = dict(full_finetune=True, learning_rate=1e-3, embedding_learning_rate=1e-3,
+                        weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05)
+        return cls(**{**defaults, **changes})
+
+    def replace(self, **changes) -> TrainingSettings:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TrainingSettings:
+        data = dict(data)
+        if "sequences" in data:
+            data["sequences"] = SequenceSettings(**data["sequences"])
+        return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces shared with test-time training.
+
+def embedding_module_names(model) -> list[str]:
+    """Leaf names of the input embedding and output head modules (``embed_tokens``, ``lm_head``)."""
+    targets = {id(model.get_input_embeddings()): None, id(model.get_output_embeddings()): None}
+    names = []
+    for name, module in model.named_modules():
+        if id(module) in targets and name:
+            names.append(name.rsplit(".", 1)[-1])
+    return sorted(set(names))
+
+
+def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name: str = "default"):
+    """Wrap a model in rank-stabilised LoRA on every linear layer; embeddings and head trained in full."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear", use_rslora=True, lora_dropout=0.0,
+                        bias="none", task_type="CAUSAL_LM",
+                        modules_to_save=embedding_module_names(model) if train_embeddings else None)
+    return get_peft_model(model, config, adapter_name=adapter_name)
+
+
+def parameter_groups(model, learning_rate: float, embedding_learning_rate: float,
+                     weight_decay: float = 0.0) -> list[dict]:
+    """Trainable parameters split into 'embeddings' (input embeddings, output head) and 'weights'."""
+    embedding_names = set(embedding_module_names(model))
+    embeddings, weights = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        parts = set(name.split("."))
+        (embeddings if parts & embedding_names else weights).append(parameter)
+    groups = []
+    if weights:
+        groups.append({"params": weights, "lr": learning_rate, "weight_decay": weight_decay, "name": "weights"})
+    if embeddings:
+        groups.append({"params": embeddings, "lr": embedding_learning_rate, "weight_decay": 0.0,
+                       "name": "embeddings"})
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    return groups
+
+
+def build_optimizer(groups: list[dict], kind: str = "auto"):
+    """AdamW, 8-bit (bitsandbytes) where it works when kind is 'auto' or 'adamw_8bit'."""
+    import torch
+
+    if kind == "auto":
+        kind = "adamw_8bit" if devices.bitsandbytes_works() else "adamw"
+    if kind == "adamw_8bit":
+        if not devices.bitsandbytes_works():
+            raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, betas=(0.9, 0.999))
+    raise ValueError(f"unknown optimizer {kind!r}; expected auto, adamw or adamw_8bit")
+
+
+def cosine_schedule(optimizer, steps: int, warmup_ratio: float):
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to zero."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=int(round(steps * warmup_ratio)),
+                                           num_training_steps=steps)
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """accelerate's mixed-precision name for a setting: 'bf16', 'fp16' or 'no'."""
+    if precision == "auto":
+        if device.startswith("cuda"):
+            import torch
+
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "no"
+    if precision not in ("bf16", "fp16", "fp32", "no"):
+        raise ValueError(f"unknown precision {precision!r}; expected auto, bf16, fp16 or fp32")
+    return "no" if precision == "fp32" else precision
+
+
+def prepare_for_training(model, settings: TrainingSettings):
+    """LoRA-wrap (or unfreeze everything for full training) and switch on gradient checkpointing."""
+    if settings.full_finetune:
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+    else:
+        model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings)
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.config.use_cache = False
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Run bookkeeping.
+
+def git_commit() -> str | None:
+    """The commit of the arc_kit checkout this code runs from, if it is one."""
+    try:
+        root = Path(__file__).resolve().parents[1]
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if result.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            return result.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None
+
+
+def run_info(**extra) -> dict:
+    import platform
+
+    import torch
+    import transformers
+
+    return {"arc_kit_version": __version__, "git_commit": git_commit(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "time": time.strftime("%Y-%m-%d %H:%M:%S %z"), **extra}
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header; resumed runs keep appending to the same file."""
+
+    def __init__(self, path: Path, columns: Sequence[str]):
+        self.path, self.columns = path, list(columns)
+        if not path.exists():
+            with open(path, "w", newline="") as handle:
+                csv.writer(handle).writerow(self.columns)
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
+
+
+LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
+               "elapsed_seconds")
+
+
+def plot_loss_curve(log_path: Path, out_path: Path, title: str = "training loss") -> Path | None:
+    """Draw training_log.csv's loss (and learning rate) against the step; None when the log is empty."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    log = pd.read_csv(log_path)
+    if log.empty:
+        return None
+    figure, loss_axis = plt.subplots(figsize=(7, 3.5))
+    loss_axis.plot(log["step"], log["loss"], color="tab:blue", label="loss")
+    loss_axis.set_xlabel("optimizer step")
+    loss_axis.set_ylabel("loss (nats per output token)", color="tab:blue")
+    rate_axis = loss_axis.twinx()
+    rate_axis.plot(log["step"], log["learning_rate"], color="tab:orange", alpha=0.6, label="learning rate")
+    rate_axis.set_ylabel("learning rate", color="tab:orange")
+    loss_axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(out_path, dpi=100)
+    plt.close(figure)
+    return out_path
+
+
+def _latest_checkpoint(folder: Path) -> Path | None:
+    steps = [path for path in folder.glob("step-*") if (path / "progress.json").exists()]
+    return max(steps, key=lambda path: int(path.name.split("-")[1]), default=None)
+
+
+class BatchOrder:
+    """Batch sampler: optimizer step s, micro-batch a, process r take dataset items in a fixed layout.
+
+    Items depend only on their index, so a resumed run (starting at ``first_step``) and a run on
+    several processes see exactly the sequences an uninterrupted single run would.
+    """
+
+    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int):
+        self.settings, self.first_step, self.rank, self.world = settings, first_step, rank, world
+
+    def __iter__(self):
+        size, accumulation = self.settings.batch_size, self.settings.gradient_accumulation
+        per_step = size * accumulation * self.world
+        for step in range(self.first_step, self.settings.steps):
+            for micro in range(accumulation):
+                start = step * per_step + (micro * self.world + self.rank) * size
+                yield list(range(start, start + size))
+
+    def __len__(self) -> int:
+        return (self.settings.steps - self.first_step) * self.settings.gradient_accumulation
+
+
+@dataclass
+class PretrainResult:
+    path: Path  # the trained model folder
+    steps_done: int
+    stopped_by: str  # "steps" or "time limit"
+    seconds: float
+    tokens: int
+    final_loss: float | None
+    main_process: bool = True  # False in the other processes of a multi-process run
+
+
+def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
+             pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
+             weights: Mapping[str, float] | None = None, data_description: str = "",
+             resume: bool = True, device: str = "auto", progress: bool = True) -> PretrainResult:
+    """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
+
+    ``pools`` (and optional ``weights``) are the training pools, see ``training_data.mix_pools``. A rerun with the
+    same ``out`` resumes from the latest checkpoint; with ``settings.minutes`` the run stops cleanly
+    in time, saving a checkpoint and a usable model.
+    """
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    from arc_kit.models import PRESETS, LoadSettings, create_model, load_model, save_model
+
+    out = Path(out)
+    started = time.monotonic()
+    device = devices.resolve_device(device)
+    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
+                              gradient_accumulation_steps=settings.gradient_accumulation)
+    checkpoints = out / "checkpoints"
+    if accelerator.is_main_process:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+
+    torch.manual_seed(settings.seed)  # LoRA initialisation and dropout-free training draw from it
+    if str(model_source) in PRESETS:
+        model, tokenizer = create_model(str(model_source), seed=settings.seed)
+        source_description = f"preset {model_source}"
+    else:
+        loaded = load_model(model_source, LoadSettings(device="cpu", dtype="float32", backend="transformers"))
+        model, tokenizer = loaded.model, loaded.tokenizer
+        source_description = str(Path(model_source).resolve())
+    model.train()
+    model = prepare_for_training(model, settings)
+
+    from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
+
+    encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
+    per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
+    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
+                              length=settings.steps * per_step)
+    optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
+                                                 settings.weight_decay), settings.optimizer)
+    scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by hand: once per optimizer step
+
+    first_step = 0
+    latest = _latest_checkpoint(checkpoints) if resume else None
+    if latest is not None:
+        accelerator.load_state(str(latest))
+        first_step = json.loads((latest / "progress.json").read_text())["step"]
+        if accelerator.is_main_process:
+            logger.warning("resuming from %s (step %d of %d)", latest, first_step, settings.steps)
+    loader = DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
+                                                          accelerator.num_processes),
+                        collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
+
+    info = run_info(settings=settings.to_json(), model_source=source_description, data=data_description,
+                    processes=accelerator.num_processes, device=device,
+                    mixed_precision=accelerator.mixed_precision, seeds={"training": settings.seed},
+                    optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
+    log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
+    bar = tqdm(total=settings.steps, initial=first_step, desc="pretrain", unit="step",
+               disable=not (progress and accelerator.is_main_process))
+    deadline = None if settings.minutes is None else started + 60 * settings.minutes
+    step, window_loss, window_count, window_tokens, window_start = first_step, 0.0, 0, 0, time.monotonic()
+    total_tokens, last_loss, stopped_by = 0, None, "steps"
+
+    def save_checkpoint(at_step: int):
+        folder = checkpoints / f"step-{at_step}"
+        accelerator.save_state(str(folder))
+        if accelerator.is_main_process:
+            (folder / "progress.json").write_text(json.dumps({"step": at_step}))
+            for old in checkpoints.glob("step-*"):  # keep the two newest
+                if old != folder and int(old.name.split("-")[1]) < at_step - settings.save_every:
+                    import shutil
+                    shutil.rmtree(old, ignore_errors=True)
+
+    for batch in loader:
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            if accelerator.sync_gradients and settings.max_grad_norm:
+                accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+        window_loss += loss.detach().float().item()
+        window_count += 1
+        tokens = int(batch["attention_mask"].sum()) * accelerator.num_processes
+        window_tokens += tokens
+        total_tokens += tokens
+        if not accelerator.sync_gradients:
+            continue
+        scheduler.step()
+        step += 1
+        bar.update(1)
+        if step % settings.log_every == 0 or step == settings.steps:
+            elapsed = time.monotonic() - window_start
+            totals = accelerator.reduce(torch.tensor([window_loss, window_count], device=accelerator.device), "sum")
+            last_loss = float(totals[0] / totals[1])  # the mean over every process's micro-batches
+            rates = {group.get("name"): group["lr"] for group in optimizer.param_groups}
+            if log is not None:
+                log.write({"step": step, "loss": f"{last_loss:.5f}",
+                           "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
+                           "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
+                           "tokens": window_tokens, "tokens_per_second": f"{window_tokens / max(elapsed, 1e-9):.1f}",
+                           "elapsed_seconds": f"{time.monotonic() - started:.1f}"})
+            bar.set_postfix(loss=f"{last_loss:.4f}")
+            window_loss, window_count, window_tokens, window_start = 0.0, 0, 0, time.monotonic()
+        out_of_time = deadline is not None and time.monotonic() > deadline
+        if step % settings.save_every == 0 or step == settings.steps or out_of_time:
+            save_checkpoint(step)
+        if out_of_time:
+            stopped_by = "time limit"
+            break
+    bar.close()
+    accelerator.wait_for_everyone()
+    seconds = time.monotonic() - started
+    if accelerator.is_main_process:
+        trained = accelerator.unwrap_model(model)
+        if not settings.full_finetune:
+            trained.save_pretrained(out / "adapter")
+            trained = trained.merge_and_unload()
+        trained.config.use_cache = True
+        info.update(steps_done=step, stopped_by=stopped_by, seconds=round(seconds, 1), tokens_this_run=total_tokens,
+                    final_loss=last_loss)
+        save_model(trained, tokenizer, out, {"preset": str(model_source) if str(model_source) in PRESETS else None,
+                                             "training": info})
+        plot_loss_curve(out / "training_log.csv", out / "loss_curve.png")
+    accelerator.wait_for_everyone()
+    return PretrainResult(out, step, stopped_by, seconds, total_tokens, last_loss, accelerator.is_main_process)
+

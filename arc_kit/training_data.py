@@ -1,0 +1,164 @@
+"""Training sequences: draw examples from a pool, augment, encode, mask the loss to the outputs.
+
+A *pool* is the list of pairs that belong to one task: the generated RE-ARC examples of a
+training task, or a task's own train (and known test) pairs. A training sequence draws k of them
+(k from a range; the last plays the test), applies a random augmentation (symmetry, colours,
+order) and is encoded with loss only on the outputs (not the first, by default). Test-time
+training uses leave-one-out sequences of one task's train pairs instead.
+
+Every draw takes an explicit ``numpy.random.Generator``; ``SequenceDataset`` item ``i`` is drawn
+from the generator seeded ``(seed, i)``, so a dataset is reproducible, resumable and splits across
+processes without coordination. Needs torch only for the Dataset and the collator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_kit.augmentation import Augmentation
+from arc_kit.tasks import Pair, TaskSet
+from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
+
+
+@dataclass(frozen=True)
+class SequenceSettings:
+    """How training sequences are drawn."""
+
+    min_pairs: int = 3  # examples per sequence, the last one playing the test (ARC tasks have 3-7)
+    max_pairs: int = 7  # the authors drew up to 7 examples per sequence from RE-ARC
+    max_len: int = 8192  # token budget; earlier pairs are dropped (longest first) to fit
+    mask_first_output: bool = True  # the first output cannot be predicted without an example
+    keep_background: bool = False  # the authors permute all 10 colours, background included
+
+    def __post_init__(self):
+        if not 1 <= self.min_pairs <= self.max_pairs:
+            raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+
+
+def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = "") -> dict[str, tuple[Pair, ...]]:
+    """One pool per task: its train pairs, plus its test pairs where their outputs are known."""
+    pools = {}
+    for task in tasks.tasks():
+        pairs = list(task.train)
+        if include_test:
+            pairs += [pair for pair in task.test if pair.output is not None]
+        pools[prefix + task.id] = tuple(pairs)
+    return pools
+
+
+def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
+                    settings: SequenceSettings = SequenceSettings()) -> Encoded:
+    """Draw k distinct pairs in random order, augment them, encode with the loss on the outputs."""
+    if len(pool) < 2:
+        raise ValueError("a pool needs at least 2 pairs (one example and one test)")
+    high = min(settings.max_pairs, len(pool))
+    low = min(settings.min_pairs, high)
+    count = int(rng.integers(low, high + 1))
+    chosen = [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+    augmentation = Augmentation.random(rng, count, keep_background=settings.keep_background)
+    return encoder.encode_training(augmentation.apply_pairs(chosen), mask_first_output=settings.mask_first_output,
+                                   max_len=settings.max_len)
+
+
+def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
+                         settings: SequenceSettings = SequenceSettings(), held_out: int | None = None) -> Encoded:
+    """A test-time-training sequence: one train pair held out as the test, the others as examples.
+
+    The examples come in random order, then the whole sequence gets a random symmetry and colour
+    permutation (the held-out pair stays last). Only train pairs are ever used.
+    """
+    if len(train) < 2:
+        raise ValueError("leave-one-out needs at least 2 train pairs")
+    if held_out is None:
+        held_out = int(rng.integers(len(train)))
+    others = [train[i] for i in rng.permutation(len(train)) if i != held_out]
+    augmentation = Augmentation.random(rng, None, keep_background=settings.keep_background)
+    return encoder.encode_training(augmentation.apply_pairs(others + [train[held_out]]),
+                                   mask_first_output=settings.mask_first_output, max_len=settings.max_len)
+
+
+def mix_pools(groups: Mapping[str, tuple[Mapping[str, Sequence[Pair]], float]]
+              ) -> tuple[dict[str, Sequence[Pair]], dict[str, float]]:
+    """Merge groups of pools, ``{group: (pools, weight)}``, into pools named ``group/name`` and weights.
+
+    Each group gets its share of the draws, split evenly among its pools: for example RE-ARC
+    ``(pools, 0.8)`` and the ARC training tasks ``(pools, 0.2)``.
+    """
+    merged, weights = {}, {}
+    for group, (pools, weight) in groups.items():
+        usable = {name: pool for name, pool in pools.items() if len(pool) >= 2}
+        for name, pool in usable.items():
+            merged[f"{group}/{name}"] = pool
+            weights[f"{group}/{name}"] = weight / len(usable)
+    return merged, weights
+
+
+class SequenceDataset:
+    """A map-style torch dataset of ``length`` sequences drawn from pools.
+
+    Item ``i`` is drawn with ``np.random.default_rng((seed, i))``: pick a pool (uniformly, or by
+    ``weights``), then ``sample_sequence``. Pools with fewer than 2 pairs are left out.
+    """
+
+    def __init__(self, pools: Mapping[str, Sequence[Pair]], encoder: TaskEncoder,
+                 settings: SequenceSettings = SequenceSettings(), *, weights: Mapping[str, float] | None = None,
+                 seed: int = 0, length: int = 1000):
+        self.names = [name for name, pool in pools.items() if len(pool) >= 2]
+        if not self.names:
+            raise ValueError("no pool with at least 2 pairs to draw from")
+        self.pools = [pools[name] for name in self.names]
+        raw = np.array([1.0 if weights is None else float(weights[name]) for name in self.names])
+        self.probabilities = raw / raw.sum()
+        self.encoder, self.settings, self.seed, self.length = encoder, settings, seed, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def sequence(self, index: int) -> tuple[str, Encoded]:
+        """(pool name, encoded sequence) of item ``index``.
+
+        A draw that does not fit the budget, or that the budget cut down to a single pair whose
+        output is masked (nothing left to learn), is drawn again.
+        """
+        rng = np.random.default_rng((self.seed, index))
+        for _ in range(100):
+            pool_index = int(rng.choice(len(self.pools), p=self.probabilities))
+            try:
+                encoded = sample_sequence(self.pools[pool_index], rng, self.encoder, self.settings)
+            except TaskTooLongError:
+                continue
+            if encoded.loss_mask.any():
+                return self.names[pool_index], encoded
+        raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_len} tokens")
+
+    def __getitem__(self, index: int) -> dict:
+        import torch
+
+        _, encoded = self.sequence(index)
+        return {"input_ids": torch.from_numpy(encoded.ids), "labels": torch.from_numpy(encoded.labels)}
+
+
+@dataclass
+class PaddingCollator:
+    """Pads a batch on the right: pad id for inputs, -100 for labels, 0 in the attention mask."""
+
+    pad_id: int
+    multiple_of: int = 8  # pad lengths to a multiple of this (tensor cores like it)
+
+    def __call__(self, items: list[dict]) -> dict:
+        import torch
+
+        longest = max(len(item["input_ids"]) for item in items)
+        longest = -(-longest // self.multiple_of) * self.multiple_of
+        input_ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(items), longest), -100, dtype=torch.long)
+        attention = torch.zeros((len(items), longest), dtype=torch.long)
+        for row, item in enumerate(items):
+            length = len(item["input_ids"])
+            input_ids[row, :length] = item["input_ids"]
+            labels[row, :length] = item["labels"]
+            attention[row, :length] = 1
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
