@@ -22,13 +22,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ~0.1M: for tests; a 2000-token forward takes ~0.2 s on one CPU core.
     "micro": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2),
-    # ~3M: trains for real on a CPU in minutes.
+    # ~2.4M: trains for real on a CPU in minutes.
     "tiny": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=6, num_attention_heads=6,
                  num_key_value_heads=2),
     # ~19M: a GPU model for short budgets.
     "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=12, num_attention_heads=6,
                   num_key_value_heads=2),
-    # ~85M: a GPU model for an hour or more.
+    # ~71M: a GPU model for an hour or more.
     "base": dict(hidden_size=640, intermediate_size=1792, num_hidden_layers=16, num_attention_heads=10,
                  num_key_value_heads=2),
 }
@@ -70,12 +70,9 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
                          bos_token_id=vocabulary.bos_id, eos_token_id=vocabulary.eos_id,
                          pad_token_id=vocabulary.pad_id, tie_word_embeddings=False, rope_theta=10000.0,
                          attention_bias=False, mlp_bias=False, **settings)
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # initialisation draws from the global generator; restored below
-    try:
+    with torch.random.fork_rng(devices=[]):  # initialisation draws from the seed; the global state is kept
+        torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
     model.generation_config.bos_token_id = vocabulary.bos_id
     model.generation_config.eos_token_id = vocabulary.eos_id
     model.generation_config.pad_token_id = vocabulary.pad_id
@@ -125,7 +122,16 @@ class LoadedModel:
 
     def encoder(self, text_format: TextFormat = TextFormat(), max_len: int = 8192) -> TaskEncoder:
         """A TaskEncoder over this model's tokenizer (fails clearly if it is not vocabulary-shrunk)."""
-        return TaskEncoder(self.grid_tokenizer, text_format, max_len)
+        tokenizer = self.grid_tokenizer
+        # The encoder writes grids cell by cell; a tokenizer that merges digits would read them otherwise.
+        rows = ["0123456789", "9876543210", "00112233445566778899"]
+        sample = text_format.row_separator.join(rows)
+        expected = sum(map(len, rows)) + (len(rows) - 1) * len(tokenizer.encode(text_format.row_separator))
+        found = len(tokenizer.encode(sample))
+        if found != expected:
+            raise ValueError(f"the tokenizer of {self.path} writes {sample!r} as {found} tokens, not one per digit; "
+                             "shrink its vocabulary first (arc-kit shrink)")
+        return TaskEncoder(tokenizer, text_format, max_len)
 
 
 def _read_json(path: Path) -> dict:
@@ -151,7 +157,10 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     adapter_config = _read_json(path / "adapter_config.json")
     base_path = path
     if adapter_config:
-        base_path = Path(settings.base_model or adapter_config.get("base_model_name_or_path") or "")
+        named = settings.base_model or adapter_config.get("base_model_name_or_path")
+        if not named:  # never Path(""), which is the working folder
+            raise FileNotFoundError(f"the adapter in {path} names no base model; pass base_model=...")
+        base_path = Path(named)
         if not (base_path / "config.json").exists():
             raise FileNotFoundError(f"the adapter in {path} needs its base model, {str(base_path)!r} is not a local "
                                     "model folder; pass base_model=...")

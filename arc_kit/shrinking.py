@@ -32,15 +32,24 @@ def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
 
 def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat()) -> list[int]:
     """Old ids to keep, ascending: one token per needed character, plus every special token."""
-    kept, failures = set(), []
+    kept, failures, said = set(), [], ""
     for character in needed_characters(text_format):
-        ids = tokenizer(character, add_special_tokens=False)["input_ids"]
+        try:
+            ids = tokenizer(character, add_special_tokens=False)["input_ids"]
+        except Exception as error:  # a WordLevel tokenizer without an unknown token raises for a missing word
+            failures.append(f"{character!r} -> no token")
+            said = f" (the tokenizer said: {error})"
+            continue
         if len(ids) != 1:
             failures.append(f"{character!r} -> {len(ids)} tokens")
+        elif ids[0] == tokenizer.unk_token_id or tokenizer.decode(ids) != character:
+            # The unknown token, or a token that also carries a prefix (such as a space), is no stand-in.
+            failures.append(f"{character!r} -> {tokenizer.convert_ids_to_tokens(ids[0])!r}, not the character")
         else:
             kept.add(ids[0])
     if failures:
-        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
+        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: "
+                         + ", ".join(failures) + said)
     kept.update(i for i in tokenizer.all_special_ids if i is not None)
     return sorted(kept)
 
@@ -102,9 +111,12 @@ def shrink_tokenizer(tokenizer, keep: list[int]):
                if tokenizer.convert_tokens_to_ids(token) in mapping}
     shrunk = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False,
                                      model_max_length=tokenizer.model_max_length, **special)
+    post_processor = shrunk.backend_tokenizer.post_processor  # the original's, remapped
     for flag in ("add_bos_token", "add_eos_token"):
         if hasattr(tokenizer, flag):
             setattr(shrunk, flag, getattr(tokenizer, flag))
+    if post_processor is not None:  # transformers 5 rebuilds it from the flags alone when they are set
+        shrunk.backend_tokenizer.post_processor = post_processor
     return shrunk
 
 
@@ -164,6 +176,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     from arc_kit import devices  # noqa: F401  (stays offline)
 
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    tokens_to_keep(tokenizer, text_format)  # a tokenizer that cannot be shrunk fails before the weights load
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
     model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format)
     destination = Path(destination)

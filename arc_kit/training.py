@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -207,7 +208,7 @@ def run_info(**extra) -> dict:
 
 
 class CsvLog:
-    """Append-only CSV with a fixed header; resumed runs keep appending to the same file."""
+    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
 
     def __init__(self, path: Path, columns: Sequence[str]):
         self.path, self.columns = path, list(columns)
@@ -218,6 +219,20 @@ class CsvLog:
     def write(self, row: Mapping[str, Any]) -> None:
         with open(self.path, "a", newline="") as handle:
             csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
+
+    @staticmethod
+    def cut(path: Path, step: int) -> None:
+        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely."""
+        if not path.exists():
+            return
+        if step == 0:
+            path.unlink()
+            return
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        kept = [row for row in rows[1:] if row and int(row[0]) <= step]
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerows([rows[0], *kept])
 
 
 LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
@@ -314,7 +329,6 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         checkpoints.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
 
-    torch.manual_seed(settings.seed)  # LoRA initialisation and dropout-free training draw from it
     if str(model_source) in PRESETS:
         model, tokenizer = create_model(str(model_source), seed=settings.seed)
         source_description = f"preset {model_source}"
@@ -323,7 +337,9 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         model, tokenizer = loaded.model, loaded.tokenizer
         source_description = str(Path(model_source).resolve())
     model.train()
-    model = prepare_for_training(model, settings)
+    with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
+        torch.manual_seed(settings.seed)
+        model = prepare_for_training(model, settings)
 
     from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
 
@@ -344,6 +360,12 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         first_step = json.loads((latest / "progress.json").read_text())["step"]
         if accelerator.is_main_process:
             logger.warning("resuming from %s (step %d of %d)", latest, first_step, settings.steps)
+    if accelerator.is_main_process:
+        if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
+            for old in checkpoints.glob("step-*"):
+                shutil.rmtree(old, ignore_errors=True)
+        CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
+    accelerator.wait_for_everyone()
     loader = DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
                                                           accelerator.num_processes),
                         collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
@@ -366,7 +388,6 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
             (folder / "progress.json").write_text(json.dumps({"step": at_step}))
             for old in checkpoints.glob("step-*"):  # keep the two newest
                 if old != folder and int(old.name.split("-")[1]) < at_step - settings.save_every:
-                    import shutil
                     shutil.rmtree(old, ignore_errors=True)
 
     for batch in loader:
@@ -401,6 +422,9 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
             bar.set_postfix(loss=f"{last_loss:.4f}")
             window_loss, window_count, window_tokens, window_start = 0.0, 0, 0, time.monotonic()
         out_of_time = deadline is not None and time.monotonic() > deadline
+        if deadline is not None and accelerator.num_processes > 1:  # every process must stop at the same step
+            flag = torch.tensor([float(out_of_time)], device=accelerator.device)
+            out_of_time = bool(accelerator.reduce(flag, "max")[0] > 0)
         if step % settings.save_every == 0 or step == settings.steps or out_of_time:
             save_checkpoint(step)
         if out_of_time:
