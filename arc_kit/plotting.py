@@ -110,3 +110,77 @@ def draw_grids(grids: Sequence[np.ndarray], labels: Sequence[str] | None = None,
         figure.suptitle(title)
     figure.tight_layout()
     return figure
+
+
+def draw_rank_improvement(ranks, clip: int = 25):
+    """The right answer's rank by generation probability against its rank by the product of experts.
+
+    ``ranks`` is ``analysis.rank_table``'s frame; points under the diagonal are tasks PoE helped.
+    """
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(4.5, 4.5))
+    ranks = ranks.dropna(subset=["rank_poe"])
+    before = np.minimum(ranks["rank_generation"].to_numpy(float), clip)
+    after = np.minimum(ranks["rank_poe"].to_numpy(float), clip)
+    jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=(2, len(before)))  # fixed: a drawing, not data
+    ax.scatter(before + jitter[0], after + jitter[1], alpha=0.6, s=18)
+    ax.plot([1, clip], [1, clip], color="grey", linewidth=1, linestyle="--")
+    ax.set_xlabel(f"rank by generation probability (clipped at {clip})")
+    ax.set_ylabel("rank by product of experts")
+    better, worse = int((after < before).sum()), int((after > before).sum())
+    ax.set_title(f"{len(before)} right answers found: PoE better {better}, worse {worse}", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def draw_threshold_curve(curve, run_threshold: float | None = None):
+    """Share of test outputs found and selected against the DFS threshold (``analysis.threshold_curve``)."""
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(5.5, 3.5))
+    ax.plot(curve["threshold"], curve["found"], marker="o", label="right answer among the candidates")
+    ax.plot(curve["threshold"], curve["selected"], marker="o", label="right answer in the two attempts (PoE)")
+    if run_threshold is not None:
+        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1, label="the run's threshold")
+    ax.set_xscale("log")
+    ax.set_xlabel("DFS threshold T (minimum probability)")
+    ax.set_ylabel("share of test outputs")
+    ax.set_ylim(0, max(0.05, float(curve[["found", "selected"]].to_numpy().max()) * 1.15))
+    ax.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def draw_nll_heatmap(nlls, augmentation_keys: Sequence[str], labels: Sequence[str] | None = None,
+                     title: str | None = None):
+    """Candidates x scoring augmentations, coloured by NLL (darker is more probable)."""
+    import matplotlib.pyplot as plt
+
+    nlls = np.asarray(nlls, dtype=float)
+    figure, ax = plt.subplots(figsize=(max(4, 0.45 * nlls.shape[1] + 2), max(2, 0.4 * nlls.shape[0] + 1.2)))
+    image = ax.imshow(nlls, cmap="viridis_r", aspect="auto")
+    ax.set_xticks(range(len(augmentation_keys)), [key[:2] for key in augmentation_keys], fontsize=7)
+    ax.set_yticks(range(nlls.shape[0]), labels or [f"candidate {i}" for i in range(nlls.shape[0])], fontsize=8)
+    ax.set_xlabel("scoring augmentation (symmetry)")
+    figure.colorbar(image, ax=ax, label="NLL (nats)")
+    ax.set_title(title or "per-augmentation NLL of each candidate", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def draw_loss_curve(log):
+    """Loss and learning rate against the step, from ``training_log.csv`` (a path or a frame)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    log = pd.read_csv(log) if not isinstance(log, pd.DataFrame) else log
+    figure, loss_axis = plt.subplots(figsize=(7, 3.5))
+    loss_axis.plot(log["step"], log["loss"], color="tab:blue")
+    loss_axis.set_xlabel("optimizer step")
+    loss_axis.set_ylabel("loss (nats per output token)", color="tab:blue")
+    rate_axis = loss_axis.twinx()
+    rate_axis.plot(log["step"], log["learning_rate"], color="tab:orange", alpha=0.6)
+    rate_axis.set_ylabel("learning rate", color="tab:orange")
+    figure.tight_layout()
+    return figure

@@ -239,26 +239,20 @@ LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "toke
                "elapsed_seconds")
 
 
-def plot_loss_curve(log_path: Path, out_path: Path, title: str = "training loss") -> Path | None:
-    """Draw training_log.csv's loss (and learning rate) against the step; None when the log is empty."""
+def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
+    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from arc_kit.plotting import draw_loss_curve
+
     log = pd.read_csv(log_path)
     if log.empty:
         return None
-    figure, loss_axis = plt.subplots(figsize=(7, 3.5))
-    loss_axis.plot(log["step"], log["loss"], color="tab:blue", label="loss")
-    loss_axis.set_xlabel("optimizer step")
-    loss_axis.set_ylabel("loss (nats per output token)", color="tab:blue")
-    rate_axis = loss_axis.twinx()
-    rate_axis.plot(log["step"], log["learning_rate"], color="tab:orange", alpha=0.6, label="learning rate")
-    rate_axis.set_ylabel("learning rate", color="tab:orange")
-    loss_axis.set_title(title)
-    figure.tight_layout()
+    figure = draw_loss_curve(log)
     figure.savefig(out_path, dpi=100)
     plt.close(figure)
     return out_path

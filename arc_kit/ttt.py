@@ -41,6 +41,7 @@ class TestTimeSettings:
     optimizer: str = "auto"  # 8-bit AdamW where bitsandbytes works, else AdamW
     gradient_checkpointing: bool = False  # on for large models on small GPUs
     sequences: SequenceSettings = field(default_factory=SequenceSettings)  # max_len, masking, colours
+    seed: int = 0  # the adapter's initial weights (the same for every task: each starts from them)
 
     __test__ = False  # not a pytest test class despite the name
 
@@ -67,8 +68,10 @@ class TestTimeTrainer:
 
         self.settings, self.encoder = settings, encoder
         self.device = next(model.parameters()).device
-        self.model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
-                              adapter_name=ADAPTER)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(settings.seed)  # the global generator is left as it was
+            self.model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
+                                  adapter_name=ADAPTER)
         if settings.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._initial = {name: parameter.detach().clone() for name, parameter in self.model.named_parameters()
@@ -105,13 +108,18 @@ class TestTimeTrainer:
                 return encoded
         return None
 
-    def train(self, train: Sequence[Pair], rng: np.random.Generator) -> TestTimeResult:
-        """Reset the adapter and train it on ``train`` (a task's train pairs); eval mode afterwards."""
+    def train(self, train: Sequence[Pair], rng: np.random.Generator, steps: int | None = None) -> TestTimeResult:
+        """Reset the adapter and train it on ``train`` (a task's train pairs); eval mode afterwards.
+
+        ``steps`` overrides the settings' number of steps (the time budget may ask for fewer).
+        """
+        import dataclasses
+
         import torch
 
         started = time.monotonic()
         self.reset()
-        settings = self.settings
+        settings = self.settings if steps is None else dataclasses.replace(self.settings, steps=steps)
         if len(train) < 2:
             return TestTimeResult(0, [], time.monotonic() - started, "fewer than 2 train pairs")
         self.model.train()

@@ -76,3 +76,46 @@ prompt = encoder.encode_prompt(task.train, task.test[0].input)
 print(f"generation prompt: {len(prompt)} tokens; room kept for an answer of up to "
       f"{encoder.max_answer_len} tokens")
 print(encoder.text(prompt.ids[-40:]))
+
+# %% [markdown]
+# ## What the model proposes: DFS candidates and their scores
+# DFS returns every answer above a probability threshold under one augmentation; the product of
+# experts then scores each candidate under several fresh augmentations. Uses the model the kit ships.
+
+# %%
+import os
+
+from arc_kit.decoding import AnswerSpace
+from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.models import load_model
+from arc_kit.plotting import draw_nll_heatmap
+from arc_kit.scoring import augmented_nlls, product_of_probabilities
+from arc_kit.solver import default_model_path
+
+THRESHOLD = 0.01  # low, to see several candidates
+SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
+loaded = load_model(default_model_path())
+model_encoder = loaded.encoder(max_len=2048 if SMOKE else 8192)
+view = full_set[0]
+prompt = model_encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input))
+search = dfs_search(loaded.model, prompt.ids, AnswerSpace.from_encoder(model_encoder),
+                    DfsSettings(THRESHOLD, max_forward_calls=300 if SMOKE else 5000))
+candidates = []
+for completion in search.completions:
+    try:
+        candidates.append((view.invert_grid(model_encoder.decode_answer(completion.ids)), completion.probability))
+    except ValueError:
+        pass  # not a grid
+print(f"{len(search.completions)} answers above {THRESHOLD:.0%}, {len(candidates)} of them grids, "
+      f"{search.forward_calls} forward calls")
+if candidates:
+    draw_grids([grid for grid, _ in candidates], [f"p={p:.1%}" for _, p in candidates],
+               highlight=[np.array_equal(grid, task.test[0].output) for grid, _ in candidates],
+               title="DFS candidates (green: the right answer)")
+
+# %%
+scoring_set = arc_kit.Augmentation.inference_set(np.random.default_rng(SEED + 1), len(task.train), 8)
+grids = [grid for grid, _ in candidates] + [task.test[0].output]  # the right answer too, for comparison
+nlls = augmented_nlls(loaded.model, model_encoder, task.train, task.test[0].input, grids, scoring_set)
+labels = [f"candidate {i} (PoE {product_of_probabilities(row):.1f})" for i, row in enumerate(nlls[:-1])]
+draw_nll_heatmap(nlls, [a.key for a in scoring_set], labels + [f"right answer (PoE {nlls[-1].sum():.1f})"])

@@ -96,3 +96,12 @@ def kaggle_files(tmp_path, small_tasks_json) -> KaggleFiles:
         solutions=_write_json(tmp_path / "kaggle" / "arc-agi_evaluation_solutions.json", solutions),
         tasks=small_tasks_json,
     )
+
+
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory):
+    """A fresh (untrained) micro model folder, the smallest real model the kit can load."""
+    from arc_kit.models import create_model, save_model
+
+    model, tokenizer = create_model("micro", seed=0)
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("micro_model"), {"preset": "micro"})

@@ -31,6 +31,11 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATASET = "arc-agi-1/evaluation"
 
 
+# The method at its smallest: one greedy answer, one TTT step, short prompts (the micro model is untrained).
+QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
+         "--max-len", "2048"]
+
+
 def pair(grid_in, grid_out=None):
     return {"input": grid_in} if grid_out is None else {"input": grid_in, "output": grid_out}
 
@@ -96,14 +101,14 @@ def test_unknown_command_is_a_usage_error(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_the_entry_point_runs_as_a_process(tmp_path):
+def test_the_entry_point_runs_as_a_process(tmp_path, micro_model):
     version = subprocess.run([sys.executable, "-m", "arc_kit", "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"arc-kit {arc_kit.__version__}"
     out = tmp_path / "run"
-    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--out", str(out)],
-                             capture_output=True, text=True, timeout=60)
+    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--out", str(out),
+                              "--model", str(micro_model), *QUICK], capture_output=True, text=True, timeout=120)
     assert dry_run.returncode == 0, dry_run.stderr
     assert "Traceback" not in dry_run.stderr
     assert validate_file(out / "submission.json", "submission", load_dataset(DATASET).head(2)) == ("submission", [])
@@ -401,42 +406,50 @@ def test_show_with_an_unknown_dataset_fails_cleanly(capsys, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # dry-run
 
-def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path):
+def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path, micro_model):
     out = tmp_path / "dry"
-    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--out", out)
+    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--out", out, "--model", micro_model, *QUICK)
     assert status == 0
-    assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv"}  # no temporary files
+    assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
+                                                     "run.json"}  # no temporary files
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
     submission = json.loads((out / "submission.json").read_text())
     assert list(submission) == tasks.ids
-    for task in tasks.tasks():  # the identity baseline
-        assert [e["attempt_1"] for e in submission[task.id]] == [grid.tolist() for grid in task.test_inputs]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [record["task_id"] for record in records] == tasks.ids
+    assert all(record["error"] is None for record in records)
     scores = pd.read_csv(out / "scores.csv", dtype={"task_id": str})
     assert scores["task_id"].tolist() == tasks.ids
     assert scores["test_outputs"].tolist() == [len(task.test) for task in tasks.tasks()]
     assert "score" in printed.splitlines()[-1]
 
 
-def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_path, files):
+def test_dry_run_without_a_model_says_where_to_get_one(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARC_KIT_MODEL", str(tmp_path / "nowhere"))
+    status, _, err = run(capsys, "dry-run", "--tasks", 1, "--out", tmp_path / "dry")
+    assert status == 1 and "nowhere" in err and "Traceback" not in err
+
+
+def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_path, files, micro_model):
     status, _, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--tasks", 0,
-                       "--out", tmp_path / "dry")
+                       "--out", tmp_path / "dry", "--model", micro_model, *QUICK)
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
-    assert [path.name for path in (tmp_path / "dry").iterdir()] == ["submission.json"]
+    assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json"}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
-    assert submission == build_submission(parse_tasks(CHALLENGES), {})
+    assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 
 
-def test_dry_run_of_a_lenient_load_answers_the_bad_tasks_too(capsys, tmp_path):
+def test_dry_run_of_a_lenient_load_answers_the_bad_tasks_too(capsys, tmp_path, micro_model):
     challenges = copy.deepcopy(CHALLENGES)
     challenges["bad"] = {"train": [pair([[1]])], "test": [pair([[2]]), pair([[3]])]}
     path = tmp_path / "arc-agi_test_challenges.json"
     path.write_text(json.dumps(challenges))
-    assert run(capsys, "dry-run", "--dataset", path, "--tasks", 0, "--out", tmp_path / "dry")[0] == 1
+    options = ["--dataset", path, "--tasks", 0, "--out", tmp_path / "dry", "--model", micro_model, *QUICK]
+    assert run(capsys, "dry-run", *options)[0] == 1
     with pytest.warns(UserWarning, match="skipped 1 bad task"):
-        status, _, _ = run(capsys, "dry-run", "--dataset", path, "--tasks", 0, "--out", tmp_path / "dry",
-                           "--lenient")
+        status, _, _ = run(capsys, "dry-run", *options, "--lenient")
     assert status == 0
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert set(submission) == {"t1", "t2", "bad"}

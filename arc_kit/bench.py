@@ -1,0 +1,159 @@
+"""Benchmarks that print ratios measured in one run (``arc-kit bench``); never tests.
+
+- decode: the cost of one explored DFS token against one token of transformers' greedy
+  ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
+- search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
+- scoring: ``score_answers`` (one prompt pass, batched answers on its cache) against one full
+  forward pass per answer (goal >= 5x).
+Each figure is the median of its repeats; the machine, versions and settings are printed with it.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_kit.augmentation import Augmentation
+from arc_kit.decoding import AnswerSpace, new_cache, sequence_nll
+from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.samplers import SamplerSettings
+from arc_kit.scoring import score_answers
+from arc_kit.tasks import Task
+from arc_kit.text_format import TaskEncoder
+
+
+@dataclass
+class BenchResult:
+    name: str
+    ours: float  # seconds (or seconds per token)
+    reference: float
+    unit: str
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.reference if self.reference else float("nan")
+
+    def line(self) -> str:
+        return (f"{self.name:<34} ours {self.ours * 1e3:9.2f} ms{self.unit}  reference {self.reference * 1e3:9.2f} "
+                f"ms{self.unit}  ratio {self.ratio:6.2f}x  {self.note}")
+
+
+def _synchronize(model) -> None:
+    import torch
+
+    if next(model.parameters()).device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(model, function, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        _synchronize(model)
+        started = time.perf_counter()
+        result = function()
+        _synchronize(model)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
+    import torch
+
+    device = next(model.parameters()).device
+    tensor = torch.tensor([list(map(int, ids))], device=device)
+
+    def run():
+        with torch.no_grad():
+            return model(input_ids=tensor, past_key_values=new_cache(model), use_cache=True)
+    return _timed(model, run, repeats)[0]
+
+
+def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
+                 greedy_tokens: int = 64, repeats: int = 3) -> BenchResult:
+    """Seconds per explored token: DFS against greedy ``generate``, prefill subtracted from both."""
+    import torch
+
+    space = AnswerSpace.from_encoder(encoder)
+    dfs_per_token, greedy_per_token = [], []
+    for task in tasks:
+        prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
+        prefill = _prefill_seconds(model, prompt, repeats)
+        seconds, result = _timed(model, lambda: dfs_search(model, prompt, space, DfsSettings(threshold)), repeats)
+        if result.forward_calls:
+            dfs_per_token.append((seconds - prefill) / result.forward_calls)
+        tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
+
+        def greedy():
+            with torch.no_grad():
+                return model.generate(tensor, max_new_tokens=greedy_tokens, min_new_tokens=greedy_tokens,
+                                      do_sample=False, pad_token_id=space.eos_id, eos_token_id=space.eos_id)
+        seconds, _ = _timed(model, greedy, repeats)
+        greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
+    return BenchResult("decode: DFS token vs generate token", statistics.median(dfs_per_token),
+                       statistics.median(greedy_per_token), "/token",
+                       f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens")
+
+
+def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
+                 augmentations: int = 4, seed: int = 0) -> BenchResult:
+    """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
+    from arc_kit.solver import SolveSettings, Solver
+
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
+    totals = {}
+    for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
+        started = time.perf_counter()
+        for task in tasks:
+            views = Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations)
+            solver.sample(model, task.train, task.test[0].input, views, sampler, np.random.default_rng(seed))
+        _synchronize(model)
+        totals[name] = time.perf_counter() - started
+    return BenchResult(f"search: DFS T={threshold * 100:g}% vs greedy", totals["dfs"], totals["greedy"], "",
+                       f"{len(tasks)} tasks x {augmentations} augmentations, whole test inputs")
+
+
+def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
+                  seed: int = 0) -> BenchResult:
+    """Prefix-reusing batched scoring against one full forward per answer, same answers."""
+    space = AnswerSpace.from_encoder(encoder)
+    rng = np.random.default_rng(seed)
+    ours = reference = 0.0
+    for task in tasks:
+        prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
+        answer = task.test[0].output
+        answers = []
+        for _ in range(candidates):  # the right answer with a few random cells changed
+            grid = np.array(answer)
+            cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
+            grid.flat[cells] = rng.integers(0, 10, size=len(cells))
+            answers.append(encoder.encode_answer(grid))
+        ours += _timed(model, lambda: score_answers(model, prompt, answers, space), repeats)[0]
+        reference += _timed(model, lambda: sequence_nll(model, prompt, answers, space), repeats)[0]
+    return BenchResult("scoring: prefix-reusing vs per answer", ours, reference, "",
+                       f"{len(tasks)} prompts x {candidates} answers")
+
+
+def environment() -> str:
+    import torch
+    import transformers
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    return (f"{platform.node()} | {device} | torch {torch.__version__} | transformers {transformers.__version__} | "
+            f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
+    """A Llama-3.2-3B-shaped model with random weights and the 64-symbol vocabulary, for per-token costs."""
+    import torch
+
+    from arc_kit.models import create_model
+
+    model, _ = create_model("micro", hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                            num_attention_heads=24, num_key_value_heads=8, head_dim=128)
+    return model.to(device=device, dtype=getattr(torch, dtype)).eval()

@@ -1,0 +1,163 @@
+"""Kaggle glue: the competition run that never loses a submission, and the dataset that carries the kit.
+
+``run_competition`` is what the submission notebook calls: find the competition files under
+``/kaggle/input``, write a complete fallback ``submission.json`` at once, notice when the test file
+is the public placeholder (then run a short smoke job), otherwise solve every test task within the
+time budget on all GPUs, keeping the submission complete and valid after every task.
+
+``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, a
+model, ``dataset-metadata.json`` and a README. ``simulate_competition_input`` builds a stand-in for
+``/kaggle/input`` from public data, so the whole path runs on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arc_kit import __version__
+from arc_kit.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
+from arc_kit.solver import SolveSettings, answers_from_records
+from arc_kit.submission import build_submission, load_submission, write_submission
+
+KAGGLE_WORKING = Path("/kaggle/working")
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png")
+
+
+def on_kaggle() -> bool:
+    return Path("/kaggle/input").is_dir() and "KAGGLE_KERNEL_RUN_TYPE" in os.environ
+
+
+@dataclass
+class CompetitionRun:
+    submission_path: Path
+    placeholder: bool
+    tasks: int
+    solved_tasks: int  # tasks that got model work (the rest have fallback answers)
+    seconds: float
+
+
+def smoke_settings(settings: SolveSettings) -> SolveSettings:
+    """A few seconds per task: enough to prove the whole path works, not to score."""
+    from dataclasses import replace
+
+    return settings.replace(inference_augmentations=min(2, settings.inference_augmentations),
+                            scoring_augmentations=min(2, settings.scoring_augmentations),
+                            ttt=replace(settings.ttt, steps=min(4, settings.ttt.steps)),
+                            sampler=replace(settings.sampler, max_forward_calls=min(
+                                2000, settings.sampler.max_forward_calls)))
+
+
+def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
+                    input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
+                    started: float | None = None, hours: float = 12.0, safety_minutes: float = 45.0,
+                    smoke_tasks: int = 3, workers: int | None = None, load_options: dict | None = None,
+                    force_full: bool = False) -> CompetitionRun:
+    """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second."""
+    from arc_kit.workers import gpu_count, solve_in_workers
+
+    started = time.time() if started is None else started
+    working = Path(working)
+    working.mkdir(parents=True, exist_ok=True)
+    files = find_competition_files(input_root)
+    if files.test_challenges is None:
+        raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
+    tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
+    submission_path = working / "submission.json"
+    write_submission(submission_path, build_submission(tasks, {}), tasks)  # fallback answers, at once
+    placeholder = files.is_placeholder_test() and not force_full
+    chosen = tasks.head(smoke_tasks) if placeholder else tasks
+    run_settings = smoke_settings(settings) if placeholder else settings
+    deadline = started + 3600 * hours - 60 * safety_minutes
+    workers = workers or max(1, gpu_count())
+    run = solve_in_workers(chosen, model, run_settings, working / "arc_kit_run", workers=workers, deadline=deadline,
+                           load_options=load_options, progress=False)
+    write_submission(submission_path, build_submission(tasks, answers_from_records(run.records)), tasks)
+    load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
+    solved = sum(1 for record in run.records.values() if record.get("rung", 0) >= 0 and not record.get("error"))
+    return CompetitionRun(submission_path, placeholder, len(tasks), solved, time.time() - started)
+
+
+def simulate_competition_input(folder: str | os.PathLike, dataset: str = "arc-agi-1/evaluation",
+                               tasks: int | None = 10) -> Path:
+    """A stand-in for /kaggle/input: a public set as test (the placeholder), evaluation files beside it."""
+    folder = Path(folder) / "competitions" / "arc-prize-simulated"
+    chosen = load_dataset(dataset)
+    if tasks:
+        chosen = chosen.head(tasks)
+    export_kaggle(chosen, folder, "evaluation")
+    export_kaggle(chosen.without_solutions(), folder, "test")
+    return folder.parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The dataset.
+
+def build_wheel(destination: str | os.PathLike) -> Path:
+    """Build the arc_kit wheel from this checkout into ``destination`` (no dependencies)."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "pyproject.toml").exists():
+        raise FileNotFoundError("build_dataset needs an arc_kit checkout (pyproject.toml beside the package)")
+    destination = Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    before = set(destination.glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(destination), str(root)], check=True)
+    built = [path for path in destination.glob("arc_kit-*.whl") if path not in before] or \
+        sorted(destination.glob(f"arc_kit-{__version__}-*.whl"))
+    if not built:
+        raise RuntimeError("pip wheel reported success but left no arc_kit wheel")
+    return built[0]
+
+
+def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, title: str = "arc-kit",
+                  dataset_id: str = "YOUR_KAGGLE_USERNAME/arc-kit", extra_wheels: str | os.PathLike | None = None,
+                  ) -> Path:
+    """Assemble the Kaggle dataset folder: wheels/, model/, dataset-metadata.json, README.md."""
+    from arc_kit.solver import default_model_path
+
+    out = Path(out)
+    model = Path(model) if model is not None else default_model_path()
+    if not (model / "config.json").exists():
+        raise FileNotFoundError(f"{model} is not a model folder")
+    wheel = build_wheel(out / "wheels")
+    if extra_wheels:
+        for path in Path(extra_wheels).glob("*.whl"):
+            shutil.copy2(path, out / "wheels" / path.name)
+    target = out / "model"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for path in model.iterdir():
+        if path.suffix == ".safetensors" or path.name in MODEL_FILES or path.name.endswith(".safetensors.index.json"):
+            shutil.copy2(path, target / path.name)
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    if (notebooks / "submission.ipynb").exists():
+        shutil.copy2(notebooks / "submission.ipynb", out / "submission.ipynb")
+    metadata = {"title": title, "id": dataset_id, "licenses": [{"name": "MIT"}],
+                "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
+                "keywords": ["arc-prize", "abstraction-and-reasoning"]}
+    (out / "dataset-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    (out / "README.md").write_text(DATASET_README.format(version=__version__, wheel=wheel.name,
+                                                         model=model.name) + "\n")
+    return out
+
+
+DATASET_README = """# arc-kit {version}
+
+The arc_kit package and a model, for ARC Prize notebooks that run without internet.
+
+- `wheels/{wheel}`: the package (`pip install --no-index --find-links /kaggle/input/arc-kit/wheels arc-kit`),
+  plus any extra wheels added when the dataset was built (unsloth, bitsandbytes, ...).
+- `model/`: the model (from `{model}`): config, safetensors weights, tokenizer, and how it was trained
+  (`arc_kit.json`, `training_log.csv`, `loss_curve.png`).
+- `submission.ipynb`: the competition notebook; attach this dataset and the competition, then run it.
+
+Made with `arc-kit kaggle build`; see kaggle_dataset/README.md in the arc_kit repository."""

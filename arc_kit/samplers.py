@@ -1,0 +1,106 @@
+"""Candidate generation behind one interface: DFS (the default), greedy, stochastic sampling, beam search.
+
+``generate(model, prompt_ids, space, settings)`` returns a ``SearchResult`` whatever the sampler.
+The baselines go through transformers' ``generate`` with every non-answer token masked out, and
+their answers' NLLs are then measured by ``scoring.score_answers``, the same way as DFS and the
+scorer measure them. Answers that never reach eos are dropped and counted. Stochastic sampling
+draws from a ``torch.Generator`` state seeded by the caller; the global generator is left as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from arc_kit.decoding import AnswerSpace, Completion, SearchResult
+from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.scoring import score_answers
+
+SAMPLERS = ("dfs", "greedy", "sample", "beam")
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
+
+    kind: str = "dfs"  # dfs | greedy | sample | beam
+    threshold: float = 0.09  # dfs: minimum probability of a returned answer
+    count: int = 1  # sample: answers drawn; beam: beams (and answers returned)
+    temperature: float = 1.0  # sample
+    max_forward_calls: int = 20_000  # dfs: cap on single-token calls per search
+    use_guess: bool = True  # dfs: explore the best answer found so far first
+
+    def __post_init__(self):
+        if self.kind not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLERS}")
+        if self.count < 1:
+            raise ValueError("count must be at least 1")
+
+    @property
+    def name(self) -> str:
+        if self.kind == "dfs":
+            return f"DFS T={self.threshold * 100:g}%"
+        if self.kind == "greedy":
+            return "greedy"
+        return f"{'stochastic' if self.kind == 'sample' else 'beam'} x{self.count}"
+
+
+class _AllowedTokens:
+    """A logits processor for ``generate``: every token outside the answer alphabet gets -inf."""
+
+    def __init__(self, space: AnswerSpace):
+        self.space, self.mask = space, None
+
+    def __call__(self, input_ids, scores):
+        if self.mask is None or self.mask.device != scores.device:
+            self.mask = self.space.mask(scores.shape[-1], scores.device)
+        return scores.masked_fill(~self.mask, float("-inf"))
+
+
+def generate(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: SamplerSettings = SamplerSettings(),
+             guess: Sequence[int] | None = None, seed: int = 0) -> SearchResult:
+    """Answers to a prompt from the chosen sampler (``guess`` is used by DFS only)."""
+    if settings.kind == "dfs":
+        return dfs_search(model, prompt_ids, space,
+                          DfsSettings(settings.threshold, settings.max_forward_calls),
+                          guess if settings.use_guess else None)
+    return _generate_baseline(model, prompt_ids, space, settings, seed)
+
+
+def _generate_baseline(model, prompt_ids, space: AnswerSpace, settings: SamplerSettings, seed: int) -> SearchResult:
+    import torch
+    from transformers import LogitsProcessorList
+
+    started = time.monotonic()
+    device = next(model.parameters()).device
+    prompt = torch.tensor([[int(t) for t in prompt_ids]], dtype=torch.long, device=device)
+    arguments = dict(max_new_tokens=space.max_length, eos_token_id=space.eos_id, pad_token_id=space.eos_id,
+                     logits_processor=LogitsProcessorList([_AllowedTokens(space)]), use_cache=True,
+                     top_k=None, top_p=None, min_p=None, typical_p=None, epsilon_cutoff=None, eta_cutoff=None,
+                     repetition_penalty=None, no_repeat_ngram_size=None)
+    if settings.kind == "greedy":
+        arguments.update(do_sample=False, num_beams=1, temperature=None)
+    elif settings.kind == "sample":
+        arguments.update(do_sample=True, num_beams=1, temperature=settings.temperature,
+                         num_return_sequences=settings.count)
+    else:
+        arguments.update(do_sample=False, num_beams=settings.count, num_return_sequences=settings.count,
+                         length_penalty=0.0, early_stopping=True, temperature=None)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        torch.manual_seed(seed)
+        sequences = model.generate(prompt, **arguments)
+    answers, dropped = [], Counter()
+    for row in sequences[:, prompt.shape[1]:].tolist():
+        if space.eos_id in row:
+            answers.append(tuple(row[: row.index(space.eos_id) + 1]))
+        else:
+            dropped["no eos within the length limit"] += 1
+    unique = list(dict.fromkeys(answers))
+    nlls = score_answers(model, prompt_ids, unique, space)
+    completions = [Completion(answer, float(nll)) for answer, nll in zip(unique, nlls)]
+    generated = int(sequences.shape[1] - prompt.shape[1])
+    return SearchResult(completions, forward_calls=generated, tokens_processed=prompt.shape[1] + generated,
+                        seconds=time.monotonic() - started, dropped=dict(dropped))

@@ -1,0 +1,146 @@
+"""Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
+
+``score_answers`` gives the NLL of many answers after one prompt: the prompt is run once and its
+KV cache reused by all answers, which go through the model together in batches (right-padded;
+causal attention keeps the padding out of every real token's view). ``augmented_nlls`` does this
+under each scoring augmentation: augmented prompt, augmented answer.
+
+The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
+(lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
+min, max and sum of probabilities. ``select`` takes the two best.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arc_kit.augmentation import Augmentation
+from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache
+from arc_kit.tasks import Pair
+from arc_kit.text_format import TaskEncoder
+
+
+def score_answers(model, prompt_ids: Sequence[int], answers: Sequence[Sequence[int]], space: AnswerSpace,
+                  batch_size: int = 16) -> np.ndarray:
+    """The NLL of each answer (its tokens through eos) after the prompt, reusing the prompt's cache."""
+    import torch
+
+    if not answers:
+        return np.zeros(0)
+    device = next(model.parameters()).device
+    prompt = torch.tensor([int(t) for t in prompt_ids], dtype=torch.long, device=device)[None]
+    with torch.no_grad():
+        output = model(input_ids=prompt, past_key_values=new_cache(model), use_cache=True)
+    prompt_cache = output.past_key_values
+    mask = space.mask(output.logits.shape[-1], device)
+    first = answer_log_probs(output.logits[0, -1], mask)  # the distribution of every answer's first token
+    results = np.zeros(len(answers))
+    for start in range(0, len(answers), batch_size):
+        chunk = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers[start:start + batch_size]]
+        count, longest = len(chunk), max(len(answer) for answer in chunk)
+        targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
+        valid = torch.zeros((count, longest), dtype=torch.bool)
+        for row, answer in enumerate(chunk):
+            targets[row, :len(answer)] = answer
+            valid[row, :len(answer)] = True
+        targets, valid = targets.to(device), valid.to(device)
+        log_probs = first.expand(count, 1, -1)
+        if longest > 1:
+            cache = copy.deepcopy(prompt_cache)
+            cache.batch_repeat_interleave(count)
+            with torch.no_grad():
+                logits = model(input_ids=targets[:, :-1], past_key_values=cache, use_cache=True).logits
+            log_probs = torch.cat([log_probs, answer_log_probs(logits, mask)], dim=1)
+        picked = log_probs.gather(-1, targets[..., None])[..., 0]
+        picked = torch.where(valid, picked, torch.zeros_like(picked))
+        results[start:start + count] = (-picked.sum(dim=1)).double().cpu().numpy()
+    return results
+
+
+def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
+                   candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
+                   batch_size: int = 16, max_len: int | None = None) -> np.ndarray:
+    """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations)."""
+    space = AnswerSpace.from_encoder(encoder)
+    table = np.zeros((len(candidates), len(augmentations)))
+    for column, augmentation in enumerate(augmentations):
+        prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
+                                       max_len=max_len)
+        answers = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates]
+        table[:, column] = score_answers(model, prompt.ids, answers, space, batch_size)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregations: per-augmentation NLLs -> one NLL, lower is better.
+
+def product_of_probabilities(nlls: Sequence[float]) -> float:
+    """-log prod_j P_j: the product of experts (geometric mean up to a constant)."""
+    return float(np.sum(nlls))
+
+
+def min_probability(nlls: Sequence[float]) -> float:
+    """-log min_j P_j: a candidate is as good as its worst view."""
+    return float(np.max(nlls))
+
+
+def max_probability(nlls: Sequence[float]) -> float:
+    """-log max_j P_j: a candidate is as good as its best view."""
+    return float(np.min(nlls))
+
+
+def sum_of_probabilities(nlls: Sequence[float]) -> float:
+    """-log sum_j P_j, computed stably."""
+    values = -np.asarray(nlls, dtype=float)
+    top = values.max()
+    if not np.isfinite(top):  # every probability 0: -log 0 = inf (inf - inf below would be nan)
+        return float(-top)
+    return float(-(top + np.log(np.exp(values - top).sum())))
+
+
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    "product": product_of_probabilities,
+    "min": min_probability,
+    "max": max_probability,
+    "sum": sum_of_probabilities,
+}
+
+
+@dataclass
+class Candidate:
+    """One distinct answer to a test input, in the task's original frame, and what is known of it."""
+
+    grid: np.ndarray
+    generation_nlls: dict[str, float] = field(default_factory=dict)  # augmentation key -> NLL where sampled
+    scoring_nlls: list[float] = field(default_factory=list)  # one per scoring augmentation
+
+    @property
+    def found_by(self) -> list[str]:
+        return list(self.generation_nlls)
+
+    @property
+    def best_generation_nll(self) -> float:
+        return min(self.generation_nlls.values()) if self.generation_nlls else float("inf")
+
+    def aggregate(self, name: str) -> float:
+        if name == "generation":
+            return self.best_generation_nll
+        if not self.scoring_nlls:
+            return float("inf")
+        return AGGREGATIONS[name](self.scoring_nlls)
+
+
+def select(candidates: Sequence[Candidate], aggregation: str = "product", count: int = 2) -> list[int]:
+    """Indices of the ``count`` best candidates by an aggregation ('generation': best sampling NLL).
+
+    Ties go to the candidate with the better generation NLL, then to the earlier one.
+    """
+    if aggregation not in AGGREGATIONS and aggregation != "generation":
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {[*AGGREGATIONS, 'generation']}")
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].aggregate(aggregation),
+                                                          candidates[i].best_generation_nll, i))
+    return order[:count]

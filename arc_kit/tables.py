@@ -1,0 +1,271 @@
+"""The paper's two tables, each reproducible with one command: the ablation and the sampler comparison.
+
+Ablation (paper Table 1), per task, sharing work between stages:
+  baseline   one greedy answer, no test-time training, the task as given;
+  +TTT       the same after test-time training;
+  +16xAug    one greedy answer under each of 16 augmentations, the two with the best generation
+             probability kept;
+  +PoE       the same candidates, the two best by the product of experts over 16 fresh augmentations;
+  +DFS       DFS (T = 9%) under the 16 augmentations instead of greedy, then PoE.
+Samplers (paper Table 2): after test-time training, each sampler runs under the same 16
+augmentations; the candidates of all samplers are scored once under 16 fresh augmentations (a
+candidate's score does not depend on who found it) and each sampler is judged on its own candidates.
+
+Accuracy is the competition's: right test outputs (either attempt) over all test outputs. Each
+task's record goes to a JSON-lines file as it finishes; a rerun resumes. Timings are per task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_kit.augmentation import Augmentation
+from arc_kit.grids import grid_key, grid_to_json
+from arc_kit.samplers import SamplerSettings
+from arc_kit.scoring import AGGREGATIONS, Candidate, select
+from arc_kit.solver import Solver, append_record, read_records, task_rng
+from arc_kit.tasks import Task, TaskSet
+
+ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
+PAPER_ABLATION = {  # two-attempt accuracy on the 400 ARC-AGI-1 evaluation tasks, paper Table 1
+    "Llama-3.2-3B": (14.9, 40.9, 52.9, 59.5, 61.4),
+    "NeMo-Minitron-8B": (18.3, 44.5, 62.5, 67.6, 71.6),
+}
+PAPER_SAMPLERS = {  # NeMo-Minitron-8B, paper Table 2: solutions found, candidates per task, product accuracy
+    "greedy": (70.8, 6.7, 67.6), "stochastic x2": (74.5, 11.2, 69.9), "stochastic x4": (77.3, 17.6, 70.8),
+    "beam x2": (75.0, 15.9, 69.9), "beam x4": (79.0, 34.7, 71.6), "DFS T=20%": (73.5, 4.9, 70.0),
+    "DFS T=9%": (76.0, 9.3, 71.6), "DFS T=0.5%": (83.5, 84.7, 71.8),
+}
+DEFAULT_SAMPLERS = (SamplerSettings("greedy"), SamplerSettings("sample", count=2), SamplerSettings("sample", count=4),
+                    SamplerSettings("beam", count=2), SamplerSettings("beam", count=4),
+                    SamplerSettings("dfs", threshold=0.2), SamplerSettings("dfs", threshold=0.09),
+                    SamplerSettings("dfs", threshold=0.005))
+
+
+def _right(attempts: Sequence[np.ndarray], answer: np.ndarray) -> bool:
+    return any(np.array_equal(attempt, answer) for attempt in attempts)
+
+
+def _contains(candidates: Sequence[Candidate], answer: np.ndarray) -> bool:
+    key = grid_key(answer)
+    return any(grid_key(c.grid) == key for c in candidates)
+
+
+class _Clock:
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                self.started = time.monotonic()
+
+            def __exit__(self, *exc):
+                clock.seconds[name] = clock.seconds.get(name, 0.0) + time.monotonic() - self.started
+
+        return _Span()
+
+
+def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dict:
+    """All five stages on one task; the record holds per-stage correctness and timings."""
+    if solver.trainer is None:
+        raise ValueError("the ablation needs a solver with test-time training on")
+    settings, clock = solver.settings, _Clock()
+    answers = task.test_outputs
+    visible = task.without_solutions()
+    greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
+                                                             max_forward_calls=settings.sampler.max_forward_calls)
+    identity = [Augmentation()]
+    record = {"task_id": task.id, "stages": {stage: [] for stage in ABLATION_STAGES}, "candidates": {}}
+    per_test = []
+    for index, test_input in enumerate(visible.test_inputs):
+        rng = task_rng(settings.seed, task.id, f"test{index}")
+        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
+                                               keep_background=settings.keep_background)
+        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
+                                             keep_background=settings.keep_background)
+        per_test.append((test_input, inference, scoring, rng))
+    with clock("baseline"), solver.base_model() as base:
+        for test_input, _, _, rng in per_test:
+            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng)
+            record["stages"]["baseline"].append([c.grid for c in found[:2]])
+    with clock("ttt"):
+        record["ttt"] = solver.adapt(visible)
+    for test_input, inference, scoring, rng in per_test:
+        with clock("+TTT"):
+            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng)
+        record["stages"]["+TTT"].append([c.grid for c in found[:2]])
+        with clock("+16xAug"):
+            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng)
+        record["stages"]["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
+        with clock("+PoE"):
+            solver.score(solver.model, visible.train, test_input, augmented, scoring)
+        record["stages"]["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
+        with clock("+DFS"):
+            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng)
+            solver.score(solver.model, visible.train, test_input, searched, scoring)
+        record["stages"]["+DFS"].append([searched[i].grid for i in select(searched, "product")])
+        record["candidates"].setdefault("+16xAug", []).append(len(augmented))
+        record["candidates"].setdefault("+DFS", []).append(len(searched))
+        record.setdefault("dfs_capped", []).extend(search["capped"])
+    record["correct"] = {stage: [_right(attempts, answer) for attempts, answer in zip(record["stages"][stage], answers)]
+                         for stage in ABLATION_STAGES}
+    record["stages"] = {stage: [[grid_to_json(g) for g in attempts] for attempts in tests]
+                        for stage, tests in record["stages"].items()}
+    record["seconds"] = {name: round(value, 3) for name, value in clock.seconds.items()}
+    return record
+
+
+def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> dict:
+    """Every sampler on one task after one test-time training; shared scoring of all candidates."""
+    import torch
+
+    settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
+    record = {"task_id": task.id, "ttt": solver.adapt(visible), "samplers": {}}
+    cuda = next(solver.model.parameters()).device.type == "cuda"
+    for index, test_input in enumerate(visible.test_inputs):
+        rng = task_rng(settings.seed, task.id, f"test{index}")
+        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
+                                               keep_background=settings.keep_background)
+        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
+                                             keep_background=settings.keep_background)
+        found: dict[str, list[Candidate]] = {}
+        for sampler in samplers:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            started = time.monotonic()
+            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
+                                               task_rng(settings.seed, task.id, f"test{index}/{sampler.name}"))
+            entry = record["samplers"].setdefault(sampler.name, {"seconds": 0.0, "candidates": [], "found": [],
+                                                                 "correct": {a: [] for a in AGGREGATIONS},
+                                                                 "peak_memory_gb": None, "capped": 0})
+            entry["seconds"] += time.monotonic() - started
+            if cuda:
+                peak = torch.cuda.max_memory_allocated() / 2**30
+                entry["peak_memory_gb"] = max(entry["peak_memory_gb"] or 0.0, round(peak, 2))
+            entry["candidates"].append(len(candidates))
+            entry["found"].append(_contains(candidates, answers[index]))
+            entry["capped"] += len(search["capped"])
+            found[sampler.name] = candidates
+        union: dict[bytes, Candidate] = {}
+        for candidates in found.values():
+            for candidate in candidates:
+                union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
+        started = time.monotonic()
+        solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
+        record.setdefault("scoring_seconds", 0.0)
+        record["scoring_seconds"] += time.monotonic() - started
+        for name, candidates in found.items():
+            for candidate in candidates:
+                candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
+            for aggregation in AGGREGATIONS:
+                chosen = [candidates[i].grid for i in select(candidates, aggregation)]
+                record["samplers"][name]["correct"][aggregation].append(_right(chosen, answers[index]))
+    return record
+
+
+@dataclass
+class TableRun:
+    table: object  # pandas.DataFrame
+    markdown: str
+    records: dict
+
+
+def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}_records.jsonl"
+    records = read_records(path)
+    for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=name, unit="task",
+                     disable=not progress):
+        if not task.has_solutions:
+            raise ValueError(f"task {task.id} has no known test outputs; the tables need solutions")
+        record = work(task)
+        records[task.id] = record
+        append_record(path, record)
+    return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+
+
+def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: float = 0.09,
+                 progress: bool = True) -> TableRun:
+    """The ablation on every task; writes ablation.md and ablation.csv into ``out``."""
+    import pandas as pd
+
+    out = Path(out)
+    records = _run_tasks(tasks, out, "ablation", lambda task: ablation_task(solver, task, threshold=threshold),
+                         progress)
+    outputs = sum(len(r["correct"]["baseline"]) for r in records.values())
+    seconds_key = {"baseline": "baseline", "+TTT": "+TTT", "+16xAug": "+16xAug", "+PoE": "+PoE", "+DFS": "+DFS"}
+    rows = []
+    for position, stage in enumerate(ABLATION_STAGES):
+        right = sum(sum(r["correct"][stage]) for r in records.values())
+        row = {"stage": stage, "correct": right, "test_outputs": outputs,
+               "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
+               "seconds_per_task": round(np.mean([r["seconds"].get(seconds_key[stage], 0.0)
+                                                  for r in records.values()]), 2) if records else 0.0}
+        for model, numbers in PAPER_ABLATION.items():
+            row[f"paper {model}"] = numbers[position]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    ttt_seconds = np.mean([r["seconds"].get("ttt", 0.0) for r in records.values()]) if records else 0.0
+    markdown = (f"Two-attempt accuracy on {len(records)} tasks ({outputs} test outputs). Seconds per task are each "
+                f"stage's own work; test-time training adds {ttt_seconds:.1f} s per task to every stage from +TTT "
+                "on.\n\n" + _markdown(table))
+    table.to_csv(out / "ablation.csv", index=False)
+    (out / "ablation.md").write_text(markdown + "\n")
+    return TableRun(table, markdown, records)
+
+
+def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
+                      samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True) -> TableRun:
+    """The sampler comparison on every task; writes samplers.md and samplers.csv into ``out``."""
+    import pandas as pd
+
+    out = Path(out)
+    records = _run_tasks(tasks, out, "samplers", lambda task: sampler_task(solver, task, samplers), progress)
+    rows = []
+    for sampler in samplers:
+        entries = [r["samplers"][sampler.name] for r in records.values() if sampler.name in r["samplers"]]
+        outputs = sum(len(e["found"]) for e in entries)
+        row = {"sampler": sampler.name,
+               "solutions_found_percent": round(100 * sum(sum(e["found"]) for e in entries) / outputs, 1)
+               if outputs else 0.0,
+               "candidates_per_task": round(np.mean([sum(e["candidates"]) for e in entries]), 1) if entries else 0.0,
+               "generation_seconds_per_task": round(np.mean([e["seconds"] for e in entries]), 2) if entries else 0.0,
+               "peak_gpu_memory_gb": max((e["peak_memory_gb"] for e in entries if e["peak_memory_gb"] is not None),
+                                         default=None),
+               "capped_searches": sum(e["capped"] for e in entries)}
+        for aggregation in ("max", "min", "sum", "product"):
+            right = sum(sum(e["correct"][aggregation]) for e in entries)
+            row[f"accuracy_{aggregation}_percent"] = round(100 * right / outputs, 1) if outputs else 0.0
+        paper = PAPER_SAMPLERS.get(sampler.name)
+        row["paper_found_percent"], row["paper_candidates"], row["paper_product_percent"] = paper or (None,) * 3
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    ttt = np.mean([r["ttt"].get("seconds") or 0.0 for r in records.values()]) if records else 0.0
+    scoring = np.mean([r.get("scoring_seconds", 0.0) for r in records.values()]) if records else 0.0
+    markdown = (f"{len(records)} tasks. Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
+                f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
+                "measured on CUDA only.\n\n" + _markdown(table))
+    table.to_csv(out / "samplers.csv", index=False)
+    (out / "samplers.md").write_text(markdown + "\n")
+    return TableRun(table, markdown, records)
+
+
+def _markdown(table) -> str:
+    """A pipe table without extra dependencies (pandas' to_markdown needs tabulate)."""
+    columns = list(table.columns)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join("" if row[c] is None or (isinstance(row[c], float) and np.isnan(row[c]))
+                                       else str(row[c]) for c in columns) + " |")
+    return "\n".join(lines)
+

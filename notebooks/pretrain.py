@@ -1,0 +1,58 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Initial fine-tuning
+#
+# Train a model on RE-ARC (and the ARC-AGI-1 training tasks) before any test-time training: a
+# from-scratch preset (`micro`, `tiny`, `small`, `base`) or a pretrained model folder (LoRA, the
+# paper's recipe). The run resumes from its checkpoints when rerun, and stops cleanly at `MINUTES`.
+# Several GPUs: run the same through `accelerate launch -m arc_kit pretrain ...` instead.
+
+# %%
+import os
+
+SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
+MODEL = "micro" if SMOKE else "tiny"  # a preset, or a model folder to fine-tune with LoRA
+RE_ARC = "../../shared/data/re_arc.tar.gz"  # a folder with tasks/<id>.json, or the archive; None to skip
+TRAINING_TASKS = "arc-agi-1/training"  # never an evaluation set
+OUT = "../runs/pretrain-notebook" + ("-smoke" if SMOKE else "")
+STEPS = 6 if SMOKE else 1000
+MINUTES = None  # stop cleanly after this long
+MAX_LEN = 1024 if SMOKE else 2048
+
+# %%
+from pathlib import Path
+
+import arc_kit
+from arc_kit.models import PRESETS
+from arc_kit.training import TrainingSettings, pretrain
+from arc_kit.training_data import SequenceSettings, mix_pools, pools_from_tasks
+
+groups = {"arc": (pools_from_tasks(arc_kit.load_tasks(TRAINING_TASKS)), 0.2)}
+if RE_ARC and Path(RE_ARC).exists() and not SMOKE:
+    groups["re-arc"] = (arc_kit.load_re_arc(RE_ARC), 0.8)
+pools, weights = mix_pools(groups)
+base = TrainingSettings.from_scratch() if MODEL in PRESETS else TrainingSettings()
+settings = base.replace(steps=STEPS, minutes=MINUTES, batch_size=1, gradient_accumulation=4,
+                        log_every=2 if SMOKE else 10, sequences=SequenceSettings(max_len=MAX_LEN, max_pairs=5))
+result = pretrain(MODEL, OUT, pools, settings, weights=weights, data_description=", ".join(groups))
+result
+
+# %%
+from arc_kit.plotting import draw_loss_curve
+
+draw_loss_curve(Path(OUT) / "training_log.csv")
+
+# %% [markdown]
+# The folder `OUT` is a model folder: `arc-kit dry-run --model OUT` solves tasks with it.

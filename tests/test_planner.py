@@ -1,0 +1,113 @@
+"""The time budget: the ladder of cheaper settings, the planner's choices, and a run that ends on time."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from arc_kit import load_dataset
+from arc_kit.models import load_model
+from arc_kit.planner import FALLBACK, Planner, Speeds, TaskSize, _units, measure
+from arc_kit.samplers import SamplerSettings
+from arc_kit.solver import SolveSettings, Solver, ladder, solve
+from arc_kit.submission import submission_problems
+from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.training_data import SequenceSettings
+from arc_kit.ttt import TestTimeSettings
+
+SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_rung_is_cheaper_than_the_one_before():
+    rungs = ladder(SolveSettings())
+    assert rungs[0] == SolveSettings()
+    costs = [Speeds().seconds(SIZE, rung) for rung in rungs]
+    assert all(later < earlier for earlier, later in zip(costs, costs[1:])), costs
+    assert rungs[-1].test_time_training is False and rungs[-1].sampler.kind == "greedy"
+
+
+def test_the_ladder_of_a_greedy_run_has_no_threshold_rung():
+    greedy = SolveSettings(sampler=SamplerSettings("greedy"))
+    assert len(ladder(greedy)) == len(ladder(SolveSettings())) - 1
+
+
+def test_plenty_of_time_keeps_the_configured_settings():
+    clock = FakeClock()
+    sizes = [TaskSize(f"t{i}", 1500, 2000, 120, 3) for i in range(5)]
+    planner = Planner(sizes, SolveSettings(), deadline=clock.now + 1e6, clock=clock)
+    assert planner.choose("t0") == 0
+
+
+def test_less_time_steps_down_and_no_time_falls_back():
+    clock = FakeClock()
+    sizes = [TaskSize(f"t{i}", 1500, 2000, 120, 3) for i in range(5)]
+    planner = Planner(sizes, SolveSettings(), deadline=clock.now, clock=clock)
+    full = planner.estimate(planner.order(), 0)
+    cheapest = planner.estimate(planner.order(), len(planner.rungs) - 1)
+    planner.deadline = clock.now + (full + cheapest) / 2  # between the dearest and the cheapest plan
+    rung = planner.choose("t0")
+    assert 0 < rung < len(planner.rungs)
+    assert planner.estimate(planner.order(), rung) <= planner.seconds_left()
+    planner.deadline = clock.now + 1e-6
+    assert planner.choose("t0") == FALLBACK
+
+
+def test_tasks_run_cheapest_first():
+    sizes = [TaskSize("big", 6000, 8000, 900, 5), TaskSize("small", 300, 400, 20, 2), TaskSize("mid", 2000, 2500, 100, 3)]
+    planner = Planner(sizes, SolveSettings(), deadline=time.time() + 3600)
+    assert planner.order() == ["small", "mid", "big"]
+    planner.done("small", 0, None)
+    assert planner.order() == ["mid", "big"]
+
+
+def test_measured_timings_replace_the_assumed_speeds():
+    assumed, settings = Speeds(), SolveSettings()
+    units = _units(SIZE, settings)
+    slow = {"ttt": 10 * assumed.training * units["training"],  # a machine ten times slower in every part
+            "generation": 10 * assumed.generation * units["generation"],
+            "scoring": 10 * assumed.scoring * units["scoring"]}
+    speeds = Speeds()
+    speeds.update(SIZE, settings, slow)
+    assert speeds.seconds(SIZE, settings) == pytest.approx(10 * assumed.seconds(SIZE, settings))
+    untrained = settings.replace(test_time_training=False)
+    speeds.update(SIZE, untrained, {"generation": slow["generation"] / 10, "scoring": slow["scoring"] / 10})
+    assert speeds.training == pytest.approx(10 * assumed.training)  # no TTT ran: its speed is left alone
+    assert speeds.generation == pytest.approx(5.5 * assumed.generation)  # the mean of 10x and 1x
+
+
+def test_measure_counts_tokens_like_the_encoder():
+    task = load_dataset("arc-agi-1/evaluation")["00576224"]
+    encoder = TaskEncoder(Vocabulary())
+    size = measure(task, encoder)
+    assert size.prompt_tokens == len(encoder.encode_prompt(task.train, task.test[0].input))
+    assert size.answer_tokens == len(encoder.encode_answer(task.test[0].input))
+    assert size.train_pairs == len(task.train)
+
+
+def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_path, micro_model):
+    tasks = load_dataset("arc-agi-1/evaluation").head(6)
+    settings = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
+                             ttt=TestTimeSettings(steps=4, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+    solver = Solver.from_loaded(load_model(micro_model, device="cpu"), settings)
+    budget = 6.0  # seconds for all six tasks: too little for the configured settings on this machine
+    started = time.time()
+    run = solve(tasks, solver, tmp_path / "run", deadline=started + budget, progress=False)
+    elapsed = time.time() - started
+    assert elapsed < budget + 15  # the last task may overrun a little; nothing starts past the deadline
+    submission = json.loads((tmp_path / "run" / "submission.json").read_text())
+    assert submission_problems(submission, tasks) == []
+    rungs = [record["rung"] for record in run.records.values()]
+    assert len(run.records) == len(tasks)
+    assert max(rungs) > 0 or FALLBACK in rungs  # something was cut to fit
+    skipped = [record for record in run.records.values() if record["rung"] == FALLBACK]
+    assert all(record["skipped"] == "out of time" for record in skipped)
+    assert np.isfinite(run.score.score)

@@ -1,0 +1,426 @@
+"""The solve pipeline: merging answers across augmentations, whole runs on real ARC-AGI-1 tasks,
+resumption, failing tasks, and the solve / ablation / samplers commands.
+
+The model is a micro Llama turned into a bigram model by hand (attention and MLP outputs zeroed,
+one-hot embeddings, the output head holding bigram logits): after the output prefix it writes one
+of a few 1x1 or 1x2 grids, so every stage (DFS, scoring, selection) has real candidates to work on,
+in milliseconds. Tasks are the smallest ARC-AGI-1 evaluation tasks by prompt length, one of them
+with two test inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import arc_kit.solver as solver_module
+from arc_kit.augmentation import Augmentation
+from arc_kit.cli import main
+from arc_kit.datasets import load_tasks
+from arc_kit.decoding import Completion, SearchResult
+from arc_kit.grids import grid_key, grid_to_json, grids_equal
+from arc_kit.models import create_model, load_model, save_model
+from arc_kit.samplers import SamplerSettings
+from arc_kit.solver import Solver, SolveSettings, read_records, solve
+from arc_kit.submission import submission_problems
+from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS
+from arc_kit.tasks import Pair
+from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.training_data import SequenceSettings
+from arc_kit.ttt import TestTimeSettings
+
+TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
+SETTINGS = SolveSettings(
+    sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
+    inference_augmentations=2, scoring_augmentations=2,
+    ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+NEWLINE, OUTPUT_PREFIX = 10, 12
+
+
+def bigram_model():
+    """A micro Llama whose next token depends on the current token only, with hand-set probabilities."""
+    model, tokenizer = create_model("micro", seed=0)
+    vocabulary = Vocabulary()
+    size, eos = vocabulary.vocab_size, vocabulary.eos_id
+    logits = torch.full((size, size), -4.0)  # logits[current, next]
+    logits[OUTPUT_PREFIX, :10] = 0.0
+    logits[OUTPUT_PREFIX, 3], logits[OUTPUT_PREFIX, 5], logits[OUTPUT_PREFIX, 7] = 3.0, 2.4, 1.8
+    for digit in range(10):
+        logits[digit, NEWLINE], logits[digit, digit] = 2.5, 1.0
+    logits[NEWLINE, :10], logits[NEWLINE, eos] = -1.0, 2.5
+    assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(size))
+        model.model.norm.weight.fill_(1.0)
+        # RMS-normalising a one-hot vector multiplies it by sqrt(size)
+        model.lm_head.weight.copy_(logits.T / size ** 0.5)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> Path:
+    model, tokenizer = bigram_model()
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_tasks("arc-agi-1/evaluation").select(TASK_IDS)
+
+
+def make_solver(model_folder, settings: SolveSettings = SETTINGS) -> Solver:
+    return Solver.from_loaded(load_model(model_folder, device="cpu"), settings)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+# -- merging answers across augmentations ---------------------------------------------------------
+
+def test_answers_from_different_augmentations_merge(monkeypatch):
+    encoder = TaskEncoder(Vocabulary())
+    solver = Solver(None, encoder, SolveSettings(test_time_training=False))
+    train = [Pair([[1, 2, 3], [4, 5, 6]], [[6, 5, 4], [3, 2, 1]]), Pair([[7, 8]], [[8, 7]])]
+    test_input = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.uint8)
+    fixed = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.uint8)  # no symmetry maps it onto itself
+    other = np.array([[9, 8]], dtype=np.uint8)
+    augmentations = Augmentation.inference_set(np.random.default_rng(3), len(train), 5)
+    assert len({a.key for a in augmentations}) == 5
+    calls = []
+
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0):
+        augmentation = augmentations[len(calls)]
+        expected_prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
+                                                max_len=solver.settings.max_len)
+        assert np.array_equal(prompt_ids, expected_prompt.ids)
+        calls.append((augmentation, None if guess is None else np.asarray(guess).tolist(), seed))
+        index = len(calls)
+        completions = [Completion(tuple(encoder.encode_answer(augmentation.apply_grid(fixed)).tolist()), 0.5 + index),
+                       Completion((3, 3, encoder.eos_id), 0.1)]  # not a grid: no end of example
+        if index % 2:
+            completions.append(Completion(tuple(encoder.encode_answer(augmentation.apply_grid(other)).tolist()),
+                                          0.2 * index))
+        return SearchResult(completions, forward_calls=10 * index, tokens_processed=100,
+                            capped="cap" if index == 2 else None, dropped={"max length": 1})
+
+    monkeypatch.setattr(solver_module, "generate", fake_generate)
+    candidates, stats = solver.sample(None, train, test_input, augmentations, SamplerSettings(),
+                                      np.random.default_rng(0))
+    assert len(candidates) == 2
+    by_grid = {grid_key(c.grid): c for c in candidates}
+    merged = by_grid[grid_key(fixed)]
+    assert grids_equal(merged.grid, fixed)
+    assert merged.generation_nlls == {a.key: 0.5 + i + 1 for i, a in enumerate(augmentations)}
+    found_other = by_grid[grid_key(other)]
+    assert found_other.generation_nlls == {augmentations[i].key: pytest.approx(0.2 * (i + 1)) for i in (0, 2, 4)}
+    assert candidates[0] is found_other  # best generation NLL first (0.2 < 1.5)
+    assert stats["answers"] == 5 * 2 + 3 and stats["not_grids"] == 5
+    assert stats["forward_calls"] == 10 * (1 + 2 + 3 + 4 + 5) and stats["tokens"] == 500
+    assert stats["capped"] == [f"{augmentations[1].key}: cap"] and stats["dropped"] == {"max length": 5}
+    assert len(stats["prompt_tokens"]) == 5
+    # the first search has no guess; each later one starts from the best grid so far, in its own frame
+    assert calls[0][1] is None
+    for augmentation, guess, _ in calls[1:]:
+        assert guess == encoder.encode_answer(augmentation.apply_grid(other)).tolist()
+    assert len({seed for _, _, seed in calls}) == 5
+
+
+def test_the_same_answer_twice_under_one_augmentation_keeps_its_best_nll(monkeypatch):
+    encoder = TaskEncoder(Vocabulary())
+    solver = Solver(None, encoder, SolveSettings(test_time_training=False))
+    grid = np.array([[1], [2]], dtype=np.uint8)
+    augmentation = Augmentation(1, (1, 0, 2, 3, 4, 5, 6, 7, 8, 9))
+    answer = encoder.encode_answer(augmentation.apply_grid(grid))
+    padded = tuple(answer.tolist()) + (5, 5)  # the same grid with junk after the eos decodes the same way
+
+    def fake_generate(*args, **kwargs):
+        return SearchResult([Completion(tuple(answer.tolist()), 2.0), Completion(padded, 1.0)])
+
+    monkeypatch.setattr(solver_module, "generate", fake_generate)
+    candidates, _ = solver.sample(None, [Pair([[1]], [[2]])], np.array([[3]]), [augmentation], SamplerSettings(),
+                                  np.random.default_rng(0))
+    assert len(candidates) == 1 and grids_equal(candidates[0].grid, grid)
+    assert candidates[0].generation_nlls == {augmentation.key: 1.0}
+
+
+# -- a whole run -----------------------------------------------------------------------------------
+
+def test_solve_writes_a_complete_scored_run_without_showing_test_outputs(model_folder, tasks, tmp_path,
+                                                                         monkeypatch):
+    seen = {"adapt": [], "sample": 0, "score": 0}
+    adapt, sample, score = Solver.adapt, Solver.sample, Solver.score
+
+    def checked_adapt(self, task):
+        assert all(pair.output is None for pair in task.test) and not task.has_solutions
+        seen["adapt"].append(task.id)
+        return adapt(self, task)
+
+    def checked_sample(self, model, train, test_input, *rest):
+        task = tasks[seen["adapt"][-1]]
+        assert [p.input.tobytes() for p in train] == [p.input.tobytes() for p in task.train]
+        assert any(grids_equal(test_input, pair.input) for pair in task.test)
+        seen["sample"] += 1
+        return sample(self, model, train, test_input, *rest)
+
+    def checked_score(self, model, train, test_input, candidates, augmentations):
+        seen["score"] += 1
+        assert len(augmentations) == SETTINGS.scoring_augmentations
+        return score(self, model, train, test_input, candidates, augmentations)
+
+    monkeypatch.setattr(Solver, "adapt", checked_adapt)
+    monkeypatch.setattr(Solver, "sample", checked_sample)
+    monkeypatch.setattr(Solver, "score", checked_score)
+    run = solve(tasks, make_solver(model_folder), tmp_path, progress=False, info={"note": "test"})
+    assert seen["adapt"] == TASK_IDS and seen["sample"] == seen["score"] == 4  # four test inputs
+
+    submission = read_json(tmp_path / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    assert list(submission) == TASK_IDS and [len(submission[i]) for i in TASK_IDS] == [1, 1, 2]
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert [json.loads(line)["task_id"] for line in lines] == TASK_IDS
+    run_json = read_json(tmp_path / "run.json")
+    assert run_json["settings"] == json.loads(json.dumps(SETTINGS.to_json())) and run_json["note"] == "test"
+
+    for task_id in TASK_IDS:
+        record = run.records[task_id]
+        assert record["error"] is None and record["ttt"]["steps"] == 2
+        assert len(record["test"]) == len(tasks[task_id].test)
+        assert set(record["timings"]) == {"ttt", "generation", "scoring", "total"}
+        for index, test in enumerate(record["test"]):
+            assert len(test["inference_augmentations"]) == 2 and len(test["scoring_augmentations"]) == 2
+            assert set(test["scoring_augmentations"]).isdisjoint(test["inference_augmentations"])  # fresh views
+            assert test["candidates"], "the bigram model always writes small grids"
+            for candidate in test["candidates"]:
+                assert set(candidate["generation_nlls"]) <= set(test["inference_augmentations"])
+                assert len(candidate["scoring_nlls"]) == 2
+                assert candidate["aggregates"]["product"] == pytest.approx(sum(candidate["scoring_nlls"]))
+            # the attempts are the two best candidates by the product of experts, and the submission holds them
+            ranked = sorted(test["candidates"], key=lambda c: c["aggregates"]["product"])
+            assert test["attempts"] == [c["grid"] for c in ranked[:2]]
+            entry = submission[task_id][index]
+            assert [entry["attempt_1"], entry["attempt_2"]] == test["attempts"]
+            assert record["correct"][index] == any(grids_equal(np.array(a), tasks[task_id].test[index].output)
+                                                   for a in test["attempts"])
+
+    assert run.score is not None and run.score.total == 4
+    score = read_json(tmp_path / "score.json")
+    assert score["total"] == 4 and score["tasks"] == 3 and score["correct"] == run.score.correct
+    table = pd.read_csv(tmp_path / "scores.csv", dtype={"task_id": str})
+    assert table["task_id"].tolist() == TASK_IDS
+    assert {"candidates", "forward_calls", "total_seconds", "error"} <= set(table.columns)
+    assert (table["candidates"] > 0).all() and (table["forward_calls"] > 0).all()
+
+
+def test_a_run_without_known_solutions_writes_no_scores(model_folder, tasks, tmp_path):
+    hidden = tasks.select(TASK_IDS[:1]).without_solutions()
+    run = solve(hidden, make_solver(model_folder), tmp_path, progress=False)
+    assert run.score is None and not (tmp_path / "scores.csv").exists() and not (tmp_path / "score.json").exists()
+    assert submission_problems(read_json(tmp_path / "submission.json"), hidden) == []
+    # solutions given apart from the tasks are used for scoring only
+    separate = solve(hidden, make_solver(model_folder), tmp_path / "scored", solutions=tasks, progress=False)
+    assert separate.score is not None and separate.score.total == 1
+    assert (tmp_path / "scored" / "scores.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(model_folder, tasks, tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    solve(tasks, make_solver(model_folder), out, progress=False)
+    return out
+
+
+def count_solve_task(monkeypatch, fail_on: int | None = None, error=KeyboardInterrupt):
+    """Count (and record the ids of) solve_task calls; raise ``error`` on call number ``fail_on``."""
+    calls = []
+    original = Solver.solve_task
+
+    def counted(self, task):
+        calls.append(task.id)
+        if fail_on is not None and len(calls) == fail_on:
+            raise error()
+        return original(self, task)
+
+    monkeypatch.setattr(Solver, "solve_task", counted)
+    return calls
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(model_folder, tasks, tmp_path, uninterrupted, monkeypatch):
+    calls = count_solve_task(monkeypatch, fail_on=2)
+    with pytest.raises(KeyboardInterrupt):
+        solve(tasks, make_solver(model_folder), tmp_path, progress=False)
+    assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS[:1]
+    # what was written so far is a valid submission already
+    assert submission_problems(read_json(tmp_path / "submission.json"), tasks) == []
+
+    calls = count_solve_task(monkeypatch)
+    run = solve(tasks, make_solver(model_folder), tmp_path, progress=False)
+    assert calls == TASK_IDS[1:]  # the finished task is not recomputed
+    assert read_json(tmp_path / "submission.json") == read_json(uninterrupted / "submission.json")
+    assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
+    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 3
+    assert run.score.correct == read_json(uninterrupted / "score.json")["correct"]
+
+    calls = count_solve_task(monkeypatch)
+    solve(tasks, make_solver(model_folder), tmp_path, progress=False)  # everything done: nothing to do
+    assert calls == []
+
+
+def test_a_torn_record_is_recomputed_and_the_records_file_stays_readable(model_folder, tasks, tmp_path,
+                                                                         uninterrupted, monkeypatch):
+    lines = (uninterrupted / "records.jsonl").read_text().splitlines()
+    (tmp_path / "run.json").write_text((uninterrupted / "run.json").read_text())
+    (tmp_path / "records.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
+    calls = count_solve_task(monkeypatch)
+    solve(tasks, make_solver(model_folder), tmp_path, progress=False)
+    assert calls == TASK_IDS[1:]
+    assert read_json(tmp_path / "submission.json") == read_json(uninterrupted / "submission.json")
+    # every record survives a later read (the torn half line must not swallow the next record)
+    assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
+    calls = count_solve_task(monkeypatch)
+    solve(tasks, make_solver(model_folder), tmp_path, progress=False)
+    assert calls == []
+
+
+def test_the_same_seed_gives_the_same_submission_and_another_seed_other_augmentations(model_folder, tasks, tmp_path,
+                                                                                       uninterrupted):
+    solve(tasks, make_solver(model_folder), tmp_path / "again", progress=False)
+    assert read_json(tmp_path / "again" / "submission.json") == read_json(uninterrupted / "submission.json")
+    first = read_records(uninterrupted / "records.jsonl")
+    again = read_records(tmp_path / "again" / "records.jsonl")
+    for task_id in TASK_IDS:
+        assert again[task_id]["test"] == first[task_id]["test"]
+
+    one = tasks.select(TASK_IDS[:1])
+    reseeded = solve(one, make_solver(model_folder, SETTINGS.replace(seed=1)), tmp_path / "seed1", progress=False)
+    assert (reseeded.records[TASK_IDS[0]]["test"][0]["inference_augmentations"]
+            != first[TASK_IDS[0]]["test"][0]["inference_augmentations"])
+
+
+def test_other_settings_in_the_same_folder_need_restart(model_folder, tasks, tmp_path, monkeypatch):
+    one = tasks.select(TASK_IDS[:1])
+    solve(one, make_solver(model_folder), tmp_path, progress=False)
+    other = SETTINGS.replace(aggregation="min")
+    with pytest.raises(ValueError, match="other settings"):
+        solve(one, make_solver(model_folder, other), tmp_path, progress=False)
+    calls = count_solve_task(monkeypatch)
+    run = solve(one, make_solver(model_folder, other), tmp_path, progress=False, restart=True)
+    assert calls == TASK_IDS[:1]  # discarded and recomputed
+    assert read_json(tmp_path / "run.json")["settings"]["aggregation"] == "min"
+    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
+    test = run.records[TASK_IDS[0]]["test"][0]
+    ranked = sorted(test["candidates"], key=lambda c: c["aggregates"]["min"])
+    assert test["attempts"] == [c["grid"] for c in ranked[:2]]
+
+
+def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder, tasks, tmp_path, monkeypatch):
+    bad = TASK_IDS[1]
+    current = {}
+    adapt, sample = Solver.adapt, Solver.sample
+
+    def tracking_adapt(self, task):
+        current["id"] = task.id
+        return adapt(self, task)
+
+    def failing_sample(self, *args, **kwargs):
+        if current["id"] == bad:
+            raise RuntimeError("out of memory, say")
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(Solver, "adapt", tracking_adapt)
+    monkeypatch.setattr(Solver, "sample", failing_sample)
+    run = solve(tasks, make_solver(model_folder), tmp_path, progress=False)
+    record = run.records[bad]
+    assert record["error"] == "RuntimeError: out of memory, say" and "Traceback" in record["traceback"]
+    assert record["correct"] == [False]
+    submission = read_json(tmp_path / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    assert submission[bad] == [{"attempt_1": grid_to_json(tasks[bad].test[0].input), "attempt_2": [[0]]}]
+    for task_id in TASK_IDS:
+        if task_id != bad:
+            assert run.records[task_id]["error"] is None
+            assert [[e["attempt_1"], e["attempt_2"]] for e in submission[task_id]] == \
+                [t["attempts"] for t in run.records[task_id]["test"]]
+    table = pd.read_csv(tmp_path / "scores.csv", dtype={"task_id": str}).set_index("task_id")
+    assert table.loc[bad, "error"] == record["error"] and table.drop(index=bad)["error"].isna().all()
+
+
+def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
+    solver = make_solver(model_folder)
+    monkeypatch.setattr(Solver, "adapt", lambda self, task: 1 / 0)
+    record = solver.solve_task(tasks[TASK_IDS[0]])
+    assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
+
+
+# -- the commands ------------------------------------------------------------------------------------
+
+TINY = ["--ttt-steps", "1", "--augmentations", "2", "--scoring-augmentations", "2", "--max-len", "2048",
+        "--device", "cpu"]
+
+
+def test_solve_command_runs_end_to_end(model_folder, tasks, tmp_path, capsys):
+    out = tmp_path / "run"
+    status = main(["solve", "--model", str(model_folder), "--task-ids", *TASK_IDS[:2], "--out", str(out),
+                   "--threshold", "0.05", "--max-forward-calls", "50", *TINY])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert "score " in printed and "test outputs" in printed and f"wrote {out / 'submission.json'}" in printed
+    submission = read_json(out / "submission.json")
+    assert submission_problems(submission, tasks.select(TASK_IDS[:2])) == []
+    assert list(read_records(out / "records.jsonl")) == TASK_IDS[:2]
+    run = read_json(out / "run.json")
+    assert run["settings"]["ttt"]["steps"] == 1 and run["settings"]["sampler"]["max_forward_calls"] == 50
+    assert run["settings"]["ttt"]["sequences"]["max_len"] == 2048 and run["settings"]["inference_augmentations"] == 2
+    assert {"arc_kit_version", "model", "dataset"} <= set(run)
+    assert read_json(out / "score.json")["total"] == 2
+
+
+def test_ablation_command_writes_every_stage(model_folder, tmp_path, capsys):
+    out = tmp_path / "ablation"
+    status = main(["ablation", "--model", str(model_folder), "--task-ids", TASK_IDS[0], "--out", str(out),
+                   "--max-forward-calls", "50", *TINY])
+    assert status == 0
+    table = pd.read_csv(out / "ablation.csv")
+    assert table["stage"].tolist() == list(ABLATION_STAGES) == ["baseline", "+TTT", "+16xAug", "+PoE", "+DFS"]
+    assert (table["test_outputs"] == 1).all() and table["correct"].between(0, 1).all()
+    markdown = (out / "ablation.md").read_text()
+    assert all(f"| {stage} |" in markdown for stage in ABLATION_STAGES)
+    record = read_json_lines(out / "ablation_records.jsonl")[0]
+    assert record["task_id"] == TASK_IDS[0] and record["ttt"]["steps"] == 1
+    # DFS at 9% finds every greedy answer of this model (each has probability above 9%) and more
+    assert record["candidates"]["+DFS"][0] > record["candidates"]["+16xAug"][0] >= 1
+    assert all(len(record["stages"][stage][0]) >= 1 for stage in ABLATION_STAGES)
+    assert "ablation.md" in capsys.readouterr().out
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_samplers_command_writes_every_sampler(model_folder, tmp_path, capsys):
+    out = tmp_path / "samplers"
+    status = main(["samplers", "--model", str(model_folder), "--task-ids", TASK_IDS[0], "--out", str(out),
+                   "--max-forward-calls", "20", *TINY])
+    assert status == 0
+    table = pd.read_csv(out / "samplers.csv")
+    names = [sampler.name for sampler in DEFAULT_SAMPLERS]
+    assert table["sampler"].tolist() == names == ["greedy", "stochastic x2", "stochastic x4", "beam x2", "beam x4",
+                                                  "DFS T=20%", "DFS T=9%", "DFS T=0.5%"]
+    assert {"solutions_found_percent", "candidates_per_task", "accuracy_product_percent",
+            "capped_searches"} <= set(table.columns)
+    markdown = (out / "samplers.md").read_text()
+    assert all(f"| {name} |" in markdown for name in names)
+    rows = table.set_index("sampler")
+    assert (rows["candidates_per_task"] >= 1).all()
+    # the bigram model has ~50 answers above 0.5%: the --max-forward-calls cap must stop that search
+    assert rows.loc["DFS T=0.5%", "capped_searches"] > 0
+    assert rows.loc["DFS T=20%", "capped_searches"] == 0
+    assert "samplers.md" in capsys.readouterr().out
