@@ -400,6 +400,45 @@ def setup_kaggle(parser):
     return execute
 
 
+@command("estimate", "the planner's estimate of a run's time, from speeds measured by an earlier run")
+def setup_estimate(parser):
+    parser.add_argument("--records", required=True, help="the run folder (records.jsonl, run.json) to take speeds from")
+    _tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks by id (default: all)")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the work (default: %(default)s)")
+    parser.add_argument("--speedup", type=float, default=1.0,
+                        help="how many times faster the target machine is than the measuring one (default: 1)")
+    parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
+
+    def run(args):
+        import json
+
+        from transformers import AutoTokenizer
+
+        from arc_kit.planner import estimate_run, hours, speeds_from_records
+        from arc_kit.solver import SolveSettings, default_model_path, read_records
+        from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
+
+        folder = Path(args.records)
+        settings = SolveSettings.from_json(json.loads((folder / "run.json").read_text())["settings"])
+        tokenizer = AutoTokenizer.from_pretrained(args.model or default_model_path(), local_files_only=True)
+        encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.max_len)
+        measured_tasks = _load(argparse.Namespace(dataset=json.loads((folder / "run.json").read_text()).get(
+            "dataset", "arc-agi-1/evaluation"), solutions=None, lenient=True))
+        speeds = speeds_from_records(read_records(folder / "records.jsonl"), measured_tasks, encoder, settings)
+        tasks = _select_tasks(argparse.Namespace(**{**vars(args), "task_ids": None}))
+        estimate = estimate_run(tasks, encoder, settings, speeds)
+        scale = 1.0 / (args.speedup * args.workers)
+        print(f"speeds from {speeds.measured_tasks} tasks of {folder}: training {speeds.training:.3g} s/token-step, "
+              f"generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
+        print(f"{estimate['tasks']} tasks of {tasks.name or args.dataset} with the run's settings: "
+              f"TTT {hours(estimate['training'] * scale)}, generation {hours(estimate['generation'] * scale)}, "
+              f"scoring {hours(estimate['scoring'] * scale)}; total {hours(estimate['total'] * scale)} "
+              f"(h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
+        return 0
+    return run
+
+
 @command("solve", "run the method (TTT, DFS, product of experts) on tasks; write records, submission and scores")
 def setup_solve(parser):
     _solve_arguments(parser, tasks_default=0, out_default=None)

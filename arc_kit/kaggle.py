@@ -13,10 +13,12 @@ model, ``dataset-metadata.json`` and a README. ``simulate_competition_input`` bu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from arc_kit.datasets import export_kaggle, find_competition_files, load_challen
 from arc_kit.solver import SolveSettings, answers_from_records
 from arc_kit.submission import build_submission, load_submission, write_submission
 
+logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png")
@@ -42,6 +45,7 @@ class CompetitionRun:
     tasks: int
     solved_tasks: int  # tasks that got model work (the rest have fallback answers)
     seconds: float
+    error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
 
 
 def smoke_settings(settings: SolveSettings) -> SolveSettings:
@@ -77,12 +81,19 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     run_settings = smoke_settings(settings) if placeholder else settings
     deadline = started + 3600 * hours - 60 * safety_minutes
     workers = workers or max(1, gpu_count())
-    run = solve_in_workers(chosen, model, run_settings, working / "arc_kit_run", workers=workers, deadline=deadline,
-                           load_options=load_options, progress=False)
-    write_submission(submission_path, build_submission(tasks, answers_from_records(run.records)), tasks)
+    records, error = {}, None
+    try:  # from here on nothing may fail the notebook: the submission on disk is always complete
+        run = solve_in_workers(chosen, model, run_settings, working / "arc_kit_run", workers=workers,
+                               deadline=deadline, load_options=load_options, progress=False,
+                               submission_path=submission_path, submission_tasks=tasks)
+        records = run.records
+    except Exception as failure:  # noqa: BLE001 - reported in the result and the log, never raised
+        error = f"{type(failure).__name__}: {failure}"
+        logger.error("the solving run failed, the fallback submission stands: %s", error)
+    write_submission(submission_path, build_submission(tasks, answers_from_records(records)), tasks)
     load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
-    solved = sum(1 for record in run.records.values() if record.get("rung", 0) >= 0 and not record.get("error"))
-    return CompetitionRun(submission_path, placeholder, len(tasks), solved, time.time() - started)
+    solved = sum(1 for record in records.values() if record.get("rung", 0) >= 0 and not record.get("error"))
+    return CompetitionRun(submission_path, placeholder, len(tasks), solved, time.time() - started, error)
 
 
 def simulate_competition_input(folder: str | os.PathLike, dataset: str = "arc-agi-1/evaluation",
@@ -108,8 +119,16 @@ def build_wheel(destination: str | os.PathLike) -> Path:
     destination = Path(destination)
     destination.mkdir(parents=True, exist_ok=True)
     before = set(destination.glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(destination), str(root)], check=True)
+    # Built from a clean copy: in the checkout, setuptools reuses its build/ folder, whose copies of
+    # modules deleted or renamed since would ship in the wheel.
+    with tempfile.TemporaryDirectory(prefix="arc-kit-wheel-") as scratch:
+        source = Path(scratch) / "source"
+        shutil.copytree(root / "arc_kit", source / "arc_kit", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (root / name).exists():
+                shutil.copy2(root / name, source / name)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--wheel-dir", str(destination), str(source)], check=True)
     built = [path for path in destination.glob("arc_kit-*.whl") if path not in before] or \
         sorted(destination.glob(f"arc_kit-{__version__}-*.whl"))
     if not built:

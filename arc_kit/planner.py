@@ -47,7 +47,7 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = 8192) -> TaskSize:
     for test_input in task.test_inputs:
         budget = min(max_len, 10**7)
         try:
-            prompt += len(encoder.encode_prompt(task.train, test_input, max_len=budget))
+            prompt += len(encoder.encode_prompt(task.train, test_input, max_len=budget, log_drops=False))
         except ValueError:
             prompt += budget
         answers += len(encoder.encode_answer(test_input))
@@ -147,3 +147,27 @@ def hours(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "inf"
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
+
+
+def speeds_from_records(records: Mapping[str, dict], tasks, encoder: TaskEncoder, settings: SolveSettings) -> Speeds:
+    """Speeds measured by a finished run (its records and the settings it ran with)."""
+    from arc_kit.solver import ladder
+
+    rungs = ladder(settings)
+    speeds = Speeds()
+    for task_id, record in records.items():
+        if record.get("error") or record.get("rung", 0) < 0 or task_id not in tasks:
+            continue
+        size = measure(tasks[task_id], encoder, settings.max_len)
+        speeds.update(size, rungs[record.get("rung", 0)], record["timings"])
+    return speeds
+
+
+def estimate_run(tasks, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
+    """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
+    totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
+    for task in tasks.tasks():
+        units = _units(measure(task, encoder, settings.max_len), settings)
+        for part in totals:
+            totals[part] += getattr(speeds, part) * units[part]
+    return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}

@@ -159,14 +159,15 @@ class Solver:
                 "last_loss": float(np.mean(result.losses[-8:])) if result.losses else None}
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
-               sampler: SamplerSettings, rng: np.random.Generator) -> tuple[list[Candidate], dict]:
+               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "") -> tuple[list[Candidate], dict]:
         """Run the sampler under each augmentation; decode, map back and merge the answers."""
         merged: dict[bytes, Candidate] = {}
         stats = {"forward_calls": 0, "tokens": 0, "answers": 0, "not_grids": 0, "capped": [], "dropped": {},
                  "prompt_tokens": [], "dropped_train_pairs": 0}
         for augmentation in augmentations:
             prompt = self.encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
-                                                max_len=self.settings.max_len)
+                                                max_len=self.settings.max_len, task_id=task_id,
+                                                log_drops=augmentation is augmentations[0])  # once per input
             stats["prompt_tokens"].append(len(prompt))
             stats["dropped_train_pairs"] += len(prompt.dropped)
             guess = None
@@ -223,7 +224,8 @@ class Solver:
                 inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
                                                        keep_background=settings.keep_background)
                 moment = time.monotonic()
-                candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng)
+                candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng,
+                                                 task_id=task.id)
                 generation_seconds += time.monotonic() - moment
                 scoring = []
                 if settings.aggregation != "generation" and settings.scoring_augmentations:
@@ -274,7 +276,9 @@ def ladder(settings: SolveSettings) -> list[SolveSettings]:
     """The configured settings, then ever cheaper ones: the rungs the time budget steps down.
 
     Halved TTT steps; halved augmentations; a DFS threshold of at least 20%; a quarter of the TTT
-    steps and augmentations; finally no TTT, greedy, two augmentations.
+    steps and augmentations; finally no TTT and at most two augmentations (no more than the rung
+    before: nothing grows on the way down), with DFS kept at its 20% threshold (cheaper than greedy,
+    paper Table 2) and any other sampler replaced by greedy.
     """
     sampler, ttt = settings.sampler, settings.ttt
     rungs = [settings]
@@ -290,9 +294,10 @@ def ladder(settings: SolveSettings) -> list[SolveSettings]:
     cheaper(ttt=dataclasses.replace(ttt, steps=max(1, ttt.steps // 4)),
             inference_augmentations=max(1, settings.inference_augmentations // 4),
             scoring_augmentations=max(0, settings.scoring_augmentations // 4))
-    cheaper(test_time_training=False, sampler=dataclasses.replace(sampler, kind="greedy"),
-            inference_augmentations=min(2, settings.inference_augmentations),
-            scoring_augmentations=min(2, settings.scoring_augmentations))
+    last_sampler = rungs[-1].sampler if sampler.kind == "dfs" else dataclasses.replace(sampler, kind="greedy")
+    cheaper(test_time_training=False, sampler=last_sampler,
+            inference_augmentations=min(2, rungs[-1].inference_augmentations),
+            scoring_augmentations=min(2, rungs[-1].scoring_augmentations))
     return rungs
 
 
@@ -455,7 +460,9 @@ def _record_table(records: dict[str, dict]):
                      "total_seconds": record["timings"].get("total"),
                      "rung": record.get("rung", 0),
                      "error": record.get("error") or record.get("skipped")})
-    return pd.DataFrame(rows)
+    columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
+               "total_seconds", "rung", "error"]
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
 def default_model_path() -> Path:

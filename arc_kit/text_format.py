@@ -258,7 +258,7 @@ class TaskEncoder:
 
     # -- whole sequences ---------------------------------------------------------------------------
     def encode_prompt(self, train: Sequence[Pair], test_input: np.ndarray, *, max_len: int | None = None,
-                      answer_room: int | None = None, task_id: str = "") -> Encoded:
+                      answer_room: int | None = None, task_id: str = "", log_drops: bool = True) -> Encoded:
         """The generation prompt: pre-prompt, train pairs, test input, output prefix.
 
         Room for ``answer_room`` tokens (default: the longest possible answer, a 30x30 grid) is
@@ -275,7 +275,7 @@ class TaskEncoder:
             raise TaskTooLongError(f"task {task_id or '?'}: the test input needs {fixed} tokens and the answer "
                                    f"{room} more, over the budget of {total}")
         kept, dropped = self._fit([len(piece) for piece in pieces], fixed, budget)
-        if dropped:
+        if dropped and log_drops:
             logger.warning("task %s: dropped train pair(s) %s of %d to fit %d tokens", task_id or "?",
                            dropped, len(train), budget)
         ids = np.concatenate([self.bos, self.preprompt, *(pieces[i] for i in kept), query])

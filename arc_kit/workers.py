@@ -7,7 +7,8 @@ first, each to the least loaded worker), and starts ``python -m arc_kit worker``
 parent merges them every few seconds into ``submission.json`` (complete and valid at all times)
 and, at the end, into ``records.jsonl`` and the scores. Every task's result depends only on the
 seed and the task, so two workers give the same submission as one. A rerun resumes: tasks already
-recorded by any worker are not dealt again.
+recorded by any worker (also of an earlier run with more workers) are not dealt again; a folder whose
+``run.json`` holds other settings is refused, as ``solver.solve`` refuses it.
 """
 
 from __future__ import annotations
@@ -56,25 +57,46 @@ def deal(costs: dict[str, float], workers: int) -> list[list[str]]:
     return [sorted(share, key=order.__getitem__) for share in shares]
 
 
-def _merged_records(out: Path, workers: int) -> dict[str, dict]:
+def _merged_records(out: Path) -> dict[str, dict]:
+    """The records of every worker folder in ``out``, also those of an earlier run with more workers."""
     records = {}
-    for index in range(workers):
-        records.update(read_records(out / f"worker-{index}" / "records.jsonl"))
+    folders = sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name))
+    for folder in folders:
+        records.update(read_records(folder / "records.jsonl"))
     return records
+
+
+def _check_settings(out: Path, settings: SolveSettings, extra: dict) -> None:
+    """Write ``run.json`` (settings and provenance) for a new run; refuse a folder that ran other settings."""
+    from arc_kit.training import run_info
+
+    settings_json = json.loads(json.dumps(settings.to_json()))
+    run_path = out / "run.json"
+    if run_path.exists():
+        if json.loads(run_path.read_text()).get("settings") != settings_json:
+            raise ValueError(f"{out} holds a run with other settings; use another --out, or --restart to discard it")
+        return
+    run_path.write_text(json.dumps({"settings": settings_json, **run_info(**extra)}, indent=2, default=str) + "\n")
 
 
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
                      workers: int | None = None, gpus: Sequence[int] | None = None, deadline: float | None = None,
                      solutions: TaskSet | None = None, load_options: dict | None = None, poll_seconds: float = 5.0,
-                     progress: bool = True) -> SolveRun:
-    """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU)."""
+                     progress: bool = True, submission_path: str | os.PathLike | None = None,
+                     submission_tasks: TaskSet | None = None) -> SolveRun:
+    """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU).
+
+    The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
+    task of ``submission_tasks`` (default ``tasks``), solved or not, and is rewritten as records come in.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gpus = list(gpus) if gpus is not None else list(range(gpu_count()))
     workers = workers or max(1, len(gpus))
     started = time.monotonic()
+    _check_settings(out, settings, {"model": str(model), "tasks": len(tasks), "workers": workers})
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
-    done = _merged_records(out, workers)
+    done = _merged_records(out)
     todo = [task_id for task_id in tasks.ids if task_id not in done]
     costs = _costs(tasks, todo, model, settings)
     shares = deal(costs, workers)
@@ -92,10 +114,11 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
         log = open(folder / "worker.log", "a")
         processes.append((index, subprocess.Popen([sys.executable, "-m", "arc_kit", "worker", str(folder / "plan.json")],
                                                   env=environment, stdout=log, stderr=subprocess.STDOUT), log))
-    submission_path = out / "submission.json"
+    submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
+    covered = submission_tasks if submission_tasks is not None else tasks
     while True:
-        records = _merged_records(out, workers)
-        write_submission(submission_path, build_submission(tasks, answers_from_records(records)), tasks)
+        records = _merged_records(out)
+        write_submission(submission_path, build_submission(covered, answers_from_records(records)), covered)
         if progress:
             print(f"\r{len(records)}/{len(tasks)} tasks done by {len(processes)} worker(s)", end="", flush=True)
         if all(process.poll() is not None for _, process, _ in processes):
@@ -108,12 +131,12 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
         if process.returncode != 0:
             logger.warning("worker %d exited with status %d; see %s", index, process.returncode,
                            out / f"worker-{index}" / "worker.log")
-    records = _merged_records(out, workers)
+    records = _merged_records(out)
     ordered = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
     with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
         for record in ordered.values():
             handle.write(json.dumps(record) + "\n")
-    write_submission(submission_path, build_submission(tasks, answers_from_records(ordered)), tasks)
+    write_submission(submission_path, build_submission(covered, answers_from_records(ordered)), covered)
     run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
     scoring_set = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
     if scoring_set is not None:

@@ -22,11 +22,11 @@
 # %%
 import os
 
-SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
+SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a small run in a temporary folder
 MODEL = None  # None: the model the kit ships (kaggle_dataset/model)
 DATASET = "arc-agi-1/evaluation"
 TASKS = 2 if SMOKE else 20  # the first N tasks by id; 0 for all
-OUT = "../runs/dry-run-notebook" + ("-smoke" if SMOKE else "")
+OUT = "../runs/dry-run-notebook"  # records, submission and scores (a temporary folder in smoke mode)
 THRESHOLD = 0.09  # DFS: minimum probability of a candidate
 AUGMENTATIONS = 2 if SMOKE else 16
 SCORING_AUGMENTATIONS = 2 if SMOKE else 16
@@ -36,6 +36,8 @@ MAX_FORWARD_CALLS = 500 if SMOKE else 20_000  # DFS: cap on single-token calls p
 RESTART = False  # True: discard earlier results in OUT (needed after changing the settings)
 
 # %%
+import tempfile
+
 import arc_kit
 from arc_kit.analysis import rank_table, threshold_curve
 from arc_kit.models import load_model
@@ -45,6 +47,8 @@ from arc_kit.solver import SolveSettings, Solver, default_model_path, solve
 from arc_kit.training_data import SequenceSettings
 from arc_kit.ttt import TestTimeSettings
 
+if SMOKE:
+    OUT = tempfile.mkdtemp(prefix="arc-kit-dry-run-")
 sampler = SamplerSettings("dfs", threshold=THRESHOLD, max_forward_calls=MAX_FORWARD_CALLS)
 ttt = TestTimeSettings(steps=TTT_STEPS, sequences=SequenceSettings(max_len=MAX_LEN))
 settings = SolveSettings(sampler=sampler, inference_augmentations=AUGMENTATIONS,

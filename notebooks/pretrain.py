@@ -22,16 +22,17 @@
 # %%
 import os
 
-SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
+SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a small run in a temporary folder
 MODEL = "micro" if SMOKE else "tiny"  # a preset, or a model folder to fine-tune with LoRA
 RE_ARC = "../../shared/data/re_arc.tar.gz"  # a folder with tasks/<id>.json, or the archive; None to skip
 TRAINING_TASKS = "arc-agi-1/training"  # never an evaluation set
-OUT = "../runs/pretrain-notebook" + ("-smoke" if SMOKE else "")
+OUT = "../runs/pretrain-notebook"  # the run folder (a temporary folder in smoke mode)
 STEPS = 6 if SMOKE else 1000
 MINUTES = None  # stop cleanly after this long
 MAX_LEN = 1024 if SMOKE else 2048
 
 # %%
+import tempfile
 from pathlib import Path
 
 import arc_kit
@@ -39,6 +40,8 @@ from arc_kit.models import PRESETS
 from arc_kit.training import TrainingSettings, pretrain
 from arc_kit.training_data import SequenceSettings, mix_pools, pools_from_tasks
 
+if SMOKE:
+    OUT = tempfile.mkdtemp(prefix="arc-kit-pretrain-")
 groups = {"arc": (pools_from_tasks(arc_kit.load_tasks(TRAINING_TASKS)), 0.2)}
 if RE_ARC and Path(RE_ARC).exists() and not SMOKE:
     groups["re-arc"] = (arc_kit.load_re_arc(RE_ARC), 0.8)

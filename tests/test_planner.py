@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from arc_kit import load_dataset
+from arc_kit.cli import dry_run_settings
+from arc_kit.kaggle import smoke_settings
 from arc_kit.models import load_model
 from arc_kit.planner import FALLBACK, Planner, Speeds, TaskSize, _units, measure
 from arc_kit.samplers import SamplerSettings
@@ -32,7 +34,27 @@ def test_every_rung_is_cheaper_than_the_one_before():
     assert rungs[0] == SolveSettings()
     costs = [Speeds().seconds(SIZE, rung) for rung in rungs]
     assert all(later < earlier for earlier, later in zip(costs, costs[1:])), costs
-    assert rungs[-1].test_time_training is False and rungs[-1].sampler.kind == "greedy"
+    assert rungs[-1].test_time_training is False and rungs[-1].sampler.kind == "dfs"
+    assert rungs[-1].sampler.threshold == 0.2
+
+
+@pytest.mark.parametrize("settings", [
+    dry_run_settings(),
+    smoke_settings(SolveSettings()),
+    SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
+                  ttt=TestTimeSettings(steps=4)),
+    SolveSettings(inference_augmentations=4, scoring_augmentations=3),
+], ids=["dry-run", "kaggle-smoke", "greedy-2", "dfs-4"])
+def test_nothing_grows_on_the_way_down_the_ladder_of_a_small_configuration(settings):
+    rungs = ladder(settings)
+    for earlier, later in zip(rungs, rungs[1:]):
+        assert later.inference_augmentations <= earlier.inference_augmentations
+        assert later.scoring_augmentations <= earlier.scoring_augmentations
+        assert later.ttt.steps <= earlier.ttt.steps
+        assert later.test_time_training <= earlier.test_time_training
+    costs = [Speeds().seconds(SIZE, rung) for rung in rungs]
+    assert all(later <= earlier for earlier, later in zip(costs, costs[1:])), costs
+    assert costs[-1] < costs[0]
 
 
 def test_the_ladder_of_a_greedy_run_has_no_threshold_rung():

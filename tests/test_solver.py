@@ -159,17 +159,17 @@ def test_solve_writes_a_complete_scored_run_without_showing_test_outputs(model_f
     seen = {"adapt": [], "sample": 0, "score": 0}
     adapt, sample, score = Solver.adapt, Solver.sample, Solver.score
 
-    def checked_adapt(self, task):
+    def checked_adapt(self, task, *rest):
         assert all(pair.output is None for pair in task.test) and not task.has_solutions
         seen["adapt"].append(task.id)
-        return adapt(self, task)
+        return adapt(self, task, *rest)
 
-    def checked_sample(self, model, train, test_input, *rest):
+    def checked_sample(self, model, train, test_input, *rest, **keywords):
         task = tasks[seen["adapt"][-1]]
         assert [p.input.tobytes() for p in train] == [p.input.tobytes() for p in task.train]
         assert any(grids_equal(test_input, pair.input) for pair in task.test)
         seen["sample"] += 1
-        return sample(self, model, train, test_input, *rest)
+        return sample(self, model, train, test_input, *rest, **keywords)
 
     def checked_score(self, model, train, test_input, candidates, augmentations):
         seen["score"] += 1
@@ -243,11 +243,11 @@ def count_solve_task(monkeypatch, fail_on: int | None = None, error=KeyboardInte
     calls = []
     original = Solver.solve_task
 
-    def counted(self, task):
+    def counted(self, task, *rest):
         calls.append(task.id)
         if fail_on is not None and len(calls) == fail_on:
             raise error()
-        return original(self, task)
+        return original(self, task, *rest)
 
     monkeypatch.setattr(Solver, "solve_task", counted)
     return calls
@@ -326,9 +326,9 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     current = {}
     adapt, sample = Solver.adapt, Solver.sample
 
-    def tracking_adapt(self, task):
+    def tracking_adapt(self, task, *rest):
         current["id"] = task.id
-        return adapt(self, task)
+        return adapt(self, task, *rest)
 
     def failing_sample(self, *args, **kwargs):
         if current["id"] == bad:
@@ -355,7 +355,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
 
 def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
     solver = make_solver(model_folder)
-    monkeypatch.setattr(Solver, "adapt", lambda self, task: 1 / 0)
+    monkeypatch.setattr(Solver, "adapt", lambda self, task, *rest: 1 / 0)
     record = solver.solve_task(tasks[TASK_IDS[0]])
     assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
 

