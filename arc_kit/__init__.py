@@ -6,6 +6,7 @@ augmentations and the submission. Model code lives in submodules that import tor
 
 __version__ = "0.1.0"
 
+from arc_kit import devices  # noqa: F401  (first: keeps every library off the network)
 from arc_kit.augmentation import Augmentation
 from arc_kit.datasets import (
     find_competition_files,

@@ -2,13 +2,14 @@
 
 Every question about the hardware goes through here, so that a request the machine cannot serve
 (4-bit without a GPU, unsloth without a GPU) fails early with a clear ``UnsupportedSetupError``
-instead of a traceback from deep inside a library. Importing this module sets the Hugging Face
-variables that keep every library off the network.
+instead of a traceback from deep inside a library. Importing this module (``import arc_kit`` does)
+sets the Hugging Face variables that keep every library off the network.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from functools import lru_cache
 
@@ -28,6 +29,9 @@ def stay_offline() -> None:
 
 
 stay_offline()
+# bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
+# arc_kit never runs 4-bit on a CPU, so the warning only misleads.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 class UnsupportedSetupError(RuntimeError):

@@ -204,6 +204,20 @@ class Solver:
         for candidate, row in zip(candidates, table):
             candidate.scoring_nlls = [float(v) for v in row]
 
+    def views(self, task: Task, test_index: int, settings: SolveSettings | None = None
+              ) -> tuple[list[Augmentation], list[Augmentation], np.random.Generator]:
+        """The inference and scoring augmentations of one test input, and the generator for the rest.
+
+        All drawn from (seed, task id, test index) alone, so runs, resumptions and tables agree.
+        """
+        settings = settings or self.settings
+        rng = task_rng(settings.seed, task.id, f"test{test_index}")
+        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
+                                               keep_background=settings.keep_background)
+        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
+                                             keep_background=settings.keep_background)
+        return inference, scoring, rng
+
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0) -> dict:
         """Run the whole method on one task; a JSON-ready record (errors recorded, never raised).
@@ -220,17 +234,14 @@ class Solver:
             record["timings"]["ttt"] = round(time.monotonic() - started, 3)
             generation_seconds = scoring_seconds = 0.0
             for test_index, test_input in enumerate(task.test_inputs):
-                rng = task_rng(settings.seed, task.id, f"test{test_index}")
-                inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
-                                                       keep_background=settings.keep_background)
+                inference, scoring, rng = self.views(task, test_index, settings)
                 moment = time.monotonic()
                 candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng,
                                                  task_id=task.id)
                 generation_seconds += time.monotonic() - moment
-                scoring = []
-                if settings.aggregation != "generation" and settings.scoring_augmentations:
-                    scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
-                                                         keep_background=settings.keep_background)
+                if settings.aggregation == "generation":
+                    scoring = []
+                if scoring:
                     moment = time.monotonic()
                     self.score(self.model, task.train, test_input, candidates, scoring)
                     scoring_seconds += time.monotonic() - moment

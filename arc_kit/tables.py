@@ -84,14 +84,7 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
                                                              max_forward_calls=settings.sampler.max_forward_calls)
     identity = [Augmentation()]
     record = {"task_id": task.id, "stages": {stage: [] for stage in ABLATION_STAGES}, "candidates": {}}
-    per_test = []
-    for index, test_input in enumerate(visible.test_inputs):
-        rng = task_rng(settings.seed, task.id, f"test{index}")
-        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
-                                               keep_background=settings.keep_background)
-        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
-                                             keep_background=settings.keep_background)
-        per_test.append((test_input, inference, scoring, rng))
+    per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
         for test_input, _, _, rng in per_test:
             found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng)
@@ -131,11 +124,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     record = {"task_id": task.id, "ttt": solver.adapt(visible), "samplers": {}}
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
-        rng = task_rng(settings.seed, task.id, f"test{index}")
-        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
-                                               keep_background=settings.keep_background)
-        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
-                                             keep_background=settings.keep_background)
+        inference, scoring, _ = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
         for sampler in samplers:
             if cuda:

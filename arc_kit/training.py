@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,18 @@ def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name:
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear", use_rslora=True, lora_dropout=0.0,
                         bias="none", task_type="CAUSAL_LM",
                         modules_to_save=embedding_module_names(model) if train_embeddings else None)
-    return get_peft_model(model, config, adapter_name=adapter_name)
+    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config, adapter_name=adapter_name)
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute activations in the backward pass, through whichever name this transformers has."""
+    options = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:  # transformers 5.17
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
 def parameter_groups(model, learning_rate: float, embedding_learning_rate: float,
@@ -172,7 +184,7 @@ def prepare_for_training(model, settings: TrainingSettings):
     else:
         model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings)
     if settings.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     model.config.use_cache = False

@@ -19,7 +19,13 @@ import numpy as np
 
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder, TaskTooLongError
-from arc_kit.training import add_lora, build_optimizer, cosine_schedule, parameter_groups
+from arc_kit.training import (
+    add_lora,
+    build_optimizer,
+    cosine_schedule,
+    enable_activation_checkpointing,
+    parameter_groups,
+)
 from arc_kit.training_data import PaddingCollator, SequenceSettings, sample_leave_one_out
 
 ADAPTER = "ttt"
@@ -73,7 +79,7 @@ class TestTimeTrainer:
             self.model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
                                   adapter_name=ADAPTER)
         if settings.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(self.model)
         self._initial = {name: parameter.detach().clone() for name, parameter in self.model.named_parameters()
                          if parameter.requires_grad}
         self._collate = PaddingCollator(encoder.tokenizer.pad_id)

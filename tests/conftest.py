@@ -105,3 +105,45 @@ def micro_model(tmp_path_factory):
 
     model, tokenizer = create_model("micro", seed=0)
     return save_model(model, tokenizer, tmp_path_factory.mktemp("micro_model"), {"preset": "micro"})
+
+
+def bigram_model():
+    """A micro Llama whose next token depends on the current token only, with hand-set probabilities.
+
+    After the output prefix it writes small grids (mostly 3s, 5s and 7s, rows of one or two cells),
+    so DFS, scoring and selection all see real candidates in milliseconds.
+    """
+    import torch
+
+    from arc_kit.models import create_model
+    from arc_kit.text_format import Vocabulary
+
+    model, tokenizer = create_model("micro", seed=0)
+    vocabulary = Vocabulary()
+    size, eos = vocabulary.vocab_size, vocabulary.eos_id
+    newline, output_prefix = vocabulary.encode("\n")[0], vocabulary.encode("+/-=O")[0]
+    logits = torch.full((size, size), -4.0)  # logits[current, next]
+    logits[output_prefix, :10] = 0.0
+    logits[output_prefix, 3], logits[output_prefix, 5], logits[output_prefix, 7] = 3.0, 2.4, 1.8
+    for digit in range(10):
+        logits[digit, newline], logits[digit, digit] = 2.5, 1.0
+    logits[newline, :10], logits[newline, eos] = -1.0, 2.5
+    assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(size))
+        model.model.norm.weight.fill_(1.0)
+        # RMS-normalising a one-hot vector multiplies it by sqrt(size)
+        model.lm_head.weight.copy_(logits.T / size ** 0.5)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="session")
+def model_folder(tmp_path_factory):
+    """The bigram model saved as a model folder."""
+    from arc_kit.models import save_model
+
+    model, tokenizer = bigram_model()
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})

@@ -2,7 +2,7 @@
 submission, and the planner and Kaggle commands end to end.
 
 Competition runs use a stand-in for /kaggle/input made from public ARC-AGI-1 evaluation tasks (the
-placeholder case) and the bigram micro model of test_solver.py, which writes small grids, so that
+placeholder case) and the bigram micro model of conftest.py, which writes small grids, so that
 model answers and fallback answers can be told apart in a submission. Nothing is downloaded.
 """
 
@@ -28,7 +28,7 @@ from arc_kit import __version__, kaggle, workers
 from arc_kit.cli import main
 from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
 from arc_kit.grids import grid_to_json
-from arc_kit.models import load_model, save_model
+from arc_kit.models import load_model
 from arc_kit.planner import FALLBACK
 from arc_kit.samplers import SamplerSettings
 from arc_kit.solver import Solver, SolveRun, SolveSettings, default_model_path, ladder, read_records, solve
@@ -36,7 +36,6 @@ from arc_kit.submission import build_submission, submission_problems
 from arc_kit.tasks import TaskSet
 from arc_kit.training_data import SequenceSettings
 from arc_kit.ttt import TestTimeSettings
-from test_solver import bigram_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # smoke_settings cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -47,12 +46,6 @@ SETTINGS = SolveSettings(  # smoke_settings cuts these to 2 + 2 augmentations an
 
 def read_json(path: Path):
     return json.loads(Path(path).read_text())
-
-
-@pytest.fixture(scope="module")
-def model_folder(tmp_path_factory) -> Path:
-    model, tokenizer = bigram_model()
-    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
 
 
 @pytest.fixture

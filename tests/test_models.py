@@ -17,7 +17,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-import arc_kit
 from arc_kit import devices
 from arc_kit.datasets import load_tasks
 from arc_kit.models import PRESETS, LoadedModel, build_tokenizer, create_model, load_model, model_info, save_model

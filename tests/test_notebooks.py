@@ -1,6 +1,5 @@
 """Every notebook's .py (the source) and .ipynb are in sync, and every notebook runs headless."""
 
-import os
 from pathlib import Path
 
 import jupytext

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import arc_kit.solver as solver_module
 from arc_kit.augmentation import Augmentation
@@ -24,7 +23,7 @@ from arc_kit.cli import main
 from arc_kit.datasets import load_tasks
 from arc_kit.decoding import Completion, SearchResult
 from arc_kit.grids import grid_key, grid_to_json, grids_equal
-from arc_kit.models import create_model, load_model, save_model
+from arc_kit.models import load_model
 from arc_kit.samplers import SamplerSettings
 from arc_kit.solver import Solver, SolveSettings, read_records, solve
 from arc_kit.submission import submission_problems
@@ -39,36 +38,6 @@ SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
     ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)), max_len=2048)
-NEWLINE, OUTPUT_PREFIX = 10, 12
-
-
-def bigram_model():
-    """A micro Llama whose next token depends on the current token only, with hand-set probabilities."""
-    model, tokenizer = create_model("micro", seed=0)
-    vocabulary = Vocabulary()
-    size, eos = vocabulary.vocab_size, vocabulary.eos_id
-    logits = torch.full((size, size), -4.0)  # logits[current, next]
-    logits[OUTPUT_PREFIX, :10] = 0.0
-    logits[OUTPUT_PREFIX, 3], logits[OUTPUT_PREFIX, 5], logits[OUTPUT_PREFIX, 7] = 3.0, 2.4, 1.8
-    for digit in range(10):
-        logits[digit, NEWLINE], logits[digit, digit] = 2.5, 1.0
-    logits[NEWLINE, :10], logits[NEWLINE, eos] = -1.0, 2.5
-    assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.copy_(torch.eye(size))
-        model.model.norm.weight.fill_(1.0)
-        # RMS-normalising a one-hot vector multiplies it by sqrt(size)
-        model.lm_head.weight.copy_(logits.T / size ** 0.5)
-    return model.eval(), tokenizer
-
-
-@pytest.fixture(scope="module")
-def model_folder(tmp_path_factory) -> Path:
-    model, tokenizer = bigram_model()
-    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,13 @@ from hypothesis import strategies as st
 
 from arc_kit import workers
 from arc_kit.datasets import load_tasks
-from arc_kit.models import load_model, save_model
+from arc_kit.models import load_model
 from arc_kit.samplers import SamplerSettings
 from arc_kit.solver import Solver, SolveSettings, read_records, solve
 from arc_kit.submission import submission_problems
 from arc_kit.training_data import SequenceSettings
 from arc_kit.ttt import TestTimeSettings
 from arc_kit.workers import deal, solve_in_workers
-from test_solver import bigram_model
 
 TASK_IDS = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b"]  # not in id order: records must follow this order
 SETTINGS = SolveSettings(
@@ -82,12 +81,6 @@ def test_deal_keeps_every_task_exactly_once_and_no_worker_carries_more_than_one_
 
 
 # -- a run over worker processes ------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def model_folder(tmp_path_factory) -> Path:
-    model, tokenizer = bigram_model()
-    return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
-
 
 @pytest.fixture(scope="module")
 def tasks():
