@@ -40,7 +40,8 @@ def score_answers(model, prompt_ids: Sequence[int], answers: Sequence[Sequence[i
     first = answer_log_probs(output.logits[0, -1], mask)  # the distribution of every answer's first token
     results = np.zeros(len(answers))
     for start in range(0, len(answers), batch_size):
-        chunk = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers[start:start + batch_size]]
+        chunk = [torch.as_tensor([int(t) for t in answer], dtype=torch.long)
+                 for answer in answers[start:start + batch_size]]
         count, longest = len(chunk), max(len(answer) for answer in chunk)
         targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
         valid = torch.zeros((count, longest), dtype=torch.bool)

@@ -431,7 +431,8 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
             answers = answers_from_records({task_id: record})
             entries = build_submission(tasks.select([task_id]), answers)[task_id]
             outputs = scoring_set[task_id].test_outputs
-            record["correct"] = [any(np.array_equal(np.array(entry[name]), output) for name in ("attempt_1", "attempt_2"))
+            record["correct"] = [any(np.array_equal(np.array(entry[name]), output)
+                                     for name in ("attempt_1", "attempt_2"))
                                  for entry, output in zip(entries, outputs)]
             solved += _record_correct(record)
             bar.set_postfix(solved=f"{solved:g}/{len(records) + 1}")

@@ -87,22 +87,24 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
         for test_input, _, _, rng in per_test:
-            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng)
+            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
             record["stages"]["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
         record["ttt"] = solver.adapt(visible)
     for test_input, inference, scoring, rng in per_test:
         with clock("+TTT"):
-            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng)
+            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
         record["stages"]["+TTT"].append([c.grid for c in found[:2]])
         with clock("+16xAug"):
-            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng)
+            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng,
+                                         task_id=task.id)
         record["stages"]["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
         with clock("+PoE"):
             solver.score(solver.model, visible.train, test_input, augmented, scoring)
         record["stages"]["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
         with clock("+DFS"):
-            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng)
+            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng,
+                                             task_id=task.id)
             solver.score(solver.model, visible.train, test_input, searched, scoring)
         record["stages"]["+DFS"].append([searched[i].grid for i in select(searched, "product")])
         record["candidates"].setdefault("+16xAug", []).append(len(augmented))
@@ -130,8 +132,9 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             started = time.monotonic()
-            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
-                                               task_rng(settings.seed, task.id, f"test{index}/{sampler.name}"))
+            rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
+            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler, rng,
+                                               task_id=task.id)
             entry = record["samplers"].setdefault(sampler.name, {"seconds": 0.0, "candidates": [], "found": [],
                                                                  "correct": {a: [] for a in AGGREGATIONS},
                                                                  "peak_memory_gb": None, "capped": 0})
@@ -205,9 +208,12 @@ def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: 
         rows.append(row)
     table = pd.DataFrame(rows)
     ttt_seconds = np.mean([r["seconds"].get("ttt", 0.0) for r in records.values()]) if records else 0.0
-    markdown = (f"Two-attempt accuracy on {len(records)} tasks ({outputs} test outputs). Seconds per task are each "
-                f"stage's own work; test-time training adds {ttt_seconds:.1f} s per task to every stage from +TTT "
-                "on.\n\n" + _markdown(table))
+    settings = solver.settings
+    markdown = (f"Two-attempt accuracy on {len(records)} tasks ({outputs} test outputs), with "
+                f"{settings.inference_augmentations} inference and {settings.scoring_augmentations} scoring "
+                f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at T = {threshold:g}. "
+                f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
+                f"{ttt_seconds:.1f} s per task to every stage from +TTT on.\n\n" + _markdown(table))
     table.to_csv(out / "ablation.csv", index=False)
     (out / "ablation.md").write_text(markdown + "\n")
     return TableRun(table, markdown, records)
@@ -241,7 +247,9 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
     table = pd.DataFrame(rows)
     ttt = np.mean([r["ttt"].get("seconds") or 0.0 for r in records.values()]) if records else 0.0
     scoring = np.mean([r.get("scoring_seconds", 0.0) for r in records.values()]) if records else 0.0
-    markdown = (f"{len(records)} tasks. Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
+    markdown = (f"{len(records)} tasks, {solver.settings.inference_augmentations} inference and "
+                f"{solver.settings.scoring_augmentations} scoring augmentations. "
+                f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
                 f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
                 "measured on CUDA only.\n\n" + _markdown(table))
     table.to_csv(out / "samplers.csv", index=False)

@@ -112,8 +112,8 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
         environment = dict(os.environ)
         environment["CUDA_VISIBLE_DEVICES"] = str(gpus[index]) if index < len(gpus) else ""
         log = open(folder / "worker.log", "a")
-        processes.append((index, subprocess.Popen([sys.executable, "-m", "arc_kit", "worker", str(folder / "plan.json")],
-                                                  env=environment, stdout=log, stderr=subprocess.STDOUT), log))
+        command = [sys.executable, "-m", "arc_kit", "worker", str(folder / "plan.json")]
+        processes.append((index, subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT), log))
     submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
     covered = submission_tasks if submission_tasks is not None else tasks
     while True:

@@ -84,7 +84,8 @@ def test_less_time_steps_down_and_no_time_falls_back():
 
 
 def test_tasks_run_cheapest_first():
-    sizes = [TaskSize("big", 6000, 8000, 900, 5), TaskSize("small", 300, 400, 20, 2), TaskSize("mid", 2000, 2500, 100, 3)]
+    sizes = [TaskSize("big", 6000, 8000, 900, 5), TaskSize("small", 300, 400, 20, 2),
+             TaskSize("mid", 2000, 2500, 100, 3)]
     planner = Planner(sizes, SolveSettings(), deadline=time.time() + 3600)
     assert planner.order() == ["small", "mid", "big"]
     planner.done("small", 0, None)

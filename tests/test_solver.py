@@ -393,3 +393,49 @@ def test_samplers_command_writes_every_sampler(model_folder, tmp_path, capsys):
     assert rows.loc["DFS T=0.5%", "capped_searches"] > 0
     assert rows.loc["DFS T=20%", "capped_searches"] == 0
     assert "samplers.md" in capsys.readouterr().out
+
+
+# -- a right answer travels all the way to a score of 1 ------------------------------------------------
+
+def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_folder, tasks, tmp_path, monkeypatch):
+    """The sampler (faked) finds the right answer and a decoy in every augmentation's own frame; the
+    product of experts (faked, so that only the right answer is probable in every view) must pick it,
+    and the submission must then score it right."""
+    task = tasks[TASK_IDS[0]]
+    right = task.test[0].output
+    decoy = np.asarray(right).copy()
+    decoy[0, 0] = (int(decoy[0, 0]) + 1) % 10
+    solver = make_solver(model_folder, SETTINGS.replace(sampler=SamplerSettings("greedy")))
+    encoder = solver.encoder
+
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0):
+        # the decoy is the likelier single sample everywhere: only the scoring can rescue the right answer
+        view = next(a for a in current["views"] if np.array_equal(
+            prompt_ids, encoder.encode_prompt(a.apply_pairs(task.train), a.apply_grid(task.test[0].input),
+                                              max_len=solver.settings.max_len).ids))
+        return SearchResult([Completion(tuple(encoder.encode_answer(view.apply_grid(decoy)).tolist()), 0.1),
+                             Completion(tuple(encoder.encode_answer(view.apply_grid(right)).tolist()), 0.3)])
+
+    def fake_nlls(model, encoder, train, test_input, candidates, augmentations, *rest):
+        return np.array([[0.2 if grids_equal(c, right) else 5.0] * len(augmentations) for c in candidates])
+
+    views = solver.views
+
+    def remembered_views(self, task, index, settings=None):
+        inference, scoring, rng = views(task, index, settings)
+        current["views"] = inference
+        return inference, scoring, rng
+
+    current = {}
+    monkeypatch.setattr(solver_module, "generate", fake_generate)
+    monkeypatch.setattr(solver_module, "augmented_nlls", fake_nlls)
+    monkeypatch.setattr(Solver, "views", remembered_views)
+    run = solve(tasks.select([task.id]), solver, tmp_path / "run", progress=False)
+    test = run.records[task.id]["test"][0]
+    assert len(test["candidates"]) == 2  # each found under every augmentation, merged in the original frame
+    assert all(len(c["generation_nlls"]) == SETTINGS.inference_augmentations for c in test["candidates"])
+    assert np.array_equal(np.array(test["attempts"][0]), right)  # PoE put the right answer first
+    assert run.records[task.id]["correct"] == [True]
+    assert run.score.correct == 1 and run.score.score == 1.0
+    submission = read_json(tmp_path / "run" / "submission.json")
+    assert submission[task.id][0]["attempt_1"] == grid_to_json(right)
