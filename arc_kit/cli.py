@@ -409,6 +409,8 @@ def setup_estimate(parser):
     parser.add_argument("--speedup", type=float, default=1.0,
                         help="how many times faster the target machine is than the measuring one (default: 1)")
     parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
+    parser.add_argument("--settings", choices=["run", "paper"], default="run",
+                        help="estimate with the measured run's settings, or with the paper's (default: %(default)s)")
 
     def run(args):
         import json
@@ -427,11 +429,12 @@ def setup_estimate(parser):
             "dataset", "arc-agi-1/evaluation"), solutions=None, lenient=True))
         speeds = speeds_from_records(read_records(folder / "records.jsonl"), measured_tasks, encoder, settings)
         tasks = _select_tasks(argparse.Namespace(**{**vars(args), "task_ids": None}))
-        estimate = estimate_run(tasks, encoder, settings, speeds)
+        target = settings if args.settings == "run" else SolveSettings()
+        estimate = estimate_run(tasks, TaskEncoder(encoder.tokenizer, max_len=target.max_len), target, speeds)
         scale = 1.0 / (args.speedup * args.workers)
         print(f"speeds from {speeds.measured_tasks} tasks of {folder}: training {speeds.training:.3g} s/token-step, "
               f"generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
-        print(f"{estimate['tasks']} tasks of {tasks.name or args.dataset} with the run's settings: "
+        print(f"{estimate['tasks']} tasks of {tasks.name or args.dataset} with the {args.settings}'s settings: "
               f"TTT {hours(estimate['training'] * scale)}, generation {hours(estimate['generation'] * scale)}, "
               f"scoring {hours(estimate['scoring'] * scale)}; total {hours(estimate['total'] * scale)} "
               f"(h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
