@@ -117,14 +117,14 @@ class TestInputResult:
 class Solver:
     """A loaded model plus the settings of the method; ``solve_task`` runs it on one task."""
 
-    def __init__(self, model, tokenizer_encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
+    def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
         self.settings = settings
-        self.encoder = tokenizer_encoder
-        self.space = AnswerSpace.from_encoder(tokenizer_encoder)
+        self.encoder = encoder
+        self.space = AnswerSpace.from_encoder(encoder)
         self.trainer = None
         self.model = model
         if settings.test_time_training:
-            self.trainer = TestTimeTrainer(model, tokenizer_encoder, settings.ttt)
+            self.trainer = TestTimeTrainer(model, encoder, settings.ttt)
             self.model = self.trainer.model
 
     @classmethod

@@ -41,7 +41,9 @@ import time
 
 STARTED = time.time()  # the budget counts from here
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated input folder
-wheels = sorted(glob.glob("/kaggle/input/*/wheels"))
+# the attached arc-kit dataset, wherever Kaggle mounts it (/kaggle/input/arc-kit, /kaggle/input/datasets/...)
+found = glob.glob("/kaggle/input/**/wheels/arc_kit-*.whl", recursive=True)
+wheels = sorted({os.path.dirname(path) for path in found})
 if wheels:  # on Kaggle: install the kit (and any extra wheels) without internet
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", wheels[0],
                     "arc-kit"], check=True)
