@@ -111,6 +111,15 @@ def simulate_competition_input(folder: str | os.PathLike, dataset: str = "arc-ag
 # ---------------------------------------------------------------------------------------------
 # The dataset.
 
+def _setuptools_ready() -> bool:
+    """True when a setuptools that builds this project (64 or newer) is importable here."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    return int(setuptools.__version__.split(".")[0]) >= 64
+
+
 def build_wheel(destination: str | os.PathLike) -> Path:
     """Build the arc_kit wheel from this checkout into ``destination`` (no dependencies)."""
     root = Path(__file__).resolve().parents[1]
@@ -127,7 +136,9 @@ def build_wheel(destination: str | os.PathLike) -> Path:
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             if (root / name).exists():
                 shutil.copy2(root / name, source / name)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+        # With setuptools at hand no network is needed; else pip fetches it (Python 3.12 venvs lack it).
+        isolation = ["--no-build-isolation"] if _setuptools_ready() else []
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
                         "--wheel-dir", str(destination), str(source)], check=True)
     built = [path for path in destination.glob("arc_kit-*.whl") if path not in before] or \
         sorted(destination.glob(f"arc_kit-{__version__}-*.whl"))
