@@ -645,18 +645,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_process_pretrain(tmp_path):
+def run_two_processes(out: Path, *options: str) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node 2 -m arc_kit pretrain` of the micro model on the CPU; asserts it exits 0."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to this Python")
-    out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "arc_kit",
                "pretrain", "--model", "micro", "--out", str(out), "--device", "cpu", "--tasks", "arc-agi-1/training",
-               "--steps", "4",
-               "--max-len", "1024", "--batch-size", "1", "--accumulation", "1", "--log-every", "2"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+               "--batch-size", "1", "--accumulation", "1", *options]
+    result = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                            timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_two_process_pretrain(tmp_path):
+    out = tmp_path / "ddp"
+    result = run_two_processes(out, "--steps", "4", "--max-len", "1024", "--log-every", "2")
     assert result.stdout.count("trained 4 steps") == 1  # only the main process reports
     info = json.loads((out / "arc_kit.json").read_text())["training"]
     assert info["processes"] == 2 and info["steps_done"] == 4
@@ -669,17 +674,8 @@ def test_two_process_pretrain(tmp_path):
 
 
 def test_two_process_time_limit_stops_every_process_at_the_same_step(tmp_path):
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed next to this Python")
     out = tmp_path / "ddp-timed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "arc_kit",
-               "pretrain", "--model", "micro", "--out", str(out), "--device", "cpu", "--tasks", "arc-agi-1/training",
-               "--steps", "50",
-               "--minutes", "0", "--max-len", "512", "--batch-size", "1", "--accumulation", "1"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_two_processes(out, "--steps", "50", "--minutes", "0", "--max-len", "512")
     info = json.loads((out / "arc_kit.json").read_text())["training"]
     assert info["processes"] == 2 and info["stopped_by"] == "time limit" and info["steps_done"] == 1
     assert json.loads((out / "checkpoints" / "step-1" / "progress.json").read_text()) == {"step": 1}
