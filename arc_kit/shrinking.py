@@ -1,15 +1,24 @@
 """Shrinking a pretrained model's vocabulary to the tokens the text format needs.
 
 A pretrained tokenizer merges digits into multi-digit tokens, which makes grids needlessly hard.
-Shrinking keeps only the single-character tokens that the format writes (digits, the row
-separator, the prefixes, the pre-prompt letters) plus the special tokens, selects those rows of
-the input embeddings and of the output head, rewrites the tokenizer to the new ids (with no
+Shrinking keeps a small set of single-character tokens plus the special tokens, selects those rows
+of the input embeddings and of the output head, rewrites the tokenizer to the new ids (with no
 merges, so text can only split into those characters) and remaps every token id in the model's
 config and generation config. The result is an ordinary model folder.
 
+Two kept sets (``kept=``):
+- ``"authors"`` (the default): what the method's authors kept, so that a model shrunk here is
+  id-compatible with their released adapters: the characters A-Z, a-z, 0-9, ``!?.:,;*+/-=`` and the
+  newline, every special token (the post-processor's too) and every ``*_token_id`` of the configs,
+  minus the unknown token; the tokenizer's normaliser is dropped. Ids keep their old order.
+- ``"minimal"``: only the characters the text format writes, plus the special tokens.
+
+A tied output head is untied (``untie=True``): with a few dozen rows left the copy costs nothing,
+and the paper's recipe trains the embeddings and the head as separate modules.
+
 Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
-Qwen, GPT-2) or WordLevel, where each needed character is one token. Anything else fails with a
-message naming the characters that could not be kept. The authors' released checkpoints are
+Qwen, GPT-2, SmolLM2) or WordLevel, where each needed character is one token. Anything else fails
+with a message naming the characters that could not be kept. The authors' released checkpoints are
 already shrunk and need none of this. Knows nothing of training or tasks.
 """
 
@@ -22,6 +31,9 @@ from typing import Any
 
 from arc_kit.text_format import TextFormat
 
+KEPT_SETS = ("authors", "minimal")
+AUTHORS_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!?.:,;*+/-=\n"
+
 
 def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
     """Every character the format can write, digits included, in a stable order."""
@@ -30,28 +42,100 @@ def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
     return sorted(set(text))
 
 
-def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat()) -> list[int]:
-    """Old ids to keep, ascending: one token per needed character, plus every special token."""
-    kept, failures, said = set(), [], ""
-    for character in needed_characters(text_format):
-        try:
-            ids = tokenizer(character, add_special_tokens=False)["input_ids"]
-        except Exception as error:  # a WordLevel tokenizer without an unknown token raises for a missing word
-            failures.append(f"{character!r} -> no token")
-            said = f" (the tokenizer said: {error})"
+def without_normalizer(tokenizer):
+    """The tokenizer with its normaliser removed (a copy; the same object when it has none).
+
+    A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
+    ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    if data.get("normalizer") is None:
+        return tokenizer
+    import copy
+
+    data["normalizer"] = None
+    stripped = copy.deepcopy(tokenizer)
+    stripped._tokenizer = Tokenizer.from_str(json.dumps(data))  # the fast tokenizer's one backend slot
+    return stripped
+
+
+def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
+    """(id, '') when ``character`` is exactly one token of its own, else (None, why not)."""
+    try:
+        ids = tokenizer(character, add_special_tokens=False)["input_ids"]
+    except Exception as error:  # a WordLevel tokenizer without an unknown token raises for a missing word
+        return None, f"{character!r} -> no token (the tokenizer said: {error})"
+    if len(ids) != 1:
+        return None, f"{character!r} -> {len(ids)} tokens"
+    if ids[0] == tokenizer.unk_token_id or tokenizer.decode(ids) != character:
+        # The unknown token, or a token that also carries a prefix (such as a space), is no stand-in.
+        return None, f"{character!r} -> {tokenizer.convert_ids_to_tokens(ids[0])!r}, not the character"
+    return ids[0], ""
+
+
+def _post_processor_special_ids(node: Any) -> set[int]:
+    """Every id named in a tokenizer.json post-processor's special tokens, recursively."""
+    found: set[int] = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("special_tokens"), dict):
+            for entry in node["special_tokens"].values():
+                found.update(int(i) for i in entry.get("ids", []))
+        for value in node.values():
+            found |= _post_processor_special_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _post_processor_special_ids(item)
+    return found
+
+
+def config_token_ids(*configs) -> set[int]:
+    """Every id under a ``*_token_id`` key of the given configs (ints or lists of ints)."""
+    found: set[int] = set()
+    for config in configs:
+        if config is None:
             continue
-        if len(ids) != 1:
-            failures.append(f"{character!r} -> {len(ids)} tokens")
-        elif ids[0] == tokenizer.unk_token_id or tokenizer.decode(ids) != character:
-            # The unknown token, or a token that also carries a prefix (such as a space), is no stand-in.
-            failures.append(f"{character!r} -> {tokenizer.convert_ids_to_tokens(ids[0])!r}, not the character")
+        for key, value in (config.to_dict() if hasattr(config, "to_dict") else dict(config)).items():
+            if key.endswith("token_id") and value is not None:
+                found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
+    return found
+
+
+def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
+                   configs: tuple = ()) -> list[int]:
+    """Old ids to keep, ascending (see the module docstring for the two sets).
+
+    The characters the format writes must each be one token (else ValueError naming them); under
+    ``"authors"`` the other characters of their set are kept where they are single tokens, and the
+    ids of ``configs`` (the model's config and generation config) are kept too.
+    """
+    if kept not in KEPT_SETS:
+        raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
+    if kept == "authors":
+        tokenizer = without_normalizer(tokenizer)
+    required = needed_characters(text_format)
+    keep, failures = set(), []
+    for character in required:
+        token, why = _single_token(tokenizer, character)
+        if token is None:
+            failures.append(why)
         else:
-            kept.add(ids[0])
+            keep.add(token)
     if failures:
-        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: "
-                         + ", ".join(failures) + said)
-    kept.update(i for i in tokenizer.all_special_ids if i is not None)
-    return sorted(kept)
+        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
+    keep.update(i for i in tokenizer.all_special_ids if i is not None)
+    if kept == "authors":
+        for character in AUTHORS_CHARACTERS:
+            if character not in required:
+                token, _ = _single_token(tokenizer, character)
+                if token is not None:
+                    keep.add(token)
+        keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
+        keep |= config_token_ids(*configs)
+        keep.discard(tokenizer.unk_token_id)
+    keep.discard(None)
+    return sorted(keep)
 
 
 def _remap_ids(value: Any, mapping: dict[int, int]) -> Any:
@@ -85,13 +169,15 @@ def _remap_post_processor(node: Any, mapping: dict[int, int]) -> Any:
     return node
 
 
-def shrink_tokenizer(tokenizer, keep: list[int]):
+def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
     """A new fast tokenizer holding only the ``keep`` tokens, renumbered 0..len(keep)-1, with no merges."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     mapping = {old: new for new, old in enumerate(keep)}
     data = json.loads(tokenizer.backend_tokenizer.to_str())
+    if drop_normalizer:
+        data["normalizer"] = None
     model = data["model"]
     if model["type"] not in ("BPE", "WordLevel"):
         raise ValueError(f"cannot shrink a {model['type']} tokenizer; BPE and WordLevel are supported")
@@ -120,8 +206,12 @@ def shrink_tokenizer(tokenizer, keep: list[int]):
     return shrunk
 
 
-def shrink_model(model, keep: list[int]) -> None:
-    """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids."""
+def shrink_model(model, keep: list[int], untie: bool = True) -> None:
+    """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids.
+
+    ``untie``: a head tied to the embeddings gets its own copy of the kept rows (and the config
+    says so); otherwise a tied head stays tied.
+    """
     import torch
 
     index = torch.tensor(keep, dtype=torch.long)
@@ -135,53 +225,65 @@ def shrink_model(model, keep: list[int]) -> None:
         new_embeddings.weight.copy_(embeddings.weight.index_select(0, index.to(embeddings.weight.device)))
         model.set_input_embeddings(new_embeddings)
         if head is not None:
-            if tied:
-                new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
-                                           device=head.weight.device, dtype=head.weight.dtype)
+            new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
+                                       device=head.weight.device, dtype=head.weight.dtype)
+            if tied and not untie:
                 new_head.weight = new_embeddings.weight
             else:
-                new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
-                                           device=head.weight.device, dtype=head.weight.dtype)
                 new_head.weight.copy_(head.weight.index_select(0, index.to(head.weight.device)))
             if head.bias is not None:
                 new_head.bias.copy_(head.bias.index_select(0, index.to(head.bias.device)))
             model.set_output_embeddings(new_head)
+    if tied and untie:
+        model.config.tie_word_embeddings = False
+        text_config = getattr(model.config, "text_config", None)
+        if text_config is not None and hasattr(text_config, "tie_word_embeddings"):
+            text_config.tie_word_embeddings = False
     for config in (model.config, getattr(model, "generation_config", None)):
         if config is None:
             continue
-        for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "unk_token_id"):
-            if getattr(config, name, None) is not None:
-                setattr(config, name, _remap_ids(getattr(config, name), mapping))
+        for name, value in list(config.to_dict().items()):
+            if name.endswith("token_id") and value is not None:
+                setattr(config, name, _remap_ids(value, mapping))
     model.config.vocab_size = len(keep)
     text_config = getattr(model.config, "text_config", None)
     if text_config is not None and hasattr(text_config, "vocab_size"):
         text_config.vocab_size = len(keep)
 
 
-def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat()):
+def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
+                      untie: bool = True):
     """Shrink a model and its tokenizer in one go; returns ``(model, new_tokenizer, kept_old_ids)``."""
-    keep = tokens_to_keep(tokenizer, text_format)
-    new_tokenizer = shrink_tokenizer(tokenizer, keep)
-    shrink_model(model, keep)
+    keep = tokens_to_keep(tokenizer, text_format, kept,
+                          configs=(model.config, getattr(model, "generation_config", None)))
+    new_tokenizer = shrink_tokenizer(tokenizer, keep, drop_normalizer=kept == "authors")
+    shrink_model(model, keep, untie=untie)
     if new_tokenizer.pad_token is None and new_tokenizer.eos_token is not None:
         new_tokenizer.pad_token = new_tokenizer.eos_token
     return model, new_tokenizer, keep
 
 
 def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLike,
-                        text_format: TextFormat = TextFormat(), dtype: str = "auto") -> Path:
+                        text_format: TextFormat = TextFormat(), dtype: str = "auto", kept: str = "authors",
+                        untie: bool = True) -> Path:
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from arc_kit import devices  # noqa: F401  (stays offline)
 
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    tokens_to_keep(tokenizer, text_format)  # a tokenizer that cannot be shrunk fails before the weights load
+    tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
-    model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format)
+    return save_shrunk(model, tokenizer, destination, text_format, kept, untie, {"shrunk_from": str(source)})
+
+
+def save_shrunk(model, tokenizer, destination: str | os.PathLike, text_format: TextFormat = TextFormat(),
+                kept: str = "authors", untie: bool = True, info: dict | None = None) -> Path:
+    """Shrink a loaded model and tokenizer and save them as a model folder with ``arc_kit.json``."""
+    model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format, kept, untie)
     destination = Path(destination)
     model.save_pretrained(destination)
     tokenizer.save_pretrained(destination)
-    (destination / "arc_kit.json").write_text(json.dumps(
-        {"shrunk_from": str(source), "kept_token_ids": keep, "vocab_size": len(keep)}, indent=2) + "\n")
+    record = {**(info or {}), "kept": kept, "kept_token_ids": keep, "vocab_size": len(keep)}
+    (destination / "arc_kit.json").write_text(json.dumps(record, indent=2) + "\n")
     return destination
