@@ -25,6 +25,8 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from arc_kit.shrinking import save_shrunk
+
 BUILD_FORMAT = 1  # bumped when a built folder from an older kit must be rebuilt
 
 
@@ -256,6 +258,16 @@ def is_built(folder: str | os.PathLike, name: str) -> bool:
             and base.get("build_format") == BUILD_FORMAT and (folder / "config.json").exists())
 
 
+def built_base_name(folder: str | os.PathLike) -> str | None:
+    """The name of the base that ``folder`` is a build of, or None for any other model folder."""
+    try:
+        record = json.loads((Path(folder) / "arc_kit.json").read_text())
+    except (OSError, ValueError):
+        return None
+    name = record.get("base", {}).get("name") if isinstance(record.get("base"), dict) else None
+    return name if name in BASES and is_built(folder, name) else None
+
+
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
                weights: str | os.PathLike | None = None, download: bool = True, kept: str = "authors",
                progress: bool = True) -> Path:
@@ -265,8 +277,6 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     ``locate_weights``). The folder holds float32 safetensors, the shrunk tokenizer and
     ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids.
     """
-    from arc_kit.shrinking import save_shrunk
-
     spec = get_spec(name)
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
@@ -289,4 +299,4 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
 
 
 __all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder",
-           "file_sha256", "get_spec", "is_built", "locate_weights", "read_gguf"]
+           "built_base_name", "file_sha256", "get_spec", "is_built", "locate_weights", "read_gguf"]

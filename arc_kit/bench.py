@@ -21,10 +21,12 @@ import numpy as np
 from arc_kit.augmentation import Augmentation
 from arc_kit.decoding import AnswerSpace, new_cache, sequence_nll
 from arc_kit.dfs import DfsSettings, dfs_search
-from arc_kit.samplers import SamplerSettings
+from arc_kit.models import LoadSettings, create_model, load_model
 from arc_kit.scoring import score_answers
+from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.solver import Solver
 from arc_kit.tasks import Task
-from arc_kit.text_format import TaskEncoder
+from arc_kit.text_format import TaskEncoder, Vocabulary
 
 
 @dataclass
@@ -103,8 +105,6 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
                  augmentations: int = 4, seed: int = 0) -> BenchResult:
     """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
-    from arc_kit.solver import SolveSettings, Solver
-
     solver = Solver(model, encoder, SolveSettings(test_time_training=False))
     totals = {}
     for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
@@ -152,8 +152,30 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
     """A Llama-3.2-3B-shaped model with random weights and the 64-symbol vocabulary, for per-token costs."""
     import torch
 
-    from arc_kit.models import create_model
-
     model, _ = create_model("micro", hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                             num_attention_heads=24, num_key_value_heads=8, head_dim=128)
     return model.to(device=device, dtype=getattr(torch, dtype)).eval()
+
+
+BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring}
+
+
+def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
+                   max_prompt: int = 4096, threshold: float = 0.09, device: str = "auto"):
+    """Lines to print: the environment, then one line per benchmark in ``which``.
+
+    ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
+    ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
+    """
+    if model_path is None:
+        model, encoder, label = llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
+    else:
+        loaded = load_model(model_path, LoadSettings(device=device))
+        model, encoder, label = loaded.model, loaded.encoder(), model_path
+    chosen = [task for task in tasks.tasks()
+              if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
+    chosen = sorted(chosen, key=lambda task: task.id)[:count]
+    yield f"{environment()} | model {label}"
+    for name in which:
+        keywords = {"threshold": threshold} if name != "scoring" else {}
+        yield BENCHMARKS[name](model, encoder, chosen, **keywords).line()

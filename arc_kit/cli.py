@@ -1,19 +1,34 @@
-"""The ``arc-kit`` command line: one sub-command per job, each a thin call into the package.
+"""The ``arc-kit`` command line: one sub-command per job; each parses, makes one call into the package, prints.
 
-Errors in the user's input (bad files, unknown names) end with a one-line message and exit
-status 1, never a traceback; ``--debug`` shows the traceback of anything unexpected.
+The method's options are generated from the settings dataclasses (``settings.options``), so
+``--help`` shows the defaults a command really uses (its preset's). Errors in the user's input
+(bad files, unknown names, a run folder that cannot be resumed) end with a one-line message and
+exit status 1, never a traceback; ``--debug`` shows the traceback of anything unexpected.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from arc_kit import __version__
+from arc_kit.settings import (
+    SOLVE_PRESETS,
+    TRAINING_PRESETS,
+    Settings,
+    SolveSettings,
+    TrainingSettings,
+    get_path,
+    options,
+    replace_path,
+    solve_preset,
+    training_preset,
+)
 
 COMMANDS = {}
+DRY_RUN_TASKS = 5
 
 
 def command(name: str, help_text: str):
@@ -22,6 +37,35 @@ def command(name: str, help_text: str):
         COMMANDS[name] = (help_text, setup)
         return setup
     return register
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared option groups.
+
+def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, title: str) -> None:
+    """One option per field of ``defaults``' class (nested settings flattened), its help and default shown."""
+    group = parser.add_argument_group(title)
+    for option in options(type(defaults)):
+        default = get_path(defaults, option.path)
+        dest = "setting__" + "__".join(option.path)
+        shown = "the model's" if default is None else ("on" if default is True else "off" if default is False
+                                                        else default)
+        text = f"{option.help} (default: {shown})".replace("%", "%%")
+        if option.kind is bool:
+            group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(option.flag, dest=dest, type=option.kind, default=None, choices=option.choices,
+                               metavar=None if option.choices else option.path[-1].upper(), help=text)
+
+
+def settings_from_options(args: argparse.Namespace, defaults: Settings) -> Settings:
+    """``defaults`` with every option given on the command line applied."""
+    settings = defaults
+    for option in options(type(defaults)):
+        value = getattr(args, "setting__" + "__".join(option.path), None)
+        if value is not None:
+            settings = replace_path(settings, option.path, value)
+    return settings
 
 
 def _tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-agi-1/evaluation"):
@@ -39,6 +83,57 @@ def _load(args):
 
     return load_tasks(args.dataset, args.solutions, strict=not args.lenient)
 
+
+def _select_tasks(args):
+    tasks = _load(args)
+    if getattr(args, "task_ids", None):
+        return tasks.select(args.task_ids)
+    if getattr(args, "tasks", None):
+        return tasks.head(args.tasks)
+    return tasks
+
+
+def _load_options(args) -> dict:
+    return dict(device=args.device, dtype=args.dtype, quantization=args.quantization, backend=args.backend)
+
+
+def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_default: str | None):
+    """The options of solving: model, tasks, output, machine, time budget, and the method's settings."""
+    parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
+    _tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=tasks_default,
+                        help="only the first N tasks by id (default: %(default)s; 0 for all)")
+    parser.add_argument("--task-ids", nargs="*", help="only these task ids")
+    parser.add_argument("--out", default=out_default, required=out_default is None,
+                        help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
+    parser.add_argument("--restart", action="store_true", help="discard earlier results in --out instead of resuming")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes, one per GPU (default: one per GPU when there are several, else 1)")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="time budget: plan the run to end this many hours from now (minus --safety-minutes)")
+    parser.add_argument("--safety-minutes", type=float, default=30.0,
+                        help="margin kept before the end of --hours (default: %(default)s)")
+    parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
+                        help="named settings the options below start from (default: %(default)s)")
+    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
+
+
+def _solve_settings(args) -> SolveSettings:
+    return settings_from_options(args, solve_preset(args.preset))
+
+
+def _model_path(args) -> Path:
+    from arc_kit.models import default_model_path
+
+    return Path(args.model) if args.model else default_model_path()
+
+
+# ---------------------------------------------------------------------------------------------
+# Files: validate, export, score, show, datasets.
 
 @command("validate", "check a challenges, solutions or submission file and list every problem")
 def setup_validate(parser):
@@ -95,31 +190,21 @@ def setup_score(parser):
     parser.add_argument("--table", help="write the per-task table to this CSV file")
 
     def run(args):
-        from arc_kit.datasets import load_challenges, load_dataset, read_json
-        from arc_kit.submission import score_submission, solutions_problems, submission_problems
+        from arc_kit.datasets import load_challenges, load_solutions
+        from arc_kit.submission import score_file
 
-        submission = read_json(args.submission)
-        if not isinstance(submission, dict):
-            from arc_kit.tasks import InvalidDataError
-            raise InvalidDataError(submission_problems(submission), args.submission)
-        if Path(args.solutions).exists() or args.solutions.lower().endswith(".json"):
-            solutions = read_json(args.solutions)
-            problems = solutions_problems(solutions)
-            if problems:
-                from arc_kit.tasks import InvalidDataError
-                raise InvalidDataError(problems, args.solutions)
-        else:
-            solutions = load_dataset(args.solutions)
-        if args.challenges:
-            problems = submission_problems(submission, load_challenges(args.challenges, strict=False))
-            for problem in problems:
-                print(f"warning: {problem}", file=sys.stderr)
-        score = score_submission(submission, solutions)
+        challenges = load_challenges(args.challenges, strict=False) if args.challenges else None
+        score, problems = score_file(args.submission, load_solutions(args.solutions), challenges)
         print(score.table.to_string(index=False))
         print(score)
         if args.table:
             score.table.to_csv(args.table, index=False)
             print(f"wrote {args.table}")
+        if problems:  # scored anyway (what is missing counts as wrong), but not a file Kaggle would take
+            print(f"{args.submission}: invalid submission, {len(problems)} problem(s):", file=sys.stderr)
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            return 1
         return 0
     return run
 
@@ -132,27 +217,9 @@ def setup_show(parser):
     parser.add_argument("--augmentation", help="an augmentation key such as s5-c3012456789")
 
     def run(args):
-        import matplotlib
+        from arc_kit.plotting import save_task_picture
 
-        matplotlib.use("Agg")
-        from arc_kit.augmentation import Augmentation
-        from arc_kit.plotting import draw_task
-
-        tasks = _load(args)
-        if args.task.isdigit() and args.task not in tasks:
-            if int(args.task) >= len(tasks):
-                raise KeyError(f"no task {args.task!r} in {tasks.name or 'the task set'} ({len(tasks)} tasks), "
-                               "neither as an id nor as a position")
-            task = tasks[int(args.task)]
-        else:
-            task = tasks[args.task]
-        title = task.id
-        if args.augmentation:
-            augmentation = Augmentation.from_key(args.augmentation)
-            task, title = augmentation.apply(task), f"{task.id} under {augmentation.key}"
-        figure = draw_task(task, title=title)
-        out = args.out or f"{task.id}.png"
-        figure.savefig(out, dpi=100)
+        out = save_task_picture(_load(args).lookup(args.task), args.out, args.augmentation)
         print(f"wrote {out}")
         return 0
     return run
@@ -168,111 +235,36 @@ def setup_datasets(parser):
     return run
 
 
-def _solve_arguments(parser, *, tasks_default: int | None, out_default: str | None):
-    """The options of solving: model, tasks, sampler, augmentations, aggregation, TTT, seed, device."""
-    parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
-    _tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=tasks_default,
-                        help="only the first N tasks by id (default: %(default)s; 0 for all)")
-    parser.add_argument("--task-ids", nargs="*", help="only these task ids")
-    parser.add_argument("--out", default=out_default, required=out_default is None,
-                        help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
-    parser.add_argument("--restart", action="store_true", help="discard earlier results in --out instead of resuming")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
-    parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes, one per GPU (default: one per GPU when there are several, else 1)")
-    parser.add_argument("--hours", type=float, default=None,
-                        help="time budget: plan the run to end this many hours from now (minus --safety-minutes)")
-    parser.add_argument("--safety-minutes", type=float, default=30.0,
-                        help="margin kept before the end of --hours (default: %(default)s)")
-    method = parser.add_argument_group("the method (defaults: the paper's final configuration)")
-    method.add_argument("--sampler", choices=["dfs", "greedy", "sample", "beam"])
-    method.add_argument("--threshold", type=float, help="DFS: minimum probability of a candidate (default 0.09)")
-    method.add_argument("--count", type=int, help="stochastic samples or beams per augmentation")
-    method.add_argument("--temperature", type=float)
-    method.add_argument("--max-forward-calls", type=int, help="DFS: cap on single-token calls per search")
-    method.add_argument("--augmentations", type=int, help="inference augmentations m (default 16)")
-    method.add_argument("--scoring-augmentations", type=int, help="scoring augmentations m' (default 16)")
-    method.add_argument("--aggregation", choices=["product", "min", "max", "sum", "generation"])
-    method.add_argument("--no-ttt", action="store_true", help="skip test-time training")
-    method.add_argument("--ttt-steps", type=int, help="test-time training steps per task (default 64)")
-    method.add_argument("--ttt-lr", type=float, help="test-time learning rate of the adapters (default 1e-4)")
-    method.add_argument("--ttt-embedding-lr", type=float, help="test-time learning rate of the embeddings (1e-5)")
-    method.add_argument("--ttt-rank", type=int, help="test-time LoRA rank (default 32)")
-    method.add_argument("--max-len", type=int, help="token budget of prompt plus answer (default 8192)")
+# ---------------------------------------------------------------------------------------------
+# Solving, the tables, estimates.
 
+def _run_solve(args) -> int:
+    from arc_kit.workers import solve_job
 
-def _solve_settings(args, base=None):
-    """SolveSettings from the solve options: the given ones replace the defaults (or ``base``'s)."""
-    from arc_kit.solver import SolveSettings
-
-    base = base or SolveSettings()
-    sampler = _settings_from_arguments(base.sampler, {
-        "kind": args.sampler, "threshold": args.threshold, "count": args.count, "temperature": args.temperature,
-        "max_forward_calls": args.max_forward_calls})
-    ttt = _settings_from_arguments(base.ttt, {
-        "steps": args.ttt_steps, "learning_rate": args.ttt_lr, "embedding_learning_rate": args.ttt_embedding_lr,
-        "lora_rank": args.ttt_rank})
-    if args.max_len is not None:
-        ttt = dataclasses.replace(ttt, sequences=dataclasses.replace(ttt.sequences, max_len=args.max_len))
-    settings = _settings_from_arguments(base, {
-        "inference_augmentations": args.augmentations, "scoring_augmentations": args.scoring_augmentations,
-        "aggregation": args.aggregation, "max_len": args.max_len, "seed": args.seed})
-    settings = settings.replace(sampler=sampler, ttt=ttt,
-                                test_time_training=False if args.no_ttt else base.test_time_training)
-    return settings
-
-
-def _select_tasks(args):
-    tasks = _load(args)
-    if args.task_ids:
-        return tasks.select(args.task_ids)
-    if args.tasks:
-        return tasks.head(args.tasks)
-    return tasks
-
-
-def _run_solve(args, settings) -> int:
-    import time
-
-    from arc_kit.models import LoadSettings, load_model, model_info
-    from arc_kit.solver import Solver, default_model_path, solve
-    from arc_kit.training import run_info
-    from arc_kit.workers import gpu_count, solve_in_workers
-
-    tasks = _select_tasks(args)
-    model_path = args.model or default_model_path()
-    load = dict(device=args.device, dtype=args.dtype, quantization=args.quantization, backend=args.backend)
+    tasks, model, settings = _select_tasks(args), _model_path(args), _solve_settings(args)
     deadline = None if args.hours is None else time.time() + 3600 * args.hours - 60 * args.safety_minutes
-    workers = args.workers or (gpu_count() if gpu_count() > 1 else 1)
-    description = (f"{settings.sampler.name}, {settings.inference_augmentations} augmentations, "
-                   f"{'TTT' if settings.test_time_training else 'no TTT'}, {settings.aggregation}")
-    if workers > 1:
-        print(f"solving {len(tasks)} task(s) with {model_path} in {workers} worker processes ({description})")
-        if args.restart:
-            import shutil
-
-            shutil.rmtree(args.out, ignore_errors=True)
-        run = solve_in_workers(tasks, model_path, settings, args.out, workers=workers, deadline=deadline,
-                               load_options=load)
-    else:
-        loaded = load_model(model_path, LoadSettings(**load))
-        solver = Solver.from_loaded(loaded, settings)
-        print(f"solving {len(tasks)} task(s) of {tasks.name or args.dataset} with {model_path} on {loaded.device} "
-              f"({description})")
-        run = solve(tasks, solver, args.out, restart=args.restart, deadline=deadline,
-                    info=run_info(model=model_info(loaded), dataset=str(args.dataset), tasks=len(tasks)))
-    failed = [task_id for task_id, record in run.records.items() if record.get("error")]
+    print(f"solving {len(tasks)} task(s) of {tasks.name or args.dataset} with {model} ({settings.description})")
+    run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart, deadline=deadline,
+                    load_options=_load_options(args), info={"dataset": str(args.dataset), "tasks": len(tasks)})
+    failed = run.failed
     print(f"wrote {run.submission_path} ({len(run.records)} tasks, {run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {', '.join(failed[:5])}" if failed else "") + ")")
     if run.score is not None:
         print(run.score.table.to_string(index=False))
         print(run.score)
     return 0
+
+
+@command("solve", "run the method (TTT, DFS, product of experts) on tasks; write records, submission and scores")
+def setup_solve(parser):
+    _solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    return _run_solve
+
+
+@command("dry-run", "the main job: the shipped model on the first ARC-AGI-1 evaluation tasks, scored")
+def setup_dry_run(parser):
+    _solve_arguments(parser, preset="dry-run", tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run")
+    return _run_solve
 
 
 @command("worker", "(internal) one worker process of a multi-GPU run: solve the tasks of a plan file")
@@ -286,41 +278,58 @@ def setup_worker(parser):
     return run
 
 
-def _table_command(args, settings, which: str) -> int:
-    from arc_kit.models import LoadSettings, load_model
-    from arc_kit.solver import Solver, default_model_path
-    from arc_kit.tables import DEFAULT_SAMPLERS, run_ablation, run_sampler_table
+def _table(which: str):
+    def run(args):
+        from arc_kit.tables import run_table
 
-    tasks = _select_tasks(args)
-    if not tasks.has_solutions:
-        raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
-    loaded = load_model(args.model or default_model_path(), LoadSettings(
-        device=args.device, dtype=args.dtype, quantization=args.quantization, backend=args.backend))
-    solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
-    if args.restart:
-        for name in (f"{which}_records.jsonl",):
-            (Path(args.out) / name).unlink(missing_ok=True)
-    if which == "ablation":
-        run = run_ablation(tasks, solver, args.out, threshold=settings.sampler.threshold)
-    else:  # the table's fixed samplers, under the given search cap and temperature
-        samplers = [dataclasses.replace(sampler, max_forward_calls=settings.sampler.max_forward_calls,
-                                        temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
-        run = run_sampler_table(tasks, solver, args.out, samplers)
-    print(run.markdown)
-    print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
-    return 0
+        table = run_table(which, _select_tasks(args), _model_path(args), _solve_settings(args), args.out,
+                          restart=args.restart, load_options=_load_options(args))
+        print(table.markdown)
+        print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
+        return 0
+    return run
 
 
 @command("ablation", "the paper's Table 1: baseline, +TTT, +16xAug, +PoE, +DFS on tasks with solutions")
 def setup_ablation(parser):
-    _solve_arguments(parser, tasks_default=0, out_default=None)
-    return lambda args: _table_command(args, _solve_settings(args), "ablation")
+    _solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    return _table("ablation")
 
 
 @command("samplers", "the paper's Table 2: greedy, stochastic, beam and DFS samplers under each aggregation")
 def setup_samplers(parser):
-    _solve_arguments(parser, tasks_default=0, out_default=None)
-    return lambda args: _table_command(args, _solve_settings(args), "samplers")
+    _solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    return _table("samplers")
+
+
+@command("estimate", "the planner's estimate of a run's time, from speeds measured by an earlier run")
+def setup_estimate(parser):
+    parser.add_argument("--records", required=True, help="the run folder (records.jsonl, run.json) to take speeds from")
+    _tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks by id (default: all)")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the work (default: %(default)s)")
+    parser.add_argument("--speedup", type=float, default=1.0,
+                        help="how many times faster the target machine is than the measuring one (default: 1)")
+    parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
+    parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",
+                        help="estimate with the measured run's settings, or with a preset's (default: %(default)s)")
+
+    def run(args):
+        from arc_kit.planner import hours
+        from arc_kit.run import estimate_from_folder
+
+        target = None if args.settings == "run" else solve_preset(args.settings)
+        tasks = _select_tasks(argparse.Namespace(**{**vars(args), "task_ids": None}))
+        estimate = estimate_from_folder(args.records, tasks, _model_path(args), target)
+        speeds, scale = estimate.speeds, 1.0 / (args.speedup * args.workers)
+        print(f"speeds from {speeds.measured_tasks} tasks of {args.records}: training {speeds.training:.3g} "
+              f"s/token-step, generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
+        parts = {part: hours(seconds * scale) for part, seconds in estimate.seconds.items()}
+        print(f"{estimate.tasks} tasks of {tasks.name or args.dataset} with the {args.settings} settings: "
+              f"TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
+              f"total {parts['total']} (h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
+        return 0
+    return run
 
 
 @command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring")
@@ -339,27 +348,17 @@ def setup_bench(parser):
 
     def run(args):
         from arc_kit import bench
-        from arc_kit.models import LoadSettings, load_model
-        from arc_kit.solver import default_model_path
-        from arc_kit.text_format import TaskEncoder, Vocabulary
 
-        if args.llama_3b_shaped:
-            model, encoder, label = bench.llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
-        else:
-            path = args.model or default_model_path()
-            loaded = load_model(path, LoadSettings(device=args.device))
-            model, encoder, label = loaded.model, loaded.encoder(), str(path)
-        tasks = [task for task in _load(args).tasks()
-                 if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= args.max_prompt]
-        tasks = sorted(tasks, key=lambda task: task.id)[: args.tasks]
-        print(f"{bench.environment()} | model {label}")
-        functions = {"decode": bench.bench_decode, "search": bench.bench_search, "scoring": bench.bench_scoring}
-        for name in args.which:
-            keywords = {"threshold": args.threshold} if name != "scoring" else {}
-            print(functions[name](model, encoder, tasks, **keywords).line(), flush=True)
+        for line in bench.run_benchmarks(None if args.llama_3b_shaped else str(_model_path(args)), _load(args),
+                                         which=args.which, count=args.tasks, max_prompt=args.max_prompt,
+                                         threshold=args.threshold, device=args.device):
+            print(line, flush=True)
         return 0
     return run
 
+
+# ---------------------------------------------------------------------------------------------
+# Kaggle.
 
 @command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
 def setup_kaggle(parser):
@@ -382,7 +381,6 @@ def setup_kaggle(parser):
 
     def execute(args):
         from arc_kit import kaggle
-        from arc_kit.solver import default_model_path
 
         if args.action == "build":
             folder = kaggle.build_dataset(args.out, args.model, title=args.title, dataset_id=args.id,
@@ -391,8 +389,8 @@ def setup_kaggle(parser):
                 if path.is_file():
                     print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
             return 0
-        result = kaggle.run_competition(args.model or default_model_path(), input_root=args.input,
-                                        working=args.working, hours=args.hours, safety_minutes=args.safety_minutes,
+        result = kaggle.run_competition(_model_path(args), input_root=args.input, working=args.working,
+                                        hours=args.hours, safety_minutes=args.safety_minutes,
                                         smoke_tasks=args.smoke_tasks, workers=args.workers, force_full=args.full)
         print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
               f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s")
@@ -400,93 +398,13 @@ def setup_kaggle(parser):
     return execute
 
 
-@command("estimate", "the planner's estimate of a run's time, from speeds measured by an earlier run")
-def setup_estimate(parser):
-    parser.add_argument("--records", required=True, help="the run folder (records.jsonl, run.json) to take speeds from")
-    _tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks by id (default: all)")
-    parser.add_argument("--workers", type=int, default=1, help="processes sharing the work (default: %(default)s)")
-    parser.add_argument("--speedup", type=float, default=1.0,
-                        help="how many times faster the target machine is than the measuring one (default: 1)")
-    parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
-    parser.add_argument("--settings", choices=["run", "paper"], default="run",
-                        help="estimate with the measured run's settings, or with the paper's (default: %(default)s)")
-
-    def run(args):
-        import json
-
-        from transformers import AutoTokenizer
-
-        from arc_kit.planner import estimate_run, hours, speeds_from_records
-        from arc_kit.solver import SolveSettings, default_model_path, read_records
-        from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
-
-        folder = Path(args.records)
-        settings = SolveSettings.from_json(json.loads((folder / "run.json").read_text())["settings"])
-        tokenizer = AutoTokenizer.from_pretrained(args.model or default_model_path(), local_files_only=True)
-        encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.max_len)
-        measured_tasks = _load(argparse.Namespace(dataset=json.loads((folder / "run.json").read_text()).get(
-            "dataset", "arc-agi-1/evaluation"), solutions=None, lenient=True))
-        speeds = speeds_from_records(read_records(folder / "records.jsonl"), measured_tasks, encoder, settings)
-        tasks = _select_tasks(argparse.Namespace(**{**vars(args), "task_ids": None}))
-        target = settings if args.settings == "run" else SolveSettings()
-        estimate = estimate_run(tasks, TaskEncoder(encoder.tokenizer, max_len=target.max_len), target, speeds)
-        scale = 1.0 / (args.speedup * args.workers)
-        print(f"speeds from {speeds.measured_tasks} tasks of {folder}: training {speeds.training:.3g} s/token-step, "
-              f"generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
-        print(f"{estimate['tasks']} tasks of {tasks.name or args.dataset} with the {args.settings}'s settings: "
-              f"TTT {hours(estimate['training'] * scale)}, generation {hours(estimate['generation'] * scale)}, "
-              f"scoring {hours(estimate['scoring'] * scale)}; total {hours(estimate['total'] * scale)} "
-              f"(h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
-        return 0
-    return run
-
-
-@command("solve", "run the method (TTT, DFS, product of experts) on tasks; write records, submission and scores")
-def setup_solve(parser):
-    _solve_arguments(parser, tasks_default=0, out_default=None)
-    return lambda args: _run_solve(args, _solve_settings(args))
-
-
-@command("dry-run", "the main job: the shipped model on the first ARC-AGI-1 evaluation tasks, scored")
-def setup_dry_run(parser):
-    _solve_arguments(parser, tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run")
-    return lambda args: _run_solve(args, _solve_settings(args, dry_run_settings()))
-
-
-DRY_RUN_TASKS = 5
-
-
-def dry_run_settings():
-    """The main job's settings: the paper's method, sized for a 2-core CPU and the small shipped model.
-
-    Differences from the paper's configuration, each for the CPU or for a 2.4M-parameter model:
-    DFS at T = 1% (the shipped model rarely gives any whole answer 9%), 8 + 8 augmentations instead
-    of 16 + 16, prompts within 4096 tokens (long tasks drop train pairs), a DFS cap of 2000
-    single-token calls per search, and a test-time learning rate of 1e-3 (the paper's 1e-4 barely
-    moves a model this small in 64 steps). Every option on the command line overrides these.
-    """
-    from arc_kit.samplers import SamplerSettings
-    from arc_kit.solver import SolveSettings
-    from arc_kit.training_data import SequenceSettings
-    from arc_kit.ttt import TestTimeSettings
-
-    return SolveSettings(sampler=SamplerSettings("dfs", threshold=0.01, max_forward_calls=2000),
-                         inference_augmentations=8, scoring_augmentations=8, max_len=4096,
-                         ttt=TestTimeSettings(learning_rate=1e-3, embedding_learning_rate=1e-3,
-                                              sequences=SequenceSettings(max_len=4096)))
-
-
-def _settings_from_arguments(settings, arguments: dict):
-    """Replace the fields of a settings dataclass that were given on the command line (not None)."""
-    given = {name: value for name, value in arguments.items() if value is not None}
-    return dataclasses.replace(settings, **given) if given else settings
-
+# ---------------------------------------------------------------------------------------------
+# Models: training, creating, shrinking.
 
 @command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC and training tasks")
 def setup_pretrain(parser):
-    parser.add_argument("--model", required=True, help="a model folder to fine-tune, or a from-scratch preset "
-                                                       "(micro, tiny, small, base)")
+    parser.add_argument("--model", required=True, help="a model folder to fine-tune, a base name (see arc-kit base "
+                                                       "list), or a from-scratch preset (micro, tiny, small, base)")
     parser.add_argument("--out", required=True, help="the run folder: the trained model, its log and checkpoints")
     parser.add_argument("--re-arc", help="RE-ARC examples: a folder with tasks/<id>.json, or the .tar.gz")
     parser.add_argument("--tasks", nargs="*", default=None, help="task sets whose pairs are also trained on "
@@ -497,55 +415,22 @@ def setup_pretrain(parser):
                         help="permit training on an evaluation set (it then cannot be used to measure the model)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
     parser.add_argument("--device", default="auto")
-    group = parser.add_argument_group("training settings (defaults: the paper's recipe, or the from-scratch "
-                                      "variant for presets)")
-    for flag, kind, name in [("--steps", int, "steps"), ("--minutes", float, "minutes"),
-                             ("--batch-size", int, "batch_size"), ("--accumulation", int, "gradient_accumulation"),
-                             ("--lr", float, "learning_rate"), ("--embedding-lr", float, "embedding_learning_rate"),
-                             ("--warmup", float, "warmup_ratio"), ("--weight-decay", float, "weight_decay"),
-                             ("--rank", int, "lora_rank"), ("--alpha", int, "lora_alpha"), ("--seed", int, "seed"),
-                             ("--save-every", int, "save_every"), ("--log-every", int, "log_every"),
-                             ("--workers", int, "data_workers")]:
-        group.add_argument(flag, type=kind, dest=name)
-    group.add_argument("--optimizer", choices=["auto", "adamw", "adamw_8bit"])
-    group.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"])
-    group.add_argument("--full", dest="full_finetune", action="store_const", const=True,
-                       help="train every weight instead of LoRA adapters")
-    group.add_argument("--no-gradient-checkpointing", dest="gradient_checkpointing", action="store_const",
-                       const=False)
-    sequences = parser.add_argument_group("sequences")
-    sequences.add_argument("--max-len", type=int, dest="max_len")
-    sequences.add_argument("--min-pairs", type=int, dest="min_pairs")
-    sequences.add_argument("--max-pairs", type=int, dest="max_pairs")
+    parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
+                        help="named settings the options below start from (default: from-scratch for a preset "
+                             "model, else paper)")
+    add_settings_options(parser, TrainingSettings(), "training settings (defaults: the paper's initial fine-tune)")
 
     def run(args):
-        from arc_kit.datasets import load_re_arc, load_tasks
         from arc_kit.models import PRESETS
-        from arc_kit.training import TrainingSettings, pretrain
-        from arc_kit.training_data import mix_pools, pools_from_tasks
+        from arc_kit.training import pretrain
+        from arc_kit.training_data import pretraining_data
 
-        if not args.re_arc and not args.tasks:
-            raise ValueError("nothing to train on: give --re-arc PATH and/or --tasks NAME")
-        groups, described = {}, []
-        if args.re_arc:
-            pools = load_re_arc(args.re_arc)
-            groups["re-arc"] = (pools, args.re_arc_weight if args.tasks else 1.0)
-            described.append(f"RE-ARC {args.re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs)")
-        for name in args.tasks or []:
-            if "eval" in name.lower() and not args.allow_evaluation_tasks:
-                raise ValueError(f"refusing to train on {name!r}, an evaluation set (--allow-evaluation-tasks)")
-            tasks = load_tasks(name)
-            weight = (1.0 - args.re_arc_weight if args.re_arc else 1.0) / len(args.tasks)
-            groups[name] = (pools_from_tasks(tasks), weight)
-            described.append(f"{name} ({len(tasks)} tasks)")
-        pools, weights = mix_pools(groups)
-        base = TrainingSettings.from_scratch() if args.model in PRESETS else TrainingSettings()
-        fields = {name: getattr(args, name, None) for name in base.to_json() if name != "sequences"}
-        settings = _settings_from_arguments(base, fields)
-        sequence_fields = {name: getattr(args, name) for name in ("max_len", "min_pairs", "max_pairs")}
-        settings = settings.replace(sequences=_settings_from_arguments(settings.sequences, sequence_fields))
-        result = pretrain(args.model, args.out, pools, settings, weights=weights,
-                          data_description="; ".join(described), resume=not args.no_resume, device=args.device)
+        data = pretraining_data(args.re_arc, args.tasks or [], re_arc_weight=args.re_arc_weight,
+                                allow_evaluation=args.allow_evaluation_tasks)
+        preset = args.preset or ("from-scratch" if args.model in PRESETS else "paper")
+        settings = settings_from_options(args, training_preset(preset))
+        result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
+                          data_description=data.description, resume=not args.no_resume, device=args.device)
         if result.main_process:
             print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
                   f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
@@ -561,11 +446,10 @@ def setup_create_model(parser):
     parser.add_argument("--seed", type=int, default=0)
 
     def run(args):
-        from arc_kit.models import create_model, parameter_count, save_model
+        from arc_kit.models import create_model_folder
 
-        model, tokenizer = create_model(args.preset, seed=args.seed)
-        save_model(model, tokenizer, args.out, {"preset": args.preset, "seed": args.seed, "trained": False})
-        print(f"wrote {args.out} ({args.preset}, {parameter_count(model):,} parameters)")
+        count = create_model_folder(args.preset, args.out, seed=args.seed)
+        print(f"wrote {args.out} ({args.preset}, {count:,} parameters)")
         return 0
     return run
 
@@ -574,15 +458,20 @@ def setup_create_model(parser):
 def setup_shrink(parser):
     parser.add_argument("source", help="a pretrained model folder (Hugging Face layout)")
     parser.add_argument("destination", help="where to write the shrunk model folder")
+    parser.add_argument("--kept", choices=["authors", "minimal"], default="authors",
+                        help="which tokens to keep: the authors' set (id-compatible with their adapters) or only "
+                             "what the format writes (default: %(default)s)")
 
     def run(args):
         from arc_kit.shrinking import shrink_model_folder
 
-        path = shrink_model_folder(args.source, args.destination)
+        path = shrink_model_folder(args.source, args.destination, kept=args.kept)
         print(f"wrote {path}")
         return 0
     return run
 
+
+# ---------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arc-kit", description="ARC-AGI with a product of experts: solve, "
@@ -597,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from arc_kit.devices import UnsupportedSetupError
     from arc_kit.tasks import InvalidDataError
 
     parser = build_parser()
@@ -611,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except (FileNotFoundError, KeyError, ValueError, OSError) as error:
+    except (FileNotFoundError, KeyError, ValueError, OSError, UnsupportedSetupError) as error:
         if args.debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error

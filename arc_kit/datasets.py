@@ -7,8 +7,9 @@ Sources:
 - a folder of per-task JSON files in the ARC layout, searched recursively;
 - RE-ARC: a folder (or ``.tar.gz``) of per-task JSON lists of generated ``{input, output}`` pairs.
 
-``load_tasks(source)`` accepts any of these. This module reads and writes JSON; it knows nothing
-of text formats, models or submissions.
+``load_tasks(source)`` accepts any of these. ``export_kaggle`` writes a set back out as the
+competition ships it, sample submission included (made by ``submission``). This module knows
+where tasks live and how their files are laid out; it knows nothing of text formats or models.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.grids import grid_problems, to_grid
+from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.submission import build_submission, solutions_problems
 from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_tasks
 
 KAGGLE_INPUT = Path("/kaggle/input")
@@ -47,23 +50,6 @@ def _version_files() -> dict[str, str]:
 def dataset_names() -> list[str]:
     """Every name ``load_dataset`` accepts, e.g. ``arc-agi-1/evaluation``."""
     return [f"{version}/{split}" for version in _version_files() for split in _SPLITS]
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    """Parse a JSON file; InvalidDataError saying where the JSON breaks (no traceback needed)."""
-    path = Path(path)
-    if not path.exists():
-        raise InvalidDataError([f"no such file: {path}"])
-    if path.is_dir():
-        raise InvalidDataError([f"{path} is a folder, expected a JSON file"])
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as error:
-        raise InvalidDataError([f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"],
-                               str(path)) from None
-    except UnicodeDecodeError as error:
-        raise InvalidDataError([f"not UTF-8 text ({error.reason} at byte {error.start})"], str(path)) from None
 
 
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
@@ -162,6 +148,19 @@ def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = 
     return load_dataset(str(source), strict=strict)
 
 
+def load_solutions(source: str | os.PathLike) -> dict[str, list]:
+    """Test outputs by task id from a Kaggle solutions file or a dataset name; InvalidDataError listing problems."""
+    path = Path(source)
+    if path.exists() or path.suffix == ".json":
+        solutions = read_json(path)
+        problems = solutions_problems(solutions)
+        if problems:
+            raise InvalidDataError(problems, str(path))
+        return solutions
+    tasks = load_dataset(str(source))
+    return {task.id: task.test_outputs for task in tasks.tasks()}
+
+
 # ---------------------------------------------------------------------------------------------
 # Kaggle: finding the competition files, and writing any set in their layout.
 
@@ -234,31 +233,12 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> Competitio
     return CompetitionFiles(folder=best, sample_submission=sample if sample.exists() else None, **found[best])
 
 
-def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | None = None) -> Path:
-    """Write JSON to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent, separators=None if indent else (",", ":"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
-
-
 def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evaluation") -> dict[str, Path]:
     """Write ``arc-agi_<split>_challenges.json`` (and ``_solutions.json`` when known) into ``folder``.
 
     With ``split="test"`` the challenges file is the one a Kaggle run reads. A
     ``sample_submission.json`` (every attempt the test input) is written too.
     """
-    from arc_kit.submission import build_submission  # submission imports datasets, not the reverse
-
     folder = Path(folder)
     written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
                                                    tasks.challenges_json())}

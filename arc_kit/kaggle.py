@@ -25,17 +25,16 @@ from pathlib import Path
 
 from arc_kit import __version__
 from arc_kit.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
-from arc_kit.solver import SolveSettings, answers_from_records
+from arc_kit.models import default_model_path
+from arc_kit.records import answers_from_records
+from arc_kit.settings import SolveSettings, smoke
 from arc_kit.submission import build_submission, load_submission, write_submission
+from arc_kit.workers import gpu_count, solve_in_workers
 
 logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png")
-
-
-def on_kaggle() -> bool:
-    return Path("/kaggle/input").is_dir() and "KAGGLE_KERNEL_RUN_TYPE" in os.environ
 
 
 @dataclass
@@ -48,25 +47,12 @@ class CompetitionRun:
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
 
 
-def smoke_settings(settings: SolveSettings) -> SolveSettings:
-    """A few seconds per task: enough to prove the whole path works, not to score."""
-    from dataclasses import replace
-
-    return settings.replace(inference_augmentations=min(2, settings.inference_augmentations),
-                            scoring_augmentations=min(2, settings.scoring_augmentations),
-                            ttt=replace(settings.ttt, steps=min(4, settings.ttt.steps)),
-                            sampler=replace(settings.sampler, max_forward_calls=min(
-                                2000, settings.sampler.max_forward_calls)))
-
-
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, hours: float = 12.0, safety_minutes: float = 45.0,
                     smoke_tasks: int = 3, workers: int | None = None, load_options: dict | None = None,
                     force_full: bool = False) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second."""
-    from arc_kit.workers import gpu_count, solve_in_workers
-
     started = time.time() if started is None else started
     working = Path(working)
     working.mkdir(parents=True, exist_ok=True)
@@ -78,7 +64,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     write_submission(submission_path, build_submission(tasks, {}), tasks)  # fallback answers, at once
     placeholder = files.is_placeholder_test() and not force_full
     chosen = tasks.head(smoke_tasks) if placeholder else tasks
-    run_settings = smoke_settings(settings) if placeholder else settings
+    run_settings = smoke(settings) if placeholder else settings
     deadline = started + 3600 * hours - 60 * safety_minutes
     workers = workers or max(1, gpu_count())
     records, error = {}, None
@@ -92,7 +78,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         logger.error("the solving run failed, the fallback submission stands: %s", error)
     write_submission(submission_path, build_submission(tasks, answers_from_records(records)), tasks)
     load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
-    solved = sum(1 for record in records.values() if record.get("rung", 0) >= 0 and not record.get("error"))
+    solved = sum(1 for record in records.values() if record.got_model_work)
     return CompetitionRun(submission_path, placeholder, len(tasks), solved, time.time() - started, error)
 
 
@@ -151,8 +137,6 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
                   dataset_id: str = "YOUR_KAGGLE_USERNAME/arc-kit", extra_wheels: str | os.PathLike | None = None,
                   ) -> Path:
     """Assemble the Kaggle dataset folder: wheels/, model/, dataset-metadata.json, README.md."""
-    from arc_kit.solver import default_model_path
-
     out = Path(out)
     model = Path(model) if model is not None else default_model_path()
     if not (model / "config.json").exists():

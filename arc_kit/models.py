@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit import devices
+from arc_kit.bases import build_base, built_folder
 from arc_kit.text_format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 # Llama-style from-scratch models. Sizes are in parameters with the 64-symbol vocabulary.
@@ -85,6 +86,13 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
     return model, build_tokenizer(vocabulary)
 
 
+def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0) -> int:
+    """Write a fresh, untrained from-scratch model folder; its number of parameters."""
+    model, tokenizer = create_model(preset, seed=seed)
+    save_model(model, tokenizer, out, {"preset": preset, "seed": seed, "trained": False})
+    return parameter_count(model)
+
+
 def save_model(model, tokenizer, path: str | os.PathLike, info: dict | None = None,
                max_shard_size: str = "16MB") -> Path:
     """Save weights (safetensors, sharded), config, tokenizer, and ``info`` as ``arc_kit.json``."""
@@ -128,8 +136,16 @@ class LoadedModel:
     def grid_tokenizer(self) -> HuggingFaceTokenizer:
         return HuggingFaceTokenizer(self.tokenizer)
 
-    def encoder(self, text_format: TextFormat = TextFormat(), max_len: int = 8192) -> TaskEncoder:
-        """A TaskEncoder over this model's tokenizer (fails clearly if it is not vocabulary-shrunk)."""
+    def token_budget(self) -> int:
+        """The model's own token budget: ``token_budget`` in its arc_kit.json, else its maximum positions."""
+        config = getattr(self.model, "config", None)
+        return token_budget_of(self.path, getattr(config, "max_position_embeddings", None))
+
+    def encoder(self, text_format: TextFormat = TextFormat(), max_len: int | None = None) -> TaskEncoder:
+        """A TaskEncoder over this model's tokenizer within ``max_len`` tokens (default: the model's budget).
+
+        Fails clearly if the tokenizer is not vocabulary-shrunk.
+        """
         tokenizer = self.grid_tokenizer
         # The encoder writes grids cell by cell; a tokenizer that merges digits would read them otherwise.
         rows = ["0123456789", "9876543210", "00112233445566778899"]
@@ -139,7 +155,47 @@ class LoadedModel:
         if found != expected:
             raise ValueError(f"the tokenizer of {self.path} writes {sample!r} as {found} tokens, not one per digit; "
                              "shrink its vocabulary first (arc-kit shrink)")
-        return TaskEncoder(tokenizer, text_format, max_len)
+        return TaskEncoder(tokenizer, text_format, self.token_budget() if max_len is None else max_len)
+
+
+DEFAULT_TOKEN_BUDGET = 8192  # the competition runs' budget, for a model that states none
+
+
+def token_budget_of(path: str | os.PathLike, max_positions: int | None = None) -> int:
+    """A model folder's token budget, read from its files: ``token_budget`` in arc_kit.json, else the
+    maximum positions (of its config, or of its base's), else ``DEFAULT_TOKEN_BUDGET``."""
+    path = Path(path)
+    recorded = _read_json(path / "arc_kit.json").get("token_budget")
+    if recorded:
+        return int(recorded)
+    if max_positions is None:
+        config = _read_json(path / "config.json")
+        if not config and is_delta_folder(path):
+            config = _read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
+        max_positions = config.get("max_position_embeddings")
+    return int(max_positions or DEFAULT_TOKEN_BUDGET)
+
+
+def default_model_path() -> Path:
+    """The model the kit ships: $ARC_KIT_MODEL, else kaggle_dataset/model beside the package source."""
+    if os.environ.get("ARC_KIT_MODEL"):
+        return Path(os.environ["ARC_KIT_MODEL"])
+    here = Path(__file__).resolve().parents[1] / "kaggle_dataset" / "model"
+    if (here / "config.json").exists() or is_delta_folder(here):
+        return here
+    raise FileNotFoundError("no default model found: set ARC_KIT_MODEL or pass --model (the repository ships one "
+                            "in kaggle_dataset/model)")
+
+
+def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat(),
+                 max_len: int | None = None) -> TaskEncoder:
+    """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
+                       token_budget_of(path) if max_len is None else max_len)
 
 
 def _read_json(path: Path) -> dict:
@@ -251,8 +307,6 @@ def is_delta_folder(path: str | os.PathLike) -> bool:
 
 def _delta_base(path: Path, settings: LoadSettings) -> Path:
     """The base model folder a delta goes on: the one given, else ``bases.build_base`` (cached)."""
-    from arc_kit.bases import build_base
-
     if settings.base_model:
         return Path(settings.base_model)
     index = json.loads((path / DELTA_INDEX).read_text())
@@ -348,5 +402,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta", "build_tokenizer",
-           "create_model", "is_delta_folder", "load_model", "merge_delta", "model_info", "parameter_count",
-           "save_delta", "save_model"]
+           "create_model", "create_model_folder", "default_model_path", "is_delta_folder", "load_encoder",
+           "load_model", "merge_delta", "model_info", "parameter_count", "save_delta", "save_model",
+           "token_budget_of"]

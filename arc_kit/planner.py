@@ -19,11 +19,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from arc_kit.solver import SolveSettings, ladder
-from arc_kit.tasks import Task
+from arc_kit.records import FALLBACK_RUNG, TaskRecord
+from arc_kit.settings import SolveSettings, ladder
+from arc_kit.tasks import Task, TaskSet
 from arc_kit.text_format import TaskEncoder
 
-FALLBACK = -1  # the rung beyond the ladder: no model work, fallback answers
+FALLBACK = FALLBACK_RUNG  # the rung beyond the ladder: no model work, fallback answers
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,7 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = 8192) -> TaskSize:
     """Token counts of a task under the encoder (the budget applied as the solver would)."""
     training = 0
     if len(task.train) >= 2:
-        training = min(max_len, sum(len(encoder._pair_pieces(pair)[0]) + len(encoder._pair_pieces(pair)[1])
-                                    for pair in task.train))
+        training = min(max_len, sum(encoder.pair_tokens(pair) for pair in task.train))
     prompt = answers = 0
     for test_input in task.test_inputs:
         budget = min(max_len, 10**7)
@@ -69,7 +69,7 @@ class Speeds:
     def update(self, size: TaskSize, settings: SolveSettings, timings: Mapping[str, float]) -> None:
         """Fold one finished task's timings in (a part that did not run is left alone)."""
         weight = 1.0 / (self.measured_tasks + 1)
-        units = _units(size, settings)
+        units = work_units(size, settings)
         for part, timing in (("training", "ttt"), ("generation", "generation"), ("scoring", "scoring")):
             if units[part] and timings.get(timing):
                 current = getattr(self, part)
@@ -77,13 +77,13 @@ class Speeds:
         self.measured_tasks += 1
 
     def seconds(self, size: TaskSize, settings: SolveSettings) -> float:
-        units = _units(size, settings)
+        units = work_units(size, settings)
         return self.training * units["training"] + self.generation * units["generation"] + \
             self.scoring * units["scoring"]
 
 
-def _units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
-    training = settings.ttt.steps * min(size.training_tokens, settings.ttt.sequences.max_len) \
+def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
+    training = settings.ttt.steps * min(size.training_tokens, settings.max_len or size.training_tokens) \
         if settings.test_time_training and size.train_pairs >= 2 else 0
     explored = 1.0
     if settings.sampler.kind == "dfs":
@@ -138,10 +138,6 @@ class Planner:
     def seconds_left(self) -> float:
         return self.deadline - self.clock()
 
-    def full_run_estimate(self) -> float:
-        """Seconds the remaining tasks would take at the configured settings."""
-        return self.estimate(self.remaining, 0)
-
 
 def hours(seconds: float) -> str:
     if not math.isfinite(seconds):
@@ -149,25 +145,24 @@ def hours(seconds: float) -> str:
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
 
 
-def speeds_from_records(records: Mapping[str, dict], tasks, encoder: TaskEncoder, settings: SolveSettings) -> Speeds:
+def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encoder: TaskEncoder,
+                        settings: SolveSettings) -> Speeds:
     """Speeds measured by a finished run (its records and the settings it ran with)."""
-    from arc_kit.solver import ladder
-
     rungs = ladder(settings)
     speeds = Speeds()
     for task_id, record in records.items():
-        if record.get("error") or record.get("rung", 0) < 0 or task_id not in tasks:
+        if record.failed or record.rung < 0 or task_id not in tasks:
             continue
-        size = measure(tasks[task_id], encoder, settings.max_len)
-        speeds.update(size, rungs[record.get("rung", 0)], record["timings"])
+        size = measure(tasks[task_id], encoder, settings.max_len or 8192)
+        speeds.update(size, rungs[record.rung], record.timings)
     return speeds
 
 
-def estimate_run(tasks, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
+def estimate_run(tasks: TaskSet, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
     """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
     totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
     for task in tasks.tasks():
-        units = _units(measure(task, encoder, settings.max_len), settings)
+        units = work_units(measure(task, encoder, settings.max_len or 8192), settings)
         for part in totals:
             totals[part] += getattr(speeds, part) * units[part]
     return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}

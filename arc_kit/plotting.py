@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from arc_kit.augmentation import Augmentation
 from arc_kit.tasks import Task
 
 # The palette of the ARC testing interface: black, blue, red, green, yellow, grey, magenta,
@@ -184,3 +185,26 @@ def draw_loss_curve(log):
     rate_axis.set_ylabel("learning rate", color="tab:orange")
     figure.tight_layout()
     return figure
+
+
+def save_task_picture(task: Task, out: str | None = None, augmentation_key: str | None = None,
+                      dpi: int = 100) -> str:
+    """Draw ``task`` (under the augmentation with that key, if given) to a PNG file; its path.
+
+    The default file name is ``<task id>.png``. Uses matplotlib's file backend, so it works without
+    a screen.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    title = task.id
+    if augmentation_key:
+        augmentation = Augmentation.from_key(augmentation_key)
+        task, title = augmentation.apply(task), f"{task.id} under {augmentation.key}"
+    figure = draw_task(task, title=title)
+    out = out or f"{task.id}.png"
+    figure.savefig(out, dpi=dpi)
+    plt.close(figure)
+    return out

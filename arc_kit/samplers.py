@@ -12,39 +12,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from arc_kit.decoding import AnswerSpace, Completion, SearchResult
 from arc_kit.dfs import DfsSettings, dfs_search
 from arc_kit.scoring import score_answers
-
-SAMPLERS = ("dfs", "greedy", "sample", "beam")
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
-
-    kind: str = "dfs"  # dfs | greedy | sample | beam
-    threshold: float = 0.09  # dfs: minimum probability of a returned answer
-    count: int = 1  # sample: answers drawn; beam: beams (and answers returned)
-    temperature: float = 1.0  # sample
-    max_forward_calls: int = 20_000  # dfs: cap on single-token calls per search
-    use_guess: bool = True  # dfs: explore the best answer found so far first
-
-    def __post_init__(self):
-        if self.kind not in SAMPLERS:
-            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLERS}")
-        if self.count < 1:
-            raise ValueError("count must be at least 1")
-
-    @property
-    def name(self) -> str:
-        if self.kind == "dfs":
-            return f"DFS T={self.threshold * 100:g}%"
-        if self.kind == "greedy":
-            return "greedy"
-        return f"{'stochastic' if self.kind == 'sample' else 'beam'} x{self.count}"
+from arc_kit.settings import SamplerSettings
 
 
 class _AllowedTokens:

@@ -20,6 +20,7 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache
+from arc_kit.grids import grid_to_json, to_grid
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
 
@@ -133,6 +134,19 @@ class Candidate:
         if not self.scoring_nlls:
             return float("inf")
         return AGGREGATIONS[name](self.scoring_nlls)
+
+    def to_json(self) -> dict:
+        """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""
+        data = {"grid": grid_to_json(self.grid), "generation_nlls": dict(self.generation_nlls),
+                "scoring_nlls": list(self.scoring_nlls)}
+        if self.scoring_nlls:
+            data["aggregates"] = {name: self.aggregate(name) for name in AGGREGATIONS}
+        return data
+
+    @classmethod
+    def from_json(cls, data) -> Candidate:
+        return cls(to_grid(data["grid"]), {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
+                   [float(v) for v in data.get("scoring_nlls", [])])
 
 
 def select(candidates: Sequence[Candidate], aggregation: str = "product", count: int = 2) -> list[int]:

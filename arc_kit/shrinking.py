@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
 from arc_kit.text_format import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
@@ -268,8 +269,6 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
                         untie: bool = True) -> Path:
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from arc_kit import devices  # noqa: F401  (stays offline)
 
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load

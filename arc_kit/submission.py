@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arc_kit.datasets import read_json, write_json_atomically
 from arc_kit.grids import grid_problems, grid_to_json, grids_equal, json_type_name
-from arc_kit.tasks import InvalidDataError, TaskSet
+from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks
 
 if TYPE_CHECKING:
     import pandas
@@ -207,7 +207,7 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
         hits, which = 0, []
         for index, answer in enumerate(outputs):
             entry = entries[index] if index < len(entries) and isinstance(entries[index], dict) else {}
-            right = [name for name in ATTEMPTS if _same(entry.get(name), answer)]
+            right = [name for name in ATTEMPTS if attempt_is_right(entry.get(name), answer)]
             hits += bool(right)
             which.append(right[0] if right else "-")
         rows.append({"task_id": task_id, "test_outputs": len(outputs), "correct": hits,
@@ -216,10 +216,42 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
     return Score(int(table["correct"].sum()), int(table["test_outputs"].sum()), table)
 
 
-def _same(attempt: Any, answer: Any) -> bool:
+def attempt_is_right(attempt: Any, answer: Any) -> bool:
+    """The competition's test for one attempt: a valid grid equal to the answer, shape and cells.
+
+    The one place the kit decides whether an attempt is right; an attempt that is no valid grid
+    (missing, malformed JSON) is wrong.
+    """
     if attempt is None or grid_problems(attempt, ""):
         return False
     return grids_equal(np.asarray(attempt), np.asarray(answer))
+
+
+def any_attempt_right(attempts: Sequence[Any], answer: Any) -> bool:
+    """True when one of the attempts is right (the competition counts a test output once)."""
+    return any(attempt_is_right(attempt, answer) for attempt in attempts)
+
+
+def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Sequence] | TaskSet,
+               challenges: TaskSet | Mapping[str, int] | None = None) -> tuple[Score, list[str]]:
+    """Score a submission file; (the score, every problem with the file).
+
+    The submission is checked against the solutions' task ids and test counts (and against
+    ``challenges`` when given); missing or malformed attempts score as wrong. InvalidDataError
+    when the file is no submission at all (not JSON, not an object).
+    """
+    submission = read_json(submission_path)
+    if not isinstance(submission, dict):
+        raise InvalidDataError(submission_problems(submission), str(submission_path))
+    expected = challenges if challenges is not None else _solution_counts(solutions)
+    problems = submission_problems(submission, expected)
+    return score_submission(submission, solutions), problems
+
+
+def _solution_counts(solutions: Mapping[str, Sequence] | TaskSet) -> dict[str, int]:
+    if isinstance(solutions, TaskSet):
+        return solutions.test_counts()
+    return {task_id: len(grids) for task_id, grids in solutions.items()}
 
 
 def detect_kind(data: Any) -> str:
@@ -240,8 +272,6 @@ def detect_kind(data: Any) -> str:
 def validate_file(path: str | os.PathLike, kind: str = "auto",
                   challenges: TaskSet | Mapping[str, int] | None = None) -> tuple[str, list[str]]:
     """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data."""
-    from arc_kit.tasks import parse_tasks
-
     try:
         data = read_json(path)
         kind = detect_kind(data) if kind == "auto" else kind

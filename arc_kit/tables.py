@@ -26,9 +26,12 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.grids import grid_key, grid_to_json
-from arc_kit.samplers import SamplerSettings
+from arc_kit.jsonio import append_json_line, read_json_lines
+from arc_kit.models import LoadSettings, load_model
 from arc_kit.scoring import AGGREGATIONS, Candidate, select
-from arc_kit.solver import Solver, append_record, read_records, task_rng
+from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.solver import Solver, task_rng
+from arc_kit.submission import any_attempt_right
 from arc_kit.tasks import Task, TaskSet
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
@@ -45,10 +48,6 @@ DEFAULT_SAMPLERS = (SamplerSettings("greedy"), SamplerSettings("sample", count=2
                     SamplerSettings("beam", count=2), SamplerSettings("beam", count=4),
                     SamplerSettings("dfs", threshold=0.2), SamplerSettings("dfs", threshold=0.09),
                     SamplerSettings("dfs", threshold=0.005))
-
-
-def _right(attempts: Sequence[np.ndarray], answer: np.ndarray) -> bool:
-    return any(np.array_equal(attempt, answer) for attempt in attempts)
 
 
 def _contains(candidates: Sequence[Candidate], answer: np.ndarray) -> bool:
@@ -90,7 +89,7 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
             found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
             record["stages"]["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
-        record["ttt"] = solver.adapt(visible)
+        record["ttt"] = solver.adapt(visible).to_json()
     for test_input, inference, scoring, rng in per_test:
         with clock("+TTT"):
             found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
@@ -109,8 +108,9 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
         record["stages"]["+DFS"].append([searched[i].grid for i in select(searched, "product")])
         record["candidates"].setdefault("+16xAug", []).append(len(augmented))
         record["candidates"].setdefault("+DFS", []).append(len(searched))
-        record.setdefault("dfs_capped", []).extend(search["capped"])
-    record["correct"] = {stage: [_right(attempts, answer) for attempts, answer in zip(record["stages"][stage], answers)]
+        record.setdefault("dfs_capped", []).extend(search.capped)
+    record["correct"] = {stage: [any_attempt_right(attempts, answer)
+                                 for attempts, answer in zip(record["stages"][stage], answers)]
                          for stage in ABLATION_STAGES}
     record["stages"] = {stage: [[grid_to_json(g) for g in attempts] for attempts in tests]
                         for stage, tests in record["stages"].items()}
@@ -123,7 +123,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     import torch
 
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
-    record = {"task_id": task.id, "ttt": solver.adapt(visible), "samplers": {}}
+    record = {"task_id": task.id, "ttt": solver.adapt(visible).to_json(), "samplers": {}}
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring, _ = solver.views(visible, index)
@@ -144,7 +144,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                 entry["peak_memory_gb"] = max(entry["peak_memory_gb"] or 0.0, round(peak, 2))
             entry["candidates"].append(len(candidates))
             entry["found"].append(_contains(candidates, answers[index]))
-            entry["capped"] += len(search["capped"])
+            entry["capped"] += len(search.capped)
             found[sampler.name] = candidates
         union: dict[bytes, Candidate] = {}
         for candidates in found.values():
@@ -159,7 +159,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                 candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
             for aggregation in AGGREGATIONS:
                 chosen = [candidates[i].grid for i in select(candidates, aggregation)]
-                record["samplers"][name]["correct"][aggregation].append(_right(chosen, answers[index]))
+                record["samplers"][name]["correct"][aggregation].append(any_attempt_right(chosen, answers[index]))
     return record
 
 
@@ -175,14 +175,15 @@ def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool) -> di
 
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}_records.jsonl"
-    records = read_records(path)
+    records = {data["task_id"]: data for _, data in read_json_lines(path)
+               if isinstance(data, dict) and isinstance(data.get("task_id"), str)}
     for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=name, unit="task",
                      disable=not progress):
         if not task.has_solutions:
             raise ValueError(f"task {task.id} has no known test outputs; the tables need solutions")
         record = work(task)
         records[task.id] = record
-        append_record(path, record)
+        append_json_line(path, record)
     return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
 
 
@@ -195,13 +196,12 @@ def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: 
     records = _run_tasks(tasks, out, "ablation", lambda task: ablation_task(solver, task, threshold=threshold),
                          progress)
     outputs = sum(len(r["correct"]["baseline"]) for r in records.values())
-    seconds_key = {"baseline": "baseline", "+TTT": "+TTT", "+16xAug": "+16xAug", "+PoE": "+PoE", "+DFS": "+DFS"}
     rows = []
     for position, stage in enumerate(ABLATION_STAGES):
         right = sum(sum(r["correct"][stage]) for r in records.values())
         row = {"stage": stage, "correct": right, "test_outputs": outputs,
                "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
-               "seconds_per_task": round(np.mean([r["seconds"].get(seconds_key[stage], 0.0)
+               "seconds_per_task": round(np.mean([r["seconds"].get(stage, 0.0)
                                                   for r in records.values()]), 2) if records else 0.0}
         for model, numbers in PAPER_ABLATION.items():
             row[f"paper {model}"] = numbers[position]
@@ -255,6 +255,32 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
     table.to_csv(out / "samplers.csv", index=False)
     (out / "samplers.md").write_text(markdown + "\n")
     return TableRun(table, markdown, records)
+
+
+TABLES = ("ablation", "samplers")
+
+
+def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
+              load_options: dict | None = None, progress: bool = True) -> TableRun:
+    """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
+
+    The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
+    fixed samplers under the settings' search cap and temperature. A rerun resumes (``restart``:
+    start over).
+    """
+    if which not in TABLES:
+        raise ValueError(f"unknown table {which!r}; expected one of {TABLES}")
+    if not tasks.has_solutions:
+        raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
+    loaded = load_model(model, LoadSettings(**(load_options or {})))
+    solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
+    if restart:
+        (Path(out) / f"{which}_records.jsonl").unlink(missing_ok=True)
+    if which == "ablation":
+        return run_ablation(tasks, solver, out, threshold=settings.sampler.threshold, progress=progress)
+    samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
+                                temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
+    return run_sampler_table(tasks, solver, out, samplers, progress=progress)
 
 
 def _markdown(table) -> str:

@@ -256,6 +256,15 @@ class TaskSet(Mapping[str, Task]):
         except KeyError:
             raise KeyError(f"no task {key!r} in {self.name or 'this task set'} ({len(self)} tasks)") from None
 
+    def lookup(self, key: str) -> Task:
+        """A task by id, or, when ``key`` is a number that is no id, by position (KeyError naming both)."""
+        if key in self._tasks:
+            return self._tasks[key]
+        if key.isdigit() and int(key) < len(self):
+            return self[int(key)]
+        raise KeyError(f"no task {key!r} in {self.name or 'this task set'} ({len(self)} tasks), neither as an id "
+                       "nor as a position")
+
     def __contains__(self, key: object) -> bool:
         return key in self._tasks  # ids only: positions are for lookup, not membership
 

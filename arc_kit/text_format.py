@@ -242,6 +242,11 @@ class TaskEncoder:
         return (np.concatenate([self.input_prefix, self.encode_grid(pair.input), self.output_prefix]),
                 self.encode_answer(pair.output))
 
+    def pair_tokens(self, pair: Pair) -> int:
+        """Tokens one train pair takes in a sequence: input, output prefix, output, end, eos."""
+        prompt, output = self._pair_pieces(pair)
+        return len(prompt) + len(output)
+
     def _query(self, grid: np.ndarray) -> np.ndarray:
         return np.concatenate([self.input_prefix, self.encode_grid(grid), self.output_prefix])
 

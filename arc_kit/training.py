@@ -17,150 +17,33 @@ comes from ``training_data``.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import logging
 import os
 import shutil
-import subprocess
 import time
-import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arc_kit import __version__, devices
-from arc_kit.training_data import PaddingCollator, SequenceDataset, SequenceSettings
+from arc_kit import devices
+from arc_kit.bases import BASES, build_base, built_base_name
+from arc_kit.models import PRESETS, LoadSettings, create_model, load_model, save_delta, save_model
+from arc_kit.optimization import (
+    add_lora,
+    build_optimizer,
+    cosine_schedule,
+    enable_activation_checkpointing,
+    parameter_groups,
+)
+from arc_kit.plotting import draw_loss_curve
+from arc_kit.provenance import run_info
+from arc_kit.settings import TrainingSettings
+from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
+from arc_kit.training_data import PaddingCollator, SequenceDataset
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainingSettings:
-    """One training run; the defaults are the paper's initial fine-tune."""
-
-    steps: int = 1000  # optimizer steps
-    batch_size: int = 4  # sequences per device and micro-batch
-    gradient_accumulation: int = 2  # micro-batches per optimizer step
-    learning_rate: float = 1e-4  # LoRA adapters (or every non-embedding weight when training fully)
-    embedding_learning_rate: float = 1e-5  # input embeddings and output head
-    warmup_ratio: float = 0.25  # share of the steps spent warming up linearly
-    weight_decay: float = 0.0  # the paper uses none
-    max_grad_norm: float = 1.0  # gradient clipping
-    lora_rank: int = 256
-    lora_alpha: int = 24
-    full_finetune: bool = False  # train every weight instead of LoRA adapters (models trained from scratch)
-    train_embeddings: bool = True  # train the input embeddings and output head (in full, their own rate)
-    optimizer: str = "auto"  # auto: 8-bit AdamW where bitsandbytes works (a GPU), else AdamW
-    precision: str = "auto"  # auto: bf16 on GPUs that have it, fp16 on older GPUs, fp32 on the CPU
-    gradient_checkpointing: bool = True  # recompute activations: long sequences fit in memory
-    sequences: SequenceSettings = field(default_factory=SequenceSettings)
-    seed: int = 0  # seeds the model's LoRA initialisation and every drawn sequence
-    save_every: int = 250  # steps between checkpoints (and at the end, and at the time limit)
-    log_every: int = 10  # steps between rows of training_log.csv
-    minutes: float | None = None  # stop cleanly (checkpoint and final model) after this long
-    data_workers: int = 0  # DataLoader worker processes drawing sequences
-
-    @classmethod
-    def from_scratch(cls, **changes) -> TrainingSettings:
-        """Full training of a fresh model: higher learning rates, no checkpointing (models are small)."""
-        defaults = dict(full_finetune=True, learning_rate=1e-3, embedding_learning_rate=1e-3,
-                        weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05)
-        return cls(**{**defaults, **changes})
-
-    def replace(self, **changes) -> TrainingSettings:
-        return dataclasses.replace(self, **changes)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> TrainingSettings:
-        data = dict(data)
-        if "sequences" in data:
-            data["sequences"] = SequenceSettings(**data["sequences"])
-        return cls(**data)
-
-
-# ---------------------------------------------------------------------------------------------
-# Pieces shared with test-time training.
-
-def embedding_module_names(model) -> list[str]:
-    """Leaf names of the input embedding and output head modules (``embed_tokens``, ``lm_head``)."""
-    targets = {id(model.get_input_embeddings()): None, id(model.get_output_embeddings()): None}
-    names = []
-    for name, module in model.named_modules():
-        if id(module) in targets and name:
-            names.append(name.rsplit(".", 1)[-1])
-    return sorted(set(names))
-
-
-def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name: str = "default"):
-    """Wrap a model in rank-stabilised LoRA on every linear layer; embeddings and head trained in full."""
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear", use_rslora=True, lora_dropout=0.0,
-                        bias="none", task_type="CAUSAL_LM",
-                        modules_to_save=embedding_module_names(model) if train_embeddings else None)
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return get_peft_model(model, config, adapter_name=adapter_name)
-
-
-def enable_activation_checkpointing(model) -> None:
-    """Recompute activations in the backward pass, through whichever name this transformers has."""
-    options = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.2x
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
-    else:  # transformers 5.17
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
-
-
-def parameter_groups(model, learning_rate: float, embedding_learning_rate: float,
-                     weight_decay: float = 0.0) -> list[dict]:
-    """Trainable parameters split into 'embeddings' (input embeddings, output head) and 'weights'."""
-    embedding_names = set(embedding_module_names(model))
-    embeddings, weights = [], []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        parts = set(name.split("."))
-        (embeddings if parts & embedding_names else weights).append(parameter)
-    groups = []
-    if weights:
-        groups.append({"params": weights, "lr": learning_rate, "weight_decay": weight_decay, "name": "weights"})
-    if embeddings:
-        groups.append({"params": embeddings, "lr": embedding_learning_rate, "weight_decay": 0.0,
-                       "name": "embeddings"})
-    if not groups:
-        raise ValueError("the model has no trainable parameters")
-    return groups
-
-
-def build_optimizer(groups: list[dict], kind: str = "auto"):
-    """AdamW, 8-bit (bitsandbytes) where it works when kind is 'auto' or 'adamw_8bit'."""
-    import torch
-
-    if kind == "auto":
-        kind = "adamw_8bit" if devices.bitsandbytes_works() else "adamw"
-    if kind == "adamw_8bit":
-        if not devices.bitsandbytes_works():
-            raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
-        import bitsandbytes
-
-        return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
-    if kind == "adamw":
-        return torch.optim.AdamW(groups, betas=(0.9, 0.999))
-    raise ValueError(f"unknown optimizer {kind!r}; expected auto, adamw or adamw_8bit")
-
-
-def cosine_schedule(optimizer, steps: int, warmup_ratio: float):
-    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to zero."""
-    from transformers import get_cosine_schedule_with_warmup
-
-    return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=int(round(steps * warmup_ratio)),
-                                           num_training_steps=steps)
 
 
 def resolve_precision(precision: str, device: str) -> str:
@@ -192,32 +75,7 @@ def prepare_for_training(model, settings: TrainingSettings):
 
 
 # ---------------------------------------------------------------------------------------------
-# Run bookkeeping.
-
-def git_commit() -> str | None:
-    """The commit of the arc_kit checkout this code runs from, if it is one."""
-    try:
-        root = Path(__file__).resolve().parents[1]
-        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        if result.returncode == 0:
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
-            return result.stdout.strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return None
-
-
-def run_info(**extra) -> dict:
-    import platform
-
-    import torch
-    import transformers
-
-    return {"arc_kit_version": __version__, "git_commit": git_commit(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "time": time.strftime("%Y-%m-%d %H:%M:%S %z"), **extra}
-
+# Logs and checkpoints.
 
 class CsvLog:
     """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
@@ -258,8 +116,6 @@ def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     import pandas as pd
-
-    from arc_kit.plotting import draw_loss_curve
 
     log = pd.read_csv(log_path)
     if log.empty:
@@ -323,8 +179,6 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 
-    from arc_kit.models import PRESETS, LoadSettings, create_model, load_model, save_model
-
     out = Path(out)
     started = time.monotonic()
     device = devices.resolve_device(device)
@@ -335,10 +189,14 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         checkpoints.mkdir(parents=True, exist_ok=True)
     accelerator.wait_for_everyone()
 
+    base_name = None  # a named base: what training adds is saved as a delta on it (models.save_delta)
     if str(model_source) in PRESETS:
         model, tokenizer = create_model(str(model_source), seed=settings.seed)
         source_description = f"preset {model_source}"
     else:
+        if str(model_source) in BASES:
+            model_source = build_base(str(model_source))
+        base_name = built_base_name(model_source)
         loaded = load_model(model_source, LoadSettings(device="cpu", dtype="float32", backend="transformers"))
         model, tokenizer = loaded.model, loaded.tokenizer
         source_description = str(Path(model_source).resolve())
@@ -346,8 +204,6 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
         torch.manual_seed(settings.seed)
         model = prepare_for_training(model, settings)
-
-    from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
 
     encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
     per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
@@ -441,14 +297,17 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     seconds = time.monotonic() - started
     if accelerator.is_main_process:
         trained = accelerator.unwrap_model(model)
-        if not settings.full_finetune:
-            trained.save_pretrained(out / "adapter")
-            trained = trained.merge_and_unload()
-        trained.config.use_cache = True
         info.update(steps_done=step, stopped_by=stopped_by, seconds=round(seconds, 1), tokens_this_run=total_tokens,
                     final_loss=last_loss)
-        save_model(trained, tokenizer, out, {"preset": str(model_source) if str(model_source) in PRESETS else None,
-                                             "training": info})
+        record = {"preset": str(model_source) if str(model_source) in PRESETS else None, "training": info}
+        if base_name is not None and not settings.full_finetune:
+            save_delta(trained, tokenizer, out, base_name, record)  # megabytes, not the whole model
+        else:
+            if not settings.full_finetune:
+                trained.save_pretrained(out / "adapter")
+                trained = trained.merge_and_unload()
+            trained.config.use_cache = True
+            save_model(trained, tokenizer, out, record)
         plot_loss_curve(out / "training_log.csv", out / "loss_curve.png")
     accelerator.wait_for_everyone()
     return PretrainResult(out, step, stopped_by, seconds, total_tokens, last_loss, accelerator.is_main_process)

@@ -19,23 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
+from arc_kit.datasets import load_re_arc, load_tasks
+from arc_kit.settings import SequenceSettings
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
-
-
-@dataclass(frozen=True)
-class SequenceSettings:
-    """How training sequences are drawn."""
-
-    min_pairs: int = 3  # examples per sequence, the last one playing the test (ARC tasks have 3-7)
-    max_pairs: int = 7  # the authors drew up to 7 examples per sequence from RE-ARC
-    max_len: int = 8192  # token budget; earlier pairs are dropped (longest first) to fit
-    mask_first_output: bool = True  # the first output cannot be predicted without an example
-    keep_background: bool = False  # the authors permute all 10 colours, background included
-
-    def __post_init__(self):
-        if not 1 <= self.min_pairs <= self.max_pairs:
-            raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
 
 
 def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = "") -> dict[str, tuple[Pair, ...]]:
@@ -63,21 +50,23 @@ def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: Tas
                                    max_len=settings.max_len)
 
 
-def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
-                         settings: SequenceSettings = SequenceSettings(), held_out: int | None = None) -> Encoded:
+def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *,
+                         held_out: int | None = None, mask_first_output: bool = True,
+                         keep_background: bool = False) -> Encoded:
     """A test-time-training sequence: one train pair held out as the test, the others as examples.
 
     The examples come in random order, then the whole sequence gets a random symmetry and colour
-    permutation (the held-out pair stays last). Only train pairs are ever used.
+    permutation (the held-out pair stays last), within the encoder's token budget. Only train pairs
+    are ever used.
     """
     if len(train) < 2:
         raise ValueError("leave-one-out needs at least 2 train pairs")
     if held_out is None:
         held_out = int(rng.integers(len(train)))
     others = [train[i] for i in rng.permutation(len(train)) if i != held_out]
-    augmentation = Augmentation.random(rng, None, keep_background=settings.keep_background)
+    augmentation = Augmentation.random(rng, None, keep_background=keep_background)
     return encoder.encode_training(augmentation.apply_pairs(others + [train[held_out]]),
-                                   mask_first_output=settings.mask_first_output, max_len=settings.max_len)
+                                   mask_first_output=mask_first_output)
 
 
 def mix_pools(groups: Mapping[str, tuple[Mapping[str, Sequence[Pair]], float]]
@@ -94,6 +83,41 @@ def mix_pools(groups: Mapping[str, tuple[Mapping[str, Sequence[Pair]], float]]
             merged[f"{group}/{name}"] = pool
             weights[f"{group}/{name}"] = weight / len(usable)
     return merged, weights
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The pools of a pretraining run, their weights, and one line saying what they are."""
+
+    pools: dict[str, Sequence[Pair]]
+    weights: dict[str, float]
+    description: str
+
+
+def pretraining_data(re_arc: str | None = None, task_sets: Sequence[str] = (), *, re_arc_weight: float = 0.8,
+                     allow_evaluation: bool = False) -> TrainingData:
+    """RE-ARC examples and/or named task sets as weighted pools (the initial fine-tune's data mix).
+
+    RE-ARC gets ``re_arc_weight`` of the draws when task sets are given too; the task sets share
+    the rest evenly. An evaluation set is refused unless ``allow_evaluation`` (it could no longer
+    measure the model).
+    """
+    if not re_arc and not task_sets:
+        raise ValueError("nothing to train on: give --re-arc PATH and/or --tasks NAME")
+    groups, described = {}, []
+    if re_arc:
+        pools = load_re_arc(re_arc)
+        groups["re-arc"] = (pools, re_arc_weight if task_sets else 1.0)
+        described.append(f"RE-ARC {re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs)")
+    for name in task_sets:
+        if "eval" in str(name).lower() and not allow_evaluation:
+            raise ValueError(f"refusing to train on {name!r}, an evaluation set (--allow-evaluation-tasks)")
+        tasks = load_tasks(name)
+        weight = (1.0 - re_arc_weight if re_arc else 1.0) / len(task_sets)
+        groups[str(name)] = (pools_from_tasks(tasks), weight)
+        described.append(f"{name} ({len(tasks)} tasks)")
+    pools, weights = mix_pools(groups)
+    return TrainingData(pools, weights, "; ".join(described))
 
 
 class SequenceDataset:

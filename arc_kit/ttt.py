@@ -13,43 +13,23 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.tasks import Pair
-from arc_kit.text_format import TaskEncoder, TaskTooLongError
-from arc_kit.training import (
+from arc_kit.optimization import (
     add_lora,
     build_optimizer,
     cosine_schedule,
     enable_activation_checkpointing,
     parameter_groups,
 )
-from arc_kit.training_data import PaddingCollator, SequenceSettings, sample_leave_one_out
+from arc_kit.settings import TestTimeSettings
+from arc_kit.tasks import Pair
+from arc_kit.text_format import TaskEncoder, TaskTooLongError
+from arc_kit.training_data import PaddingCollator, sample_leave_one_out
 
 ADAPTER = "ttt"
-
-
-@dataclass(frozen=True)
-class TestTimeSettings:
-    """Per-task training; the defaults are the paper's (Appendix table, test-time column)."""
-
-    steps: int = 64  # optimizer steps per task
-    batch_size: int = 1
-    learning_rate: float = 1e-4  # LoRA adapters
-    embedding_learning_rate: float = 1e-5  # input embeddings and output head
-    warmup_ratio: float = 0.5
-    lora_rank: int = 32
-    lora_alpha: int = 16
-    train_embeddings: bool = True
-    max_grad_norm: float = 1.0
-    optimizer: str = "auto"  # 8-bit AdamW where bitsandbytes works, else AdamW
-    gradient_checkpointing: bool = False  # on for large models on small GPUs
-    sequences: SequenceSettings = field(default_factory=SequenceSettings)  # max_len, masking, colours
-    seed: int = 0  # the adapter's initial weights (the same for every task: each starts from them)
-
-    __test__ = False  # not a pytest test class despite the name
 
 
 @dataclass
@@ -69,10 +49,11 @@ class TestTimeTrainer:
 
     __test__ = False
 
-    def __init__(self, model, encoder: TaskEncoder, settings: TestTimeSettings = TestTimeSettings()):
+    def __init__(self, model, encoder: TaskEncoder, settings: TestTimeSettings = TestTimeSettings(), *,
+                 keep_background: bool = False):
         import torch
 
-        self.settings, self.encoder = settings, encoder
+        self.settings, self.encoder, self.keep_background = settings, encoder, keep_background
         self.device = next(model.parameters()).device
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(settings.seed)  # the global generator is left as it was
@@ -106,8 +87,9 @@ class TestTimeTrainer:
         """A leave-one-out sequence, trying the other held-out pairs if this one cannot teach anything."""
         for offset in range(len(train)):
             try:
-                encoded = sample_leave_one_out(train, rng, self.encoder, self.settings.sequences,
-                                               held_out=(held_out + offset) % len(train))
+                encoded = sample_leave_one_out(train, rng, self.encoder, held_out=(held_out + offset) % len(train),
+                                               mask_first_output=self.settings.mask_first_output,
+                                               keep_background=self.keep_background)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():

@@ -22,15 +22,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from arc_kit.datasets import load_challenges, write_json_atomically
-from arc_kit.solver import (
-    SolveRun,
-    SolveSettings,
-    _record_table,
-    answers_from_records,
-    read_records,
-)
-from arc_kit.submission import build_submission, score_submission, write_submission
+from arc_kit.datasets import load_challenges
+from arc_kit.jsonio import write_json_atomically
+from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
+from arc_kit.planner import Speeds, measure
+from arc_kit.provenance import run_info
+from arc_kit.records import TaskRecord, answers_from_records, read_records
+from arc_kit.run import RECORDS_FILE, SolveRun, clear_run, open_run, solve, write_scores
+from arc_kit.settings import SolveSettings
+from arc_kit.solver import Solver
+from arc_kit.submission import build_submission, write_submission
 from arc_kit.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -57,26 +58,13 @@ def deal(costs: dict[str, float], workers: int) -> list[list[str]]:
     return [sorted(share, key=order.__getitem__) for share in shares]
 
 
-def _merged_records(out: Path) -> dict[str, dict]:
+def _merged_records(out: Path) -> dict[str, TaskRecord]:
     """The records of every worker folder in ``out``, also those of an earlier run with more workers."""
     records = {}
     folders = sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name))
     for folder in folders:
-        records.update(read_records(folder / "records.jsonl"))
+        records.update(read_records(folder / RECORDS_FILE))
     return records
-
-
-def _check_settings(out: Path, settings: SolveSettings, extra: dict) -> None:
-    """Write ``run.json`` (settings and provenance) for a new run; refuse a folder that ran other settings."""
-    from arc_kit.training import run_info
-
-    settings_json = json.loads(json.dumps(settings.to_json()))
-    run_path = out / "run.json"
-    if run_path.exists():
-        if json.loads(run_path.read_text()).get("settings") != settings_json:
-            raise ValueError(f"{out} holds a run with other settings; use another --out, or --restart to discard it")
-        return
-    run_path.write_text(json.dumps({"settings": settings_json, **run_info(**extra)}, indent=2, default=str) + "\n")
 
 
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
@@ -91,10 +79,11 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    settings = settings.replace(max_len=settings.max_len or token_budget_of(model))  # as each worker resolves it
     gpus = list(gpus) if gpus is not None else list(range(gpu_count()))
     workers = workers or max(1, len(gpus))
     started = time.monotonic()
-    _check_settings(out, settings, {"model": str(model), "tasks": len(tasks), "workers": workers})
+    open_run(out, settings, run_info(model=str(model), tasks=len(tasks), workers=workers))
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
     done = _merged_records(out)
     todo = [task_id for task_id in tasks.ids if task_id not in done]
@@ -133,30 +122,22 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                            out / f"worker-{index}" / "worker.log")
     records = _merged_records(out)
     ordered = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
-    with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
+    with open(out / RECORDS_FILE, "w", encoding="utf-8") as handle:
         for record in ordered.values():
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(record.to_json()) + "\n")
     write_submission(submission_path, build_submission(covered, answers_from_records(ordered)), covered)
     run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
-    scoring_set = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if scoring_set is not None:
-        submission = json.loads(submission_path.read_text())
-        run.score = score_submission(submission, scoring_set.select([i for i in tasks.ids if i in scoring_set]))
-        run.score.table.merge(_record_table(ordered), on="task_id", how="left").to_csv(out / "scores.csv", index=False)
+    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+    if answers is not None:
+        run.score = write_scores(out, submission_path, ordered, answers, tasks.ids)
     return run
 
 
 def _costs(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> dict[str, float]:
     """Estimated seconds per task (token counts with the planner's default speeds); the tokenizer suffices."""
-    from transformers import AutoTokenizer
-
-    from arc_kit.planner import Speeds, measure
-    from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
-
     if not task_ids:
         return {}
-    tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
-    encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.max_len)
+    encoder = load_encoder(model, max_len=settings.max_len)
     speeds = Speeds()
     return {task_id: speeds.seconds(measure(tasks[task_id], encoder, settings.max_len), settings)
             for task_id in task_ids}
@@ -164,9 +145,6 @@ def _costs(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettin
 
 def run_worker(plan_path: str | os.PathLike) -> int:
     """The body of ``python -m arc_kit worker PLAN``: solve the planned tasks, append records."""
-    from arc_kit.models import LoadSettings, load_model
-    from arc_kit.solver import Solver, solve
-
     plan_path = Path(plan_path)
     plan = json.loads(plan_path.read_text())
     tasks = load_challenges(plan["challenges"])
@@ -176,3 +154,23 @@ def run_worker(plan_path: str | os.PathLike) -> int:
     solve(tasks, solver, plan_path.parent, task_ids=plan["task_ids"], deadline=plan.get("deadline"),
           write_outputs=False, progress=False)
     return 0
+
+
+def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
+              workers: int | None = None, restart: bool = False, deadline: float | None = None,
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True) -> SolveRun:
+    """The method on a task set, in this process or in one worker process per GPU: what ``arc-kit solve`` runs.
+
+    ``workers`` defaults to one per GPU when there are several, else 1 (this process). ``restart``
+    discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun resumes.
+    """
+    count = workers or (gpu_count() if gpu_count() > 1 else 1)
+    if restart:
+        clear_run(out)
+    if count > 1:
+        return solve_in_workers(tasks, model, settings, out, workers=count, deadline=deadline,
+                                load_options=load_options, progress=progress)
+    loaded = load_model(model, LoadSettings(**(load_options or {})))
+    solver = Solver.from_loaded(loaded, settings)
+    return solve(tasks, solver, out, deadline=deadline, progress=progress,
+                 info=run_info(model=model_info(loaded), **(info or {})))

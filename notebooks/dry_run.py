@@ -40,19 +40,18 @@ import tempfile
 
 import arc_kit
 from arc_kit.analysis import rank_table, threshold_curve
-from arc_kit.models import load_model
+from arc_kit.models import default_model_path, load_model
 from arc_kit.plotting import draw_rank_improvement, draw_task, draw_threshold_curve
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import SolveSettings, Solver, default_model_path, solve
-from arc_kit.training_data import SequenceSettings
-from arc_kit.ttt import TestTimeSettings
+from arc_kit.run import solve
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.solver import Solver
 
 if SMOKE:
     OUT = tempfile.mkdtemp(prefix="arc-kit-dry-run-")
 sampler = SamplerSettings("dfs", threshold=THRESHOLD, max_forward_calls=MAX_FORWARD_CALLS)
-ttt = TestTimeSettings(steps=TTT_STEPS, sequences=SequenceSettings(max_len=MAX_LEN))
 settings = SolveSettings(sampler=sampler, inference_augmentations=AUGMENTATIONS,
-                         scoring_augmentations=SCORING_AUGMENTATIONS, ttt=ttt, max_len=MAX_LEN)
+                         scoring_augmentations=SCORING_AUGMENTATIONS, ttt=TestTimeSettings(steps=TTT_STEPS),
+                         max_len=MAX_LEN)
 tasks = arc_kit.load_tasks(DATASET)
 tasks = tasks.head(TASKS) if TASKS else tasks
 model = load_model(MODEL or default_model_path())
@@ -72,8 +71,7 @@ table
 
 # %%
 for task in tasks.head(3 if SMOKE else 6).tasks():
-    attempts = [[arc_kit.grids.to_grid(grid) for grid in test["attempts"]] for test in run.records[task.id]["test"]]
-    draw_task(task, attempts or None)
+    draw_task(task, run.records[task.id].attempts or None)
 
 # %% [markdown]
 # ## Rank of the right answer before and after the product of experts

@@ -87,10 +87,9 @@ import os
 
 from arc_kit.decoding import AnswerSpace
 from arc_kit.dfs import DfsSettings, dfs_search
-from arc_kit.models import load_model
+from arc_kit.models import default_model_path, load_model
 from arc_kit.plotting import draw_nll_heatmap
 from arc_kit.scoring import augmented_nlls, product_of_probabilities
-from arc_kit.solver import default_model_path
 
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"

@@ -35,21 +35,18 @@ MAX_LEN = 1024 if SMOKE else 2048
 import tempfile
 from pathlib import Path
 
-import arc_kit
 from arc_kit.models import PRESETS
-from arc_kit.training import TrainingSettings, pretrain
-from arc_kit.training_data import SequenceSettings, mix_pools, pools_from_tasks
+from arc_kit.settings import SequenceSettings, training_preset
+from arc_kit.training import pretrain
+from arc_kit.training_data import pretraining_data
 
 if SMOKE:
     OUT = tempfile.mkdtemp(prefix="arc-kit-pretrain-")
-groups = {"arc": (pools_from_tasks(arc_kit.load_tasks(TRAINING_TASKS)), 0.2)}
-if RE_ARC and Path(RE_ARC).exists() and not SMOKE:
-    groups["re-arc"] = (arc_kit.load_re_arc(RE_ARC), 0.8)
-pools, weights = mix_pools(groups)
-base = TrainingSettings.from_scratch() if MODEL in PRESETS else TrainingSettings()
-settings = base.replace(steps=STEPS, minutes=MINUTES, batch_size=1, gradient_accumulation=4,
-                        log_every=2 if SMOKE else 10, sequences=SequenceSettings(max_len=MAX_LEN, max_pairs=5))
-result = pretrain(MODEL, OUT, pools, settings, weights=weights, data_description=", ".join(groups))
+data = pretraining_data(RE_ARC if RE_ARC and Path(RE_ARC).exists() and not SMOKE else None, [TRAINING_TASKS])
+settings = training_preset("from-scratch" if MODEL in PRESETS else "paper").replace(
+    steps=STEPS, minutes=MINUTES, batch_size=1, gradient_accumulation=4, log_every=2 if SMOKE else 10,
+    sequences=SequenceSettings(max_len=MAX_LEN, max_pairs=5))
+result = pretrain(MODEL, OUT, data.pools, settings, weights=data.weights, data_description=data.description)
 result
 
 # %%

@@ -52,9 +52,8 @@ if wheels:  # on Kaggle: install the kit (and any extra wheels) without internet
 from pathlib import Path
 
 from arc_kit import kaggle
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import SolveSettings, default_model_path
-from arc_kit.ttt import TestTimeSettings
+from arc_kit.models import default_model_path
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 
 if Path("/kaggle/input").is_dir() and not SMOKE:
     INPUT, WORKING = Path("/kaggle/input"), Path("/kaggle/working")

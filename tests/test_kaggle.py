@@ -28,24 +28,29 @@ from arc_kit import __version__, kaggle, workers
 from arc_kit.cli import main
 from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
 from arc_kit.grids import grid_to_json
-from arc_kit.models import load_model
+from arc_kit.models import default_model_path, load_model
 from arc_kit.planner import FALLBACK
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import Solver, SolveRun, SolveSettings, default_model_path, ladder, read_records, solve
+from arc_kit.records import read_records
+from arc_kit.run import SolveRun, solve
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder
+from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, submission_problems
 from arc_kit.tasks import TaskSet
-from arc_kit.training_data import SequenceSettings
-from arc_kit.ttt import TestTimeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = SolveSettings(  # smoke_settings cuts these to 2 + 2 augmentations and 4 TTT steps
+SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=4, scoring_augmentations=4,
-    ttt=TestTimeSettings(steps=8, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+    ttt=TestTimeSettings(steps=8), max_len=2048)
 
 
 def read_json(path: Path):
     return json.loads(Path(path).read_text())
+
+
+def read_record_dicts(path: Path) -> dict[str, dict]:
+    """The records of a run as the JSON they were written as."""
+    return {task_id: record.to_json() for task_id, record in read_records(path).items()}
 
 
 @pytest.fixture
@@ -195,12 +200,12 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
     submission = read_json(result.submission_path)
     assert submission_problems(submission, tasks) == [] and list(submission) == tasks.ids
     run_folder = working / "arc_kit_run"
-    records = read_records(run_folder / "records.jsonl")
+    records = read_record_dicts(run_folder / "records.jsonl")
     smoke = sorted(tasks.ids)[:2]
     assert list(records) == smoke
     plan = read_json(run_folder / "worker-0" / "plan.json")
-    assert SolveSettings.from_json(plan["settings"]) == kaggle.smoke_settings(SETTINGS)
-    assert kaggle.smoke_settings(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
+    assert SolveSettings.from_json(plan["settings"]) == smoke(SETTINGS)
+    assert smoke(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
     for task_id in tasks.ids:
         task = tasks[task_id]
         if task_id in smoke:  # the model's answers, not the fallbacks
@@ -217,7 +222,7 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
                                     force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.solved_tasks == 4
-    records = read_records(tmp_path / "arc_kit_run" / "records.jsonl")
+    records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
     assert list(records) == tasks.ids and all(record["error"] is None for record in records.values())
     assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "worker-0" / "plan.json")["settings"]) == \
         SETTINGS
@@ -300,7 +305,7 @@ def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(
 FAILING = "66e6c45b"
 TASK_IDS = ["00576224", FAILING, "be03b35f"]
 SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentations=2,
-                                  ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)))
+                                  ttt=TestTimeSettings(steps=2))
 
 
 @pytest.mark.parametrize("failures", [1, 2], ids=["once", "repeatedly"])
@@ -324,7 +329,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
     monkeypatch.setattr(Solver, "sample", failing_sample)
     solver = Solver.from_loaded(load_model(model_folder, device="cpu"), SOLVE_SETTINGS)
     run = solve(tasks, solver, tmp_path, progress=False)
-    record = run.records[FAILING]
+    record = run.records[FAILING].to_json()
     cheaper = ladder(SOLVE_SETTINGS)[2]  # two rungs down: half the augmentations
     assert record["retried_after"] == "RuntimeError: CUDA out of memory, say" and record["rung"] == 2
     assert [count for task_id, count in sampled if task_id == FAILING] == [2, cheaper.inference_augmentations]
@@ -340,7 +345,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
         assert submission[FAILING] == [fallback_entry(tasks[FAILING])]
     for task_id in TASK_IDS:
         if task_id != FAILING:
-            other = run.records[task_id]
+            other = run.records[task_id].to_json()
             assert other["error"] is None and other["rung"] == 0 and "retried_after" not in other
             assert attempts_in(submission, task_id) == [test["attempts"] for test in other["test"]]
     assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
@@ -360,7 +365,7 @@ def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_
     assert elapsed < 3600 * hours + 6, elapsed  # nothing starts past the deadline; the last task may overrun a little
     tasks = load_tasks("arc-agi-1/evaluation").head(6)
     assert submission_problems(read_json(out / "submission.json"), tasks) == []
-    records = read_records(out / "records.jsonl")
+    records = read_record_dicts(out / "records.jsonl")
     assert sorted(records) == tasks.ids
     rungs = [record["rung"] for record in records.values()]
     assert max(rungs) > 0 or FALLBACK in rungs, rungs  # something was cut to fit

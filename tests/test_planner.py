@@ -7,16 +7,13 @@ import numpy as np
 import pytest
 
 from arc_kit import load_dataset
-from arc_kit.cli import dry_run_settings
-from arc_kit.kaggle import smoke_settings
 from arc_kit.models import load_model
-from arc_kit.planner import FALLBACK, Planner, Speeds, TaskSize, _units, measure
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import SolveSettings, Solver, ladder, solve
+from arc_kit.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
+from arc_kit.run import solve
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
+from arc_kit.solver import Solver
 from arc_kit.submission import submission_problems
 from arc_kit.text_format import TaskEncoder, Vocabulary
-from arc_kit.training_data import SequenceSettings
-from arc_kit.ttt import TestTimeSettings
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
 
@@ -39,8 +36,8 @@ def test_every_rung_is_cheaper_than_the_one_before():
 
 
 @pytest.mark.parametrize("settings", [
-    dry_run_settings(),
-    smoke_settings(SolveSettings()),
+    solve_preset("dry-run"),
+    smoke(SolveSettings()),
     SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
                   ttt=TestTimeSettings(steps=4)),
     SolveSettings(inference_augmentations=4, scoring_augmentations=3),
@@ -94,7 +91,7 @@ def test_tasks_run_cheapest_first():
 
 def test_measured_timings_replace_the_assumed_speeds():
     assumed, settings = Speeds(), SolveSettings()
-    units = _units(SIZE, settings)
+    units = work_units(SIZE, settings)
     slow = {"ttt": 10 * assumed.training * units["training"],  # a machine ten times slower in every part
             "generation": 10 * assumed.generation * units["generation"],
             "scoring": 10 * assumed.scoring * units["scoring"]}
@@ -119,7 +116,7 @@ def test_measure_counts_tokens_like_the_encoder():
 def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_path, micro_model):
     tasks = load_dataset("arc-agi-1/evaluation").head(6)
     settings = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
-                             ttt=TestTimeSettings(steps=4, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+                             ttt=TestTimeSettings(steps=4), max_len=2048)
     solver = Solver.from_loaded(load_model(micro_model, device="cpu"), settings)
     budget = 6.0  # seconds for all six tasks: too little for the configured settings on this machine
     started = time.time()
@@ -128,9 +125,9 @@ def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_pa
     assert elapsed < budget + 15  # the last task may overrun a little; nothing starts past the deadline
     submission = json.loads((tmp_path / "run" / "submission.json").read_text())
     assert submission_problems(submission, tasks) == []
-    rungs = [record["rung"] for record in run.records.values()]
+    rungs = [record.rung for record in run.records.values()]
     assert len(run.records) == len(tasks)
     assert max(rungs) > 0 or FALLBACK in rungs  # something was cut to fit
-    skipped = [record for record in run.records.values() if record["rung"] == FALLBACK]
-    assert all(record["skipped"] == "out of time" for record in skipped)
+    skipped = [record for record in run.records.values() if record.rung == FALLBACK]
+    assert all(record.skipped == "out of time" for record in skipped)
     assert np.isfinite(run.score.score)

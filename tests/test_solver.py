@@ -24,20 +24,20 @@ from arc_kit.datasets import load_tasks
 from arc_kit.decoding import Completion, SearchResult
 from arc_kit.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.models import load_model
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import Solver, SolveSettings, read_records, solve
+from arc_kit.records import read_records
+from arc_kit.run import solve
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.solver import Solver
 from arc_kit.submission import submission_problems
 from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder, Vocabulary
-from arc_kit.training_data import SequenceSettings
-from arc_kit.ttt import TestTimeSettings
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+    ttt=TestTimeSettings(steps=2), max_len=2048)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +92,10 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     found_other = by_grid[grid_key(other)]
     assert found_other.generation_nlls == {augmentations[i].key: pytest.approx(0.2 * (i + 1)) for i in (0, 2, 4)}
     assert candidates[0] is found_other  # best generation NLL first (0.2 < 1.5)
-    assert stats["answers"] == 5 * 2 + 3 and stats["not_grids"] == 5
-    assert stats["forward_calls"] == 10 * (1 + 2 + 3 + 4 + 5) and stats["tokens"] == 500
-    assert stats["capped"] == [f"{augmentations[1].key}: cap"] and stats["dropped"] == {"max length": 5}
-    assert len(stats["prompt_tokens"]) == 5
+    assert stats.answers == 5 * 2 + 3 and stats.not_grids == 5
+    assert stats.forward_calls == 10 * (1 + 2 + 3 + 4 + 5) and stats.tokens == 500
+    assert stats.capped == [f"{augmentations[1].key}: cap"] and stats.dropped == {"max length": 5}
+    assert len(stats.prompt_tokens) == 5
     # the first search has no guess; each later one starts from the best grid so far, in its own frame
     assert calls[0][1] is None
     for augmentation, guess, _ in calls[1:]:
@@ -160,7 +160,7 @@ def test_solve_writes_a_complete_scored_run_without_showing_test_outputs(model_f
     assert run_json["settings"] == json.loads(json.dumps(SETTINGS.to_json())) and run_json["note"] == "test"
 
     for task_id in TASK_IDS:
-        record = run.records[task_id]
+        record = run.records[task_id].to_json()
         assert record["error"] is None and record["ttt"]["steps"] == 2
         assert len(record["test"]) == len(tasks[task_id].test)
         assert set(record["timings"]) == {"ttt", "generation", "scoring", "total"}
@@ -266,12 +266,12 @@ def test_the_same_seed_gives_the_same_submission_and_another_seed_other_augmenta
     first = read_records(uninterrupted / "records.jsonl")
     again = read_records(tmp_path / "again" / "records.jsonl")
     for task_id in TASK_IDS:
-        assert again[task_id]["test"] == first[task_id]["test"]
+        assert again[task_id].to_json()["test"] == first[task_id].to_json()["test"]
 
     one = tasks.select(TASK_IDS[:1])
     reseeded = solve(one, make_solver(model_folder, SETTINGS.replace(seed=1)), tmp_path / "seed1", progress=False)
-    assert (reseeded.records[TASK_IDS[0]]["test"][0]["inference_augmentations"]
-            != first[TASK_IDS[0]]["test"][0]["inference_augmentations"])
+    assert (reseeded.records[TASK_IDS[0]].tests[0].inference_augmentations
+            != first[TASK_IDS[0]].tests[0].inference_augmentations)
 
 
 def test_other_settings_in_the_same_folder_need_restart(model_folder, tasks, tmp_path, monkeypatch):
@@ -285,7 +285,7 @@ def test_other_settings_in_the_same_folder_need_restart(model_folder, tasks, tmp
     assert calls == TASK_IDS[:1]  # discarded and recomputed
     assert read_json(tmp_path / "run.json")["settings"]["aggregation"] == "min"
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
-    test = run.records[TASK_IDS[0]]["test"][0]
+    test = run.records[TASK_IDS[0]].to_json()["test"][0]
     ranked = sorted(test["candidates"], key=lambda c: c["aggregates"]["min"])
     assert test["attempts"] == [c["grid"] for c in ranked[:2]]
 
@@ -307,7 +307,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     monkeypatch.setattr(Solver, "adapt", tracking_adapt)
     monkeypatch.setattr(Solver, "sample", failing_sample)
     run = solve(tasks, make_solver(model_folder), tmp_path, progress=False)
-    record = run.records[bad]
+    record = run.records[bad].to_json()
     assert record["error"] == "RuntimeError: out of memory, say" and "Traceback" in record["traceback"]
     assert record["correct"] == [False]
     submission = read_json(tmp_path / "submission.json")
@@ -315,9 +315,9 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     assert submission[bad] == [{"attempt_1": grid_to_json(tasks[bad].test[0].input), "attempt_2": [[0]]}]
     for task_id in TASK_IDS:
         if task_id != bad:
-            assert run.records[task_id]["error"] is None
+            assert run.records[task_id].to_json()["error"] is None
             assert [[e["attempt_1"], e["attempt_2"]] for e in submission[task_id]] == \
-                [t["attempts"] for t in run.records[task_id]["test"]]
+                [t["attempts"] for t in run.records[task_id].to_json()["test"]]
     table = pd.read_csv(tmp_path / "scores.csv", dtype={"task_id": str}).set_index("task_id")
     assert table.loc[bad, "error"] == record["error"] and table.drop(index=bad)["error"].isna().all()
 
@@ -325,7 +325,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
 def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
     solver = make_solver(model_folder)
     monkeypatch.setattr(Solver, "adapt", lambda self, task, *rest: 1 / 0)
-    record = solver.solve_task(tasks[TASK_IDS[0]])
+    record = solver.solve_task(tasks[TASK_IDS[0]]).to_json()
     assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
 
 
@@ -347,7 +347,7 @@ def test_solve_command_runs_end_to_end(model_folder, tasks, tmp_path, capsys):
     assert list(read_records(out / "records.jsonl")) == TASK_IDS[:2]
     run = read_json(out / "run.json")
     assert run["settings"]["ttt"]["steps"] == 1 and run["settings"]["sampler"]["max_forward_calls"] == 50
-    assert run["settings"]["ttt"]["sequences"]["max_len"] == 2048 and run["settings"]["inference_augmentations"] == 2
+    assert run["settings"]["max_len"] == 2048 and run["settings"]["inference_augmentations"] == 2
     assert {"arc_kit_version", "model", "dataset"} <= set(run)
     assert read_json(out / "score.json")["total"] == 2
 
@@ -431,11 +431,11 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     monkeypatch.setattr(solver_module, "augmented_nlls", fake_nlls)
     monkeypatch.setattr(Solver, "views", remembered_views)
     run = solve(tasks.select([task.id]), solver, tmp_path / "run", progress=False)
-    test = run.records[task.id]["test"][0]
+    test = run.records[task.id].to_json()["test"][0]
     assert len(test["candidates"]) == 2  # each found under every augmentation, merged in the original frame
     assert all(len(c["generation_nlls"]) == SETTINGS.inference_augmentations for c in test["candidates"])
     assert np.array_equal(np.array(test["attempts"][0]), right)  # PoE put the right answer first
-    assert run.records[task.id]["correct"] == [True]
+    assert run.records[task.id].to_json()["correct"] == [True]
     assert run.score.correct == 1 and run.score.score == 1.0
     submission = read_json(tmp_path / "run" / "submission.json")
     assert submission[task.id][0]["attempt_1"] == grid_to_json(right)

@@ -27,28 +27,26 @@ import torch
 import arc_kit
 from arc_kit.datasets import load_tasks
 from arc_kit.models import create_model, load_model
+from arc_kit.optimization import embedding_module_names, parameter_groups
+from arc_kit.provenance import git_commit
+from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 from arc_kit.training import (
     LOG_COLUMNS,
     BatchOrder,
-    TrainingSettings,
-    embedding_module_names,
-    git_commit,
-    parameter_groups,
     prepare_for_training,
     pretrain,
 )
 from arc_kit.training_data import (
     PaddingCollator,
     SequenceDataset,
-    SequenceSettings,
     mix_pools,
     pools_from_tasks,
     sample_leave_one_out,
     sample_sequence,
 )
-from arc_kit.ttt import TestTimeSettings, TestTimeTrainer
+from arc_kit.ttt import TestTimeTrainer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OUTPUT_MARKER = "+/-=O"
@@ -161,12 +159,12 @@ def test_sample_sequence_labels_only_the_outputs(settings, pools, training_set, 
 
 @pytest.mark.parametrize("mask_first_output", [True, False])
 def test_leave_one_out_labels_and_the_held_out_pair_last(mask_first_output, tasks, vocabulary_encoder):
-    settings = SequenceSettings(mask_first_output=mask_first_output)
     for seed in range(30):
         task = tasks.tasks()[seed % len(tasks)]
         rng = np.random.default_rng(seed)
         held_out = seed % len(task.train)
-        encoded = sample_leave_one_out(task.train, rng, vocabulary_encoder, settings, held_out=held_out)
+        encoded = sample_leave_one_out(task.train, rng, vocabulary_encoder, held_out=held_out,
+                                       mask_first_output=mask_first_output)
         check_labels(encoded, mask_first_output)
         pairs = decoded_pairs(vocabulary_encoder.text(encoded.ids))
         assert len(pairs) == len(task.train)
@@ -267,7 +265,7 @@ def test_training_settings_defaults_are_the_papers_recipe():
     assert (paper.learning_rate, paper.embedding_learning_rate, paper.warmup_ratio, paper.weight_decay) == \
         (1e-4, 1e-5, 0.25, 0.0)
     assert not paper.full_finetune and paper.train_embeddings
-    scratch = TrainingSettings.from_scratch(steps=3)
+    scratch = training_preset("from-scratch").replace(steps=3)
     assert scratch.full_finetune and scratch.steps == 3 and scratch.learning_rate > paper.learning_rate
     assert TrainingSettings.from_json(json.loads(json.dumps(scratch.to_json()))) == scratch
     with pytest.raises(TypeError):
@@ -279,7 +277,8 @@ def test_training_settings_defaults_are_the_papers_recipe():
 
 def test_full_training_groups_put_embeddings_and_head_at_their_rate():
     model, _ = create_model("micro")
-    settings = TrainingSettings.from_scratch(learning_rate=2e-3, embedding_learning_rate=5e-4, weight_decay=0.1)
+    settings = training_preset("from-scratch").replace(learning_rate=2e-3, embedding_learning_rate=5e-4,
+                                                       weight_decay=0.1)
     model = prepare_for_training(model, settings)
     groups = {group["name"]: group for group in parameter_groups(model, 2e-3, 5e-4, 0.1)}
     names = {id(p): n for n, p in model.named_parameters()}
@@ -328,9 +327,9 @@ class Run:
         return json.loads((self.folder / "arc_kit.json").read_text())
 
 
-SCRATCH = TrainingSettings.from_scratch(steps=40, batch_size=2, gradient_accumulation=1, learning_rate=3e-3,
-                                        embedding_learning_rate=3e-3, log_every=5, save_every=20,
-                                        sequences=SequenceSettings(max_len=512))
+SCRATCH = training_preset("from-scratch").replace(
+    steps=40, batch_size=2, gradient_accumulation=1, learning_rate=3e-3, embedding_learning_rate=3e-3, log_every=5,
+    save_every=20, sequences=SequenceSettings(max_len=512))
 
 
 @pytest.fixture(scope="module")
@@ -417,8 +416,9 @@ def test_pretrained_model_loads_and_generates(trained, tasks):
 # ---------------------------------------------------------------------------------------------
 # resuming and the time limit
 
-RESUMABLE = TrainingSettings.from_scratch(steps=6, batch_size=1, gradient_accumulation=2, log_every=1, save_every=2,
-                                          warmup_ratio=0.34, sequences=SequenceSettings(max_len=400))
+RESUMABLE = training_preset("from-scratch").replace(
+    steps=6, batch_size=1, gradient_accumulation=2, log_every=1, save_every=2, warmup_ratio=0.34,
+    sequences=SequenceSettings(max_len=400))
 
 
 @pytest.fixture(scope="module")
@@ -592,9 +592,8 @@ def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
         return original_sampler(train, *args, **kwargs)
 
     monkeypatch.setattr(ttt, "sample_leave_one_out", spy)
-    settings = TestTimeSettings(steps=16, lora_rank=4, learning_rate=3e-3, embedding_learning_rate=3e-3,
-                                sequences=SequenceSettings(max_len=600))
-    trainer = TestTimeTrainer(loaded.model, encoder, settings)
+    settings = TestTimeSettings(steps=16, lora_rank=4, learning_rate=3e-3, embedding_learning_rate=3e-3)
+    trainer = TestTimeTrainer(loaded.model, loaded.encoder(max_len=600), settings)
     initial_logits = logits_of(trainer.model, ids)
     torch.testing.assert_close(initial_logits, base_logits, rtol=0, atol=1e-6)  # LoRA starts as a no-op
 

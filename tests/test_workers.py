@@ -22,18 +22,18 @@ from hypothesis import strategies as st
 from arc_kit import workers
 from arc_kit.datasets import load_tasks
 from arc_kit.models import load_model
-from arc_kit.samplers import SamplerSettings
-from arc_kit.solver import Solver, SolveSettings, read_records, solve
+from arc_kit.records import read_records
+from arc_kit.run import solve
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.solver import Solver
 from arc_kit.submission import submission_problems
-from arc_kit.training_data import SequenceSettings
-from arc_kit.ttt import TestTimeSettings
 from arc_kit.workers import deal, solve_in_workers
 
 TASK_IDS = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b"]  # not in id order: records must follow this order
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2, sequences=SequenceSettings(max_len=2048)), max_len=2048)
+    ttt=TestTimeSettings(steps=2), max_len=2048)
 POLL = 0.2  # seconds between the parent's merges (5 by default); the tests wait on it
 
 
@@ -135,9 +135,9 @@ def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
     for records in (run.records, one.records):
         assert list(records) == TASK_IDS
         for task_id in TASK_IDS:
-            assert records[task_id]["error"] is None
-            assert records[task_id]["test"] == alone[task_id]["test"]
-    assert any(test["candidates"] for record in alone.values() for test in record["test"])  # a real comparison
+            assert records[task_id].error is None
+            assert records[task_id].to_json()["test"] == alone[task_id].to_json()["test"]
+    assert any(test.candidates for record in alone.values() for test in record.tests)  # a real comparison
     assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
 
 
@@ -187,7 +187,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     assert read_json(out / "submission.json") == read_json(source / "submission.json")
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     for task_id in TASK_IDS:
-        assert resumed.records[task_id]["test"] == run.records[task_id]["test"]
+        assert resumed.records[task_id].to_json()["test"] == run.records[task_id].to_json()["test"]
 
 
 def test_a_rerun_with_fewer_workers_still_finds_every_record(model_folder, tasks, tmp_path, two_workers, monkeypatch):

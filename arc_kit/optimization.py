@@ -1,0 +1,91 @@
+"""The optimisation pieces both trainers use: LoRA wrapping, parameter groups, the optimizer, the schedule.
+
+The initial fine-tune (``training``) and test-time training (``ttt``) build their adapters,
+optimizers and schedules here, so that neither imports the other. Rank-stabilised LoRA on every
+linear layer, with the input embeddings and output head trained in full at their own learning rate
+(the paper's recipe); AdamW, 8-bit where bitsandbytes works; linear warm-up then cosine decay.
+This module knows torch, peft and transformers' schedules; it knows nothing of data or tasks.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from arc_kit import devices
+
+
+def embedding_module_names(model) -> list[str]:
+    """Leaf names of the input embedding and output head modules (``embed_tokens``, ``lm_head``)."""
+    targets = {id(model.get_input_embeddings()): None, id(model.get_output_embeddings()): None}
+    names = []
+    for name, module in model.named_modules():
+        if id(module) in targets and name:
+            names.append(name.rsplit(".", 1)[-1])
+    return sorted(set(names))
+
+
+def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name: str = "default"):
+    """Wrap a model in rank-stabilised LoRA on every linear layer; embeddings and head trained in full."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear", use_rslora=True, lora_dropout=0.0,
+                        bias="none", task_type="CAUSAL_LM",
+                        modules_to_save=embedding_module_names(model) if train_embeddings else None)
+    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config, adapter_name=adapter_name)
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute activations in the backward pass, through whichever name this transformers has."""
+    options = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:  # transformers 5.17
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+
+
+def parameter_groups(model, learning_rate: float, embedding_learning_rate: float,
+                     weight_decay: float = 0.0) -> list[dict]:
+    """Trainable parameters split into 'embeddings' (input embeddings, output head) and 'weights'."""
+    embedding_names = set(embedding_module_names(model))
+    embeddings, weights = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        parts = set(name.split("."))
+        (embeddings if parts & embedding_names else weights).append(parameter)
+    groups = []
+    if weights:
+        groups.append({"params": weights, "lr": learning_rate, "weight_decay": weight_decay, "name": "weights"})
+    if embeddings:
+        groups.append({"params": embeddings, "lr": embedding_learning_rate, "weight_decay": 0.0,
+                       "name": "embeddings"})
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    return groups
+
+
+def build_optimizer(groups: list[dict], kind: str = "auto"):
+    """AdamW, 8-bit (bitsandbytes) where it works when kind is 'auto' or 'adamw_8bit'."""
+    import torch
+
+    if kind == "auto":
+        kind = "adamw_8bit" if devices.bitsandbytes_works() else "adamw"
+    if kind == "adamw_8bit":
+        if not devices.bitsandbytes_works():
+            raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, betas=(0.9, 0.999))
+    raise ValueError(f"unknown optimizer {kind!r}; expected auto, adamw or adamw_8bit")
+
+
+def cosine_schedule(optimizer, steps: int, warmup_ratio: float):
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to zero."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=int(round(steps * warmup_ratio)),
+                                           num_training_steps=steps)

@@ -1,0 +1,223 @@
+"""Typed records of a run: what the method found for each task, one JSON line per task in ``records.jsonl``.
+
+``TaskRecord`` holds a task's outcome: per test input the candidates (grids in the task's original
+frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
+statistics; the test-time training summary, timings, the ladder rung it ran at, an error if it
+failed, and (when the answers were known) which test outputs it got right. ``to_json`` writes the
+layout the kit has always written; ``from_json`` reads it back tolerantly: fields a later kit adds
+are kept aside (``extra``) and written again, fields an earlier kit lacked take their defaults.
+
+This module is the only place that knows the record layout. It knows grids and candidates; it
+knows nothing of models, settings or how the records were made.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from arc_kit.grids import grid_to_json, to_grid
+from arc_kit.jsonio import append_json_line, read_json_lines
+from arc_kit.scoring import Candidate
+
+FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
+
+
+def _known(cls, data: Mapping) -> tuple[dict, dict]:
+    """(the fields of ``cls`` found in ``data``, everything else)."""
+    names = {item.name for item in fields(cls)}
+    return ({key: value for key, value in data.items() if key in names},
+            {key: value for key, value in data.items() if key not in names})
+
+
+@dataclass
+class SearchStats:
+    """What candidate generation did for one test input, over all its inference augmentations."""
+
+    forward_calls: int = 0  # model calls after each prompt's
+    tokens: int = 0  # tokens fed to the model, prompts included
+    answers: int = 0  # completions returned by the sampler
+    not_grids: int = 0  # completions that did not spell a grid
+    capped: list[str] = field(default_factory=list)  # searches stopped by a cap, and why
+    dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
+    prompt_tokens: list[int] = field(default_factory=list)  # per augmentation
+    dropped_train_pairs: int = 0  # train pairs left out of prompts to fit the budget
+
+    def to_json(self) -> dict:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping | None) -> SearchStats:
+        known, _ = _known(cls, data or {})
+        return cls(**known)
+
+
+@dataclass
+class TestResult:
+    """Everything found for one test input."""
+
+    attempts: list[np.ndarray]  # the chosen answers, best first (one or two)
+    candidates: list[Candidate]
+    inference_augmentations: list[str]  # augmentation keys
+    scoring_augmentations: list[str]
+    search: SearchStats = field(default_factory=SearchStats)
+
+    __test__ = False  # not a pytest test class despite the name
+
+    def to_json(self) -> dict:
+        return {"attempts": [grid_to_json(grid) for grid in self.attempts],
+                "candidates": [candidate.to_json() for candidate in self.candidates],
+                "inference_augmentations": list(self.inference_augmentations),
+                "scoring_augmentations": list(self.scoring_augmentations),
+                "search": self.search.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TestResult:
+        return cls([to_grid(grid) for grid in data.get("attempts", [])],
+                   [Candidate.from_json(candidate) for candidate in data.get("candidates", [])],
+                   list(data.get("inference_augmentations", [])), list(data.get("scoring_augmentations", [])),
+                   SearchStats.from_json(data.get("search")))
+
+
+@dataclass
+class TrainingSummary:
+    """What one task's test-time training did."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    skipped: str | None = None  # why no training happened ("off", "fewer than 2 train pairs", ...)
+    first_loss: float | None = None
+    last_loss: float | None = None  # the mean of the last 8 steps
+
+    def to_json(self) -> dict:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping | None) -> TrainingSummary | None:
+        if data is None:
+            return None
+        known, _ = _known(cls, data)
+        return cls(**known)
+
+
+@dataclass
+class TaskRecord:
+    """One task's outcome; see the module docstring."""
+
+    task_id: str
+    tests: list[TestResult] = field(default_factory=list)  # one per test input ([] when it failed or was skipped)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: ttt, generation, scoring, total
+    error: str | None = None  # "Type: message" when the method failed on this task
+    traceback: str | None = None
+    rung: int = 0  # the ladder rung it ran at; FALLBACK_RUNG: no model work
+    ttt: TrainingSummary | None = None
+    correct: list[bool] | None = None  # per test output, when the answers were known
+    skipped: str | None = None  # why it got fallback answers only ("out of time", ...)
+    retried_after: str | None = None  # the error of a first try, when it was retried cheaper
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def got_model_work(self) -> bool:
+        """True when the method ran on the task and finished (fallback answers are not model work)."""
+        return self.rung != FALLBACK_RUNG and self.error is None and self.skipped is None
+
+    @property
+    def share_correct(self) -> float:
+        """The share of its test outputs that the task got right (0 when unknown)."""
+        return sum(self.correct) / len(self.correct) if self.correct else 0.0
+
+    @property
+    def attempts(self) -> list[list[np.ndarray]]:
+        """The attempts per test input, for ``submission.build_submission``."""
+        return [list(test.attempts) for test in self.tests]
+
+    def to_json(self) -> dict:
+        data = {"task_id": self.task_id, "test": [test.to_json() for test in self.tests],
+                "timings": dict(self.timings), "error": self.error, "rung": self.rung}
+        optional = {"traceback": self.traceback, "ttt": self.ttt.to_json() if self.ttt else None,
+                    "correct": self.correct, "skipped": self.skipped, "retried_after": self.retried_after}
+        data.update({key: value for key, value in optional.items() if value is not None})
+        data.update(self.extra)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskRecord:
+        """Read a record line; ValueError saying what is missing when it is not a record at all."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a record is an object, found {type(data).__name__}")
+        if not isinstance(data.get("task_id"), str):
+            raise ValueError("a record needs a task_id (a string)")
+        known, extra = _known(cls, data)
+        extra.pop("test", None)
+        tests = [TestResult.from_json(test) for test in data.get("test", [])]
+        known.pop("tests", None)
+        known.pop("extra", None)
+        correct = known.pop("correct", None)
+        return cls(**{**known, "tests": tests, "ttt": TrainingSummary.from_json(data.get("ttt")),
+                      "correct": None if correct is None else [bool(value) for value in correct],
+                      "timings": dict(data.get("timings") or {})}, extra=extra)
+
+
+def fallback_record(task_id: str, reason: str) -> TaskRecord:
+    """The record of a task that got no model work: fallback attempts only."""
+    return TaskRecord(task_id, timings={"total": 0.0}, rung=FALLBACK_RUNG, skipped=reason)
+
+
+def read_records(path: str | Path) -> dict[str, TaskRecord]:
+    """Records by task id from a JSON-lines file (a later line for the same task wins).
+
+    A torn line (a killed run) is skipped silently; a line that parses but is no record is skipped
+    with one warning naming the file and the line.
+    """
+    path = Path(path)
+    records, bad = {}, []
+    for number, data in read_json_lines(path):
+        try:
+            record = TaskRecord.from_json(data)
+        except (ValueError, TypeError) as error:
+            bad.append(f"line {number}: {error}")
+            continue
+        records[record.task_id] = record
+    if bad:
+        warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not records ({bad[0]})", stacklevel=2)
+    return records
+
+
+def append_record(path: str | Path, record: TaskRecord) -> None:
+    append_json_line(path, record.to_json())
+
+
+def answers_from_records(records: Mapping[str, TaskRecord]) -> dict[str, list[list[np.ndarray]]]:
+    """The attempts of every record, for ``submission.build_submission`` (failed tasks have none)."""
+    return {task_id: record.attempts for task_id, record in records.items()}
+
+
+def record_table(records: Iterable[TaskRecord]):
+    """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows = [{"task_id": record.task_id,
+             "candidates": sum(len(test.candidates) for test in record.tests),
+             "forward_calls": sum(test.search.forward_calls for test in record.tests),
+             "ttt_seconds": record.timings.get("ttt"),
+             "generation_seconds": record.timings.get("generation"),
+             "scoring_seconds": record.timings.get("scoring"),
+             "total_seconds": record.timings.get("total"),
+             "rung": record.rung,
+             "error": record.error or record.skipped} for record in records]
+    columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
+               "total_seconds", "rung", "error"]
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
+
+
+__all__ = ["FALLBACK_RUNG", "SearchStats", "TaskRecord", "TestResult", "TrainingSummary", "answers_from_records",
+           "append_record", "fallback_record", "read_records", "record_table"]

@@ -1,0 +1,249 @@
+"""Running the method on a whole set: the run folder, resuming, an always-valid submission, scores.
+
+A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
+``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
+(complete and valid from the first second, rewritten after every task) and, when the answers are
+known, ``scores.csv`` and ``score.json``. A rerun on the same folder resumes; a folder that ran
+other settings (compared on the fields that change results, older files read with today's
+defaults) or another data set is refused. The single-process ``solve`` here, the worker processes
+(``workers``), the Kaggle job and the notebooks all use these pieces.
+
+This module knows the solver, the planner and the record layout; it knows nothing of models
+beyond what the solver holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arc_kit.datasets import load_tasks
+from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.models import load_encoder, token_budget_of
+from arc_kit.planner import Planner, Speeds, estimate_run, measure, speeds_from_records
+from arc_kit.records import (
+    FALLBACK_RUNG,
+    TaskRecord,
+    answers_from_records,
+    append_record,
+    fallback_record,
+    read_records,
+    record_table,
+)
+from arc_kit.settings import SolveSettings, ladder
+from arc_kit.solver import Solver
+from arc_kit.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
+from arc_kit.tasks import InvalidDataError, TaskSet
+
+logger = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+RECORDS_FILE = "records.jsonl"
+SUBMISSION_FILE = "submission.json"
+RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be resumed with what was asked (the message says why and what to do)."""
+
+
+def clear_run(out: str | os.PathLike) -> None:
+    """Discard an earlier run in ``out``: its files and any worker folders (``--restart``)."""
+    out = Path(out)
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for folder in out.glob("worker-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
+             restart: bool = False) -> Path:
+    """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
+
+    ``info`` is written into a new ``run.json`` beside the settings; its ``dataset`` (when given)
+    must match the one an earlier run in the folder recorded.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if restart:
+        clear_run(out)
+    run_path = out / RUN_FILE
+    info = dict(info or {})
+    if run_path.exists():
+        try:
+            stored = read_json(run_path)
+            earlier = SolveSettings.from_json(stored["settings"])
+        except (InvalidDataError, KeyError, TypeError, ValueError) as error:
+            raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} ({str(error).splitlines()[0]}); use another "
+                                 "--out, or --restart to discard it") from None
+        if earlier.result_json() != settings.result_json():
+            changed = _changed_fields(earlier.result_json(), settings.result_json())
+            raise RunFolderError(f"{out} holds a run with other settings ({', '.join(changed[:4])}); use another "
+                                 "--out, or --restart to discard it")
+        if info.get("dataset") and stored.get("dataset") and str(info["dataset"]) != str(stored["dataset"]):
+            raise RunFolderError(f"{out} holds a run on another data set ({stored['dataset']}, not {info['dataset']}); "
+                                 "use another --out, or --restart to discard it")
+        return out
+    write_json_atomically(run_path, {"settings": settings.to_json(), **info}, indent=2)
+    return out
+
+
+def _changed_fields(first: Mapping, second: Mapping, prefix: str = "") -> list[str]:
+    changed = []
+    for key in sorted(set(first) | set(second)):
+        a, b = first.get(key), second.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            changed += _changed_fields(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key} {a} -> {b}")
+    return changed
+
+
+def read_run_settings(out: str | os.PathLike) -> SolveSettings:
+    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none)."""
+    path = Path(out) / RUN_FILE
+    if not path.exists():
+        raise RunFolderError(f"{out} holds no run ({RUN_FILE} missing)")
+    return SolveSettings.from_json(read_json(path)["settings"])
+
+
+def read_run_info(out: str | os.PathLike) -> dict:
+    path = Path(out) / RUN_FILE
+    return read_json(path) if path.exists() else {}
+
+
+def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet) -> None:
+    """Set ``record.correct`` from the submission entries the record gives (fallbacks included)."""
+    entries = build_submission(tasks.select([record.task_id]), {record.task_id: record.attempts})[record.task_id]
+    outputs = answers[record.task_id].test_outputs
+    record.correct = [any_attempt_right([entry["attempt_1"], entry["attempt_2"]], output)
+                      for entry, output in zip(entries, outputs)]
+
+
+def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,
+                 task_ids: Sequence[str]) -> Score:
+    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``."""
+    submission = read_json(submission_path)
+    score = score_submission(submission, answers.select([i for i in task_ids if i in answers]))
+    table = score.table.merge(record_table(records.values()), on="task_id", how="left")
+    table.to_csv(out / "scores.csv", index=False)
+    write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
+                                               "task_score": score.task_score, "tasks": len(score.table)}, indent=2)
+    return score
+
+
+@dataclass
+class SolveRun:
+    """What a run produced."""
+
+    out: Path
+    records: dict[str, TaskRecord]
+    submission_path: Path
+    score: Score | None = None  # when the answers were known
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[str]:
+        return [task_id for task_id, record in self.records.items() if record.failed]
+
+
+def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
+          info: dict | None = None, progress: bool = True, restart: bool = False,
+          task_ids: Sequence[str] | None = None, deadline: float | None = None,
+          records_name: str = RECORDS_FILE, write_outputs: bool = True) -> SolveRun:
+    """Solve every task (or ``task_ids``) of ``tasks``, writing records, submission and scores to ``out``.
+
+    ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
+    only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
+    since the epoch) a ``planner.Planner`` orders the tasks cheapest first and steps down the
+    ladder of cheaper settings as time runs short; tasks it cannot fit get fallback answers. A
+    task that fails is retried once, cheaper. ``write_outputs=False`` (a worker process) writes only
+    the records, under ``records_name``, into a folder its parent opened.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if write_outputs:
+        open_run(out, solver.settings, info, restart=restart)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+    records_path = out / records_name
+    records = read_records(records_path)
+    wanted = list(task_ids) if task_ids is not None else tasks.ids
+    todo = [task_id for task_id in wanted if task_id not in records]
+    if records and todo != wanted:
+        logger.warning("resuming: %d of %d tasks already done in %s", len(wanted) - len(todo), len(wanted), out)
+    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+    submission_path = out / SUBMISSION_FILE
+    started = time.monotonic()
+    rungs = ladder(solver.settings)
+    planner = None
+    if deadline is not None:
+        sizes = [measure(tasks[task_id], solver.encoder, solver.settings.max_len) for task_id in todo]
+        planner = Planner(sizes, solver.settings, deadline)
+        todo = planner.order()
+
+    def write() -> None:
+        if write_outputs:
+            write_submission(submission_path, build_submission(tasks, answers_from_records(records)), tasks)
+
+    write()  # a complete, valid submission exists from the start
+    bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
+    solved = sum(record.share_correct for record in records.values())
+    for task_id in bar:
+        task = tasks[task_id]
+        rung = planner.choose(task_id) if planner else 0
+        if rung == FALLBACK_RUNG:
+            record = fallback_record(task_id, "out of time")
+        else:
+            record = solver.solve_with_retry(task, rung, rungs)
+        if planner:
+            planner.done(task_id, record.rung, None if record.failed else record.timings)
+            bar.set_description(f"solve (rung {record.rung}, {planner.seconds_left() / 60:.0f} min left)")
+        if answers is not None and task_id in answers:
+            mark_correct(record, tasks, answers)
+            solved += record.share_correct
+            bar.set_postfix(solved=f"{solved:g}/{len(records) + 1}")
+        records[task_id] = record
+        append_record(records_path, record)
+        write()
+    run = SolveRun(out, records, submission_path, seconds=time.monotonic() - started)
+    if answers is not None and write_outputs:
+        run.score = write_scores(out, submission_path, records, answers, wanted)
+    return run
+
+
+@dataclass
+class Estimate:
+    """The planner's estimate of a run, from the speeds an earlier run measured."""
+
+    speeds: Speeds
+    seconds: dict[str, float]  # training, generation, scoring, total (one process, the measuring machine)
+    tasks: int
+    settings: SolveSettings
+
+
+def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str | os.PathLike,
+                         target: SolveSettings | None = None) -> Estimate:
+    """Seconds ``target`` (default: the measured run's own settings) would take on ``tasks``, at the
+    speeds the run in ``folder`` measured; ``model`` is the folder whose tokenizer counts tokens."""
+    settings = read_run_settings(folder)
+    measured_tasks = load_tasks(read_run_info(folder).get("dataset", "arc-agi-1/evaluation"), strict=False)
+    encoder = load_encoder(model, max_len=settings.max_len)
+    speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
+    target = target or settings
+    target = target.replace(max_len=target.max_len or token_budget_of(model))
+    seconds = estimate_run(tasks, load_encoder(model, max_len=target.max_len), target, speeds)
+    return Estimate(speeds, {part: seconds[part] for part in ("training", "generation", "scoring", "total")},
+                    len(tasks), target)
+
+
+__all__ = ["Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun", "clear_run",
+           "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings", "solve",
+           "write_scores"]

@@ -1,0 +1,352 @@
+"""The settings of every stage in one place: the dataclasses, their named presets, and the ladder of cheaper ones.
+
+Each stage has one frozen dataclass whose defaults are the paper's recipe; each field carries a
+one-line reason (``help``), which is also what ``--help`` prints: the command line is generated
+from these fields (``options``), so it cannot disagree with what runs. Named presets (``paper``,
+``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``from-scratch``, ``cpu-finetune`` for
+training) live here and nowhere else. ``from_json`` reads what an older or newer kit wrote: fields it
+does not know are dropped (or refused, with ``strict``), fields missing take their defaults.
+
+This module needs only the standard library; it knows nothing of models, tasks or files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
+SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
+            choices: tuple | None = None, neutral: bool = False, default_factory: Any = dataclasses.MISSING,
+            command_line: bool = True):
+    """A dataclass field with its reason (``help``), its command-line ``flag`` and whether it changes results.
+
+    ``neutral`` fields (batch sizes, say) never change what a run produces, so a run folder made with
+    other values may be resumed. ``command_line=False`` keeps a field off the generated options.
+    """
+    metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class Settings:
+    """What every settings dataclass can do: replace, to and from JSON, compare on what matters."""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping, *, strict: bool = False):
+        """The inverse of ``to_json``; unknown fields are dropped (``strict``: ValueError naming them)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = [name for name in data if name not in known]
+        if unknown and strict:
+            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for name, value in data.items():
+            if name not in known:
+                continue
+            kind = hints.get(name)
+            if isinstance(kind, type) and issubclass(kind, Settings) and isinstance(value, Mapping):
+                value = kind.from_json(value, strict=strict)
+            values[name] = value
+        return cls(**values)
+
+    def result_json(self) -> dict:
+        """``to_json`` without the neutral fields: what two runs must share to be one run."""
+        hints = typing.get_type_hints(type(self))
+        result = {}
+        for item in dataclasses.fields(self):
+            if item.metadata.get("neutral"):
+                continue
+            value = getattr(self, item.name)
+            kind = hints.get(item.name)
+            result[item.name] = value.result_json() if isinstance(value, Settings) else \
+                (dataclasses.asdict(value) if dataclasses.is_dataclass(value) and isinstance(kind, type) else value)
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Training sequences, initial fine-tuning, test-time training.
+
+@dataclass(frozen=True)
+class SequenceSettings(Settings):
+    """How training sequences are drawn for the initial fine-tune."""
+
+    min_pairs: int = setting(3, "examples per sequence, the last one playing the test (ARC tasks have 3-7)")
+    max_pairs: int = setting(7, "the authors drew up to 7 examples per sequence from RE-ARC")
+    max_len: int = setting(8192, "token budget; earlier pairs are dropped (longest first) to fit")
+    mask_first_output: bool = setting(True, "the first output cannot be predicted without an example")
+    keep_background: bool = setting(False, "keep colour 0 fixed (the authors permute all 10 colours)")
+
+    def __post_init__(self):
+        if not 1 <= self.min_pairs <= self.max_pairs:
+            raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+
+
+@dataclass(frozen=True)
+class TrainingSettings(Settings):
+    """One initial fine-tune (or from-scratch) run; the defaults are the paper's initial fine-tune."""
+
+    steps: int = setting(1000, "optimizer steps")
+    batch_size: int = setting(4, "sequences per device and micro-batch")
+    gradient_accumulation: int = setting(2, "micro-batches per optimizer step", flag="--accumulation")
+    learning_rate: float = setting(1e-4, "LoRA adapters (or every non-embedding weight when training fully)",
+                                   flag="--lr")
+    embedding_learning_rate: float = setting(1e-5, "input embeddings and output head", flag="--embedding-lr")
+    warmup_ratio: float = setting(0.25, "share of the steps spent warming up linearly", flag="--warmup")
+    weight_decay: float = setting(0.0, "the paper uses none")
+    max_grad_norm: float = setting(1.0, "gradient clipping")
+    lora_rank: int = setting(256, "LoRA rank (the paper's initial fine-tune)", flag="--rank")
+    lora_alpha: int = setting(24, "LoRA alpha (rank-stabilised scaling)", flag="--alpha")
+    full_finetune: bool = setting(False, "train every weight instead of LoRA adapters (models from scratch)",
+                                  flag="--full")
+    train_embeddings: bool = setting(True, "train the input embeddings and output head (in full, their own rate)")
+    optimizer: str = setting("auto", "auto: 8-bit AdamW where bitsandbytes works (a GPU), else AdamW",
+                             choices=("auto", "adamw", "adamw_8bit"))
+    precision: str = setting("auto", "auto: bf16 on GPUs that have it, fp16 on older GPUs, fp32 on the CPU",
+                             choices=("auto", "bf16", "fp16", "fp32"))
+    gradient_checkpointing: bool = setting(True, "recompute activations: long sequences fit in memory")
+    sequences: SequenceSettings = setting(default_factory=SequenceSettings, help="how sequences are drawn")
+    seed: int = setting(0, "seeds the LoRA initialisation and every drawn sequence")
+    save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True)
+    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True)
+    minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long", neutral=True)
+    data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True)
+
+
+@dataclass(frozen=True)
+class TestTimeSettings(Settings):
+    """Per-task training; the defaults are the paper's (Appendix table, test-time column).
+
+    The sequences' token budget is the solve budget (``SolveSettings.max_len``), never a second one.
+    """
+
+    steps: int = setting(64, "optimizer steps per task", flag="--ttt-steps")
+    batch_size: int = setting(1, "sequences per step", flag="--ttt-batch-size")
+    learning_rate: float = setting(1e-4, "LoRA adapters", flag="--ttt-lr")
+    embedding_learning_rate: float = setting(1e-5, "input embeddings and output head", flag="--ttt-embedding-lr")
+    warmup_ratio: float = setting(0.5, "share of the steps spent warming up", flag="--ttt-warmup")
+    lora_rank: int = setting(32, "rank of the per-task LoRA", flag="--ttt-rank")
+    lora_alpha: int = setting(16, "alpha of the per-task LoRA", flag="--ttt-alpha")
+    train_embeddings: bool = setting(True, "train the embeddings and head too", command_line=False)
+    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False)
+    optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
+    gradient_checkpointing: bool = setting(False, "on for large models on small GPUs", command_line=False)
+    mask_first_output: bool = setting(True, "the first output of a sequence carries no loss", command_line=False)
+    seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False)
+
+    __test__ = False  # not a pytest test class despite the name
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidate generation and the whole method.
+
+@dataclass(frozen=True)
+class SamplerSettings(Settings):
+    """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
+
+    kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
+    threshold: float = setting(0.09, "DFS: minimum probability of a returned answer")
+    count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)")
+    temperature: float = setting(1.0, "sample: softmax temperature")
+    max_forward_calls: int = setting(20_000, "DFS: cap on single-token model calls per search (reported when hit)")
+    use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
+
+    def __post_init__(self):
+        if self.kind not in SAMPLER_KINDS:
+            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLER_KINDS}")
+        if self.count < 1:
+            raise ValueError("count must be at least 1")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+
+    @property
+    def name(self) -> str:
+        if self.kind == "dfs":
+            return f"DFS T={self.threshold * 100:g}%"
+        if self.kind == "greedy":
+            return "greedy"
+        return f"{'stochastic' if self.kind == 'sample' else 'beam'} x{self.count}"
+
+
+@dataclass(frozen=True)
+class SolveSettings(Settings):
+    """The whole method's settings; defaults are the paper's final configuration."""
+
+    sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
+    inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
+                                           flag="--augmentations")
+    scoring_augmentations: int = setting(16, "fresh ones, for the product of experts")
+    aggregation: str = setting("product", "product | min | max | sum | generation (no scoring pass)",
+                               choices=(*AGGREGATION_NAMES, "generation"))
+    test_time_training: bool = setting(True, "train a fresh LoRA on each task's own examples first", flag="--ttt")
+    ttt: TestTimeSettings = setting(default_factory=TestTimeSettings, help="test-time training")
+    max_len: int | None = setting(None, "token budget of a prompt plus its longest answer, and of test-time "
+                                        "training sequences; unset: the model's own")
+    keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
+                                    command_line=False)
+    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache", neutral=True,
+                                      command_line=False)
+    seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
+
+    def __post_init__(self):
+        if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
+            raise ValueError(f"unknown aggregation {self.aggregation!r}")
+        if self.inference_augmentations < 1:
+            raise ValueError("inference_augmentations must be at least 1")
+        if self.max_len is not None and self.max_len < 64:
+            raise ValueError(f"max_len must be at least 64 tokens, got {self.max_len}")
+
+    @property
+    def description(self) -> str:
+        """One line for logs: sampler, augmentations, TTT, aggregation."""
+        return (f"{self.sampler.name}, {self.inference_augmentations}+{self.scoring_augmentations} augmentations, "
+                f"{f'TTT {self.ttt.steps} steps' if self.test_time_training else 'no TTT'}, {self.aggregation}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets and the ladder.
+
+def smoke(settings: SolveSettings) -> SolveSettings:
+    """A few seconds per task: enough to prove that the whole path works, not to score."""
+    return settings.replace(inference_augmentations=min(2, settings.inference_augmentations),
+                            scoring_augmentations=min(2, settings.scoring_augmentations),
+                            ttt=settings.ttt.replace(steps=min(4, settings.ttt.steps)),
+                            sampler=settings.sampler.replace(
+                                max_forward_calls=min(2000, settings.sampler.max_forward_calls)))
+
+
+def _cpu() -> SolveSettings:
+    """The method sized for a 2-core CPU and a small model.
+
+    DFS at T = 1% (a small model rarely gives a whole answer 9%), 8 + 8 augmentations instead of
+    16 + 16, prompts within 4096 tokens (long tasks drop train pairs), a DFS cap of 2000
+    single-token calls per search, and a test-time learning rate of 1e-3 (the paper's 1e-4 barely
+    moves a small model in 64 steps).
+    """
+    return SolveSettings(sampler=SamplerSettings("dfs", threshold=0.01, max_forward_calls=2000),
+                         inference_augmentations=8, scoring_augmentations=8, max_len=4096,
+                         ttt=TestTimeSettings(learning_rate=1e-3, embedding_learning_rate=1e-3))
+
+
+SOLVE_PRESETS: dict[str, SolveSettings] = {
+    "paper": SolveSettings(),
+    "cpu": _cpu(),
+    "dry-run": _cpu(),  # the main job: the cpu preset (its task choice lives with the dry run)
+    "smoke": smoke(SolveSettings()),
+}
+
+TRAINING_PRESETS: dict[str, TrainingSettings] = {
+    "paper": TrainingSettings(),
+    # Full training of a fresh model: higher learning rates, no checkpointing (models are small).
+    "from-scratch": TrainingSettings(full_finetune=True, learning_rate=1e-3, embedding_learning_rate=1e-3,
+                                     weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05),
+}
+
+
+def solve_preset(name: str) -> SolveSettings:
+    if name not in SOLVE_PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(SOLVE_PRESETS)}")
+    return SOLVE_PRESETS[name]
+
+
+def training_preset(name: str) -> TrainingSettings:
+    if name not in TRAINING_PRESETS:
+        raise ValueError(f"unknown training preset {name!r}; known: {', '.join(TRAINING_PRESETS)}")
+    return TRAINING_PRESETS[name]
+
+
+def ladder(settings: SolveSettings) -> list[SolveSettings]:
+    """The configured settings, then ever cheaper ones: the rungs the time budget steps down.
+
+    Halved TTT steps; halved augmentations; a DFS threshold of at least 20%; a quarter of the TTT
+    steps and augmentations; finally no TTT and at most two augmentations (no more than the rung
+    before: nothing grows on the way down), with DFS kept at its 20% threshold (cheaper than greedy,
+    paper Table 2) and any other sampler replaced by greedy.
+    """
+    sampler, ttt = settings.sampler, settings.ttt
+    rungs = [settings]
+
+    def cheaper(**changes) -> None:
+        rungs.append(dataclasses.replace(rungs[-1], **changes))
+
+    cheaper(ttt=ttt.replace(steps=max(1, ttt.steps // 2)))
+    cheaper(inference_augmentations=max(1, settings.inference_augmentations // 2),
+            scoring_augmentations=max(0, settings.scoring_augmentations // 2))
+    if sampler.kind == "dfs":
+        cheaper(sampler=sampler.replace(threshold=max(sampler.threshold, 0.2)))
+    cheaper(ttt=ttt.replace(steps=max(1, ttt.steps // 4)),
+            inference_augmentations=max(1, settings.inference_augmentations // 4),
+            scoring_augmentations=max(0, settings.scoring_augmentations // 4))
+    last_sampler = rungs[-1].sampler if sampler.kind == "dfs" else sampler.replace(kind="greedy")
+    cheaper(test_time_training=False, sampler=last_sampler,
+            inference_augmentations=min(2, rungs[-1].inference_augmentations),
+            scoring_augmentations=min(2, rungs[-1].scoring_augmentations))
+    return rungs
+
+
+# ---------------------------------------------------------------------------------------------
+# What the command line is generated from.
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of a settings dataclass: where it lives, its flag, type and help."""
+
+    path: tuple[str, ...]  # field names from the top settings down, e.g. ("ttt", "steps")
+    flag: str
+    kind: type
+    help: str
+    choices: tuple | None
+    optional: bool  # the field may be None
+
+
+def options(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
+    """Every command-line option of a settings class, nested settings flattened, in field order."""
+    hints = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        kind = hints[item.name]
+        if isinstance(kind, type) and issubclass(kind, Settings):
+            yield from options(kind, (*prefix, item.name))
+            continue
+        if not item.metadata.get("command_line", True):
+            continue
+        arguments = [a for a in typing.get_args(kind) if a is not type(None)]
+        optional = bool(arguments) and len(arguments) < len(typing.get_args(kind))
+        base = arguments[0] if optional else kind
+        flag = item.metadata.get("flag") or "--" + item.name.replace("_", "-")
+        yield Option((*prefix, item.name), flag, base, item.metadata.get("help", ""), item.metadata.get("choices"),
+                     optional)
+
+
+def get_path(settings: Settings, path: tuple[str, ...]) -> Any:
+    value = settings
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
+def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:
+    """``settings`` with the field at ``path`` (nested) set to ``value``."""
+    if len(path) == 1:
+        return dataclasses.replace(settings, **{path[0]: value})
+    inner = getattr(settings, path[0])
+    return dataclasses.replace(settings, **{path[0]: replace_path(inner, path[1:], value)})
+
+
+__all__ = ["AGGREGATION_NAMES", "Option", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings",
+           "Settings", "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings", "get_path",
+           "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "training_preset"]
