@@ -283,7 +283,8 @@ def _table(which: str):
         from arc_kit.tables import run_table
 
         table = run_table(which, _select_tasks(args), _model_path(args), _solve_settings(args), args.out,
-                          restart=args.restart, load_options=_load_options(args))
+                          restart=args.restart, load_options=_load_options(args),
+                          workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
         print(table.markdown)
         print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
         return 0
@@ -293,6 +294,10 @@ def _table(which: str):
 @command("ablation", "the paper's Table 1: baseline, +TTT, +16xAug, +PoE, +DFS on tasks with solutions")
 def setup_ablation(parser):
     _solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    parser.add_argument("--table-workers", type=int, default=1,
+                        help="processes sharing the tasks on one device (a small model leaves a GPU mostly idle)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no task after this long; the table covers the finished tasks from the first on")
     return _table("ablation")
 
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arc_kit import __version__
+from arc_kit import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.models import default_model_path
 from arc_kit.records import answers_from_records
 from arc_kit.settings import SolveSettings, smoke
 from arc_kit.submission import build_submission, load_submission, write_submission
-from arc_kit.workers import gpu_count, solve_in_workers
 
 logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
@@ -66,12 +66,12 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     chosen = tasks.head(smoke_tasks) if placeholder else tasks
     run_settings = smoke(settings) if placeholder else settings
     deadline = started + 3600 * hours - 60 * safety_minutes
-    workers = workers or max(1, gpu_count())
+    workers = workers or max(1, worker_pool.gpu_count())
     records, error = {}, None
     try:  # from here on nothing may fail the notebook: the submission on disk is always complete
-        run = solve_in_workers(chosen, model, run_settings, working / "arc_kit_run", workers=workers,
-                               deadline=deadline, load_options=load_options, progress=False,
-                               submission_path=submission_path, submission_tasks=tasks)
+        run = worker_pool.solve_in_workers(chosen, model, run_settings, working / "arc_kit_run", workers=workers,
+                                           deadline=deadline, load_options=load_options, progress=False,
+                                           submission_path=submission_path, submission_tasks=tasks)
         records = run.records
     except Exception as failure:  # noqa: BLE001 - reported in the result and the log, never raised
         error = f"{type(failure).__name__}: {failure}"

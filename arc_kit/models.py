@@ -192,7 +192,7 @@ def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat()
     """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens."""
     from transformers import AutoTokenizer
 
-    path = Path(path)
+    path = _model_folder(path)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
                        token_budget_of(path) if max_len is None else max_len)
@@ -200,6 +200,18 @@ def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat()
 
 def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _model_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, or FileNotFoundError when it is no model folder.
+
+    Checked before transformers sees it: a name that is no local folder would be read as a hub id,
+    and offline that fails with a message about connecting to huggingface.co.
+    """
+    path = Path(path)
+    if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json or adapter_config.json)")
+    return path
 
 
 def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(), **overrides) -> LoadedModel:
@@ -212,9 +224,7 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     settings = dataclasses.replace(settings, **overrides)
-    path = Path(path)
-    if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
-        raise FileNotFoundError(f"{path} is not a model folder (no config.json or adapter_config.json)")
+    path = _model_folder(path)
     device = devices.resolve_device(settings.device)
     dtype = devices.resolve_dtype(settings.dtype, device)
     backend = devices.resolve_backend(settings.backend)

@@ -17,6 +17,8 @@ task's record goes to a JSON-lines file as it finishes; a rerun resumes. Timings
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,18 +58,31 @@ def _contains(candidates: Sequence[Candidate], answer: np.ndarray) -> bool:
 
 
 class _Clock:
-    def __init__(self):
+    """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB)."""
+
+    def __init__(self, cuda: bool = False):
         self.seconds: dict[str, float] = {}
+        self.peak_memory_gb: dict[str, float] = {}
+        self.cuda = cuda
 
     def __call__(self, name: str):
         clock = self
 
         class _Span:
             def __enter__(self):
+                if clock.cuda:
+                    import torch
+
+                    torch.cuda.reset_peak_memory_stats()
                 self.started = time.monotonic()
 
             def __exit__(self, *exc):
                 clock.seconds[name] = clock.seconds.get(name, 0.0) + time.monotonic() - self.started
+                if clock.cuda:
+                    import torch
+
+                    peak = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+                    clock.peak_memory_gb[name] = max(clock.peak_memory_gb.get(name, 0.0), peak)
 
         return _Span()
 
@@ -76,7 +91,8 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
     """All five stages on one task; the record holds per-stage correctness and timings."""
     if solver.trainer is None:
         raise ValueError("the ablation needs a solver with test-time training on")
-    settings, clock = solver.settings, _Clock()
+    settings = solver.settings
+    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
     answers = task.test_outputs
     visible = task.without_solutions()
     greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
@@ -115,6 +131,7 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
     record["stages"] = {stage: [[grid_to_json(g) for g in attempts] for attempts in tests]
                         for stage, tests in record["stages"].items()}
     record["seconds"] = {name: round(value, 3) for name, value in clock.seconds.items()}
+    record["peak_memory_gb"] = clock.peak_memory_gb
     return record
 
 
@@ -170,17 +187,48 @@ class TableRun:
     records: dict
 
 
-def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool) -> dict:
+def _read_records(out: Path, name: str) -> dict:
+    """Every finished task's record in ``out`` and in its workers' folders (``worker-N``)."""
+    records = {}
+    for path in [out / f"{name}_records.jsonl", *sorted(out.glob(f"worker-*/{name}_records.jsonl"))]:
+        for _, data in read_json_lines(path):
+            if isinstance(data, dict) and isinstance(data.get("task_id"), str):
+                records.setdefault(data["task_id"], data)
+    return records
+
+
+def _claim(folder: Path, task_id: str) -> bool:
+    """True for the one process that creates ``folder/task_id`` first (tasks shared among workers)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / task_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool, *, worker: int | None = None,
+               stop_at: float | None = None) -> dict:
+    """Run ``work`` on every task without a record; a rerun resumes.
+
+    As one of several workers (``worker`` = its number), a task goes to whichever worker claims it
+    first and its record into ``out/worker-N``; no task is started after ``stop_at`` (monotonic).
+    """
     from tqdm.auto import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}_records.jsonl"
-    records = {data["task_id"]: data for _, data in read_json_lines(path)
-               if isinstance(data, dict) and isinstance(data.get("task_id"), str)}
+    records = _read_records(out, name)
+    folder = out if worker is None else out / f"worker-{worker}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}_records.jsonl"
     for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=name, unit="task",
                      disable=not progress):
         if not task.has_solutions:
             raise ValueError(f"task {task.id} has no known test outputs; the tables need solutions")
+        if stop_at is not None and time.monotonic() > stop_at:
+            break
+        if worker is not None and not _claim(out / "claims", task.id):
+            continue
         record = work(task)
         records[task.id] = record
         append_json_line(path, record)
@@ -188,13 +236,29 @@ def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool) -> di
 
 
 def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: float = 0.09,
-                 progress: bool = True) -> TableRun:
+                 progress: bool = True, worker: int | None = None, stop_at: float | None = None) -> TableRun:
     """The ablation on every task; writes ablation.md and ablation.csv into ``out``."""
+    out = Path(out)
+    records = _run_tasks(tasks, out, "ablation", lambda task: ablation_task(solver, task, threshold=threshold),
+                         progress, worker=worker, stop_at=stop_at)
+    return ablation_table(records, solver.settings, out, threshold)
+
+
+def _first_complete(records: dict, task_ids: Sequence[str]) -> dict:
+    """The records of the longest run of ``task_ids`` from the first that all have one."""
+    kept = {}
+    for task_id in task_ids:
+        if task_id not in records:
+            break
+        kept[task_id] = records[task_id]
+    return kept
+
+
+def ablation_table(records: dict, settings: SolveSettings, out: str | Path, threshold: float = 0.09) -> TableRun:
+    """The ablation table of finished records; writes ablation.md and ablation.csv into ``out``."""
     import pandas as pd
 
     out = Path(out)
-    records = _run_tasks(tasks, out, "ablation", lambda task: ablation_task(solver, task, threshold=threshold),
-                         progress)
     outputs = sum(len(r["correct"]["baseline"]) for r in records.values())
     rows = []
     for position, stage in enumerate(ABLATION_STAGES):
@@ -202,18 +266,20 @@ def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: 
         row = {"stage": stage, "correct": right, "test_outputs": outputs,
                "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
                "seconds_per_task": round(np.mean([r["seconds"].get(stage, 0.0)
-                                                  for r in records.values()]), 2) if records else 0.0}
+                                                  for r in records.values()]), 2) if records else 0.0,
+               "peak_gpu_memory_gb": max((r.get("peak_memory_gb", {}).get(stage) or 0.0 for r in records.values()),
+                                         default=0.0) or None}
         for model, numbers in PAPER_ABLATION.items():
             row[f"paper {model}"] = numbers[position]
         rows.append(row)
     table = pd.DataFrame(rows)
     ttt_seconds = np.mean([r["seconds"].get("ttt", 0.0) for r in records.values()]) if records else 0.0
-    settings = solver.settings
     markdown = (f"Two-attempt accuracy on {len(records)} tasks ({outputs} test outputs), with "
                 f"{settings.inference_augmentations} inference and {settings.scoring_augmentations} scoring "
                 f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at T = {threshold:g}. "
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
-                f"{ttt_seconds:.1f} s per task to every stage from +TTT on.\n\n" + _markdown(table))
+                f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
+                f"process (CUDA only).\n\n" + _markdown(table))
     table.to_csv(out / "ablation.csv", index=False)
     (out / "ablation.md").write_text(markdown + "\n")
     return TableRun(table, markdown, records)
@@ -260,22 +326,67 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
 TABLES = ("ablation", "samplers")
 
 
+def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
+                     stop_at_epoch: float | None) -> None:
+    """One of several processes sharing an ablation run (see ``run_table``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    loaded = load_model(model, LoadSettings(**load_options))
+    solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
+    stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
+    run_ablation(tasks, solver, out, threshold=settings.sampler.threshold, progress=False, worker=worker,
+                 stop_at=stop_at)
+
+
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
-              load_options: dict | None = None, progress: bool = True) -> TableRun:
+              load_options: dict | None = None, progress: bool = True, workers: int = 1,
+              minutes: float | None = None, grace_minutes: float = 2.0) -> TableRun:
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
     fixed samplers under the settings' search cap and temperature. A rerun resumes (``restart``:
-    start over).
+    start over). The ablation can run in ``workers`` processes that share the tasks (a small
+    model leaves most of a GPU idle); with ``minutes``, no task starts after that long, a task
+    still running ``grace_minutes`` later is stopped (a rerun does it), and the table covers the
+    tasks finished from the first one on, in order.
     """
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; expected one of {TABLES}")
     if not tasks.has_solutions:
         raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
+    if workers > 1 and which != "ablation":
+        raise ValueError("only the ablation runs in several workers")
+    out = Path(out)
+    if restart:
+        (out / f"{which}_records.jsonl").unlink(missing_ok=True)
+        for folder in [out / "claims", *out.glob("worker-*")]:
+            shutil.rmtree(folder, ignore_errors=True)
+    stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
+    if which == "ablation" and (workers > 1 or minutes is not None):
+        import multiprocessing
+
+        shutil.rmtree(out / "claims", ignore_errors=True)  # claims of an interrupted run: its tasks are not done
+        context = multiprocessing.get_context("spawn")
+        processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
+                                                                    load_options or {}, stop_at_epoch))
+                     for worker in range(workers)]
+        for process in processes:
+            process.start()
+        hard_stop = None if minutes is None else time.monotonic() + 60 * (minutes + grace_minutes)
+        for process in processes:
+            process.join(None if hard_stop is None else max(0.0, hard_stop - time.monotonic()))
+        late = [worker for worker, process in enumerate(processes) if process.is_alive()]
+        for worker in late:  # their tasks in flight are lost; a rerun does them
+            processes[worker].terminate()
+            processes[worker].join()
+        failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
+        if failed:
+            raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
+        records = _first_complete(_read_records(out, "ablation"), tasks.ids)
+        return ablation_table(records, settings.replace(test_time_training=True), out, settings.sampler.threshold)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
-    if restart:
-        (Path(out) / f"{which}_records.jsonl").unlink(missing_ok=True)
     if which == "ablation":
         return run_ablation(tasks, solver, out, threshold=settings.sampler.threshold, progress=progress)
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,

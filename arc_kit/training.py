@@ -111,9 +111,6 @@ LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "toke
 
 def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
     """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -135,19 +132,25 @@ class BatchOrder:
     """Batch sampler: optimizer step s, micro-batch a, process r take dataset items in a fixed layout.
 
     Items depend only on their index, so a resumed run (starting at ``first_step``) and a run on
-    several processes see exactly the sequences an uninterrupted single run would.
+    several processes see exactly the sequences an uninterrupted single run would. With
+    ``length_of`` (item index -> tokens), each step's items are sorted by length before they are
+    cut into micro-batches: the same sequences per step, less padding.
     """
 
-    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int):
+    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int, length_of=None):
         self.settings, self.first_step, self.rank, self.world = settings, first_step, rank, world
+        self.length_of = length_of
 
     def __iter__(self):
         size, accumulation = self.settings.batch_size, self.settings.gradient_accumulation
         per_step = size * accumulation * self.world
         for step in range(self.first_step, self.settings.steps):
+            items = list(range(step * per_step, (step + 1) * per_step))
+            if self.length_of is not None:
+                items.sort(key=lambda index: (self.length_of(index), index))
             for micro in range(accumulation):
-                start = step * per_step + (micro * self.world + self.rank) * size
-                yield list(range(start, start + size))
+                start = (micro * self.world + self.rank) * size
+                yield items[start:start + size]
 
     def __len__(self) -> int:
         return (self.settings.steps - self.first_step) * self.settings.gradient_accumulation
@@ -228,8 +231,9 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
                 shutil.rmtree(old, ignore_errors=True)
         CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
     accelerator.wait_for_everyone()
+    length_of = dataset.length if settings.group_by_length else None
     loader = DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
-                                                          accelerator.num_processes),
+                                                          accelerator.num_processes, length_of),
                         collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
 
     info = run_info(settings=settings.to_json(), model_source=source_description, data=data_description,
@@ -253,6 +257,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
                     shutil.rmtree(old, ignore_errors=True)
 
     for batch in loader:
+        batch = {name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()}
         with accelerator.accumulate(model):
             loss = model(**batch).loss
             accelerator.backward(loss)
@@ -301,7 +306,8 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
                     final_loss=last_loss)
         record = {"preset": str(model_source) if str(model_source) in PRESETS else None, "training": info}
         if base_name is not None and not settings.full_finetune:
-            save_delta(trained, tokenizer, out, base_name, record)  # megabytes, not the whole model
+            save_delta(trained, tokenizer, out, base_name, record,  # megabytes, not the whole model
+                       dtype=torch.bfloat16 if accelerator.mixed_precision == "bf16" else None)
         else:
             if not settings.full_finetune:
                 trained.save_pretrained(out / "adapter")

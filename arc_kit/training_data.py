@@ -136,13 +136,27 @@ class SequenceDataset:
         self.pools = [pools[name] for name in self.names]
         raw = np.array([1.0 if weights is None else float(weights[name]) for name in self.names])
         self.probabilities = raw / raw.sum()
-        self.encoder, self.settings, self.seed, self.length = encoder, settings, seed, length
+        self.encoder, self.settings, self.seed, self.length_total = encoder, settings, seed, length
+        self._drawn: dict[int, tuple[str, Encoded]] = {}  # drawn by ``length``, taken by ``sequence``
 
     def __len__(self) -> int:
-        return self.length
+        return self.length_total
+
+    def length(self, index: int) -> int:
+        """Tokens in item ``index`` (drawn once: the item itself is then served from memory)."""
+        if index not in self._drawn:
+            if len(self._drawn) > 4096:  # items measured but never taken (another process's share)
+                self._drawn.clear()
+            self._drawn[index] = self._draw(index)
+        return len(self._drawn[index][1])
 
     def sequence(self, index: int) -> tuple[str, Encoded]:
-        """(pool name, encoded sequence) of item ``index``.
+        """(pool name, encoded sequence) of item ``index``; see ``_draw``."""
+        drawn = self._drawn.pop(index, None)
+        return drawn if drawn is not None else self._draw(index)
+
+    def _draw(self, index: int) -> tuple[str, Encoded]:
+        """(pool name, encoded sequence) of item ``index``, drawn from its own generator.
 
         A draw that does not fit the budget, or that the budget cut down to a single pair whose
         output is masked (nothing left to learn), is drawn again.

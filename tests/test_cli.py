@@ -314,13 +314,32 @@ def test_score_against_a_dataset_name_and_with_challenges(capsys, files):
     (files / "two_right.json").write_text(json.dumps(build_submission(tasks.head(2), answers)))
     status, out, err = run(capsys, "score", "--submission", files / "two_right.json", "--solutions", DATASET,
                            "--challenges", files / "challenges.json")
-    assert status == 0
+    # scored anyway, against every task of the set (what is missing counts as wrong) ...
     total = sum(len(task.test) for task in tasks.tasks())
     right = sum(len(task.test) for task in tasks.head(2).tasks())
     assert f"({right}/{total} test outputs)" in out
     assert f"2/{len(tasks)} tasks" in out
-    # the submission is checked against the challenges, as warnings
-    assert "warning: task t1: missing" in err
+    # ... but checked against the challenges: not a file Kaggle would take, so every problem and exit status 1
+    assert status == 1 and "Traceback" not in err
+    assert "invalid submission, 4 problem(s)" in err
+    assert "task t1: missing" in err and "task t2: missing" in err
+    assert f"task {tasks[0].id}: not in the challenges" in err
+
+
+def test_score_with_challenges_that_the_submission_matches_is_clean(capsys, files):
+    status, out, err = run(capsys, "score", "--submission", files / "submission.json",
+                           "--solutions", files / "solutions.json", "--challenges", files / "challenges.json")
+    assert status == 0 and err == ""
+    assert "score 66.67% (2/3 test outputs)" in out
+
+
+def test_score_without_challenges_checks_against_the_solutions(capsys, files):
+    partial = {"t1": json.loads((files / "submission.json").read_text())["t1"]}
+    (files / "partial.json").write_text(json.dumps(partial))
+    status, out, err = run(capsys, "score", "--submission", files / "partial.json",
+                           "--solutions", files / "solutions.json")
+    assert "score 66.67% (2/3 test outputs); 1/2 tasks" in out
+    assert status == 1 and "task t2: missing" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("submission, phrase", [

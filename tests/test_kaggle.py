@@ -32,7 +32,7 @@ from arc_kit.models import default_model_path, load_model
 from arc_kit.planner import FALLBACK
 from arc_kit.records import read_records
 from arc_kit.run import SolveRun, solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
 from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, submission_problems
 from arc_kit.tasks import TaskSet
@@ -201,14 +201,14 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
     assert submission_problems(submission, tasks) == [] and list(submission) == tasks.ids
     run_folder = working / "arc_kit_run"
     records = read_record_dicts(run_folder / "records.jsonl")
-    smoke = sorted(tasks.ids)[:2]
-    assert list(records) == smoke
+    smoke_ids = sorted(tasks.ids)[:2]
+    assert list(records) == smoke_ids
     plan = read_json(run_folder / "worker-0" / "plan.json")
     assert SolveSettings.from_json(plan["settings"]) == smoke(SETTINGS)
     assert smoke(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
     for task_id in tasks.ids:
         task = tasks[task_id]
-        if task_id in smoke:  # the model's answers, not the fallbacks
+        if task_id in smoke_ids:  # the model's answers, not the fallbacks
             assert records[task_id]["error"] is None and records[task_id]["rung"] == 0
             attempts = [test["attempts"] for test in records[task_id]["test"]]
             assert all(attempts) and attempts_in(submission, task_id) == attempts

@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from arc_kit import devices
 from arc_kit.datasets import load_tasks
-from arc_kit.models import PRESETS, LoadedModel, build_tokenizer, create_model, load_model, model_info, save_model
+from arc_kit.models import (PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder, load_model,
+                            model_info, save_model)
 from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
@@ -327,6 +328,16 @@ def test_a_folder_without_config_names_itself(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
         load_model(tmp_path / "missing")
     assert_says(error, str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("name", ["model", "someone/some-model"])
+def test_a_name_that_is_no_folder_is_never_taken_for_a_hub_id(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative names resolve to nothing here
+    for load in (load_model, load_encoder):
+        with pytest.raises(FileNotFoundError) as error:
+            load(name)
+        assert_says(error, name, "not a model folder")
+        assert "huggingface.co" not in str(error.value)
 
 
 @pytest.fixture

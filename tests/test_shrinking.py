@@ -21,6 +21,7 @@ from arc_kit.cli import main
 from arc_kit.datasets import load_tasks
 from arc_kit.models import create_model, load_model, save_model
 from arc_kit.shrinking import (
+    AUTHORS_CHARACTERS,
     needed_characters,
     shrink_model_folder,
     shrink_tokenizer,
@@ -83,13 +84,19 @@ def bpe(tasks):
     return train_byte_level_bpe(task_texts(tasks, 8) + ENGLISH * 4)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+@pytest.fixture(scope="module", params=[(False, True), (True, False), (True, True)],
+                ids=["untied", "tied-kept", "tied-untie"])
 def shrunk(request, bpe):
-    """(original model, original tokenizer, shrunk model, shrunk tokenizer, kept ids, tied)."""
-    tied = request.param
+    """(original model, original tokenizer, shrunk model, shrunk tokenizer, kept ids, tied after shrinking).
+
+    An untied original, and a tied one shrunk with ``untie=False`` (the head stays the embeddings)
+    and with ``untie=True`` (the default: the head gets its own copy of the kept rows).
+    """
+    tied, untie = request.param
     original = tiny_llama(bpe, tied)
-    model, tokenizer, keep = shrink_vocabulary(copy.deepcopy(original), bpe)
-    return original, bpe, model.eval(), tokenizer, keep, tied
+    assert (original.get_output_embeddings().weight is original.get_input_embeddings().weight) == tied
+    model, tokenizer, keep = shrink_vocabulary(copy.deepcopy(original), bpe, untie=untie)
+    return original, bpe, model.eval(), tokenizer, keep, tied and not untie
 
 
 def logits(model, ids) -> torch.Tensor:
@@ -132,8 +139,14 @@ def test_needed_characters_are_what_the_format_writes():
     assert custom == sorted(set("0123456789|\nin:out" + PREPROMPT))
 
 
-def test_tokens_to_keep_one_per_character_plus_specials(bpe):
-    keep = tokens_to_keep(bpe)
+def single_token_id(tokenizer, character: str) -> int | None:
+    """The id of ``character`` when the tokenizer reads it as one token of its own, else None."""
+    ids = tokenizer(character, add_special_tokens=False)["input_ids"]
+    return ids[0] if len(ids) == 1 and tokenizer.decode(ids) == character else None
+
+
+def test_tokens_to_keep_minimal_is_one_per_character_plus_specials(bpe):
+    keep = tokens_to_keep(bpe, kept="minimal")
     assert keep == sorted(set(keep))
     singles = {bpe.convert_ids_to_tokens(i) for i in keep} - set(SPECIALS)
     assert len(singles) == len(needed_characters())
@@ -142,6 +155,32 @@ def test_tokens_to_keep_one_per_character_plus_specials(bpe):
         assert token_id in keep and bpe.decode([token_id]) == character
     assert set(bpe.convert_tokens_to_ids(list(SPECIALS))) <= set(keep)
     assert len(keep) == len(needed_characters()) + len(SPECIALS)
+
+
+def test_tokens_to_keep_by_default_is_the_authors_set(bpe):
+    """The default keeps every character of the authors' set that is one token, not only those the format writes."""
+    keep = tokens_to_keep(bpe)
+    assert keep == sorted(set(keep)) == tokens_to_keep(bpe, kept="authors")
+    authors = {single_token_id(bpe, character) for character in AUTHORS_CHARACTERS} - {None}
+    assert len(authors) > len(needed_characters())  # the trained BPE has every byte: the sets really differ
+    specials = set(bpe.convert_tokens_to_ids(list(SPECIALS)))
+    assert set(keep) == authors | specials
+    assert set(tokens_to_keep(bpe, kept="minimal")) < set(keep)
+    assert {bpe.decode([i]) for i in set(keep) - specials} <= set(AUTHORS_CHARACTERS)
+
+
+def test_the_authors_set_keeps_config_ids_and_drops_the_unknown_token(tasks):
+    tokenizer = train_byte_level_bpe(task_texts(tasks, 4) + ENGLISH, vocab_size=300, unk_token="<unk>")
+    unknown = tokenizer.unk_token_id
+    assert unknown is not None and unknown in tokenizer.all_special_ids
+    assert unknown in tokens_to_keep(tokenizer, kept="minimal")
+    assert unknown not in tokens_to_keep(tokenizer)
+    (extra,) = tokenizer("0000", add_special_tokens=False)["input_ids"]  # merged digits: kept only when named
+    assert extra not in tokens_to_keep(tokenizer)
+    assert extra in tokens_to_keep(tokenizer, configs=({"sep_token_id": extra},))
+    assert extra not in tokens_to_keep(tokenizer, kept="minimal", configs=({"sep_token_id": extra},))
+    with pytest.raises(ValueError, match="unknown kept set"):
+        tokens_to_keep(tokenizer, kept="smallest")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +224,8 @@ def test_shrunk_model_has_the_kept_rows_and_remapped_ids(shrunk):
     assert torch.equal(embeddings, original.get_input_embeddings().weight[keep])
     assert torch.equal(head, original.get_output_embeddings().weight[keep])
     assert (head is embeddings) == tied
+    assert (head.data_ptr() == embeddings.data_ptr()) == tied  # untied: an own copy of the rows, not a view
+    assert model.config.tie_word_embeddings == tied
     for name, token in (("bos", "<s>"), ("eos", "</s>"), ("pad", "<pad>")):
         new_id = keep.index(original_tokenizer.convert_tokens_to_ids(token))
         assert new_id < len(keep) and tokenizer.convert_tokens_to_ids(token) == new_id

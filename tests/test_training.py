@@ -256,6 +256,35 @@ def test_batch_order_gives_every_item_once_across_processes_and_resumes():
         assert resumed == whole[2 * 3:] and len(BatchOrder(settings, 2, rank, 2)) == 9
 
 
+def test_batch_order_by_length_regroups_each_steps_items_and_nothing_else():
+    settings = TrainingSettings(steps=4, batch_size=2, gradient_accumulation=3)
+    lengths = {index: int(length) for index, length in enumerate(np.random.default_rng(0).integers(10, 99, 48))}
+    for world in (1, 2):
+        plain = [list(BatchOrder(settings, 0, rank, world)) for rank in range(world)]
+        grouped = [list(BatchOrder(settings, 0, rank, world, lengths.get)) for rank in range(world)]
+        per_step = 3  # micro-batches per step and process
+        for step in range(4):
+            def step_items(batches):
+                return sorted(i for rank_batches in batches for batch in rank_batches[step * per_step:
+                                                                                       (step + 1) * per_step]
+                              for i in batch)
+            assert step_items(grouped) == step_items(plain)  # the same sequences in the same step
+            # Reference: the step's items sorted by length, cut into consecutive micro-batches.
+            ordered = sorted(step_items(plain), key=lambda i: (lengths[i], i))
+            expected = [ordered[k * 2:(k + 1) * 2] for k in range(per_step * world)]
+            got = [grouped[rank][step * per_step + micro] for micro in range(per_step) for rank in range(world)]
+            assert got == expected
+        assert grouped[0][per_step:] == list(BatchOrder(settings, 1, 0, world, lengths.get))
+
+
+def test_dataset_length_draws_the_item_it_later_serves(pools, vocabulary_encoder):
+    dataset = SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_len=600), seed=3, length=10)
+    fresh = SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_len=600), seed=3, length=10)
+    for index in range(10):
+        assert dataset.length(index) == len(fresh[index]["input_ids"])
+        assert torch.equal(dataset[index]["input_ids"], fresh[index]["input_ids"])
+
+
 # ---------------------------------------------------------------------------------------------
 # settings and parameter groups
 
