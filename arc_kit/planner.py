@@ -54,6 +54,20 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = 8192) -> TaskSize:
     return TaskSize(task.id, training, prompt, answers, len(task.train))
 
 
+def shortest_tasks(tasks: TaskSet, encoder: TaskEncoder, count: int) -> TaskSet:
+    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order.
+
+    Only what a solver may see counts: the train pairs and test inputs (answers guessed from the
+    inputs' sizes), never a test output.
+    """
+    def tokens(task: Task) -> tuple[int, str]:
+        size = measure(task, encoder, 10**7)  # whole prompts: no pair dropped to fit
+        return size.prompt_tokens + size.answer_tokens, task.id
+
+    chosen = sorted(tasks.tasks(), key=tokens)[:count]
+    return tasks.select([task.id for task in chosen])
+
+
 PROMPT_TOKEN_WEIGHT = 0.05  # a prompt token, processed in parallel, costs about this share of a decoded one
 
 

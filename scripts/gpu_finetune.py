@@ -174,7 +174,7 @@ def evaluate(args) -> None:
         nll_tasks = TaskSet([everything[i] for i in ids[:args.nll_tasks]])
         results = {}
         for name, folder in (("untuned base", bases.built_folder(BASE)), ("tuned", RUN),
-                             ("shipped tiny model", ROOT / "kaggle_dataset" / "model")):
+                             ("shipped model", ROOT / "kaggle_dataset" / "model")):
             loaded = load_model(folder, LoadSettings(**_load_options(args)))
             result = held_out_nll(loaded.model, loaded.encoder(), nll_tasks)
             results[name] = {**result.to_json(), "per_output": result.per_output}
@@ -203,6 +203,9 @@ def evaluate(args) -> None:
             shutil.copy(path, results / "model" / path.name)
     for path in [nll_path, records, *(EVALUATION / "ablation").glob("ablation.*")]:
         shutil.copy(path, results / path.name)
+    # every finished task, also those after the first gap (the table keeps a complete prefix only)
+    for path in (EVALUATION / "ablation").rglob("*_records.jsonl"):
+        shutil.copy(path, results / f"all-{path.parent.name}-{path.name}")
     manifest = parts.pack([results], _out(), "results", 15 * 2**20)
     print(f"results: {len(json.loads(manifest.read_text())['parts'])} part(s) in $OUT", flush=True)
 

@@ -147,3 +147,14 @@ def model_folder(tmp_path_factory):
 
     model, tokenizer = bigram_model()
     return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shipped_model_is_the_bigram_model(model_folder):
+    """Tests never build the shipped model's base (a 93 MB download): ARC_KIT_MODEL points at a micro model.
+
+    A test that needs ARC_KIT_MODEL unset or elsewhere sets it with its own monkeypatch.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ARC_KIT_MODEL", str(model_folder))
+        yield model_folder
