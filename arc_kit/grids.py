@@ -1,6 +1,9 @@
 """Grids: checking JSON values and turning them into small read-only numpy arrays.
 
-A grid is a 2-D ``numpy.uint8`` array of colours 0-9, 1 to 30 cells on each side. This module
+A grid is a 2-D ``numpy.uint8`` array of colours 0-9, 1 to 30 cells on each side (the competition's
+limit, ``MAX_SIDE``). Data that is not for the competition (1-D ARC's long rows, say) may be
+checked with a larger ``max_side``, up to ``LARGEST_SIDE``; built grids (``freeze``) accept that
+much, while parsing and submissions keep ``MAX_SIDE`` unless told otherwise. This module
 knows how a grid may look in JSON and says exactly what is wrong with one that does not; it
 knows nothing of tasks, files or models.
 
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 
 MAX_SIDE = 30  # the ARC limit on both height and width
+LARGEST_SIDE = 255  # the most any grid may have on a side (grid_key stores a side in one byte)
 COLOURS = 10  # colours are the integers 0..9
 GRID_DTYPE = np.uint8
 MAX_CELL_PROBLEMS = 10  # bad cells listed per grid before the rest are only counted
@@ -59,15 +63,15 @@ def _is_colour(cell: Any) -> bool:
     return type(cell) is int and 0 <= cell < COLOURS  # `type is int` rejects True/False
 
 
-def _looks_valid(value: Any) -> bool:
+def _looks_valid(value: Any, max_side: int = MAX_SIDE) -> bool:
     """A fast yes for the common case; a no only means 'look closer'."""
-    if type(value) is not list or not 0 < len(value) <= MAX_SIDE:
+    if type(value) is not list or not 0 < len(value) <= max_side:
         return False
     first = value[0]
     if type(first) is not list:
         return False
     width = len(first)
-    if not 0 < width <= MAX_SIDE:
+    if not 0 < width <= max_side:
         return False
     for row in value:
         if type(row) is not list or len(row) != width:
@@ -78,25 +82,35 @@ def _looks_valid(value: Any) -> bool:
     return True
 
 
-def grid_problems(value: Any, where: str) -> list[str]:
-    """Every problem with ``value`` as a grid, each phrase starting with ``where``; [] if valid."""
+def _checked_side(max_side: int) -> int:
+    if not 0 < max_side <= LARGEST_SIDE:
+        raise ValueError(f"max_side must be 1 to {LARGEST_SIDE}, not {max_side}")
+    return max_side
+
+
+def grid_problems(value: Any, where: str, max_side: int = MAX_SIDE) -> list[str]:
+    """Every problem with ``value`` as a grid, each phrase starting with ``where``; [] if valid.
+
+    ``max_side`` is the most cells allowed on a side: the competition's 30 unless told otherwise.
+    """
     if isinstance(value, np.ndarray):
         value = value.tolist()
     elif isinstance(value, tuple):
         value = [list(row) if isinstance(row, tuple) else row for row in value]
-    if _looks_valid(value):
+    if _looks_valid(value, max_side):
         return []
+    max_side = _checked_side(max_side)
     if not isinstance(value, list):
         return [f"{where} is {json_type_name(value)}, expected a list of rows"]
     if not value:
         return [f"{where} is empty"]
     problems = []
-    if len(value) > MAX_SIDE:
-        problems.append(f"{where} has {len(value)} rows, at most {MAX_SIDE} allowed")
+    if len(value) > max_side:
+        problems.append(f"{where} has {len(value)} rows, at most {max_side} allowed")
     # the first non-empty row sets the width (an empty first row must not make every other row 'ragged')
     width = next((len(row) for row in value if isinstance(row, list) and row), None)
-    if width is not None and width > MAX_SIDE:
-        problems.append(f"{where} has {width} columns, at most {MAX_SIDE} allowed")
+    if width is not None and width > max_side:
+        problems.append(f"{where} has {width} columns, at most {max_side} allowed")
     bad_cells = []
     for row_index, row in enumerate(value):
         if not isinstance(row, list):
@@ -119,9 +133,9 @@ def grid_problems(value: Any, where: str) -> list[str]:
     return problems
 
 
-def to_grid(value: Any, where: str = "grid") -> np.ndarray:
+def to_grid(value: Any, where: str = "grid", max_side: int = MAX_SIDE) -> np.ndarray:
     """A read-only uint8 array from a JSON grid (or array); ValueError naming every problem."""
-    problems = grid_problems(value, where)
+    problems = grid_problems(value, where, max_side)
     if problems:
         raise ValueError("; ".join(problems))
     grid = np.array(value, dtype=GRID_DTYPE)
@@ -132,7 +146,8 @@ def to_grid(value: Any, where: str = "grid") -> np.ndarray:
 def freeze(grid: Any) -> np.ndarray:
     """A read-only uint8 grid from an array-like, checked with numpy (cheap); ValueError if invalid.
 
-    An array that is already an owned, read-only uint8 grid is returned as it is.
+    An array that is already an owned, read-only uint8 grid is returned as it is. Sides up to
+    ``LARGEST_SIDE`` pass: which limit applies is decided where data is parsed.
     """
     if (isinstance(grid, np.ndarray) and grid.dtype == GRID_DTYPE and not grid.flags.writeable
             and grid.flags.owndata and grid.ndim == 2):
@@ -140,10 +155,10 @@ def freeze(grid: Any) -> np.ndarray:
     try:
         array = np.asarray(grid)
     except ValueError:  # ragged nested lists: numpy's message does not say where
-        return to_grid(grid)
-    if (array.ndim != 2 or not (0 < array.shape[0] <= MAX_SIDE and 0 < array.shape[1] <= MAX_SIDE)
+        return to_grid(grid, max_side=LARGEST_SIDE)
+    if (array.ndim != 2 or not (0 < array.shape[0] <= LARGEST_SIDE and 0 < array.shape[1] <= LARGEST_SIDE)
             or array.dtype.kind not in "iu" or (array.size and (array.min() < 0 or array.max() >= COLOURS))):
-        return to_grid(grid)  # the slow path names the problem (or accepts nested lists)
+        return to_grid(grid, max_side=LARGEST_SIDE)  # the slow path names the problem (or accepts nested lists)
     grid = np.array(array, dtype=GRID_DTYPE, copy=True)
     grid.setflags(write=False)
     return grid

@@ -3,7 +3,9 @@
 Every file the kit reads or writes as JSON goes through here, so that a broken file (bad syntax, not
 UTF-8, nested a thousand levels deep, a number too long to convert) is reported as an
 ``InvalidDataError`` naming the file and the place, never a traceback, and so that a file being
-written is never seen half-written. This module knows JSON and files; it knows nothing of what the
+written is never seen half-written. An object that holds a key twice (JSON keeps the last copy)
+is read as a ``JsonObject`` whose ``repeated_keys`` say which and how often, so that the loaders
+can refuse a task id given twice. This module knows JSON and files; it knows nothing of what the
 files hold.
 """
 
@@ -18,12 +20,33 @@ from typing import Any
 from arc_kit.tasks import InvalidDataError
 
 
+class JsonObject(dict):
+    """A JSON object that held some keys more than once: ``repeated_keys`` maps each to how often."""
+
+    repeated_keys: dict[str, int] = {}
+
+
+def _object_from_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    result = dict(pairs)
+    if len(result) == len(pairs):
+        return result
+    counts: dict[str, int] = {}
+    for key, _ in pairs:
+        counts[key] = counts.get(key, 0) + 1
+    repeated = JsonObject(result)
+    repeated.repeated_keys = {key: count for key, count in counts.items() if count > 1}
+    return repeated
+
+
 def parse_json(text: str | bytes, source: str = "") -> Any:
-    """Parse JSON text (bytes must be UTF-8); InvalidDataError (with ``source`` and the place) when it is not valid."""
+    """Parse JSON text (bytes must be UTF-8); InvalidDataError (with ``source`` and the place) when it is not valid.
+
+    Objects with a repeated key come back as ``JsonObject`` (see the module's description).
+    """
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object_from_pairs)
     except json.JSONDecodeError as error:
         raise InvalidDataError([f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"],
                                source) from None

@@ -199,7 +199,16 @@ def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat()
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """A model folder's JSON file ({} when absent); ModelFolderError naming the file when it is broken."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ModelFolderError(f"cannot read {path}: {str(error).splitlines()[0] or type(error).__name__}") from None
+    if not isinstance(data, dict):
+        raise ModelFolderError(f"cannot read {path}: it holds {type(data).__name__}, expected a JSON object")
+    return data
 
 
 def _model_folder(path: str | os.PathLike) -> Path:
@@ -293,9 +302,11 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
 
 def _read_weights(auto_class, folder: Path, arguments: dict):
     """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
+
     try:
         return auto_class.from_pretrained(folder, **arguments)
-    except (OSError, ValueError, RuntimeError) as error:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
         if isinstance(error, devices.UnsupportedSetupError):
             raise
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -5,7 +5,9 @@ A run folder holds ``run.json`` (the settings and where the run came from), ``re
 (complete and valid from the first second, rewritten after every task) and, when the answers are
 known, ``scores.csv`` and ``score.json``. A rerun on the same folder resumes; a folder that ran
 other settings (compared on the fields that change results, older files read with today's
-defaults) or another data set is refused. The single-process ``solve`` here, the worker processes
+defaults) or another data set (its name, or the digest of its task ids, ``task_ids_digest``) is
+refused. Tasks that a lenient load skipped get fallback answers in the submission and count in the
+score wherever their solutions are known. The single-process ``solve`` here, the worker processes
 (``workers``), the Kaggle job and the notebooks all use these pieces.
 
 This module knows the solver, the planner and the record layout; it knows nothing of models
@@ -14,6 +16,7 @@ beyond what the solver holds.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -53,6 +56,11 @@ class RunFolderError(ValueError):
     """A run folder that cannot be resumed with what was asked (the message says why and what to do)."""
 
 
+def task_ids_digest(tasks: TaskSet) -> str:
+    """A short digest of every task id of a set (skipped ones included): tells two data sets apart in ``run.json``."""
+    return hashlib.sha256("\n".join(sorted(tasks.test_counts())).encode("utf-8")).hexdigest()[:16]
+
+
 def clear_run(out: str | os.PathLike) -> None:
     """Discard an earlier run in ``out``: its files and any worker folders (``--restart``)."""
     out = Path(out)
@@ -66,8 +74,8 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
              restart: bool = False) -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
 
-    ``info`` is written into a new ``run.json`` beside the settings; its ``dataset`` (when given)
-    must match the one an earlier run in the folder recorded.
+    ``info`` is written into a new ``run.json`` beside the settings; its ``dataset`` and
+    ``task_ids_digest`` (when given) must match the ones an earlier run in the folder recorded.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,6 +97,10 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
         if info.get("dataset") and stored.get("dataset") and str(info["dataset"]) != str(stored["dataset"]):
             raise RunFolderError(f"{out} holds a run on another data set ({stored['dataset']}, not {info['dataset']}); "
                                  "use another --out, or --restart to discard it")
+        digest, stored_digest = info.get("task_ids_digest"), stored.get("task_ids_digest")
+        if digest and stored_digest and digest != stored_digest:
+            raise RunFolderError(f"{out} holds a run on another data set (other task ids, though named "
+                                 f"{stored.get('dataset', 'alike')}); use another --out, or --restart to discard it")
         return out
     write_json_atomically(run_path, {"settings": settings.to_json(), **info}, indent=2)
     return out
@@ -130,7 +142,7 @@ def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRec
                  task_ids: Sequence[str]) -> Score:
     """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``."""
     submission = read_json(submission_path)
-    score = score_submission(submission, answers.select([i for i in task_ids if i in answers]))
+    score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]))
     table = score.table.merge(record_table(records.values()), on="task_id", how="left")
     table.to_csv(out / "scores.csv", index=False)
     write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
@@ -176,10 +188,13 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     records_path = out / records_name
     records = read_records(records_path)
     wanted = list(task_ids) if task_ids is not None else tasks.ids
+    scored = list(task_ids) if task_ids is not None else list(tasks.test_counts())  # skipped tasks count too
     todo = [task_id for task_id in wanted if task_id not in records]
     if records and todo != wanted:
         logger.warning("resuming: %d of %d tasks already done in %s", len(wanted) - len(todo), len(wanted), out)
     answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+    if answers is not None and not answers.known_outputs():
+        answers = None  # nothing to score against (every task skipped, say)
     submission_path = out / SUBMISSION_FILE
     started = time.monotonic()
     rungs = ladder(solver.settings)
@@ -213,9 +228,10 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
         records[task_id] = record
         append_record(records_path, record)
         write()
-    run = SolveRun(out, records, submission_path, seconds=time.monotonic() - started)
+    mine = {task_id: records[task_id] for task_id in wanted if task_id in records}  # not another set's leftovers
+    run = SolveRun(out, mine, submission_path, seconds=time.monotonic() - started)
     if answers is not None and write_outputs:
-        run.score = write_scores(out, submission_path, records, answers, wanted)
+        run.score = write_scores(out, submission_path, mine, answers, scored)
     return run
 
 
@@ -246,4 +262,4 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
 
 __all__ = ["Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun", "clear_run",
            "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings", "solve",
-           "write_scores"]
+           "task_ids_digest", "write_scores"]

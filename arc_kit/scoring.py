@@ -2,8 +2,12 @@
 
 ``score_answers`` gives the NLL of many answers after one prompt: the prompt is run once and its
 KV cache reused by all answers, which go through the model together in batches (right-padded;
-causal attention keeps the padding out of every real token's view). ``augmented_nlls`` does this
-under each scoring augmentation: augmented prompt, augmented answer.
+causal attention keeps the padding out of every real token's view). ``score_prompts`` does the same
+for many prompts at once: the prompts go through the model together (right-padded), each once, and
+every (prompt, answer) pair becomes one row of batched forwards over a gathered copy of its prompt's
+cache, an attention mask hiding the prompt's padding and positions given per row. ``augmented_nlls``
+scores candidates under each scoring augmentation (augmented prompt, augmented answer), one
+augmentation after another or, ``batched``, all together through ``score_prompts``.
 
 The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
 (lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache
+from arc_kit.decoding import AnswerSpace, answer_log_probs, gather_cache, new_cache
 from arc_kit.grids import grid_to_json, to_grid
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
@@ -63,17 +67,95 @@ def score_answers(model, prompt_ids: Sequence[int], answers: Sequence[Sequence[i
     return results
 
 
+def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
+                  space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None) -> list[np.ndarray]:
+    """``score_answers`` of each prompt's answers, in as few batched forwards as the batch sizes allow.
+
+    ``answers[p]`` are scored after ``prompts[p]``. Up to ``prompt_batch_size`` (default
+    ``batch_size``) prompts share one forward and one cache; up to ``batch_size`` (prompt, answer)
+    rows share each answer forward. Equal to ``score_answers`` up to float rounding.
+    """
+    import torch
+
+    if len(answers) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
+    results = [np.zeros(len(chunk)) for chunk in answers]
+    device = next(model.parameters()).device
+    group_size = prompt_batch_size or batch_size
+    order = [p for p in range(len(prompts)) if len(answers[p])]  # prompts without answers are never run
+    for group_start in range(0, len(order), group_size):
+        group = order[group_start:group_start + group_size]
+        lengths = [len(prompts[p]) for p in group]
+        width = max(lengths)
+        ids = torch.full((len(group), width), space.eos_id, dtype=torch.long)
+        for row, p in enumerate(group):
+            ids[row, :lengths[row]] = torch.tensor([int(t) for t in prompts[p]], dtype=torch.long)
+        last = torch.tensor(lengths) - 1
+        kept = torch.unique(last)  # logits at each prompt's last position only, not at every position
+        with torch.no_grad():
+            # Right padding needs no attention mask here: causal attention keeps every real token
+            # from seeing the padding after it. Answers below mask the padding out.
+            output = model(input_ids=ids.to(device), past_key_values=new_cache(model), use_cache=True,
+                           logits_to_keep=kept.to(device))
+        mask = space.mask(output.logits.shape[-1], device)
+        picked_last = torch.searchsorted(kept, last)
+        first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask)
+        group_cache = output.past_key_values
+        prompt_valid = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+        pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
+                       key=lambda pair: len(answers[group[pair[0]]][pair[1]]))  # similar lengths together
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start:start + batch_size]
+            tokens = [torch.as_tensor([int(t) for t in answers[group[row]][a]], dtype=torch.long) for row, a in chunk]
+            count, longest = len(chunk), max(len(answer) for answer in tokens)
+            targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
+            valid = torch.zeros((count, longest), dtype=torch.bool)
+            for index, answer in enumerate(tokens):
+                targets[index, :len(answer)] = answer
+                valid[index, :len(answer)] = True
+            rows = torch.tensor([row for row, _ in chunk], dtype=torch.long)
+            targets, valid = targets.to(device), valid.to(device)
+            log_probs = first[rows.to(device)][:, None]
+            if longest > 1:
+                cache = gather_cache(model, group_cache, rows.to(device))
+                attention = torch.cat([prompt_valid[rows], torch.ones((count, longest - 1), dtype=torch.bool)], dim=1)
+                positions = torch.tensor(lengths)[rows][:, None] + torch.arange(longest - 1)[None, :]
+                with torch.no_grad():
+                    logits = model(input_ids=targets[:, :-1], attention_mask=attention.to(device, torch.long),
+                                   position_ids=positions.to(device), past_key_values=cache, use_cache=True).logits
+                del cache
+                log_probs = torch.cat([log_probs, answer_log_probs(logits, mask)], dim=1)
+            picked = log_probs.gather(-1, targets[..., None])[..., 0]
+            picked = torch.where(valid, picked, torch.zeros_like(picked))
+            nlls = (-picked.sum(dim=1)).double().cpu().numpy()
+            for (row, a), nll in zip(chunk, nlls):
+                results[group[row]][a] = nll
+        del group_cache, output
+    return results
+
+
 def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
                    candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
-                   batch_size: int = 16, max_len: int | None = None) -> np.ndarray:
-    """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations)."""
+                   batch_size: int = 16, max_len: int | None = None, batched: bool = False) -> np.ndarray:
+    """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations).
+
+    ``batched``: every augmentation's prompt and answers together (``score_prompts``); otherwise one
+    augmentation after another (``score_answers``). The same numbers up to float rounding.
+    """
     space = AnswerSpace.from_encoder(encoder)
     table = np.zeros((len(candidates), len(augmentations)))
-    for column, augmentation in enumerate(augmentations):
+    prompts, answers = [], []
+    for augmentation in augmentations:
         prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
                                        max_len=max_len)
-        answers = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates]
-        table[:, column] = score_answers(model, prompt.ids, answers, space, batch_size)
+        prompts.append(prompt.ids)
+        answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates])
+    if batched:
+        columns = score_prompts(model, prompts, answers, space, batch_size)
+    else:
+        columns = [score_answers(model, prompt, chunk, space, batch_size) for prompt, chunk in zip(prompts, answers)]
+    for column, nlls in enumerate(columns):
+        table[:, column] = nlls
     return table
 
 

@@ -84,24 +84,42 @@ class Settings:
 
 @dataclass(frozen=True)
 class SequenceSettings(Settings):
-    """How training sequences are drawn for the initial fine-tune."""
+    """How training sequences are drawn for the initial fine-tune; the defaults are the authors'.
 
-    min_pairs: int = setting(3, "examples per sequence, the last one playing the test (ARC tasks have 3-7)")
-    max_pairs: int = setting(7, "the authors drew up to 7 examples per sequence from RE-ARC")
-    max_len: int = setting(8192, "token budget; earlier pairs are dropped (longest first) to fit")
+    ``passes`` (theirs): every sequence holds ``pairs`` pairs; each pass over a task shuffles its
+    examples and cuts them into sequences, so no example appears twice in a pass; every task gives
+    ``sequences_per_task`` sequences. ``random`` (the kit's earlier sampler): each sequence draws
+    ``min_pairs`` to ``max_pairs`` distinct pairs afresh from a randomly chosen task.
+    """
+
+    sampler: str = setting("passes", "passes: the authors' (fixed pairs, each example once per pass); random: "
+                           "min-max pairs drawn afresh for every sequence", flag="--sequence-sampler",
+                           choices=("passes", "random"))
+    pairs: int = setting(7, "passes: pairs per sequence, the last one playing the test (the authors: 6 + 1)")
+    sequences_per_task: int = setting(1200, "passes: sequences drawn from each task (the authors: 644-1200; "
+                                      "weighted pools scale it)")
+    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test")
+    max_pairs: int = setting(7, "random: most pairs per sequence (ARC tasks have 3-7)")
+    max_len: int = setting(8192, "token budget; earlier pairs are dropped (the last first) to fit")
     mask_first_output: bool = setting(True, "the first output cannot be predicted without an example")
     keep_background: bool = setting(False, "keep colour 0 fixed (the authors permute all 10 colours)")
 
     def __post_init__(self):
+        if self.sampler not in ("passes", "random"):  # training_data.SequenceDataset implements exactly these
+            raise ValueError(f"unknown sequence sampler {self.sampler!r}; expected passes or random")
         if not 1 <= self.min_pairs <= self.max_pairs:
             raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
+        if self.pairs < 1 or self.sequences_per_task < 1:
+            raise ValueError(f"pairs and sequences_per_task must be at least 1, got {self.pairs}, "
+                             f"{self.sequences_per_task}")
 
 
 @dataclass(frozen=True)
 class TrainingSettings(Settings):
     """One initial fine-tune (or from-scratch) run; the defaults are the paper's initial fine-tune."""
 
-    steps: int = setting(1000, "optimizer steps")
+    steps: int | None = setting(None, "optimizer steps; unset: enough for every sequence the passes sampler "
+                                "plans (needed with the random sampler)")
     batch_size: int = setting(4, "sequences per device and micro-batch")
     gradient_accumulation: int = setting(2, "micro-batches per optimizer step", flag="--accumulation")
     learning_rate: float = setting(1e-4, "LoRA adapters (or every non-embedding weight when training fully)",
@@ -201,8 +219,11 @@ class SolveSettings(Settings):
                                         "training sequences; unset: the model's own")
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
-    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache", neutral=True,
-                                      command_line=False)
+    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
+                                      "per forward, and rows per answer forward)", neutral=True, command_line=False)
+    batched: bool = setting(False, "search a test input's augmentations together (DFS lanes after the first, "
+                            "which gives their guess) and score all scoring augmentations together; the same "
+                            "candidates and NLLs up to rounding unless a DFS cap is hit")
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
 
     def __post_init__(self):
@@ -267,15 +288,17 @@ SOLVE_PRESETS: dict[str, SolveSettings] = {
 TRAINING_PRESETS: dict[str, TrainingSettings] = {
     "paper": TrainingSettings(),
     # Full training of a fresh model: higher learning rates, no checkpointing (models are small).
+    # The kit's own sampler (3-7 pairs drawn afresh) and 1000 steps, as before the authors' sampler.
     "from-scratch": TrainingSettings(full_finetune=True, learning_rate=1e-3, embedding_learning_rate=1e-3,
-                                     weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05),
+                                     weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05,
+                                     steps=1000, sequences=SequenceSettings(sampler="random")),
     # SmolLM2-135M on one GPU for minutes, not hours: a LoRA small enough to ship (rank 32, about
     # 20 MB in bf16), a higher rate and a shorter warm-up than the paper's hours-long run, bf16,
-    # no checkpointing (135M leaves memory to spare), 4096-token sequences.
+    # no checkpointing (135M leaves memory to spare), 4096-token sequences; the kit's own sampler, 1000 steps.
     "smollm2-gpu": TrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4, embedding_learning_rate=3e-5,
                                     warmup_ratio=0.1, batch_size=8, gradient_accumulation=2, optimizer="adamw",
-                                    precision="bf16", gradient_checkpointing=False, save_every=100,
-                                    sequences=SequenceSettings(max_len=4096)),
+                                    precision="bf16", gradient_checkpointing=False, save_every=100, steps=1000,
+                                    sequences=SequenceSettings(sampler="random", max_len=4096)),
 }
 
 

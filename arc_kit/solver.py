@@ -24,7 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
+from arc_kit.batched_dfs import batched_dfs_search
 from arc_kit.decoding import AnswerSpace
+from arc_kit.dfs import DfsSettings
 from arc_kit.grids import grid_key
 from arc_kit.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.samplers import generate
@@ -90,48 +92,76 @@ class Solver:
                                float(np.mean(result.losses[-8:])) if result.losses else None)
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
-               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = ""
+               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "", batched: bool | None = None
                ) -> tuple[list[Candidate], SearchStats]:
-        """Run the sampler under each augmentation; decode, map back and merge the answers."""
+        """Run the sampler under each augmentation; decode, map back and merge the answers.
+
+        One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
+        (default: ``settings.batched``) and with DFS, the first alone and then all the others together
+        (``batched_dfs``), each guided by the first one's best answer. The same candidates either way
+        unless a forward-call cap (per search) is hit.
+        """
+        batched = self.settings.batched if batched is None else batched
         merged: dict[bytes, Candidate] = {}
         stats = SearchStats()
+        prompts = []
         for augmentation in augmentations:
             prompt = self.encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
                                                 max_len=self.settings.max_len, task_id=task_id,
                                                 log_drops=augmentation is augmentations[0])  # once per input
             stats.prompt_tokens.append(len(prompt))
             stats.dropped_train_pairs += len(prompt.dropped)
-            guess = None
-            if merged:
-                best = min(merged.values(), key=lambda c: c.best_generation_nll)
-                guess = self.encoder.encode_answer(augmentation.apply_grid(best.grid))
-            result = generate(model, prompt.ids, self.space, sampler, guess=guess, seed=int(rng.integers(2**31)))
-            stats.forward_calls += result.forward_calls
-            stats.tokens += result.tokens_processed
-            if result.capped:
-                stats.capped.append(f"{augmentation.key}: {result.capped}")
-            for reason, count in result.dropped.items():
-                stats.dropped[reason] = stats.dropped.get(reason, 0) + count
-            for completion in result.completions:
-                stats.answers += 1
-                try:
-                    grid = augmentation.invert_grid(self.encoder.decode_answer(completion.ids))
-                except NotAGridError:
-                    stats.not_grids += 1
-                    continue
-                candidate = merged.setdefault(grid_key(grid), Candidate(grid))
-                nll = candidate.generation_nlls.get(augmentation.key, float("inf"))
-                candidate.generation_nlls[augmentation.key] = min(nll, completion.nll)
+            prompts.append(prompt.ids)
+        seeds = [int(rng.integers(2**31)) for _ in augmentations]  # drawn up front: the same in both modes
+
+        def guess_for(augmentation: Augmentation):
+            if not merged:
+                return None
+            best = min(merged.values(), key=lambda c: c.best_generation_nll)
+            return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
+
+        if batched and sampler.kind == "dfs" and len(augmentations) > 1:
+            first = generate(model, prompts[0], self.space, sampler, seed=seeds[0])
+            self._merge(first, augmentations[0], merged, stats)
+            guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
+            results = batched_dfs_search(model, prompts[1:], self.space,
+                                         DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses)
+            for augmentation, result in zip(augmentations[1:], results):
+                self._merge(result, augmentation, merged, stats)
+        else:
+            for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
+                result = generate(model, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed)
+                self._merge(result, augmentation, merged, stats)
         candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
         return candidates, stats
 
+    def _merge(self, result, augmentation: Augmentation, merged: dict[bytes, Candidate], stats: SearchStats) -> None:
+        """Count one search in ``stats``; decode its answers, map them back and merge them into ``merged``."""
+        stats.forward_calls += result.forward_calls
+        stats.tokens += result.tokens_processed
+        if result.capped:
+            stats.capped.append(f"{augmentation.key}: {result.capped}")
+        for reason, count in result.dropped.items():
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + count
+        for completion in result.completions:
+            stats.answers += 1
+            try:
+                grid = augmentation.invert_grid(self.encoder.decode_answer(completion.ids))
+            except NotAGridError:
+                stats.not_grids += 1
+                continue
+            candidate = merged.setdefault(grid_key(grid), Candidate(grid))
+            nll = candidate.generation_nlls.get(augmentation.key, float("inf"))
+            candidate.generation_nlls[augmentation.key] = min(nll, completion.nll)
+
     def score(self, model, train: Sequence[Pair], test_input: np.ndarray, candidates: Sequence[Candidate],
-              augmentations: Sequence[Augmentation]) -> None:
-        """Fill each candidate's NLL under every scoring augmentation."""
+              augmentations: Sequence[Augmentation], batched: bool | None = None) -> None:
+        """Fill each candidate's NLL under every scoring augmentation (``batched``: all in batched forwards)."""
         if not candidates:
             return
+        batched = self.settings.batched if batched is None else batched
         table = augmented_nlls(model, self.encoder, train, test_input, [c.grid for c in candidates], augmentations,
-                               self.settings.scoring_batch_size, self.settings.max_len)
+                               self.settings.scoring_batch_size, self.settings.max_len, batched)
         for candidate, row in zip(candidates, table):
             candidate.scoring_nlls = [float(v) for v in row]
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arc_kit.grids import grid_problems, grid_to_json, grids_equal, json_type_name
+from arc_kit.grids import MAX_SIDE, grid_problems, grid_to_json, grids_equal, json_type_name
 from arc_kit.jsonio import read_json, write_json_atomically
-from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks
+from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks, repeated_keys
 
 if TYPE_CHECKING:
     import pandas
@@ -87,7 +87,8 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
     """Every problem with a submission; checked against the challenges (ids and test counts) if given."""
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
-    problems = []
+    problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
+                for task_id, times in repeated_keys(submission).items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
         problems += [f"task {task_id}: missing" for task_id in expected if task_id not in submission]
@@ -119,7 +120,8 @@ def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] |
     """Every problem with a solutions mapping ``{task_id: [grid, ...]}``."""
     if not isinstance(solutions, dict):
         return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
-    problems = []
+    problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
+                for task_id, times in repeated_keys(solutions).items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
         problems += [f"task {task_id}: missing" for task_id in expected if task_id not in solutions]
@@ -189,7 +191,11 @@ class Score:
 
 
 def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | TaskSet) -> Score:
-    """Score every test output of ``solutions``; missing or malformed attempts count as wrong."""
+    """Score every test output of ``solutions``; missing or malformed attempts count as wrong.
+
+    A TaskSet counts its skipped tasks too, against the solutions salvaged for them
+    (``TaskSet.known_outputs``): what an independent scorer of the solutions file counts.
+    """
     import pandas as pd
 
     if not isinstance(submission, Mapping):
@@ -199,7 +205,7 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
         if unknown:
             raise ValueError(f"no test outputs known for {len(unknown)} task(s), e.g. {unknown[:3]}; "
                              "nothing to score against")
-        solutions = {task.id: task.test_outputs for task in solutions.tasks()}
+        solutions = solutions.known_outputs()
     rows = []
     for task_id, outputs in solutions.items():
         entries = submission.get(task_id)
@@ -222,7 +228,7 @@ def attempt_is_right(attempt: Any, answer: Any) -> bool:
     The one place the kit decides whether an attempt is right; an attempt that is no valid grid
     (missing, malformed JSON) is wrong.
     """
-    if attempt is None or grid_problems(attempt, ""):
+    if attempt is None or answer is None or grid_problems(attempt, ""):
         return False
     return grids_equal(np.asarray(attempt), np.asarray(answer))
 
@@ -254,24 +260,41 @@ def _solution_counts(solutions: Mapping[str, Sequence] | TaskSet) -> dict[str, i
     return {task_id: len(grids) for task_id, grids in solutions.items()}
 
 
+def _kind_of_entry(entry: Any) -> str | None:
+    if isinstance(entry, dict) and ("train" in entry or "test" in entry):
+        return "challenges"
+    if isinstance(entry, list) and entry and isinstance(entry[0], dict) and any(name in entry[0] for name in ATTEMPTS):
+        return "submission"
+    if isinstance(entry, list) and entry and isinstance(entry[0], list):
+        return "solutions"
+    return None
+
+
 def detect_kind(data: Any) -> str:
-    """'challenges', 'solutions' or 'submission', from the shape of a file's first entry."""
+    """'challenges', 'solutions' or 'submission', from the shape of the first entry that tells."""
     if isinstance(data, dict) and data:
-        first = next(iter(data.values()))
-        if isinstance(first, dict) and ("train" in first or "test" in first):
-            return "challenges"
-        if isinstance(first, list) and first and isinstance(first[0], dict) and \
-                any(name in first[0] for name in ATTEMPTS):
-            return "submission"
-        if isinstance(first, list) and first and isinstance(first[0], list):
-            return "solutions"
-    raise InvalidDataError(["cannot tell whether this is a challenges, solutions or submission file "
-                            "(use --kind)"])
+        for entry in data.values():
+            kind = _kind_of_entry(entry)
+            if kind is not None:
+                return kind
+        task_id, first = next(iter(data.items()))
+        shown = "an empty list" if first == [] else "an empty object" if first == {} else json_type_name(first)
+        which = "its only task" if len(data) == 1 else f"none of its {len(data)} tasks looks like one, the first"
+        raise InvalidDataError([f"cannot tell whether this is a challenges, solutions or submission file: {which}, "
+                                f"task {task_id}, is {shown} (a challenge is an object with 'train' and 'test'; "
+                                "use --kind to check it as one kind)"])
+    what = "an empty object" if isinstance(data, dict) else json_type_name(data)
+    raise InvalidDataError([f"cannot tell whether this is a challenges, solutions or submission file: it holds {what}, "
+                            "expected an object mapping task ids to tasks, solutions or attempts"])
 
 
-def validate_file(path: str | os.PathLike, kind: str = "auto",
-                  challenges: TaskSet | Mapping[str, int] | None = None) -> tuple[str, list[str]]:
-    """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data."""
+def validate_file(path: str | os.PathLike, kind: str = "auto", challenges: TaskSet | Mapping[str, int] | None = None,
+                  *, max_side: int = MAX_SIDE) -> tuple[str, list[str]]:
+    """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data.
+
+    ``max_side`` applies to a challenges file (exploration sets may have wider grids); a
+    submission always keeps the competition's limit.
+    """
     try:
         data = read_json(path)
         kind = detect_kind(data) if kind == "auto" else kind
@@ -279,7 +302,7 @@ def validate_file(path: str | os.PathLike, kind: str = "auto",
         return kind, error.problems
     if kind == "challenges":
         try:
-            parse_tasks(data, source=str(path), strict=True)
+            parse_tasks(data, source=str(path), strict=True, max_side=max_side)
         except InvalidDataError as error:
             return kind, error.problems
         return kind, []

@@ -15,7 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from arc_kit.grids import format_grid, freeze, grid_problems, grid_to_json, grids_equal, json_type_name, to_grid
+from arc_kit.grids import (
+    MAX_SIDE,
+    format_grid,
+    freeze,
+    grid_problems,
+    grid_to_json,
+    grids_equal,
+    json_type_name,
+    to_grid,
+)
 
 
 class InvalidDataError(ValueError):
@@ -141,8 +150,13 @@ class Task:
         return "\n".join(parts)
 
 
+def repeated_keys(mapping: Any) -> dict[str, int]:
+    """Keys that a JSON object held more than once, with how often (``jsonio`` notes them when it reads a file)."""
+    return dict(getattr(mapping, "repeated_keys", None) or {})
+
+
 def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
-                 problems: list[str]) -> list[tuple[Any, Any]] | None:
+                 problems: list[str], max_side: int = MAX_SIDE) -> list[tuple[Any, Any]] | None:
     prefix = f"task {task_id}:"
     if part not in data:
         problems.append(f"{prefix} missing '{part}'")
@@ -169,25 +183,27 @@ def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
                     problems.append(f"{prefix} {where} missing '{key}'")
                 grids.append(None)
                 continue
-            found = grid_problems(pair[key], f"{where}.{key}")
+            found = grid_problems(pair[key], f"{where}.{key}", max_side)
             problems.extend(f"{prefix} {problem}" for problem in found)
             grids.append(pair[key] if not found else None)
         parsed.append(tuple(grids))
     return parsed
 
 
-def parse_task(task_id: str, data: Any, solutions: Any = None) -> tuple[Task | None, list[str]]:
+def parse_task(task_id: str, data: Any, solutions: Any = None, *,
+               max_side: int = MAX_SIDE) -> tuple[Task | None, list[str]]:
     """Check one task's JSON (and optionally its list of solution grids).
 
     Returns ``(task, [])`` when all is well, else ``(None, problems)`` with every problem found,
-    each prefixed ``task <id>:``.
+    each prefixed ``task <id>:``. ``max_side``: the most cells on a grid's side, the competition's
+    30 unless the data is for exploration or training only (up to ``grids.LARGEST_SIDE``).
     """
     prefix = f"task {task_id}:"
     if not isinstance(data, dict):
         return None, [f"{prefix} is {json_type_name(data)}, expected an object with 'train' and 'test'"]
-    problems: list[str] = []
-    train = _parse_pairs(task_id, data, "train", True, problems)
-    test = _parse_pairs(task_id, data, "test", False, problems)
+    problems: list[str] = [f"{prefix} key {key!r} appears {times} times" for key, times in repeated_keys(data).items()]
+    train = _parse_pairs(task_id, data, "train", True, problems, max_side)
+    test = _parse_pairs(task_id, data, "test", False, problems, max_side)
     solution_grids = None
     if solutions is not None:
         if not isinstance(solutions, list):
@@ -197,7 +213,7 @@ def parse_task(task_id: str, data: Any, solutions: Any = None) -> tuple[Task | N
                 problems.append(f"{prefix} has {len(solutions)} solutions for {len(test)} test inputs")
             solution_grids = []
             for index, grid in enumerate(solutions):
-                found = grid_problems(grid, f"solutions[{index}]")
+                found = grid_problems(grid, f"solutions[{index}]", max_side)
                 problems.extend(f"{prefix} {problem}" for problem in found)
                 solution_grids.append(grid)
     if problems:
@@ -206,8 +222,10 @@ def parse_task(task_id: str, data: Any, solutions: Any = None) -> tuple[Task | N
     for index, (grid_in, grid_out) in enumerate(test):
         if solution_grids is not None:
             grid_out = solution_grids[index]
-        test_pairs.append(Pair(to_grid(grid_in), None if grid_out is None else to_grid(grid_out)))
-    task = Task(task_id, tuple(Pair(to_grid(i), to_grid(o)) for i, o in train), tuple(test_pairs))
+        test_pairs.append(Pair(to_grid(grid_in, max_side=max_side),
+                               None if grid_out is None else to_grid(grid_out, max_side=max_side)))
+    task = Task(task_id, tuple(Pair(to_grid(i, max_side=max_side), to_grid(o, max_side=max_side)) for i, o in train),
+                tuple(test_pairs))
     return task, []
 
 
@@ -220,12 +238,17 @@ def count_test_inputs(data: Any) -> int:
 
 @dataclass(frozen=True)
 class SkippedTask:
-    """A task that could not be loaded: its problems, and how many test inputs it seems to have."""
+    """A task that could not be loaded: its problems, and how many test inputs it seems to have.
+
+    ``test_inputs`` and ``solutions`` hold what could be salvaged (a grid, or None where the file's
+    grid is bad); ``solutions`` is None when no list of solutions was given for the task.
+    """
 
     id: str
     problems: tuple[str, ...]
     test_count: int = 1
     test_inputs: tuple[np.ndarray | None, ...] = ()
+    solutions: tuple[np.ndarray | None, ...] | None = None
 
 
 class TaskSet(Mapping[str, Task]):
@@ -303,8 +326,23 @@ class TaskSet(Mapping[str, Task]):
                        {i: s for i, s in self.skipped.items() if i in ids}, order=ids)
 
     def head(self, count: int) -> TaskSet:
-        """The first ``count`` tasks in sorted id order (a stable choice for quick runs)."""
-        return TaskSet([self._tasks[task_id] for task_id in sorted(self._ids)[:count]], self.name)
+        """The first ``count`` task ids in sorted order (a stable choice for quick runs), skipped ones kept as skipped."""
+        return self.select(sorted([*self._tasks, *self.skipped])[:count])
+
+    def known_outputs(self) -> dict[str, list[np.ndarray | None]]:
+        """The test outputs to score against, by task id (file order), skipped tasks' salvaged solutions included.
+
+        A skipped task counts when a list of solutions was given for it; a bad grid in that list
+        is None there (no attempt can equal it). Tasks with no known outputs are left out.
+        """
+        outputs = {}
+        for task_id in self.test_counts():
+            if task_id in self._tasks:
+                if self._tasks[task_id].has_solutions:
+                    outputs[task_id] = list(self._tasks[task_id].test_outputs)
+            elif self.skipped[task_id].solutions is not None:
+                outputs[task_id] = list(self.skipped[task_id].solutions)
+        return outputs
 
     def without_solutions(self) -> TaskSet:
         return TaskSet([task.without_solutions() for task in self.tasks()], self.name, self.skipped,
@@ -326,11 +364,12 @@ class TaskSet(Mapping[str, Task]):
 
 
 def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", strict: bool = True,
-                name: str = "") -> TaskSet:
+                name: str = "", max_side: int = MAX_SIDE) -> TaskSet:
     """Build a TaskSet from a challenges mapping (and optionally a solutions mapping).
 
     strict: raise InvalidDataError listing every problem in every task. Lenient: skip the bad
-    tasks with one warning and keep them in ``TaskSet.skipped``.
+    tasks with one warning and keep them in ``TaskSet.skipped``. A task id the file holds twice
+    (``repeated_keys``) is a problem of that task. ``max_side``: as in ``parse_task``.
     """
     if not isinstance(challenges, dict):
         raise InvalidDataError([f"the file holds {json_type_name(challenges)}, expected an object "
@@ -342,7 +381,10 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
                                     "mapping task ids to lists of grids"], source)
         extra = [task_id for task_id in solutions if task_id not in challenges]
         top_problems += [f"task {task_id}: has solutions but no challenge" for task_id in extra]
+        top_problems += [f"task {task_id}: appears {times} times in the solutions (only the last copy was read)"
+                         for task_id, times in repeated_keys(solutions).items()]
     tasks, skipped, all_problems = [], {}, list(top_problems)
+    repeated = repeated_keys(challenges)
     for task_id, data in challenges.items():
         task_solutions = None
         if solutions is not None:
@@ -352,11 +394,15 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
                 skipped[task_id] = SkippedTask(task_id, (f"task {task_id}: missing from the solutions",),
                                                count_test_inputs(data), _salvage_test_inputs(data))
                 continue
-        task, problems = parse_task(task_id, data, task_solutions)
+        task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
+        if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
+            problems = [f"task {task_id}: appears {repeated[task_id]} times in the file (task ids must be "
+                        "unique; only the last copy was read)", *problems]
+            task = None
         if problems:
             all_problems.extend(problems)
             skipped[task_id] = SkippedTask(task_id, tuple(problems), count_test_inputs(data),
-                                           _salvage_test_inputs(data))
+                                           _salvage_test_inputs(data), _salvage_grids(task_solutions))
         else:
             tasks.append(task)
     if all_problems and strict:
@@ -367,6 +413,13 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
                       + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
                       stacklevel=2)
     return TaskSet(tasks, name=name, skipped=skipped, order=challenges)
+
+
+def _salvage_grids(grids: Any) -> tuple[np.ndarray | None, ...] | None:
+    """The valid grids of a (possibly malformed) list of grids, None where one is bad; None for no list."""
+    if not isinstance(grids, list):
+        return None
+    return tuple(to_grid(grid) if not grid_problems(grid, "") else None for grid in grids)
 
 
 def _salvage_test_inputs(data: Any) -> tuple[np.ndarray | None, ...]:

@@ -12,6 +12,11 @@ A grid's rows are joined by the row separator ``\\n``; the output prefix ``\\n+/
 input's last row and the end of example ``\\n`` closes the output's, so every row is followed by
 exactly one newline. The loss mask covers each output's rows, its closing newline and the eos.
 
+A task longer than the token budget loses train pairs: by default the last one in the current
+order first, as the authors did (``TextFormat.drop_order = "longest"`` drops the longest first).
+An answer is read as the authors' decoder reads it: the non-empty rows between newlines, up to
+eos; the closing newline is optional (``TaskEncoder.decode_answer``).
+
 Token ids come from a ``GridTokenizer``: the fixed ``Vocabulary`` of 64 symbols used by models
 trained from scratch, or ``HuggingFaceTokenizer`` wrapping a (vocabulary-shrunk) pretrained one.
 Each part of the format is encoded on its own and grids by table lookup, which equals encoding
@@ -35,6 +40,7 @@ from arc_kit.tasks import Pair
 logger = logging.getLogger(__name__)
 
 PREPROMPT = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjklmnpqrstuvwxyz"  # A-Z, a-z without I, O, i, o
+DROP_ORDERS = ("last", "longest")  # which train pair goes first when a task is over the token budget
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,11 @@ class TextFormat:
     row_separator: str = "\n"  # between the rows of a grid
     end_of_example: str = "\n"  # closes the output's last row; the eos token follows
     use_bos: bool = True  # start every sequence with the tokenizer's bos token
+    drop_order: str = "last"  # too long: drop train pairs from the end (the authors), or "longest" first
 
     def __post_init__(self):
+        if self.drop_order not in DROP_ORDERS:
+            raise ValueError(f"drop_order must be one of {DROP_ORDERS}, got {self.drop_order!r}")
         if not self.row_separator or any(ch.isdigit() for ch in self.row_separator):
             raise ValueError("row_separator must be non-empty and hold no digit")
         if any(ch.isdigit() for ch in self.end_of_example + self.output_prefix + self.input_prefix):
@@ -252,13 +261,20 @@ class TaskEncoder:
 
     # -- budget ----------------------------------------------------------------------------------
     def _fit(self, pair_lengths: Sequence[int], fixed: int, budget: int) -> tuple[list[int], list[int]]:
-        """Keep train pairs in order, dropping the longest ones first until ``fixed`` + kept fits."""
+        """Keep train pairs in order, dropping pairs until ``fixed`` + kept fits the budget.
+
+        ``drop_order`` "last" drops the last pair in the current order first (the authors' rule);
+        "longest" drops the longest first (the later one of equal lengths).
+        """
         kept = list(range(len(pair_lengths)))
         dropped = []
         while kept and fixed + sum(pair_lengths[i] for i in kept) > budget:
-            longest = max(kept, key=lambda i: (pair_lengths[i], i))
-            kept.remove(longest)
-            dropped.append(longest)
+            if self.format.drop_order == "last":
+                victim = kept[-1]
+            else:
+                victim = max(kept, key=lambda i: (pair_lengths[i], i))
+            kept.remove(victim)
+            dropped.append(victim)
         return kept, sorted(dropped)
 
     # -- whole sequences ---------------------------------------------------------------------------
@@ -267,7 +283,7 @@ class TaskEncoder:
         """The generation prompt: pre-prompt, train pairs, test input, output prefix.
 
         Room for ``answer_room`` tokens (default: the longest possible answer, a 30x30 grid) is
-        kept inside ``max_len``; train pairs are dropped, longest first, until it fits. The test
+        kept inside ``max_len``; train pairs are dropped (``drop_order``) until it fits. The test
         input is never cut: TaskTooLongError if it cannot fit.
         """
         total = self.max_len if max_len is None else max_len
@@ -291,7 +307,7 @@ class TaskEncoder:
         """A training sequence of pairs (the last one plays the test); loss on outputs only.
 
         ``mask_first_output`` leaves the first written output out of the loss: it cannot be
-        predicted without an example. Earlier pairs are dropped, longest first, to fit ``max_len``;
+        predicted without an example. Earlier pairs are dropped (``drop_order``) to fit ``max_len``;
         the last pair is always kept (TaskTooLongError if it alone does not fit).
         """
         if not pairs:
@@ -315,20 +331,26 @@ class TaskEncoder:
 
     # -- decoding ----------------------------------------------------------------------------------
     def decode_answer(self, ids: Sequence[int]) -> np.ndarray:
-        """The grid spelled by generated ids (up to and including eos); NotAGridError says why not."""
+        """The grid spelled by generated ids (up to and including eos); NotAGridError says why not.
+
+        Read as the authors' decoder reads it: the text before eos, less a closing end of example
+        if there is one, split at the row separators; empty rows are skipped, so a missing final
+        newline or a doubled one changes nothing. What is left must be digits only, at least one
+        row, all rows of one width, at most 30x30: a valid ARC answer.
+        """
         ids = [int(i) for i in ids]
         if self.eos_id not in ids:
             raise NotAGridError("no end: the answer has no eos token")
         ids = ids[:ids.index(self.eos_id)]
         end = [int(i) for i in self.end_of_example]
-        if end and ids[len(ids) - len(end):] != end:
-            raise NotAGridError(f"the answer does not close with the end of example {self.format.end_of_example!r}")
-        ids = ids[:len(ids) - len(end)]
+        if end and ids[len(ids) - len(end):] == end:
+            ids = ids[:len(ids) - len(end)]
         separator = [int(i) for i in self.row_separator]
         rows, row, position = [], [], 0
         while position < len(ids):
             if ids[position:position + len(separator)] == separator:
-                rows.append(row)
+                if row:  # an empty row (two separators in a row, or one at the end) is skipped
+                    rows.append(row)
                 row, position = [], position + len(separator)
                 continue
             digit = self._id_to_digit.get(ids[position])
@@ -337,9 +359,10 @@ class TaskEncoder:
                 raise NotAGridError(f"a non-digit {text!r} in row {len(rows)}")
             row.append(digit)
             position += 1
-        rows.append(row)
-        if not rows[0] or any(len(r) == 0 for r in rows):
-            raise NotAGridError("an empty row")
+        if row:
+            rows.append(row)
+        if not rows:
+            raise NotAGridError("an empty answer: no digit before eos")
         widths = {len(r) for r in rows}
         if len(widths) > 1:
             raise NotAGridError(f"ragged rows: widths {[len(r) for r in rows]}")

@@ -5,8 +5,10 @@ several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the C
 are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
 layer, with the input embeddings and output head trained in full at their own learning rate;
 lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
-bitsandbytes works. ``TrainingSettings.from_scratch`` is the variant for models built from a
-preset (full training, higher learning rates: not in the paper).
+bitsandbytes works; sequences of 7 pairs, each task's examples used once per pass, 1200 sequences
+per task, and as many steps as those take (``training_data``). The ``from-scratch`` preset is the
+variant for models built from a preset (full training, higher learning rates, the kit's random
+sampler, 1000 steps: not in the paper).
 
 A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
 per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
@@ -182,6 +184,8 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 
+    if settings.steps is None and settings.sequences.sampler != "passes":
+        raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
     out = Path(out)
     started = time.monotonic()
     device = devices.resolve_device(device)
@@ -211,7 +215,10 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
     per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
     dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
-                              length=settings.steps * per_step)
+                              length=None if settings.steps is None else settings.steps * per_step)
+    if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
+        settings = settings.replace(steps=-(-dataset.planned // per_step))
+        dataset.length_total = settings.steps * per_step
     optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
                                                  settings.weight_decay), settings.optimizer)
     scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)

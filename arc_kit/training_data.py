@@ -1,18 +1,29 @@
 """Training sequences: draw examples from a pool, augment, encode, mask the loss to the outputs.
 
 A *pool* is the list of pairs that belong to one task: the generated RE-ARC examples of a
-training task, or a task's own train (and known test) pairs. A training sequence draws k of them
-(k from a range; the last plays the test), applies a random augmentation (symmetry, colours,
-order) and is encoded with loss only on the outputs (not the first, by default). Test-time
-training uses leave-one-out sequences of one task's train pairs instead.
+training task, or a task's own train (and known test) pairs. Two samplers draw sequences from
+pools (``SequenceSettings.sampler``):
+
+- ``passes``, the authors': every sequence holds the same number of pairs (7: six shown, one to
+  answer). A *pass* over a pool shuffles its examples and cuts them into sequences, so no example
+  appears twice within a pass; each pool gives ``sequences_per_task`` sequences (scaled by its
+  weight), as many passes as that takes. The whole plan is shuffled once.
+- ``random``, the kit's earlier one: each sequence picks a pool, then ``min_pairs`` to
+  ``max_pairs`` distinct pairs afresh; examples recur across sequences at random.
+
+Either way the last pair plays the test, the sequence gets a random augmentation (symmetry,
+colours, order) and is encoded with loss only on the outputs (not the first, by default).
+Test-time training uses leave-one-out sequences of one task's train pairs instead.
 
 Every draw takes an explicit ``numpy.random.Generator``; ``SequenceDataset`` item ``i`` is drawn
-from the generator seeded ``(seed, i)``, so a dataset is reproducible, resumable and splits across
-processes without coordination. Needs torch only for the Dataset and the collator.
+from the generator seeded ``(seed, i)`` (its place in the plan from generators seeded by the
+seed alone), so a dataset is reproducible, resumable and splits across processes without
+coordination. Needs torch only for the Dataset and the collator.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +34,8 @@ from arc_kit.datasets import load_re_arc, load_tasks
 from arc_kit.settings import SequenceSettings
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
+
+logger = logging.getLogger(__name__)
 
 
 def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = "") -> dict[str, tuple[Pair, ...]]:
@@ -50,21 +63,29 @@ def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: Tas
                                    max_len=settings.max_len)
 
 
+def encode_sequence(pairs: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
+                    settings: SequenceSettings = SequenceSettings()) -> Encoded:
+    """Pairs in the order given (the last plays the test), a random symmetry and colours, encoded."""
+    augmentation = Augmentation.random(rng, None, keep_background=settings.keep_background)
+    return encoder.encode_training(augmentation.apply_pairs(pairs), mask_first_output=settings.mask_first_output,
+                                   max_len=settings.max_len)
+
+
 def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *,
-                         held_out: int | None = None, mask_first_output: bool = True,
+                         held_out: int | None = None, symmetry: int | None = None, mask_first_output: bool = True,
                          keep_background: bool = False) -> Encoded:
     """A test-time-training sequence: one train pair held out as the test, the others as examples.
 
-    The examples come in random order, then the whole sequence gets a random symmetry and colour
-    permutation (the held-out pair stays last), within the encoder's token budget. Only train pairs
-    are ever used.
+    The examples come in random order, then the whole sequence gets a symmetry (``symmetry``, or a
+    random one) and a random colour permutation (the held-out pair stays last), within the
+    encoder's token budget. Only train pairs are ever used.
     """
     if len(train) < 2:
         raise ValueError("leave-one-out needs at least 2 train pairs")
     if held_out is None:
         held_out = int(rng.integers(len(train)))
     others = [train[i] for i in rng.permutation(len(train)) if i != held_out]
-    augmentation = Augmentation.random(rng, None, keep_background=keep_background)
+    augmentation = Augmentation.random(rng, None, symmetry=symmetry, keep_background=keep_background)
     return encoder.encode_training(augmentation.apply_pairs(others + [train[held_out]]),
                                    mask_first_output=mask_first_output)
 
@@ -121,26 +142,60 @@ def pretraining_data(re_arc: str | None = None, task_sets: Sequence[str] = (), *
 
 
 class SequenceDataset:
-    """A map-style torch dataset of ``length`` sequences drawn from pools.
+    """A map-style torch dataset of sequences drawn from pools (see the module docstring).
 
-    Item ``i`` is drawn with ``np.random.default_rng((seed, i))``: pick a pool (uniformly, or by
-    ``weights``), then ``sample_sequence``. Pools with fewer than 2 pairs are left out.
+    Pools with fewer than 2 pairs are left out. ``passes``: item ``i`` is the ``i``-th entry of the
+    shuffled plan (``plan``), its augmentation drawn with ``np.random.default_rng((seed, i))``;
+    ``length`` defaults to the plan's size and a longer one goes round the plan again with fresh
+    passes. ``random``: item ``i`` picks a pool (uniformly, or by ``weights``) and draws
+    ``sample_sequence`` with that generator; ``length`` defaults to 1000.
     """
 
     def __init__(self, pools: Mapping[str, Sequence[Pair]], encoder: TaskEncoder,
                  settings: SequenceSettings = SequenceSettings(), *, weights: Mapping[str, float] | None = None,
-                 seed: int = 0, length: int = 1000):
+                 seed: int = 0, length: int | None = None):
         self.names = [name for name, pool in pools.items() if len(pool) >= 2]
         if not self.names:
             raise ValueError("no pool with at least 2 pairs to draw from")
         self.pools = [pools[name] for name in self.names]
         raw = np.array([1.0 if weights is None else float(weights[name]) for name in self.names])
         self.probabilities = raw / raw.sum()
-        self.encoder, self.settings, self.seed, self.length_total = encoder, settings, seed, length
+        self.encoder, self.settings, self.seed = encoder, settings, seed
+        self.planned: int | None = None  # sequences in one round of the plan (passes only)
+        if settings.sampler == "passes":
+            # each pool's share of sequences_per_task x pools, at least one where its weight is not zero
+            share = settings.sequences_per_task * len(self.pools) * self.probabilities
+            self.counts = np.where(share > 0, np.maximum(1, np.rint(share)), 0).astype(np.int64)
+            pool_of = np.repeat(np.arange(len(self.pools)), self.counts)
+            round_of = np.concatenate([np.arange(count) for count in self.counts])
+            order = np.random.default_rng((seed, 1, 0)).permutation(len(pool_of))
+            self._plan_pool, self._plan_round = pool_of[order], round_of[order]
+            self.planned = len(order)
+        self.length_total = length if length is not None else (self.planned or 1000)
         self._drawn: dict[int, tuple[str, Encoded]] = {}  # drawn by ``length``, taken by ``sequence``
+        self._warned: set[int] = set()
 
     def __len__(self) -> int:
         return self.length_total
+
+    def plan(self, index: int) -> tuple[int, int, tuple[int, ...]]:
+        """``passes``: (pool index, pass, indices of its examples in sequence order) of item ``index``.
+
+        A pool's ``r``-th sequence is chunk ``r % per_pass`` of pass ``r // per_pass``, where a pass is
+        a permutation of the pool's examples drawn from ``(seed, 2, pool, pass)`` and cut into
+        ``per_pass = len(pool) // pairs`` chunks of ``pairs`` (a pool smaller than ``pairs`` gives
+        one sequence of all its examples per pass); the last one plays the test.
+        """
+        if self.planned is None:
+            raise ValueError("only the passes sampler has a plan")
+        cycle, base = divmod(index, self.planned)
+        pool_index = int(self._plan_pool[base])
+        sequence = int(self._plan_round[base]) + cycle * int(self.counts[pool_index])
+        size = len(self.pools[pool_index])
+        count = min(self.settings.pairs, size)
+        pass_index, chunk = divmod(sequence, size // count)
+        order = np.random.default_rng((self.seed, 2, pool_index, pass_index)).permutation(size)
+        return pool_index, pass_index, tuple(int(i) for i in order[chunk * count:(chunk + 1) * count])
 
     def length(self, index: int) -> int:
         """Tokens in item ``index`` (drawn once: the item itself is then served from memory)."""
@@ -156,12 +211,36 @@ class SequenceDataset:
         return drawn if drawn is not None else self._draw(index)
 
     def _draw(self, index: int) -> tuple[str, Encoded]:
-        """(pool name, encoded sequence) of item ``index``, drawn from its own generator.
+        if self.planned is not None:
+            planned = self._draw_planned(index)
+            if planned is not None:
+                return planned
+        return self._draw_random(index, np.random.default_rng((self.seed, index)))
 
-        A draw that does not fit the budget, or that the budget cut down to a single pair whose
-        output is masked (nothing left to learn), is drawn again.
-        """
-        rng = np.random.default_rng((self.seed, index))
+    def _draw_planned(self, index: int) -> tuple[str, Encoded] | None:
+        """Item ``index`` as planned. If the test pair cannot fit the budget (or nothing is left to
+        learn), another pair of the same sequence plays the test; None if none can."""
+        pool_index, _, chosen = self.plan(index)
+        pool = self.pools[pool_index]
+        for last in reversed(range(len(chosen))):
+            order = [*chosen[:last], *chosen[last + 1:], chosen[last]]
+            try:  # every try draws the same augmentation
+                encoded = encode_sequence([pool[i] for i in order], np.random.default_rng((self.seed, index)),
+                                          self.encoder, self.settings)
+            except TaskTooLongError:
+                continue
+            if encoded.loss_mask.any():
+                return self.names[pool_index], encoded
+        if pool_index not in self._warned:
+            self._warned.add(pool_index)
+            logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
+                           "items are drawn at random from other pools", self.names[pool_index],
+                           self.settings.max_len)
+        return None
+
+    def _draw_random(self, index: int, rng: np.random.Generator) -> tuple[str, Encoded]:
+        """Pick a pool, then ``sample_sequence``; a draw that does not fit the budget, or that the budget
+        cut down to a single pair whose output is masked (nothing left to learn), is drawn again."""
         for _ in range(100):
             pool_index = int(rng.choice(len(self.pools), p=self.probabilities))
             try:

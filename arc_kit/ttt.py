@@ -3,7 +3,8 @@
 ``TestTimeTrainer`` wraps a loaded model in one LoRA adapter once; for each task it resets the
 adapter to its initial weights (no reloading from disk), trains it on leave-one-out sequences of
 the task's train pairs (each pair in turn plays the test, the others are the examples, every
-sequence freshly augmented) and leaves the model in eval mode, ready for inference with the
+sequence freshly augmented; the 8 symmetries are balanced, each used 8 times in 64 sequences as
+the authors did) and leaves the model in eval mode, ready for inference with the
 adapter on. Defaults are the paper's: rank 32, alpha 16, 64 steps of batch 1, 50% warm-up,
 lr 1e-4 / 1e-5. It never sees a test output: it is only ever given ``task.train``.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arc_kit.augmentation import balanced_symmetries
 from arc_kit.optimization import (
     add_lora,
     build_optimizer,
@@ -83,12 +85,12 @@ class TestTimeTrainer:
         with self.model.disable_adapter():
             yield self.model
 
-    def _sequence(self, train: Sequence[Pair], rng: np.random.Generator, held_out: int):
+    def _sequence(self, train: Sequence[Pair], rng: np.random.Generator, held_out: int, symmetry: int):
         """A leave-one-out sequence, trying the other held-out pairs if this one cannot teach anything."""
         for offset in range(len(train)):
             try:
                 encoded = sample_leave_one_out(train, rng, self.encoder, held_out=(held_out + offset) % len(train),
-                                               mask_first_output=self.settings.mask_first_output,
+                                               symmetry=symmetry, mask_first_output=self.settings.mask_first_output,
                                                keep_background=self.keep_background)
             except TaskTooLongError:
                 continue
@@ -116,11 +118,14 @@ class TestTimeTrainer:
         scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
         losses: list[float] = []
         trainable = [p for p in self.model.parameters() if p.requires_grad]
+        # each symmetry equally often (8 times each in the paper's 64 sequences), in random order
+        symmetries = balanced_symmetries(rng, settings.steps * settings.batch_size)
         try:
             for step in range(settings.steps):
                 items = []
                 for slot in range(settings.batch_size):
-                    encoded = self._sequence(train, rng, held_out=(step * settings.batch_size + slot) % len(train))
+                    index = step * settings.batch_size + slot
+                    encoded = self._sequence(train, rng, held_out=index % len(train), symmetry=symmetries[index])
                     if encoded is None:
                         return TestTimeResult(step, losses, time.monotonic() - started,
                                               "no leave-one-out sequence fits the token budget")

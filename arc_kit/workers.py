@@ -71,11 +71,12 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                      workers: int | None = None, gpus: Sequence[int] | None = None, deadline: float | None = None,
                      solutions: TaskSet | None = None, load_options: dict | None = None, poll_seconds: float = 5.0,
                      progress: bool = True, submission_path: str | os.PathLike | None = None,
-                     submission_tasks: TaskSet | None = None) -> SolveRun:
+                     submission_tasks: TaskSet | None = None, info: dict | None = None) -> SolveRun:
     """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU).
 
     The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
-    task of ``submission_tasks`` (default ``tasks``), solved or not, and is rewritten as records come in.
+    task of ``submission_tasks`` (default ``tasks``), solved or not (skipped ones of a lenient load
+    included), and is rewritten as records come in. ``info`` goes into ``run.json`` (see ``run.open_run``).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +84,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     gpus = list(gpus) if gpus is not None else list(range(gpu_count()))
     workers = workers or max(1, len(gpus))
     started = time.monotonic()
-    open_run(out, settings, run_info(model=str(model), tasks=len(tasks), workers=workers))
+    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}))
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
     done = _merged_records(out)
     todo = [task_id for task_id in tasks.ids if task_id not in done]
@@ -128,8 +129,8 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     write_submission(submission_path, build_submission(covered, answers_from_records(ordered)), covered)
     run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
     answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if answers is not None:
-        run.score = write_scores(out, submission_path, ordered, answers, tasks.ids)
+    if answers is not None and answers.known_outputs():
+        run.score = write_scores(out, submission_path, ordered, answers, list(tasks.test_counts()))
     return run
 
 
@@ -169,7 +170,7 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
         clear_run(out)
     if count > 1:
         return solve_in_workers(tasks, model, settings, out, workers=count, deadline=deadline,
-                                load_options=load_options, progress=progress)
+                                load_options=load_options, progress=progress, info=info)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress,

@@ -553,3 +553,103 @@ def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, fil
     chosen = out.split("by prompt tokens: ", 1)[1].splitlines()[0].split(", ")
     assert len(chosen) == 1 and max(lengths[i] for i in chosen) <= min(
         length for task_id, length in lengths.items() if task_id not in chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input and faults: every task id kept, honest scores, one-line errors
+
+BAD_CHALLENGES = {**CHALLENGES, "b1": None, "b2": {"train": [pair([[1]])], "test": [pair([[9]]), pair([[5]])]}}
+BAD_SOLUTIONS = {**SOLUTIONS, "b1": [[[1]]], "b2": [[[9]], [[6]]]}  # b2's first answer is its input (the fallback)
+
+
+def test_solve_lenient_with_tasks_keeps_the_skipped_ids_and_scores_them(capsys, tmp_path, micro_model):
+    (tmp_path / "c.json").write_text(json.dumps(BAD_CHALLENGES))
+    (tmp_path / "s.json").write_text(json.dumps(BAD_SOLUTIONS))
+    with pytest.warns(UserWarning, match="skipped 2 bad task"):
+        status, out, err = run(capsys, "solve", "--dataset", tmp_path / "c.json", "--solutions", tmp_path / "s.json",
+                               "--lenient", "--tasks", 4, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+    assert status == 0, err
+    submission = json.loads((tmp_path / "o" / "submission.json").read_text())
+    assert sorted(submission) == ["b1", "b2", "t1", "t2"]  # the skipped ids too: Kaggle needs every one
+    score = json.loads((tmp_path / "o" / "score.json").read_text())
+    status, printed, _ = run(capsys, "score", "--submission", tmp_path / "o" / "submission.json",
+                             "--solutions", tmp_path / "s.json")
+    independent = sum(any(entry[name] == answer for name in ("attempt_1", "attempt_2"))
+                      for task_id, answers in BAD_SOLUTIONS.items() for entry, answer in zip(submission[task_id], answers))
+    assert status == 0 and score["total"] == 6 and score["correct"] == independent >= 2  # t1's [[5]] and b2's [[9]]
+    assert f"({independent}/6 test outputs)" in printed and f"({independent}/6 test outputs)" in out
+
+
+def test_a_set_of_only_skipped_tasks_is_answered_and_scored_out_of_all(capsys, tmp_path, micro_model):
+    (tmp_path / "c.json").write_text(json.dumps({"b1": None, "b2": BAD_CHALLENGES["b2"]}))
+    (tmp_path / "s.json").write_text(json.dumps({"b1": [[[1]]], "b2": BAD_SOLUTIONS["b2"]}))
+    with pytest.warns(UserWarning, match="skipped 2 bad task"):
+        status, out, _ = run(capsys, "solve", "--dataset", tmp_path / "c.json", "--solutions", tmp_path / "s.json",
+                             "--lenient", "--tasks", 2, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+    assert status == 0 and "(1/3 test outputs)" in out  # not 0/0
+    assert sorted(json.loads((tmp_path / "o" / "submission.json").read_text())) == ["b1", "b2"]
+
+
+@pytest.mark.parametrize("command", ["validate", "solve", "solve --lenient"])
+def test_json_nested_a_thousand_levels_is_a_one_line_error(capsys, tmp_path, command):
+    path = tmp_path / "deep.json"
+    path.write_text('{"t": ' + "[" * 1000 + "]" * 1000 + "}")
+    extra = ["--out", tmp_path / "o"] if command.startswith("solve") else []
+    status, out, err = run(capsys, *command.split(), *(["--dataset"] if command.startswith("solve") else []), path,
+                           *extra)
+    assert status == 1 and "Traceback" not in out + err
+    assert "nested too deeply" in out + err and str(path) in out + err
+
+
+def test_a_task_id_given_twice_is_reported(capsys, tmp_path):
+    path = tmp_path / "c.json"
+    good = json.dumps(CHALLENGES["t2"])
+    path.write_text('{"t1": null, "t2": ' + good + ', "t1": ' + good + "}")  # the bad copy first: JSON keeps the last
+    status, out, _ = run(capsys, "validate", path)
+    assert status == 1 and "task t1: appears 2 times in the file" in out
+    status, _, err = run(capsys, "solve", "--dataset", path, "--out", tmp_path / "o")
+    assert status == 1 and "task t1: appears 2 times" in err
+
+
+@pytest.mark.parametrize("submission, phrase", [
+    ({"t1": [{"attempt_1": [[1]], "attempt_2": [[1]]}] * 2}, "task t2: missing"),
+    ({"t1": [{"attempt_1": [[1]], "attempt_2": [[1]]}] * 2, "t2": [{"attempt_1": [[1]], "attempt_2": [[1]]}],
+      "t9": [{"attempt_1": [[1]], "attempt_2": [[1]]}]}, "task t9: not in the challenges"),
+    ({"t1": [{"attempt_1": [[1]], "attempt_3": [[1]]}] * 2, "t2": [{"attempt_1": [[1]], "attempt_2": [[1]]}]},
+     "missing attempt_2"),
+    ({"t1": {"attempt_1": [[1]], "attempt_2": [[1]]}, "t2": [{"attempt_1": [[1]], "attempt_2": [[1]]}]},
+     "task t1: is an object"),
+], ids=["missing task", "extra task", "attempt keys", "object"])
+def test_score_of_an_invalid_submission_exits_1_and_says_why(capsys, files, submission, phrase):
+    (files / "bad.json").write_text(json.dumps(submission))
+    status, _, err = run(capsys, "score", "--submission", files / "bad.json", "--solutions", files / "solutions.json")
+    assert status == 1 and phrase in err and "invalid submission" in err
+
+
+def test_a_file_whose_only_task_is_null_says_so(capsys, tmp_path):
+    (tmp_path / "x.json").write_text('{"abc": null}')
+    status, out, _ = run(capsys, "validate", tmp_path / "x.json")
+    assert status == 1 and "task abc, is null" in out and "--kind" in out
+
+
+def test_reusing_an_out_folder_with_another_data_set_of_the_same_name_is_refused(capsys, tmp_path, micro_model):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CHALLENGES))
+    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    assert run(capsys, *options)[0] == 0
+    path.write_text(json.dumps({"u1": CHALLENGES["t2"]}))
+    status, _, err = run(capsys, *options)
+    assert status == 1 and "another data set" in err and "--restart" in err
+    assert run(capsys, *options, "--restart")[1].count("(1 tasks, 1 with records") == 1
+
+
+def test_rows_wider_than_30_load_with_a_larger_max_side(capsys, tmp_path):
+    wide = {"w": {"train": [pair([[1] * 40], [[2] * 40])], "test": [pair([[3] * 33])]}}
+    (tmp_path / "w.json").write_text(json.dumps(wide))
+    status, out, _ = run(capsys, "validate", tmp_path / "w.json")
+    assert status == 1 and "40 columns, at most 30 allowed" in out  # the competition's limit by default
+    assert run(capsys, "validate", tmp_path / "w.json", "--max-side", 60)[0] == 0
+    tasks = load_challenges(tmp_path / "w.json", max_side=60)
+    assert tasks["w"].train[0].input.shape == (1, 40)
+    submission = build_submission(tasks, {"w": [[np.ones((1, 33), dtype=np.uint8)]]})
+    assert submission["w"][0]["attempt_1"] == [[0]]  # a submission keeps the competition's limit

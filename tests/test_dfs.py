@@ -193,6 +193,7 @@ def guesses(model, space: AnswerSpace, enumeration: Enumeration, threshold: floa
     return found
 
 
+@pytest.mark.slow
 def test_a_guess_never_changes_the_answers(case):
     model, space, enumerations = case
     for threshold, enumeration in enumerations:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -429,3 +430,25 @@ def test_offline_variables_are_set_in_this_process():
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         assert os.environ.get(name) == "1"
     assert arc_kit.__version__
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "corrupt", "config.json"])
+def test_a_damaged_model_folder_is_a_one_line_error_naming_it(micro_model, tmp_path, capsys, damage):
+    import shutil
+
+    from arc_kit.cli import main
+
+    folder = Path(shutil.copytree(micro_model, tmp_path / "model"))
+    weights = folder / "model.safetensors"
+    if damage == "config.json":
+        (folder / "config.json").write_text('{"model_type": "llama",')
+    else:
+        data = weights.read_bytes()
+        weights.write_bytes({"truncated": data[:len(data) // 2], "empty": b"", "corrupt": b"x" * 1000}[damage])
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                       "test": [{"input": [[1]]}]}}))
+    status = main(["solve", "--dataset", str(tmp_path / "c.json"), "--out", str(tmp_path / "o"), "--model", str(folder),
+                   "--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1"])
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert str(folder) in err and ("config.json" in err if damage == "config.json" else "cannot load the model" in err)

@@ -28,6 +28,7 @@ def test_pair_in_sync(source):
     assert _cells(from_source) == _cells(committed), f"{paired.name} differs from {source.name}: run `make notebooks`"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda path: path.stem)
 def test_notebook_runs(source, monkeypatch):
     monkeypatch.setenv("ARC_KIT_SMOKE", "1")  # notebooks shrink their work under this flag

@@ -143,9 +143,12 @@ def reference_table(model, encoder, augmentations, max_len=None):
     return table
 
 
-@pytest.mark.parametrize("batch_size", [1, 16])
-def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encoder, augmentations, batch_size):
-    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations, batch_size=batch_size)
+@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
+@pytest.mark.parametrize("batch_size", [1, 5, 16])
+def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encoder, augmentations, batch_size,
+                                                                   batched):
+    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations, batch_size=batch_size,
+                           batched=batched)
     expected = reference_table(model, encoder, augmentations)
     assert table.shape == (len(CANDIDATES), len(augmentations))
     np.testing.assert_allclose(table, expected, rtol=0, atol=1e-4)
@@ -153,18 +156,21 @@ def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encod
     assert len({tuple(np.round(column, 3)) for column in table.T}) == len(augmentations)
 
 
-def test_augmented_nlls_honour_the_token_budget(model, encoder, augmentations):
+@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
+def test_augmented_nlls_honour_the_token_budget(model, encoder, augmentations, batched):
     full = len(encoder.encode_prompt(TRAIN, TEST_INPUT, max_len=10**6).ids)
     max_len = full + encoder.max_answer_len - 5  # one train pair must go
     assert encoder.encode_prompt(TRAIN, TEST_INPUT, max_len=max_len).dropped
-    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations[:3], max_len=max_len)
+    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations[:3], max_len=max_len,
+                           batched=batched)
     expected = reference_table(model, encoder, augmentations[:3], max_len=max_len)
     np.testing.assert_allclose(table, expected, rtol=0, atol=1e-4)
     assert not np.allclose(table, reference_table(model, encoder, augmentations[:3]), atol=1e-3)
 
 
-def test_augmented_nlls_of_no_candidates(model, encoder, augmentations):
-    assert augmented_nlls(model, encoder, TRAIN, TEST_INPUT, [], augmentations[:2]).shape == (0, 2)
+@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
+def test_augmented_nlls_of_no_candidates(model, encoder, augmentations, batched):
+    assert augmented_nlls(model, encoder, TRAIN, TEST_INPUT, [], augmentations[:2], batched=batched).shape == (0, 2)
 
 
 # -- aggregations ---------------------------------------------------------------------------------

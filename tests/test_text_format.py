@@ -48,6 +48,12 @@ def encoder():
     return TaskEncoder(Vocabulary())
 
 
+@pytest.fixture(scope="module")
+def longest_encoder():
+    """Drops the longest train pair first when a task is over budget (the kit's former default)."""
+    return TaskEncoder(Vocabulary(), TextFormat(drop_order="longest"))
+
+
 def grid_tokens(height, width):
     """Tokens of a grid's rows with a one-token row separator: every cell and height-1 separators."""
     return height * width + height - 1
@@ -222,11 +228,11 @@ NOT_GRIDS = {
     "non-digit": ("12\n3I\n<eos>", "non-digit 'I'"),
     "non-digit letter": ("1A\n<eos>", "non-digit 'A'"),
     "bos inside": ("1<bos>\n<eos>", "non-digit '<bos>'"),
-    "empty middle row": ("12\n\n34\n<eos>", "empty row"),
-    "empty last row": ("12\n\n<eos>", "empty row"),
-    "only the newline": ("\n<eos>", "empty row"),
-    "nothing before eos": ("<eos>", "close"),
-    "no closing newline": ("12\n34<eos>", "close"),
+    "only the newline": ("\n<eos>", "empty answer"),
+    "only newlines": ("\n\n\n<eos>", "empty answer"),
+    "nothing before eos": ("<eos>", "empty answer"),
+    "ragged without the closing newline": ("12\n3<eos>", "ragged"),
+    "ragged across an empty row": ("12\n\n345\n<eos>", "ragged"),
     "31 rows": ("1\n" * 31 + "<eos>", "larger than 30x30"),
     "31 columns": ("1" * 31 + "\n<eos>", "larger than 30x30"),
 }
@@ -242,6 +248,52 @@ def test_decode_answer_says_why_not_a_grid(encoder, name):
 
 def test_not_a_grid_is_a_value_error():
     assert issubclass(NotAGridError, ValueError)
+
+
+def reference_decode(text):
+    """The paper's reading of an answer, from its description: the text up to eos, split at newlines
+    (which end grid lines); empty lines skipped; digits only; rectangular; 1-30 rows and columns."""
+    if "<eos>" not in text:
+        return None
+    rows = [line for line in text.split("<eos>")[0].split("\n") if line]
+    if not rows or any(not line.isdigit() for line in rows) or len({len(line) for line in rows}) != 1:
+        return None
+    if len(rows) > MAX_SIDE or len(rows[0]) > MAX_SIDE:
+        return None
+    return np.array([[int(c) for c in line] for line in rows], dtype=np.uint8)
+
+
+# Answers the authors' decoder accepts and the kit once refused (closing newline missing, empty rows).
+LENIENT_ANSWERS = {
+    "no closing newline": ("12\n34<eos>", [[1, 2], [3, 4]]),
+    "one row, no newline": ("7<eos>", [[7]]),
+    "empty middle row": ("12\n\n34\n<eos>", [[1, 2], [3, 4]]),
+    "empty last row": ("12\n\n<eos>", [[1, 2]]),
+    "empty first row": ("\n56\n<eos>", [[5, 6]]),
+    "30x30 without the closing newline": ("\n".join(["1" * 30] * 30) + "<eos>", np.ones((30, 30))),
+}
+
+
+@pytest.mark.parametrize("name", LENIENT_ANSWERS)
+def test_decode_answer_accepts_what_the_authors_accept(encoder, name):
+    text, expected = LENIENT_ANSWERS[name]
+    decoded = encoder.decode_answer(vocabulary_ids(text))
+    np.testing.assert_array_equal(decoded, expected)
+    np.testing.assert_array_equal(decoded, reference_decode(text))
+
+
+@HYPOTHESIS
+@given(st.lists(st.sampled_from(["0", "1", "5", "9", "\n", "I", "<eos>"]), max_size=40))
+def test_decode_answer_against_the_reference(pieces):
+    """Any string of digits, newlines, a non-digit and eos: a grid exactly when the reference reads one."""
+    encoder = TaskEncoder(Vocabulary())
+    text = "".join(pieces)
+    expected = reference_decode(text)
+    if expected is None:
+        with pytest.raises(NotAGridError):
+            encoder.decode_answer(vocabulary_ids(text))
+    else:
+        np.testing.assert_array_equal(encoder.decode_answer(vocabulary_ids(text)), expected)
 
 
 def test_decode_answer_largest_grid_is_fine(encoder):
@@ -342,7 +394,8 @@ def budget_pairs():
             for index, side in enumerate(sides)]
 
 
-def test_budget_drops_the_longest_pairs_first(encoder, caplog):
+def test_budget_drops_the_longest_pairs_first(longest_encoder, caplog):
+    encoder = longest_encoder
     train = budget_pairs()
     lengths = [pair_tokens(pair) for pair in train]
     assert lengths == [7, 27, 15, 63, 9]
@@ -364,7 +417,8 @@ def test_budget_drops_the_longest_pairs_first(encoder, caplog):
     assert "abc123" in warnings[0].getMessage() and "[1, 3]" in warnings[0].getMessage()
 
 
-def test_budget_keeps_everything_when_it_fits(encoder, caplog):
+def test_budget_keeps_everything_when_it_fits(longest_encoder, caplog):
+    encoder = longest_encoder
     train = budget_pairs()
     test_input = np.array([[1, 2, 3]], dtype=np.uint8)
     fixed = HEADER_TOKENS + query_tokens(test_input)
@@ -405,8 +459,8 @@ def test_test_input_is_never_cut(encoder):
 @given(st.lists(pairs(max_side=5), min_size=1, max_size=8), grids(max_side=6),
        st.integers(0, 400), st.integers(0, 40))
 def test_budget_against_token_counts(train, test_input, spare, room):
-    """Fits, keeps order, ends with the whole test input, and drops only the longest, only if needed."""
-    encoder = TaskEncoder(Vocabulary())
+    """Longest first: fits, keeps order, ends with the whole test input, drops only the longest, only if needed."""
+    encoder = TaskEncoder(Vocabulary(), TextFormat(drop_order="longest"))
     fixed = HEADER_TOKENS + query_tokens(test_input)
     max_len = fixed + room + spare
     encoded = encoder.encode_prompt(train, test_input, max_len=max_len, answer_room=room)
@@ -424,7 +478,8 @@ def test_budget_against_token_counts(train, test_input, spare, room):
     assert text.endswith(query)
 
 
-def test_training_never_drops_the_last_pair(encoder):
+def test_training_never_drops_the_last_pair(longest_encoder):
+    encoder = longest_encoder
     train = budget_pairs()
     last = Pair(np.zeros((6, 6), dtype=np.uint8), np.ones((4, 4), dtype=np.uint8))
     sequence = [*train, last]
@@ -444,13 +499,65 @@ def test_training_never_drops_the_last_pair(encoder):
         encoder.encode_training(sequence, max_len=fixed - 1)
 
 
-def test_training_does_not_drop_a_long_last_pair_first(encoder):
+def test_training_does_not_drop_a_long_last_pair_first(longest_encoder):
     """The last pair is the longest; the earlier ones still go first."""
+    encoder = longest_encoder
     sequence = [Pair([[1, 1]], [[2, 2]]), Pair([[3]], [[4]]), Pair(np.zeros((5, 5), dtype=np.uint8), [[5]])]
     fixed = HEADER_TOKENS + pair_tokens(sequence[-1])
     encoded = encoder.encode_training(sequence, max_len=fixed + 8)
     assert encoded.kept == (1, 2) and encoded.dropped == (0,)
 
+
+
+# -- 6b. the default: the authors' rule, the last pair in the current order goes first -------------
+def test_budget_drops_the_last_pairs_first_by_default(encoder, caplog):
+    train = budget_pairs()  # lengths 7, 27, 15, 63, 9
+    test_input = np.array([[1, 2, 3]], dtype=np.uint8)
+    room = 10
+    fixed = HEADER_TOKENS + query_tokens(test_input)
+    # room for 7 + 27 + 15 + 63 = 112 tokens of pairs: only the last (and shortest but one) pair goes
+    with caplog.at_level(logging.WARNING, logger="arc_kit.text_format"):
+        encoded = encoder.encode_prompt(train, test_input, max_len=fixed + room + 112, answer_room=room)
+    assert encoded.kept == (0, 1, 2, 3) and encoded.dropped == (4,)
+    assert "[4]" in caplog.records[0].getMessage()
+    # 7 + 27 + 15 + 9 = 58 would fit without the 5x5 pair, but the rule drops from the end: 7 + 27 + 15
+    encoded = encoder.encode_prompt(train, test_input, max_len=fixed + room + 58, answer_room=room)
+    assert encoded.kept == (0, 1, 2) and encoded.dropped == (3, 4)
+    assert encoder.tokenizer.decode(encoded.ids) == TextFormat().task_text(train[:3], test_input)
+    assert TaskEncoder(Vocabulary(), TextFormat(drop_order="longest")).encode_prompt(
+        train, test_input, max_len=fixed + room + 58, answer_room=room).dropped == (3,)
+
+
+def test_training_drops_the_last_example_before_the_test(encoder):
+    """The last pair plays the test and stays; of the examples before it, the last goes first."""
+    sequence = [Pair([[1, 1]], [[2, 2]]), Pair([[3]], [[4]]), Pair(np.zeros((5, 5), dtype=np.uint8), [[5]])]
+    fixed = HEADER_TOKENS + pair_tokens(sequence[-1])
+    encoded = encoder.encode_training(sequence, max_len=fixed + 9)  # room for pair 0 (9) or pair 1 (7)
+    assert encoded.kept == (0, 2) and encoded.dropped == (1,)
+    np.testing.assert_array_equal(encoded.loss_mask, reference_mask(encoded.ids.tolist(), True))
+
+
+def test_drop_order_is_checked():
+    with pytest.raises(ValueError, match="drop_order"):
+        TextFormat(drop_order="shortest")
+    assert TextFormat().drop_order == "last"
+
+
+@HYPOTHESIS
+@given(st.lists(pairs(max_side=5), min_size=1, max_size=8), grids(max_side=6),
+       st.integers(0, 400), st.integers(0, 40))
+def test_budget_keeps_the_longest_prefix_that_fits(train, test_input, spare, room):
+    """The reference: drop the last train pair until the rest fits; what is kept is a prefix."""
+    encoder = TaskEncoder(Vocabulary())
+    fixed = HEADER_TOKENS + query_tokens(test_input)
+    budget = fixed + room + spare
+    expected = list(range(len(train)))
+    while expected and fixed + sum(pair_tokens(train[i]) for i in expected) > budget - room:
+        expected.pop()
+    encoded = encoder.encode_prompt(train, test_input, max_len=budget, answer_room=room, log_drops=False)
+    assert list(encoded.kept) == expected
+    assert list(encoded.dropped) == list(range(len(expected), len(train)))
+    assert encoder.tokenizer.decode(encoded.ids) == TextFormat().task_text(train[:len(expected)], test_input)
 
 # -- 7. the Hugging Face adapter ---------------------------------------------------------------------
 def _hf_tokenizer(symbols, pattern):

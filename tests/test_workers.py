@@ -121,6 +121,7 @@ def two_workers(model_folder, tasks, tmp_path_factory):
     return out, run, spy.calls
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
         model_folder, tasks, tmp_path, single_process, two_workers):
     out, run, calls = two_workers
@@ -141,6 +142,7 @@ def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
     assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
 
 
+@pytest.mark.slow
 def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two_workers, tasks):
     out, run, calls = two_workers
     assert len(calls) == 2  # both workers had tasks
@@ -161,6 +163,7 @@ def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two
     assert (out / "scores.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, tasks, tmp_path, two_workers,
                                                                   monkeypatch):
     source, run, _ = two_workers

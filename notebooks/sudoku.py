@@ -1,0 +1,106 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Sudoku with arc_kit (paper, section 5.5)
+#
+# Puzzles from the kit's seeded generator (every one checked to have a unique solution), the
+# augmentations that keep a Sudoku a Sudoku, the text a model reads, and what DFS + the product of
+# experts propose for one puzzle. Uses the model trained by `arc-kit sudoku train` when
+# `MODEL` exists, else a fresh (untrained) micro model, so the candidates then are noise.
+
+# %%
+import os
+
+MODEL = "../runs/sudoku/tiny"  # a folder written by `arc-kit sudoku train`; missing: an untrained micro model
+SEED = 0
+CLUES = (40, 55)  # the CPU run's range; the paper's Sudoku 3M set has about 19-31
+SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
+
+# %%
+import numpy as np
+
+from arc_kit import sudoku
+from arc_kit.plotting import draw_grids
+
+puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=CLUES)
+draw_grids([grid for pair in puzzles for grid in (pair.input, pair.output)],
+           [f"{sudoku.clue_count(pair.input)} clues" if i % 2 == 0 else "solution"
+            for pair in puzzles for i in range(2)], title="puzzles (0 = empty, black) and their solutions")
+print([sudoku.count_solutions(pair.input) for pair in puzzles], "solutions each")
+
+# %% [markdown]
+# ## Augmentations
+# Digits permuted with 0 kept, an optional transposition, bands and rows within a band, stacks and
+# columns within a stack. Each has a key (`t1-d...-r...-c...`) and inverts exactly.
+
+# %%
+pair = puzzles[0]
+views = sudoku.SudokuAugmentation.inference_set(np.random.default_rng(SEED), 8)
+draw_grids([view.apply_grid(pair.input) for view in views], [view.key[:2] for view in views],
+           title="one puzzle under the 8 views")
+assert all(sudoku.solves(view.apply_grid(pair.input), view.apply_grid(pair.output)) for view in views)
+assert all(np.array_equal(view.invert_grid(view.apply_grid(pair.output)), pair.output) for view in views)
+for view in views[:3]:
+    print(view.key)
+
+# %% [markdown]
+# ## The text a model reads
+# One puzzle per sequence: the pre-prompt, `I` + the puzzle's rows + `\n+/-=O`, then the solution
+# (the only part in the loss).
+
+# %%
+from arc_kit.sudoku_run import SUDOKU_SEQUENCES
+from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.training_data import sample_sequence
+
+encoder = TaskEncoder(Vocabulary())
+encoded = sample_sequence(sudoku.SudokuPool(puzzles), np.random.default_rng(SEED), encoder, SUDOKU_SEQUENCES)
+print(encoder.text(encoded.ids))
+print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the loss")
+
+# %% [markdown]
+# ## Candidates and their product-of-experts scores
+# DFS at T under each view, answers mapped back and merged, each candidate scored under 8 fresh
+# views; the lowest summed NLL is the one attempt.
+
+# %%
+from pathlib import Path
+
+from arc_kit.models import LoadSettings, create_model, load_model
+from arc_kit.solver import Solver
+from arc_kit.sudoku_run import SudokuEvalSettings, solve_puzzle
+from arc_kit.text_format import HuggingFaceTokenizer
+
+if Path(MODEL).exists() and not SMOKE:
+    loaded = load_model(MODEL, LoadSettings(device="cpu", dtype="float32"))
+    model, model_encoder = loaded.model, loaded.encoder()
+else:
+    model, tokenizer = create_model("micro", seed=SEED)
+    model_encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer))
+settings = (SudokuEvalSettings(threshold=0.3, inference_augmentations=2, scoring_augmentations=2,
+                               max_forward_calls=100) if SMOKE else SudokuEvalSettings(max_forward_calls=3000))
+solver = Solver(model.eval(), model_encoder, settings.solve_settings())
+record = solve_puzzle(solver, "notebook", pair.input, settings)
+test = record.tests[0]
+answer = test.attempts[0] if test.attempts else None
+print(f"{len(test.candidates)} candidates, {test.search.forward_calls} forward calls, "
+      f"{record.timings['total']:.1f} s; solved: {sudoku.score_answer(pair.input, answer)}")
+for candidate in test.candidates[:8]:
+    print(f"generation NLL {candidate.best_generation_nll:6.2f}  PoE {candidate.aggregate('product'):7.2f}  "
+          f"valid {sudoku.is_valid_solution(candidate.grid)}  right {np.array_equal(candidate.grid, pair.output)}")
+if test.candidates:
+    shown = test.candidates[:8]
+    draw_grids([c.grid for c in shown], [f"PoE {c.aggregate('product'):.1f}" for c in shown],
+               highlight=[np.array_equal(c.grid, pair.output) for c in shown],
+               title="candidates (green: the solution)")

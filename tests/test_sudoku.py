@@ -1,0 +1,199 @@
+"""Sudoku: the solver against brute force, unique generated puzzles, augmentations, files, scoring, the command."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from arc_kit.records import TaskRecord, TestResult
+from arc_kit.scoring import Candidate
+from arc_kit.sudoku import (
+    SudokuAugmentation,
+    SudokuPool,
+    clue_count,
+    count_solutions,
+    generate_puzzle,
+    generate_puzzles,
+    grid_from_text,
+    grid_text,
+    is_valid_solution,
+    keeps_clues,
+    load_csv,
+    parse_clue_range,
+    score_answer,
+    solve,
+    write_csv,
+)
+from arc_kit.tasks import Pair
+
+SOLUTION = grid_from_text("534678912672195348198342567859761423426853791713924856961537284287419635345286179")
+PUZZLE = grid_from_text("53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79")
+
+
+def _brute_force_count(puzzle: np.ndarray) -> int:
+    """Every filling of the empty cells checked as a whole grid (the slow reference)."""
+    blanks = list(zip(*np.nonzero(puzzle == 0)))
+    count = 0
+    for digits in itertools.product(range(1, 10), repeat=len(blanks)):
+        grid = puzzle.copy()
+        for (row, column), digit in zip(blanks, digits):
+            grid[row, column] = digit
+        count += is_valid_solution(grid)
+    return count
+
+
+def test_solver_solves_a_classic_puzzle():
+    assert count_solutions(PUZZLE, 2) == 1
+    assert np.array_equal(solve(PUZZLE), SOLUTION)
+    assert is_valid_solution(SOLUTION) and not is_valid_solution(PUZZLE)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_solver_counts_match_brute_force(seed):
+    """Blank 3 cells of a full grid and 3 more of another view of it: the solver's counts agree."""
+    rng = np.random.default_rng(seed)
+    puzzle = SudokuAugmentation.random(rng).apply_grid(SOLUTION).copy()
+    puzzle.reshape(-1)[rng.choice(81, size=3, replace=False)] = 0
+    assert count_solutions(puzzle, limit=100) == _brute_force_count(puzzle)
+
+
+def test_solver_finds_two_solutions_and_none():
+    ambiguous = SOLUTION.copy()
+    ambiguous[0:2, :] = 0  # two rows of a band blanked: swapping them is a second solution
+    assert count_solutions(ambiguous, 2) == 2
+    clash = PUZZLE.copy()
+    clash[0, 2] = 5  # two 5s in the first row
+    assert count_solutions(clash) == 0 and solve(clash) is None
+
+
+def test_generated_puzzles_are_unique_and_reproducible():
+    pairs = generate_puzzles(6, seed=3, clues=(24, 40))
+    for pair in pairs:
+        assert count_solutions(pair.input, limit=3) == 1
+        assert is_valid_solution(pair.output) and keeps_clues(pair.input, pair.output)
+        assert clue_count(pair.input) >= 24
+    again = generate_puzzles(2, seed=3, clues=(24, 40), start=4)
+    assert again == pairs[4:]
+    assert generate_puzzles(1, seed=4, clues=(24, 40)) != pairs[:1]
+
+
+def test_generator_reaches_a_spread_of_clues():
+    counts = [clue_count(generate_puzzle(np.random.default_rng((9, i)), (19, 31)).input) for i in range(8)]
+    assert min(counts) <= 28 and max(counts) <= 40 and len(set(counts)) > 1
+    with pytest.raises(ValueError):
+        generate_puzzle(np.random.default_rng(0), (10, 20))
+    assert parse_clue_range("19-31") == (19, 31) and parse_clue_range("25") == (25, 25)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_augmentations_keep_sudokus_and_invert(seed):
+    rng = np.random.default_rng(seed)
+    augmentation = SudokuAugmentation.random(rng)
+    pair = augmentation.apply_pair(Pair(PUZZLE, SOLUTION))
+    assert is_valid_solution(pair.output) and keeps_clues(pair.input, pair.output)
+    assert count_solutions(pair.input) == 1 and clue_count(pair.input) == clue_count(PUZZLE)
+    assert np.array_equal(augmentation.invert_grid(pair.output), SOLUTION)
+    assert np.array_equal(augmentation.invert_grid(pair.input), PUZZLE)
+    assert SudokuAugmentation.from_key(augmentation.key) == augmentation
+
+
+def test_augmentation_parts_do_what_they_say():
+    transposed = SudokuAugmentation(transpose=True)
+    assert np.array_equal(transposed.apply_grid(SOLUTION), SOLUTION.T)
+    digits = SudokuAugmentation(digits=(0, 2, 1, 3, 4, 5, 6, 7, 8, 9))
+    swapped = digits.apply_grid(PUZZLE)
+    assert np.array_equal(swapped == 0, PUZZLE == 0) and np.array_equal(swapped == 2, PUZZLE == 1)
+    bands = SudokuAugmentation(rows=(3, 4, 5, 0, 1, 2, 6, 7, 8), columns=(0, 2, 1, 3, 4, 5, 6, 7, 8))
+    moved = bands.apply_grid(SOLUTION)
+    assert np.array_equal(moved[0], SOLUTION[3][[0, 2, 1, 3, 4, 5, 6, 7, 8]])
+    assert SudokuAugmentation.identity().is_identity and not bands.is_identity
+    for bad in [dict(digits=(1, 0, 2, 3, 4, 5, 6, 7, 8, 9)), dict(rows=(3, 1, 2, 0, 4, 5, 6, 7, 8)),
+                dict(columns=(0, 1, 2, 3, 4, 5, 6, 7, 7))]:
+        with pytest.raises(ValueError):
+            SudokuAugmentation(**bad)
+    with pytest.raises(ValueError, match="not a Sudoku augmentation key"):
+        SudokuAugmentation.from_key("s1-c0123456789")
+    keys = [a.key for a in SudokuAugmentation.inference_set(np.random.default_rng(0), 8)]
+    assert keys[0] == SudokuAugmentation().key and len(set(keys)) == 8
+
+
+def test_pool_draws_valid_views_reproducibly():
+    pool = SudokuPool([Pair(PUZZLE, SOLUTION)], copies=50, seed=1)
+    assert len(pool) == 50
+    views = [pool[i] for i in range(5)]
+    assert all(is_valid_solution(view.output) and keeps_clues(view.input, view.output) for view in views)
+    assert pool[3] == SudokuPool([Pair(PUZZLE, SOLUTION)], copies=50, seed=1)[3]
+    assert pool[3] != pool[4]
+
+
+def test_csv_round_trip_and_the_sudoku_3m_layout(tmp_path):
+    pairs = generate_puzzles(3, seed=0, clues=(30, 40))
+    path = write_csv(tmp_path / "set.csv", pairs)
+    assert load_csv(path) == pairs and load_csv(path, limit=2) == pairs[:2]
+    radcliffe = tmp_path / "sudoku-3m.csv"  # id,puzzle,solution,clues,difficulty with '.' for a blank
+    radcliffe.write_text("id,puzzle,solution,clues,difficulty\n"
+                         f"1,{grid_text(PUZZLE).replace('0', '.')},{grid_text(SOLUTION)},30,1.2\n")
+    assert load_csv(radcliffe) == [Pair(PUZZLE, SOLUTION)]
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text(f"puzzle,solution\n{grid_text(PUZZLE)},{grid_text(SOLUTION[::-1])}\n")
+    with pytest.raises(ValueError, match="line 2"):
+        load_csv(wrong)
+
+
+def test_a_solved_puzzle_scores_one_and_a_wrong_one_zero():
+    assert score_answer(PUZZLE, SOLUTION) == 1.0
+    wrong = SOLUTION.copy()
+    wrong[0, 2], wrong[0, 3] = wrong[0, 3], wrong[0, 2]  # two cells swapped: rows fine, columns not
+    assert score_answer(PUZZLE, wrong) == 0.0
+    relabelled = SudokuAugmentation(digits=(0, 2, 1, 3, 4, 5, 6, 7, 8, 9)).apply_grid(SOLUTION)
+    assert is_valid_solution(relabelled) and score_answer(PUZZLE, relabelled) == 0.0  # valid, breaks the clues
+    assert score_answer(PUZZLE, None) == 0.0 and score_answer(PUZZLE, SOLUTION[:8]) == 0.0
+
+
+def test_metrics_and_curve_from_records():
+    from arc_kit.sudoku_run import puzzle_metrics, sudoku_curve
+
+    wrong = SudokuAugmentation(digits=(0, 2, 1, 3, 4, 5, 6, 7, 8, 9)).apply_grid(SOLUTION)
+    # the wrong grid is more probable to generate, the right one wins the product of experts
+    right = Candidate(SOLUTION, {"a": 3.0}, [1.0, 1.0])
+    other = Candidate(wrong, {"a": 0.5}, [0.4, 5.0])
+    record = TaskRecord("p", [TestResult([SOLUTION], [other, right], ["a"], ["x", "y"])])
+    metrics = puzzle_metrics({"p": record}, {"p": Pair(PUZZLE, SOLUTION)})
+    assert metrics["top1_accuracy_poe"] == 1.0 and metrics["top1_accuracy_generation"] == 0.0
+    assert metrics["solution_found"] == 1.0 and metrics["answers_valid_sudoku"] == 1.0
+    curve = sudoku_curve({"p": record}, {"p": Pair(PUZZLE, SOLUTION)}, [0.01, 0.1])
+    assert curve["found"].tolist() == [1.0, 0.0]  # exp(-3) = 5% < 10%
+    assert curve["selected_poe"].tolist() == [1.0, 0.0] and curve["selected_generation"].tolist() == [0.0, 0.0]
+
+
+def test_one_puzzle_per_training_sequence():
+    from arc_kit.sudoku_run import SUDOKU_SEQUENCES
+    from arc_kit.text_format import TaskEncoder, Vocabulary
+    from arc_kit.training_data import sample_sequence
+
+    encoder = TaskEncoder(Vocabulary())
+    pool = SudokuPool([Pair(PUZZLE, SOLUTION)], copies=10)
+    encoded = sample_sequence(pool, np.random.default_rng(0), encoder, SUDOKU_SEQUENCES)
+    assert encoded.loss_mask.sum() == 81 + 8 + 1 + 1  # the solution's cells, row ends, end of example, eos
+    text = encoder.text(encoded.ids)
+    assert text.count("I") == 1 and len(encoded) < 256
+
+
+def test_the_whole_command_on_a_micro_model(tmp_path):
+    from arc_kit.cli import main
+
+    puzzles = tmp_path / "puzzles.csv"
+    assert main(["sudoku", "generate", "--count", "4", "--seed", "5", "--clues", "45-50", "--out", str(puzzles)]) == 0
+    assert len(load_csv(puzzles)) == 4
+    model = tmp_path / "model"
+    assert main(["sudoku", "train", "--model", "micro", "--puzzles", str(puzzles), "--out", str(model),
+                 "--steps", "2", "--batch-size", "2", "--accumulation", "1", "--device", "cpu"]) == 0
+    out = tmp_path / "eval"
+    assert main(["sudoku", "evaluate", "--model", str(model), "--puzzles", str(puzzles), "--limit", "2",
+                 "--out", str(out), "--threshold", "0.3", "--augmentations", "2", "--scoring-augmentations", "2",
+                 "--max-forward-calls", "100"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    assert metrics["puzzles"] == 2 and 0.0 <= metrics["top1_accuracy_poe"] <= metrics["solution_found"] + 1e-9
+    assert (out / "threshold_curve.png").stat().st_size > 0
+    assert len((out / "records.jsonl").read_text().splitlines()) == 2
