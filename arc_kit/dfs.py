@@ -8,9 +8,12 @@ point rewinds the cache (``decoding.rewind_cache``) and never recomputes the pro
 
 An optional *guess* (the best answer found so far under another augmentation, mapped into this
 one's frame) is fed together with the prompt in one forward pass, which yields the cache and the
-distribution at every position of the guess at once; its path is explored first. Tokens that
-cannot occur in an answer are masked out (``decoding.answer_log_probs``). Caps on the answer
-length and on the number of forward calls bound the work; hitting one is reported in the result.
+distribution at every position of the guess at once; its path is explored first. Only answer tokens
+are walked (a path through any other token can never spell a grid, so pruning it is exact); their
+NLLs are the space's (``decoding.answer_log_probs``: the full softmax by default). Caps on the answer
+length and on the number of forward calls bound the work, and so does an optional ``deadline`` (a
+``time.monotonic()`` value: no model call starts after it); hitting one is reported in the result
+(``capped``), which holds what was found until then.
 
 Knows nothing of tasks, grids or augmentations: it maps a prompt's token ids to completions.
 """
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.decoding import AnswerSpace, Completion, SearchResult, answer_log_probs, new_cache, rewind_cache
+from arc_kit.decoding import (AnswerSpace, Completion, SearchResult, answer_log_probs, deadline_passed, new_cache,
+                              rewind_cache)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,14 @@ class Frontier:
         return depth, token, total
 
 
+DEADLINE_BEFORE_START = "deadline passed before the search started"
+
+
+def deadline_message(branches: int) -> str:
+    """What ``capped`` says of a search stopped by its deadline."""
+    return f"deadline reached with {branches} branches left"
+
+
 def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     """A guess as a list of ints, cut to the longest answer and after its first eos."""
     guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
@@ -106,11 +118,17 @@ def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
 
 
 def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: DfsSettings = DfsSettings(),
-               guess: Sequence[int] | None = None) -> SearchResult:
-    """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first."""
+               guess: Sequence[int] | None = None, *, deadline: float | None = None) -> SearchResult:
+    """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first.
+
+    Past ``deadline`` (``time.monotonic()``) no model call starts: the answers found so far come
+    back, ``capped`` says so (with no call at all when it had passed before the search began).
+    """
     import torch
 
     started = time.monotonic()
+    if deadline_passed(deadline):
+        return SearchResult([], capped=DEADLINE_BEFORE_START)
     device = next(model.parameters()).device
     guess = clean_guess(guess, space)
     prompt_length = len(prompt_ids)
@@ -120,7 +138,8 @@ def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: D
     cache = output.past_key_values
     mask = space.mask(output.logits.shape[-1], device)
     # increments[d][t]: NLL of token t after the prompt and guess[:d]
-    increments = (-answer_log_probs(output.logits[0, prompt_length - 1:], mask)).double().cpu().numpy()
+    increments = (-answer_log_probs(output.logits[0, prompt_length - 1:], mask, space.probabilities)
+                  ).double().cpu().numpy()
 
     frontier = Frontier(space, -math.log(settings.threshold))
     frontier.walk_guess(guess, increments)  # its distributions are already computed
@@ -132,13 +151,16 @@ def dfs_search(model, prompt_ids: Sequence[int], space: AnswerSpace, settings: D
                 capped = (f"forward-call cap of {settings.max_forward_calls} reached with "
                           f"{len(frontier.stack)} branches left")
                 break
+            if deadline_passed(deadline):
+                capped = deadline_message(len(frontier.stack))
+                break
             depth, token, total = frontier.pop()
             rewind_cache(cache, prompt_length + depth)
             output = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
             cache = output.past_key_values
             forward_calls += 1
             frontier.path.append(token)
-            increment = (-answer_log_probs(output.logits[0, -1], mask)).double().cpu().numpy()
+            increment = (-answer_log_probs(output.logits[0, -1], mask, space.probabilities)).double().cpu().numpy()
             frontier.expand(depth + 1, total, increment)
     return SearchResult(frontier.completions, forward_calls=forward_calls,
                         tokens_processed=ids.shape[1] + forward_calls, seconds=time.monotonic() - started,

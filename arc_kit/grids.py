@@ -2,8 +2,8 @@
 
 A grid is a 2-D ``numpy.uint8`` array of colours 0-9, 1 to 30 cells on each side (the competition's
 limit, ``MAX_SIDE``). Data that is not for the competition (1-D ARC's long rows, say) may be
-checked with a larger ``max_side``, up to ``LARGEST_SIDE``; built grids (``freeze``) accept that
-much, while parsing and submissions keep ``MAX_SIDE`` unless told otherwise. This module
+checked with a larger ``max_side``, up to ``LARGEST_SIDE`` (``check_max_side``); built grids
+(``freeze``) accept that much, while parsing keeps ``MAX_SIDE`` unless told otherwise. This module
 knows how a grid may look in JSON and says exactly what is wrong with one that does not; it
 knows nothing of tasks, files or models.
 
@@ -82,10 +82,13 @@ def _looks_valid(value: Any, max_side: int = MAX_SIDE) -> bool:
     return True
 
 
-def _checked_side(max_side: int) -> int:
-    if not 0 < max_side <= LARGEST_SIDE:
-        raise ValueError(f"max_side must be 1 to {LARGEST_SIDE}, not {max_side}")
-    return max_side
+def check_max_side(max_side: int, name: str = "max_side") -> int:
+    """``max_side`` when it is an integer from 1 to ``LARGEST_SIDE``; ValueError in one line naming ``name`` if not."""
+    whole = isinstance(max_side, (int, np.integer)) and not isinstance(max_side, bool)
+    if not whole or not 0 < max_side <= LARGEST_SIDE:
+        raise ValueError(f"{name} must be 1 to {LARGEST_SIDE} cells (the most a grid may have on a side), "
+                         f"not {max_side!r}")
+    return int(max_side)
 
 
 def grid_problems(value: Any, where: str, max_side: int = MAX_SIDE) -> list[str]:
@@ -97,9 +100,9 @@ def grid_problems(value: Any, where: str, max_side: int = MAX_SIDE) -> list[str]
         value = value.tolist()
     elif isinstance(value, tuple):
         value = [list(row) if isinstance(row, tuple) else row for row in value]
+    max_side = check_max_side(max_side)
     if _looks_valid(value, max_side):
         return []
-    max_side = _checked_side(max_side)
     if not isinstance(value, list):
         return [f"{where} is {json_type_name(value)}, expected a list of rows"]
     if not value:

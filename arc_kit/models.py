@@ -190,10 +190,8 @@ def default_model_path() -> Path:
 def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat(),
                  max_len: int | None = None) -> TaskEncoder:
     """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens."""
-    from transformers import AutoTokenizer
-
     path = _model_folder(path)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = _load_tokenizer(path)
     return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
                        token_budget_of(path) if max_len is None else max_len)
 
@@ -209,6 +207,32 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ModelFolderError(f"cannot read {path}: it holds {type(data).__name__}, expected a JSON object")
     return data
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def _load_tokenizer(folder: Path):
+    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - a damaged file raises anything from KeyError to a bare Exception
+        for name in TOKENIZER_FILES:  # which file is to blame, where one can be named
+            _read_json(folder / name)  # not JSON, or no JSON object: named there
+        if (folder / "tokenizer.json").exists():
+            from tokenizers import Tokenizer
+
+            try:
+                Tokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as broken:  # noqa: BLE001 - tokenizers raises a bare Exception
+                raise ModelFolderError(f"cannot read {folder / 'tokenizer.json'}: {_first_line(broken)}") from None
+        raise ModelFolderError(f"cannot load the tokenizer in {folder}: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def _model_folder(path: str | os.PathLike) -> Path:
@@ -230,7 +254,7 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     """
     import dataclasses
 
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     settings = dataclasses.replace(settings, **overrides)
     path = _model_folder(path)
@@ -282,6 +306,7 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
                 bnb_4bit_compute_dtype=dtype)
         if device.startswith("cuda"):
             arguments["device_map"] = {"": device}
+        tokenizer = _load_tokenizer(tokenizer_path)  # first: a broken tokenizer file is named before weights load
         model = _read_weights(AutoModelForCausalLM, base_path, arguments)
         if delta:
             model = apply_delta(model, path)
@@ -295,7 +320,6 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
                 model = PeftModel.from_pretrained(model, path, is_trainable=False)
         if not device.startswith("cuda"):
             model = model.to(device)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
     model.eval()
     return LoadedModel(model, tokenizer, path, device, dtype, backend, bool(adapter_config))
 

@@ -2,10 +2,11 @@
 
 ``TaskRecord`` holds a task's outcome: per test input the candidates (grids in the task's original
 frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
-statistics; the test-time training summary, timings, the ladder rung it ran at, an error if it
-failed, and (when the answers were known) which test outputs it got right. ``to_json`` writes the
-layout the kit has always written; ``from_json`` reads it back tolerantly: fields a later kit adds
-are kept aside (``extra``) and written again, fields an earlier kit lacked take their defaults.
+statistics; the test-time training summary, timings, the ladder rung it ran at, the stage its
+deadline cut short (if it did), an error if it failed, and (when the answers were known) which
+test outputs it got right. ``to_json`` writes the layout the kit has always written; ``from_json``
+reads it back tolerantly: fields a later kit adds are kept aside (``extra``) and written again,
+fields an earlier kit lacked take their defaults.
 
 This module is the only place that knows the record layout. It knows grids and candidates; it
 knows nothing of models, settings or how the records were made.
@@ -93,6 +94,7 @@ class TrainingSummary:
     skipped: str | None = None  # why no training happened ("off", "fewer than 2 train pairs", ...)
     first_loss: float | None = None
     last_loss: float | None = None  # the mean of the last 8 steps
+    stopped: str | None = None  # why training ended before its last step (the task's deadline)
 
     def to_json(self) -> dict:
         return {item.name: getattr(self, item.name) for item in fields(self)}
@@ -119,6 +121,7 @@ class TaskRecord:
     correct: list[bool] | None = None  # per test output, when the answers were known
     skipped: str | None = None  # why it got fallback answers only ("out of time", ...)
     retried_after: str | None = None  # the error of a first try, when it was retried cheaper
+    deadline_hit: str | None = None  # the stage its deadline cut short ("test-time training", "generation")
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     @property
@@ -144,7 +147,8 @@ class TaskRecord:
         data = {"task_id": self.task_id, "test": [test.to_json() for test in self.tests],
                 "timings": dict(self.timings), "error": self.error, "rung": self.rung}
         optional = {"traceback": self.traceback, "ttt": self.ttt.to_json() if self.ttt else None,
-                    "correct": self.correct, "skipped": self.skipped, "retried_after": self.retried_after}
+                    "correct": self.correct, "skipped": self.skipped, "retried_after": self.retried_after,
+                    "deadline_hit": self.deadline_hit}
         data.update({key: value for key, value in optional.items() if value is not None})
         data.update(self.extra)
         return data

@@ -5,7 +5,7 @@ A run folder holds ``run.json`` (the settings and where the run came from), ``re
 (complete and valid from the first second, rewritten after every task) and, when the answers are
 known, ``scores.csv`` and ``score.json``. A rerun on the same folder resumes; a folder that ran
 other settings (compared on the fields that change results, older files read with today's
-defaults) or another data set (its name, or the digest of its task ids, ``task_ids_digest``) is
+defaults) or another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
 refused. Tasks that a lenient load skipped get fallback answers in the submission and count in the
 score wherever their solutions are known. The single-process ``solve`` here, the worker processes
 (``workers``), the Kaggle job and the notebooks all use these pieces.
@@ -29,7 +29,7 @@ from typing import Any
 from arc_kit.datasets import load_tasks
 from arc_kit.jsonio import read_json, write_json_atomically
 from arc_kit.models import load_encoder, token_budget_of
-from arc_kit.planner import Planner, Speeds, estimate_run, measure, speeds_from_records
+from arc_kit.planner import Planner, Speeds, TaskBudget, estimate_run, measure, speeds_from_records
 from arc_kit.records import (
     FALLBACK_RUNG,
     TaskRecord,
@@ -42,7 +42,7 @@ from arc_kit.records import (
 from arc_kit.settings import SolveSettings, ladder
 from arc_kit.solver import Solver
 from arc_kit.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
-from arc_kit.tasks import InvalidDataError, TaskSet
+from arc_kit.tasks import InvalidDataError, Task, TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -74,13 +74,23 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
              restart: bool = False) -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
 
-    ``info`` is written into a new ``run.json`` beside the settings; its ``dataset`` and
-    ``task_ids_digest`` (when given) must match the ones an earlier run in the folder recorded.
+    ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
+    match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
+    run lacks a digest: the same file may be named by many paths).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if restart:
         clear_run(out)
+    if not check_run(out, settings, info):
+        write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
+    return out
+
+
+def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None) -> bool:
+    """True when ``out`` holds a run that ``settings`` and ``info`` may resume (the rules of ``open_run``),
+    False when it holds none, RunFolderError when it holds another. Writes nothing."""
+    out = Path(out)
     run_path = out / RUN_FILE
     info = dict(info or {})
     if run_path.exists():
@@ -94,16 +104,16 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
             changed = _changed_fields(earlier.result_json(), settings.result_json())
             raise RunFolderError(f"{out} holds a run with other settings ({', '.join(changed[:4])}); use another "
                                  "--out, or --restart to discard it")
-        if info.get("dataset") and stored.get("dataset") and str(info["dataset"]) != str(stored["dataset"]):
+        digest, stored_digest = info.get("task_ids_digest"), stored.get("task_ids_digest")
+        if (not (digest and stored_digest) and info.get("dataset") and stored.get("dataset")  # the spelling only
+                and str(info["dataset"]) != str(stored["dataset"])):  # where no digest tells (a file has many paths)
             raise RunFolderError(f"{out} holds a run on another data set ({stored['dataset']}, not {info['dataset']}); "
                                  "use another --out, or --restart to discard it")
-        digest, stored_digest = info.get("task_ids_digest"), stored.get("task_ids_digest")
         if digest and stored_digest and digest != stored_digest:
             raise RunFolderError(f"{out} holds a run on another data set (other task ids, though named "
                                  f"{stored.get('dataset', 'alike')}); use another --out, or --restart to discard it")
-        return out
-    write_json_atomically(run_path, {"settings": settings.to_json(), **info}, indent=2)
-    return out
+        return True
+    return False
 
 
 def _changed_fields(first: Mapping, second: Mapping, prefix: str = "") -> list[str]:
@@ -130,23 +140,32 @@ def read_run_info(out: str | os.PathLike) -> dict:
     return read_json(path) if path.exists() else {}
 
 
-def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet) -> None:
-    """Set ``record.correct`` from the submission entries the record gives (fallbacks included)."""
-    entries = build_submission(tasks.select([record.task_id]), {record.task_id: record.attempts})[record.task_id]
+def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts: int = 2) -> None:
+    """Set ``record.correct`` from the submission entries the record gives (fallbacks included).
+
+    ``attempts=1`` (top-1): only the first answer counts (attempt_2 repeats it).
+    """
+    entries = build_submission(tasks.select([record.task_id]), {record.task_id: record.attempts},
+                               attempts=attempts)[record.task_id]
     outputs = answers[record.task_id].test_outputs
     record.correct = [any_attempt_right([entry["attempt_1"], entry["attempt_2"]], output)
                       for entry, output in zip(entries, outputs)]
 
 
 def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,
-                 task_ids: Sequence[str]) -> Score:
-    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``."""
+                 task_ids: Sequence[str], attempts: int = 2) -> Score:
+    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``.
+
+    ``attempts=1``: only attempt_1 counts (a top-1 run).
+    """
     submission = read_json(submission_path)
-    score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]))
+    score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]),
+                             attempts=attempts)
     table = score.table.merge(record_table(records.values()), on="task_id", how="left")
     table.to_csv(out / "scores.csv", index=False)
     write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
-                                               "task_score": score.task_score, "tasks": len(score.table)}, indent=2)
+                                               "task_score": score.task_score, "tasks": len(score.table),
+                                               "attempts": attempts}, indent=2)
     return score
 
 
@@ -173,8 +192,9 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
 
     ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
     only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
-    since the epoch) a ``planner.Planner`` orders the tasks cheapest first and steps down the
-    ladder of cheaper settings as time runs short; tasks it cannot fit get fallback answers. A
+    since the epoch) a ``planner.Planner`` orders the tasks cheapest first, steps down the
+    ladder of cheaper settings as time runs short and caps each task and each search (wall clock);
+    tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
     task that fails is retried once, cheaper. ``write_outputs=False`` (a worker process) writes only
     the records, under ``records_name``, into a folder its parent opened.
     """
@@ -198,6 +218,7 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     submission_path = out / SUBMISSION_FILE
     started = time.monotonic()
     rungs = ladder(solver.settings)
+    attempts = solver.settings.attempts
     planner = None
     if deadline is not None:
         sizes = [measure(tasks[task_id], solver.encoder, solver.settings.max_len) for task_id in todo]
@@ -206,7 +227,8 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
 
     def write() -> None:
         if write_outputs:
-            write_submission(submission_path, build_submission(tasks, answers_from_records(records)), tasks)
+            write_submission(submission_path, build_submission(tasks, answers_from_records(records),
+                                                               attempts=attempts), tasks)
 
     write()  # a complete, valid submission exists from the start
     bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
@@ -217,22 +239,49 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
         if rung == FALLBACK_RUNG:
             record = fallback_record(task_id, "out of time")
         else:
-            record = solver.solve_with_retry(task, rung, rungs)
+            record = solve_one(solver, task, rung, rungs, planner.budget(task_id, rung) if planner else None)
         if planner:
             planner.done(task_id, record.rung, None if record.failed else record.timings)
             bar.set_description(f"solve (rung {record.rung}, {planner.seconds_left() / 60:.0f} min left)")
         if answers is not None and task_id in answers:
-            mark_correct(record, tasks, answers)
+            mark_correct(record, tasks, answers, attempts)
             solved += record.share_correct
             bar.set_postfix(solved=f"{solved:g}/{len(records) + 1}")
         records[task_id] = record
         append_record(records_path, record)
         write()
+        if progress:
+            bar.write(task_line(record))
     mine = {task_id: records[task_id] for task_id in wanted if task_id in records}  # not another set's leftovers
     run = SolveRun(out, mine, submission_path, seconds=time.monotonic() - started)
     if answers is not None and write_outputs:
-        run.score = write_scores(out, submission_path, mine, answers, scored)
+        run.score = write_scores(out, submission_path, mine, answers, scored, attempts)
     return run
+
+
+def solve_one(solver: Solver, task: Task, rung: int, rungs: Sequence[SolveSettings],
+              budget: TaskBudget | None = None) -> TaskRecord:
+    """One task at ``rung`` (retried cheaper on failure) within ``budget``'s caps, if any."""
+    if budget is None:
+        return solver.solve_with_retry(task, rung, rungs)
+    deadline = time.monotonic() + (budget.deadline - time.time())  # the solver counts on the monotonic clock
+    return solver.solve_with_retry(task, rung, rungs, deadline=deadline, search_seconds=budget.search_seconds)
+
+
+def task_line(record: TaskRecord) -> str:
+    """One readable line per finished task: id, rung, seconds, candidates, and what went wrong, if anything."""
+    rung = "fallback" if record.rung == FALLBACK_RUNG else f"rung {record.rung}"
+    parts = [f"task {record.task_id}: {rung}", f"{record.timings.get('total', 0.0):.1f} s",
+             f"{sum(len(test.candidates) for test in record.tests)} candidates"]
+    if record.correct is not None:
+        parts.append(f"{sum(record.correct)}/{len(record.correct)} right")
+    if record.deadline_hit:
+        parts.append(f"deadline hit in {record.deadline_hit}")
+    if record.retried_after:
+        parts.append(f"retried after {record.retried_after}")
+    if record.error or record.skipped:
+        parts.append(f"{'error' if record.error else 'skipped'}: {record.error or record.skipped}")
+    return ", ".join(parts)
 
 
 @dataclass
@@ -260,6 +309,6 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
                     len(tasks), target)
 
 
-__all__ = ["Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun", "clear_run",
-           "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings", "solve",
-           "task_ids_digest", "write_scores"]
+__all__ = ["Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun", "check_run",
+           "clear_run", "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
+           "solve", "solve_one", "task_ids_digest", "task_line", "write_scores"]

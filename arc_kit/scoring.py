@@ -1,27 +1,26 @@
 """Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
 
-``score_answers`` gives the NLL of many answers after one prompt: the prompt is run once and its
-KV cache reused by all answers, which go through the model together in batches (right-padded;
-causal attention keeps the padding out of every real token's view). ``score_prompts`` does the same
-for many prompts at once: the prompts go through the model together (right-padded), each once, and
-every (prompt, answer) pair becomes one row of batched forwards over a gathered copy of its prompt's
-cache, an attention mask hiding the prompt's padding and positions given per row. ``augmented_nlls``
+The NLL of many answers after one prompt is ``decoding.score_answers`` (the prompt run once, its
+KV cache reused by all answers). ``score_prompts`` does the same for many prompts at once: the
+prompts go through the model together (right-padded), each once, and every (prompt, answer) pair
+becomes one row of batched forwards over a gathered copy of its prompt's cache, an attention mask
+hiding the prompt's padding and positions given per row. ``augmented_nlls``
 scores candidates under each scoring augmentation (augmented prompt, augmented answer), one
 augmentation after another or, ``batched``, all together through ``score_prompts``.
 
 The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
 (lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
-min, max and sum of probabilities. ``select`` takes the two best.
+min, max and sum of probabilities. ``select`` takes the best (two, or as many as asked).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from arc_kit import decoding
 from arc_kit.augmentation import Augmentation
 from arc_kit.decoding import AnswerSpace, answer_log_probs, gather_cache, new_cache
 from arc_kit.grids import grid_to_json, to_grid
@@ -29,51 +28,13 @@ from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
 
 
-def score_answers(model, prompt_ids: Sequence[int], answers: Sequence[Sequence[int]], space: AnswerSpace,
-                  batch_size: int = 16) -> np.ndarray:
-    """The NLL of each answer (its tokens through eos) after the prompt, reusing the prompt's cache."""
-    import torch
-
-    if not answers:
-        return np.zeros(0)
-    device = next(model.parameters()).device
-    prompt = torch.tensor([int(t) for t in prompt_ids], dtype=torch.long, device=device)[None]
-    with torch.no_grad():
-        output = model(input_ids=prompt, past_key_values=new_cache(model), use_cache=True)
-    prompt_cache = output.past_key_values
-    mask = space.mask(output.logits.shape[-1], device)
-    first = answer_log_probs(output.logits[0, -1], mask)  # the distribution of every answer's first token
-    results = np.zeros(len(answers))
-    for start in range(0, len(answers), batch_size):
-        chunk = [torch.as_tensor([int(t) for t in answer], dtype=torch.long)
-                 for answer in answers[start:start + batch_size]]
-        count, longest = len(chunk), max(len(answer) for answer in chunk)
-        targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
-        valid = torch.zeros((count, longest), dtype=torch.bool)
-        for row, answer in enumerate(chunk):
-            targets[row, :len(answer)] = answer
-            valid[row, :len(answer)] = True
-        targets, valid = targets.to(device), valid.to(device)
-        log_probs = first.expand(count, 1, -1)
-        if longest > 1:
-            cache = copy.deepcopy(prompt_cache)
-            cache.batch_repeat_interleave(count)
-            with torch.no_grad():
-                logits = model(input_ids=targets[:, :-1], past_key_values=cache, use_cache=True).logits
-            log_probs = torch.cat([log_probs, answer_log_probs(logits, mask)], dim=1)
-        picked = log_probs.gather(-1, targets[..., None])[..., 0]
-        picked = torch.where(valid, picked, torch.zeros_like(picked))
-        results[start:start + count] = (-picked.sum(dim=1)).double().cpu().numpy()
-    return results
-
-
 def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
                   space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None) -> list[np.ndarray]:
-    """``score_answers`` of each prompt's answers, in as few batched forwards as the batch sizes allow.
+    """``decoding.score_answers`` of each prompt's answers, in as few batched forwards as the batch sizes allow.
 
     ``answers[p]`` are scored after ``prompts[p]``. Up to ``prompt_batch_size`` (default
     ``batch_size``) prompts share one forward and one cache; up to ``batch_size`` (prompt, answer)
-    rows share each answer forward. Equal to ``score_answers`` up to float rounding.
+    rows share each answer forward. Equal to ``decoding.score_answers`` up to float rounding.
     """
     import torch
 
@@ -99,7 +60,8 @@ def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Seq
                            logits_to_keep=kept.to(device))
         mask = space.mask(output.logits.shape[-1], device)
         picked_last = torch.searchsorted(kept, last)
-        first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask)
+        first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask,
+                                 space.probabilities)
         group_cache = output.past_key_values
         prompt_valid = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
         pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
@@ -124,7 +86,7 @@ def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Seq
                     logits = model(input_ids=targets[:, :-1], attention_mask=attention.to(device, torch.long),
                                    position_ids=positions.to(device), past_key_values=cache, use_cache=True).logits
                 del cache
-                log_probs = torch.cat([log_probs, answer_log_probs(logits, mask)], dim=1)
+                log_probs = torch.cat([log_probs, answer_log_probs(logits, mask, space.probabilities)], dim=1)
             picked = log_probs.gather(-1, targets[..., None])[..., 0]
             picked = torch.where(valid, picked, torch.zeros_like(picked))
             nlls = (-picked.sum(dim=1)).double().cpu().numpy()
@@ -136,13 +98,15 @@ def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Seq
 
 def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
                    candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
-                   batch_size: int = 16, max_len: int | None = None, batched: bool = False) -> np.ndarray:
+                   batch_size: int = 16, max_len: int | None = None, batched: bool = False,
+                   probabilities: str = "full") -> np.ndarray:
     """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations).
 
     ``batched``: every augmentation's prompt and answers together (``score_prompts``); otherwise one
-    augmentation after another (``score_answers``). The same numbers up to float rounding.
+    augmentation after another (``decoding.score_answers``). The same numbers up to float rounding.
+    ``probabilities``: as ``decoding.AnswerSpace.probabilities`` (the full softmax by default).
     """
-    space = AnswerSpace.from_encoder(encoder)
+    space = AnswerSpace.from_encoder(encoder, probabilities)
     table = np.zeros((len(candidates), len(augmentations)))
     prompts, answers = [], []
     for augmentation in augmentations:
@@ -153,7 +117,8 @@ def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_inpu
     if batched:
         columns = score_prompts(model, prompts, answers, space, batch_size)
     else:
-        columns = [score_answers(model, prompt, chunk, space, batch_size) for prompt, chunk in zip(prompts, answers)]
+        columns = [decoding.score_answers(model, prompt, chunk, space, batch_size)
+                   for prompt, chunk in zip(prompts, answers)]
     for column, nlls in enumerate(columns):
         table[:, column] = nlls
     return table

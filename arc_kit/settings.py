@@ -20,6 +20,7 @@ from typing import Any
 
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
 SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
@@ -213,6 +214,11 @@ class SolveSettings(Settings):
     scoring_augmentations: int = setting(16, "fresh ones, for the product of experts")
     aggregation: str = setting("product", "product | min | max | sum | generation (no scoring pass)",
                                choices=(*AGGREGATION_NAMES, "generation"))
+    probabilities: str = setting("full", "full: an answer's probability under the model's whole softmax (the "
+                                 "paper's P(s|q)); answer-mask: renormalised over the answer tokens",
+                                 choices=PROBABILITY_MODES)
+    attempts: int = setting(2, "answers chosen per test input: 2 (the competition's), or 1 (top-1, as in the "
+                            "paper's Sudoku experiment)", choices=(1, 2))
     test_time_training: bool = setting(True, "train a fresh LoRA on each task's own examples first", flag="--ttt")
     ttt: TestTimeSettings = setting(default_factory=TestTimeSettings, help="test-time training")
     max_len: int | None = setting(None, "token budget of a prompt plus its longest answer, and of test-time "
@@ -221,14 +227,18 @@ class SolveSettings(Settings):
                                     command_line=False)
     scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
                                       "per forward, and rows per answer forward)", neutral=True, command_line=False)
-    batched: bool = setting(False, "search a test input's augmentations together (DFS lanes after the first, "
+    batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
                             "which gives their guess) and score all scoring augmentations together; the same "
-                            "candidates and NLLs up to rounding unless a DFS cap is hit")
+                            "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
 
     def __post_init__(self):
         if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
             raise ValueError(f"unknown aggregation {self.aggregation!r}")
+        if self.probabilities not in PROBABILITY_MODES:
+            raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
+        if self.attempts not in (1, 2):
+            raise ValueError(f"attempts must be 1 or 2, got {self.attempts}")
         if self.inference_augmentations < 1:
             raise ValueError("inference_augmentations must be at least 1")
         if self.max_len is not None and self.max_len < 64:
@@ -299,6 +309,13 @@ TRAINING_PRESETS: dict[str, TrainingSettings] = {
                                     warmup_ratio=0.1, batch_size=8, gradient_accumulation=2, optimizer="adamw",
                                     precision="bf16", gradient_checkpointing=False, save_every=100, steps=1000,
                                     sequences=SequenceSettings(sampler="random", max_len=4096)),
+    # SmolLM2-135M on a 2-core CPU for hours: the GPU preset's shippable LoRA (rank 32) and rates, one
+    # sequence per micro-batch (4 per step), 2048-token sequences so a step takes seconds, not minutes,
+    # the authors' sampler; a run is sized by --minutes and --steps (the schedule's length).
+    "smollm2-cpu": TrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4, embedding_learning_rate=3e-5,
+                                    warmup_ratio=0.05, batch_size=1, gradient_accumulation=4, optimizer="adamw",
+                                    precision="fp32", gradient_checkpointing=False, save_every=25, log_every=5,
+                                    steps=1000, sequences=SequenceSettings(max_len=2048)),
 }
 
 
@@ -391,6 +408,6 @@ def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Setti
     return dataclasses.replace(settings, **{path[0]: replace_path(inner, path[1:], value)})
 
 
-__all__ = ["AGGREGATION_NAMES", "Option", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings",
-           "Settings", "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings", "get_path",
-           "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "training_preset"]
+__all__ = ["AGGREGATION_NAMES", "Option", "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings",
+           "SequenceSettings", "Settings", "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings",
+           "get_path", "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "training_preset"]

@@ -3,9 +3,17 @@
 For each task: optional test-time training on its train pairs; for each test input, the sampler
 runs under each of m inference augmentations (DFS by default, each search starting from the best
 answer found so far); answers are decoded, mapped back to the original frame and merged; the
-merged candidates are scored under m' fresh augmentations and the best by the aggregation become
-the attempts. Every random choice comes from a generator seeded by (seed, task id), so a task's
+merged candidates are scored under m' fresh augmentations and the best (``settings.attempts`` of
+them: two, or one for top-1) by the aggregation become the attempts. Every NLL is measured as
+``settings.probabilities`` says (the full softmax by default), carried by the solver's
+``AnswerSpace``. Every random choice comes from a generator seeded by (seed, task id), so a task's
 result does not depend on which tasks ran before it, in which process, or whether a run resumed.
+
+A task may be given a ``deadline`` (a ``time.monotonic()`` value) and each search a cap of
+``search_seconds``: test-time training stops between steps, a search stops before its next model
+call and keeps what it found, a search that would start late finds nothing, and a test input whose
+candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
+says which stage the deadline cut short (``deadline_hit``).
 
 ``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure.
 Running a whole set (records on disk, resuming, the submission) is ``run``'s business, not this
@@ -25,7 +33,7 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
-from arc_kit.decoding import AnswerSpace
+from arc_kit.decoding import AnswerSpace, deadline_passed, earliest
 from arc_kit.dfs import DfsSettings
 from arc_kit.grids import grid_key
 from arc_kit.records import SearchStats, TaskRecord, TestResult, TrainingSummary
@@ -46,12 +54,21 @@ def task_rng(seed: int, task_id: str, purpose: str = "") -> np.random.Generator:
 
 
 class Solver:
-    """A loaded model plus the settings of the method; ``solve_task`` runs it on one task."""
+    """A loaded model plus the settings of the method; ``solve_task`` runs it on one task.
+
+    One token budget serves prompts, answers and test-time training sequences: an unset
+    ``settings.max_len`` becomes the encoder's budget; a set one wins, and the encoder is rebuilt
+    with it (the settings are what a run records).
+    """
 
     def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
+        if settings.max_len is None:
+            settings = settings.replace(max_len=encoder.max_len)
+        elif settings.max_len != encoder.max_len:
+            encoder = TaskEncoder(encoder.tokenizer, encoder.format, settings.max_len)
         self.settings = settings
         self.encoder = encoder
-        self.space = AnswerSpace.from_encoder(encoder)
+        self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
         self.trainer = None
         self.model = model
         if settings.test_time_training:
@@ -75,10 +92,12 @@ class Solver:
             with self.trainer.adapter_disabled() as model:
                 yield model
 
-    def adapt(self, task: Task, settings: SolveSettings | None = None) -> TrainingSummary:
+    def adapt(self, task: Task, settings: SolveSettings | None = None, deadline: float | None = None
+              ) -> TrainingSummary:
         """Test-time training on the task's train pairs (a no-op without it); what it did.
 
         With ``settings.test_time_training`` off the adapter is reset, so the model is the base model.
+        No step starts after ``deadline`` (``time.monotonic()``).
         """
         settings = settings or self.settings
         if self.trainer is None:
@@ -86,20 +105,23 @@ class Solver:
         if not settings.test_time_training:
             self.trainer.reset()
             return TrainingSummary(skipped="off")
-        result = self.trainer.train(task.train, task_rng(self.settings.seed, task.id, "ttt"), steps=settings.ttt.steps)
+        result = self.trainer.train(task.train, task_rng(self.settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
+                                    deadline=deadline)
         return TrainingSummary(result.steps, round(result.seconds, 3), result.skipped,
                                result.losses[0] if result.losses else None,
-                               float(np.mean(result.losses[-8:])) if result.losses else None)
+                               float(np.mean(result.losses[-8:])) if result.losses else None, result.stopped)
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
-               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "", batched: bool | None = None
+               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "", batched: bool | None = None,
+               *, deadline: float | None = None, search_seconds: float | None = None
                ) -> tuple[list[Candidate], SearchStats]:
         """Run the sampler under each augmentation; decode, map back and merge the answers.
 
         One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
         (default: ``settings.batched``) and with DFS, the first alone and then all the others together
         (``batched_dfs``), each guided by the first one's best answer. The same candidates either way
-        unless a forward-call cap (per search) is hit.
+        unless a forward-call cap (per search) is hit. Each search (the batched lanes together count as
+        one) stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes first.
         """
         batched = self.settings.batched if batched is None else batched
         merged: dict[bytes, Candidate] = {}
@@ -114,6 +136,9 @@ class Solver:
             prompts.append(prompt.ids)
         seeds = [int(rng.integers(2**31)) for _ in augmentations]  # drawn up front: the same in both modes
 
+        def search_deadline() -> float | None:
+            return earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
+
         def guess_for(augmentation: Augmentation):
             if not merged:
                 return None
@@ -121,16 +146,18 @@ class Solver:
             return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
 
         if batched and sampler.kind == "dfs" and len(augmentations) > 1:
-            first = generate(model, prompts[0], self.space, sampler, seed=seeds[0])
+            first = generate(model, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline())
             self._merge(first, augmentations[0], merged, stats)
             guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
             results = batched_dfs_search(model, prompts[1:], self.space,
-                                         DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses)
+                                         DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses,
+                                         deadline=search_deadline())
             for augmentation, result in zip(augmentations[1:], results):
                 self._merge(result, augmentation, merged, stats)
         else:
             for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
-                result = generate(model, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed)
+                result = generate(model, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
+                                  deadline=search_deadline())
                 self._merge(result, augmentation, merged, stats)
         candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
         return candidates, stats
@@ -161,7 +188,8 @@ class Solver:
             return
         batched = self.settings.batched if batched is None else batched
         table = augmented_nlls(model, self.encoder, train, test_input, [c.grid for c in candidates], augmentations,
-                               self.settings.scoring_batch_size, self.settings.max_len, batched)
+                               self.settings.scoring_batch_size, self.settings.max_len, batched,
+                               self.space.probabilities)
         for candidate, row in zip(candidates, table):
             candidate.scoring_nlls = [float(v) for v in row]
 
@@ -180,33 +208,40 @@ class Solver:
         return inference, scoring, rng
 
     # -- the method ------------------------------------------------------------------------------
-    def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0) -> TaskRecord:
+    def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
+                   deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
         """Run the whole method on one task; its record (errors recorded, never raised).
 
         ``settings`` (a cheaper rung of ``settings.ladder(self.settings)``, say) replaces the solver's
-        own for this task; the test-time adapter's shape stays the solver's.
+        own for this task; the test-time adapter's shape stays the solver's. ``deadline`` (a
+        ``time.monotonic()`` value) bounds the task, ``search_seconds`` each search (module docstring).
         """
         settings = settings or self.settings
         started = time.monotonic()
         record = TaskRecord(task.id, rung=rung)
         try:
             task = task.without_solutions()  # nothing below may see a test output
-            record.ttt = self.adapt(task, settings)
+            record.ttt = self.adapt(task, settings, deadline)
+            if record.ttt.stopped:
+                record.deadline_hit = "test-time training"
             record.timings["ttt"] = round(time.monotonic() - started, 3)
             generation_seconds = scoring_seconds = 0.0
             for test_index, test_input in enumerate(task.test_inputs):
                 inference, scoring, rng = self.views(task, test_index, settings)
                 moment = time.monotonic()
                 candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng,
-                                                 task_id=task.id)
+                                                 task_id=task.id, deadline=deadline, search_seconds=search_seconds)
                 generation_seconds += time.monotonic() - moment
-                if settings.aggregation == "generation":
+                out_of_time = deadline_passed(deadline)
+                if out_of_time and record.deadline_hit is None:
+                    record.deadline_hit = "generation"
+                if settings.aggregation == "generation" or out_of_time:  # out of time: selected by generation NLL
                     scoring = []
                 if scoring:
                     moment = time.monotonic()
                     self.score(self.model, task.train, test_input, candidates, scoring)
                     scoring_seconds += time.monotonic() - moment
-                chosen = select(candidates, settings.aggregation if scoring else "generation")
+                chosen = select(candidates, settings.aggregation if scoring else "generation", settings.attempts)
                 record.tests.append(TestResult([candidates[i].grid for i in chosen], candidates,
                                                [a.key for a in inference], [a.key for a in scoring], search))
             record.timings.update(generation=round(generation_seconds, 3), scoring=round(scoring_seconds, 3))
@@ -217,15 +252,19 @@ class Solver:
         record.timings["total"] = round(time.monotonic() - started, 3)
         return record
 
-    def solve_with_retry(self, task: Task, rung: int = 0, rungs: Sequence[SolveSettings] | None = None) -> TaskRecord:
-        """``solve_task`` at ``rung``; on failure (out of memory, say) once more two rungs cheaper."""
+    def solve_with_retry(self, task: Task, rung: int = 0, rungs: Sequence[SolveSettings] | None = None,
+                         deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
+        """``solve_task`` at ``rung``; on failure (out of memory, say) once more two rungs cheaper.
+
+        Both tries share ``deadline`` and ``search_seconds``; there is no retry once the deadline has passed.
+        """
         rungs = list(rungs or ladder(self.settings))
-        record = self.solve_task(task, rungs[rung], rung)
-        if record.error is None:
+        record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_seconds=search_seconds)
+        if record.error is None or deadline_passed(deadline):
             return record
         _free_accelerator_memory()
         cheaper = min(rung + 2, len(rungs) - 1)
-        retry = self.solve_task(task, rungs[cheaper], cheaper)
+        retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
         retry.retried_after = record.error
         return retry
 

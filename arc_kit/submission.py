@@ -9,6 +9,11 @@ Metric (the competition's): per test output, 1 if either attempt equals it exact
 divided by the number of test outputs. The paper's "solved tasks" count each task as the share
 of its test outputs that are right; ``Score.task_score`` gives that view too.
 
+Grid sides: a submission's grids keep the competition's 30 cells a side, unless its challenges are a
+``TaskSet`` loaded with a larger ``max_side`` (a set that is not for the competition, explored or
+scored at home) or a ``max_side`` is given: then that limit holds for the answers too. The metric
+needs no limit: an attempt is right only when it equals the answer, which its set's limit bounds.
+
 This module knows nothing of models; it reads what the solver found.
 """
 
@@ -22,9 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from arc_kit.grids import MAX_SIDE, grid_problems, grid_to_json, grids_equal, json_type_name
+from arc_kit.grids import (
+    LARGEST_SIDE,
+    MAX_SIDE,
+    check_max_side,
+    grid_problems,
+    grid_to_json,
+    grids_equal,
+    json_type_name,
+)
 from arc_kit.jsonio import read_json, write_json_atomically
-from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks, repeated_keys
+from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks, repeated_keys, unreadable_keys
 
 if TYPE_CHECKING:
     import pandas
@@ -37,6 +50,14 @@ def _expected(challenges: TaskSet | Mapping[str, int]) -> dict[str, int]:
     if isinstance(challenges, TaskSet):
         return challenges.test_counts()
     return {task_id: int(count) for task_id, count in challenges.items()}
+
+
+def side_limit(challenges: TaskSet | Mapping[str, int] | None = None, max_side: int | None = None) -> int:
+    """The most cells a submission's grid may have on a side: ``max_side`` if given, else the limit
+    a TaskSet was loaded with, else the competition's 30."""
+    if max_side is not None:
+        return check_max_side(max_side)
+    return challenges.max_side if isinstance(challenges, TaskSet) else MAX_SIDE
 
 
 def _fallback_grids(challenges: TaskSet | Mapping[str, int], task_id: str, index: int) -> list:
@@ -53,14 +74,19 @@ def _fallback_grids(challenges: TaskSet | Mapping[str, int], task_id: str, index
     return fallbacks
 
 
-def build_submission(challenges: TaskSet | Mapping[str, int],
-                     answers: Mapping[str, Sequence[Sequence[Any]]]) -> dict[str, list[dict[str, list]]]:
+def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[str, Sequence[Sequence[Any]]], *,
+                     max_side: int | None = None, attempts: int = 2) -> dict[str, list[dict[str, list]]]:
     """A complete submission: every task id, every test input, both attempts.
 
     ``challenges`` is a TaskSet (skipped tasks included) or ``{task_id: number of test inputs}``.
-    ``answers[task_id][test_index]`` lists candidate grids, best first; invalid grids are passed
-    over, missing ones are filled from the fallbacks, and the two attempts differ when possible.
+    ``answers[task_id][test_index]`` lists candidate grids, best first; invalid grids (wider than
+    ``side_limit(challenges, max_side)`` included) are passed over, missing ones are filled from the
+    fallbacks, and the two attempts differ when possible. ``attempts=1`` (top-1): one answer is
+    chosen so, and attempt_2 repeats it.
     """
+    if attempts not in (1, 2):
+        raise ValueError(f"attempts must be 1 or 2, got {attempts}")
+    limit = side_limit(challenges, max_side)
     submission = {}
     for task_id, count in _expected(challenges).items():
         task_answers = answers.get(task_id, ())
@@ -69,32 +95,41 @@ def build_submission(challenges: TaskSet | Mapping[str, int],
             candidates = list(task_answers[index]) if index < len(task_answers) else []
             chosen: list = []
             for grid in candidates + _fallback_grids(challenges, task_id, index):
-                if len(chosen) == 2:
+                if len(chosen) == attempts:
                     break
-                if grid is None or grid_problems(grid, ""):
+                if grid is None or grid_problems(grid, "", limit):
                     continue
                 if any(grids_equal(grid, other) for other in chosen):
                     continue
                 chosen.append(grid)
-            while len(chosen) < 2:  # the only fallback left equals the first attempt
+            while len(chosen) < 2:  # one attempt, or the only fallback left equals the first attempt
                 chosen.append(chosen[0])
             entries.append({name: grid_to_json(grid) for name, grid in zip(ATTEMPTS, chosen)})
         submission[task_id] = entries
     return submission
 
 
-def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None) -> list[str]:
-    """Every problem with a submission; checked against the challenges (ids and test counts) if given."""
+def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None, *,
+                        max_side: int | None = None) -> list[str]:
+    """Every problem with a submission; checked against the challenges (ids and test counts) if given.
+
+    Grid sides: ``side_limit(challenges, max_side)``.
+    """
+    limit = side_limit(challenges, max_side)
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
     problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
                 for task_id, times in repeated_keys(submission).items()]
+    unreadable = unreadable_keys(submission)
+    problems += [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable.items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
         problems += [f"task {task_id}: missing" for task_id in expected if task_id not in submission]
         problems += [f"task {task_id}: not in the challenges" for task_id in submission if task_id not in expected]
     for task_id, entries in submission.items():
         prefix = f"task {task_id}:"
+        if task_id in unreadable:
+            continue
         if not isinstance(entries, list):
             problems.append(f"{prefix} is {json_type_name(entries)}, expected a list of attempt objects")
             continue
@@ -111,22 +146,28 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
                 if name not in entry:
                     problems.append(f"{prefix} [{index}] missing {name}")
                 else:
-                    problems += [f"{prefix} {p}" for p in grid_problems(entry[name], f"[{index}].{name}")]
+                    problems += [f"{prefix} {p}" for p in grid_problems(entry[name], f"[{index}].{name}", limit)]
             problems += [f"{prefix} [{index}] has an unexpected key {key!r}" for key in entry if key not in ATTEMPTS]
     return problems
 
 
-def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] | None = None) -> list[str]:
-    """Every problem with a solutions mapping ``{task_id: [grid, ...]}``."""
+def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] | None = None, *,
+                       max_side: int | None = None) -> list[str]:
+    """Every problem with a solutions mapping ``{task_id: [grid, ...]}``; grid sides: ``side_limit``."""
+    limit = side_limit(challenges, max_side)
     if not isinstance(solutions, dict):
         return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
     problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
                 for task_id, times in repeated_keys(solutions).items()]
+    unreadable = unreadable_keys(solutions)
+    problems += [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable.items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
         problems += [f"task {task_id}: missing" for task_id in expected if task_id not in solutions]
         problems += [f"task {task_id}: not in the challenges" for task_id in solutions if task_id not in expected]
     for task_id, grids in solutions.items():
+        if task_id in unreadable:
+            continue
         if not isinstance(grids, list) or not grids:
             problems.append(f"task {task_id}: is {json_type_name(grids) if not isinstance(grids, list) else 'empty'}"
                             ", expected a list of grids")
@@ -134,14 +175,14 @@ def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] |
         if expected is not None and task_id in expected and len(grids) != expected[task_id]:
             problems.append(f"task {task_id}: has {len(grids)} solutions for {expected[task_id]} test inputs")
         for index, grid in enumerate(grids):
-            problems += [f"task {task_id}: {p}" for p in grid_problems(grid, f"[{index}]")]
+            problems += [f"task {task_id}: {p}" for p in grid_problems(grid, f"[{index}]", limit)]
     return problems
 
 
 def write_submission(path: str | os.PathLike, submission: Mapping,
-                     challenges: TaskSet | Mapping[str, int] | None = None) -> Path:
+                     challenges: TaskSet | Mapping[str, int] | None = None, *, max_side: int | None = None) -> Path:
     """Validate, write atomically (temporary file, then rename), reload and check the reload."""
-    problems = submission_problems(submission, challenges)
+    problems = submission_problems(submission, challenges, max_side=max_side)
     if problems:
         raise InvalidDataError(problems, f"refusing to write {path}")
     # Valid grids may be numpy arrays or tuples, which json cannot write: store them as lists.
@@ -153,10 +194,11 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     return path
 
 
-def load_submission(path: str | os.PathLike, challenges: TaskSet | Mapping[str, int] | None = None) -> dict:
+def load_submission(path: str | os.PathLike, challenges: TaskSet | Mapping[str, int] | None = None, *,
+                    max_side: int | None = None) -> dict:
     """Read a submission and raise InvalidDataError listing every problem, if any."""
     submission = read_json(path)
-    problems = submission_problems(submission, challenges)
+    problems = submission_problems(submission, challenges, max_side=max_side)
     if problems:
         raise InvalidDataError(problems, str(path))
     return submission
@@ -190,14 +232,17 @@ class Score:
                 f"{self.tasks_credited:g}/{len(self.table)} tasks ({self.task_score:.2%})")
 
 
-def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | TaskSet) -> Score:
+def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | TaskSet, attempts: int = 2) -> Score:
     """Score every test output of ``solutions``; missing or malformed attempts count as wrong.
 
     A TaskSet counts its skipped tasks too, against the solutions salvaged for them
     (``TaskSet.known_outputs``): what an independent scorer of the solutions file counts.
+    ``attempts``: 2, the competition's (either attempt right), or 1, top-1 (attempt_1 only).
     """
     import pandas as pd
 
+    if attempts not in (1, 2):
+        raise ValueError(f"attempts must be 1 or 2, got {attempts}")
     if not isinstance(submission, Mapping):
         raise InvalidDataError(submission_problems(submission))
     if isinstance(solutions, TaskSet):
@@ -213,7 +258,7 @@ def score_submission(submission: Mapping, solutions: Mapping[str, Sequence] | Ta
         hits, which = 0, []
         for index, answer in enumerate(outputs):
             entry = entries[index] if index < len(entries) and isinstance(entries[index], dict) else {}
-            right = [name for name in ATTEMPTS if attempt_is_right(entry.get(name), answer)]
+            right = [name for name in ATTEMPTS[:attempts] if attempt_is_right(entry.get(name), answer)]
             hits += bool(right)
             which.append(right[0] if right else "-")
         rows.append({"task_id": task_id, "test_outputs": len(outputs), "correct": hits,
@@ -226,9 +271,10 @@ def attempt_is_right(attempt: Any, answer: Any) -> bool:
     """The competition's test for one attempt: a valid grid equal to the answer, shape and cells.
 
     The one place the kit decides whether an attempt is right; an attempt that is no valid grid
-    (missing, malformed JSON) is wrong.
+    (missing, malformed JSON) is wrong. No side limit of its own: a right attempt has the answer's
+    sides, and the answer was checked against its set's limit when it was loaded.
     """
-    if attempt is None or answer is None or grid_problems(attempt, ""):
+    if attempt is None or answer is None or grid_problems(attempt, "", LARGEST_SIDE):
         return False
     return grids_equal(np.asarray(attempt), np.asarray(answer))
 
@@ -239,18 +285,22 @@ def any_attempt_right(attempts: Sequence[Any], answer: Any) -> bool:
 
 
 def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Sequence] | TaskSet,
-               challenges: TaskSet | Mapping[str, int] | None = None) -> tuple[Score, list[str]]:
+               challenges: TaskSet | Mapping[str, int] | None = None, *,
+               max_side: int | None = None) -> tuple[Score, list[str]]:
     """Score a submission file; (the score, every problem with the file).
 
     The submission is checked against the solutions' task ids and test counts (and against
-    ``challenges`` when given); missing or malformed attempts score as wrong. InvalidDataError
-    when the file is no submission at all (not JSON, not an object).
+    ``challenges`` when given), its grid sides against ``max_side`` (default: the limit of the
+    challenges or solutions TaskSet, else 30); missing or malformed attempts score as wrong.
+    InvalidDataError when the file is no submission at all (not JSON, not an object).
     """
     submission = read_json(submission_path)
     if not isinstance(submission, dict):
         raise InvalidDataError(submission_problems(submission), str(submission_path))
     expected = challenges if challenges is not None else _solution_counts(solutions)
-    problems = submission_problems(submission, expected)
+    if max_side is None and isinstance(solutions, TaskSet) and not isinstance(expected, TaskSet):
+        max_side = solutions.max_side
+    problems = submission_problems(submission, expected, max_side=max_side)
     return score_submission(submission, solutions), problems
 
 
@@ -292,14 +342,20 @@ def validate_file(path: str | os.PathLike, kind: str = "auto", challenges: TaskS
                   *, max_side: int = MAX_SIDE) -> tuple[str, list[str]]:
     """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data.
 
-    ``max_side`` applies to a challenges file (exploration sets may have wider grids); a
-    submission always keeps the competition's limit.
+    ``max_side``: the most cells on a grid's side, the competition's 30 unless the file belongs
+    to a set that is not for the competition (exploration sets may have wider grids).
     """
+    max_side = check_max_side(max_side)
     try:
         data = read_json(path)
-        kind = detect_kind(data) if kind == "auto" else kind
     except InvalidDataError as error:
         return kind, error.problems
+    try:
+        kind = detect_kind(data) if kind == "auto" else kind
+    except InvalidDataError as error:
+        unreadable = [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable_keys(data).items()]
+        return kind, unreadable + (["cannot tell from the rest whether this is a challenges, solutions or submission "
+                                    "file (use --kind to check it as one kind)"] if unreadable else error.problems)
     if kind == "challenges":
         try:
             parse_tasks(data, source=str(path), strict=True, max_side=max_side)
@@ -307,7 +363,7 @@ def validate_file(path: str | os.PathLike, kind: str = "auto", challenges: TaskS
             return kind, error.problems
         return kind, []
     if kind == "solutions":
-        return kind, solutions_problems(data, challenges)
+        return kind, solutions_problems(data, challenges, max_side=max_side)
     if kind == "submission":
-        return kind, submission_problems(data, challenges)
+        return kind, submission_problems(data, challenges, max_side=max_side)
     raise ValueError(f"unknown kind {kind!r}; expected challenges, solutions or submission")

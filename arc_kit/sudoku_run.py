@@ -16,7 +16,6 @@ Knows the Sudoku pieces and how the kit's solver is put together; nothing of fil
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -31,16 +30,18 @@ from arc_kit.grids import grid_key
 from arc_kit.jsonio import write_json_atomically
 from arc_kit.records import TaskRecord, TestResult
 from arc_kit.scoring import select
-from arc_kit.settings import SamplerSettings, SequenceSettings, SolveSettings, TrainingSettings
+from arc_kit.settings import SequenceSettings, Settings, SolveSettings, TrainingSettings, setting
 from arc_kit.sudoku import SudokuAugmentation, SudokuPool, clue_count, is_valid_solution, keeps_clues, score_answer
 from arc_kit.tasks import Pair
 
 logger = logging.getLogger(__name__)
 
-# One puzzle per sequence, its solution in the loss; the trainer's own augmentation (a symmetry of
-# the square, digits permuted with 0 kept) is a Sudoku symmetry too.
-SUDOKU_SEQUENCES = SequenceSettings(min_pairs=1, max_pairs=1, max_len=512, mask_first_output=False,
-                                    keep_background=True)
+# One puzzle per sequence, its solution in the loss: the random sampler drawing exactly one pair (the
+# authors' passes sampler would put ``pairs`` puzzles in a sequence and permute the whole pool per
+# item). The trainer's own augmentation (a symmetry of the square, digits permuted with 0 kept) is a
+# Sudoku symmetry too.
+SUDOKU_SEQUENCES = SequenceSettings(sampler="random", min_pairs=1, max_pairs=1, max_len=512,
+                                    mask_first_output=False, keep_background=True)
 
 
 def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: TrainingSettings, *,
@@ -57,22 +58,43 @@ def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: T
                     device=device, progress=progress)
 
 
-@dataclass(frozen=True)
-class SudokuEvalSettings:
-    """The paper's Sudoku setting: no test-time training, DFS at T = 1%, PoE over 8 augmentations, top-1."""
+# The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
+# longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token
+# Sudoku sequences records as its own budget. A right answer is ~92 tokens.
+SUDOKU_TOKEN_BUDGET = 2048
 
-    threshold: float = 0.01  # DFS: minimum probability of a candidate (paper: 1% for Sudoku)
-    inference_augmentations: int = 8  # views DFS runs under (the identity first)
-    scoring_augmentations: int = 8  # views the product of experts multiplies over
-    max_forward_calls: int = 20_000  # per search; a cap that stops a search is counted in the metrics
-    seed: int = 0  # with the puzzle id, seeds the augmentations
+
+@dataclass(frozen=True)
+class SudokuEvalSettings(Settings):
+    """The paper's Sudoku setting: no test-time training, DFS at T = 1%, PoE over 8 augmentations, top-1.
+
+    Everything else (the aggregation, how an answer's NLL is read) is the solver's default
+    (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes.
+    """
+
+    threshold: float = setting(0.01, "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)")
+    inference_augmentations: int = setting(8, "views DFS runs under, the identity first (the paper: 8)",
+                                           flag="--augmentations")
+    scoring_augmentations: int = setting(8, "fresh views the product of experts multiplies over")
+    max_forward_calls: int = setting(20_000, "cap on single-token calls per search; a capped search is counted "
+                                     "in the metrics")
+    batched: bool = setting(False, "DFS lanes of the views after the first together, and scoring views "
+                            "together: the same candidates unless a cap is hit", neutral=True)
+    seed: int = setting(0, "with the puzzle id, seeds the augmentations")
+
+    def __post_init__(self):
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+        if self.inference_augmentations < 1 or self.scoring_augmentations < 0:
+            raise ValueError("need at least one inference augmentation and no negative count of scoring ones")
 
     def solve_settings(self) -> SolveSettings:
-        return SolveSettings(sampler=SamplerSettings(kind="dfs", threshold=self.threshold,
-                                                     max_forward_calls=self.max_forward_calls),
-                             inference_augmentations=self.inference_augmentations,
-                             scoring_augmentations=self.scoring_augmentations, test_time_training=False,
-                             seed=self.seed)
+        default = SolveSettings()
+        return default.replace(sampler=default.sampler.replace(kind="dfs", threshold=self.threshold,
+                                                               max_forward_calls=self.max_forward_calls),
+                               inference_augmentations=self.inference_augmentations,
+                               scoring_augmentations=self.scoring_augmentations, test_time_training=False,
+                               batched=self.batched, seed=self.seed, max_len=SUDOKU_TOKEN_BUDGET)
 
 
 CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
@@ -90,7 +112,7 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
                                        task_id=puzzle_id)
     generated = time.monotonic()
     solver.score(solver.model, (), puzzle, candidates, scoring)
-    chosen = select(candidates, "product" if scoring else "generation", count=1)
+    chosen = select(candidates, solver.settings.aggregation if scoring else "generation", count=1)  # top-1
     record = TaskRecord(puzzle_id)
     record.tests.append(TestResult([candidates[i].grid for i in chosen], candidates, [a.key for a in inference],
                                    [a.key for a in scoring], search))
@@ -121,12 +143,18 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
     def share(name):
         return round(sum(float(row[name]) for row in rows) / count, 4) if count else 0.0
 
+    by_clues = {}
+    for clues in sorted({row["clues"] for row in rows}):
+        group = [row for row in rows if row["clues"] == clues]
+        by_clues[str(clues)] = {"puzzles": len(group), "solved_poe": int(sum(row["poe"] for row in group)),
+                                "solution_found": int(sum(row["found"] for row in group))}
     return {"puzzles": count, "top1_accuracy_poe": share("poe"), "top1_accuracy_generation": share("generation"),
             "solution_found": share("found"), "answered": share("answered"), "answers_valid_sudoku": share("valid"),
             "answers_keeping_clues": share("keeps_clues"), "searches_capped": share("capped"),
             "mean_candidates": round(float(np.mean([r["candidates"] for r in rows])), 2) if rows else 0.0,
             "mean_clues": round(float(np.mean([r["clues"] for r in rows])), 2) if rows else 0.0,
-            "seconds_per_puzzle": round(float(np.mean([r["seconds"] for r in rows])), 2) if rows else 0.0}
+            "seconds_per_puzzle": round(float(np.mean([r["seconds"] for r in rows])), 2) if rows else 0.0,
+            "by_clues": by_clues}
 
 
 def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresholds: Sequence[float]):
@@ -162,35 +190,51 @@ def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""
 
 def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os.PathLike,
              settings: SudokuEvalSettings = SudokuEvalSettings(), *, device: str = "cpu", minutes: float | None = None,
-             progress: bool = True) -> dict:
+             resume: bool = True, progress: bool = True) -> dict:
     """Solve the puzzles, write records.jsonl, metrics.json, threshold_curve.csv and .png; the metrics.
 
-    ``minutes``: stop starting new puzzles after this long; the metrics cover the puzzles done (in order).
+    Puzzle i is ``sudoku-<i>``. ``resume``: puzzles already in ``out/records.jsonl`` (from a run with
+    the same model and settings, checked against ``out/evaluation.json``) are kept, not solved again.
+    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done.
     """
     import matplotlib.pyplot as plt
     from tqdm.auto import tqdm
 
+    from arc_kit.jsonio import read_json
     from arc_kit.models import LoadSettings, load_model
     from arc_kit.provenance import run_info
+    from arc_kit.records import append_record, read_records
     from arc_kit.solver import Solver
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
+    records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
+    if resume and records_path.exists():
+        if not identity_path.exists() or read_json(identity_path) != identity:
+            raise ValueError(f"{out} holds an evaluation of another model or with other settings; "
+                             "choose another --out or pass --no-resume")
+    else:
+        records_path.unlink(missing_ok=True)
+    write_json_atomically(identity_path, identity, indent=2)
+    by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
+    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
+        if records_path.exists() else {}
     loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
     solver = Solver.from_loaded(loaded, settings.solve_settings())
-    by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
-    records, started = {}, time.monotonic()
-    with open(out / "records.jsonl", "w") as handle:
-        for puzzle_id, pair in tqdm(by_id.items(), desc="sudoku", disable=not progress):
-            if minutes is not None and time.monotonic() - started > 60 * minutes:
-                logger.warning("time limit: %d of %d puzzles done", len(records), len(by_id))
-                break
-            record = solve_puzzle(solver, puzzle_id, pair.input, settings)
-            record.correct = [bool(score_answer(pair.input, record.tests[0].attempts[0] if record.tests[0].attempts
-                                                else None))]
-            records[puzzle_id] = record
-            handle.write(json.dumps(record.to_json()) + "\n")
-            handle.flush()
+    started = time.monotonic()
+    for puzzle_id, pair in tqdm(by_id.items(), desc="sudoku", disable=not progress):
+        if puzzle_id in records:
+            continue
+        if minutes is not None and time.monotonic() - started > 60 * minutes:
+            logger.warning("time limit: %d of %d puzzles done", len(records), len(by_id))
+            break
+        record = solve_puzzle(solver, puzzle_id, pair.input, settings)
+        attempts = record.tests[0].attempts
+        record.correct = [bool(score_answer(pair.input, attempts[0] if attempts else None))]
+        records[puzzle_id] = record
+        append_record(records_path, record)
+    records = {puzzle_id: records[puzzle_id] for puzzle_id in by_id if puzzle_id in records}  # in puzzle order
     metrics = {**puzzle_metrics(records, by_id), "puzzles_asked": len(by_id)}
     thresholds = [t for t in CURVE_THRESHOLDS if t >= settings.threshold]
     curve = sudoku_curve(records, by_id, thresholds)
@@ -198,8 +242,8 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     figure = draw_sudoku_curve(curve, settings.threshold, f"{Path(model_path).name}: {len(records)} puzzles")
     figure.savefig(out / "threshold_curve.png", dpi=100)
     plt.close(figure)
-    info = run_info(model=str(Path(model_path).resolve()), settings=settings.__dict__, device=device,
-                    seconds=round(time.monotonic() - started, 1))
+    info = run_info(model=identity["model"], settings=settings.to_json(), device=device,
+                    seconds_this_call=round(time.monotonic() - started, 1))
     write_json_atomically(out / "metrics.json", {"metrics": metrics, "curve": curve.to_dict("records"),
                                                  "run": info}, indent=2)
     return metrics

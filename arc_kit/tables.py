@@ -11,8 +11,11 @@ Samplers (paper Table 2): after test-time training, each sampler runs under the 
 augmentations; the candidates of all samplers are scored once under 16 fresh augmentations (a
 candidate's score does not depend on who found it) and each sampler is judged on its own candidates.
 
-Accuracy is the competition's: right test outputs (either attempt) over all test outputs. Each
-task's record goes to a JSON-lines file as it finishes; a rerun resumes. Timings are per task.
+Accuracy is the competition's: right test outputs (either attempt) over all test outputs; beside
+it, from the same records, top-1 accuracy (the first attempt only, as the paper's Sudoku
+experiment counts). Every NLL is measured as the solver's ``settings.probabilities`` says (the
+records name it). Each task's record goes to a JSON-lines file as it finishes; a rerun resumes.
+Timings are per task.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from arc_kit.models import LoadSettings, load_model
 from arc_kit.scoring import AGGREGATIONS, Candidate, select
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.solver import Solver, task_rng
-from arc_kit.submission import any_attempt_right
+from arc_kit.submission import any_attempt_right, attempt_is_right
 from arc_kit.tasks import Task, TaskSet
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
@@ -98,7 +101,8 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
     greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
                                                              max_forward_calls=settings.sampler.max_forward_calls)
     identity = [Augmentation()]
-    record = {"task_id": task.id, "stages": {stage: [] for stage in ABLATION_STAGES}, "candidates": {}}
+    record = {"task_id": task.id, "stages": {stage: [] for stage in ABLATION_STAGES}, "candidates": {},
+              "probabilities": solver.space.probabilities}
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
         for test_input, _, _, rng in per_test:
@@ -128,6 +132,9 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dic
     record["correct"] = {stage: [any_attempt_right(attempts, answer)
                                  for attempts, answer in zip(record["stages"][stage], answers)]
                          for stage in ABLATION_STAGES}
+    record["correct_top1"] = {stage: [bool(attempts) and attempt_is_right(attempts[0], answer)
+                                      for attempts, answer in zip(record["stages"][stage], answers)]
+                              for stage in ABLATION_STAGES}
     record["stages"] = {stage: [[grid_to_json(g) for g in attempts] for attempts in tests]
                         for stage, tests in record["stages"].items()}
     record["seconds"] = {name: round(value, 3) for name, value in clock.seconds.items()}
@@ -140,7 +147,8 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     import torch
 
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
-    record = {"task_id": task.id, "ttt": solver.adapt(visible).to_json(), "samplers": {}}
+    record = {"task_id": task.id, "ttt": solver.adapt(visible).to_json(), "samplers": {},
+              "probabilities": solver.space.probabilities}
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring, _ = solver.views(visible, index)
@@ -154,6 +162,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                                                task_id=task.id)
             entry = record["samplers"].setdefault(sampler.name, {"seconds": 0.0, "candidates": [], "found": [],
                                                                  "correct": {a: [] for a in AGGREGATIONS},
+                                                                 "correct_top1": {a: [] for a in AGGREGATIONS},
                                                                  "peak_memory_gb": None, "capped": 0})
             entry["seconds"] += time.monotonic() - started
             if cuda:
@@ -176,7 +185,9 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                 candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
             for aggregation in AGGREGATIONS:
                 chosen = [candidates[i].grid for i in select(candidates, aggregation)]
-                record["samplers"][name]["correct"][aggregation].append(any_attempt_right(chosen, answers[index]))
+                entry = record["samplers"][name]
+                entry["correct"][aggregation].append(any_attempt_right(chosen, answers[index]))
+                entry["correct_top1"][aggregation].append(bool(chosen) and attempt_is_right(chosen[0], answers[index]))
     return record
 
 
@@ -261,10 +272,13 @@ def ablation_table(records: dict, settings: SolveSettings, out: str | Path, thre
     out = Path(out)
     outputs = sum(len(r["correct"]["baseline"]) for r in records.values())
     rows = []
+    top1_known = all("correct_top1" in r for r in records.values())  # records of an earlier kit lack it
     for position, stage in enumerate(ABLATION_STAGES):
         right = sum(sum(r["correct"][stage]) for r in records.values())
-        row = {"stage": stage, "correct": right, "test_outputs": outputs,
+        right_top1 = sum(sum(r["correct_top1"][stage]) for r in records.values()) if top1_known else None
+        row = {"stage": stage, "correct": right, "correct_top1": right_top1, "test_outputs": outputs,
                "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
+               "accuracy_top1_percent": _percent(right_top1, outputs),
                "seconds_per_task": round(np.mean([r["seconds"].get(stage, 0.0)
                                                   for r in records.values()]), 2) if records else 0.0,
                "peak_gpu_memory_gb": max((r.get("peak_memory_gb", {}).get(stage) or 0.0 for r in records.values()),
@@ -274,7 +288,8 @@ def ablation_table(records: dict, settings: SolveSettings, out: str | Path, thre
         rows.append(row)
     table = pd.DataFrame(rows)
     ttt_seconds = np.mean([r["seconds"].get("ttt", 0.0) for r in records.values()]) if records else 0.0
-    markdown = (f"Two-attempt accuracy on {len(records)} tasks ({outputs} test outputs), with "
+    markdown = (f"Two-attempt accuracy (and top-1: the first attempt only) on {len(records)} tasks ({outputs} test "
+                f"outputs), NLLs under {_measure(settings.probabilities)}, with "
                 f"{settings.inference_augmentations} inference and {settings.scoring_augmentations} scoring "
                 f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at T = {threshold:g}. "
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
@@ -288,10 +303,17 @@ def ablation_table(records: dict, settings: SolveSettings, out: str | Path, thre
 def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
                       samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True) -> TableRun:
     """The sampler comparison on every task; writes samplers.md and samplers.csv into ``out``."""
+    out = Path(out)
+    records = _run_tasks(tasks, out, "samplers", lambda task: sampler_task(solver, task, samplers), progress)
+    return sampler_table(records, samplers, solver.settings, out)
+
+
+def sampler_table(records: dict, samplers: Sequence[SamplerSettings], settings: SolveSettings,
+                  out: str | Path) -> TableRun:
+    """The sampler table of finished records; writes samplers.md and samplers.csv into ``out``."""
     import pandas as pd
 
     out = Path(out)
-    records = _run_tasks(tasks, out, "samplers", lambda task: sampler_task(solver, task, samplers), progress)
     rows = []
     for sampler in samplers:
         entries = [r["samplers"][sampler.name] for r in records.values() if sampler.name in r["samplers"]]
@@ -307,14 +329,20 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
         for aggregation in ("max", "min", "sum", "product"):
             right = sum(sum(e["correct"][aggregation]) for e in entries)
             row[f"accuracy_{aggregation}_percent"] = round(100 * right / outputs, 1) if outputs else 0.0
+        top1_known = all("correct_top1" in e for e in entries)  # records of an earlier kit lack it
+        for aggregation in ("max", "min", "sum", "product"):
+            right = sum(sum(e["correct_top1"][aggregation]) for e in entries) if top1_known else None
+            row[f"accuracy_{aggregation}_top1_percent"] = _percent(right, outputs)
         paper = PAPER_SAMPLERS.get(sampler.name)
         row["paper_found_percent"], row["paper_candidates"], row["paper_product_percent"] = paper or (None,) * 3
         rows.append(row)
     table = pd.DataFrame(rows)
     ttt = np.mean([r["ttt"].get("seconds") or 0.0 for r in records.values()]) if records else 0.0
     scoring = np.mean([r.get("scoring_seconds", 0.0) for r in records.values()]) if records else 0.0
-    markdown = (f"{len(records)} tasks, {solver.settings.inference_augmentations} inference and "
-                f"{solver.settings.scoring_augmentations} scoring augmentations. "
+    markdown = (f"{len(records)} tasks, {settings.inference_augmentations} inference and "
+                f"{settings.scoring_augmentations} scoring augmentations, NLLs under "
+                f"{_measure(settings.probabilities)}; accuracies count two attempts, those ending _top1 the "
+                "first only. "
                 f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
                 f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
                 "measured on CUDA only.\n\n" + _markdown(table))
@@ -392,6 +420,17 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
                                 temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
     return run_sampler_table(tasks, solver, out, samplers, progress=progress)
+
+
+def _percent(right: int | None, outputs: int) -> float | None:
+    """``right`` of ``outputs`` in percent (0 without outputs; None when unknown)."""
+    if right is None:
+        return None
+    return round(100 * right / outputs, 1) if outputs else 0.0
+
+
+def _measure(probabilities: str) -> str:
+    return "the full softmax" if probabilities == "full" else "the softmax renormalised over the answer tokens"
 
 
 def _markdown(table) -> str:

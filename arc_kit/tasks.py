@@ -17,6 +17,7 @@ import numpy as np
 
 from arc_kit.grids import (
     MAX_SIDE,
+    check_max_side,
     format_grid,
     freeze,
     grid_problems,
@@ -108,10 +109,10 @@ class Task:
         """The same task with its test outputs removed (what a solver may see)."""
         return Task(self.id, self.train, tuple(Pair(pair.input) for pair in self.test))
 
-    def with_solutions(self, outputs: Sequence[Any]) -> Task:
+    def with_solutions(self, outputs: Sequence[Any], *, max_side: int = MAX_SIDE) -> Task:
         if len(outputs) != len(self.test):
             raise ValueError(f"task {self.id}: {len(outputs)} solutions for {len(self.test)} test inputs")
-        pairs = tuple(Pair(pair.input, to_grid(output, f"task {self.id}: solution[{index}]"))
+        pairs = tuple(Pair(pair.input, to_grid(output, f"task {self.id}: solution[{index}]", max_side))
                       for index, (pair, output) in enumerate(zip(self.test, outputs)))
         return Task(self.id, self.train, pairs)
 
@@ -121,9 +122,9 @@ class Task:
                 "test": [pair.to_json(with_output=with_solutions) for pair in self.test]}
 
     @classmethod
-    def from_json(cls, task_id: str, data: Any, solutions: Any = None) -> Task:
+    def from_json(cls, task_id: str, data: Any, solutions: Any = None, *, max_side: int = MAX_SIDE) -> Task:
         """Parse and check one task; raises InvalidDataError listing every problem."""
-        task, problems = parse_task(task_id, data, solutions)
+        task, problems = parse_task(task_id, data, solutions, max_side=max_side)
         if problems:
             raise InvalidDataError(problems)
         return task
@@ -153,6 +154,11 @@ class Task:
 def repeated_keys(mapping: Any) -> dict[str, int]:
     """Keys that a JSON object held more than once, with how often (``jsonio`` notes them when it reads a file)."""
     return dict(getattr(mapping, "repeated_keys", None) or {})
+
+
+def unreadable_keys(mapping: Any) -> dict[str, str]:
+    """Keys of a JSON object whose values could not be read (None in the object), with why (``jsonio`` notes them)."""
+    return dict(getattr(mapping, "unreadable_keys", None) or {})
 
 
 def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
@@ -199,9 +205,13 @@ def parse_task(task_id: str, data: Any, solutions: Any = None, *,
     30 unless the data is for exploration or training only (up to ``grids.LARGEST_SIDE``).
     """
     prefix = f"task {task_id}:"
+    max_side = check_max_side(max_side)
     if not isinstance(data, dict):
         return None, [f"{prefix} is {json_type_name(data)}, expected an object with 'train' and 'test'"]
     problems: list[str] = [f"{prefix} key {key!r} appears {times} times" for key, times in repeated_keys(data).items()]
+    problems += [f"{prefix} '{key}' cannot be read: {why}" for key, why in unreadable_keys(data).items()]
+    if unreadable_keys(data):
+        return None, problems  # the unreadable part would only be reported again as missing
     train = _parse_pairs(task_id, data, "train", True, problems, max_side)
     test = _parse_pairs(task_id, data, "test", False, problems, max_side)
     solution_grids = None
@@ -256,16 +266,23 @@ class TaskSet(Mapping[str, Task]):
 
     ``skipped`` holds the tasks that a lenient load could not use, so that a submission can still
     give every task id an answer. ``order`` lists every id, skipped ones included, in file order
-    (default: the tasks, then the skipped ones).
+    (default: the tasks, then the skipped ones). ``max_side`` is the most cells a side of the
+    set's grids may have, the limit it was loaded with, which its submission's answers keep too;
+    None: the competition's 30, or the set's widest grid where that is more.
     """
 
     def __init__(self, tasks: Iterable[Task], name: str = "", skipped: Mapping[str, SkippedTask] | None = None,
-                 order: Iterable[str] | None = None):
+                 order: Iterable[str] | None = None, max_side: int | None = None):
         self._tasks: dict[str, Task] = {}
         for task in tasks:
             if task.id in self._tasks:
                 raise ValueError(f"task {task.id}: appears twice in {name or 'the task set'}")
             self._tasks[task.id] = task
+        if max_side is None:
+            sides = [side for task in self._tasks.values() for pair in (*task.train, *task.test)
+                     for grid in (pair.input, pair.output) if grid is not None for side in grid.shape]
+            max_side = max([MAX_SIDE, *sides])
+        self.max_side = check_max_side(max_side)
         self.name = name
         self.skipped: dict[str, SkippedTask] = dict(skipped or {})
         self._ids = list(self._tasks)
@@ -323,7 +340,7 @@ class TaskSet(Mapping[str, Task]):
     def select(self, ids: Iterable[str]) -> TaskSet:
         ids = list(ids)  # skipped ids are kept as skipped; an unknown id is a KeyError
         return TaskSet([self[task_id] for task_id in ids if task_id not in self.skipped], self.name,
-                       {i: s for i, s in self.skipped.items() if i in ids}, order=ids)
+                       {i: s for i, s in self.skipped.items() if i in ids}, order=ids, max_side=self.max_side)
 
     def head(self, count: int) -> TaskSet:
         """The first ``count`` task ids in sorted order (a stable choice for quick runs), skipped ones kept as skipped."""
@@ -346,7 +363,7 @@ class TaskSet(Mapping[str, Task]):
 
     def without_solutions(self) -> TaskSet:
         return TaskSet([task.without_solutions() for task in self.tasks()], self.name, self.skipped,
-                       order=self._order)
+                       order=self._order, max_side=self.max_side)
 
     def challenges_json(self) -> dict[str, Any]:
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
@@ -360,7 +377,8 @@ class TaskSet(Mapping[str, Task]):
     def __repr__(self) -> str:
         name = f"{self.name!r}, " if self.name else ""
         skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
-        return f"TaskSet({name}{len(self)} tasks{skipped})"
+        side = f", max side {self.max_side}" if self.max_side != MAX_SIDE else ""
+        return f"TaskSet({name}{len(self)} tasks{skipped}{side})"
 
 
 def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", strict: bool = True,
@@ -369,11 +387,15 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
 
     strict: raise InvalidDataError listing every problem in every task. Lenient: skip the bad
     tasks with one warning and keep them in ``TaskSet.skipped``. A task id the file holds twice
-    (``repeated_keys``) is a problem of that task. ``max_side``: as in ``parse_task``.
+    (``repeated_keys``) is a problem of that task. ``max_side``: as in ``parse_task``; the set keeps it.
     """
+    max_side = check_max_side(max_side)
     if not isinstance(challenges, dict):
         raise InvalidDataError([f"the file holds {json_type_name(challenges)}, expected an object "
                                 "mapping task ids to tasks"], source)
+    if not challenges:  # strict or not: a run on it would answer nothing, a submission with no task
+        raise InvalidDataError(["the file holds no tasks (an empty object), expected an object mapping task ids "
+                                "to tasks"], source)
     top_problems = []
     if solutions is not None:
         if not isinstance(solutions, dict):
@@ -384,15 +406,23 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         top_problems += [f"task {task_id}: appears {times} times in the solutions (only the last copy was read)"
                          for task_id, times in repeated_keys(solutions).items()]
     tasks, skipped, all_problems = [], {}, list(top_problems)
-    repeated = repeated_keys(challenges)
+    repeated, unreadable = repeated_keys(challenges), unreadable_keys(challenges)
+    unreadable_solutions = unreadable_keys(solutions)
     for task_id, data in challenges.items():
+        if task_id in unreadable or task_id in unreadable_solutions:  # the rest of the file was read: skip only it
+            why = unreadable.get(task_id) or f"its solutions: {unreadable_solutions[task_id]}"
+            problems = (f"task {task_id}: cannot be read: {why}",)
+            all_problems.extend(problems)
+            skipped[task_id] = SkippedTask(task_id, problems, count_test_inputs(data),
+                                           _salvage_test_inputs(data, max_side))
+            continue
         task_solutions = None
         if solutions is not None:
             task_solutions = solutions.get(task_id)
             if task_solutions is None:
                 all_problems.append(f"task {task_id}: missing from the solutions")
                 skipped[task_id] = SkippedTask(task_id, (f"task {task_id}: missing from the solutions",),
-                                               count_test_inputs(data), _salvage_test_inputs(data))
+                                               count_test_inputs(data), _salvage_test_inputs(data, max_side))
                 continue
         task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
         if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
@@ -402,7 +432,8 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         if problems:
             all_problems.extend(problems)
             skipped[task_id] = SkippedTask(task_id, tuple(problems), count_test_inputs(data),
-                                           _salvage_test_inputs(data), _salvage_grids(task_solutions))
+                                           _salvage_test_inputs(data, max_side),
+                                           _salvage_grids(task_solutions, max_side))
         else:
             tasks.append(task)
     if all_problems and strict:
@@ -412,22 +443,24 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
                       + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
                       stacklevel=2)
-    return TaskSet(tasks, name=name, skipped=skipped, order=challenges)
+    return TaskSet(tasks, name=name, skipped=skipped, order=challenges, max_side=max_side)
 
 
-def _salvage_grids(grids: Any) -> tuple[np.ndarray | None, ...] | None:
+def _salvage_grids(grids: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...] | None:
     """The valid grids of a (possibly malformed) list of grids, None where one is bad; None for no list."""
     if not isinstance(grids, list):
         return None
-    return tuple(to_grid(grid) if not grid_problems(grid, "") else None for grid in grids)
+    return tuple(to_grid(grid, max_side=max_side) if not grid_problems(grid, "", max_side) else None
+                 for grid in grids)
 
 
-def _salvage_test_inputs(data: Any) -> tuple[np.ndarray | None, ...]:
+def _salvage_test_inputs(data: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...]:
     """The test inputs of a bad task that are themselves valid grids (None where not)."""
     if not isinstance(data, dict) or not isinstance(data.get("test"), list):
         return ()
     salvaged = []
     for pair in data["test"]:
         grid = pair.get("input") if isinstance(pair, dict) else None
-        salvaged.append(to_grid(grid) if grid is not None and not grid_problems(grid, "") else None)
+        salvaged.append(to_grid(grid, max_side=max_side) if grid is not None and not grid_problems(grid, "", max_side)
+                        else None)
     return tuple(salvaged)

@@ -169,6 +169,18 @@ class PretrainResult:
     main_process: bool = True  # False in the other processes of a multi-process run
 
 
+def token_budget_after_training(from_scratch: bool, trained_length: int, max_positions: int | None) -> int:
+    """The token budget a trained model records: what it can be trusted with at inference.
+
+    A model trained from scratch has seen no position past its training sequences; a fine-tuned
+    pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
+    what it was fine-tuned on.
+    """
+    if from_scratch or not max_positions:
+        return trained_length
+    return max(trained_length, max_positions)
+
+
 def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
@@ -311,7 +323,11 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         trained = accelerator.unwrap_model(model)
         info.update(steps_done=step, stopped_by=stopped_by, seconds=round(seconds, 1), tokens_this_run=total_tokens,
                     final_loss=last_loss)
-        record = {"preset": str(model_source) if str(model_source) in PRESETS else None, "training": info}
+        from_scratch = str(model_source) in PRESETS
+        budget = token_budget_after_training(from_scratch, settings.sequences.max_len,
+                                             getattr(trained.config, "max_position_embeddings", None))
+        record = {"preset": str(model_source) if from_scratch else None, "training": info,
+                  "token_budget": budget}  # models.token_budget_of reads it first
         if base_name is not None and not settings.full_finetune:
             save_delta(trained, tokenizer, out, base_name, record,  # megabytes, not the whole model
                        dtype=torch.bfloat16 if accelerator.mixed_precision == "bf16" else None)

@@ -31,6 +31,7 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.datasets import load_re_arc, load_tasks
+from arc_kit.grids import MAX_SIDE
 from arc_kit.settings import SequenceSettings
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
@@ -116,24 +117,24 @@ class TrainingData:
 
 
 def pretraining_data(re_arc: str | None = None, task_sets: Sequence[str] = (), *, re_arc_weight: float = 0.8,
-                     allow_evaluation: bool = False) -> TrainingData:
+                     allow_evaluation: bool = False, max_side: int = MAX_SIDE) -> TrainingData:
     """RE-ARC examples and/or named task sets as weighted pools (the initial fine-tune's data mix).
 
     RE-ARC gets ``re_arc_weight`` of the draws when task sets are given too; the task sets share
     the rest evenly. An evaluation set is refused unless ``allow_evaluation`` (it could no longer
-    measure the model).
+    measure the model). ``max_side``: the most cells on a grid's side (``datasets.load_tasks``).
     """
     if not re_arc and not task_sets:
         raise ValueError("nothing to train on: give --re-arc PATH and/or --tasks NAME")
     groups, described = {}, []
     if re_arc:
-        pools = load_re_arc(re_arc)
+        pools = load_re_arc(re_arc, max_side=max_side)
         groups["re-arc"] = (pools, re_arc_weight if task_sets else 1.0)
         described.append(f"RE-ARC {re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs)")
     for name in task_sets:
         if "eval" in str(name).lower() and not allow_evaluation:
             raise ValueError(f"refusing to train on {name!r}, an evaluation set (--allow-evaluation-tasks)")
-        tasks = load_tasks(name)
+        tasks = load_tasks(name, max_side=max_side)
         weight = (1.0 - re_arc_weight if re_arc else 1.0) / len(task_sets)
         groups[str(name)] = (pools_from_tasks(tasks), weight)
         described.append(f"{name} ({len(tasks)} tasks)")

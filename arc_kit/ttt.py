@@ -6,7 +6,9 @@ the task's train pairs (each pair in turn plays the test, the others are the exa
 sequence freshly augmented; the 8 symmetries are balanced, each used 8 times in 64 sequences as
 the authors did) and leaves the model in eval mode, ready for inference with the
 adapter on. Defaults are the paper's: rank 32, alpha 16, 64 steps of batch 1, 50% warm-up,
-lr 1e-4 / 1e-5. It never sees a test output: it is only ever given ``task.train``.
+lr 1e-4 / 1e-5. A ``deadline`` (``time.monotonic()``) is checked between steps: training stops there,
+keeping the steps made (the schedule is not shortened). It never sees a test output: it is only
+ever given ``task.train``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class TestTimeResult:
     losses: list[float]
     seconds: float
     skipped: str | None = None  # why no training happened (too few pairs, too long)
+    stopped: str | None = None  # why training ended before its last step (the deadline)
 
     __test__ = False
 
@@ -98,10 +101,12 @@ class TestTimeTrainer:
                 return encoded
         return None
 
-    def train(self, train: Sequence[Pair], rng: np.random.Generator, steps: int | None = None) -> TestTimeResult:
+    def train(self, train: Sequence[Pair], rng: np.random.Generator, steps: int | None = None, *,
+              deadline: float | None = None) -> TestTimeResult:
         """Reset the adapter and train it on ``train`` (a task's train pairs); eval mode afterwards.
 
-        ``steps`` overrides the settings' number of steps (the time budget may ask for fewer).
+        ``steps`` overrides the settings' number of steps (the time budget may ask for fewer). No step
+        starts once ``deadline`` (``time.monotonic()``) has passed; the result says so (``stopped``).
         """
         import dataclasses
 
@@ -122,6 +127,9 @@ class TestTimeTrainer:
         symmetries = balanced_symmetries(rng, settings.steps * settings.batch_size)
         try:
             for step in range(settings.steps):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return TestTimeResult(step, losses, time.monotonic() - started,
+                                          stopped=f"deadline reached after {step} of {settings.steps} steps")
                 items = []
                 for slot in range(settings.batch_size):
                     index = step * settings.batch_size + slot

@@ -1,40 +1,90 @@
-"""Several GPUs: one worker process per GPU, tasks shared out by estimated cost, records merged.
+"""Several GPUs: one worker process per GPU, a task queue the parent owns, a watchdog, records merged.
 
-The parent writes the tasks to solve into the run folder, estimates each task's cost from its
-token counts, deals the tasks to the workers so that their estimated loads are even (longest
-first, each to the least loaded worker), and starts ``python -m arc_kit worker`` once per GPU with
-``CUDA_VISIBLE_DEVICES`` set to that GPU. Each worker appends its records to its own file; the
-parent merges them every few seconds into ``submission.json`` (complete and valid at all times)
-and, at the end, into ``records.jsonl`` and the scores. Every task's result depends only on the
-seed and the task, so two workers give the same submission as one. A rerun resumes: tasks already
-recorded by any worker (also of an earlier run with more workers) are not dealt again; a folder whose
-``run.json`` holds other settings is refused, as ``solver.solve`` refuses it.
+The parent writes the tasks to solve into the run folder and starts ``python -m arc_kit worker
+PLAN`` once per GPU, with ``CUDA_VISIBLE_DEVICES`` set to one entry of the parent's own list when it
+has one (so a physical id stays physical), else to one index. The parent owns the queue and the
+plan: it counts each task's tokens, queues the tasks longest first (``planner.Planner``), and hands
+a worker that is ready and idle the next task, the rung the time left allows, and the task's
+wall-clock caps (written to the worker's ``assignment.json``). Every finished task's timings refine
+the speeds that price the tasks left (kept in ``speeds.json``, which a rerun starts from). Each
+worker appends its records to its own file; the parent follows those files and rewrites
+``submission.json`` (complete and valid at all times) as records come in.
+
+The watchdog: a worker whose task runs ``hang_seconds`` past the task's own deadline, or whose
+heartbeat (a file that a thread of the worker touches every few seconds) goes silent, is hung. It is
+stopped like a worker that died (terminate, then kill); its task goes back to the queue once, then
+gets fallback answers; the other tasks stay in the queue for the others; its GPU gets a fresh worker
+(up to ``restarts`` times). At ``stop_at`` every worker still running is stopped, the tasks left get
+fallback answers, and the last merge and write follow, so they happen before the limit. Every
+task's result depends only on the seed and the task, so two workers give the same submission as
+one. A rerun resumes: tasks already recorded by any worker (also of an earlier run with more
+workers) are not queued again; a folder whose ``run.json`` holds other settings is refused, as
+``run.solve`` refuses it.
+
+This module knows processes, files and the planner; what a task's solving does is the solver's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from arc_kit.datasets import load_challenges
+from arc_kit.grids import MAX_SIDE
 from arc_kit.jsonio import write_json_atomically
 from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
-from arc_kit.planner import Speeds, measure
+from arc_kit.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
-from arc_kit.records import TaskRecord, answers_from_records, read_records
-from arc_kit.run import RECORDS_FILE, SolveRun, clear_run, open_run, solve, write_scores
-from arc_kit.settings import SolveSettings
+from arc_kit.records import TaskRecord, answers_from_records, append_record, fallback_record, read_records
+from arc_kit.run import (
+    RECORDS_FILE,
+    SolveRun,
+    clear_run,
+    mark_correct,
+    open_run,
+    solve,
+    solve_one,
+    task_line,
+    write_scores,
+)
+from arc_kit.settings import Settings, SolveSettings, ladder, setting
 from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, write_submission
 from arc_kit.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
+
+ASSIGNMENT_FILE = "assignment.json"  # parent -> worker: the task to run next, or stop
+READY_FILE = "ready"  # worker -> parent: the model is loaded
+HEARTBEAT_FILE = "heartbeat"  # worker -> parent: touched every few seconds while the process lives
+SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
+
+
+@dataclass(frozen=True)
+class WatchdogSettings(Settings):
+    """When the parent gives up on a worker, and what it does then."""
+
+    hang_seconds: float = setting(300.0, "a task this long past its own deadline is hung (the solver checks its "
+                                         "deadline between steps, so a healthy one stops well within this)")
+    silence_seconds: float = setting(900.0, "a worker whose heartbeat is this old is hung (loading a model "
+                                            "included)")
+    heartbeat_seconds: float = setting(5.0, "how often a worker shows that it lives")
+    stop_seconds: float = setting(120.0, "with a deadline but no stop time, workers still running this long "
+                                         "after the deadline are stopped")
+    terminate_seconds: float = setting(15.0, "between asking a worker to stop (SIGTERM) and killing it")
+    restarts: int = setting(2, "times a GPU whose worker died or hung gets a fresh one")
+    retries: int = setting(1, "times the task of a worker that died or hung goes back to the queue before it "
+                              "gets fallback answers")
 
 
 def gpu_count() -> int:
@@ -46,19 +96,20 @@ def gpu_count() -> int:
         return 0
 
 
-def deal(costs: dict[str, float], workers: int) -> list[list[str]]:
-    """Tasks to workers, longest first to the least loaded one; each worker's list in the original order."""
-    loads = [0.0] * workers
-    shares: list[list[str]] = [[] for _ in range(workers)]
-    for task_id in sorted(costs, key=lambda i: -costs[i]):
-        lightest = min(range(workers), key=lambda w: (loads[w], w))
-        shares[lightest].append(task_id)
-        loads[lightest] += costs[task_id]
-    order = {task_id: index for index, task_id in enumerate(costs)}
-    return [sorted(share, key=order.__getitem__) for share in shares]
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them for a child process.
+
+    The parent's own ``CUDA_VISIBLE_DEVICES`` entries when it is set (physical ids or UUIDs: a
+    child given ``1`` of ``"2,3"`` would see the machine's GPU 1, not the parent's second); else
+    ``0 .. n-1`` for the GPUs torch counts.
+    """
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip()]
+    return [str(index) for index in range(gpu_count())]
 
 
-def _merged_records(out: Path) -> dict[str, TaskRecord]:
+def merged_records(out: Path) -> dict[str, TaskRecord]:
     """The records of every worker folder in ``out``, also those of an earlier run with more workers."""
     records = {}
     folders = sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name))
@@ -67,94 +118,386 @@ def _merged_records(out: Path) -> dict[str, TaskRecord]:
     return records
 
 
+class RecordFollower:
+    """The records appended to one file since the last call (a line still being written waits for the next)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+
+    def new_records(self) -> list[TaskRecord]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self.offset += end
+        records = []
+        for line in data[:end].splitlines():
+            try:
+                records.append(TaskRecord.from_json(json.loads(line)))
+            except (ValueError, TypeError):
+                logger.warning("%s: skipped a line that is no record", self.path)
+        return records
+
+
+@dataclass
+class WorkerSlot:
+    """One GPU's worker process, seen from the parent."""
+
+    index: int
+    device: str  # its CUDA_VISIBLE_DEVICES ("" for the CPU)
+    folder: Path
+    process: Any = None
+    log: Any = None
+    starts: int = 0
+    started_at: float = 0.0
+    sequence: int = 0  # of the last assignment written
+    task: str | None = None  # the task it runs
+    task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
+    stopping: bool = False  # told to stop (nothing left, or the run's end)
+    follower: RecordFollower | None = None  # its records file
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and (self.folder / READY_FILE).exists()
+
+    def heartbeat_age(self, now: float) -> float:
+        try:
+            return now - max((self.folder / HEARTBEAT_FILE).stat().st_mtime, self.started_at)
+        except FileNotFoundError:
+            return now - self.started_at
+
+    def assign(self, message: dict) -> None:
+        self.sequence += 1
+        write_json_atomically(self.folder / ASSIGNMENT_FILE, {"sequence": self.sequence, **message})
+
+
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
-                     workers: int | None = None, gpus: Sequence[int] | None = None, deadline: float | None = None,
-                     solutions: TaskSet | None = None, load_options: dict | None = None, poll_seconds: float = 5.0,
+                     workers: int | None = None, gpus: Sequence[int | str] | None = None,
+                     deadline: float | None = None, stop_at: float | None = None,
+                     solutions: TaskSet | None = None, load_options: dict | None = None, poll_seconds: float = 1.0,
                      progress: bool = True, submission_path: str | os.PathLike | None = None,
-                     submission_tasks: TaskSet | None = None, info: dict | None = None) -> SolveRun:
+                     submission_tasks: TaskSet | None = None, info: dict | None = None,
+                     budget: BudgetSettings = BudgetSettings(), watchdog: WatchdogSettings = WatchdogSettings(),
+                     ) -> SolveRun:
     """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU).
 
-    The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
-    task of ``submission_tasks`` (default ``tasks``), solved or not (skipped ones of a lenient load
-    included), and is rewritten as records come in. ``info`` goes into ``run.json`` (see ``run.open_run``).
+    ``deadline`` (seconds since the epoch) is when the planner wants the work done: tasks get
+    cheaper rungs and caps to end by then. ``stop_at`` (default: ``watchdog.stop_seconds`` after the
+    deadline) is when the parent stops every worker still running, whatever it does. Without a
+    deadline nothing is capped and only a silent worker counts as hung. The submission
+    (``out/submission.json`` unless ``submission_path`` says otherwise) covers every task of
+    ``submission_tasks`` (default ``tasks``), solved or not (skipped ones of a lenient load included),
+    and is rewritten as records come in. ``info`` goes into ``run.json`` (see ``run.open_run``).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = settings.replace(max_len=settings.max_len or token_budget_of(model))  # as each worker resolves it
-    gpus = list(gpus) if gpus is not None else list(range(gpu_count()))
-    workers = workers or max(1, len(gpus))
+    devices = [str(gpu) for gpu in gpus] if gpus is not None else visible_gpus()
+    workers = workers or max(1, len(devices))
     started = time.monotonic()
+    if stop_at is None and deadline is not None:
+        stop_at = deadline + watchdog.stop_seconds
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}))
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
-    done = _merged_records(out)
-    todo = [task_id for task_id in tasks.ids if task_id not in done]
-    costs = _costs(tasks, todo, model, settings)
-    shares = deal(costs, workers)
-    processes = []
-    for index, share in enumerate(shares):
-        folder = out / f"worker-{index}"
-        folder.mkdir(exist_ok=True)
-        plan = {"challenges": str(challenges_path), "task_ids": share, "model": str(model),
-                "settings": settings.to_json(), "deadline": deadline, "load": load_options or {}}
-        (folder / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-        if not share:
-            continue
-        environment = dict(os.environ)
-        environment["CUDA_VISIBLE_DEVICES"] = str(gpus[index]) if index < len(gpus) else ""
-        log = open(folder / "worker.log", "a")
-        command = [sys.executable, "-m", "arc_kit", "worker", str(folder / "plan.json")]
-        processes.append((index, subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT), log))
+    records = merged_records(out)
+    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+    if answers is not None and not answers.known_outputs():
+        answers = None
+    todo = [task_id for task_id in tasks.ids if task_id not in records]
+    speeds = _stored_speeds(out)
+    planner = Planner(_sizes(tasks, todo, model, settings), settings, deadline if deadline is not None else math.inf,
+                      speeds, workers=workers, longest_first=True, budget=budget)
     submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
     covered = submission_tasks if submission_tasks is not None else tasks
-    while True:
-        records = _merged_records(out)
-        write_submission(submission_path, build_submission(covered, answers_from_records(records)), covered)
-        if progress:
-            print(f"\r{len(records)}/{len(tasks)} tasks done by {len(processes)} worker(s)", end="", flush=True)
-        if all(process.poll() is not None for _, process, _ in processes):
-            break
-        time.sleep(poll_seconds)
-    if progress:
-        print()
-    for index, process, log in processes:
-        log.close()
-        if process.returncode != 0:
-            logger.warning("worker %d exited with status %d; see %s", index, process.returncode,
-                           out / f"worker-{index}" / "worker.log")
-    records = _merged_records(out)
-    ordered = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+    mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+
+    def write() -> None:
+        write_submission(submission_path, build_submission(covered, answers_from_records(mine),
+                                                           attempts=settings.attempts), covered)
+
+    write()
+    slots = []
+    for index in range(workers):
+        folder = out / f"worker-{index}"
+        folder.mkdir(exist_ok=True)
+        plan = {"challenges": str(challenges_path), "max_side": tasks.max_side, "model": str(model),
+                "settings": settings.to_json(), "load": load_options or {},
+                "heartbeat_seconds": watchdog.heartbeat_seconds}
+        (folder / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+        slot = WorkerSlot(index, devices[index] if index < len(devices) else "", folder,
+                          follower=RecordFollower(folder / RECORDS_FILE))
+        slot.follower.offset = _size_of(folder / RECORDS_FILE)  # earlier records are already in `records`
+        slots.append(slot)
+    lost: dict[str, int] = {}  # task id -> times its worker died or hung on it
+    solved = sum(record.share_correct for record in mine.values())
+    report = _Progress(progress, len(tasks), deadline)
+
+    def finish(task_id: str, record: TaskRecord) -> None:
+        nonlocal solved
+        planner.done(task_id, record.rung, None if record.failed else record.timings)
+        if answers is not None and task_id in answers:
+            mark_correct(record, tasks, answers, settings.attempts)
+            solved += record.share_correct
+        records[task_id] = mine[task_id] = record
+        report.task(record, len(mine), solved if answers is not None else None)
+
+    try:
+        for slot in slots[:len(planner.remaining)]:  # no more workers than tasks
+            _start(slot)
+        while True:
+            changed = False
+            for slot in slots:  # 1. the records that came in
+                for record in slot.follower.new_records():
+                    if record.task_id in tasks and record.task_id not in mine:
+                        finish(record.task_id, record)
+                        changed = True
+                    if record.task_id == slot.task:
+                        slot.task, slot.task_deadline = None, math.inf
+            now = time.time()
+            if stop_at is not None and now >= stop_at:
+                logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in slots))
+                break
+            for slot in slots:  # 2. the watchdog
+                why = _trouble(slot, now, watchdog)
+                if why is None:
+                    continue
+                _stop(slot, watchdog.terminate_seconds, polite=False)
+                logger.warning("worker %d %s; see %s", slot.index, why, slot.folder / "worker.log")
+                for record in slot.follower.new_records():  # what it wrote before it went
+                    if record.task_id in tasks and record.task_id not in mine:
+                        finish(record.task_id, record)
+                        changed = True
+                    if record.task_id == slot.task:
+                        slot.task = None
+                if slot.task is not None:
+                    task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
+                    lost[task_id] = lost.get(task_id, 0) + 1
+                    if lost[task_id] <= watchdog.retries:
+                        planner.requeue(task_id)
+                    else:
+                        finish(task_id, fallback_record(task_id, f"its worker died or hung {lost[task_id]} times"))
+                        changed = True
+                if planner.remaining and slot.starts <= watchdog.restarts:
+                    _start(slot)
+            for slot in slots:  # 3. work for the idle
+                while slot.ready and slot.task is None and not slot.stopping:
+                    if not planner.remaining:
+                        slot.assign({"stop": True})
+                        slot.stopping = True
+                        break
+                    task_id = planner.remaining[0]
+                    rung = planner.choose(task_id)
+                    planner.start(task_id)
+                    if rung == FALLBACK:
+                        finish(task_id, fallback_record(task_id, "out of time"))
+                        changed = True
+                        continue
+                    caps = planner.budget(task_id, rung) if deadline is not None else None
+                    slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
+                                 "search_seconds": caps and caps.search_seconds})
+                    slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
+            if changed:
+                write()
+                write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
+            running = [slot for slot in slots if slot.task is not None]
+            if not planner.remaining and not running:
+                break
+            if planner.remaining and not any(slot.alive for slot in slots):
+                logger.warning("no worker left: %d task(s) get fallback answers", len(planner.remaining))
+                for task_id in list(planner.remaining):
+                    finish(task_id, fallback_record(task_id, "no worker left"))
+                break
+            report.tick(len(mine), solved if answers is not None else None)
+            time.sleep(poll_seconds)
+    finally:
+        for slot in slots:  # nothing outlives the parent's loop: finished, stopped or failed
+            _stop(slot, watchdog.terminate_seconds, polite=True)
+            if slot.log is not None:
+                slot.log.close()
+    for slot in slots:  # records written between the last look and the stop
+        for record in slot.follower.new_records():
+            if record.task_id in tasks and record.task_id not in mine:
+                finish(record.task_id, record)
+    for task_id in [*planner.remaining, *(slot.task for slot in slots if slot.task and slot.task not in mine)]:
+        if task_id not in mine:
+            finish(task_id, fallback_record(task_id, "out of time"))
+    ordered = {task_id: mine[task_id] for task_id in tasks.ids if task_id in mine}
     with open(out / RECORDS_FILE, "w", encoding="utf-8") as handle:
         for record in ordered.values():
             handle.write(json.dumps(record.to_json()) + "\n")
-    write_submission(submission_path, build_submission(covered, answers_from_records(ordered)), covered)
+    mine = ordered
+    write()
+    write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
+    report.tick(len(mine), solved if answers is not None else None, force=True)
     run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
-    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if answers is not None and answers.known_outputs():
-        run.score = write_scores(out, submission_path, ordered, answers, list(tasks.test_counts()))
+    if answers is not None:
+        run.score = write_scores(out, submission_path, ordered, answers, list(tasks.test_counts()), settings.attempts)
     return run
 
 
-def _costs(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> dict[str, float]:
-    """Estimated seconds per task (token counts with the planner's default speeds); the tokenizer suffices."""
+def _size_of(path: Path) -> int:
+    """The bytes of ``path`` up to its last whole line (0 when there is no such file)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    return data.rfind(b"\n") + 1
+
+
+def _stored_speeds(out: Path) -> Speeds:
+    """The speeds an earlier run in ``out`` measured, or the assumed ones."""
+    try:
+        return Speeds.from_json(json.loads((out / SPEEDS_FILE).read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return Speeds()
+
+
+def _start(slot: WorkerSlot) -> None:
+    """Start (or start again) the worker of ``slot``; it reads its plan and waits for assignments."""
+    for name in (READY_FILE, HEARTBEAT_FILE, ASSIGNMENT_FILE):
+        (slot.folder / name).unlink(missing_ok=True)
+    if slot.log is not None:
+        slot.log.close()
+    environment = dict(os.environ)
+    environment["CUDA_VISIBLE_DEVICES"] = slot.device
+    slot.log = open(slot.folder / "worker.log", "a")
+    command = [sys.executable, "-m", "arc_kit", "worker", str(slot.folder / "plan.json")]
+    slot.process = subprocess.Popen(command, env=environment, stdout=slot.log, stderr=subprocess.STDOUT)
+    slot.starts += 1
+    slot.started_at = time.time()
+    slot.sequence, slot.stopping = 0, False
+
+
+def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | None:
+    """Why ``slot``'s worker must be given up on, or None while it is well (or was never started, or is done)."""
+    if slot.process is None or (slot.stopping and slot.task is None):
+        return None
+    status = slot.process.poll()
+    if status is not None:
+        return f"exited with status {status}"
+    if slot.task is not None and now > slot.task_deadline + watchdog.hang_seconds:
+        return f"hung: task {slot.task} is {now - slot.task_deadline:.0f} s past its deadline"
+    if slot.heartbeat_age(now) > watchdog.silence_seconds:
+        return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
+    return None
+
+
+def _stop(slot: WorkerSlot, grace: float, *, polite: bool) -> None:
+    """Stop ``slot``'s worker: ``polite``ly (a stop message, ``grace`` seconds to leave), then SIGTERM, then SIGKILL."""
+    process = slot.process
+    if process is None:
+        return
+    steps = [("ask", grace)] if polite else []
+    for step, seconds in [*steps, ("terminate", grace), ("kill", None)]:
+        if process.poll() is not None:
+            break
+        if step == "ask" and not slot.stopping and slot.ready:
+            slot.assign({"stop": True})  # a worker between tasks leaves by itself
+        elif step == "terminate":
+            process.terminate()
+        elif step == "kill":
+            process.kill()
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            continue
+    slot.process = None
+    slot.stopping = True
+
+
+class _Progress:
+    """The parent's report: one line per finished task, and every minute tasks done, solved and time left."""
+
+    def __init__(self, enabled: bool, total: int, deadline: float | None, every: float = 60.0):
+        self.enabled, self.total, self.deadline, self.every = enabled, total, deadline, every
+        self.last = time.monotonic()
+
+    def task(self, record: TaskRecord, done: int, solved: float | None) -> None:
+        if self.enabled:
+            print(task_line(record), flush=True)
+
+    def tick(self, done: int, solved: float | None, force: bool = False) -> None:
+        if not self.enabled or (not force and time.monotonic() - self.last < self.every):
+            return
+        self.last = time.monotonic()
+        print("progress: " + progress_line(done, self.total, solved, self.deadline), flush=True)
+
+
+def progress_line(done: int, total: int, solved: float | None, deadline: float | None) -> str:
+    """``12/120 tasks done, 3 solved, 5:32:10 left`` (the solved part when answers are known, time when bounded)."""
+    parts = [f"{done}/{total} tasks done"]
+    if solved is not None:
+        parts.append(f"{solved:g} solved")
+    if deadline is not None:
+        parts.append(f"{hours(max(0.0, deadline - time.time()))} left")
+    return ", ".join(parts)
+
+
+def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
+    """Each task's token counts, for the planner; the tokenizer suffices."""
     if not task_ids:
-        return {}
+        return []
     encoder = load_encoder(model, max_len=settings.max_len)
-    speeds = Speeds()
-    return {task_id: speeds.seconds(measure(tasks[task_id], encoder, settings.max_len), settings)
-            for task_id in task_ids}
+    return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
 
 
-def run_worker(plan_path: str | os.PathLike) -> int:
-    """The body of ``python -m arc_kit worker PLAN``: solve the planned tasks, append records."""
+class _Heartbeat(threading.Thread):
+    """Touches a file every few seconds while the process lives (a daemon: it ends with the process)."""
+
+    def __init__(self, path: Path, seconds: float):
+        super().__init__(daemon=True, name="arc-kit-heartbeat")
+        self.path, self.seconds = path, seconds
+
+    def run(self) -> None:
+        while True:
+            self.path.touch()
+            time.sleep(self.seconds)
+
+
+def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
+    """The body of ``python -m arc_kit worker PLAN``: load the model, then solve what the parent assigns.
+
+    Each assignment names a task, its rung and its caps (a deadline in seconds since the epoch, a
+    cap per search); the record is appended to the worker's records file. A stop message, or a
+    parent that is gone, ends the worker.
+    """
     plan_path = Path(plan_path)
+    folder = plan_path.parent
     plan = json.loads(plan_path.read_text())
-    tasks = load_challenges(plan["challenges"])
+    parent = os.getppid()
+    _Heartbeat(folder / HEARTBEAT_FILE, float(plan.get("heartbeat_seconds", 5.0))).start()
+    tasks = load_challenges(plan["challenges"], max_side=plan.get("max_side", MAX_SIDE))  # the set's own limit
     settings = SolveSettings.from_json(plan["settings"])
     loaded = load_model(plan["model"], LoadSettings(**plan.get("load", {})))
     solver = Solver.from_loaded(loaded, settings)
-    solve(tasks, solver, plan_path.parent, task_ids=plan["task_ids"], deadline=plan.get("deadline"),
-          write_outputs=False, progress=False)
-    return 0
+    rungs = ladder(solver.settings)
+    (folder / READY_FILE).write_text(f"{os.getpid()}\n")
+    done = 0
+    while True:
+        try:
+            assignment = json.loads((folder / ASSIGNMENT_FILE).read_text())
+        except (FileNotFoundError, ValueError):
+            assignment = None
+        if assignment is None or assignment.get("sequence", 0) <= done:
+            if os.getppid() != parent:  # the parent is gone: nobody reads what this worker would write
+                return 1
+            time.sleep(poll_seconds)
+            continue
+        done = assignment["sequence"]
+        if assignment.get("stop"):
+            return 0
+        budget = None
+        if assignment.get("deadline") is not None:
+            budget = TaskBudget(float(assignment["deadline"]), float(assignment["search_seconds"]))
+        record = solve_one(solver, tasks[assignment["task_id"]], int(assignment["rung"]), rungs, budget)
+        append_record(folder / RECORDS_FILE, record)
 
 
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
@@ -165,7 +508,7 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     ``workers`` defaults to one per GPU when there are several, else 1 (this process). ``restart``
     discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun resumes.
     """
-    count = workers or (gpu_count() if gpu_count() > 1 else 1)
+    count = workers or (len(visible_gpus()) if len(visible_gpus()) > 1 else 1)
     if restart:
         clear_run(out)
     if count > 1:

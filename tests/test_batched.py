@@ -11,14 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import bigram_model
-from test_dfs import CONFIGS, EOS, PROMPT, THRESHOLDS, assert_same_as_reference, guesses, model_for, safe_enumeration
+from test_dfs import (CASE_NAMES, CASES, CONFIGS, EOS, PROMPT, THRESHOLDS, FakeClock, assert_same_as_reference,
+                      guesses, model_for, safe_enumeration)
 
 import arc_kit.batched_dfs as batched_dfs_module
+import arc_kit.decoding as decoding_module
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
-from arc_kit.decoding import AnswerSpace, SearchResult
-from arc_kit.dfs import DfsSettings, dfs_search
-from arc_kit.scoring import score_answers, score_prompts
+from arc_kit.decoding import AnswerSpace, SearchResult, score_answers
+from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.scoring import score_prompts
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.solver import Solver
 from arc_kit.tasks import Pair
@@ -37,10 +39,10 @@ def assert_same_results(batched: SearchResult, single: SearchResult):
     assert batched.dropped == single.dropped and batched.capped == single.capped
 
 
-@pytest.fixture(scope="module", params=range(len(CONFIGS)), ids=[f"seed{c[2]}-x{c[3]:g}-len{c[1]}" for c in CONFIGS])
+@pytest.fixture(scope="module", params=CASES, ids=CASE_NAMES)
 def case(request):
-    allowed, max_length, seed, scale = CONFIGS[request.param]
-    space = AnswerSpace(allowed, EOS, max_length)
+    (allowed, max_length, seed, scale), mode = request.param
+    space = AnswerSpace(allowed, EOS, max_length, mode)
     model = model_for(seed, scale)
     return model, space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
 
@@ -106,6 +108,49 @@ def test_the_forward_call_cap_holds_per_lane():
     for prompt, guess, result in zip(prompts, [None, None, [2, EOS], None], results):
         assert result.forward_calls <= 7
         assert_same_results(result, dfs_search(model, prompt, space, settings, guess=guess))
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()  # one reading per check: each lane's first pass, then each step of all lanes
+    monkeypatch.setattr(decoding_module, "time", fake)
+    return fake
+
+
+DEADLINE_GUESSES = [None, None, [2, EOS], None]
+
+
+def test_a_deadline_stops_every_lane_where_a_call_cap_would(clock):
+    """The deadline is the whole call's: every lane still searching stops at the same step."""
+    allowed, max_length, seed, scale = CONFIGS[3]
+    space = AnswerSpace(allowed, EOS, max_length)
+    model = model_for(seed, scale)
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    full = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES)
+    for steps in (0, 1, 4, 9):
+        results = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES,
+                                     deadline=clock.now + len(prompts) + 1 + steps)
+        assert [r.forward_calls for r in results] == [min(steps, f.forward_calls) for f in full]
+        for prompt, guess, result, untimed in zip(prompts, DEADLINE_GUESSES, results, full):
+            single = dfs_search(model, prompt, space, DfsSettings(0.01, max_forward_calls=steps), guess=guess)
+            assert [c.ids for c in result.completions] == [c.ids for c in single.completions]
+            stopped_early = result.forward_calls < untimed.forward_calls
+            assert (result.capped or "").startswith("deadline reached") == stopped_early
+    assert any(f.forward_calls > 9 for f in full)  # guard: the deadline cut real work short
+
+
+def test_a_deadline_during_the_first_passes_leaves_the_rest_unsearched(clock):
+    allowed, max_length, seed, scale = CONFIGS[3]
+    space = AnswerSpace(allowed, EOS, max_length)
+    model = model_for(seed, scale)
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    results = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES, deadline=clock.now + 3)
+    for prompt, guess, result in zip(prompts[:2], DEADLINE_GUESSES[:2], results[:2]):  # the first passes made
+        first_pass_only = dfs_search(model, prompt, space, DfsSettings(0.01, max_forward_calls=0), guess=guess)
+        assert [c.ids for c in result.completions] == [c.ids for c in first_pass_only.completions]
+        assert result.forward_calls == 0 and result.capped.startswith("deadline reached")
+    for result in results[2:]:
+        assert result.completions == [] and result.capped == DEADLINE_BEFORE_START and result.tokens_processed == 0
 
 
 def test_no_prompts_and_mismatched_guesses():

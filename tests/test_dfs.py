@@ -1,21 +1,27 @@
 """The DFS sampler against a brute-force enumeration, the KV-cache rewind, and the baseline samplers.
 
 The reference enumeration scores every prefix with a full forward pass and no cache, so the
-cached, guess-seeded, explicit-stack search must return exactly what it returns. Models are the
-micro preset with a scaled output head (peaked enough to enumerate) and a small answer alphabet.
+cached, guess-seeded, explicit-stack search must return exactly what it returns, under both ways
+of measuring an answer: the model's full softmax (the paper's P(s|q)) and the softmax renormalised
+over the answer tokens. Models are the micro preset with a scaled output head (peaked enough to
+enumerate), the answer tokens' logits raised by a constant (so they hold most, not all, of the
+probability: the two measures differ) and a small answer alphabet.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
+from conftest import bigram_model
 
+import arc_kit.decoding as decoding_module
 from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache, rewind_cache, sequence_nll
-from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
 from arc_kit.models import create_model
 from arc_kit.samplers import SamplerSettings, generate
 
@@ -24,13 +30,25 @@ PROMPT = [13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12]  # bos, pre-prompt letters
 SMALL = (0, 1, 2, EOS)
 WITH_NEWLINE = (0, 1, 2, 10, EOS)
 BOUNDARY = 1e-3  # an NLL this close to -ln(T) could fall either side by rounding: pick another T
+MODES = ("full", "answer-mask")
+ANSWER_BOOST = 7.0  # added to the logits of WITH_NEWLINE: they then hold 63-99% of the first token's probability
 
 
-def peaked_model(seed: int, scale: float):
+def peaked_model(seed: int, scale: float, boost: float = 0.0):
+    """A micro model with its output head scaled; ``boost`` added to the logits of the WITH_NEWLINE tokens.
+
+    A boost shared by every answer token leaves the softmax renormalised over them as it was.
+    """
     model, _ = create_model("micro", seed=seed)
     model.eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
+        if boost:
+            head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+            head.weight.copy_(model.lm_head.weight)
+            head.bias.zero_()
+            head.bias[list(WITH_NEWLINE)] = boost
+            model.lm_head = head
     return model
 
 
@@ -39,17 +57,23 @@ _MODELS: dict[tuple[int, float], object] = {}
 
 def model_for(seed: int, scale: float):
     if (seed, scale) not in _MODELS:
-        _MODELS[(seed, scale)] = peaked_model(seed, scale)
+        _MODELS[(seed, scale)] = peaked_model(seed, scale, ANSWER_BOOST)
     return _MODELS[(seed, scale)]
 
 
 def full_log_probs(model, ids, space: AnswerSpace) -> torch.Tensor:
-    """The masked next-token log-probabilities after ``ids``, from one full forward pass (no cache)."""
+    """The next-token log-probabilities after ``ids`` from one full forward pass (no cache), in float64:
+    the log-softmax over the whole vocabulary ("full", the paper's P), or over the answer tokens only
+    ("answer-mask"); tokens outside the answer alphabet -inf either way (no answer holds one)."""
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([list(ids)])).logits[0, -1]
-    mask = torch.zeros(logits.shape[-1], dtype=torch.bool)
-    mask[list(space.allowed_ids)] = True
-    return answer_log_probs(logits, mask).double()
+        logits = model(input_ids=torch.tensor([list(ids)])).logits[0, -1].double()
+    allowed = list(space.allowed_ids)
+    result = torch.full_like(logits, -math.inf)
+    if space.probabilities == "full":
+        result[allowed] = torch.log_softmax(logits, dim=-1)[allowed]
+    else:
+        result[allowed] = torch.log_softmax(logits[allowed], dim=-1)
+    return result
 
 
 @dataclass
@@ -116,12 +140,14 @@ CONFIGS = [
     (WITH_NEWLINE, 12, 0, 5.0),
 ]
 THRESHOLDS = [0.2, 0.05, 0.01]
+CASES = [(config, mode) for config in CONFIGS for mode in MODES]
+CASE_NAMES = [f"seed{c[2]}-x{c[3]:g}-len{c[1]}-{mode}" for c, mode in CASES]
 
 
-@pytest.fixture(scope="module", params=range(len(CONFIGS)), ids=[f"seed{c[2]}-x{c[3]:g}-len{c[1]}" for c in CONFIGS])
+@pytest.fixture(scope="module", params=CASES, ids=CASE_NAMES)
 def case(request):
-    allowed, max_length, seed, scale = CONFIGS[request.param]
-    space = AnswerSpace(allowed, EOS, max_length)
+    (allowed, max_length, seed, scale), mode = request.param
+    space = AnswerSpace(allowed, EOS, max_length, mode)
     model = model_for(seed, scale)
     enumerations = [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
     return model, space, enumerations
@@ -147,9 +173,10 @@ def test_the_configurations_cover_answers_and_drops(case):
     assert len(enumerations[-1][1].answers) >= 2
 
 
-def test_some_configuration_drops_paths_at_the_length_limit():
-    space = AnswerSpace(SMALL, EOS, 8)
-    threshold, enumeration = safe_enumeration(model_for(1, 20.0), space, 0.01)
+@pytest.mark.parametrize("mode, threshold", [("answer-mask", 0.01), ("full", 0.003)])
+def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
+    space = AnswerSpace(SMALL, EOS, 8, mode)
+    threshold, enumeration = safe_enumeration(model_for(1, 20.0), space, threshold)
     assert enumeration.dropped > 0
     result = dfs_search(model_for(1, 20.0), PROMPT, space, DfsSettings(threshold))
     assert result.dropped["max length"] == enumeration.dropped
@@ -355,10 +382,10 @@ def test_rewinding_past_the_end_raises(plain_model):
 
 def test_answer_log_probs_are_a_distribution_over_the_allowed_tokens_only():
     logits = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16) * 30
-    space = AnswerSpace(WITH_NEWLINE, EOS, 10)
+    space = AnswerSpace(WITH_NEWLINE, EOS, 10, "answer-mask")
     mask = space.mask(64)
     assert mask.dtype == torch.bool and mask.sum() == len(WITH_NEWLINE)
-    log_probs = answer_log_probs(logits, mask)
+    log_probs = answer_log_probs(logits, mask, "answer-mask")
     assert log_probs.dtype == torch.float32 and log_probs.shape == logits.shape
     outside = [i for i in range(64) if i not in WITH_NEWLINE]
     assert torch.isneginf(log_probs[..., outside]).all()
@@ -369,12 +396,54 @@ def test_answer_log_probs_are_a_distribution_over_the_allowed_tokens_only():
     assert torch.equal(log_probs[..., allowed].argmax(-1), logits.float()[..., allowed].argmax(-1))
 
 
+def test_answer_log_probs_under_the_full_softmax_are_the_models_own():
+    logits = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16) * 3
+    allowed = list(WITH_NEWLINE)
+    mask = AnswerSpace(WITH_NEWLINE, EOS, 10).mask(64)
+    log_probs = answer_log_probs(logits, mask)  # "full" is the default
+    assert log_probs.dtype == torch.float32
+    reference = torch.log_softmax(logits.double(), dim=-1)  # over the whole vocabulary
+    torch.testing.assert_close(log_probs[..., allowed].double(), reference[..., allowed], rtol=0, atol=1e-5)
+    assert torch.isneginf(log_probs[..., [i for i in range(64) if i not in allowed]]).all()
+    assert (log_probs[..., allowed].exp().sum(-1) < 0.9).all()  # the other tokens hold the rest
+    with pytest.raises(ValueError, match="unknown probabilities"):
+        answer_log_probs(logits, mask, "softmax")
+    with pytest.raises(ValueError, match="unknown probabilities"):
+        AnswerSpace(WITH_NEWLINE, EOS, 10, "masked")
+
+
 # -- the baseline samplers -----------------------------------------------------------------------
 
+def reference_nll(model, prompt, answer, space: AnswerSpace) -> float:
+    """An answer's NLL token by token, each token's log-probability from one full forward (``full_log_probs``)."""
+    return -sum(float(full_log_probs(model, [*prompt, *answer[:position]], space)[token])
+                for position, token in enumerate(answer))
+
+
+def test_sequence_nll_equals_the_token_by_token_reference():
+    answers = [(EOS,), (0, EOS), (1, 2, 10, 0, EOS), (2, 2, 2, 10, 1, 10, EOS), (0, 40, EOS)]
+    for mode in MODES:
+        space = AnswerSpace(WITH_NEWLINE, EOS, 12, mode)
+        model = model_for(2, 10.0)
+        expected = [reference_nll(model, PROMPT, answer, space) for answer in answers]
+        found = sequence_nll(model, np.array(PROMPT), [np.array(answer) for answer in answers], space)
+        np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
+        assert math.isinf(found[-1])  # a token outside the alphabet
+    full = sequence_nll(model, np.array(PROMPT), [np.array(answers[2])], AnswerSpace(WITH_NEWLINE, EOS, 12))
+    masked = sequence_nll(model, np.array(PROMPT), [np.array(answers[2])],
+                          AnswerSpace(WITH_NEWLINE, EOS, 12, "answer-mask"))
+    assert full[0] > masked[0] + 0.01  # guard: the two measures differ here
+
+
 def reference_greedy(model, space: AnswerSpace) -> list[int]:
+    """The most probable next token each time: over the whole vocabulary ("full"), or the answer tokens."""
     path: list[int] = []
     while len(path) < space.max_length:
-        token = int(full_log_probs(model, [*PROMPT, *path], space).argmax())
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([[*PROMPT, *path]])).logits[0, -1]
+        if space.probabilities == "answer-mask":
+            logits = logits.masked_fill(~space.mask(logits.shape[-1]), -math.inf)
+        token = int(logits.argmax())
         path.append(token)
         if token == EOS:
             break
@@ -389,23 +458,56 @@ def assert_valid_answers(result, space: AnswerSpace):
 
 
 def assert_nlls_are_measured(model, result, space: AnswerSpace):
-    expected = sequence_nll(model, np.array(PROMPT), [np.array(c.ids) for c in result.completions], space)
+    expected = [reference_nll(model, PROMPT, c.ids, space) for c in result.completions]
     np.testing.assert_allclose([c.nll for c in result.completions], expected, rtol=0, atol=1e-4)
 
 
-def test_the_mask_matters_for_these_models():
-    """Guard of the setup: unmasked, the most likely next token is not an answer token."""
-    for seed, scale in [(0, 10.0), (2, 10.0)]:
+def test_the_two_measures_differ_for_these_models():
+    """Guard of the setup: the answer tokens hold most, not all, of the probability, so the full
+    softmax and the renormalised one give other NLLs and DFS other answers."""
+    for allowed, max_length, seed, scale in CONFIGS:
+        model = model_for(seed, scale)
         with torch.no_grad():
-            top = int(model_for(seed, scale)(input_ids=torch.tensor([PROMPT])).logits[0, -1].argmax())
-        assert top not in WITH_NEWLINE
+            first = torch.softmax(model(input_ids=torch.tensor([PROMPT])).logits[0, -1].double(), dim=-1)
+        assert 0.5 < float(first[list(allowed)].sum()) < 0.995
+        found = {mode: safe_enumeration(model, AnswerSpace(allowed, EOS, max_length, mode), 0.01)[1]
+                 for mode in MODES}
+        assert len(found["full"].prefixes) < len(found["answer-mask"].prefixes)  # lower probabilities: fewer paths
+        common = dict(found["full"].answers).keys() & dict(found["answer-mask"].answers).keys()
+        for ids in common:
+            assert dict(found["full"].answers)[ids] > dict(found["answer-mask"].answers)[ids] + 1e-3
 
 
+FOREIGN = 40  # a letter: no answer token
+
+
+def prefers_a_foreign_token():
+    """The bigram model of conftest, changed so that after the output prefix (12) it most likely writes
+    FOREIGN and then eos, and otherwise digits as before."""
+    model, _ = bigram_model()
+    size = model.config.hidden_size
+    with torch.no_grad():
+        bigram = model.lm_head.weight.T * size ** 0.5  # logits[current, next]
+        bigram[12, FOREIGN], bigram[FOREIGN, :], bigram[FOREIGN, EOS] = 6.0, -4.0, 6.0
+        model.lm_head.weight.copy_(bigram.T / size ** 0.5)
+    return model
+
+
+def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token():
+    model = prefers_a_foreign_token()
+    full = generate(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "full"), SamplerSettings("greedy"))
+    assert [c.ids for c in full.completions] == [(FOREIGN, EOS)]  # it spells no grid: the solver counts it so
+    assert full.completions[0].nll == math.inf  # an answer's NLL counts answer tokens only
+    masked = generate(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "answer-mask"), SamplerSettings("greedy"))
+    assert len(masked.completions) == 1 and set(masked.completions[0].ids) <= set(WITH_NEWLINE)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed, scale, allowed, max_length", [
     (0, 10.0, SMALL, 8), (2, 10.0, WITH_NEWLINE, 8), (2, 20.0, WITH_NEWLINE, 12), (0, 10.0, WITH_NEWLINE, 12)])
-def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length):
+def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length, mode):
     model = model_for(seed, scale)
-    space = AnswerSpace(allowed, EOS, max_length)
+    space = AnswerSpace(allowed, EOS, max_length, mode)
     path = reference_greedy(model, space)
     result = generate(model, PROMPT, space, SamplerSettings("greedy"))
     assert result.forward_calls == len(path)
@@ -425,10 +527,11 @@ def test_greedy_cases_include_a_finished_and_an_unfinished_answer():
     assert finished == {True, False}
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("beams", [2, 4])
-def test_beam_search_answers_are_valid_and_scored_like_the_reference(beams):
+def test_beam_search_answers_are_valid_and_scored_like_the_reference(beams, mode):
     model = model_for(2, 10.0)
-    space = AnswerSpace(WITH_NEWLINE, EOS, 10)
+    space = AnswerSpace(WITH_NEWLINE, EOS, 10, mode)
     result = generate(model, PROMPT, space, SamplerSettings("beam", count=beams))
     assert 1 <= len(result.completions) <= beams
     assert_valid_answers(result, space)
@@ -437,9 +540,10 @@ def test_beam_search_answers_are_valid_and_scored_like_the_reference(beams):
     assert nlls == sorted(nlls)
 
 
-def test_sampling_is_seeded_valid_and_leaves_the_global_generator_alone():
+@pytest.mark.parametrize("mode", MODES)
+def test_sampling_is_seeded_valid_and_leaves_the_global_generator_alone(mode):
     model = model_for(0, 5.0)
-    space = AnswerSpace(WITH_NEWLINE, EOS, 10)
+    space = AnswerSpace(WITH_NEWLINE, EOS, 10, mode)
     settings = SamplerSettings("sample", count=6)
     torch.manual_seed(1234)
     state = torch.random.get_rng_state()
@@ -475,3 +579,78 @@ def test_sampler_settings_reject_unknown_kinds():
         SamplerSettings("beam", count=0)
     assert SamplerSettings("dfs", threshold=0.09).name == "DFS T=9%"
     assert SamplerSettings("sample", count=4).name == "stochastic x4"
+
+
+# -- deadlines -------------------------------------------------------------------------------------
+
+class FakeClock:
+    """Stands in for the ``time`` module of the code under test: each ``monotonic()`` reading moves
+    ``now`` on by ``step`` and returns it (``step=0``: time moves only when the test sets ``now``)."""
+
+    def __init__(self, step: float = 1.0):
+        self.now, self.step, self.readings = 0.0, step, 0
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        self.readings += 1
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake clock behind ``decoding.deadline_passed``, the one clock check of every search."""
+    fake = FakeClock()
+    monkeypatch.setattr(decoding_module, "time", fake)
+    return fake
+
+
+def test_a_deadline_stops_the_search_where_a_call_cap_would(clock):
+    space = AnswerSpace(SMALL, EOS, 8)
+    model = model_for(1, 10.0)
+    threshold, enumeration = safe_enumeration(model, space, 0.01)
+    full = dfs_search(model, PROMPT, space, DfsSettings(threshold))
+    reference = dict(enumeration.answers)
+    calls = set()
+    for seconds in (2, 3, 6, 12, len(enumeration.prefixes) // 2):
+        stopped = dfs_search(model, PROMPT, space, DfsSettings(threshold), deadline=clock.now + seconds)
+        assert stopped.forward_calls < full.forward_calls
+        assert stopped.capped.startswith("deadline reached with ") and "branches left" in stopped.capped
+        # what it found is exactly what a search allowed as many model calls finds: right, just not all
+        same = dfs_search(model, PROMPT, space, DfsSettings(threshold, max_forward_calls=stopped.forward_calls))
+        assert [c.ids for c in stopped.completions] == [c.ids for c in same.completions]
+        assert {c.ids for c in stopped.completions} <= set(reference)
+        for completion in stopped.completions:
+            assert completion.nll == pytest.approx(reference[completion.ids], abs=1e-4)
+        calls.add(stopped.forward_calls)
+    assert len(calls) == 5  # later deadlines, more of the search
+
+
+def test_a_search_whose_deadline_has_passed_calls_no_model():
+    model = model_for(0, 10.0)
+    space = AnswerSpace(WITH_NEWLINE, EOS, 10)
+    calls = []
+    handle = model.register_forward_hook(lambda *arguments: calls.append(1))
+    try:
+        for settings in (SamplerSettings("dfs", threshold=0.01), SamplerSettings("greedy"),
+                         SamplerSettings("beam", count=2), SamplerSettings("sample", count=3)):
+            result = generate(model, PROMPT, space, settings, deadline=time.monotonic() - 1)
+            assert result.completions == [] and result.forward_calls == 0
+            assert result.capped == DEADLINE_BEFORE_START
+        assert calls == []
+        generate(model, PROMPT, space, SamplerSettings("greedy"), deadline=time.monotonic() + 3600)
+        assert calls  # guard: the hook sees the model's calls
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("kind, seed", [("greedy", 0), ("beam", 1)])  # models whose answers run long
+def test_a_deadline_stops_the_baseline_samplers_between_tokens(clock, kind, seed):
+    model = model_for(seed, 10.0)
+    space = AnswerSpace(WITH_NEWLINE, EOS, 12)
+    settings = SamplerSettings(kind, count=2)
+    untimed = generate(model, PROMPT, space, settings)
+    assert untimed.forward_calls > 3 and untimed.capped is None
+    stopped = generate(model, PROMPT, space, settings, deadline=clock.now + 3)
+    assert 0 < stopped.forward_calls < untimed.forward_calls
+    assert stopped.completions == [] and stopped.capped == "deadline reached during generation"
+    assert set(stopped.dropped) == {"stopped by the deadline"}

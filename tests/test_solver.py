@@ -11,25 +11,32 @@ with two test inputs.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import bigram_model
+from test_dfs import FakeClock, prefers_a_foreign_token
 
+import arc_kit.decoding as decoding_module
 import arc_kit.solver as solver_module
+import arc_kit.ttt as ttt_module
 from arc_kit.augmentation import Augmentation
 from arc_kit.cli import main
 from arc_kit.datasets import load_tasks
 from arc_kit.decoding import Completion, SearchResult
+from arc_kit.dfs import DEADLINE_BEFORE_START
 from arc_kit.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.models import load_model
-from arc_kit.records import read_records
+from arc_kit.records import TaskRecord, read_records
 from arc_kit.run import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.solver import Solver
-from arc_kit.submission import submission_problems
-from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS
+from arc_kit.scoring import augmented_nlls
+from arc_kit.submission import build_submission, score_submission, submission_problems
+from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder, Vocabulary
 
@@ -57,7 +64,7 @@ def read_json(path: Path):
 
 def test_answers_from_different_augmentations_merge(monkeypatch):
     encoder = TaskEncoder(Vocabulary())
-    solver = Solver(None, encoder, SolveSettings(test_time_training=False))
+    solver = Solver(None, encoder, SolveSettings(test_time_training=False, batched=False))  # one search at a time
     train = [Pair([[1, 2, 3], [4, 5, 6]], [[6, 5, 4], [3, 2, 1]]), Pair([[7, 8]], [[8, 7]])]
     test_input = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.uint8)
     fixed = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.uint8)  # no symmetry maps it onto itself
@@ -66,7 +73,7 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     assert len({a.key for a in augmentations}) == 5
     calls = []
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0):
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None):
         augmentation = augmentations[len(calls)]
         expected_prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
                                                 max_len=solver.settings.max_len)
@@ -213,11 +220,11 @@ def count_solve_task(monkeypatch, fail_on: int | None = None, error=KeyboardInte
     calls = []
     original = Solver.solve_task
 
-    def counted(self, task, *rest):
+    def counted(self, task, *rest, **keywords):
         calls.append(task.id)
         if fail_on is not None and len(calls) == fail_on:
             raise error()
-        return original(self, task, *rest)
+        return original(self, task, *rest, **keywords)
 
     monkeypatch.setattr(Solver, "solve_task", counted)
     return calls
@@ -333,6 +340,313 @@ def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
     assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
 
 
+# -- deadlines ---------------------------------------------------------------------------------------
+
+def test_a_task_past_its_deadline_comes_back_at_once_with_a_well_formed_record(model_folder, tasks):
+    solver = make_solver(model_folder)
+    task = tasks[TASK_IDS[2]]  # two test inputs
+    calls = []
+    handle = solver.model.register_forward_hook(lambda *arguments: calls.append(1))
+    try:
+        record = solver.solve_task(task, deadline=time.monotonic() - 1, search_seconds=60)
+    finally:
+        handle.remove()
+    assert calls == []  # no training step, no search, no scoring
+    assert record.error is None and record.deadline_hit == "test-time training"
+    assert record.ttt.steps == 0 and record.ttt.stopped == "deadline reached after 0 of 2 steps"
+    assert len(record.tests) == 2 and record.timings["total"] < 5
+    for test in record.tests:
+        assert test.candidates == [] and test.attempts == [] and test.scoring_augmentations == []
+        assert test.search.capped == [f"{key}: {DEADLINE_BEFORE_START}" for key in test.inference_augmentations]
+    again = TaskRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert again.to_json() == record.to_json() and again.deadline_hit == "test-time training"
+    visible = tasks.select([task.id])
+    assert submission_problems(build_submission(visible, {task.id: again.attempts}), visible) == []
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that moves only when the test moves it, behind every deadline check (searches and training)."""
+    fake = FakeClock(step=0.0)
+    monkeypatch.setattr(decoding_module, "time", fake)
+    monkeypatch.setattr(ttt_module, "time", fake)
+    return fake
+
+
+def test_a_deadline_during_test_time_training_stops_it_between_steps(model_folder, tasks, clock):
+    solver = make_solver(model_folder, SETTINGS.replace(ttt=TestTimeSettings(steps=4)))
+
+    def late(*arguments):  # the first training step's forward takes us past the deadline
+        clock.now = 100.0
+
+    handle = solver.model.register_forward_hook(late)
+    try:
+        record = solver.solve_task(tasks[TASK_IDS[0]], deadline=10.0)
+    finally:
+        handle.remove()
+    assert record.error is None and record.deadline_hit == "test-time training"
+    assert record.ttt.steps == 1 and record.ttt.stopped == "deadline reached after 1 of 4 steps"
+    assert record.ttt.first_loss is not None
+    assert [test.candidates for test in record.tests] == [[]]
+
+
+def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nll(model_folder, tasks, clock,
+                                                                                monkeypatch):
+    settings = SETTINGS.replace(inference_augmentations=3, batched=False)
+    solver = make_solver(model_folder, settings)
+    searches, real_generate = [], solver_module.generate
+
+    def first_search_runs_late(*arguments, **keywords):
+        result = real_generate(*arguments, **keywords)
+        searches.append(keywords["deadline"])
+        clock.now = 100.0
+        return result
+
+    def no_scoring(*arguments, **keywords):
+        raise AssertionError("scored after the deadline")
+
+    monkeypatch.setattr(solver_module, "generate", first_search_runs_late)
+    monkeypatch.setattr(Solver, "score", no_scoring)
+    record = solver.solve_task(tasks[TASK_IDS[0]], deadline=10.0)
+    assert record.error is None and record.deadline_hit == "generation" and record.ttt.stopped is None
+    assert searches == [10.0, 10.0, 10.0]
+    test = record.tests[0]
+    assert test.scoring_augmentations == [] and len(test.candidates) >= 2  # guard: a real choice to make
+    first, *late = test.inference_augmentations
+    assert test.search.capped == [f"{key}: {DEADLINE_BEFORE_START}" for key in late]
+    assert all(set(c.generation_nlls) == {first} for c in test.candidates)  # found before the deadline only
+    ranked = sorted(test.candidates, key=lambda c: c.best_generation_nll)
+    assert [a.tolist() for a in test.attempts] == [c.grid.tolist() for c in ranked[:2]]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_each_search_gets_the_earlier_of_the_task_deadline_and_its_own_cap(model_folder, tasks, clock, monkeypatch,
+                                                                           batched):
+    monkeypatch.setattr(solver_module, "time", clock)
+    solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False, inference_augmentations=3,
+                                                        batched=batched))
+    deadlines, later = [], iter([50.0, 98.0, 99.0])
+    single, lanes = solver_module.generate, solver_module.batched_dfs_search
+
+    def timed(search):
+        def run(*arguments, **keywords):
+            deadlines.append(keywords["deadline"])
+            result = search(*arguments, **keywords)
+            clock.now = next(later)
+            return result
+        return run
+
+    monkeypatch.setattr(solver_module, "generate", timed(single))
+    monkeypatch.setattr(solver_module, "batched_dfs_search", timed(lanes))
+    record = solver.solve_task(tasks[TASK_IDS[0]], deadline=100.0, search_seconds=5.0)
+    # first search at 0: its own 5 s; next at 50: 55; next at 98: the task's 100 (the lanes count as one search)
+    assert deadlines == ([5.0, 55.0] if batched else [5.0, 55.0, 100.0])
+    assert record.error is None and record.deadline_hit is None
+    assert len(record.tests[0].scoring_augmentations) == 2  # time was left: scored as usual
+
+
+def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch):
+    solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False))
+    monkeypatch.setattr(Solver, "sample", lambda *arguments, **keywords: 1 / 0)
+    calls = count_solve_task(monkeypatch)
+    record = solver.solve_with_retry(tasks[TASK_IDS[0]])
+    assert calls == [TASK_IDS[0]] * 2 and record.retried_after.startswith("ZeroDivisionError")
+    calls.clear()
+    record = solver.solve_with_retry(tasks[TASK_IDS[0]], deadline=time.monotonic() + 3600, search_seconds=1.0)
+    assert len(calls) == 2 and record.error.startswith("ZeroDivisionError")
+    calls.clear()
+    monkeypatch.setattr(Solver, "adapt", lambda *arguments, **keywords: 1 / 0)
+    record = solver.solve_with_retry(tasks[TASK_IDS[0]], deadline=time.monotonic() - 1)
+    assert calls == [TASK_IDS[0]] and record.retried_after is None and record.error.startswith("ZeroDivisionError")
+
+
+def test_records_without_the_deadline_fields_still_read():
+    old = {"task_id": "abc", "test": [], "timings": {"total": 1.0}, "error": None, "rung": 0,
+           "ttt": {"steps": 64, "seconds": 3.0, "skipped": None, "first_loss": 1.0, "last_loss": 0.5}}
+    record = TaskRecord.from_json(old)
+    assert record.deadline_hit is None and record.ttt.stopped is None and record.extra == {}
+    assert "deadline_hit" not in record.to_json()  # written only when it happened
+    record.deadline_hit = "generation"
+    assert TaskRecord.from_json(record.to_json()).deadline_hit == "generation"
+
+
+# -- one token budget --------------------------------------------------------------------------------
+
+def test_the_solve_budget_reaches_the_test_time_training_sequences(model_folder, tasks):
+    """SolveSettings(max_len=N): prompts and test-time training sequences both keep within N tokens."""
+    task = tasks["6ea4a07e"].without_solutions()  # six 3x3 pairs: 211 tokens in one sequence, 130 for three
+    lengths = {}
+    for budget in (None, 140):
+        loaded = load_model(model_folder, device="cpu")
+        solver = Solver(loaded.model, loaded.encoder(), SETTINGS.replace(max_len=budget))
+        expected = budget or loaded.token_budget()
+        assert solver.settings.max_len == solver.encoder.max_len == solver.trainer.encoder.max_len == expected
+        seen = []
+        solver.model.register_forward_pre_hook(
+            lambda module, arguments, keywords: seen.append(keywords["input_ids"].shape[1]), with_kwargs=True)
+        summary = solver.adapt(task)
+        assert summary.steps == 2 and summary.skipped is None
+        lengths[budget] = seen
+    assert max(lengths[None]) > 140 >= max(lengths[140]) >= 103  # pairs dropped to fit, two or more kept
+    # an unset budget is filled from the encoder, never left to differ from it
+    encoder = TaskEncoder(Vocabulary(), max_len=3000)
+    assert Solver(None, encoder, SolveSettings(test_time_training=False)).settings.max_len == 3000
+
+
+# -- how answers are measured, and how many are submitted -------------------------------------------
+
+SMALL_TRAIN = (Pair([[1, 2], [3, 4]], [[3]]), Pair([[5, 6]], [[5]]))
+SMALL_TEST = np.array([[7, 7]], dtype=np.uint8)
+
+
+def test_the_solver_measures_every_nll_as_its_settings_say():
+    model, _ = bigram_model()
+    encoder = TaskEncoder(Vocabulary())
+    views = Augmentation.inference_set(np.random.default_rng(2), len(SMALL_TRAIN), 2)
+    found = {}
+    for mode in ("full", "answer-mask"):
+        solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=mode,
+                                                      sampler=SamplerSettings("dfs", threshold=0.05)))
+        assert solver.space.probabilities == mode
+        candidates, _ = solver.sample(model, SMALL_TRAIN, SMALL_TEST, views, solver.settings.sampler,
+                                      np.random.default_rng(0))
+        solver.score(model, SMALL_TRAIN, SMALL_TEST, candidates, views)
+        expected = augmented_nlls(model, encoder, SMALL_TRAIN, SMALL_TEST, [c.grid for c in candidates], views,
+                                  probabilities=mode)
+        np.testing.assert_allclose([c.scoring_nlls for c in candidates], expected, rtol=0, atol=1e-6)
+        found[mode] = {grid_key(c.grid): c for c in candidates}
+    common = found["full"].keys() & found["answer-mask"].keys()
+    assert common  # guard: the same grids found both ways, measured differently
+    for key in common:
+        full, masked = found["full"][key], found["answer-mask"][key]
+        assert full.best_generation_nll > masked.best_generation_nll + 1e-3
+        assert all(a > b for a, b in zip(full.scoring_nlls, masked.scoring_nlls))
+    assert len(found["full"]) <= len(found["answer-mask"])  # lower probabilities: no more answers above T
+
+
+def test_under_the_full_softmax_a_foreign_token_is_counted_as_not_a_grid():
+    model = prefers_a_foreign_token()
+    encoder = TaskEncoder(Vocabulary())
+    for mode, grids in (("full", 0), ("answer-mask", 1)):
+        solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=mode))
+        candidates, stats = solver.sample(model, SMALL_TRAIN, SMALL_TEST, [Augmentation()], SamplerSettings("greedy"),
+                                          np.random.default_rng(0))
+        assert len(candidates) == grids and stats.answers == 1 and stats.not_grids == 1 - grids
+
+
+def test_one_attempt_is_the_top_candidate_and_the_submission_repeats_it(model_folder, tasks):
+    task = tasks[TASK_IDS[0]]
+    two = make_solver(model_folder, SETTINGS.replace(test_time_training=False)).solve_task(task)
+    one = make_solver(model_folder, SETTINGS.replace(test_time_training=False, attempts=1)).solve_task(task)
+    assert len(two.tests[0].attempts) == 2 and len(one.tests[0].attempts) == 1
+    assert grids_equal(one.tests[0].attempts[0], two.tests[0].attempts[0])
+    visible = tasks.select([task.id])
+    entry = build_submission(visible, {task.id: one.attempts}, attempts=1)[task.id][0]
+    assert entry["attempt_1"] == entry["attempt_2"] == grid_to_json(one.tests[0].attempts[0])
+    assert submission_problems({task.id: [entry]}, visible) == []
+    with pytest.raises(ValueError, match="attempts must be 1 or 2"):
+        SolveSettings(attempts=3)
+
+
+def test_a_one_attempt_run_writes_repeated_attempts_and_scores_only_the_first(model_folder, tasks, tmp_path):
+    settings = SETTINGS.replace(test_time_training=False, attempts=1)
+    run = solve(tasks.select(TASK_IDS[:2]), make_solver(model_folder, settings), tmp_path / "run", progress=False)
+    submission = read_json(tmp_path / "run" / "submission.json")
+    assert all(entry["attempt_1"] == entry["attempt_2"] for entries in submission.values() for entry in entries)
+    assert read_json(tmp_path / "run" / "score.json")["attempts"] == 1
+    expected = score_submission(submission, tasks.select(TASK_IDS[:2]), attempts=1)
+    assert run.score.correct == expected.correct
+    for task_id, record in run.records.items():  # each record's own verdict counts its first answer only
+        answers = tasks[task_id].test_outputs
+        assert record.correct == [bool(test.attempts) and grids_equal(test.attempts[0], answer)
+                                  or (not test.attempts and entry["attempt_1"] == grid_to_json(answer))
+                                  for test, answer, entry in zip(record.tests, answers, submission[task_id])]
+
+
+def test_the_metric_counts_only_the_first_attempt_with_one():
+    solutions = {"a": [[[1]], [[2]]], "b": [[[3]]]}
+    submission = {"a": [{"attempt_1": [[1]], "attempt_2": [[0]]}, {"attempt_1": [[0]], "attempt_2": [[2]]}],
+                  "b": [{"attempt_1": [[0]], "attempt_2": [[3]]}]}
+    assert score_submission(submission, solutions).correct == 3
+    top1 = score_submission(submission, solutions, attempts=1)
+    assert top1.correct == 1 and top1.total == 3
+    assert top1.table.set_index("task_id").loc["a", "right_attempts"] == "attempt_1 -"
+    with pytest.raises(ValueError, match="attempts must be 1 or 2"):
+        score_submission(submission, solutions, attempts=0)
+
+
+def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
+    records = {  # two test outputs: the first right in attempt 1, the second right in attempt 2 only
+        "t": {"correct": {stage: [True, True] for stage in ABLATION_STAGES},
+              "correct_top1": {stage: [True, False] for stage in ABLATION_STAGES},
+              "seconds": {}, "stages": {}}}
+    table = ablation_table(records, SolveSettings(), tmp_path).table.set_index("stage")
+    assert (table["correct"] == 2).all() and (table["correct_top1"] == 1).all()
+    assert (table["accuracy_percent"] == 100.0).all() and (table["accuracy_top1_percent"] == 50.0).all()
+    samplers = [SamplerSettings("greedy")]
+    entry = {"seconds": 1.0, "candidates": [3, 2], "found": [True, True], "peak_memory_gb": None, "capped": 0,
+             "correct": {a: [True, True] for a in ("product", "min", "max", "sum")},
+             "correct_top1": {a: [False, True] for a in ("product", "min", "max", "sum")}}
+    run = sampler_table({"t": {"samplers": {"greedy": entry}, "ttt": {}}}, samplers, SolveSettings(), tmp_path)
+    row = run.table.set_index("sampler").loc["greedy"]
+    assert row["accuracy_product_percent"] == 100.0 and row["accuracy_product_top1_percent"] == 50.0
+    assert "full softmax" in run.markdown and "_top1" in run.markdown
+    old = {key: value for key, value in entry.items() if key != "correct_top1"}  # a record of an earlier kit
+    row = sampler_table({"t": {"samplers": {"greedy": old}, "ttt": {}}}, samplers, SolveSettings(),
+                        tmp_path).table.set_index("sampler").loc["greedy"]
+    assert row["accuracy_product_percent"] == 100.0 and pd.isna(row["accuracy_product_top1_percent"])
+
+
+# -- batched by default ------------------------------------------------------------------------------
+
+def spy_on_the_batched_paths(monkeypatch) -> dict:
+    """Count batched DFS lane calls and the ``batched`` flag of every scoring call the solver makes."""
+    seen = {"lanes": 0, "scoring": []}
+    lanes, nlls = solver_module.batched_dfs_search, solver_module.augmented_nlls
+
+    def counted_lanes(*arguments, **keywords):
+        seen["lanes"] += 1
+        return lanes(*arguments, **keywords)
+
+    def flagged_nlls(*arguments, **keywords):
+        seen["scoring"].append(arguments[8])  # (model, encoder, train, test input, grids, views, batch, len, batched)
+        return nlls(*arguments, **keywords)
+    monkeypatch.setattr(solver_module, "batched_dfs_search", counted_lanes)
+    monkeypatch.setattr(solver_module, "augmented_nlls", flagged_nlls)
+    return seen
+
+
+def test_the_solver_and_the_tables_search_and_score_batched_by_default(model_folder, tasks, monkeypatch):
+    assert SolveSettings().batched is True and SETTINGS.batched is True  # SETTINGS leaves it at its default
+    seen = spy_on_the_batched_paths(monkeypatch)
+    solver = make_solver(model_folder)
+    record = solver.solve_task(tasks[TASK_IDS[0]])
+    assert record.error is None and seen["lanes"] == 1 and seen["scoring"] == [True]
+    seen.update(lanes=0, scoring=[])
+    ablation_task(solver, tasks[TASK_IDS[0]], threshold=0.05)  # the ablation's +DFS stage and its scoring
+    assert seen["lanes"] == 1 and seen["scoring"] and all(seen["scoring"])
+    seen.update(lanes=0, scoring=[])
+    make_solver(model_folder, SETTINGS.replace(batched=False)).solve_task(tasks[TASK_IDS[0]])
+    assert seen["lanes"] == 0 and seen["scoring"] == [False]  # the off switch
+
+
+def test_the_kaggle_run_and_every_preset_are_batched_through_their_settings():
+    import argparse
+    import inspect
+
+    from arc_kit import kaggle
+    from arc_kit.cli import add_settings_options, settings_from_options
+    from arc_kit.settings import SOLVE_PRESETS, smoke
+
+    default = inspect.signature(kaggle.run_competition).parameters["settings"].default
+    assert default.batched and smoke(default).batched
+    assert all(preset.batched for preset in SOLVE_PRESETS.values())
+    parser = argparse.ArgumentParser()
+    add_settings_options(parser, SolveSettings(), "method")
+    assert settings_from_options(parser.parse_args([]), SolveSettings()).batched is True
+    assert settings_from_options(parser.parse_args(["--no-batched"]), SolveSettings()).batched is False
+
+
 # -- the commands ------------------------------------------------------------------------------------
 
 TINY = ["--ttt-steps", "1", "--augmentations", "2", "--scoring-augmentations", "2", "--max-len", "2048",
@@ -368,6 +682,8 @@ def test_ablation_command_writes_every_stage(model_folder, tmp_path, capsys):
     assert all(f"| {stage} |" in markdown for stage in ABLATION_STAGES)
     record = read_json_lines(out / "ablation_records.jsonl")[0]
     assert record["task_id"] == TASK_IDS[0] and record["ttt"]["steps"] == 1
+    assert record["probabilities"] == "full"  # the solver's measure, the default
+    assert table["correct_top1"].between(0, table["correct"]).all() and "accuracy_top1_percent" in table
     # DFS at 9% finds every greedy answer of this model (each has probability above 9%) and more
     assert record["candidates"]["+DFS"][0] > record["candidates"]["+16xAug"][0] >= 1
     assert all(len(record["stages"][stage][0]) >= 1 for stage in ABLATION_STAGES)
@@ -413,7 +729,7 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     solver = make_solver(model_folder, SETTINGS.replace(sampler=SamplerSettings("greedy")))
     encoder = solver.encoder
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0):
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None):
         # the decoy is the likelier single sample everywhere: only the scoring can rescue the right answer
         view = next(a for a in current["views"] if np.array_equal(
             prompt_ids, encoder.encode_prompt(a.apply_pairs(task.train), a.apply_grid(task.test[0].input),

@@ -21,6 +21,7 @@ from arc_kit.submission import (
     build_submission,
     detect_kind,
     load_submission,
+    score_file,
     score_submission,
     solutions_problems,
     submission_problems,
@@ -565,3 +566,73 @@ def test_validate_file_on_a_missing_file_or_a_folder(tmp_path):
     bytes_path = tmp_path / "latin1.json"
     bytes_path.write_bytes(b'{"\xe9": 1}')  # latin-1, not UTF-8
     assert "not UTF-8" in validate_file(bytes_path)[1][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sets that are not for the competition: answers as wide as the set's own limit
+
+WIDE_CHALLENGES = {"w": challenge([[3] * 40], train=(([[1] * 40], [[2] * 40]),)), "s": challenge([[4]])}
+WIDE_SOLUTIONS = {"w": [[[5] * 40]], "s": [[[6, 6]]]}
+
+
+def reference_correct(submission, solutions):
+    """The metric written plainly: a test output counts when either attempt equals it as JSON."""
+    return sum(any(entry.get(name) == answer for name in ("attempt_1", "attempt_2"))
+               for task_id, answers in solutions.items() for entry, answer in zip(submission.get(task_id, []), answers))
+
+
+def test_a_wide_set_keeps_and_scores_its_wide_answers_and_the_competition_keeps_30():
+    tasks = parse_tasks(copy.deepcopy(WIDE_CHALLENGES), copy.deepcopy(WIDE_SOLUTIONS), max_side=40)
+    wide_answer, too_wide = np.full((1, 40), 5, dtype=np.uint8), np.ones((1, 41), dtype=np.uint8)
+    answers = {"w": [[too_wide, wide_answer]], "s": [[[[6, 6]]]]}
+    submission = build_submission(tasks, answers)
+    assert attempts(submission["w"][0]) == ([[5] * 40], [[3] * 40])  # 41 wide passed over; the input as fallback
+    assert submission_problems(submission, tasks) == [] and solutions_problems(WIDE_SOLUTIONS, tasks) == []
+    score = score_submission(submission, tasks)
+    assert (score.correct, score.total) == (reference_correct(submission, WIDE_SOLUTIONS), 2) == (2, 2)
+    assert score_submission(submission, WIDE_SOLUTIONS).correct == 2  # the answers bound the attempts
+    # the competition's limit where no wider set says otherwise: counts, or an explicit 30
+    for limit in ({"challenges": {"w": 1, "s": 1}}, {"challenges": tasks, "max_side": 30}):
+        competition = build_submission(limit["challenges"], answers, max_side=limit.get("max_side"))
+        assert competition["w"][0]["attempt_1"] == [[0]] and competition["s"][0]["attempt_1"] == [[6, 6]]
+        assert "task w: [0].attempt_1 has 40 columns, at most 30 allowed" in submission_problems(submission, **limit)
+    assert "task w: [0] has 40 columns, at most 30 allowed" in solutions_problems(WIDE_SOLUTIONS)
+    assert submission_problems(submission, max_side=39) != [] and submission_problems(submission, max_side=40) == []
+
+
+def test_write_load_and_score_files_of_a_wide_set(tmp_path):
+    tasks = parse_tasks(copy.deepcopy(WIDE_CHALLENGES), copy.deepcopy(WIDE_SOLUTIONS), max_side=40)
+    path = write_submission(tmp_path / "submission.json", build_submission(tasks, {"w": [[[[5] * 40]]]}), tasks)
+    assert load_submission(path, tasks)["w"][0]["attempt_1"] == [[5] * 40]
+    with pytest.raises(InvalidDataError, match="40 columns, at most 30 allowed"):
+        load_submission(path, {"w": 1, "s": 1})
+    score, problems = score_file(path, WIDE_SOLUTIONS, max_side=40)
+    assert (score.correct, problems) == (1, [])
+    score, problems = score_file(path, tasks)  # a TaskSet brings its own limit
+    assert (score.correct, problems) == (1, [])
+    score, problems = score_file(path, WIDE_SOLUTIONS)
+    assert score.correct == 1 and any("40 columns, at most 30 allowed" in problem for problem in problems)
+    write(tmp_path, "solutions.json", WIDE_SOLUTIONS)
+    for name, kind in (("submission.json", "submission"), ("solutions.json", "solutions")):
+        assert validate_file(tmp_path / name, max_side=40) == (kind, [])
+        found_kind, problems = validate_file(tmp_path / name)
+        assert found_kind == kind and any("40 columns, at most 30 allowed" in problem for problem in problems)
+
+
+DEEP = "[" * 50_000 + "]" * 50_000  # past json's recursion limit on every Python the kit supports
+
+
+def test_entries_json_cannot_read_are_named_in_submissions_and_solutions(tmp_path):
+    good = json.dumps([{"attempt_1": [[1]], "attempt_2": [[1]]}])
+    path = write(tmp_path, "submission.json", '{"a": ' + good + ', "b": ' + DEEP + ', "c": ' + "9" * 5001 + "}")
+    kind, problems = validate_file(path)
+    assert kind == "submission" and [problem.split(":")[0] for problem in problems] == ["task b", "task c"]
+    assert problems[0].startswith("task b: cannot be read: JSON nested too deeply")
+    assert problems[1].startswith("task c: cannot be read: a number with 5001 digits")
+    score, problems = score_file(path, {"a": [[[1]]], "b": [[[1]]], "c": [[[1]]]})
+    assert (score.correct, score.total) == (1, 3) and len(problems) == 2
+    path = write(tmp_path, "solutions.json", '{"a": [[[1]]], "b": ' + DEEP + "}")
+    kind, problems = validate_file(path)
+    assert kind == "solutions" and len(problems) == 1 and problems[0].startswith("task b: cannot be read: JSON")
+    kind, problems = validate_file(write(tmp_path, "only.json", '{"b": ' + DEEP + "}"))
+    assert problems[0].startswith("task b: cannot be read: JSON nested too deeply") and "--kind" in problems[1]

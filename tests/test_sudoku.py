@@ -9,9 +9,13 @@ import pytest
 from arc_kit.records import TaskRecord, TestResult
 from arc_kit.scoring import Candidate
 from arc_kit.sudoku import (
+    DEFAULT_CLUES,
+    SUDOKU_3M_CLUES,
     SudokuAugmentation,
     SudokuPool,
     clue_count,
+    clue_histogram,
+    clue_weights,
     count_solutions,
     generate_puzzle,
     generate_puzzles,
@@ -20,7 +24,7 @@ from arc_kit.sudoku import (
     is_valid_solution,
     keeps_clues,
     load_csv,
-    parse_clue_range,
+    parse_clues,
     score_answer,
     solve,
     write_csv,
@@ -78,12 +82,41 @@ def test_generated_puzzles_are_unique_and_reproducible():
     assert generate_puzzles(1, seed=4, clues=(24, 40)) != pairs[:1]
 
 
-def test_generator_reaches_a_spread_of_clues():
-    counts = [clue_count(generate_puzzle(np.random.default_rng((9, i)), (19, 31)).input) for i in range(8)]
-    assert min(counts) <= 28 and max(counts) <= 40 and len(set(counts)) > 1
-    with pytest.raises(ValueError):
+def test_generator_reaches_the_low_twenties():
+    """A target of 22 clues is reached by retrying removal orders (one pass gets there ~1 time in 27)."""
+    pairs = [generate_puzzle(np.random.default_rng((9, i)), (22, 22)) for i in range(2)]
+    assert [clue_count(pair.input) for pair in pairs] == [22, 22]
+    assert all(count_solutions(pair.input, limit=3) == 1 and keeps_clues(pair.input, pair.output) for pair in pairs)
+    # an unreachable target keeps the best pass: unique, minimal, above the target
+    pair = generate_puzzle(np.random.default_rng(1), (17, 17), max_passes=2)
+    assert count_solutions(pair.input, limit=3) == 1 and clue_count(pair.input) > 17
+    blanked = [pair.input.copy() for _ in range(clue_count(pair.input))]
+    for grid, (row, column) in zip(blanked, zip(*np.nonzero(pair.input))):
+        grid[row, column] = 0
+    assert all(count_solutions(grid, limit=2) == 2 for grid in blanked)  # no clue can go: minimal
+
+
+def test_default_clues_follow_sudoku_3m():
+    weights = clue_weights(DEFAULT_CLUES)
+    assert min(weights) == 19 and max(weights) == 31 and max(weights, key=weights.get) == 24
+    shares = {count: weight / sum(weights.values()) for count, weight in weights.items()}
+    assert 0.95 < sum(shares[count] for count in range(22, 28)) < 1.0
+    counts = list(clue_histogram(generate_puzzles(12, seed=5)).items())
+    assert 21 <= counts[0][0] and counts[-1][0] <= 28 and len(counts) >= 3
+    assert clue_weights((40, 42)) == {40: 1.0, 41: 1.0, 42: 1.0}
+    with pytest.raises(ValueError, match="17-81"):
         generate_puzzle(np.random.default_rng(0), (10, 20))
-    assert parse_clue_range("19-31") == (19, 31) and parse_clue_range("25") == (25, 25)
+    with pytest.raises(ValueError, match="17-81"):
+        clue_weights((30, 20))
+    assert parse_clues("19-31") == (19, 31) and parse_clues("25") == (25, 25)
+    assert parse_clues("sudoku-3m") == dict(SUDOKU_3M_CLUES)
+    with pytest.raises(ValueError, match="not a clue range"):
+        parse_clues("easy")
+
+
+def test_excluded_solutions_are_skipped():
+    first, *rest = generate_puzzles(3, seed=6, clues=(30, 35))
+    assert generate_puzzles(2, seed=6, clues=(30, 35), exclude=[first]) == rest
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -168,16 +201,19 @@ def test_metrics_and_curve_from_records():
 
 
 def test_one_puzzle_per_training_sequence():
+    """Through the trainer's own dataset (``pretrain`` draws from it), whatever the kit's default sampler."""
     from arc_kit.sudoku_run import SUDOKU_SEQUENCES
     from arc_kit.text_format import TaskEncoder, Vocabulary
-    from arc_kit.training_data import sample_sequence
+    from arc_kit.training_data import SequenceDataset
 
     encoder = TaskEncoder(Vocabulary())
-    pool = SudokuPool([Pair(PUZZLE, SOLUTION)], copies=10)
-    encoded = sample_sequence(pool, np.random.default_rng(0), encoder, SUDOKU_SEQUENCES)
-    assert encoded.loss_mask.sum() == 81 + 8 + 1 + 1  # the solution's cells, row ends, end of example, eos
-    text = encoder.text(encoded.ids)
-    assert text.count("I") == 1 and len(encoded) < 256
+    pool = SudokuPool([Pair(PUZZLE, SOLUTION), Pair(SOLUTION, SOLUTION)], copies=10)
+    dataset = SequenceDataset({"sudoku": pool}, encoder, SUDOKU_SEQUENCES, length=6)
+    for index in range(len(dataset)):
+        _, encoded = dataset.sequence(index)
+        assert encoded.loss_mask.sum() == 81 + 8 + 1 + 1  # the solution's cells, row ends, end of example, eos
+        text = encoder.text(encoded.ids)
+        assert text.count("I") == 1 and len(encoded) < 256
 
 
 def test_the_whole_command_on_a_micro_model(tmp_path):
@@ -196,4 +232,32 @@ def test_the_whole_command_on_a_micro_model(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     assert metrics["puzzles"] == 2 and 0.0 <= metrics["top1_accuracy_poe"] <= metrics["solution_found"] + 1e-9
     assert (out / "threshold_curve.png").stat().st_size > 0
-    assert len((out / "records.jsonl").read_text().splitlines()) == 2
+    first = (out / "records.jsonl").read_text().splitlines()
+    assert len(first) == 2
+    same = ["--threshold", "0.3", "--augmentations", "2", "--scoring-augmentations", "2", "--max-forward-calls", "100"]
+    assert main(["sudoku", "evaluate", "--model", str(model), "--puzzles", str(puzzles), "--limit", "3",
+                 "--out", str(out), *same]) == 0  # resumes: the two done are kept, one more is solved
+    again = (out / "records.jsonl").read_text().splitlines()
+    assert again[:2] == first and len(again) == 3
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["puzzles"] == 3
+    assert main(["sudoku", "evaluate", "--model", str(model), "--puzzles", str(puzzles), "--out", str(out),
+                 "--threshold", "0.2"]) != 0  # other settings: refused, not mixed in
+
+
+def test_evaluation_follows_the_solver_defaults():
+    from dataclasses import fields
+
+    from arc_kit.settings import SolveSettings
+    from arc_kit.sudoku_run import SudokuEvalSettings
+
+    solve = SudokuEvalSettings(threshold=0.05, batched=True).solve_settings()
+    default = SolveSettings()
+    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs" and solve.batched
+    assert not solve.test_time_training and solve.inference_augmentations == solve.scoring_augmentations == 8
+    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "batched",
+                "seed", "max_len"}
+    for item in fields(SolveSettings):
+        if item.name not in set_here:
+            assert getattr(solve, item.name) == getattr(default, item.name), item.name
+    with pytest.raises(ValueError, match="threshold"):
+        SudokuEvalSettings(threshold=0.0)

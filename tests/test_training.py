@@ -26,7 +26,7 @@ import torch
 
 import arc_kit
 from arc_kit.datasets import load_tasks
-from arc_kit.models import create_model, load_model
+from arc_kit.models import create_model, load_model, token_budget_of
 from arc_kit.optimization import embedding_module_names, parameter_groups
 from arc_kit.provenance import git_commit
 from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
@@ -37,6 +37,7 @@ from arc_kit.training import (
     BatchOrder,
     prepare_for_training,
     pretrain,
+    token_budget_after_training,
 )
 from arc_kit.training_data import (
     PaddingCollator,
@@ -357,6 +358,7 @@ class Run:
         return json.loads((self.folder / "arc_kit.json").read_text())
 
 
+PROMPT_BUDGET = 2048  # the trained model's own budget (512, what it trained with) has no room for a 30x30 answer
 SCRATCH = training_preset("from-scratch").replace(
     steps=40, batch_size=2, gradient_accumulation=1, learning_rate=3e-3, embedding_learning_rate=3e-3, log_every=5,
     save_every=20, sequences=SequenceSettings(max_len=512))
@@ -430,11 +432,23 @@ def test_pretrain_records_settings_version_commit_and_seeds(trained):
         assert training["git_commit"] is None
 
 
+def test_a_fine_tuned_model_keeps_its_positions_and_a_model_from_scratch_its_training_length():
+    assert token_budget_after_training(True, 512, 8192) == 512
+    assert token_budget_after_training(False, 2048, 8192) == 8192
+    assert token_budget_after_training(False, 16384, 8192) == 16384
+    assert token_budget_after_training(False, 2048, None) == 2048
+
+
+def test_pretrain_records_the_token_budget_it_trained_with(trained):
+    assert trained.info["token_budget"] == trained.settings.sequences.max_len == 512
+    assert token_budget_of(trained.folder) == 512  # before the model's 8192 positions
+
+
 def test_pretrained_model_loads_and_generates(trained, tasks):
     loaded = load_model(trained.folder, device="cpu")
     assert loaded.model.config.use_cache is True
     task = tasks.tasks()[0]
-    prompt = loaded.encoder().encode_prompt(task.train, task.test[0].input)
+    prompt = loaded.encoder(max_len=PROMPT_BUDGET).encode_prompt(task.train, task.test[0].input)
     ids = torch.from_numpy(prompt.ids)[None]
     out = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
     new = out[0, ids.shape[1]:].tolist()
@@ -608,7 +622,7 @@ def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
     from arc_kit import ttt
 
     loaded = load_model(trained.folder, device="cpu")
-    encoder = loaded.encoder()
+    encoder = loaded.encoder(max_len=PROMPT_BUDGET)
     examples, held_out = list(ttt_task.train[:-1]), ttt_task.train[-1]
     ids = torch.from_numpy(encoder.encode_prompt(examples, held_out.input).ids)[None]
     base_logits = logits_of(loaded.model, ids)
@@ -657,7 +671,7 @@ def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
 
 def test_test_time_training_skips_a_single_pair(trained, ttt_task):
     loaded = load_model(trained.folder, device="cpu")
-    encoder = loaded.encoder()
+    encoder = loaded.encoder(max_len=PROMPT_BUDGET)
     trainer = TestTimeTrainer(loaded.model, encoder, TestTimeSettings(steps=2, lora_rank=2))
     ids = torch.from_numpy(encoder.encode_prompt(ttt_task.train[:1], ttt_task.test[0].input).ids)[None]
     before = logits_of(trainer.model, ids)

@@ -1,24 +1,25 @@
-"""Several workers: tasks dealt by estimated cost, and a run split over worker processes equals one process.
+"""Several workers: a queue the parent owns, a watchdog, and a run split over worker processes equals one process.
 
 The workers are real subprocesses (``python -m arc_kit worker PLAN``) on the CPU, running the bigram
-micro model of test_solver.py (it writes small grids, so every task has real candidates and the
-comparison of two runs means something) on four small ARC-AGI-1 evaluation tasks.
+micro model of conftest.py (it writes small grids, so every task has real candidates and the
+comparison of two runs means something) on four small ARC-AGI-1 evaluation tasks. The watchdog's
+tests start the real worker loop (``workers.run_worker``) with a fake solve that dies, hangs or
+answers [[7]], so that what the parent does about a dead or hung worker takes seconds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from arc_kit import workers
 from arc_kit.datasets import load_tasks
 from arc_kit.models import load_model
@@ -27,7 +28,7 @@ from arc_kit.run import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.solver import Solver
 from arc_kit.submission import submission_problems
-from arc_kit.workers import deal, solve_in_workers
+from arc_kit.workers import WatchdogSettings, solve_in_workers
 
 TASK_IDS = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b"]  # not in id order: records must follow this order
 SETTINGS = SolveSettings(
@@ -39,45 +40,6 @@ POLL = 0.2  # seconds between the parent's merges (5 by default); the tests wait
 
 def read_json(path: Path):
     return json.loads(Path(path).read_text())
-
-
-# -- dealing tasks to workers -------------------------------------------------------------------------
-
-def loads(shares: list[list[str]], costs: dict[str, float]) -> list[float]:
-    return [sum(costs[task_id] for task_id in share) for share in shares]
-
-
-def test_deal_balances_hand_made_costs_and_keeps_each_worker_in_task_order():
-    costs = {"a": 2.0, "b": 9.0, "c": 4.0, "d": 5.0, "e": 3.0, "f": 1.0}  # 24 in all: 12 + 12 is possible
-    shares = deal(costs, 2)
-    assert sorted(task_id for share in shares for task_id in share) == sorted(costs)
-    assert loads(shares, costs) == [12.0, 12.0]
-    order = list(costs)
-    for share in shares:
-        assert share == sorted(share, key=order.index)
-    # longest first, each to the least loaded (the first on a tie): b | d, c | e | a | f
-    assert shares == [["b", "e"], ["a", "c", "d", "f"]]
-
-
-def test_deal_with_more_workers_than_tasks_leaves_some_idle():
-    shares = deal({"x": 1.0, "y": 5.0}, 4)
-    assert shares == [["y"], ["x"], [], []]
-    assert deal({}, 3) == [[], [], []]
-    assert deal({"x": 1.0, "y": 2.0, "z": 3.0}, 1) == [["x", "y", "z"]]
-
-
-@given(st.dictionaries(st.text("abcdef0123", min_size=1, max_size=6),
-                       st.floats(0.0, 1000.0, allow_nan=False), max_size=30),
-       st.integers(1, 6))
-def test_deal_keeps_every_task_exactly_once_and_no_worker_carries_more_than_one_task_too_much(costs, count):
-    shares = deal(costs, count)
-    assert len(shares) == count
-    dealt = [task_id for share in shares for task_id in share]
-    assert sorted(dealt) == sorted(costs) and len(dealt) == len(set(dealt))
-    if costs:
-        # the heaviest worker got its last task while it was the lightest
-        spread = max(loads(shares, costs)) - min(loads(shares, costs))
-        assert spread <= max(costs.values()) + 1e-9
 
 
 # -- a run over worker processes ------------------------------------------------------------------------
@@ -101,7 +63,8 @@ class PopenSpy:
 
 def watch_workers(patch: pytest.MonkeyPatch, popen) -> None:
     """Start the workers through ``popen`` (only those: other subprocesses, git say, run as usual)."""
-    patch.setattr(workers, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT))
+    patch.setattr(workers, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT,
+                                                         TimeoutExpired=subprocess.TimeoutExpired))
 
 
 @pytest.fixture(scope="module")
@@ -146,21 +109,21 @@ def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
 def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two_workers, tasks):
     out, run, calls = two_workers
     assert len(calls) == 2  # both workers had tasks
-    gpus = [str(index) for index in range(workers.gpu_count())]
+    gpus = workers.visible_gpus()
     for index, (command, environment) in enumerate(calls):
         assert command == [sys.executable, "-m", "arc_kit", "worker", str(out / f"worker-{index}" / "plan.json")]
         assert environment["CUDA_VISIBLE_DEVICES"] == (gpus[index] if index < len(gpus) else "")  # "": the CPU
-    plans = [read_json(out / f"worker-{index}" / "plan.json") for index in range(2)]
-    shares = [plan["task_ids"] for plan in plans]
-    assert all(shares) and sorted(shares[0] + shares[1]) == sorted(TASK_IDS)
-    for plan in plans:
+    for index in range(2):
+        plan = read_json(out / f"worker-{index}" / "plan.json")
         assert SolveSettings.from_json(plan["settings"]) == SETTINGS
-    for index, share in enumerate(shares):
-        assert sorted(read_records(out / f"worker-{index}" / "records.jsonl")) == sorted(share)
+    shares = [sorted(read_records(out / f"worker-{index}" / "records.jsonl")) for index in range(2)]
+    assert all(shares) and sorted(shares[0] + shares[1]) == sorted(TASK_IDS)  # each task once, both did some
     lines = (out / "records.jsonl").read_text().splitlines()
     assert [json.loads(line)["task_id"] for line in lines] == TASK_IDS
     assert list(run.records) == TASK_IDS
     assert (out / "scores.csv").exists()
+    speeds = read_json(out / "speeds.json")  # what the planner measured, for the tasks left and a rerun
+    assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"]["generation"] == len(TASK_IDS)
 
 
 @pytest.mark.slow
@@ -177,16 +140,11 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     spy = PopenSpy()
     watch_workers(monkeypatch, spy)
     resumed = solve_in_workers(tasks, model_folder, SETTINGS, out, workers=2, poll_seconds=POLL, progress=False)
-    assert len(spy.calls) == 1  # one worker for one task
-    dealt = [read_json(out / f"worker-{index}" / "plan.json")["task_ids"] for index in range(2)]
-    assert sorted(dealt, key=len) == [[], [lost]]
-    for index in range(2):  # the worker that got the task appended its record; the other one's is untouched
-        after = (out / f"worker-{index}" / "records.jsonl").read_text()
-        if dealt[index]:
-            assert after.startswith(before[index]) and len(after.splitlines()) == len(before[index].splitlines()) + 1
-            assert json.loads(after.splitlines()[-1])["task_id"] == lost
-        else:
-            assert after == before[index]
+    assert len(spy.calls) == 1  # one worker for one task: the first
+    after = [(out / f"worker-{index}" / "records.jsonl").read_text() for index in range(2)]
+    assert after[1] == before[1]
+    assert after[0].startswith(before[0]) and len(after[0].splitlines()) == len(before[0].splitlines()) + 1
+    assert json.loads(after[0].splitlines()[-1])["task_id"] == lost
     assert read_json(out / "submission.json") == read_json(source / "submission.json")
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     for task_id in TASK_IDS:
@@ -221,34 +179,175 @@ def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, t
     assert {"arc_kit_version", "git_commit"} <= set(run_json)
 
 
-class FakeProcess:
-    """A worker that has already died."""
+# -- the queue and the watchdog, with a fake solve in the real worker loop ----------------------------------
 
-    def __init__(self, returncode: int):
-        self.returncode = returncode
+FAKE_WORKER = """
+import json, os, sys, time
+import numpy as np
+from arc_kit import workers
+from arc_kit.records import TaskRecord, TestResult
 
-    def poll(self):
-        return self.returncode
+behaviour = json.loads(os.environ["FAKE_BEHAVIOUR"])
+marks = os.environ["FAKE_MARKS"]  # one empty file per try of a task: <task>.<try>.<pid>
 
 
-def test_each_worker_gets_its_own_gpu_and_a_dead_worker_leaves_fallback_answers(model_folder, tasks, tmp_path,
-                                                                                monkeypatch, caplog):
-    started = []
+class FakeSolver:
+    def __init__(self, settings):
+        self.settings = settings
 
-    def fake_popen(command, env=None, **kwargs):
-        started.append((command, env["CUDA_VISIBLE_DEVICES"]))
-        return FakeProcess(1)
 
-    watch_workers(monkeypatch, fake_popen)
-    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
-        run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path, workers=3, gpus=[3, 5], poll_seconds=POLL,
-                               progress=False)
-    assert [device for _, device in started] == ["3", "5", ""]  # more workers than GPUs: the rest on the CPU
-    assert run.records == {}
-    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
-    assert len(warned) == 3 and all("exited with status 1" in message for message in warned)
-    assert str(tmp_path / "worker-0" / "worker.log") in warned[0]
-    submission = read_json(tmp_path / "submission.json")
+def fake_solve_one(solver, task, rung, rungs, budget=None):
+    tries = len([name for name in os.listdir(marks) if name.startswith(task.id + ".")])
+    open(os.path.join(marks, f"{task.id}.{tries}.{os.getpid()}"), "w").close()
+    what = behaviour.get(task.id, "solve")
+    if what == "hang" or (what == "hang-once" and tries == 0):
+        while True:  # the heartbeat goes on: only the task's deadline (or the stop time) tells
+            time.sleep(60)
+    if what == "die" or (what == "die-once" and tries == 0):
+        os._exit(3)
+    record = TaskRecord(task.id, tests=[TestResult([np.array([[7]])], [], [], []) for _ in task.test_inputs],
+                        timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
+    record.extra = {"device": os.environ["CUDA_VISIBLE_DEVICES"],
+                    "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
+    return record
+
+
+if os.environ.get("FAKE_SILENT"):  # no sign of life: no heartbeat, and loading never ends
+    workers._Heartbeat.run = lambda self: None
+    workers.load_model = lambda *arguments, **options: time.sleep(3600)
+else:
+    workers.load_model = lambda *arguments, **options: None
+workers.Solver = type("FakeSolverClass", (), {"from_loaded": staticmethod(lambda loaded, settings:
+                                                                           FakeSolver(settings))})
+workers.solve_one = fake_solve_one
+sys.exit(workers.run_worker(sys.argv[1], poll_seconds=0.02))
+"""
+QUICK_WATCHDOG = WatchdogSettings(hang_seconds=0.5, terminate_seconds=2.0, heartbeat_seconds=0.2)
+
+
+def fake_workers(patch: pytest.MonkeyPatch, marks: Path, behaviour: dict[str, str], **environment) -> list[str]:
+    """Start each worker as the real worker loop around the fake solve; the devices they were given."""
+    marks.mkdir(exist_ok=True)
+    devices, real = [], subprocess.Popen
+
+    def popen(command, env=None, **kwargs):
+        assert command[:4] == [sys.executable, "-m", "arc_kit", "worker"]
+        devices.append(env["CUDA_VISIBLE_DEVICES"])
+        env = {**env, "FAKE_BEHAVIOUR": json.dumps(behaviour), "FAKE_MARKS": str(marks), **environment}
+        return real([sys.executable, "-c", FAKE_WORKER, command[4]], env=env, **kwargs)
+
+    watch_workers(patch, popen)
+    return devices
+
+
+def tries(marks: Path, task_id: str) -> list[int]:
+    """The process ids that tried ``task_id``, in order."""
+    found = sorted(path.name.split(".") for path in marks.iterdir() if path.name.startswith(task_id + "."))
+    return [int(pid) for _, _, pid in sorted(found, key=lambda parts: int(parts[1]))]
+
+
+def is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/status").exists() or "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_gpu_ids_come_from_the_parents_list_and_speeds_are_measured_from_every_worker(model_folder, tasks, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # physical ids: a child given "1" would see the wrong GPU
+    devices = fake_workers(monkeypatch, tmp_path / "marks", {})
+    run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=3, poll_seconds=0.05,
+                           progress=False, watchdog=QUICK_WATCHDOG)
+    assert devices == ["3", "5", ""]  # more workers than GPUs: the rest on the CPU
+    assert list(run.records) == TASK_IDS and all(record.got_model_work for record in run.records.values())
+    assert {record.extra["device"] for record in run.records.values()} <= {"3", "5", ""}
+    assert all(record.extra["budget"] is None for record in run.records.values())  # no deadline: no caps
+    submission = read_json(tmp_path / "out" / "submission.json")
     assert submission_problems(submission, tasks) == []
-    for task_id in TASK_IDS:  # fallbacks: the test input itself first
-        assert submission[task_id][0]["attempt_1"] == tasks[task_id].test[0].input.tolist()
+    assert all(submission[task_id][0]["attempt_1"] == [[7]] for task_id in TASK_IDS)
+    speeds = read_json(tmp_path / "out" / "speeds.json")
+    assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"] == {
+        "training": len(TASK_IDS), "generation": len(TASK_IDS), "scoring": len(TASK_IDS)}
+    assert speeds["generation"] != workers.Speeds().generation  # measured, not assumed
+
+
+def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the_rest(model_folder, tasks, tmp_path,
+                                                                                      monkeypatch, caplog):
+    once, always = TASK_IDS[0], TASK_IDS[1]
+    fake_workers(monkeypatch, tmp_path / "marks", {once: "die-once", always: "die"})
+    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+        run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, poll_seconds=0.05,
+                               progress=False, watchdog=QUICK_WATCHDOG)
+    assert len(tries(tmp_path / "marks", once)) == 2 and run.records[once].got_model_work  # the second try did it
+    assert len(tries(tmp_path / "marks", always)) == 2  # back in the queue once, then no more
+    assert run.records[always].skipped == "its worker died or hung 2 times"
+    for task_id in TASK_IDS[2:]:
+        assert run.records[task_id].got_model_work and len(tries(tmp_path / "marks", task_id)) == 1
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    assert sum("exited with status 3" in message for message in warned) == 3
+    submission = read_json(tmp_path / "out" / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    assert submission[always][0]["attempt_1"] == tasks[always].test[0].input.tolist()  # the fallback
+    assert all(submission[task_id][0]["attempt_1"] == [[7]] for task_id in TASK_IDS if task_id != always)
+
+
+def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(model_folder, tasks, tmp_path,
+                                                                                    monkeypatch, caplog):
+    from arc_kit.planner import BudgetSettings
+
+    hanging = TASK_IDS[2]
+    fake_workers(monkeypatch, tmp_path / "marks", {hanging: "hang"})
+    caps = BudgetSettings(task_factor=0.0, task_minimum=1.0, search_factor=0.0, search_minimum=0.25)  # a second
+    started = time.time()
+    deadline = started + 3600
+    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+        run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, poll_seconds=0.05,
+                               progress=False, deadline=deadline, budget=caps, watchdog=QUICK_WATCHDOG)
+    assert time.time() - started < 60  # two caps and the stops, not the hour
+    assert run.records[hanging].skipped == "its worker died or hung 2 times"
+    for pid in tries(tmp_path / "marks", hanging):
+        assert not is_running(pid)  # stopped, not left behind
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    assert sum(f"hung: task {hanging} is" in message for message in warned) == 2
+    for task_id in TASK_IDS:
+        if task_id != hanging:
+            record = run.records[task_id]
+            task_deadline, search_seconds = record.extra["budget"]
+            assert started < task_deadline <= started + 60 and search_seconds == 0.25  # the planner's caps
+    assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
+
+
+def test_at_the_stop_time_a_hung_worker_is_stopped_and_the_submission_is_complete(model_folder, tasks, tmp_path,
+                                                                                  monkeypatch):
+    from arc_kit.planner import BudgetSettings
+
+    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(TASK_IDS, "hang"))  # whatever it gets, it hangs
+    started = time.time()
+    stop_at = started + 6.0
+    run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, poll_seconds=0.05,
+                           progress=False, deadline=started + 3600, stop_at=stop_at,
+                           budget=BudgetSettings(task_minimum=3000.0), watchdog=QUICK_WATCHDOG)
+    assert time.time() < stop_at + QUICK_WATCHDOG.terminate_seconds + 5  # stopped, then written, promptly
+    (first,) = [task_id for task_id in TASK_IDS if tries(tmp_path / "marks", task_id)]  # the one it hung on
+    assert not is_running(tries(tmp_path / "marks", first)[0])
+    assert list(run.records) == TASK_IDS and all(record.skipped == "out of time" for record in run.records.values())
+    submission = read_json(tmp_path / "out" / "submission.json")
+    assert submission_problems(submission, tasks) == [] and list(submission) == TASK_IDS
+
+
+def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_tasks_get_fallbacks(
+        model_folder, tasks, tmp_path, monkeypatch, caplog):
+    fake_workers(monkeypatch, tmp_path / "marks", {}, FAKE_SILENT="1")
+    watchdog = WatchdogSettings(silence_seconds=1.5, terminate_seconds=1.0, restarts=1)
+    started = time.time()
+    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+        run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, poll_seconds=0.05,
+                               progress=False, watchdog=watchdog)
+    assert time.time() - started < 30
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    assert sum("hung: no heartbeat for" in message for message in warned) == 2  # the first, and its one restart
+    assert any("no worker left: 4 task(s) get fallback answers" in message for message in warned)
+    assert list(run.records) == TASK_IDS and all(r.skipped == "no worker left" for r in run.records.values())
+    assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
