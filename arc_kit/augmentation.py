@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.grids import COLOURS, freeze
+from arc_kit.settings import SolveSettings
 from arc_kit.tasks import Pair, Task
 
 SYMMETRY_NAMES = ("identity", "rot90", "rot180", "rot270",
@@ -118,7 +119,8 @@ class Augmentation:
         return cls(symmetry, colours, order)
 
     @classmethod
-    def inference_set(cls, rng: np.random.Generator, train_count: int | None = None, count: int = 16, *,
+    def inference_set(cls, rng: np.random.Generator, train_count: int | None = None,
+                      count: int = SolveSettings().inference_augmentations, *,
                       keep_background: bool = False) -> list[Augmentation]:
         """The paper's set: symmetries 0..7 in turn (each twice for 16), fresh colours and order each time."""
         return [cls.random(rng, train_count, symmetry=index % 8, keep_background=keep_background)

@@ -2,12 +2,18 @@
 
 - decode: the cost of one explored DFS token against one token of transformers' greedy
   ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
+  on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
+  (``decode_floor_seconds``: every weight and every cached key and value read once per step);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
 - scoring: ``decoding.score_answers`` (one prompt pass, batched answers on its cache) against one full
   forward pass per answer (goal >= 5x);
 - batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
-  (``Solver.sample`` with ``batched``) against one search after another, the two run in turns
-  (which goes first alternates by test input), their candidate grids and NLLs compared;
+  (``Solver.sample`` with ``batched``: the first search alone, its best answer the others' guess,
+  then the other 15 as lanes) against one search after another, the two run in turns (which goes
+  first alternates by test input), their candidate grids and NLLs compared; the note gives the
+  share of the batched time that the first search takes (timed alone, as a separate run);
+- lanes: ``batched_dfs_search`` of all 16 augmented prompts against 16 ``dfs_search`` calls (no
+  guesses, in turns, results compared): the lanes' own speed-up, apart from the first search;
 - batched-scoring: every candidate under 16 scoring augmentations in batched forwards
   (``score_prompts``) against one augmentation after another (``score_answers``).
 Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default).
@@ -16,6 +22,7 @@ Each figure is the median of its repeats; the machine, versions and settings are
 
 from __future__ import annotations
 
+import functools
 import platform
 import statistics
 import time
@@ -25,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import AnswerSpace, new_cache, score_answers, sequence_nll
+from arc_kit.batched_dfs import batched_dfs_search
+from arc_kit.decoding import AnswerSpace, SearchResult, new_cache, score_answers, sequence_nll
 from arc_kit.dfs import DfsSettings, dfs_search
 from arc_kit.grids import grid_key
 from arc_kit.models import LoadSettings, create_model, load_model
@@ -83,18 +91,21 @@ def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
     return _timed(model, run, repeats)[0]
 
 
-PROBABILITIES = SolveSettings().probabilities  # the solver's default measure
+DEFAULTS = SolveSettings()  # the solver's defaults: each benchmark measures what a run does
+PROBABILITIES = DEFAULTS.probabilities
+THRESHOLD = DEFAULTS.sampler.threshold
 
 
-def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
+def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
                  greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES) -> BenchResult:
     """Seconds per explored token: DFS against greedy ``generate``, prefill subtracted from both."""
     import torch
 
     space = AnswerSpace.from_encoder(encoder, probabilities)
-    dfs_per_token, greedy_per_token = [], []
+    dfs_per_token, greedy_per_token, prompt_lengths = [], [], []
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
+        prompt_lengths.append(len(prompt))
         prefill = _prefill_seconds(model, prompt, repeats)
         seconds, result = _timed(model, lambda: dfs_search(model, prompt, space, DfsSettings(threshold)), repeats)
         if result.forward_calls:
@@ -107,12 +118,58 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
                                       do_sample=False, pad_token_id=space.eos_id, eos_token_id=space.eos_id)
         seconds, _ = _timed(model, greedy, repeats)
         greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
+    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens"
+    device = next(model.parameters()).device
+    if device.type == "cuda" and dfs_per_token:
+        note += "; " + floor_note(model, prompt_lengths, statistics.median(dfs_per_token),
+                                  torch.cuda.get_device_name(device))
     return BenchResult("decode: DFS token vs generate token", statistics.median(dfs_per_token),
-                       statistics.median(greedy_per_token), "/token",
-                       f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens")
+                       statistics.median(greedy_per_token), "/token", note)
 
 
-def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
+# Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch
+# gives the device; the first match counts (the more specific names first).
+PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12),
+                  ("A100 80GB PCIe", 1.935e12), ("A100-SXM4-80GB", 2.039e12), ("A100", 1.555e12),
+                  ("A10G", 6.0e11), ("L4", 3.0e11), ("T4", 3.2e11), ("P100", 7.32e11))
+
+
+def device_bandwidth(name: str) -> float | None:
+    """The peak memory bandwidth of a GPU named ``name`` (bytes per second), or None if not in the table."""
+    return next((bandwidth for part, bandwidth in PEAK_BANDWIDTH if part in name), None)
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's parameters (a tied embedding and head counted once)."""
+    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+
+
+def kv_bytes_per_token(config, element_bytes: int) -> int:
+    """Bytes one token adds to a KV cache: layers x (keys and values) x KV heads x head dim x element size."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.num_hidden_layers * 2 * heads * head_dim * element_bytes
+
+
+def decode_floor_seconds(weights: int, cache_tokens: int, bytes_per_token: int, bandwidth: float) -> float:
+    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of
+    ``cache_tokens`` tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
+    return (weights + cache_tokens * bytes_per_token) / bandwidth
+
+
+def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, device_name: str) -> str:
+    """The decode benchmark's words on the bandwidth floor of a one-token step after the median prompt."""
+    bandwidth = device_bandwidth(device_name)
+    if bandwidth is None:
+        return f"bandwidth floor unknown: no bandwidth on record for {device_name}"
+    element_bytes = next(model.parameters()).element_size()
+    floor = decode_floor_seconds(weight_bytes(model), int(statistics.median(prompt_lengths)),
+                                 kv_bytes_per_token(model.config, element_bytes), bandwidth)
+    return (f"bandwidth floor {floor * 1e3:.3f} ms/token at {bandwidth / 1e9:.0f} GB/s ({device_name}): "
+            f"DFS token {seconds_per_token / floor:.1f}x the floor")
+
+
+def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
                  augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
     """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
     solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
@@ -155,17 +212,20 @@ def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
             for task in tasks]
 
 
-def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = 0.09,
-                         augmentations: int = 16, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
+def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                         augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
+                         probabilities: str = PROBABILITIES) -> BenchResult:
     """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another.
 
     The two modes take turns, the first alternating by test input (so neither always finds the
-    caches warm); the note says whether they found the same candidate grids and how far apart
-    their generation NLLs were.
+    caches warm); the note says whether they found the same candidate grids, how far apart their
+    generation NLLs were, and what share of the batched time the first search takes (the batched
+    mode runs it alone before the lanes; it is timed in a run of its own, the same search).
     """
     solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
     sampler = SamplerSettings("dfs", threshold=threshold)
     totals = {True: 0.0, False: 0.0}
+    first = 0.0
     differing, largest = [], 0.0
     for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
         found = {}
@@ -177,6 +237,8 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
             _synchronize(model)
             totals[batched] += time.perf_counter() - started
             found[batched] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+        first += _timed(model, functools.partial(solver.sample, model, task.train, task.test[0].input, views[:1],
+                                                 sampler, np.random.default_rng(seed), batched=True), 1)[0]
         if found[True].keys() != found[False].keys():
             differing.append(task.id)
             continue
@@ -188,12 +250,53 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
             largest = max([largest, *(abs(nll - other[name]) for name, nll in nlls.items())])
     same = (f"same candidates, largest NLL difference {largest:.1e}" if not differing else
             f"candidates differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
+    share = first / totals[True] if totals[True] else float("nan")
     return BenchResult(f"batched-search: {augmentations} lanes vs sequential", totals[True], totals[False], "",
-                       f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}")
+                       f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}; "
+                       f"first search {share:.0%} of the batched time")
+
+
+def _lanes_or_singles(model, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
+                      ) -> list[SearchResult]:
+    if batched:
+        return batched_dfs_search(model, prompts, space, settings)
+    return [dfs_search(model, prompt, space, settings) for prompt in prompts]
+
+
+def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
+                probabilities: str = PROBABILITIES) -> BenchResult:
+    """``batched_dfs_search`` of a test input's ``augmentations`` prompts against one ``dfs_search`` per prompt.
+
+    No guesses on either side (the same work); the two take turns as in ``bench_batched_search``,
+    and the note says whether every lane found what its single search found.
+    """
+    space = AnswerSpace.from_encoder(encoder, probabilities)
+    settings = DfsSettings(threshold)
+    totals = {True: 0.0, False: 0.0}
+    differing, largest = [], 0.0
+    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
+        prompts = [encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input)).ids
+                   for view in views]
+        found: dict[bool, list[SearchResult]] = {}
+        for batched in ((True, False) if position % 2 == 0 else (False, True)):
+            seconds, found[batched] = _timed(model, functools.partial(_lanes_or_singles, model, prompts, space,
+                                                                      settings, batched), 1)
+            totals[batched] += seconds
+        for lane, single in zip(found[True], found[False]):
+            if [c.ids for c in lane.completions] != [c.ids for c in single.completions]:
+                differing.append(task.id)
+                break
+            largest = max([largest, *(abs(a.nll - b.nll) for a, b in zip(lane.completions, single.completions))])
+    same = (f"same answers, largest NLL difference {largest:.1e}" if not differing else
+            f"answers differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
+    return BenchResult(f"lanes: {augmentations} lanes vs {augmentations} dfs_search", totals[True], totals[False],
+                       "", f"{len(tasks)} test inputs, T={threshold:g}, no guesses; {same}")
 
 
 def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
-                          augmentations: int = 16, batch_size: int = 16, seed: int = 0,
+                          augmentations: int = DEFAULTS.scoring_augmentations,
+                          batch_size: int = DEFAULTS.scoring_batch_size, seed: int = 0,
                           probabilities: str = PROBABILITIES) -> BenchResult:
     """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
     rng = np.random.default_rng(seed)
@@ -237,11 +340,11 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
 
 
 BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
-              "batched-search": bench_batched_search, "batched-scoring": bench_batched_scoring}
+              "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring}
 
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
-                   max_prompt: int = 4096, threshold: float = 0.09, device: str = "auto",
+                   max_prompt: int = 4096, threshold: float = THRESHOLD, device: str = "auto",
                    probabilities: str = PROBABILITIES):
     """Lines to print: the environment, then one line per benchmark in ``which`` (all by default).
 

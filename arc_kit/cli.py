@@ -15,9 +15,12 @@ from pathlib import Path
 
 from arc_kit import __version__
 from arc_kit.settings import (
+    DRY_RUN_TASKS,
     PROBABILITY_MODES,
     SOLVE_PRESETS,
     TRAINING_PRESETS,
+    CompetitionSettings,
+    SamplerSettings,
     Settings,
     SolveSettings,
     TrainingSettings,
@@ -25,11 +28,9 @@ from arc_kit.settings import (
     options,
     replace_path,
     solve_preset,
-    training_preset,
 )
 
 COMMANDS = {}
-DRY_RUN_TASKS = 5
 
 
 def command(name: str, help_text: str):
@@ -98,21 +99,18 @@ def _load(args):
 
 
 def _select_tasks(args, tasks=None):
-    """The tasks a command works on: ``tasks`` (default: ``--dataset`` loaded) narrowed by --task-ids or --tasks."""
-    tasks = _load(args) if tasks is None else tasks
-    if getattr(args, "task_ids", None):
-        return tasks.select(args.task_ids)
-    if getattr(args, "tasks", None) and getattr(args, "pick", "first") == "shortest":
-        from arc_kit.models import load_encoder
-        from arc_kit.planner import shortest_tasks
+    """The tasks a command works on (``run.choose_tasks``): ``tasks`` (default: ``--dataset`` loaded) narrowed by
+    --task-ids or --tasks and --pick."""
+    from arc_kit.run import choose_tasks
 
-        chosen = shortest_tasks(tasks, load_encoder(_model_path(args)), args.tasks)
+    tasks = _load(args) if tasks is None else tasks
+    pick, task_ids, count = getattr(args, "pick", "first"), getattr(args, "task_ids", None), getattr(args, "tasks", 0)
+    chosen = choose_tasks(tasks, task_ids=task_ids, count=count, pick=pick,
+                          model=_model_path(args) if pick == "shortest" else None)
+    if pick == "shortest" and count and not task_ids:
         print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: {', '.join(chosen.ids)}",
               flush=True)
-        return tasks.select([*chosen.ids, *tasks.skipped])  # skipped tasks still need their fallback answers
-    if getattr(args, "tasks", None):
-        return tasks.head(args.tasks)
-    return tasks
+    return chosen
 
 
 def _load_options(args) -> dict:
@@ -125,7 +123,8 @@ def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defa
     parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
     _tasks_argument(parser)
     parser.add_argument("--tasks", type=int, default=tasks_default,
-                        help="only the first N tasks by id (default: %(default)s; 0 for all)")
+                        help=f"only N tasks, the {'shortest by prompt tokens' if pick == 'shortest' else 'first by id'}"
+                             " unless --pick says otherwise (default: %(default)s; 0 for all)")
     parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
                         help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
                              "(default: %(default)s)")
@@ -292,20 +291,16 @@ def setup_datasets(parser):
 # Solving, the tables, estimates.
 
 def _run_solve(args) -> int:
+    from arc_kit.run import dataset_info, deadline_from
     from arc_kit.workers import solve_job
-
-    from arc_kit.run import task_ids_digest
 
     loaded = _load(args)
     tasks, model, settings = _select_tasks(args, loaded), _model_path(args), _solve_settings(args)
-    deadline = None if args.hours is None else time.time() + 3600 * args.hours - 60 * args.safety_minutes
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
-    dataset = Path(args.dataset).resolve() if Path(args.dataset).exists() else args.dataset  # readable from any folder
-    info = {"dataset": str(dataset), "max_side": loaded.max_side, "tasks": len(tasks),
-            "task_ids_digest": task_ids_digest(loaded)}
-    run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart, deadline=deadline,
-                    load_options=_load_options(args), info=info)
+    run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart,
+                    deadline=deadline_from(args.hours, args.safety_minutes), load_options=_load_options(args),
+                    info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
@@ -342,10 +337,13 @@ def setup_worker(parser):
 
 def _table(which: str):
     def run(args):
+        from arc_kit.run import dataset_info
         from arc_kit.tables import run_table
 
-        table = run_table(which, _select_tasks(args), _model_path(args), _solve_settings(args), args.out,
+        loaded = _load(args)
+        table = run_table(which, _select_tasks(args, loaded), _model_path(args), _solve_settings(args), args.out,
                           restart=args.restart, load_options=_load_options(args),
+                          info=dataset_info(args.dataset, loaded),
                           workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
         print(table.markdown)
         print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
@@ -386,12 +384,13 @@ def setup_estimate(parser):
         from arc_kit.run import estimate_from_folder
 
         target = None if args.settings == "run" else solve_preset(args.settings)
-        tasks = _select_tasks(argparse.Namespace(**{**vars(args), "task_ids": None}))
-        estimate = estimate_from_folder(args.records, tasks, _model_path(args), target)
-        speeds, scale = estimate.speeds, 1.0 / (args.speedup * args.workers)
+        tasks = _select_tasks(args)
+        estimate = estimate_from_folder(args.records, tasks, _model_path(args), target, workers=args.workers,
+                                        speedup=args.speedup)
+        speeds = estimate.speeds
         print(f"speeds from {speeds.measured_tasks} tasks of {args.records}: training {speeds.training:.3g} "
               f"s/token-step, generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
-        parts = {part: hours(seconds * scale) for part, seconds in estimate.seconds.items()}
+        parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
         print(f"{estimate.tasks} tasks of {tasks.name or args.dataset} with the {args.settings} settings: "
               f"TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
               f"total {parts['total']} (h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
@@ -412,7 +411,8 @@ def setup_bench(parser):
 
     parser.add_argument("--which", nargs="*", default=list(BENCHMARKS), choices=list(BENCHMARKS),
                         help="benchmarks to run (default: all)")
-    parser.add_argument("--threshold", type=float, default=0.09)
+    parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
+                        help="DFS: minimum probability of a returned answer (default: %(default)s)")
     parser.add_argument("--device", default="auto")
 
     def run(args):
@@ -446,12 +446,7 @@ def setup_kaggle(parser):
     run.add_argument("--model", help="model folder (default: the shipped model)")
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
     run.add_argument("--working", default="/kaggle/working", help="where submission.json goes")
-    run.add_argument("--hours", type=float, default=12.0, help="the limit, from now (default: %(default)s)")
-    run.add_argument("--safety-minutes", type=float, default=45.0,
-                     help="plan to end this long before the limit (default: %(default)s)")
-    run.add_argument("--stop-minutes", type=float, default=15.0,
-                     help="stop workers still running this long before the limit (default: %(default)s)")
-    run.add_argument("--smoke-tasks", type=int, default=3, help="tasks solved when the test file is the placeholder")
+    add_settings_options(run, CompetitionSettings(), "the competition job's clock")
     run.add_argument("--workers", type=int)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
     run.add_argument("--restart", action="store_true", help="discard an earlier run in --working instead of resuming")
@@ -473,10 +468,10 @@ def setup_kaggle(parser):
                 if path.is_file():
                     print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
             return 0
+        clock = settings_from_options(args, CompetitionSettings())
         result = kaggle.run_competition(_model_path(args), _kaggle_settings(args), input_root=args.input,
-                                        working=args.working, hours=args.hours, safety_minutes=args.safety_minutes,
-                                        stop_minutes=args.stop_minutes, smoke_tasks=args.smoke_tasks,
-                                        workers=args.workers, force_full=args.full, restart=args.restart)
+                                        working=args.working, **clock.to_json(), workers=args.workers,
+                                        force_full=args.full, restart=args.restart)
         print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
               f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
               + (f"; stopped early: {result.error}" if result.error else ""))
@@ -485,15 +480,11 @@ def setup_kaggle(parser):
 
 
 def _kaggle_settings(args) -> SolveSettings:
-    """``kaggle run``'s settings: a file's (or a preset's), then the options given."""
-    if args.settings_file:
-        from arc_kit.jsonio import read_json
+    """``kaggle run``'s settings: a file's (``run.read_settings_file``) or a preset's, then the options given."""
+    from arc_kit.run import read_settings_file
 
-        data = read_json(args.settings_file)
-        if isinstance(data, dict) and isinstance(data.get("settings"), dict):  # a run folder's run.json
-            data = data["settings"]
-        return settings_from_options(args, SolveSettings.from_json(data, strict=True))
-    return settings_from_options(args, solve_preset(args.preset))
+    return settings_from_options(args, read_settings_file(args.settings_file) if args.settings_file
+                                 else solve_preset(args.preset))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,14 +511,12 @@ def setup_pretrain(parser):
     add_settings_options(parser, TrainingSettings(), "training settings (defaults: the paper's initial fine-tune)")
 
     def run(args):
-        from arc_kit.models import PRESETS
-        from arc_kit.training import pretrain
+        from arc_kit.training import pretrain, training_settings_for
         from arc_kit.training_data import pretraining_data
 
         data = pretraining_data(args.re_arc, args.tasks or [], re_arc_weight=args.re_arc_weight,
                                 allow_evaluation=args.allow_evaluation_tasks, max_side=args.max_side)
-        preset = args.preset or ("from-scratch" if args.model in PRESETS else "paper")
-        settings = settings_from_options(args, training_preset(preset))
+        settings = settings_from_options(args, training_settings_for(args.model, args.preset))
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
                           data_description=data.description, resume=not args.no_resume, device=args.device)
         if result.main_process:
@@ -587,8 +576,6 @@ def setup_base(parser):
     merge.add_argument("destination")
 
     def run(args):
-        import time
-
         from arc_kit.bases import build_base, built_folder, is_built
         from arc_kit.models import merge_delta
 
@@ -697,11 +684,10 @@ def setup_sudoku(parser):
             return 0
         pairs = sudoku.load_csv(args.puzzles, limit=args.limit)
         if args.action == "train":
-            from arc_kit.models import PRESETS
             from arc_kit.sudoku_run import train as train_sudoku
+            from arc_kit.training import training_settings_for
 
-            preset = "from-scratch" if args.model in PRESETS else "paper"
-            settings = settings_from_options(args, training_preset(preset))
+            settings = settings_from_options(args, training_settings_for(args.model))
             result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
                                   resume=not args.no_resume, device=args.device)
             if result.main_process:

@@ -30,14 +30,15 @@ import numpy as np
 
 from arc_kit.decoding import (AnswerSpace, Completion, SearchResult, answer_log_probs, deadline_passed, new_cache,
                               rewind_cache)
+from arc_kit.settings import SamplerSettings
 
 
 @dataclass(frozen=True)
 class DfsSettings:
-    """The search's bounds; the paper's final runs used T = 9%."""
+    """The search's bounds; the defaults are the sampler's (``settings.SamplerSettings``: the paper's T = 9%)."""
 
-    threshold: float = 0.09  # minimum probability of a returned answer
-    max_forward_calls: int = 20_000  # single-token model calls per search before it stops (reported)
+    threshold: float = SamplerSettings().threshold  # minimum probability of a returned answer
+    max_forward_calls: int = SamplerSettings().max_forward_calls  # single-token model calls before it stops
 
     def __post_init__(self):
         if not 0 < self.threshold <= 1:

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,24 @@ def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | N
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=indent, separators=None if indent else (",", ":"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+    return path
+
+
+def write_json_lines_atomically(path: str | os.PathLike, values: Iterable[Any]) -> Path:
+    """Write one JSON value per line to a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            for value in values:
+                handle.write(json.dumps(value) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)

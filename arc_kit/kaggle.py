@@ -35,7 +35,7 @@ from arc_kit.bases import locate_wheel
 from arc_kit.models import DELTA_INDEX, default_model_path, is_delta_folder, token_budget_of
 from arc_kit.records import answers_from_records, read_records
 from arc_kit.run import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run
-from arc_kit.settings import SolveSettings, smoke
+from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 from arc_kit.submission import build_submission, load_submission, write_submission
 from arc_kit.tasks import TaskSet
 
@@ -62,8 +62,10 @@ class CompetitionRun:
 
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
-                    started: float | None = None, hours: float = 12.0, safety_minutes: float = 45.0,
-                    stop_minutes: float = 15.0, smoke_tasks: int = 3, workers: int | None = None,
+                    started: float | None = None, hours: float = CompetitionSettings.hours,
+                    safety_minutes: float = CompetitionSettings.safety_minutes,
+                    stop_minutes: float = CompetitionSettings.stop_minutes,
+                    smoke_tasks: int = CompetitionSettings.smoke_tasks, workers: int | None = None,
                     load_options: dict | None = None, force_full: bool = False, progress: bool = True,
                     competition: str = COMPETITION, restart: bool = False) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.

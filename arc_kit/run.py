@@ -3,12 +3,14 @@
 A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
 ``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
 (complete and valid from the first second, rewritten after every task) and, when the answers are
-known, ``scores.csv`` and ``score.json``. A rerun on the same folder resumes; a folder that ran
-other settings (compared on the fields that change results, older files read with today's
-defaults) or another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
+known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
+instead (``records_file``), and processes sharing a run each write into a ``worker-N`` folder
+(``run_records`` reads them all). A rerun on the same folder resumes; a folder that ran other
+settings (compared on the fields that change results, older files read with today's defaults) or
+another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
 refused. Tasks that a lenient load skipped get fallback answers in the submission and count in the
 score wherever their solutions are known. The single-process ``solve`` here, the worker processes
-(``workers``), the Kaggle job and the notebooks all use these pieces.
+(``workers``), the Kaggle job, the tables and the notebooks all use these pieces.
 
 This module knows the solver, the planner and the record layout; it knows nothing of models
 beyond what the solver holds.
@@ -29,7 +31,7 @@ from typing import Any
 from arc_kit.datasets import load_tasks
 from arc_kit.jsonio import read_json, write_json_atomically
 from arc_kit.models import load_encoder, token_budget_of
-from arc_kit.planner import Planner, Speeds, TaskBudget, estimate_run, measure, speeds_from_records
+from arc_kit.planner import Planner, Speeds, TaskBudget, estimate_run, measure, shortest_tasks, speeds_from_records
 from arc_kit.records import (
     FALLBACK_RUNG,
     TaskRecord,
@@ -50,6 +52,7 @@ RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
 
 
 class RunFolderError(ValueError):
@@ -61,13 +64,76 @@ def task_ids_digest(tasks: TaskSet) -> str:
     return hashlib.sha256("\n".join(sorted(tasks.test_counts())).encode("utf-8")).hexdigest()[:16]
 
 
+def records_file(table: str | None = None) -> str:
+    """The records file of a run folder: ``records.jsonl`` for a solve, ``<table>_records.jsonl`` for a table."""
+    return RECORDS_FILE if table is None else f"{table}_{RECORDS_FILE}"
+
+
+def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
+    """What ``run.json`` says of the data set: its name (a path made absolute, so that a run started from
+    another folder reads the same), the largest side it allows, and the digest of every task id it holds."""
+    name = Path(dataset).resolve() if Path(dataset).exists() else dataset
+    return {"dataset": str(name), "max_side": loaded.max_side, "task_ids_digest": task_ids_digest(loaded)}
+
+
 def clear_run(out: str | os.PathLike) -> None:
-    """Discard an earlier run in ``out``: its files and any worker folders (``--restart``)."""
+    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders."""
     out = Path(out)
     for name in RUN_FILES:
         (out / name).unlink(missing_ok=True)
-    for folder in out.glob("worker-*"):
+    for path in out.glob(f"*_{RECORDS_FILE}"):
+        path.unlink(missing_ok=True)
+    for folder in [out / CLAIMS_FOLDER, *out.glob("worker-*")]:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord) -> dict[str, Any]:
+    """The records of ``kind`` in run folder ``out``: its file ``name``, then its worker folders' (the first found
+    wins)."""
+    out = Path(out)
+    records = read_records(out / name, kind)
+    for folder in sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name)):
+        for task_id, record in read_records(folder / name, kind).items():
+            records.setdefault(task_id, record)
+    return records
+
+
+def claim_task(out: str | os.PathLike, task_id: str) -> bool:
+    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks)."""
+    folder = Path(out) / CLAIMS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / task_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count: int | None = None,
+                 pick: str = "first", model: str | os.PathLike | None = None) -> TaskSet:
+    """The tasks a run works on: ``task_ids`` when given; else ``count`` tasks, the first by id or (``pick``
+    "shortest") those with the fewest prompt tokens under ``model``'s tokenizer (the ones a lenient load
+    skipped kept: they need their fallback answers); else all of them."""
+    if pick not in ("first", "shortest"):
+        raise ValueError(f"unknown pick {pick!r}; expected first or shortest")
+    if task_ids:
+        return tasks.select(task_ids)
+    if count and pick == "shortest":
+        if model is None:
+            raise ValueError("picking the shortest tasks needs a model, whose tokenizer counts the tokens")
+        return tasks.select([*shortest_tasks(tasks, load_encoder(model), count).ids, *tasks.skipped])
+    return tasks.head(count) if count else tasks
+
+
+def read_settings_file(path: str | os.PathLike) -> SolveSettings:
+    """The method's settings from a JSON file: ``SolveSettings.to_json``, or a run folder's ``run.json``.
+
+    Unknown fields are errors (``Settings.from_json(strict=True)``): a typo never passes silently.
+    """
+    data = read_json(path)
+    if isinstance(data, Mapping) and isinstance(data.get("settings"), Mapping):  # a run folder's run.json
+        data = data["settings"]
+    return SolveSettings.from_json(data, strict=True)
 
 
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
@@ -259,6 +325,14 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     return run
 
 
+def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: float | None = None) -> float | None:
+    """The planner's deadline (seconds since the epoch) for a budget of ``hours`` from ``now``, ``safety_minutes``
+    before its end; None without a budget."""
+    if hours is None:
+        return None
+    return (time.time() if now is None else now) + 3600 * hours - 60 * safety_minutes
+
+
 def solve_one(solver: Solver, task: Task, rung: int, rungs: Sequence[SolveSettings],
               budget: TaskBudget | None = None) -> TaskRecord:
     """One task at ``rung`` (retried cheaper on failure) within ``budget``'s caps, if any."""
@@ -292,12 +366,22 @@ class Estimate:
     seconds: dict[str, float]  # training, generation, scoring, total (one process, the measuring machine)
     tasks: int
     settings: SolveSettings
+    workers: int = 1  # processes sharing the work
+    speedup: float = 1.0  # how many times faster the target machine is than the measuring one
+
+    @property
+    def wall_seconds(self) -> dict[str, float]:
+        """``seconds`` on the target machine, shared by the workers."""
+        return {part: seconds / (self.speedup * self.workers) for part, seconds in self.seconds.items()}
 
 
 def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str | os.PathLike,
-                         target: SolveSettings | None = None) -> Estimate:
+                         target: SolveSettings | None = None, *, workers: int = 1, speedup: float = 1.0) -> Estimate:
     """Seconds ``target`` (default: the measured run's own settings) would take on ``tasks``, at the
-    speeds the run in ``folder`` measured; ``model`` is the folder whose tokenizer counts tokens."""
+    speeds the run in ``folder`` measured, in ``workers`` processes on a machine ``speedup`` times
+    faster; ``model`` is the folder whose tokenizer counts tokens."""
+    if workers < 1 or speedup <= 0:
+        raise ValueError(f"workers must be at least 1 and speedup positive, got {workers} and {speedup}")
     settings = read_run_settings(folder)
     measured_tasks = load_tasks(read_run_info(folder).get("dataset", "arc-agi-1/evaluation"), strict=False)
     encoder = load_encoder(model, max_len=settings.max_len)
@@ -306,9 +390,11 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
     target = target.replace(max_len=target.max_len or token_budget_of(model))
     seconds = estimate_run(tasks, load_encoder(model, max_len=target.max_len), target, speeds)
     return Estimate(speeds, {part: seconds[part] for part in ("training", "generation", "scoring", "total")},
-                    len(tasks), target)
+                    len(tasks), target, workers, speedup)
 
 
-__all__ = ["Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun", "check_run",
-           "clear_run", "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
-           "solve", "solve_one", "task_ids_digest", "task_line", "write_scores"]
+__all__ = ["CLAIMS_FOLDER", "Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
+           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from",
+           "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
+           "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
+           "write_scores"]

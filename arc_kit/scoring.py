@@ -3,8 +3,10 @@
 The NLL of many answers after one prompt is ``decoding.score_answers`` (the prompt run once, its
 KV cache reused by all answers). ``score_prompts`` does the same for many prompts at once: the
 prompts go through the model together (right-padded), each once, and every (prompt, answer) pair
-becomes one row of batched forwards over a gathered copy of its prompt's cache, an attention mask
-hiding the prompt's padding and positions given per row. ``augmented_nlls``
+becomes one row of batched forwards that read its prompt's rows of that cache one layer at a time
+(``decoding.nlls_after_prompts``: never a copy of the whole cache), an attention mask hiding the
+prompt's padding and positions given per row; out of memory, the rows and then the prompts per
+forward are halved (``decoding.with_halving``). ``augmented_nlls``
 scores candidates under each scoring augmentation (augmented prompt, augmented answer), one
 augmentation after another or, ``batched``, all together through ``score_prompts``.
 
@@ -22,78 +24,82 @@ import numpy as np
 
 from arc_kit import decoding
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import AnswerSpace, answer_log_probs, gather_cache, new_cache
+from arc_kit.decoding import (AnswerSpace, BatchLimit, answer_log_probs, cache_tensors, new_cache, nlls_after_prompts,
+                              with_halving)
 from arc_kit.grids import grid_to_json, to_grid
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
 
 
 def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
-                  space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None) -> list[np.ndarray]:
-    """``decoding.score_answers`` of each prompt's answers, in as few batched forwards as the batch sizes allow.
+                  space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None, *,
+                  prompt_limit: BatchLimit | None = None, answer_limit: BatchLimit | None = None) -> list[np.ndarray]:
+    """``decoding.score_answers`` of each prompt's answers, in as few batched forwards as memory allows.
 
     ``answers[p]`` are scored after ``prompts[p]``. Up to ``prompt_batch_size`` (default
     ``batch_size``) prompts share one forward and one cache; up to ``batch_size`` (prompt, answer)
-    rows share each answer forward. Equal to ``decoding.score_answers`` up to float rounding.
+    rows share each answer forward (``decoding.nlls_after_prompts``: each layer's prompt rows are
+    assembled only while it runs; one prompt's rows are an expanded view). An out-of-memory error
+    halves the answer rows per forward (``answer_limit``), and past one row the prompts per forward
+    (``prompt_limit``); the limits end as the sizes that fitted. Equal to ``decoding.score_answers``
+    up to float rounding.
     """
-    import torch
-
     if len(answers) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
     results = [np.zeros(len(chunk)) for chunk in answers]
-    device = next(model.parameters()).device
+    prompt_limit = prompt_limit if prompt_limit is not None else BatchLimit("prompts")
+    answer_limit = answer_limit if answer_limit is not None else BatchLimit("answers")
     group_size = prompt_batch_size or batch_size
     order = [p for p in range(len(prompts)) if len(answers[p])]  # prompts without answers are never run
-    for group_start in range(0, len(order), group_size):
-        group = order[group_start:group_start + group_size]
-        lengths = [len(prompts[p]) for p in group]
-        width = max(lengths)
-        ids = torch.full((len(group), width), space.eos_id, dtype=torch.long)
-        for row, p in enumerate(group):
-            ids[row, :lengths[row]] = torch.tensor([int(t) for t in prompts[p]], dtype=torch.long)
-        last = torch.tensor(lengths) - 1
-        kept = torch.unique(last)  # logits at each prompt's last position only, not at every position
-        with torch.no_grad():
-            # Right padding needs no attention mask here: causal attention keeps every real token
-            # from seeing the padding after it. Answers below mask the padding out.
-            output = model(input_ids=ids.to(device), past_key_values=new_cache(model), use_cache=True,
-                           logits_to_keep=kept.to(device))
-        mask = space.mask(output.logits.shape[-1], device)
-        picked_last = torch.searchsorted(kept, last)
-        first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask,
-                                 space.probabilities)
-        group_cache = output.past_key_values
-        prompt_valid = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
-        pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
-                       key=lambda pair: len(answers[group[pair[0]]][pair[1]]))  # similar lengths together
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start:start + batch_size]
-            tokens = [torch.as_tensor([int(t) for t in answers[group[row]][a]], dtype=torch.long) for row, a in chunk]
-            count, longest = len(chunk), max(len(answer) for answer in tokens)
-            targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
-            valid = torch.zeros((count, longest), dtype=torch.bool)
-            for index, answer in enumerate(tokens):
-                targets[index, :len(answer)] = answer
-                valid[index, :len(answer)] = True
-            rows = torch.tensor([row for row, _ in chunk], dtype=torch.long)
-            targets, valid = targets.to(device), valid.to(device)
-            log_probs = first[rows.to(device)][:, None]
-            if longest > 1:
-                cache = gather_cache(model, group_cache, rows.to(device))
-                attention = torch.cat([prompt_valid[rows], torch.ones((count, longest - 1), dtype=torch.bool)], dim=1)
-                positions = torch.tensor(lengths)[rows][:, None] + torch.arange(longest - 1)[None, :]
-                with torch.no_grad():
-                    logits = model(input_ids=targets[:, :-1], attention_mask=attention.to(device, torch.long),
-                                   position_ids=positions.to(device), past_key_values=cache, use_cache=True).logits
-                del cache
-                log_probs = torch.cat([log_probs, answer_log_probs(logits, mask, space.probabilities)], dim=1)
-            picked = log_probs.gather(-1, targets[..., None])[..., 0]
-            picked = torch.where(valid, picked, torch.zeros_like(picked))
-            nlls = (-picked.sum(dim=1)).double().cpu().numpy()
-            for (row, a), nll in zip(chunk, nlls):
-                results[group[row]][a] = nll
-        del group_cache, output
+    done = 0
+    while done < len(order):
+        done += with_halving(prompt_limit, min(group_size, len(order) - done), lambda size, start=done: _score_group(
+            model, prompts, answers, order[start:start + size], space, batch_size, answer_limit, results))
     return results
+
+
+def _score_group(model, prompts, answers, group: list[int], space: AnswerSpace, batch_size: int,
+                 limit: BatchLimit, results: list[np.ndarray]) -> int:
+    """The answers of the prompts ``group`` (indices) scored into ``results``; how many prompts that was.
+
+    Safe to repeat: it writes the same numbers again.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    lengths = [len(prompts[p]) for p in group]
+    width = max(lengths)
+    ids = torch.full((len(group), width), space.eos_id, dtype=torch.long)
+    for row, p in enumerate(group):
+        ids[row, :lengths[row]] = torch.tensor([int(t) for t in prompts[p]], dtype=torch.long)
+    last = torch.tensor(lengths) - 1
+    kept = torch.unique(last)  # logits at each prompt's last position only, not at every position
+    with torch.no_grad():
+        # Right padding needs no attention mask here: causal attention keeps every real token
+        # from seeing the padding after it. Answers mask the padding out.
+        output = model(input_ids=ids.to(device), past_key_values=new_cache(model), use_cache=True,
+                       logits_to_keep=kept.to(device))
+    mask = space.mask(output.logits.shape[-1], device)
+    picked_last = torch.searchsorted(kept, last)
+    first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask,
+                             space.probabilities)
+    tensors = cache_tensors(output.past_key_values)
+    del output
+    pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
+                   key=lambda pair: len(answers[group[pair[0]]][pair[1]]))  # similar lengths together
+
+    def score(chunk: list[tuple[int, int]]) -> int:
+        nlls = nlls_after_prompts(model, tensors, first, [answers[group[row]][a] for row, a in chunk],
+                                  [row for row, _ in chunk], space, lengths)
+        for (row, a), nll in zip(chunk, nlls):
+            results[group[row]][a] = nll
+        return len(chunk)
+
+    done = 0
+    while done < len(pairs):
+        done += with_halving(limit, min(batch_size, len(pairs) - done),
+                             lambda size, start=done: score(pairs[start:start + size]))
+    return len(group)
 
 
 def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
@@ -117,7 +123,8 @@ def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_inpu
     if batched:
         columns = score_prompts(model, prompts, answers, space, batch_size)
     else:
-        columns = [decoding.score_answers(model, prompt, chunk, space, batch_size)
+        limit = BatchLimit("answers")  # one for all augmentations: a size that ran out of memory is not tried again
+        columns = [decoding.score_answers(model, prompt, chunk, space, batch_size, limit=limit)
                    for prompt, chunk in zip(prompts, answers)]
     for column, nlls in enumerate(columns):
         table[:, column] = nlls
@@ -166,6 +173,7 @@ class Candidate:
     grid: np.ndarray
     generation_nlls: dict[str, float] = field(default_factory=dict)  # augmentation key -> NLL where sampled
     scoring_nlls: list[float] = field(default_factory=list)  # one per scoring augmentation
+    extra: dict = field(default_factory=dict, repr=False, compare=False)  # fields of a later kit, kept as they are
 
     @property
     def found_by(self) -> list[str]:
@@ -188,12 +196,15 @@ class Candidate:
                 "scoring_nlls": list(self.scoring_nlls)}
         if self.scoring_nlls:
             data["aggregates"] = {name: self.aggregate(name) for name in AGGREGATIONS}
-        return data
+        return {**data, **self.extra}
 
     @classmethod
     def from_json(cls, data) -> Candidate:
+        """The inverse of ``to_json``; fields it does not know are kept in ``extra`` (the aggregates are recomputed)."""
+        extra = {key: value for key, value in data.items()
+                 if key not in ("grid", "generation_nlls", "scoring_nlls", "aggregates")}
         return cls(to_grid(data["grid"]), {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
-                   [float(v) for v in data.get("scoring_nlls", [])])
+                   [float(v) for v in data.get("scoring_nlls", [])], extra)
 
 
 def select(candidates: Sequence[Candidate], aggregation: str = "product", count: int = 2) -> list[int]:

@@ -18,6 +18,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+DEFAULT_TOKEN_BUDGET = 8192  # the paper's token budget (a prompt and its answer; a training sequence) where a
+# model states none
+DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation by prompt tokens (its preset's sizing)
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
 SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
@@ -101,7 +104,7 @@ class SequenceSettings(Settings):
                                       "weighted pools scale it)")
     min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test")
     max_pairs: int = setting(7, "random: most pairs per sequence (ARC tasks have 3-7)")
-    max_len: int = setting(8192, "token budget; earlier pairs are dropped (the last first) to fit")
+    max_len: int = setting(DEFAULT_TOKEN_BUDGET, "token budget; earlier pairs are dropped (the last first) to fit")
     mask_first_output: bool = setting(True, "the first output cannot be predicted without an example")
     keep_background: bool = setting(False, "keep colour 0 fixed (the authors permute all 10 colours)")
 
@@ -249,6 +252,17 @@ class SolveSettings(Settings):
         """One line for logs: sampler, augmentations, TTT, aggregation."""
         return (f"{self.sampler.name}, {self.inference_augmentations}+{self.scoring_augmentations} augmentations, "
                 f"{f'TTT {self.ttt.steps} steps' if self.test_time_training else 'no TTT'}, {self.aggregation}")
+
+
+@dataclass(frozen=True)
+class CompetitionSettings(Settings):
+    """The competition job's clock (``kaggle.run_competition``); the defaults are the competition's limits."""
+
+    hours: float = setting(12.0, "the limit, counted from the job's start")
+    safety_minutes: float = setting(45.0, "plan to end this long before the limit")
+    stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
+                                        "follows)")
+    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,6 +422,7 @@ def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Setti
     return dataclasses.replace(settings, **{path[0]: replace_path(inner, path[1:], value)})
 
 
-__all__ = ["AGGREGATION_NAMES", "Option", "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings",
-           "SequenceSettings", "Settings", "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings",
-           "get_path", "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "training_preset"]
+__all__ = ["AGGREGATION_NAMES", "CompetitionSettings", "DEFAULT_TOKEN_BUDGET", "DRY_RUN_TASKS", "Option",
+           "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings", "Settings",
+           "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings", "get_path", "ladder", "options",
+           "replace_path", "setting", "smoke", "solve_preset", "training_preset"]

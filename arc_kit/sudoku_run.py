@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.analysis import threshold_curve
-from arc_kit.grids import grid_key
+from arc_kit.grids import grid_key, grid_to_json
 from arc_kit.jsonio import write_json_atomically
 from arc_kit.records import TaskRecord, TestResult
 from arc_kit.scoring import select
@@ -80,6 +80,8 @@ class SudokuEvalSettings(Settings):
                                      "in the metrics")
     batched: bool = setting(False, "DFS lanes of the views after the first together, and scoring views "
                             "together: the same candidates unless a cap is hit", neutral=True)
+    greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
+                                 "count the empty cells it gets right: a diagnostic, not the paper's recipe")
     seed: int = setting(0, "with the puzzle id, seeds the augmentations")
 
     def __post_init__(self):
@@ -118,7 +120,20 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
                                    [a.key for a in scoring], search))
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
+    if settings.greedy_check:  # after everything else: its draws from rng change nothing above
+        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
+                                  solver.settings.sampler.replace(kind="greedy"), rng, task_id=puzzle_id, batched=False)
+        record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record
+
+
+def blank_cells_right(puzzle: np.ndarray, solution: np.ndarray, answer) -> float:
+    """The share of the puzzle's empty cells that ``answer`` fills as the solution does (0 for no 9x9 answer)."""
+    blank = np.asarray(puzzle) == 0
+    answer = None if answer is None else np.asarray(answer)
+    if answer is None or answer.shape != blank.shape or not blank.any():
+        return 0.0
+    return float(np.mean(answer[blank] == np.asarray(solution)[blank]))
 
 
 def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> dict:
@@ -138,11 +153,20 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
             "keeps_clues": answer is not None and keeps_clues(pair.input, answer),
             "candidates": len(test.candidates), "capped": bool(test.search.capped),
             "clues": clue_count(pair.input), "seconds": record.timings.get("total", 0.0)})
+        if "greedy_answer" in record.extra:
+            greedy = record.extra["greedy_answer"]
+            rows[-1].update(greedy_cells=blank_cells_right(pair.input, pair.output, greedy),
+                            greedy_solved=score_answer(pair.input, None if greedy is None else np.asarray(greedy)),
+                            greedy_valid=greedy is not None and is_valid_solution(np.asarray(greedy)))
     count = len(rows)
 
     def share(name):
         return round(sum(float(row[name]) for row in rows) / count, 4) if count else 0.0
 
+    greedy = {}
+    if rows and all("greedy_cells" in row for row in rows):  # the diagnostic, when every puzzle has it
+        greedy = {"greedy_blank_cells_right": share("greedy_cells"), "greedy_solved": share("greedy_solved"),
+                  "greedy_valid_sudoku": share("greedy_valid")}
     by_clues = {}
     for clues in sorted({row["clues"] for row in rows}):
         group = [row for row in rows if row["clues"] == clues]
@@ -154,7 +178,7 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
             "mean_candidates": round(float(np.mean([r["candidates"] for r in rows])), 2) if rows else 0.0,
             "mean_clues": round(float(np.mean([r["clues"] for r in rows])), 2) if rows else 0.0,
             "seconds_per_puzzle": round(float(np.mean([r["seconds"] for r in rows])), 2) if rows else 0.0,
-            "by_clues": by_clues}
+            "by_clues": by_clues, **greedy}
 
 
 def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresholds: Sequence[float]):

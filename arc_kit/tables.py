@@ -14,25 +14,30 @@ candidate's score does not depend on who found it) and each sampler is judged on
 Accuracy is the competition's: right test outputs (either attempt) over all test outputs; beside
 it, from the same records, top-1 accuracy (the first attempt only, as the paper's Sudoku
 experiment counts). Every NLL is measured as the solver's ``settings.probabilities`` says (the
-records name it). Each task's record goes to a JSON-lines file as it finishes; a rerun resumes.
-Timings are per task.
+records name it). Timings are per task.
+
+A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
+each task's record (``records.AblationRecord`` or ``records.SamplerRecord``) is appended to
+``<table>_records.jsonl`` as it finishes. A rerun resumes; a folder that ran other settings or
+another data set is refused (``run.RunFolderError``), as a solve's is. This module knows the
+solver's pieces and the run layer; it writes no record layout of its own.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
-from arc_kit.grids import grid_key, grid_to_json
-from arc_kit.jsonio import append_json_line, read_json_lines
-from arc_kit.models import LoadSettings, load_model
+from arc_kit.grids import grid_key
+from arc_kit.models import LoadSettings, load_model, token_budget_of
+from arc_kit.records import AblationRecord, SamplerRecord, SamplerResult, append_record
+from arc_kit.run import CLAIMS_FOLDER, RunFolderError, check_run, claim_task, open_run, records_file, run_records
 from arc_kit.scoring import AGGREGATIONS, Candidate, select
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.solver import Solver, task_rng
@@ -90,65 +95,66 @@ class _Clock:
         return _Span()
 
 
-def ablation_task(solver: Solver, task: Task, *, threshold: float = 0.09) -> dict:
-    """All five stages on one task; the record holds per-stage correctness and timings."""
+def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None) -> AblationRecord:
+    """All five stages on one task; the record holds per-stage correctness and timings.
+
+    The +DFS stage searches at ``threshold`` (default: the solver's own, ``settings.sampler.threshold``).
+    """
     if solver.trainer is None:
         raise ValueError("the ablation needs a solver with test-time training on")
     settings = solver.settings
+    threshold = settings.sampler.threshold if threshold is None else threshold
     clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
     answers = task.test_outputs
     visible = task.without_solutions()
     greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
                                                              max_forward_calls=settings.sampler.max_forward_calls)
     identity = [Augmentation()]
-    record = {"task_id": task.id, "stages": {stage: [] for stage in ABLATION_STAGES}, "candidates": {},
-              "probabilities": solver.space.probabilities}
+    record = AblationRecord(task.id, {stage: [] for stage in ABLATION_STAGES},
+                            probabilities=solver.space.probabilities)
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
         for test_input, _, _, rng in per_test:
             found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
-            record["stages"]["baseline"].append([c.grid for c in found[:2]])
+            record.stages["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
-        record["ttt"] = solver.adapt(visible).to_json()
+        record.ttt = solver.adapt(visible)
     for test_input, inference, scoring, rng in per_test:
         with clock("+TTT"):
             found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
-        record["stages"]["+TTT"].append([c.grid for c in found[:2]])
+        record.stages["+TTT"].append([c.grid for c in found[:2]])
         with clock("+16xAug"):
             augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng,
                                          task_id=task.id)
-        record["stages"]["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
+        record.stages["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
         with clock("+PoE"):
             solver.score(solver.model, visible.train, test_input, augmented, scoring)
-        record["stages"]["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
+        record.stages["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
         with clock("+DFS"):
             searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng,
                                              task_id=task.id)
             solver.score(solver.model, visible.train, test_input, searched, scoring)
-        record["stages"]["+DFS"].append([searched[i].grid for i in select(searched, "product")])
-        record["candidates"].setdefault("+16xAug", []).append(len(augmented))
-        record["candidates"].setdefault("+DFS", []).append(len(searched))
-        record.setdefault("dfs_capped", []).extend(search.capped)
-    record["correct"] = {stage: [any_attempt_right(attempts, answer)
-                                 for attempts, answer in zip(record["stages"][stage], answers)]
-                         for stage in ABLATION_STAGES}
-    record["correct_top1"] = {stage: [bool(attempts) and attempt_is_right(attempts[0], answer)
-                                      for attempts, answer in zip(record["stages"][stage], answers)]
-                              for stage in ABLATION_STAGES}
-    record["stages"] = {stage: [[grid_to_json(g) for g in attempts] for attempts in tests]
-                        for stage, tests in record["stages"].items()}
-    record["seconds"] = {name: round(value, 3) for name, value in clock.seconds.items()}
-    record["peak_memory_gb"] = clock.peak_memory_gb
+        record.stages["+DFS"].append([searched[i].grid for i in select(searched, "product")])
+        record.candidates.setdefault("+16xAug", []).append(len(augmented))
+        record.candidates.setdefault("+DFS", []).append(len(searched))
+        record.dfs_capped.extend(search.capped)
+    record.correct = {stage: [any_attempt_right(attempts, answer)
+                              for attempts, answer in zip(record.stages[stage], answers)]
+                      for stage in ABLATION_STAGES}
+    record.correct_top1 = {stage: [bool(attempts) and attempt_is_right(attempts[0], answer)
+                                   for attempts, answer in zip(record.stages[stage], answers)]
+                           for stage in ABLATION_STAGES}
+    record.seconds = {name: round(value, 3) for name, value in clock.seconds.items()}
+    record.peak_memory_gb = clock.peak_memory_gb
     return record
 
 
-def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> dict:
+def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> SamplerRecord:
     """Every sampler on one task after one test-time training; shared scoring of all candidates."""
     import torch
 
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
-    record = {"task_id": task.id, "ttt": solver.adapt(visible).to_json(), "samplers": {},
-              "probabilities": solver.space.probabilities}
+    record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring, _ = solver.views(visible, index)
@@ -160,17 +166,15 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
             rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
             candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler, rng,
                                                task_id=task.id)
-            entry = record["samplers"].setdefault(sampler.name, {"seconds": 0.0, "candidates": [], "found": [],
-                                                                 "correct": {a: [] for a in AGGREGATIONS},
-                                                                 "correct_top1": {a: [] for a in AGGREGATIONS},
-                                                                 "peak_memory_gb": None, "capped": 0})
-            entry["seconds"] += time.monotonic() - started
+            result = record.samplers.setdefault(sampler.name, SamplerResult(
+                correct={a: [] for a in AGGREGATIONS}, correct_top1={a: [] for a in AGGREGATIONS}))
+            result.seconds += time.monotonic() - started
             if cuda:
                 peak = torch.cuda.max_memory_allocated() / 2**30
-                entry["peak_memory_gb"] = max(entry["peak_memory_gb"] or 0.0, round(peak, 2))
-            entry["candidates"].append(len(candidates))
-            entry["found"].append(_contains(candidates, answers[index]))
-            entry["capped"] += len(search.capped)
+                result.peak_memory_gb = max(result.peak_memory_gb or 0.0, round(peak, 2))
+            result.candidates.append(len(candidates))
+            result.found.append(_contains(candidates, answers[index]))
+            result.capped += len(search.capped)
             found[sampler.name] = candidates
         union: dict[bytes, Candidate] = {}
         for candidates in found.values():
@@ -178,16 +182,15 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                 union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
         started = time.monotonic()
         solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
-        record.setdefault("scoring_seconds", 0.0)
-        record["scoring_seconds"] += time.monotonic() - started
+        record.scoring_seconds += time.monotonic() - started
         for name, candidates in found.items():
             for candidate in candidates:
                 candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
             for aggregation in AGGREGATIONS:
                 chosen = [candidates[i].grid for i in select(candidates, aggregation)]
-                entry = record["samplers"][name]
-                entry["correct"][aggregation].append(any_attempt_right(chosen, answers[index]))
-                entry["correct_top1"][aggregation].append(bool(chosen) and attempt_is_right(chosen[0], answers[index]))
+                result = record.samplers[name]
+                result.correct[aggregation].append(any_attempt_right(chosen, answers[index]))
+                result.correct_top1[aggregation].append(bool(chosen) and attempt_is_right(chosen[0], answers[index]))
     return record
 
 
@@ -195,64 +198,49 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
 class TableRun:
     table: object  # pandas.DataFrame
     markdown: str
-    records: dict
+    records: dict  # task id -> records.AblationRecord or records.SamplerRecord
 
 
-def _read_records(out: Path, name: str) -> dict:
-    """Every finished task's record in ``out`` and in its workers' folders (``worker-N``)."""
-    records = {}
-    for path in [out / f"{name}_records.jsonl", *sorted(out.glob(f"worker-*/{name}_records.jsonl"))]:
-        for _, data in read_json_lines(path):
-            if isinstance(data, dict) and isinstance(data.get("task_id"), str):
-                records.setdefault(data["task_id"], data)
-    return records
+def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type, work, progress: bool, *,
+               info: dict | None = None, worker: int | None = None, stop_at: float | None = None) -> dict:
+    """Run ``work`` on every task without a record in run folder ``out``; a rerun resumes.
 
-
-def _claim(folder: Path, task_id: str) -> bool:
-    """True for the one process that creates ``folder/task_id`` first (tasks shared among workers)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        os.close(os.open(folder / task_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return True
-    except FileExistsError:
-        return False
-
-
-def _run_tasks(tasks: TaskSet, out: Path, name: str, work, progress: bool, *, worker: int | None = None,
-               stop_at: float | None = None) -> dict:
-    """Run ``work`` on every task without a record; a rerun resumes.
-
-    As one of several workers (``worker`` = its number), a task goes to whichever worker claims it
-    first and its record into ``out/worker-N``; no task is started after ``stop_at`` (monotonic).
+    A single process opens the run (``run.open_run``: refused when the folder ran other settings or
+    another data set). As one of several workers (``worker`` = its number) the parent has opened
+    it; a task goes to whichever worker claims it first and its record into ``out/worker-N``; no
+    task is started after ``stop_at`` (monotonic).
     """
     from tqdm.auto import tqdm
 
-    out.mkdir(parents=True, exist_ok=True)
-    records = _read_records(out, name)
-    folder = out if worker is None else out / f"worker-{worker}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}_records.jsonl"
-    for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=name, unit="task",
+    if worker is None:
+        open_run(out, solver.settings, info)
+    elif not check_run(out, solver.settings, info):
+        raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
+    records = run_records(out, records_file(table), kind)
+    path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
                      disable=not progress):
         if not task.has_solutions:
             raise ValueError(f"task {task.id} has no known test outputs; the tables need solutions")
         if stop_at is not None and time.monotonic() > stop_at:
             break
-        if worker is not None and not _claim(out / "claims", task.id):
+        if worker is not None and not claim_task(out, task.id):
             continue
         record = work(task)
         records[task.id] = record
-        append_json_line(path, record)
+        append_record(path, record)
     return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
 
 
-def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, threshold: float = 0.09,
-                 progress: bool = True, worker: int | None = None, stop_at: float | None = None) -> TableRun:
-    """The ablation on every task; writes ablation.md and ablation.csv into ``out``."""
+def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, progress: bool = True, info: dict | None = None,
+                 worker: int | None = None, stop_at: float | None = None) -> TableRun:
+    """The ablation on every task (its +DFS stage at the solver's threshold); writes ablation.md and ablation.csv
+    into the run folder ``out`` (``info`` goes into a new ``run.json``, see ``run.open_run``)."""
     out = Path(out)
-    records = _run_tasks(tasks, out, "ablation", lambda task: ablation_task(solver, task, threshold=threshold),
-                         progress, worker=worker, stop_at=stop_at)
-    return ablation_table(records, solver.settings, out, threshold)
+    records = _run_tasks(tasks, solver, out, "ablation", AblationRecord, lambda task: ablation_task(solver, task),
+                         progress, info=info, worker=worker, stop_at=stop_at)
+    return ablation_table(records, solver.settings, out)
 
 
 def _first_complete(records: dict, task_ids: Sequence[str]) -> dict:
@@ -265,80 +253,84 @@ def _first_complete(records: dict, task_ids: Sequence[str]) -> dict:
     return kept
 
 
-def ablation_table(records: dict, settings: SolveSettings, out: str | Path, threshold: float = 0.09) -> TableRun:
-    """The ablation table of finished records; writes ablation.md and ablation.csv into ``out``."""
+def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSettings, out: str | Path) -> TableRun:
+    """The ablation table of finished records (their +DFS stage at ``settings.sampler.threshold``); writes
+    ablation.md and ablation.csv into ``out``."""
     import pandas as pd
 
     out = Path(out)
-    outputs = sum(len(r["correct"]["baseline"]) for r in records.values())
+    outputs = sum(len(r.correct["baseline"]) for r in records.values())
     rows = []
-    top1_known = all("correct_top1" in r for r in records.values())  # records of an earlier kit lack it
+    top1_known = all(r.correct_top1 is not None for r in records.values())  # records of an earlier kit lack it
     for position, stage in enumerate(ABLATION_STAGES):
-        right = sum(sum(r["correct"][stage]) for r in records.values())
-        right_top1 = sum(sum(r["correct_top1"][stage]) for r in records.values()) if top1_known else None
+        right = sum(sum(r.correct[stage]) for r in records.values())
+        right_top1 = sum(sum(r.correct_top1[stage]) for r in records.values()) if top1_known else None
         row = {"stage": stage, "correct": right, "correct_top1": right_top1, "test_outputs": outputs,
                "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
                "accuracy_top1_percent": _percent(right_top1, outputs),
-               "seconds_per_task": round(np.mean([r["seconds"].get(stage, 0.0)
+               "seconds_per_task": round(np.mean([r.seconds.get(stage, 0.0)
                                                   for r in records.values()]), 2) if records else 0.0,
-               "peak_gpu_memory_gb": max((r.get("peak_memory_gb", {}).get(stage) or 0.0 for r in records.values()),
+               "peak_gpu_memory_gb": max((r.peak_memory_gb.get(stage) or 0.0 for r in records.values()),
                                          default=0.0) or None}
         for model, numbers in PAPER_ABLATION.items():
             row[f"paper {model}"] = numbers[position]
         rows.append(row)
     table = pd.DataFrame(rows)
-    ttt_seconds = np.mean([r["seconds"].get("ttt", 0.0) for r in records.values()]) if records else 0.0
+    ttt_seconds = np.mean([r.seconds.get("ttt", 0.0) for r in records.values()]) if records else 0.0
     markdown = (f"Two-attempt accuracy (and top-1: the first attempt only) on {len(records)} tasks ({outputs} test "
                 f"outputs), NLLs under {_measure(settings.probabilities)}, with "
                 f"{settings.inference_augmentations} inference and {settings.scoring_augmentations} scoring "
-                f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at T = {threshold:g}. "
+                f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at "
+                f"T = {settings.sampler.threshold:g}. "
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
                 f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
                 f"process (CUDA only).\n\n" + _markdown(table))
     table.to_csv(out / "ablation.csv", index=False)
     (out / "ablation.md").write_text(markdown + "\n")
-    return TableRun(table, markdown, records)
+    return TableRun(table, markdown, dict(records))
 
 
 def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
-                      samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True) -> TableRun:
-    """The sampler comparison on every task; writes samplers.md and samplers.csv into ``out``."""
+                      samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True,
+                      info: dict | None = None) -> TableRun:
+    """The sampler comparison on every task; writes samplers.md and samplers.csv into the run folder ``out``."""
     out = Path(out)
-    records = _run_tasks(tasks, out, "samplers", lambda task: sampler_task(solver, task, samplers), progress)
+    records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
+                         lambda task: sampler_task(solver, task, samplers), progress, info=info)
     return sampler_table(records, samplers, solver.settings, out)
 
 
-def sampler_table(records: dict, samplers: Sequence[SamplerSettings], settings: SolveSettings,
-                  out: str | Path) -> TableRun:
+def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[SamplerSettings],
+                  settings: SolveSettings, out: str | Path) -> TableRun:
     """The sampler table of finished records; writes samplers.md and samplers.csv into ``out``."""
     import pandas as pd
 
     out = Path(out)
     rows = []
     for sampler in samplers:
-        entries = [r["samplers"][sampler.name] for r in records.values() if sampler.name in r["samplers"]]
-        outputs = sum(len(e["found"]) for e in entries)
+        results = [r.samplers[sampler.name] for r in records.values() if sampler.name in r.samplers]
+        outputs = sum(len(e.found) for e in results)
         row = {"sampler": sampler.name,
-               "solutions_found_percent": round(100 * sum(sum(e["found"]) for e in entries) / outputs, 1)
+               "solutions_found_percent": round(100 * sum(sum(e.found) for e in results) / outputs, 1)
                if outputs else 0.0,
-               "candidates_per_task": round(np.mean([sum(e["candidates"]) for e in entries]), 1) if entries else 0.0,
-               "generation_seconds_per_task": round(np.mean([e["seconds"] for e in entries]), 2) if entries else 0.0,
-               "peak_gpu_memory_gb": max((e["peak_memory_gb"] for e in entries if e["peak_memory_gb"] is not None),
+               "candidates_per_task": round(np.mean([sum(e.candidates) for e in results]), 1) if results else 0.0,
+               "generation_seconds_per_task": round(np.mean([e.seconds for e in results]), 2) if results else 0.0,
+               "peak_gpu_memory_gb": max((e.peak_memory_gb for e in results if e.peak_memory_gb is not None),
                                          default=None),
-               "capped_searches": sum(e["capped"] for e in entries)}
+               "capped_searches": sum(e.capped for e in results)}
         for aggregation in ("max", "min", "sum", "product"):
-            right = sum(sum(e["correct"][aggregation]) for e in entries)
+            right = sum(sum(e.correct[aggregation]) for e in results)
             row[f"accuracy_{aggregation}_percent"] = round(100 * right / outputs, 1) if outputs else 0.0
-        top1_known = all("correct_top1" in e for e in entries)  # records of an earlier kit lack it
+        top1_known = all(e.correct_top1 is not None for e in results)  # records of an earlier kit lack it
         for aggregation in ("max", "min", "sum", "product"):
-            right = sum(sum(e["correct_top1"][aggregation]) for e in entries) if top1_known else None
+            right = sum(sum(e.correct_top1[aggregation]) for e in results) if top1_known else None
             row[f"accuracy_{aggregation}_top1_percent"] = _percent(right, outputs)
         paper = PAPER_SAMPLERS.get(sampler.name)
         row["paper_found_percent"], row["paper_candidates"], row["paper_product_percent"] = paper or (None,) * 3
         rows.append(row)
     table = pd.DataFrame(rows)
-    ttt = np.mean([r["ttt"].get("seconds") or 0.0 for r in records.values()]) if records else 0.0
-    scoring = np.mean([r.get("scoring_seconds", 0.0) for r in records.values()]) if records else 0.0
+    ttt = np.mean([(r.ttt.seconds if r.ttt else 0.0) or 0.0 for r in records.values()]) if records else 0.0
+    scoring = np.mean([r.scoring_seconds for r in records.values()]) if records else 0.0
     markdown = (f"{len(records)} tasks, {settings.inference_augmentations} inference and "
                 f"{settings.scoring_augmentations} scoring augmentations, NLLs under "
                 f"{_measure(settings.probabilities)}; accuracies count two attempts, those ending _top1 the "
@@ -348,7 +340,7 @@ def sampler_table(records: dict, samplers: Sequence[SamplerSettings], settings: 
                 "measured on CUDA only.\n\n" + _markdown(table))
     table.to_csv(out / "samplers.csv", index=False)
     (out / "samplers.md").write_text(markdown + "\n")
-    return TableRun(table, markdown, records)
+    return TableRun(table, markdown, dict(records))
 
 
 TABLES = ("ablation", "samplers")
@@ -356,29 +348,31 @@ TABLES = ("ablation", "samplers")
 
 def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
                      stop_at_epoch: float | None) -> None:
-    """One of several processes sharing an ablation run (see ``run_table``)."""
+    """One of several processes sharing an ablation run (see ``run_table``); ``settings`` are the run's own."""
     import torch
 
     torch.set_num_threads(1)
     loaded = load_model(model, LoadSettings(**load_options))
-    solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
+    solver = Solver.from_loaded(loaded, settings)
     stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
-    run_ablation(tasks, solver, out, threshold=settings.sampler.threshold, progress=False, worker=worker,
-                 stop_at=stop_at)
+    run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
 
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
               load_options: dict | None = None, progress: bool = True, workers: int = 1,
-              minutes: float | None = None, grace_minutes: float = 2.0) -> TableRun:
+              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None) -> TableRun:
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
-    fixed samplers under the settings' search cap and temperature. A rerun resumes (``restart``:
-    start over). The ablation can run in ``workers`` processes that share the tasks (a small
-    model leaves most of a GPU idle); with ``minutes``, no task starts after that long, a task
-    still running ``grace_minutes`` later is stopped (a rerun does it), and the table covers the
-    tasks finished from the first one on, in order.
+    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
+    rerun resumes, one that ran other settings or another data set (``info``'s, see
+    ``run.open_run``) is refused; ``restart`` discards the earlier run first. The ablation can run
+    in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
+    ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is
+    stopped (a rerun does it), and the table covers the tasks finished from the first one on, in order.
     """
+    from arc_kit.provenance import run_info
+
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; expected one of {TABLES}")
     if not tasks.has_solutions:
@@ -386,15 +380,15 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if workers > 1 and which != "ablation":
         raise ValueError("only the ablation runs in several workers")
     out = Path(out)
-    if restart:
-        (out / f"{which}_records.jsonl").unlink(missing_ok=True)
-        for folder in [out / "claims", *out.glob("worker-*")]:
-            shutil.rmtree(folder, ignore_errors=True)
+    # the settings every process runs with, as the solver resolves them: test-time training on, the model's budget
+    settings = settings.replace(test_time_training=True, max_len=settings.max_len or token_budget_of(model))
+    info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
+    open_run(out, settings, info, restart=restart)
     stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
     if which == "ablation" and (workers > 1 or minutes is not None):
         import multiprocessing
 
-        shutil.rmtree(out / "claims", ignore_errors=True)  # claims of an interrupted run: its tasks are not done
+        shutil.rmtree(out / CLAIMS_FOLDER, ignore_errors=True)  # claims of an interrupted run: its tasks are not done
         context = multiprocessing.get_context("spawn")
         processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
                                                                     load_options or {}, stop_at_epoch))
@@ -411,12 +405,12 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
         failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
         if failed:
             raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
-        records = _first_complete(_read_records(out, "ablation"), tasks.ids)
-        return ablation_table(records, settings.replace(test_time_training=True), out, settings.sampler.threshold)
+        records = _first_complete(run_records(out, records_file("ablation"), AblationRecord), tasks.ids)
+        return ablation_table(records, settings, out)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
-    solver = Solver.from_loaded(loaded, settings.replace(test_time_training=True))
+    solver = Solver.from_loaded(loaded, settings)
     if which == "ablation":
-        return run_ablation(tasks, solver, out, threshold=settings.sampler.threshold, progress=progress)
+        return run_ablation(tasks, solver, out, progress=progress)
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
                                 temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
     return run_sampler_table(tasks, solver, out, samplers, progress=progress)

@@ -35,6 +35,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from arc_kit.grids import MAX_SIDE, freeze
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.tasks import Pair
 
 logger = logging.getLogger(__name__)
@@ -205,7 +206,8 @@ class TaskTooLongError(ValueError):
 class TaskEncoder:
     """Encodes tasks for training, prompting and scoring, and decodes answers, for one format and tokenizer."""
 
-    def __init__(self, tokenizer: GridTokenizer, text_format: TextFormat = TextFormat(), max_len: int = 8192):
+    def __init__(self, tokenizer: GridTokenizer, text_format: TextFormat = TextFormat(),
+                 max_len: int = DEFAULT_TOKEN_BUDGET):
         self.tokenizer = tokenizer
         self.format = text_format
         self.max_len = max_len

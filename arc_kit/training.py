@@ -41,7 +41,7 @@ from arc_kit.optimization import (
 )
 from arc_kit.plotting import draw_loss_curve
 from arc_kit.provenance import run_info
-from arc_kit.settings import TrainingSettings
+from arc_kit.settings import TrainingSettings, training_preset
 from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder
 from arc_kit.training_data import PaddingCollator, SequenceDataset
 
@@ -179,6 +179,12 @@ def token_budget_after_training(from_scratch: bool, trained_length: int, max_pos
     if from_scratch or not max_positions:
         return trained_length
     return max(trained_length, max_positions)
+
+
+def training_settings_for(model: str | os.PathLike, preset: str | None = None) -> TrainingSettings:
+    """The named training preset, or by default the one ``model`` calls for: ``from-scratch`` for a model
+    preset (micro, tiny, ...), the paper's initial fine-tune for a model folder or a base."""
+    return training_preset(preset or ("from-scratch" if str(model) in PRESETS else "paper"))
 
 
 def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,

@@ -45,7 +45,14 @@ from arc_kit.jsonio import write_json_atomically
 from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
 from arc_kit.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
-from arc_kit.records import TaskRecord, answers_from_records, append_record, fallback_record, read_records
+from arc_kit.records import (
+    TaskRecord,
+    answers_from_records,
+    append_record,
+    fallback_record,
+    read_records,
+    write_records,
+)
 from arc_kit.run import (
     RECORDS_FILE,
     SolveRun,
@@ -329,9 +336,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
         if task_id not in mine:
             finish(task_id, fallback_record(task_id, "out of time"))
     ordered = {task_id: mine[task_id] for task_id in tasks.ids if task_id in mine}
-    with open(out / RECORDS_FILE, "w", encoding="utf-8") as handle:
-        for record in ordered.values():
-            handle.write(json.dumps(record.to_json()) + "\n")
+    write_records(out / RECORDS_FILE, ordered.values())
     mine = ordered
     write()
     write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())

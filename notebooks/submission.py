@@ -28,10 +28,9 @@
 
 # %%
 MODEL = None  # a model folder; None: the model/ folder of the attached arc-kit dataset
-THRESHOLD = 0.09  # DFS: minimum probability of a candidate
-AUGMENTATIONS = 16  # inference augmentations per test input
-SCORING_AUGMENTATIONS = 16  # augmentations of the product of experts
-TTT_STEPS = 64  # test-time training steps per task
+PRESET = "paper"  # the method's settings (arc_kit.settings.SOLVE_PRESETS): the paper's DFS at T = 9%, 16 + 16
+# augmentations and 64 test-time training steps
+CHANGES = {}  # fields changed from the preset, e.g. {"inference_augmentations": 8} (SolveSettings.replace)
 HOURS = 12.0  # the competition's limit
 SAFETY_MINUTES = 45  # plan to end this long before the limit
 STOP_MINUTES = 15  # stop workers still running this long before the limit; the last write follows
@@ -139,7 +138,7 @@ if READY:
 
     from arc_kit import kaggle
     from arc_kit.models import default_model_path
-    from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+    from arc_kit.settings import solve_preset
 
     if ON_KAGGLE:
         INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
@@ -150,12 +149,9 @@ if READY:
         scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
         INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
         model = MODEL or default_model_path()
-    settings = SolveSettings(sampler=SamplerSettings("dfs", threshold=THRESHOLD),
-                             inference_augmentations=AUGMENTATIONS, scoring_augmentations=SCORING_AUGMENTATIONS,
-                             ttt=TestTimeSettings(steps=TTT_STEPS))
+    settings = solve_preset(PRESET).replace(**CHANGES)
     if SMOKE:
-        settings = settings.replace(max_len=2048, sampler=SamplerSettings("dfs", threshold=THRESHOLD,
-                                                                          max_forward_calls=500))
+        settings = settings.replace(max_len=2048, sampler=settings.sampler.replace(max_forward_calls=500))
     print(f"model {model}; input {INPUT}; output {WORKING}")
 
 # %%

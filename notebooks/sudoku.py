@@ -106,3 +106,21 @@ if test.candidates:
     draw_grids([c.grid for c in shown], [f"PoE {c.aggregate('product'):.1f}" for c in shown],
                highlight=[np.array_equal(c.grid, pair.output) for c in shown],
                title="candidates (green: the solution)")
+
+# %% [markdown]
+# ## The CPU run (docs/sudoku)
+# What `docs/sudoku/train.sh` and `evaluate.sh` measured: the metrics and the paper's Sudoku figure
+# (share of puzzles whose solution DFS generated, and that each rule selected, against T).
+
+# %%
+import json
+
+import pandas as pd
+
+from arc_kit.sudoku_run import draw_sudoku_curve
+
+RUN = Path("../docs/sudoku/metrics.json")
+if RUN.exists():
+    run = json.loads(RUN.read_text())
+    print({name: value for name, value in run["metrics"].items() if name != "by_clues"})
+    draw_sudoku_curve(pd.DataFrame(run["curve"]), run["run"]["settings"]["threshold"], "docs/sudoku: the CPU run")

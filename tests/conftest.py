@@ -140,6 +140,41 @@ def bigram_model():
     return model.eval(), tokenizer
 
 
+def eos_model():
+    """A micro Llama that writes <eos> at once, whatever it is shown: no answer is a grid.
+
+    A run with it ends as a run with an untrained model does (every task on fallback answers: its
+    test inputs), but in milliseconds: an untrained model writes ~900 tokens before the budget stops
+    each answer.
+    """
+    import torch
+
+    from arc_kit.models import create_model
+    from arc_kit.text_format import Vocabulary
+
+    model, tokenizer = create_model("micro", seed=0)
+    size, eos = Vocabulary().vocab_size, Vocabulary().eos_id
+    assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(size))
+        model.model.norm.weight.fill_(1.0)
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[eos] = 1.0  # <eos> by sqrt(size) = 8 logits over every other token
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="session")
+def fallback_model(tmp_path_factory):
+    """``eos_model`` saved as a model folder: the quickest model a whole run can use (fallback answers only)."""
+    from arc_kit.models import save_model
+
+    model, tokenizer = eos_model()
+    return save_model(model, tokenizer, tmp_path_factory.mktemp("eos"), {"preset": "micro", "eos": True})
+
+
 @pytest.fixture(scope="session")
 def model_folder(tmp_path_factory):
     """The bigram model saved as a model folder."""

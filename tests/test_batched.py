@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from conftest import bigram_model
 from test_dfs import (CASE_NAMES, CASES, CONFIGS, EOS, PROMPT, THRESHOLDS, FakeClock, assert_same_as_reference,
                       guesses, model_for, safe_enumeration)
@@ -18,7 +19,8 @@ import arc_kit.batched_dfs as batched_dfs_module
 import arc_kit.decoding as decoding_module
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
-from arc_kit.decoding import AnswerSpace, SearchResult, score_answers
+from arc_kit.decoding import (AnswerSpace, BatchLimit, LaneCache, SearchResult, new_cache, prefix_cache,
+                              score_answers, sequence_nll)
 from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
 from arc_kit.scoring import score_prompts
 from arc_kit.settings import SamplerSettings, SolveSettings
@@ -75,24 +77,31 @@ def test_lanes_of_prompts_of_different_lengths_equal_single_searches(case):
             assert len({result.forward_calls for result in results}) > 1
 
 
-def test_compacting_the_cache_changes_nothing(monkeypatch):
+def test_compacting_and_growing_the_cache_change_nothing(monkeypatch):
+    """With one spare column the lanes' paths are moved behind the prompts and the room doubled, again and again."""
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
     model = model_for(seed, scale)
     threshold, _ = safe_enumeration(model, space, 0.01)
-    compactions = []
-    compact = batched_dfs_module._compact
+    compactions, growths = [], []
+    compact, grow = batched_dfs_module._compact, LaneCache.grow
 
-    def counted(*args):
-        compactions.append(args[-1])
+    def counted_compact(*args):
+        compactions.append(args[0].length)
         return compact(*args)
 
-    monkeypatch.setattr(batched_dfs_module, "COMPACTION_SLACK", 0)
-    monkeypatch.setattr(batched_dfs_module, "_compact", counted)
+    def counted_grow(self, capacity, rows=None):
+        growths.append(capacity)
+        return grow(self, capacity, rows)
+
+    monkeypatch.setattr(batched_dfs_module, "SPARE_COLUMNS", 1)
+    monkeypatch.setattr(batched_dfs_module, "_compact", counted_compact)
+    monkeypatch.setattr(LaneCache, "grow", counted_grow)
     prompts = [PROMPT, *OTHER_PROMPTS]
-    results = batched_dfs_search(model, prompts, space, DfsSettings(threshold), [None, [1, 1, EOS], None, None])
-    assert len(compactions) > 3
-    for prompt, guess, result in zip(prompts, [None, [1, 1, EOS], None, None], results):
+    lane_guesses = [None, [1, 1, EOS], None, None]
+    results = batched_dfs_search(model, prompts, space, DfsSettings(threshold), lane_guesses)
+    assert len(compactions) > 3 and len(growths) > 1 and growths == sorted(growths)
+    for prompt, guess, result in zip(prompts, lane_guesses, results):
         assert_same_results(result, dfs_search(model, prompt, space, DfsSettings(threshold), guess=guess))
 
 
@@ -161,6 +170,96 @@ def test_no_prompts_and_mismatched_guesses():
         batched_dfs_search(model, [PROMPT, PROMPT], space, guesses=[None])
 
 
+# -- out of memory: the batch halved, the results unchanged -----------------------------------------
+
+class OutOfMemoryPast(torch.nn.Module):
+    """A model whose calls of more than ``largest`` rows raise the accelerator's out-of-memory error,
+    as do its first ``failures`` calls that ``fails(input_ids, past_key_values)`` picks; it records
+    every call's rows (and whether it raised)."""
+
+    def __init__(self, model, largest: int = 10**9, failures: int = 0, fails=None):
+        super().__init__()
+        self.inner, self.config = model, model.config
+        self.largest, self.failures, self.fails = largest, failures, fails
+        self.calls: list[tuple[int, bool]] = []
+
+    def forward(self, input_ids, past_key_values=None, **options):
+        raising = input_ids.shape[0] > self.largest
+        if not raising and self.failures and self.fails(input_ids, past_key_values):
+            self.failures -= 1
+            raising = True
+        self.calls.append((input_ids.shape[0], raising))
+        if raising:
+            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+        return self.inner(input_ids=input_ids, past_key_values=past_key_values, **options)
+
+
+def a_step(input_ids, past_key_values):
+    return input_ids.shape[1] == 1 and past_key_values.get_seq_length() > 0
+
+
+def an_answer_call(input_ids, past_key_values):
+    return past_key_values.get_seq_length() > 0
+
+
+@pytest.fixture
+def lanes_case():
+    allowed, max_length, seed, scale = CONFIGS[3]
+    space = AnswerSpace(allowed, EOS, max_length)
+    model = model_for(seed, scale)
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    return model, space, prompts, [None, [1, 1, EOS], None, [2, EOS]]
+
+
+def assert_same_as_single_searches(model, space, prompts, lane_guesses, results, threshold=0.01):
+    assert len(results) == len(prompts)
+    for prompt, guess, result in zip(prompts, lane_guesses, results):
+        assert_same_results(result, dfs_search(model, prompt, space, DfsSettings(threshold), guess=guess))
+
+
+def test_lanes_out_of_memory_are_fed_in_halves_and_the_limit_is_kept(lanes_case, caplog):
+    model, space, prompts, lane_guesses = lanes_case
+    fake, limit = OutOfMemoryPast(model, largest=2), BatchLimit("lanes")
+    results = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
+    assert limit.size == 2  # the size that fitted, reported
+    assert [call for call in fake.calls if call[1]] == [(4, True)]  # one failed step, then calls of two lanes
+    assert max(rows for rows, _ in fake.calls[fake.calls.index((4, True)):][1:]) == 2
+    assert "out of memory with 4 lanes per model call; going on with 2" in caplog.text
+    fake.calls.clear()
+    again = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    assert max(rows for rows, _ in fake.calls) == 2 and not any(raised for _, raised in fake.calls)
+    assert_same_as_single_searches(model, space, prompts, lane_guesses, again)
+
+
+def test_lanes_that_run_out_of_memory_one_at_a_time_are_searched_in_smaller_groups(lanes_case):
+    """Steps fail at 4, 2 and 1 lanes per call: the group of 4 starts again as groups of one (sequential)."""
+    model, space, prompts, lane_guesses = lanes_case
+    fake, limit = OutOfMemoryPast(model, failures=3, fails=a_step), BatchLimit("lanes")
+    results = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    assert [rows for rows, raised in fake.calls if raised] == [4, 2, 1]
+    assert limit.size == 1
+    assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
+
+
+def test_one_lane_out_of_memory_raises(lanes_case):
+    model, space, prompts, lane_guesses = lanes_case
+    with pytest.raises(torch.OutOfMemoryError):
+        batched_dfs_search(OutOfMemoryPast(model, largest=0), prompts, space, DfsSettings(0.01), lane_guesses)
+
+
+def test_a_batch_limit_halves_and_never_grows(caplog):
+    limit = BatchLimit("answers")
+    assert limit.take(16) == 16
+    limit.halve(16)
+    assert (limit.size, limit.take(16), limit.take(3)) == (8, 8, 3)
+    limit.halve(3)  # a smaller call failed: half of it
+    assert limit.size == 1 and limit.take(16) == 1
+    limit.halve(16)  # a larger one (a group started before) never raises it again
+    assert limit.size == 1
+    assert "out of memory with 16 answers per model call; going on with 8" in caplog.text
+
+
 # -- batched scoring --------------------------------------------------------------------------------
 
 SCORING_SPACE = AnswerSpace((*range(11), EOS), EOS, 40)
@@ -190,6 +289,141 @@ def test_score_prompts_equals_score_answers_prompt_by_prompt(scoring_model, batc
 def test_score_prompts_rejects_mismatched_lists(scoring_model):
     with pytest.raises(ValueError, match="2 prompts but 1 lists"):
         score_prompts(scoring_model, [PROMPT, PROMPT], [[[EOS]]], SCORING_SPACE)
+
+
+FOUR_LISTS = [SCORING_ANSWERS, SCORING_ANSWERS[::-1], SCORING_ANSWERS[1:4], SCORING_ANSWERS[:2]]
+
+
+def assert_scores_as_one_prompt_at_a_time(model, prompts, answers, results):
+    for prompt, chunk, result in zip(prompts, answers, results):
+        np.testing.assert_allclose(result, score_answers(model, prompt, chunk, SCORING_SPACE), rtol=0, atol=1e-4)
+
+
+def test_scoring_out_of_memory_halves_prompts_and_answer_rows(scoring_model, caplog):
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    fake = OutOfMemoryPast(scoring_model, largest=2)
+    prompt_limit, answer_limit = BatchLimit("prompts"), BatchLimit("answers")
+    results = score_prompts(fake, prompts, FOUR_LISTS, SCORING_SPACE, 5, 4, prompt_limit=prompt_limit,
+                            answer_limit=answer_limit)
+    assert_scores_as_one_prompt_at_a_time(scoring_model, prompts, FOUR_LISTS, results)
+    assert (prompt_limit.size, answer_limit.size) == (2, 2)
+    assert [rows for rows, raised in fake.calls if raised] == [4, 5]  # the prompts' call, then the first answers'
+    assert "going on with 2" in caplog.text
+
+
+def test_scoring_out_of_memory_with_one_answer_row_halves_the_prompts(scoring_model):
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    fake = OutOfMemoryPast(scoring_model, failures=3, fails=an_answer_call)
+    prompt_limit, answer_limit = BatchLimit("prompts"), BatchLimit("answers")
+    results = score_prompts(fake, prompts, FOUR_LISTS, SCORING_SPACE, 4, prompt_limit=prompt_limit,
+                            answer_limit=answer_limit)
+    assert [rows for rows, raised in fake.calls if raised] == [4, 2, 1]
+    assert (prompt_limit.size, answer_limit.size) == (2, 1)
+    assert_scores_as_one_prompt_at_a_time(scoring_model, prompts, FOUR_LISTS, results)
+
+
+def test_score_answers_out_of_memory_halves_the_answer_rows(scoring_model):
+    fake, limit = OutOfMemoryPast(scoring_model, largest=3), BatchLimit("answers")
+    scores = score_answers(fake, PROMPT, SCORING_ANSWERS, SCORING_SPACE, batch_size=6, limit=limit)
+    np.testing.assert_allclose(scores, sequence_nll(scoring_model, PROMPT, SCORING_ANSWERS, SCORING_SPACE),
+                               rtol=0, atol=1e-4)
+    assert limit.size == 3 and [rows for rows, raised in fake.calls if raised] == [6]
+    with pytest.raises(torch.OutOfMemoryError):
+        score_answers(OutOfMemoryPast(scoring_model, failures=1, fails=an_answer_call), PROMPT, SCORING_ANSWERS,
+                      SCORING_SPACE, batch_size=1)
+
+
+# -- the caches the batched paths read: against plain tensor operations ---------------------------
+
+def layer_tensors(seed: int, rows: int, length: int):
+    """(keys, values) of a 2-layer cache: (rows, 2 heads, length, 4)."""
+    generator = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn((rows, 2, length, 4), generator=generator) for _ in range(2)) for _ in range(2)]
+
+
+class StoredCache:
+    """What ``LaneCache.put`` reads from a model's cache: layers holding keys and values."""
+
+    def __init__(self, tensors):
+        from transformers.cache_utils import DynamicLayer
+
+        self.layers = []
+        for keys, values in tensors:
+            layer = DynamicLayer()
+            layer.update(keys, values)
+            self.layers.append(layer)
+
+
+def test_a_lane_cache_stacks_keeps_moves_and_grows_like_tensor_indexing(scoring_model):
+    lengths = [5, 3, 7]
+    parts = [layer_tensors(seed, 1, length) for seed, length in enumerate(lengths)]
+    cache = LaneCache(3, 9)
+    for row, tensors in enumerate(parts):
+        cache.put(row, StoredCache(tensors))
+    expected = [tuple(torch.zeros((3, 2, 9, 4)) for _ in range(2)) for _ in range(2)]
+    for row, tensors in enumerate(parts):
+        for layer, pair in enumerate(tensors):
+            for part in (0, 1):
+                expected[layer][part][row, :, :lengths[row]] = pair[part][0]
+    assert cache.length == 7
+
+    def assert_holds(reference, rows, columns):
+        for layer in range(2):
+            for part in (0, 1):
+                held, wanted = cache.buffers[layer][part], reference[layer][part]
+                assert torch.equal(held[:rows, :, :columns], wanted[:rows, :, :columns])
+
+    assert_holds(expected, 3, 9)
+    cache.keep_rows([0, 2])
+    expected = [tuple(part[[0, 2]] for part in pair) for pair in expected]
+    assert_holds(expected, 2, 7)
+    columns = torch.tensor([[4, 1, 6], [2, 2, 0]])
+    cache.move_columns(columns, 5)
+    moved = [tuple(part.clone() for part in pair) for pair in expected]
+    for layer in range(2):
+        for part in (0, 1):
+            for row in range(2):
+                moved[layer][part][row, :, 5:8] = expected[layer][part][row][:, columns[row]]
+    assert cache.length == 8 and cache.capacity == 9
+    assert_holds(moved, 2, 8)
+    cache.grow(20, rows=2)
+    assert (cache.rows, cache.capacity, cache.buffers[0][0].shape) == (2, 20, (2, 2, 20, 4))
+    assert_holds(moved, 2, 8)
+    assert not cache.buffers[1][1][:, :, 8:].any()  # new room is zeros: masked columns stay finite
+
+
+def test_a_lane_cache_view_reads_the_buffers_in_place_and_writes_the_next_column(scoring_model):
+    """A model call through ``view`` = the same call on a cache holding each row's own tensors."""
+    model = scoring_model
+    prompts = [PROMPT[:9], PROMPT[:6]]
+    cache = LaneCache(2, 12)
+    for row, prompt in enumerate(prompts):
+        with torch.no_grad():
+            output = model(input_ids=torch.tensor([prompt]), past_key_values=new_cache(model), use_cache=True)
+        cache.put(row, output.past_key_values)
+    view = cache.view(model, slice(0, 2))
+    assert view.layers[0].keys.data_ptr() == cache.buffers[0][0].data_ptr()  # a view, not a copy
+    attention = torch.zeros((2, 10), dtype=torch.long)
+    attention[0, :9] = attention[1, :6] = attention[:, 9] = 1
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[3], [4]]), attention_mask=attention,
+                       position_ids=torch.tensor([[9], [6]]), past_key_values=view, use_cache=True).logits[:, -1]
+        for row, (prompt, token) in enumerate(zip(prompts, (3, 4))):
+            alone = model(input_ids=torch.tensor([prompt + [token]])).logits[0, -1]
+            torch.testing.assert_close(logits[row], alone, rtol=0, atol=1e-4)
+    assert cache.buffers[0][0][:, :, 9].abs().sum() > 0 and cache.length == 9  # written; length left to the caller
+
+
+def test_a_prefix_cache_of_one_prompt_is_an_expanded_view(scoring_model):
+    tensors = layer_tensors(0, 3, 5)
+    shared = prefix_cache(scoring_model, tensors, 1).layers[0]
+    prefix = shared._prefix(tensors[0][0], 4)
+    assert prefix.shape == (4, 2, 5, 4) and prefix.stride(0) == 0 and prefix.data_ptr() == tensors[0][0][1].data_ptr()
+    picked = prefix_cache(scoring_model, tensors, torch.tensor([2, 0, 2])).layers[1]
+    assert torch.equal(picked._prefix(tensors[1][1], 3), tensors[1][1][[2, 0, 2]])
+    keys, _ = shared.update(torch.ones((4, 2, 1, 4)), torch.zeros((4, 2, 1, 4)))
+    assert keys.shape == (4, 2, 6, 4) and torch.equal(keys[2, :, :5], tensors[0][0][1])
+    assert shared.keys is tensors[0][0]  # nothing a call brings is kept
 
 
 # -- the solver, batched and not ------------------------------------------------------------------

@@ -14,7 +14,7 @@ import torch
 
 from arc_kit import bench
 from arc_kit.bench import BenchResult
-from arc_kit.decoding import AnswerSpace
+from arc_kit.decoding import AnswerSpace, Completion
 from arc_kit.dfs import DfsSettings, dfs_search
 from arc_kit.models import load_model
 from arc_kit.text_format import TaskEncoder
@@ -189,9 +189,9 @@ def test_batched_search_compares_grids_and_nlls_and_takes_turns(monkeypatch, loa
     sample = bench.Solver.sample
 
     def recording_sample(self, model, train, test_input, views, sampler, rng, batched=None, **options):
-        order.append(batched)
+        order.append((batched, len(views)))
         candidates, stats = sample(self, model, train, test_input, views, sampler, rng, batched=batched, **options)
-        if nudge and batched:  # a batched NLL off by 0.25 (or a grid lost) must show in the note
+        if nudge and batched and len(views) > 1:  # a batched NLL off by 0.25 (or a grid lost) must show in the note
             if nudge == "nll":
                 name = next(iter(candidates[0].generation_nlls))
                 candidates[0].generation_nlls[name] += 0.25
@@ -202,11 +202,14 @@ def test_batched_search_compares_grids_and_nlls_and_takes_turns(monkeypatch, loa
     tasks = small_task_set.tasks()
     nudge = None
     result = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3)
-    assert order == [True, False, False, True, True, False]  # the first mode alternates by test input
+    # the first mode alternates by test input; then the first search alone, timed for its share
+    assert order == [(True, 3), (False, 3), (True, 1), (False, 3), (True, 3), (True, 1), (True, 3), (False, 3),
+                     (True, 1)]
     assert "same candidates, largest NLL difference" in result.note
-    assert float(result.note.rsplit("difference ", 1)[1]) < 1e-3
+    assert float(result.note.split("difference ", 1)[1].split(";")[0]) < 1e-3
+    assert 0 < int(result.note.rsplit("first search ", 1)[1].split("%")[0]) < 100
     nudge = "nll"
-    assert "largest NLL difference 2.5e-01" in bench.bench_batched_search(loaded.model, loaded.encoder(), tasks,
+    assert "largest NLL difference 2.5e-01;" in bench.bench_batched_search(loaded.model, loaded.encoder(), tasks,
                                                                          threshold=0.05, augmentations=3).note
     nudge = "grid"
     note = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3).note
@@ -217,3 +220,91 @@ def test_environment_names_the_machine_and_versions():
     line = bench.environment()
     assert torch.__version__ in line
     assert ("CPU (" in line) != torch.cuda.is_available()
+
+
+def test_the_first_search_share_is_its_time_over_the_batched_time(monkeypatch, loaded, small_task_set):
+    """Batched runs take 4 s, sequential ones 9 s and the first search alone 1 s: 25% of the batched time."""
+    spans = {(True, 3): 4.0, (False, 3): 9.0, (True, 1): 1.0}
+    clock = {"now": 0.0, "next": 0.0}
+    sample = bench.Solver.sample
+
+    def timed_sample(self, model, train, test_input, views, sampler, rng, batched=None, **options):
+        clock["next"] = spans[(batched, len(views))]
+        return sample(self, model, train, test_input, views, sampler, rng, batched=batched, **options)
+
+    def perf_counter():
+        clock["now"] += clock["next"]  # the span of the call just made, on the reading after it
+        clock["next"] = 0.0
+        return clock["now"]
+    monkeypatch.setattr(bench.Solver, "sample", timed_sample)
+    monkeypatch.setattr(bench.time, "perf_counter", perf_counter)
+    result = bench.bench_batched_search(loaded.model, loaded.encoder(), small_task_set.tasks(), threshold=0.05,
+                                        augmentations=3)
+    tasks = len(small_task_set.tasks())
+    assert (result.ours, result.reference) == (4.0 * tasks, 9.0 * tasks)
+    assert result.note.endswith("first search 25% of the batched time")
+
+
+def test_lanes_compares_batched_lanes_with_single_searches_on_the_same_prompts(monkeypatch, loaded, small_task_set):
+    calls = []
+    lanes, single = bench.batched_dfs_search, bench.dfs_search
+
+    def recording_lanes(model, prompts, space, settings, *args, **options):
+        calls.append(("lanes", [list(prompt) for prompt in prompts], settings.threshold))
+        results = lanes(model, prompts, space, settings, *args, **options)
+        if nudge:  # a lane's NLL off by 0.5 must show in the note
+            results[0].completions[0] = Completion(results[0].completions[0].ids,
+                                                   results[0].completions[0].nll + 0.5)
+        return results
+
+    def recording_single(model, prompt, space, settings, *args, **options):
+        calls.append(("single", list(prompt), settings.threshold))
+        return single(model, prompt, space, settings, *args, **options)
+    monkeypatch.setattr(bench, "batched_dfs_search", recording_lanes)
+    monkeypatch.setattr(bench, "dfs_search", recording_single)
+    tasks, encoder = small_task_set.tasks(), loaded.encoder()
+    nudge = False
+    result = bench.bench_lanes(loaded.model, encoder, tasks, threshold=0.05, augmentations=3)
+    batched = [prompts for kind, prompts, _ in calls if kind == "lanes"]
+    singles = [prompt for kind, prompt, _ in calls if kind == "single"]
+    assert len(batched) == len(tasks) and all(len(prompts) == 3 for prompts in batched)
+    assert singles == [prompt for prompts in batched for prompt in prompts]  # the same prompts, one by one
+    assert {threshold for _, _, threshold in calls} == {0.05}
+    assert [kind for kind, *_ in calls][:4] == ["lanes", "single", "single", "single"]  # turns, as batched-search
+    assert [kind for kind, *_ in calls][4:8] == ["single", "single", "single", "lanes"]
+    assert "same answers, largest NLL difference" in result.note and result.ours > 0 and result.reference > 0
+    nudge = True
+    note = bench.bench_lanes(loaded.model, encoder, tasks, threshold=0.05, augmentations=3).note
+    assert "largest NLL difference 5.0e-01" in note
+
+
+def test_the_bandwidth_floor_is_weights_and_cache_over_bandwidth():
+    """Llama-3.2-3B in bf16 on an L4: 28 layers x 2 x 8 KV heads x 128 x 2 bytes = 114,688 bytes per token."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
+                         head_dim=128)
+    per_token = bench.kv_bytes_per_token(config, 2)
+    assert per_token == 114_688
+    floor = bench.decode_floor_seconds(6_425_000_000, 8192, per_token, bench.device_bandwidth("NVIDIA L4"))
+    assert floor == pytest.approx((6_425_000_000 + 8192 * 114_688) / 300e9)  # about 24.5 ms a step
+    assert bench.device_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert bench.device_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and bench.device_bandwidth("Tesla T4") == 3.2e11
+    assert bench.device_bandwidth("a card nobody has heard of") is None
+
+
+def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
+    """kv_bytes_per_token and weight_bytes against the bytes of a real cache and of the model's state."""
+    model = loaded.model
+    with torch.no_grad():
+        cache = model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), use_cache=True).past_key_values
+    held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert bench.kv_bytes_per_token(model.config, 4) * 5 == held
+    unique = {tensor.data_ptr(): tensor.nbytes for tensor in model.state_dict().values() if tensor.is_floating_point()}
+    assert bench.weight_bytes(model) == sum(unique.values())
+    note = bench.floor_note(model, [100, 300, 200], 1e-3, "NVIDIA L4")
+    floor = (bench.weight_bytes(model) + 200 * bench.kv_bytes_per_token(model.config, 4)) / 300e9
+    assert f"bandwidth floor {floor * 1e3:.3f} ms/token at 300 GB/s (NVIDIA L4)" in note
+    assert f"DFS token {1e-3 / floor:.1f}x the floor" in note
+    assert bench.floor_note(model, [100], 1e-3, "Mystery GPU") == \
+        "bandwidth floor unknown: no bandwidth on record for Mystery GPU"

@@ -108,20 +108,25 @@ def test_unknown_command_is_a_usage_error(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_the_entry_point_runs_as_a_process(tmp_path, micro_model):
+def test_the_entry_point_runs_as_a_process(tmp_path):
     version = subprocess.run([sys.executable, "-m", "arc_kit", "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"arc-kit {arc_kit.__version__}"
-    out = tmp_path / "run"
-    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--pick", "first", "--out", str(out),
-                              "--model", str(micro_model), *QUICK], capture_output=True, text=True, timeout=120)
-    assert dry_run.returncode == 0, dry_run.stderr
-    assert "Traceback" not in dry_run.stderr
-    assert validate_file(out / "submission.json", "submission", load_dataset(DATASET).head(2)) == ("submission", [])
     bad = subprocess.run([sys.executable, "-m", "arc_kit", "validate", str(tmp_path / "absent.json")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and "no such file" in bad.stdout and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_dry_run_runs_as_a_process(tmp_path, fallback_model):
+    out = tmp_path / "run"
+    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--pick", "first",
+                              "--out", str(out), "--model", str(fallback_model), *QUICK], capture_output=True, text=True,
+                             timeout=120)
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "Traceback" not in dry_run.stderr
+    assert validate_file(out / "submission.json", "submission", load_dataset(DATASET).head(2)) == ("submission", [])
 
 
 def test_datasets_lists_the_names_that_load(capsys):
@@ -453,9 +458,9 @@ def test_show_with_an_unknown_dataset_fails_cleanly(capsys, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # dry-run
 
-def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path, micro_model):
+def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path, fallback_model):
     out = tmp_path / "dry"
-    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", micro_model, *QUICK)
+    status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
                                                      "run.json"}  # no temporary files
@@ -478,9 +483,9 @@ def test_dry_run_without_a_model_says_where_to_get_one(capsys, tmp_path, monkeyp
     assert status == 1 and "nowhere" in err and "Traceback" not in err
 
 
-def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_path, files, micro_model):
+def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_path, files, fallback_model):
     status, _, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--tasks", 0,
-                       "--out", tmp_path / "dry", "--model", micro_model, *QUICK)
+                       "--out", tmp_path / "dry", "--model", fallback_model, *QUICK)
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
     assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json"}
@@ -488,12 +493,12 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 
 
-def test_dry_run_of_a_lenient_load_answers_the_bad_tasks_too(capsys, tmp_path, micro_model):
+def test_dry_run_of_a_lenient_load_answers_the_bad_tasks_too(capsys, tmp_path, fallback_model):
     challenges = copy.deepcopy(CHALLENGES)
     challenges["bad"] = {"train": [pair([[1]])], "test": [pair([[2]]), pair([[3]])]}
     path = tmp_path / "arc-agi_test_challenges.json"
     path.write_text(json.dumps(challenges))
-    options = ["--dataset", path, "--tasks", 0, "--out", tmp_path / "dry", "--model", micro_model, *QUICK]
+    options = ["--dataset", path, "--tasks", 0, "--out", tmp_path / "dry", "--model", fallback_model, *QUICK]
     assert run(capsys, "dry-run", *options)[0] == 1
     with pytest.warns(UserWarning, match="skipped 1 bad task"):
         status, _, _ = run(capsys, "dry-run", *options, "--lenient")
@@ -565,17 +570,17 @@ def test_base_build_offline_with_an_empty_cache_says_what_to_run(capsys, tmp_pat
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, files, micro_model):
+def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, files, fallback_model):
     from arc_kit.datasets import load_tasks
     from arc_kit.models import load_encoder
     from arc_kit.planner import measure
 
     tasks = load_tasks(str(files / "challenges.json"), str(files / "solutions.json"))
-    encoder = load_encoder(micro_model)
+    encoder = load_encoder(fallback_model)
     sizes = {task.id: measure(task, encoder, 10**7) for task in tasks.tasks()}
     lengths = {task_id: size.prompt_tokens + size.answer_tokens for task_id, size in sizes.items()}
     status, out, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--solutions",
-                         files / "solutions.json", "--tasks", 1, "--out", tmp_path / "dry", "--model", micro_model,
+                         files / "solutions.json", "--tasks", 1, "--out", tmp_path / "dry", "--model", fallback_model,
                          *QUICK)
     assert status == 0
     chosen = out.split("by prompt tokens: ", 1)[1].splitlines()[0].split(", ")
@@ -590,12 +595,12 @@ BAD_CHALLENGES = {**CHALLENGES, "b1": None, "b2": {"train": [pair([[1]])], "test
 BAD_SOLUTIONS = {**SOLUTIONS, "b1": [[[1]]], "b2": [[[9]], [[6]]]}  # b2's first answer is its input (the fallback)
 
 
-def test_solve_lenient_with_tasks_keeps_the_skipped_ids_and_scores_them(capsys, tmp_path, micro_model):
+def test_solve_lenient_with_tasks_keeps_the_skipped_ids_and_scores_them(capsys, tmp_path, fallback_model):
     (tmp_path / "c.json").write_text(json.dumps(BAD_CHALLENGES))
     (tmp_path / "s.json").write_text(json.dumps(BAD_SOLUTIONS))
     with pytest.warns(UserWarning, match="skipped 2 bad task"):
         status, out, err = run(capsys, "solve", "--dataset", tmp_path / "c.json", "--solutions", tmp_path / "s.json",
-                               "--lenient", "--tasks", 4, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+                               "--lenient", "--tasks", 4, "--out", tmp_path / "o", "--model", fallback_model, *QUICK)
     assert status == 0, err
     submission = json.loads((tmp_path / "o" / "submission.json").read_text())
     assert sorted(submission) == ["b1", "b2", "t1", "t2"]  # the skipped ids too: Kaggle needs every one
@@ -608,12 +613,12 @@ def test_solve_lenient_with_tasks_keeps_the_skipped_ids_and_scores_them(capsys, 
     assert f"({independent}/6 test outputs)" in printed and f"({independent}/6 test outputs)" in out
 
 
-def test_a_set_of_only_skipped_tasks_is_answered_and_scored_out_of_all(capsys, tmp_path, micro_model):
+def test_a_set_of_only_skipped_tasks_is_answered_and_scored_out_of_all(capsys, tmp_path, fallback_model):
     (tmp_path / "c.json").write_text(json.dumps({"b1": None, "b2": BAD_CHALLENGES["b2"]}))
     (tmp_path / "s.json").write_text(json.dumps({"b1": [[[1]]], "b2": BAD_SOLUTIONS["b2"]}))
     with pytest.warns(UserWarning, match="skipped 2 bad task"):
         status, out, _ = run(capsys, "solve", "--dataset", tmp_path / "c.json", "--solutions", tmp_path / "s.json",
-                             "--lenient", "--tasks", 2, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+                             "--lenient", "--tasks", 2, "--out", tmp_path / "o", "--model", fallback_model, *QUICK)
     assert status == 0 and "(1/3 test outputs)" in out  # not 0/0
     assert sorted(json.loads((tmp_path / "o" / "submission.json").read_text())) == ["b1", "b2"]
 
@@ -633,14 +638,14 @@ def test_json_nested_too_deeply_for_json_is_an_error_naming_the_task(capsys, tmp
 
 @pytest.mark.parametrize("fault", [DEEP, HUGE, '{"train": [{"input": [[' + HUGE + "]]}]}"],
                          ids=["deep", "huge integer", "huge cell"])
-def test_lenient_skips_only_the_task_json_cannot_read_and_names_it(capsys, tmp_path, micro_model, fault):
+def test_lenient_skips_only_the_task_json_cannot_read_and_names_it(capsys, tmp_path, fallback_model, fault):
     path = tmp_path / "c.json"
     path.write_text('{"t2": ' + json.dumps(CHALLENGES["t2"]) + ', "bad": ' + fault + "}")
     status, out, _ = run(capsys, "validate", path)
     assert status == 1 and "task bad: cannot be read" in out
     with pytest.warns(UserWarning, match=r"skipped 1 bad task\(s\) of 2: task bad: cannot be read: ") as caught:
         status, out, err = run(capsys, "solve", "--dataset", path, "--lenient", "--out", tmp_path / "o", "--model",
-                               micro_model, *QUICK)
+                               fallback_model, *QUICK)
     assert status == 0, err
     assert "set_int_max_str_digits" not in " ".join(str(warning.message) for warning in caught)
     assert list(json.loads((tmp_path / "o" / "submission.json").read_text())) == ["t2", "bad"]
@@ -705,10 +710,10 @@ def test_a_file_whose_only_task_is_null_says_so(capsys, tmp_path):
     assert status == 1 and "task abc, is null" in out and "--kind" in out
 
 
-def test_reusing_an_out_folder_with_another_data_set_of_the_same_name_is_refused(capsys, tmp_path, micro_model):
+def test_reusing_an_out_folder_with_another_data_set_of_the_same_name_is_refused(capsys, tmp_path, fallback_model):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(CHALLENGES))
-    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", fallback_model, *QUICK]
     assert run(capsys, *options)[0] == 0
     path.write_text(json.dumps({"u1": CHALLENGES["t2"]}))
     status, _, err = run(capsys, *options)
@@ -735,13 +740,13 @@ def test_rows_wider_than_30_load_and_answer_with_a_larger_max_side(capsys, tmp_p
     assert status == 1 and "40 columns, at most 39 allowed" in out
 
 
-def test_a_run_on_a_wide_set_writes_and_scores_its_wide_answers(capsys, tmp_path, micro_model):
+def test_a_run_on_a_wide_set_writes_and_scores_its_wide_answers(capsys, tmp_path, fallback_model):
     """The test output equals the 40-wide test input, which the submission holds as a fallback answer."""
     wide = {"w": {"train": [pair([[1] * 40], [[1] * 40])], "test": [pair([[3] * 40])]}}
     (tmp_path / "w.json").write_text(json.dumps(wide))
     (tmp_path / "s.json").write_text(json.dumps({"w": [[[3] * 40]]}))
     status, out, err = run(capsys, "solve", "--dataset", tmp_path / "w.json", "--solutions", tmp_path / "s.json",
-                           "--max-side", 40, "--out", tmp_path / "o", "--model", micro_model, *QUICK)
+                           "--max-side", 40, "--out", tmp_path / "o", "--model", fallback_model, *QUICK)
     assert status == 0, err
     submission = json.loads((tmp_path / "o" / "submission.json").read_text())
     assert [[3] * 40] in (submission["w"][0]["attempt_1"], submission["w"][0]["attempt_2"])
@@ -811,10 +816,10 @@ def test_solve_refuses_a_file_holding_no_tasks_as_validate_does(capsys, tmp_path
         assert status == 1 and not (tmp_path / "o").exists() and "Traceback" not in err
 
 
-def test_reusing_an_out_folder_with_the_same_file_by_another_path_resumes(capsys, tmp_path, micro_model, monkeypatch):
+def test_reusing_an_out_folder_with_the_same_file_by_another_path_resumes(capsys, tmp_path, fallback_model, monkeypatch):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(CHALLENGES))
-    options = ["--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    options = ["--out", tmp_path / "o", "--model", fallback_model, *QUICK]
     assert run(capsys, "solve", "--dataset", path, *options)[0] == 0
     monkeypatch.chdir(tmp_path)
     (tmp_path / "copy").mkdir()
@@ -829,11 +834,11 @@ def test_reusing_an_out_folder_with_the_same_file_by_another_path_resumes(capsys
 @pytest.mark.parametrize("line, phrase", [("{}", "a record needs a task_id"),
                                           ('{"task_id": "t1", "rung": ' + HUGE + "}", "a number with 5001 digits")],
                          ids=["empty object", "huge integer"])
-def test_a_records_line_that_is_no_record_is_named_and_its_task_solved_again(capsys, tmp_path, micro_model, line,
+def test_a_records_line_that_is_no_record_is_named_and_its_task_solved_again(capsys, tmp_path, fallback_model, line,
                                                                               phrase):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(CHALLENGES))
-    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", micro_model, *QUICK]
+    options = ["solve", "--dataset", path, "--out", tmp_path / "o", "--model", fallback_model, *QUICK]
     assert run(capsys, *options)[0] == 0
     records = tmp_path / "o" / "records.jsonl"
     lines = records.read_text().splitlines()

@@ -235,6 +235,8 @@ def test_a_guess_never_changes_the_answers(case):
                 raise AssertionError(f"guess {name!r} {guess} at T={threshold:.4f}: {error}") from error
 
 
+@pytest.mark.parametrize("case", [case if index == 0 else pytest.param(case, marks=pytest.mark.slow)
+                                  for index, case in enumerate(CASES)], ids=CASE_NAMES, indirect=True)
 def test_prompt_and_guess_may_be_numpy_arrays(case):
     """The solver passes encoded answers (numpy arrays) as guesses."""
     model, space, enumerations = case

@@ -322,7 +322,8 @@ def check_every_id(path, tasks) -> None:
 
 
 @pytest.mark.parametrize("path", ["single process", pytest.param("workers", marks=pytest.mark.slow), "kaggle"])
-def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, tmp_path, micro_model, monkeypatch):
+def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, tmp_path, fallback_model,
+                                                                  monkeypatch):
     challenges = tmp_path / "input" / "competitions" / "arc-prize" / "arc-agi_test_challenges.json"
     challenges.parent.mkdir(parents=True)
     challenges.write_text(json.dumps(INPUT))
@@ -334,19 +335,19 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
                    "--max-len", "2048"]
         with pytest.warns(UserWarning, match="skipped 2 bad task"):
             status, _, err = run(capsys, "solve", "--dataset", challenges, "--lenient", "--tasks", 3, "--out",
-                                 tmp_path / "out", "--model", micro_model, *options)
+                                 tmp_path / "out", "--model", fallback_model, *options)
         assert status == 0, err
         submission = json.loads((tmp_path / "out" / "submission.json").read_text())
         assert list(submission) == ["good1", "good2", "nulled"]  # --tasks 3: the first three ids, one skipped
         status, _, err = run(capsys, "solve", "--dataset", challenges, "--lenient", "--out", tmp_path / "all",
-                             "--model", micro_model, *options)
+                             "--model", fallback_model, *options)
         check_every_id(tmp_path / "all" / "submission.json", tasks)
     elif path == "workers":
-        solve_in_workers(tasks, micro_model, QUICK, tmp_path / "out", workers=1, poll_seconds=0.2, progress=False)
+        solve_in_workers(tasks, fallback_model, QUICK, tmp_path / "out", workers=1, poll_seconds=0.2, progress=False)
         check_every_id(tmp_path / "out" / "submission.json", tasks)
     else:  # the Kaggle job's own writes; the workers it starts are the case above
         monkeypatch.setattr(workers, "solve_in_workers", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))
-        result = kaggle.run_competition(micro_model, QUICK, input_root=tmp_path / "input", working=tmp_path / "working",
+        result = kaggle.run_competition(fallback_model, QUICK, input_root=tmp_path / "input", working=tmp_path / "working",
                                         workers=1, force_full=True)
         assert result.error is None and result.tasks == 4  # the two malformed tasks count too
         check_every_id(tmp_path / "working" / "submission.json", tasks)

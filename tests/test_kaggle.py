@@ -30,7 +30,7 @@ from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
 from arc_kit.grids import grid_to_json
 from arc_kit.models import default_model_path, load_model
 from arc_kit.planner import FALLBACK
-from arc_kit.records import read_records
+from arc_kit.records import TaskRecord, read_records
 from arc_kit.run import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
 from arc_kit.solver import Solver
@@ -220,12 +220,23 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
 
 
 @pytest.mark.parametrize("how", ["force_full", "the rerun variable"])
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls, how,
-                                                         monkeypatch):
+def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_workers_with_the_full_settings(
+        simulated, tmp_path, how, monkeypatch):
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
-    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
+    calls = []
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=how == "force_full")
+    tasks = load_challenges(find_competition_files(simulated).test_challenges)
+    (call,) = calls
+    assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
+
+
+@pytest.mark.slow
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls):
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
+                                    force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.solved_tasks == 4
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
@@ -382,18 +393,28 @@ def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_
     assert f"wrote {out / 'submission.json'}" in capsys.readouterr().out
 
 
-def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(micro_model, simulated, tmp_path, capsys,
-                                                                            quick_polls):
+def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fallback_model, simulated, tmp_path,
+                                                                            capsys, monkeypatch):
+    """The command's own work; the workers it would start are the library's (tested above with real ones)."""
+    calls = []
+
+    def one_record_each(tasks, model, settings, out, **options):
+        calls.append({"tasks": tasks.ids, "settings": settings, **options})
+        return SolveRun(Path(out), {task_id: TaskRecord(task_id) for task_id in tasks.ids}, Path(out))
+    monkeypatch.setattr(workers, "solve_in_workers", one_record_each)
     working = tmp_path / "working"
-    status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
-                   "--smoke-tasks", "1"])
+    status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model",
+                   str(fallback_model), "--smoke-tasks", "1", "--hours", "2", "--stop-minutes", "5"])
     printed = capsys.readouterr().out
     assert status == 0
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert submission_problems(read_json(working / "submission.json"), tasks) == []
     assert f"wrote {working / 'submission.json'}: 4 tasks, 1 solved by the model" in printed
     assert "(placeholder test file: smoke job)" in printed
-    assert list(read_records(working / "arc_kit_run" / "records.jsonl")) == sorted(tasks.ids)[:1]
+    (call,) = calls
+    assert call["tasks"] == sorted(tasks.ids)[:1] and call["settings"] == smoke(SolveSettings())
+    assert call["stop_at"] - call["deadline"] == pytest.approx(60 * (45 - 5))  # the clock's options, the rest default
+    assert call["deadline"] == pytest.approx(time.time() + 2 * 3600 - 45 * 60, abs=60)
 
 
 @pytest.mark.slow
@@ -668,10 +689,10 @@ QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augme
 
 
 @pytest.mark.slow
-def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(micro_model, simulated,
+def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(fallback_model, simulated,
                                                                                      tmp_path, capsys, quick_polls):
     working = tmp_path / "working"
-    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
+    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1", *QUICK_OPTIONS]
     assert main([*command, "1"]) == 0
     records = working / "arc_kit_run" / "worker-0" / "records.jsonl"
@@ -690,13 +711,13 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
 
 
 @pytest.mark.slow
-def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(micro_model, simulated, tmp_path,
+def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fallback_model, simulated, tmp_path,
                                                                            capsys, quick_polls):
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
                            ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))
     working = tmp_path / "working"
-    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(micro_model),
+    command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1"]
     assert main([*command, "--settings", str(tmp_path / "settings.json"), "--augmentations", "1"]) == 0
     plan = read_json(working / "arc_kit_run" / "worker-0" / "plan.json")

@@ -30,7 +30,7 @@ from arc_kit.decoding import Completion, SearchResult
 from arc_kit.dfs import DEADLINE_BEFORE_START
 from arc_kit.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.models import load_model
-from arc_kit.records import TaskRecord, read_records
+from arc_kit.records import AblationRecord, SamplerRecord, TaskRecord, read_records
 from arc_kit.run import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.solver import Solver
@@ -577,9 +577,9 @@ def test_the_metric_counts_only_the_first_attempt_with_one():
 
 def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     records = {  # two test outputs: the first right in attempt 1, the second right in attempt 2 only
-        "t": {"correct": {stage: [True, True] for stage in ABLATION_STAGES},
-              "correct_top1": {stage: [True, False] for stage in ABLATION_STAGES},
-              "seconds": {}, "stages": {}}}
+        "t": AblationRecord.from_json({"task_id": "t", "correct": {stage: [True, True] for stage in ABLATION_STAGES},
+                                       "correct_top1": {stage: [True, False] for stage in ABLATION_STAGES},
+                                       "seconds": {}, "stages": {}})}
     table = ablation_table(records, SolveSettings(), tmp_path).table.set_index("stage")
     assert (table["correct"] == 2).all() and (table["correct_top1"] == 1).all()
     assert (table["accuracy_percent"] == 100.0).all() and (table["accuracy_top1_percent"] == 50.0).all()
@@ -587,13 +587,14 @@ def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     entry = {"seconds": 1.0, "candidates": [3, 2], "found": [True, True], "peak_memory_gb": None, "capped": 0,
              "correct": {a: [True, True] for a in ("product", "min", "max", "sum")},
              "correct_top1": {a: [False, True] for a in ("product", "min", "max", "sum")}}
-    run = sampler_table({"t": {"samplers": {"greedy": entry}, "ttt": {}}}, samplers, SolveSettings(), tmp_path)
+    run = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": entry}, "ttt": {}})},
+                        samplers, SolveSettings(), tmp_path)
     row = run.table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and row["accuracy_product_top1_percent"] == 50.0
     assert "full softmax" in run.markdown and "_top1" in run.markdown
     old = {key: value for key, value in entry.items() if key != "correct_top1"}  # a record of an earlier kit
-    row = sampler_table({"t": {"samplers": {"greedy": old}, "ttt": {}}}, samplers, SolveSettings(),
-                        tmp_path).table.set_index("sampler").loc["greedy"]
+    row = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
+                        samplers, SolveSettings(), tmp_path).table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and pd.isna(row["accuracy_product_top1_percent"])
 
 

@@ -195,9 +195,29 @@ def test_metrics_and_curve_from_records():
     metrics = puzzle_metrics({"p": record}, {"p": Pair(PUZZLE, SOLUTION)})
     assert metrics["top1_accuracy_poe"] == 1.0 and metrics["top1_accuracy_generation"] == 0.0
     assert metrics["solution_found"] == 1.0 and metrics["answers_valid_sudoku"] == 1.0
+    assert "greedy_blank_cells_right" not in metrics  # the diagnostic only where every record has it
     curve = sudoku_curve({"p": record}, {"p": Pair(PUZZLE, SOLUTION)}, [0.01, 0.1])
     assert curve["found"].tolist() == [1.0, 0.0]  # exp(-3) = 5% < 10%
     assert curve["selected_poe"].tolist() == [1.0, 0.0] and curve["selected_generation"].tolist() == [0.0, 0.0]
+
+
+def test_the_greedy_diagnostic_counts_empty_cells_right():
+    from arc_kit.sudoku_run import blank_cells_right, puzzle_metrics
+
+    greedy = SOLUTION.copy()
+    row, (first, second) = 1, [column for column in range(9) if PUZZLE[1, column] == 0][:2]
+    greedy[row, first], greedy[row, second] = greedy[row, second], greedy[row, first]  # two empty cells wrong
+    blanks = [(r, c) for r in range(9) for c in range(9) if PUZZLE[r, c] == 0]
+    expected = sum(greedy[r, c] == SOLUTION[r, c] for r, c in blanks) / len(blanks)  # cell by cell
+    assert blank_cells_right(PUZZLE, SOLUTION, greedy) == pytest.approx(expected) and expected < 1
+    assert blank_cells_right(PUZZLE, SOLUTION, SOLUTION) == 1.0
+    assert blank_cells_right(PUZZLE, SOLUTION, None) == 0.0 == blank_cells_right(PUZZLE, SOLUTION, SOLUTION[:8])
+    record = TaskRecord("p", [TestResult([], [], ["a"], [])], extra={"greedy_answer": greedy.tolist()})
+    again = TaskRecord.from_json(json.loads(json.dumps(record.to_json())))  # as read back from records.jsonl
+    metrics = puzzle_metrics({"p": again}, {"p": Pair(PUZZLE, SOLUTION)})
+    assert metrics["greedy_blank_cells_right"] == round(expected, 4)
+    assert metrics["greedy_solved"] == 0.0 and metrics["greedy_valid_sudoku"] == 0.0
+    assert metrics["answered"] == 0.0 and metrics["top1_accuracy_poe"] == 0.0
 
 
 def test_one_puzzle_per_training_sequence():
@@ -231,6 +251,7 @@ def test_the_whole_command_on_a_micro_model(tmp_path):
                  "--max-forward-calls", "100"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     assert metrics["puzzles"] == 2 and 0.0 <= metrics["top1_accuracy_poe"] <= metrics["solution_found"] + 1e-9
+    assert 0.0 <= metrics["greedy_blank_cells_right"] <= 1.0
     assert (out / "threshold_curve.png").stat().st_size > 0
     first = (out / "records.jsonl").read_text().splitlines()
     assert len(first) == 2

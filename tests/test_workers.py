@@ -151,8 +151,19 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
         assert resumed.records[task_id].to_json()["test"] == run.records[task_id].to_json()["test"]
 
 
-def test_a_rerun_with_fewer_workers_still_finds_every_record(model_folder, tasks, tmp_path, two_workers, monkeypatch):
-    source, run, _ = two_workers
+@pytest.fixture(scope="module")
+def finished_run(model_folder, tasks, tmp_path_factory) -> Path:
+    """A run folder of two workers, each the real worker loop around the fake solve (seconds, not minutes)."""
+    out = tmp_path_factory.mktemp("finished")
+    with pytest.MonkeyPatch.context() as patch:
+        fake_workers(patch, out / "marks", {})
+        solve_in_workers(tasks, model_folder, SETTINGS, out / "run", workers=2, poll_seconds=0.05, progress=False,
+                         watchdog=QUICK_WATCHDOG)
+    return out / "run"
+
+
+def test_a_rerun_with_fewer_workers_still_finds_every_record(model_folder, tasks, tmp_path, finished_run, monkeypatch):
+    source = finished_run
     out = tmp_path / "fewer"
     shutil.copytree(source, out)
     spy = PopenSpy()
@@ -163,8 +174,8 @@ def test_a_rerun_with_fewer_workers_still_finds_every_record(model_folder, tasks
     assert read_json(out / "submission.json") == read_json(source / "submission.json")
 
 
-def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, two_workers, monkeypatch):
-    source, _, _ = two_workers
+def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, finished_run, monkeypatch):
+    source = finished_run
     out = tmp_path / "other"
     shutil.copytree(source, out)
     spy = PopenSpy()

@@ -1,0 +1,326 @@
+"""The run layer on its own: records tolerant at every level, run folders that resume or refuse, settings
+read strictly, the help that shows a preset's values, and the tables as run folders (resumed, refused,
+shared by workers).
+
+No model runs here except in the one test of the tables' real worker processes (slow): the tables'
+per-task work is replaced by a stand-in that writes a typed record, since what matters is the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import arc_kit.tables as tables
+from arc_kit.cli import main
+from arc_kit.records import (
+    AblationRecord,
+    SamplerRecord,
+    SearchStats,
+    TaskRecord,
+    TestResult,
+    TrainingSummary,
+    append_record,
+    read_records,
+    write_records,
+)
+from arc_kit.run import (
+    RUN_FILE,
+    RunFolderError,
+    check_run,
+    choose_tasks,
+    claim_task,
+    clear_run,
+    deadline_from,
+    open_run,
+    read_settings_file,
+    records_file,
+    run_records,
+    task_ids_digest,
+)
+from arc_kit.scoring import Candidate
+from arc_kit.settings import SOLVE_PRESETS, SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.tables import ABLATION_STAGES, run_ablation, run_table
+
+LATER = {"from_a_later_kit": {"nested": [1, 2]}}  # a field no kit knows yet
+
+
+def task_record_json() -> dict:
+    """A record in today's layout with a field of a later kit at every level."""
+    candidate = {"grid": [[1, 2]], "generation_nlls": {"s0-c0123456789": 0.5}, "scoring_nlls": [0.25, 0.75], **LATER}
+    search = {"forward_calls": 7, "tokens": 40, "capped": ["s1: cap"], **LATER}
+    test = {"attempts": [[[1, 2]]], "candidates": [candidate], "inference_augmentations": ["s0-c0123456789"],
+            "scoring_augmentations": ["s1-c0123456789", "s2-c0123456789"], "search": search, **LATER}
+    return {"task_id": "t1", "test": [test], "timings": {"total": 1.5}, "error": None, "rung": 1,
+            "ttt": {"steps": 4, "seconds": 0.5, **LATER}, "correct": [True], **LATER}
+
+
+def test_a_task_record_keeps_unknown_fields_at_every_level_through_a_rewrite(tmp_path):
+    data = task_record_json()
+    record = TaskRecord.from_json(data)
+    assert record.extra == LATER and record.ttt.extra == LATER
+    test = record.tests[0]
+    assert test.extra == LATER and test.search.extra == LATER and test.candidates[0].extra == LATER
+    assert test.search.forward_calls == 7 and test.candidates[0].scoring_nlls == [0.25, 0.75]
+    written = record.to_json()
+    for level in (written, written["test"][0], written["test"][0]["search"], written["test"][0]["candidates"][0],
+                  written["ttt"]):
+        assert level["from_a_later_kit"] == LATER["from_a_later_kit"]
+    path = tmp_path / "records.jsonl"
+    write_records(path, [record])
+    again = read_records(path)["t1"].to_json()
+    assert again == written  # a second rewrite changes nothing
+    # the aggregates a candidate carries are recomputed, never kept as a field of a later kit
+    assert written["test"][0]["candidates"][0]["aggregates"]["product"] == pytest.approx(1.0)
+    assert "aggregates" not in test.candidates[0].extra
+
+
+def test_a_record_of_an_earlier_kit_reads_with_defaults_at_every_level():
+    record = TaskRecord.from_json({"task_id": "old", "test": [{"attempts": [], "candidates": [{"grid": [[3]]}]}]})
+    test = record.tests[0]
+    assert test.search == SearchStats() and test.extra == {} and test.candidates[0].generation_nlls == {}
+    assert record.ttt is None and record.rung == 0 and record.correct is None
+    assert TestResult.from_json(record.to_json()["test"][0]).candidates[0].extra == {}
+    assert TrainingSummary.from_json({"steps": 2}).to_json() == TrainingSummary(steps=2).to_json()
+    assert Candidate.from_json({"grid": [[1]], "generation_nlls": {"a": 1}}).to_json() == \
+        Candidate(np.array([[1]], dtype=np.uint8), {"a": 1.0}).to_json()
+
+
+def ablation_json() -> dict:
+    return {"task_id": "t1", "stages": {stage: [[[[1]], [[2]]]] for stage in ABLATION_STAGES},
+            "candidates": {"+16xAug": [2], "+DFS": [3]}, "probabilities": "full",
+            "ttt": {"steps": 1, "seconds": 0.1, **LATER}, "dfs_capped": [],
+            "correct": {stage: [stage == "+DFS"] for stage in ABLATION_STAGES},
+            "correct_top1": {stage: [False] for stage in ABLATION_STAGES},
+            "seconds": {"baseline": 0.5}, "peak_memory_gb": {}, **LATER}
+
+
+def sampler_json() -> dict:
+    result = {"seconds": 1.0, "candidates": [3], "found": [True], "correct": {"product": [True]},
+              "correct_top1": {"product": [False]}, "peak_memory_gb": None, "capped": 1, **LATER}
+    return {"task_id": "t1", "ttt": {"steps": 1, **LATER}, "samplers": {"greedy": result}, "probabilities": "full",
+            "scoring_seconds": 0.5, **LATER}
+
+
+@pytest.mark.parametrize("kind, data", [(AblationRecord, ablation_json()), (SamplerRecord, sampler_json())],
+                         ids=["ablation", "samplers"])
+def test_table_records_round_trip_with_unknown_fields_and_read_their_old_layout(tmp_path, kind, data):
+    record = kind.from_json(data)
+    assert record.extra == LATER and record.ttt.extra == LATER
+    assert json.loads(json.dumps(record.to_json())) == {**data, "ttt": record.ttt.to_json()}
+    path = tmp_path / records_file("x")
+    append_record(path, record)
+    assert read_records(path, kind)["t1"].to_json() == record.to_json()
+    old = {key: value for key, value in data.items() if key not in ("correct_top1", *LATER)}
+    assert kind.from_json(old).extra == {}
+    if kind is SamplerRecord:
+        assert record.samplers["greedy"].extra == LATER and record.samplers["greedy"].capped == 1
+        entry = {key: value for key, value in data["samplers"]["greedy"].items() if key != "correct_top1"}
+        assert SamplerRecord.from_json({**old, "samplers": {"greedy": entry}}).samplers["greedy"].correct_top1 is None
+    else:
+        assert kind.from_json(old).correct_top1 is None
+        assert np.array_equal(record.stages["+DFS"][0][1], [[2]])
+    with pytest.raises(ValueError, match="task_id"):
+        kind.from_json({"stages": {}})
+
+
+# -- run folders ------------------------------------------------------------------------------------------
+
+SETTINGS = SolveSettings(max_len=2048)
+
+
+def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_path):
+    stored = SETTINGS.to_json()
+    for name in ("batched", "attempts", "probabilities"):  # fields later kits added, at today's defaults
+        stored.pop(name)
+    stored["ttt"].pop("gradient_checkpointing")
+    (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
+    assert check_run(tmp_path, SETTINGS, {"dataset": "d"}) is True
+    assert open_run(tmp_path, SETTINGS, {"dataset": "d"}) == tmp_path
+    assert json.loads((tmp_path / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
+
+
+def test_a_neutral_change_resumes_and_a_change_of_results_is_refused_naming_the_field(tmp_path):
+    open_run(tmp_path, SETTINGS, {"task_ids_digest": "abc"})
+    assert check_run(tmp_path, SETTINGS.replace(scoring_batch_size=3), {"task_ids_digest": "abc"})
+    with pytest.raises(RunFolderError, match=r"other settings \(ttt.steps 64 -> 8\).*--restart"):
+        open_run(tmp_path, SETTINGS.replace(ttt=TestTimeSettings(steps=8)))
+    open_run(tmp_path, SETTINGS.replace(ttt=TestTimeSettings(steps=8)), restart=True)  # discarded, then new
+    assert check_run(tmp_path, SETTINGS.replace(ttt=TestTimeSettings(steps=8)))
+
+
+def test_another_data_set_is_refused_by_its_task_ids_or_without_them_by_its_name(tmp_path, small_task_set):
+    digest = task_ids_digest(small_task_set)
+    open_run(tmp_path / "a", SETTINGS, {"dataset": "one.json", "task_ids_digest": digest})
+    assert check_run(tmp_path / "a", SETTINGS, {"dataset": "/elsewhere/one.json", "task_ids_digest": digest})
+    with pytest.raises(RunFolderError, match="another data set"):
+        check_run(tmp_path / "a", SETTINGS, {"dataset": "one.json",
+                                             "task_ids_digest": task_ids_digest(small_task_set.head(2))})
+    open_run(tmp_path / "b", SETTINGS, {"dataset": "one.json"})
+    with pytest.raises(RunFolderError, match=r"another data set \(one.json, not two.json\)"):
+        open_run(tmp_path / "b", SETTINGS, {"dataset": "two.json"})
+
+
+def test_clearing_a_run_discards_tables_claims_and_workers_but_nothing_else(tmp_path):
+    open_run(tmp_path, SETTINGS)
+    for name in (records_file(), records_file("ablation"), "worker-0/" + records_file("ablation"), "notes.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("{}\n")
+    assert claim_task(tmp_path, "t1") and not claim_task(tmp_path, "t1")
+    clear_run(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_settings_from_json_strictly_names_unknown_fields_at_any_depth(tmp_path):
+    data = SETTINGS.to_json()
+    assert SolveSettings.from_json(data, strict=True) == SETTINGS
+    with pytest.raises(ValueError, match=r"unknown SolveSettings field\(s\): treshold; known: sampler"):
+        SolveSettings.from_json({**data, "treshold": 0.1}, strict=True)
+    with pytest.raises(ValueError, match=r"unknown SamplerSettings field\(s\): tresh"):
+        SolveSettings.from_json({**data, "sampler": {**data["sampler"], "tresh": 1}}, strict=True)
+    assert SolveSettings.from_json({**data, "treshold": 0.1}) == SETTINGS  # lenient: dropped
+    (tmp_path / RUN_FILE).write_text(json.dumps({"settings": {**data, "typo": 1}}))
+    with pytest.raises(ValueError, match="typo"):
+        read_settings_file(tmp_path / RUN_FILE)
+    (tmp_path / "settings.json").write_text(json.dumps(data))
+    assert read_settings_file(tmp_path / "settings.json") == SETTINGS
+
+
+def help_of(capsys, *command) -> str:
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def option_help(help_text: str, flag: str) -> str:
+    """What ``--help`` says of ``flag`` and after: its own line (``--flag METAVAR help``), not the usage's ``[--flag]``."""
+    return help_text[re.search(rf"(?<!\[){re.escape(flag)} [A-Z_]+ ", help_text).start():]
+
+
+def default_shown(help_text: str, flag: str) -> str:
+    """The default that ``--help`` gives for ``flag``."""
+    return option_help(help_text, flag).split("(default: ", 1)[1].split(")", 1)[0]
+
+
+def test_the_help_of_dry_run_shows_the_dry_run_presets_values(capsys):
+    dry, paper = SOLVE_PRESETS["dry-run"], SOLVE_PRESETS["paper"]
+    assert (dry.sampler.threshold, dry.ttt.steps, dry.inference_augmentations, dry.max_len) != \
+        (paper.sampler.threshold, paper.ttt.steps, paper.inference_augmentations, paper.max_len)
+    shown = help_of(capsys, "dry-run")
+    for flag, value in (("--threshold", dry.sampler.threshold), ("--ttt-steps", dry.ttt.steps),
+                        ("--augmentations", dry.inference_augmentations), ("--max-len", dry.max_len),
+                        ("--ttt-lr", dry.ttt.learning_rate)):
+        assert default_shown(shown, flag) == str(value), flag
+    assert "the 'dry-run' preset" in shown and default_shown(shown, "--tasks") == "5; 0 for all"
+    assert "the shortest by prompt tokens" in option_help(shown, "--tasks")[:60]
+    solve_help = help_of(capsys, "solve")
+    assert default_shown(solve_help, "--threshold") == str(paper.sampler.threshold)
+    assert "the first by id" in option_help(solve_help, "--tasks")[:60]
+
+
+def test_the_help_of_sudoku_evaluate_is_generated_from_its_settings(capsys):
+    from arc_kit.sudoku_run import SudokuEvalSettings
+
+    shown = help_of(capsys, "sudoku", "evaluate")
+    defaults = SudokuEvalSettings()
+    for flag, value in (("--threshold", defaults.threshold), ("--augmentations", defaults.inference_augmentations),
+                        ("--max-forward-calls", defaults.max_forward_calls)):
+        assert default_shown(shown, flag) == str(value), flag
+
+
+def test_choose_tasks_takes_ids_or_the_first_by_id_and_keeps_every_task_without_either(small_task_set):
+    assert choose_tasks(small_task_set, task_ids=["a1b2c3d4"]).ids == ["a1b2c3d4"]
+    assert choose_tasks(small_task_set, count=2).ids == sorted(small_task_set.ids)[:2]
+    assert choose_tasks(small_task_set).ids == small_task_set.ids
+    with pytest.raises(ValueError, match="needs a model"):
+        choose_tasks(small_task_set, count=1, pick="shortest")
+    with pytest.raises(ValueError, match="unknown pick"):
+        choose_tasks(small_task_set, count=1, pick="longest")
+
+
+def test_the_deadline_of_a_budget_and_the_training_preset_a_model_calls_for():
+    from arc_kit.settings import TRAINING_PRESETS
+    from arc_kit.training import training_settings_for
+
+    assert deadline_from(None, 30) is None
+    assert deadline_from(2, 30, now=1000.0) == 1000.0 + 2 * 3600 - 30 * 60
+    assert training_settings_for("micro") == TRAINING_PRESETS["from-scratch"]  # a model preset: trained in full
+    assert training_settings_for("runs/some-folder") == TRAINING_PRESETS["paper"]
+    assert training_settings_for("micro", "smollm2-cpu") == TRAINING_PRESETS["smollm2-cpu"]
+
+
+# -- the tables as run folders ----------------------------------------------------------------------------
+
+def stand_in_ablation(calls: list):
+    """A stand-in for ``tables.ablation_task``: every stage right on the first test output, the task recorded."""
+    def work(solver, task, threshold=None):
+        calls.append(task.id)
+        outputs = len(task.test_outputs)
+        flags = {stage: [index == 0 for index in range(outputs)] for stage in ABLATION_STAGES}
+        return AblationRecord(task.id, correct=flags, correct_top1=flags, seconds={"baseline": 1.0})
+    return work
+
+
+def counting_clock():
+    ticks = iter(range(1000))
+    return SimpleNamespace(monotonic=lambda: next(ticks), time=lambda: 0.0)
+
+
+def test_a_table_run_resumes_refuses_other_settings_and_workers_share_its_tasks(tmp_path, small_task_set,
+                                                                                 monkeypatch):
+    calls = []
+    monkeypatch.setattr(tables, "ablation_task", stand_in_ablation(calls))
+    solver = SimpleNamespace(settings=SETTINGS)
+    out = tmp_path / "ablation"
+    with pytest.raises(RunFolderError, match="holds no run"):  # a worker never opens the run itself
+        run_ablation(small_task_set, solver, out, progress=False, worker=0)
+    open_run(out, SETTINGS)  # as the parent does
+    monkeypatch.setattr(tables, "time", counting_clock())
+    run_ablation(small_task_set, solver, out, progress=False, worker=0, stop_at=0.5)  # one task, then its time is up
+    first = calls[:]
+    run = run_ablation(small_task_set, solver, out, progress=False, worker=1)  # the rest
+    assert len(first) == 1 and sorted(calls) == sorted(small_task_set.ids)
+    assert list(read_records(out / "worker-0" / records_file("ablation"), AblationRecord)) == first
+    assert sorted(read_records(out / "worker-1" / records_file("ablation"), AblationRecord)) == \
+        sorted(set(small_task_set.ids) - set(first))
+    assert sorted(run.records) == sorted(small_task_set.ids)
+    assert (run.table["correct"] == 3).all() and (run.table["test_outputs"] == 4).all()  # one task has two tests
+    again = run_ablation(small_task_set, solver, out, progress=False)  # every record found: nothing computed
+    assert len(calls) == 3 and again.markdown == run.markdown
+    assert sorted(run_records(out, records_file("ablation"), AblationRecord)) == sorted(small_task_set.ids)
+    other = SimpleNamespace(settings=SETTINGS.replace(sampler=SamplerSettings(threshold=0.2)))
+    with pytest.raises(RunFolderError, match=r"other settings \(sampler.threshold 0.09 -> 0.2\)"):
+        run_ablation(small_task_set, other, out, progress=False)
+    assert len(calls) == 3
+
+
+def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tmp_path, capsys, model_folder):
+    out = tmp_path / "table"
+    open_run(out, SETTINGS.replace(test_time_training=True), {"dataset": "arc-agi-1/evaluation"})
+    for command in ("ablation", "samplers"):
+        status = main([command, "--model", str(model_folder), "--task-ids", "00576224", "--out", str(out),
+                       "--max-len", "2048", "--ttt-steps", "1", "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert status == 1 and "other settings (ttt.steps 64 -> 1)" in err and "--restart" in err
+    assert sorted(path.name for path in out.iterdir()) == [RUN_FILE]
+
+
+@pytest.mark.slow
+def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_folder):
+    from arc_kit.datasets import load_tasks
+
+    tasks = load_tasks("arc-agi-1/evaluation").select(["00576224", "66e6c45b"])
+    settings = SolveSettings(sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=50),
+                             inference_augmentations=2, scoring_augmentations=2, ttt=TestTimeSettings(steps=1),
+                             max_len=2048)
+    run = run_table("ablation", tasks, model_folder, settings, tmp_path / "run", workers=2,
+                    load_options={"device": "cpu"}, progress=False)
+    assert sorted(run.records) == sorted(tasks.ids) and (run.table["test_outputs"] == 2).all()
+    written = run_records(tmp_path / "run", records_file("ablation"), AblationRecord)
+    assert sorted(written) == sorted(tasks.ids) and all(r.ttt.steps == 1 for r in written.values())
+    assert json.loads((tmp_path / "run" / RUN_FILE).read_text())["table"] == "ablation"
+
