@@ -117,7 +117,9 @@ def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two
         plan = read_json(out / f"worker-{index}" / "plan.json")
         assert SolveSettings.from_json(plan["settings"]) == SETTINGS
     shares = [sorted(read_records(out / f"worker-{index}" / "records.jsonl")) for index in range(2)]
-    assert all(shares) and sorted(shares[0] + shares[1]) == sorted(TASK_IDS)  # each task once, both did some
+    # each task once; which worker took how many is the shared queue's timing (a worker that starts late on a
+    # busy machine may find the queue empty)
+    assert sorted(shares[0] + shares[1]) == sorted(TASK_IDS)
     lines = (out / "records.jsonl").read_text().splitlines()
     assert [json.loads(line)["task_id"] for line in lines] == TASK_IDS
     assert list(run.records) == TASK_IDS
@@ -132,16 +134,20 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     source, run, _ = two_workers
     out = tmp_path / "resumed"
     shutil.copytree(source, out)
-    records_path = out / "worker-1" / "records.jsonl"
-    lines = records_path.read_text().splitlines()
+    def records_text(index):
+        path = out / f"worker-{index}" / "records.jsonl"
+        return path.read_text() if path.exists() else ""  # a worker that found the queue empty wrote none
+
+    killed = max(range(2), key=lambda index: (len(records_text(index).splitlines()), index))
+    lines = records_text(killed).splitlines()
     lost = json.loads(lines[-1])["task_id"]
-    records_path.write_text("".join(line + "\n" for line in lines[:-1]))  # as if killed before the last record
-    before = [(out / f"worker-{index}" / "records.jsonl").read_text() for index in range(2)]
+    (out / f"worker-{killed}" / "records.jsonl").write_text("".join(line + "\n" for line in lines[:-1]))  # killed
+    before = [records_text(index) for index in range(2)]
     spy = PopenSpy()
     watch_workers(monkeypatch, spy)
     resumed = solve_in_workers(tasks, model_folder, SETTINGS, out, workers=2, poll_seconds=POLL, progress=False)
     assert len(spy.calls) == 1  # one worker for one task: the first
-    after = [(out / f"worker-{index}" / "records.jsonl").read_text() for index in range(2)]
+    after = [records_text(index) for index in range(2)]
     assert after[1] == before[1]
     assert after[0].startswith(before[0]) and len(after[0].splitlines()) == len(before[0].splitlines()) + 1
     assert json.loads(after[0].splitlines()[-1])["task_id"] == lost
