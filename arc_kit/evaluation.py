@@ -39,6 +39,7 @@ class HeldOut:
     too_long: list[str] = field(default_factory=list)  # "task_id/index" of outputs over the budget
     per_output: dict[str, float] = field(default_factory=dict)  # "task_id/index" -> NLL per token
     exact: dict[str, bool] = field(default_factory=dict)  # "task_id/index" -> greedy answer exact
+    answer_tokens: dict[str, int] = field(default_factory=dict)  # "task_id/index" -> its answer's tokens
 
     def to_json(self) -> dict:
         return {"nll_per_token": round(self.nll_per_token, 5), "greedy_exact": round(self.greedy_exact, 5),
@@ -72,7 +73,7 @@ def held_out(model, encoder: TaskEncoder, tasks: TaskSet, *, max_len: int | None
     from tqdm.auto import tqdm
 
     space = AnswerSpace.from_encoder(encoder, probabilities)
-    total_nll, total_tokens, too_long, per_output, exact = 0.0, 0, [], {}, {}
+    total_nll, total_tokens, too_long, per_output, exact, answer_tokens = 0.0, 0, [], {}, {}, {}
     for task in tqdm(tasks.tasks(), desc="held-out", unit="task", disable=not progress):
         for index, pair in enumerate(task.test):
             if pair.output is None:
@@ -86,12 +87,12 @@ def held_out(model, encoder: TaskEncoder, tasks: TaskSet, *, max_len: int | None
                 too_long.append(key)
                 continue
             nll, exact[key] = answer_measures(model, prompt.ids, answer_ids, space)
-            per_output[key] = nll / len(answer_ids)
+            per_output[key], answer_tokens[key] = nll / len(answer_ids), len(answer_ids)
             total_nll += nll
             total_tokens += len(answer_ids)
     mean = total_nll / total_tokens if total_tokens else float("nan")
     share = float(np.mean(list(exact.values()))) if exact else float("nan")
-    return HeldOut(mean, share, len(per_output), total_tokens, too_long, per_output, exact)
+    return HeldOut(mean, share, len(per_output), total_tokens, too_long, per_output, exact, answer_tokens)
 
 
 def compare_models(models: Mapping[str, str | Path], tasks: TaskSet, *, max_len: int | None = None,
@@ -127,10 +128,17 @@ def markdown_table(results: Mapping[str, HeldOut]) -> str:
 
 
 def compare(results: dict[str, HeldOut]) -> dict[str, float]:
-    """NLL per token of each model on the outputs that every model measured (a fair comparison)."""
-    shared = set.intersection(*(set(r.per_output) for r in results.values())) if results else set()
-    return {name: float(np.mean([r.per_output[key] for key in sorted(shared)])) if shared else float("nan")
-            for name, r in results.items()}
+    """NLL per answer token of each model on the outputs that every model measured (a fair comparison),
+    weighted by each output's tokens as ``held_out``'s own mean is."""
+    shared = sorted(set.intersection(*(set(r.per_output) for r in results.values()))) if results else []
+
+    def mean(result: HeldOut) -> float:
+        if not shared:
+            return float("nan")
+        weights = [result.answer_tokens.get(key, 1) for key in shared]
+        return float(np.average([result.per_output[key] for key in shared], weights=weights))
+
+    return {name: mean(result) for name, result in results.items()}
 
 
 __all__ = ["HeldOut", "answer_measures", "compare", "compare_models", "held_out", "markdown_table"]

@@ -62,8 +62,15 @@ def test_compare_uses_only_the_outputs_both_measured(setup):
     second.per_output.pop(next(iter(second.per_output)))
     means = compare({"a": first, "b": second})
     shared = sorted(second.per_output)
-    assert means["a"] == pytest.approx(np.mean([first.per_output[k] for k in shared]))
-    assert means["b"] == pytest.approx(np.mean([second.per_output[k] for k in shared]))
+
+    def per_token(result):  # summed NLL over summed tokens, on the shared outputs
+        return sum(result.per_output[k] * result.answer_tokens[k] for k in shared) / \
+            sum(result.answer_tokens[k] for k in shared)
+
+    assert means["a"] == pytest.approx(per_token(first)) and means["b"] == pytest.approx(per_token(second))
+    assert len({first.answer_tokens[k] for k in shared}) > 1  # outputs of different lengths: the weights matter
+    everything = compare({"a": first})  # one model: its own token-weighted mean
+    assert everything["a"] == pytest.approx(first.nll_per_token)
 
 
 def _greedy(model, prompt_ids, steps: int, space: AnswerSpace) -> list[int]:
