@@ -18,9 +18,9 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from arc_kit.tasks import InvalidDataError
 
@@ -179,14 +179,14 @@ def read_json(path: str | os.PathLike) -> Any:
     return parse_json(data, str(path))
 
 
-def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | None = None) -> Path:
-    """Write JSON to a temporary file beside ``path``, then rename it into place."""
+def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) -> Path:
+    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=indent, separators=None if indent else (",", ":"))
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -194,24 +194,17 @@ def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | N
         if temporary.exists():
             temporary.unlink()
     return path
+
+
+def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | None = None) -> Path:
+    """Write JSON to a temporary file beside ``path``, then rename it into place."""
+    return _write_atomically(path, lambda handle: json.dump(data, handle, indent=indent,
+                                                            separators=None if indent else (",", ":")))
 
 
 def write_json_lines_atomically(path: str | os.PathLike, values: Iterable[Any]) -> Path:
     """Write one JSON value per line to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            for value in values:
-                handle.write(json.dumps(value) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
+    return _write_atomically(path, lambda handle: handle.writelines(json.dumps(value) + "\n" for value in values))
 
 
 def append_json_line(path: str | os.PathLike, data: Any) -> None:
