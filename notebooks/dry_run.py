@@ -87,7 +87,7 @@ if len(ranks):
 
 # %%
 threshold = solver.settings.sampler.threshold
-thresholds = [t for t in sorted({threshold, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8}) if t >= threshold]
+thresholds = [t for t in sorted({threshold, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8}) if t >= threshold]
 curve = threshold_curve(run.records, tasks, thresholds)
 draw_threshold_curve(curve, threshold)
 curve
