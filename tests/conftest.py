@@ -107,12 +107,9 @@ def micro_model(tmp_path_factory):
     return save_model(model, tokenizer, tmp_path_factory.mktemp("micro_model"), {"preset": "micro"})
 
 
-def bigram_model():
-    """A micro Llama whose next token depends on the current token only, with hand-set probabilities.
-
-    After the output prefix it writes small grids (mostly 3s, 5s and 7s, rows of one or two cells),
-    so DFS, scoring and selection all see real candidates in milliseconds.
-    """
+def _one_hot_model(head_rows):
+    """A micro Llama that reads only the current token: one-hot embeddings, every layer's output
+    projections zeroed, and its head from ``head_rows(size, vocabulary)`` (logits[current, next])."""
     import torch
 
     from arc_kit.models import create_model
@@ -120,14 +117,7 @@ def bigram_model():
 
     model, tokenizer = create_model("micro", seed=0)
     vocabulary = Vocabulary()
-    size, eos = vocabulary.vocab_size, vocabulary.eos_id
-    newline, output_prefix = vocabulary.encode("\n")[0], vocabulary.encode("+/-=O")[0]
-    logits = torch.full((size, size), -4.0)  # logits[current, next]
-    logits[output_prefix, :10] = 0.0
-    logits[output_prefix, 3], logits[output_prefix, 5], logits[output_prefix, 7] = 3.0, 2.4, 1.8
-    for digit in range(10):
-        logits[digit, newline], logits[digit, digit] = 2.5, 1.0
-    logits[newline, :10], logits[newline, eos] = -1.0, 2.5
+    size = vocabulary.vocab_size
     assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
     with torch.no_grad():
         for layer in model.model.layers:
@@ -136,8 +126,30 @@ def bigram_model():
         model.model.embed_tokens.weight.copy_(torch.eye(size))
         model.model.norm.weight.fill_(1.0)
         # RMS-normalising a one-hot vector multiplies it by sqrt(size)
-        model.lm_head.weight.copy_(logits.T / size ** 0.5)
+        model.lm_head.weight.copy_(head_rows(size, vocabulary).T / size ** 0.5)
     return model.eval(), tokenizer
+
+
+def bigram_model():
+    """A micro Llama whose next token depends on the current token only, with hand-set probabilities.
+
+    After the output prefix it writes small grids (mostly 3s, 5s and 7s, rows of one or two cells),
+    so DFS, scoring and selection all see real candidates in milliseconds.
+    """
+    import torch
+
+    def head_rows(size, vocabulary):
+        eos = vocabulary.eos_id
+        newline, output_prefix = vocabulary.encode("\n")[0], vocabulary.encode("+/-=O")[0]
+        logits = torch.full((size, size), -4.0)  # logits[current, next]
+        logits[output_prefix, :10] = 0.0
+        logits[output_prefix, 3], logits[output_prefix, 5], logits[output_prefix, 7] = 3.0, 2.4, 1.8
+        for digit in range(10):
+            logits[digit, newline], logits[digit, digit] = 2.5, 1.0
+        logits[newline, :10], logits[newline, eos] = -1.0, 2.5
+        return logits
+
+    return _one_hot_model(head_rows)
 
 
 def eos_model():
@@ -149,21 +161,12 @@ def eos_model():
     """
     import torch
 
-    from arc_kit.models import create_model
-    from arc_kit.text_format import Vocabulary
+    def head_rows(size, vocabulary):
+        logits = torch.zeros((size, size))
+        logits[:, vocabulary.eos_id] = size ** 0.5  # <eos> by sqrt(size) = 8 logits over every other token
+        return logits
 
-    model, tokenizer = create_model("micro", seed=0)
-    size, eos = Vocabulary().vocab_size, Vocabulary().eos_id
-    assert model.config.hidden_size == size  # one-hot embeddings need as many dimensions as tokens
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.copy_(torch.eye(size))
-        model.model.norm.weight.fill_(1.0)
-        model.lm_head.weight.zero_()
-        model.lm_head.weight[eos] = 1.0  # <eos> by sqrt(size) = 8 logits over every other token
-    return model.eval(), tokenizer
+    return _one_hot_model(head_rows)
 
 
 @pytest.fixture(scope="session")
