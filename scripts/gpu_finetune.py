@@ -249,7 +249,7 @@ def evaluate(args) -> None:
     EVALUATION.mkdir(parents=True, exist_ok=True)
     everything = load_tasks(EVALUATION_TASKS)
     ids = sorted(everything.ids)
-    nll_path = EVALUATION / "held_out_nll.json"
+    nll_path = EVALUATION / f"held_out_nll-{choice}.json"  # measured once per model
     if args.nll_tasks and not nll_path.exists():
         nll_tasks = TaskSet([everything[i] for i in ids[:args.nll_tasks]])
         models = [("untuned base", base), (f"{choice} model", model)]
@@ -310,8 +310,8 @@ def collect(args) -> None:
     ablation = EVALUATION / returned_runs[0].name
     shutil.rmtree(ablation, ignore_errors=True)
     shutil.copytree(returned_runs[0], ablation)
-    if (folder / "held_out_nll.json").exists():  # measured once: a resumed evaluate skips it
-        shutil.copy(folder / "held_out_nll.json", EVALUATION / "held_out_nll.json")
+    for measured in folder.glob("held_out_nll-*.json"):  # measured once: a resumed evaluate skips it
+        shutil.copy(measured, EVALUATION / measured.name)
     records = run_records(ablation, records_file("ablation"), AblationRecord)
     print(f"{len(records)} task(s) finished; the ablation run is in {ablation} (carry .device/evaluation to resume)")
     for table in sorted(ablation.glob("ablation.md")):
