@@ -152,10 +152,12 @@ def _environment() -> None:
 def _unpacked() -> tuple[Path, Path | None]:
     """The weights file and RE-ARC (None when only the weights were staged), unpacked once from the parts."""
     target = WORK / "payload"
-    done = target / ".done"
-    if not done.exists():
-        parts.unpack(WORK / "send-0" / "payload.parts.json", target, _part_folders())
-        done.touch()
+    done = target / ".done"  # holds the manifest's checksum: parts staged again are unpacked again
+    manifest = WORK / "send-0" / "payload.parts.json"
+    if not done.exists() or done.read_text() != parts.sha256_of(manifest):
+        shutil.rmtree(target, ignore_errors=True)
+        parts.unpack(manifest, target, _part_folders())
+        done.write_text(parts.sha256_of(manifest))
     re_arc = target / "re_arc.tar.gz"
     return target / bases.get_spec(BASE).file_name, re_arc if re_arc.exists() else None
 
@@ -314,6 +316,8 @@ def collect(args) -> None:
         shutil.copy(measured, EVALUATION / measured.name)
     records = run_records(ablation, records_file("ablation"), AblationRecord)
     print(f"{len(records)} task(s) finished; the ablation run is in {ablation} (carry .device/evaluation to resume)")
+    if (folder / "model").is_dir():
+        print(f"the model trained there (its delta, log and loss curve) is in {folder / 'model'}")
     for table in sorted(ablation.glob("ablation.md")):
         print(table.read_text())
 
