@@ -25,6 +25,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from arc_kit.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.shrinking import save_shrunk
 
 BUILD_FORMAT = 2  # bumped when a built folder from an older kit must be rebuilt
@@ -245,33 +246,15 @@ def locate_weights(name: str, source: str | os.PathLike | None = None, *, downlo
     return _checked(_download(spec, progress), spec)
 
 
-GGUF_SPECIAL_TOKENS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
-                       "pad_token": "tokenizer.ggml.padding_token_id", "unk_token": "tokenizer.ggml.unknown_token_id"}
-
-
-def _set_special_tokens(tokenizer, path: Path) -> None:
-    """Take bos/eos/pad/unk from the GGUF metadata itself.
-
-    transformers versions disagree on them (5.17 reads SmolLM2's eos as ``<|im_start|>``, 5.23 as
-    ``<|im_end|>``, which the file says): the built base must not depend on the installed version.
-    """
-    from gguf import GGUFReader
-
-    fields = GGUFReader(str(path)).fields
-    for name, key in GGUF_SPECIAL_TOKENS.items():
-        if key in fields:
-            token_id = int(fields[key].contents())
-            setattr(tokenizer, name, tokenizer.convert_ids_to_tokens(token_id))
-
-
 def read_gguf(path: str | os.PathLike):
     """A float32 ``LlamaForCausalLM`` and its tokenizer from a GGUF file, every weight dequantized.
 
     transformers' own loader keeps quantized weights packed; its GGUF checkpoint reader with
     ``return_tensors`` gives dequantized tensors under Hugging Face names, which go into a plain model.
+    The tokenizer comes from ``gguf_tokenizer`` (the same on transformers 5.0 and 5.2x).
     """
     import torch
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoConfig, LlamaForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     path = Path(path)
@@ -281,8 +264,10 @@ def read_gguf(path: str | os.PathLike):
         raise BaseUnavailableError(f"reading GGUF files needs the gguf package (pip install gguf): {error}") from None
     if config.model_type != "llama":
         raise BaseUnavailableError(f"{path} holds a {config.model_type!r} model; only Llama GGUF files are supported")
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
-    _set_special_tokens(tokenizer, path)
+    try:  # built from the file's metadata, not by transformers, whose GGUF tokenizer differs by version
+        tokenizer = gguf_tokenizer(path)
+    except UnsupportedTokenizerError as error:
+        raise BaseUnavailableError(str(error)) from None
     with torch.device("cpu"):
         model = LlamaForCausalLM(config)
     tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
