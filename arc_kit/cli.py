@@ -432,16 +432,30 @@ def setup_bench(parser):
 @command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
 def setup_kaggle(parser):
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = actions.add_parser("build", help="assemble the Kaggle dataset: the package wheel, the wheels the image "
-                                             "lacks, a model, metadata")
-    build.add_argument("--out", required=True, help="the dataset folder to write")
+    build = actions.add_parser("build", help="assemble the Kaggle dataset (the package wheel, the wheels the image "
+                                             "lacks, a model, metadata) and the notebook folder that submits")
+    build.add_argument("--out", required=True, help="the dataset folder to write (the notebook folder goes beside "
+                                                    "it, its name plus -notebook)")
+    build.add_argument("--owner", help="your Kaggle user name (default: $KAGGLE_USERNAME, else the username in "
+                                       "~/.kaggle/kaggle.json)")
+    build.add_argument("--slug", default="arc-kit", help="the dataset's slug, its id being OWNER/SLUG "
+                                                         "(default: %(default)s)")
     build.add_argument("--model", help="model folder (default: the shipped model)")
-    build.add_argument("--extra-wheels", help="a folder of further wheels to include (unsloth, bitsandbytes...)")
-    build.add_argument("--image-manifest", help="what the competition image has, recorded on Kaggle with the "
-                                                "recipe in kaggle_dataset/README.md (default: "
-                                                "kaggle_dataset/kaggle-image.json when it exists)")
-    build.add_argument("--id", default="YOUR_KAGGLE_USERNAME/arc-kit", help="the dataset id, owner/slug")
+    build.add_argument("--extra-wheels", help="a folder of further wheels to include")
+    build.add_argument("--gpu-extras", action="store_true", help="also ship bitsandbytes and unsloth with what they "
+                                                                 "need, for a large model in 4 bits")
+    build.add_argument("--image-manifest", help="what the competition image has: kaggle_dataset/kaggle-image.json "
+                                                "(the default, made by `arc-kit kaggle image` from Kaggle's list) or "
+                                                "one recorded on Kaggle with the recipe in kaggle_dataset/README.md")
     build.add_argument("--title", default="arc-kit")
+    image = actions.add_parser("image", help="make the image manifest from the package list Kaggle publishes "
+                                             "(a pip freeze of its image)")
+    image.add_argument("freeze", help="the list, e.g. installed_cpu_packages.txt of Kaggle's docker-python")
+    image.add_argument("--out", default="kaggle_dataset/kaggle-image.json", help="default: %(default)s")
+    image.add_argument("--python", default="3.12", help="the image's Python (default: %(default)s)")
+    image.add_argument("--recorded", default="", help="the list's date or commit, kept in the manifest")
+    image.add_argument("--cpu", action="store_true", help="the CPU image (default: the GPU image, the same "
+                                                          "versions with torch's CUDA build)")
     run = actions.add_parser("run", help="the competition job: find the files, solve in time, write submission.json")
     run.add_argument("--model", help="model folder (default: the shipped model)")
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
@@ -462,12 +476,9 @@ def setup_kaggle(parser):
         from arc_kit import kaggle
 
         if args.action == "build":
-            folder = kaggle.build_dataset(args.out, args.model, title=args.title, dataset_id=args.id,
-                                          extra_wheels=args.extra_wheels, image_manifest=args.image_manifest)
-            for path in sorted(folder.rglob("*")):
-                if path.is_file():
-                    print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
-            return 0
+            return _kaggle_build(args)
+        if args.action == "image":
+            return _kaggle_image(args)
         clock = settings_from_options(args, CompetitionSettings())
         result = kaggle.run_competition(_model_path(args), _kaggle_settings(args), input_root=args.input,
                                         working=args.working, **clock.to_json(), workers=args.workers,
@@ -477,6 +488,34 @@ def setup_kaggle(parser):
               + (f"; stopped early: {result.error}" if result.error else ""))
         return 0
     return execute
+
+
+def _kaggle_build(args) -> int:
+    from arc_kit.dataset_build import build_dataset
+
+    built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+                          extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
+                          gpu_extras=args.gpu_extras)
+    print(f"wheels shipped ({len(built.wheels)}; the image: {built.image}):")
+    for wheel in built.wheels:
+        print(f"  {wheel.path.name}: {wheel.reason}")
+    for folder in (built.folder, built.notebook):
+        print(f"{folder}:")
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
+    return 0
+
+
+def _kaggle_image(args) -> int:
+    from arc_kit.jsonio import write_json_atomically
+    from arc_kit.wheelhouse import manifest_from_freeze
+
+    image = manifest_from_freeze(args.freeze, args.python, gpu=not args.cpu, recorded=args.recorded)
+    write_json_atomically(Path(args.out), image.to_json(), indent=1)
+    print(f"{args.out}: {len(image.packages)} packages, Python {image.python}, torch {image.packages.get('torch')} "
+          f"({image.source})")
+    return 0
 
 
 def _kaggle_settings(args) -> SolveSettings:

@@ -5,6 +5,9 @@ test-time training (steps x tokens of a leave-one-out sequence), generation (aug
 (prompt + expected answer tokens)) and scoring (augmentations x prompt tokens). Until tasks have
 run, assumed speeds give the first estimates; each finished task's measured timings refine them.
 
+The first estimates come from assumed speeds, or from a short measurement on the machine at the
+start (``calibrate``: the worker pool times one short solve); each finished task refines them.
+
 Before each task the planner picks the first rung of a ladder of cheaper settings (fewer TTT steps,
 fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everything left is
 estimated to fit before the deadline (shared by ``workers`` processes); past the last rung a task
@@ -182,8 +185,17 @@ class Planner:
         self.workers = max(1, workers)
         self.budget_settings = budget
         cost = {size.task_id: self.speeds.seconds(size, settings) for size in sizes}
+        self.longest_first = longest_first
         self.position = {task_id: (-cost[task_id] if longest_first else cost[task_id], task_id) for task_id in cost}
         self.remaining = sorted(cost, key=self.position.__getitem__)
+
+    def calibrate(self, speeds: Speeds) -> None:
+        """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
+        self.speeds = speeds
+        sign = -1 if self.longest_first else 1
+        for task_id, size in self.sizes.items():
+            self.position[task_id] = (sign * speeds.seconds(size, self.rungs[0]), task_id)
+        self.remaining.sort(key=self.position.__getitem__)
 
     def order(self) -> list[str]:
         """The tasks still to run, cheapest first (longest first for a shared queue)."""

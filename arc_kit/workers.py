@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -39,10 +40,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arc_kit import progress
+from arc_kit.bases import build_base, built_folder, is_built
 from arc_kit.datasets import load_challenges
 from arc_kit.grids import MAX_SIDE
 from arc_kit.jsonio import write_json_atomically
-from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
+from arc_kit.models import (
+    DELTA_INDEX,
+    LoadSettings,
+    is_delta_folder,
+    load_encoder,
+    load_model,
+    model_info,
+    token_budget_of,
+)
 from arc_kit.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
 from arc_kit.records import (
@@ -64,7 +75,7 @@ from arc_kit.run import (
     task_line,
     write_scores,
 )
-from arc_kit.settings import Settings, SolveSettings, ladder, setting
+from arc_kit.settings import SamplerSettings, Settings, SolveSettings, ladder, setting
 from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, write_submission
 from arc_kit.tasks import TaskSet
@@ -83,9 +94,11 @@ class WatchdogSettings(Settings):
 
     hang_seconds: float = setting(300.0, "a task this long past its own deadline is hung (the solver checks its "
                                          "deadline between steps, so a healthy one stops well within this)")
-    silence_seconds: float = setting(900.0, "a worker whose heartbeat is this old is hung (loading a model "
-                                            "included)")
-    heartbeat_seconds: float = setting(5.0, "how often a worker shows that it lives")
+    stall_seconds: float = setting(120.0, "a worker whose model is loaded and whose step counter (every forward "
+                                          "pass, and every turn of its idle loop, counts) has not moved for this "
+                                          "long is hung: stopped, deadlocked, or stuck in a loop")
+    silence_seconds: float = setting(900.0, "a worker still loading its model whose heartbeat is this old is hung")
+    heartbeat_seconds: float = setting(5.0, "how often a worker writes its step counter")
     stop_seconds: float = setting(120.0, "with a deadline but no stop time, workers still running this long "
                                          "after the deadline are stopped")
     terminate_seconds: float = setting(15.0, "between asking a worker to stop (SIGTERM) and killing it")
@@ -165,6 +178,8 @@ class WorkerSlot:
     task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
     stopping: bool = False  # told to stop (nothing left, or the run's end)
     follower: RecordFollower | None = None  # its records file
+    steps: str = ""  # its step counter as last read from its heartbeat file
+    moved_at: float = 0.0  # when that counter last moved
 
     @property
     def alive(self) -> bool:
@@ -180,6 +195,17 @@ class WorkerSlot:
         except FileNotFoundError:
             return now - self.started_at
 
+    def stalled_for(self, now: float) -> float:
+        """Seconds since the worker's step counter last moved, counted from when its model was loaded."""
+        try:
+            steps = (self.folder / HEARTBEAT_FILE).read_text()
+            ready_at = (self.folder / READY_FILE).stat().st_mtime
+        except OSError:
+            return 0.0
+        if steps and steps != self.steps:
+            self.steps, self.moved_at = steps, now
+        return now - max(self.moved_at, ready_at, self.started_at)
+
     def assign(self, message: dict) -> None:
         self.sequence += 1
         write_json_atomically(self.folder / ASSIGNMENT_FILE, {"sequence": self.sequence, **message})
@@ -192,8 +218,14 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                      progress: bool = True, submission_path: str | os.PathLike | None = None,
                      submission_tasks: TaskSet | None = None, info: dict | None = None,
                      budget: BudgetSettings = BudgetSettings(), watchdog: WatchdogSettings = WatchdogSettings(),
-                     ) -> SolveRun:
-    """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU).
+                     workers_per_gpu: int | None = None) -> SolveRun:
+    """Solve ``tasks`` with worker processes that share the GPUs (one CPU process when there is none).
+
+    ``workers`` (a total; those beyond the GPUs run on the CPU) wins over ``workers_per_gpu``; with
+    neither, one worker per GPU starts, and when it has a deadline the first one measures a short
+    solve (``calibration_settings``): its speeds become the planner's first estimates, and its peak
+    memory sets how many more share each GPU (``workers_per_gpu_for``). A base-plus-delta model's
+    base is prepared once, here, before any worker starts (``prepare_model``).
 
     ``deadline`` (seconds since the epoch) is when the planner wants the work done: tasks get
     cheaper rungs and caps to end by then. ``stop_at`` (default: ``watchdog.stop_seconds`` after the
@@ -207,8 +239,10 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     out.mkdir(parents=True, exist_ok=True)
     settings = settings.replace(max_len=settings.max_len or token_budget_of(model))  # as each worker resolves it
     devices = [str(gpu) for gpu in gpus] if gpus is not None else visible_gpus()
-    workers = workers or max(1, len(devices))
+    spread = workers is None  # slots go round the GPUs; else the first ones, then the CPU
+    workers = workers or (len(devices) * (workers_per_gpu or 1) if devices else 1)
     started = time.monotonic()
+    load_options = prepare_model(model, load_options, progress)
     if stop_at is None and deadline is not None:
         stop_at = deadline + watchdog.stop_seconds
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}))
@@ -230,18 +264,13 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                                                            attempts=settings.attempts), covered)
 
     write()
-    slots = []
-    for index in range(workers):
-        folder = out / f"worker-{index}"
-        folder.mkdir(exist_ok=True)
-        plan = {"challenges": str(challenges_path), "max_side": tasks.max_side, "model": str(model),
-                "settings": settings.to_json(), "load": load_options or {},
-                "heartbeat_seconds": watchdog.heartbeat_seconds}
-        (folder / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
-        slot = WorkerSlot(index, devices[index] if index < len(devices) else "", folder,
-                          follower=RecordFollower(folder / RECORDS_FILE))
-        slot.follower.offset = _size_of(folder / RECORDS_FILE)  # earlier records are already in `records`
-        slots.append(slot)
+    plan = {"challenges": str(challenges_path), "max_side": tasks.max_side, "model": str(model),
+            "settings": settings.to_json(), "load": load_options or {}, "heartbeat_seconds": watchdog.heartbeat_seconds}
+    calibration = None  # (task id, settings) of the first worker's measurement, while it is awaited
+    if deadline is not None and planner.remaining and not planner.speeds.measured_tasks:
+        calibration = (_calibration_task(planner, bool(devices)), calibration_settings(settings))
+    slots = [_new_slot(out, index, _device(index, devices, spread), plan,
+                       calibration if index == 0 else None) for index in range(workers)]
     lost: dict[str, int] = {}  # task id -> times its worker died or hung on it
     solved = sum(record.share_correct for record in mine.values())
     report = _Progress(progress, len(tasks), deadline)
@@ -258,6 +287,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     try:
         for slot in slots[:len(planner.remaining)]:  # no more workers than tasks
             _start(slot)
+        report.started(slots, devices)
         while True:
             changed = False
             for slot in slots:  # 1. the records that came in
@@ -267,6 +297,17 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                         changed = True
                     if record.task_id == slot.task:
                         slot.task, slot.task_deadline = None, math.inf
+            if calibration is not None and (slots[0].ready or not slots[0].alive):
+                per_gpu = _calibrate(slots[0], planner, *calibration, report, len(devices))
+                calibration = None
+                if per_gpu and spread and devices and workers_per_gpu is None:
+                    more = [_new_slot(out, len(slots) + index, devices[index % len(devices)], plan, None)
+                            for index in range(len(devices) * (per_gpu - 1))]
+                    slots += more
+                    planner.workers = len(slots)
+                    for slot in more[:len(planner.remaining)]:
+                        _start(slot)
+                    report.started(slots, devices, added=len(more))
             now = time.time()
             if stop_at is not None and now >= stop_at:
                 logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in slots))
@@ -310,6 +351,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                     slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
                                  "search_seconds": caps and caps.search_seconds})
                     slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
+                    report.assigned(task_id, slot, rung, planner)
             if changed:
                 write()
                 write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
@@ -347,6 +389,115 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     return run
 
 
+CALIBRATION_FILE = "calibration.json"  # worker -> parent: the first worker's measurement at the start
+CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
+MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
+
+
+def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: int | None = None) -> int:
+    """How many workers share one GPU: as many as 90% of its memory holds at the measured peak (each with
+    its CUDA context), at most ``MAX_WORKERS_PER_GPU`` and at most the CPU cores per GPU, at least one."""
+    cpus = cpus or os.cpu_count() or 1
+    by_memory = int(0.9 * total_bytes // (peak_bytes + CUDA_CONTEXT_BYTES))
+    return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
+
+
+def calibration_settings(settings: SolveSettings) -> SolveSettings:
+    """The short solve the first worker times at the start: two TTT steps, greedy under one augmentation, one
+    scoring pass (per unit of work, what the planner prices every part of every rung with)."""
+    return settings.replace(inference_augmentations=1, scoring_augmentations=1, sampler=SamplerSettings("greedy"),
+                            ttt=settings.ttt.replace(steps=min(2, settings.ttt.steps)))
+
+
+def _calibration_task(planner: Planner, gpus: bool) -> str:
+    """The task to measure on: on GPUs the longest (its peak memory is the run's), on the CPU the shortest."""
+    sizes = sorted(planner.sizes.values(), key=lambda size: (size.training_tokens + size.prompt_tokens, size.task_id))
+    return (sizes[-1] if gpus else sizes[0]).task_id
+
+
+def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
+    """The load options the workers get: for a base-plus-delta model, its base built once here (or found built)."""
+    options = dict(load_options or {})
+    if not is_delta_folder(model) or options.get("base_model"):
+        return options
+    name = json.loads((Path(model) / DELTA_INDEX).read_text())["base"]
+    started, built = time.monotonic(), is_built(built_folder(name), name)
+    folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
+                        progress=progress)
+    how = "found built" if built else f"built once by the parent in {time.monotonic() - started:.0f} s"
+    message = f"base {name}: {how}, {folder}; every worker loads it from there"
+    logger.info(message)
+    if progress:
+        print(message, flush=True)
+    return {**options, "base_model": str(folder)}
+
+
+def _device(index: int, devices: list[str], spread: bool) -> str:
+    """Slot ``index``'s CUDA_VISIBLE_DEVICES: round the GPUs when ``spread``, else the first ones, then the CPU."""
+    if spread and devices:
+        return devices[index % len(devices)]
+    return devices[index] if index < len(devices) else ""
+
+
+def _new_slot(out: Path, index: int, device: str, plan: dict, calibration) -> WorkerSlot:
+    """A worker's folder and plan (with the calibration to run first, if any), and its slot."""
+    folder = out / f"worker-{index}"
+    folder.mkdir(exist_ok=True)
+    (folder / CALIBRATION_FILE).unlink(missing_ok=True)
+    own = {**plan, "calibrate": {"task_id": calibration[0], "settings": calibration[1].to_json()}} if calibration \
+        else plan
+    (folder / "plan.json").write_text(json.dumps(own, indent=2) + "\n")
+    slot = WorkerSlot(index, device, folder, follower=RecordFollower(folder / RECORDS_FILE))
+    slot.follower.offset = _size_of(folder / RECORDS_FILE)  # earlier records are already the parent's
+    return slot
+
+
+def _calibrate(slot: WorkerSlot, planner: Planner, task_id: str, settings: SolveSettings, report,
+               gpus: int) -> int | None:
+    """Fold the first worker's measurement into the planner; the workers per GPU its peak memory allows, if known."""
+    try:
+        measured = json.loads((slot.folder / CALIBRATION_FILE).read_text())
+    except (OSError, ValueError):
+        measured = {"error": "no calibration.json (the worker died first?)"}
+    if measured.get("error") or not measured.get("timings"):
+        report.note(f"calibration failed ({measured.get('error')}): the planner starts from assumed speeds")
+        return None
+    speeds = Speeds()
+    speeds.update(planner.sizes[task_id], settings, measured["timings"])
+    speeds.measured_tasks, speeds.measured_parts = 0, {}  # a first estimate: the first real task replaces it
+    planner.calibrate(speeds)
+    per_gpu = None
+    if measured.get("peak_bytes") and measured.get("total_bytes"):
+        per_gpu = workers_per_gpu_for(measured["peak_bytes"], measured["total_bytes"], gpus)
+    report.note(f"calibrated on task {task_id} in {measured['timings'].get('total', 0):.1f} s: "
+                f"{speeds.training:.2e} s per training token, {speeds.generation:.2e} s per generated token, "
+                f"{speeds.scoring:.2e} s per scored token"
+                + (f"; peak {measured['peak_bytes'] / 2**30:.2f} GiB of {measured['total_bytes'] / 2**30:.1f} GiB: "
+                   f"{per_gpu} worker(s) per GPU" if per_gpu else ""))
+    return per_gpu
+
+
+def _measure(solver, tasks: TaskSet, calibration: dict, folder: Path) -> None:
+    """The worker's side of the calibration: one short real solve (``Solver.solve_task``), timed; its peak memory."""
+    try:
+        settings = SolveSettings.from_json(calibration["settings"])
+        record = solver.solve_task(tasks[calibration["task_id"]], settings=settings)
+        measured = {"task_id": calibration["task_id"], "timings": record.timings,
+                    "error": record.error, **_gpu_memory()}
+    except Exception as error:  # noqa: BLE001 - a failed measurement leaves the assumed speeds, never the run
+        measured = {"error": f"{type(error).__name__}: {error}"}
+    write_json_atomically(folder / CALIBRATION_FILE, measured)
+
+
+def _gpu_memory() -> dict:
+    """This process's peak reserved GPU memory and the GPU's total, in bytes ({} on the CPU)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"peak_bytes": torch.cuda.max_memory_reserved(), "total_bytes": torch.cuda.get_device_properties(0).total_memory}
+
+
 def _size_of(path: Path) -> int:
     """The bytes of ``path`` up to its last whole line (0 when there is no such file)."""
     try:
@@ -377,7 +528,7 @@ def _start(slot: WorkerSlot) -> None:
     slot.process = subprocess.Popen(command, env=environment, stdout=slot.log, stderr=subprocess.STDOUT)
     slot.starts += 1
     slot.started_at = time.time()
-    slot.sequence, slot.stopping = 0, False
+    slot.sequence, slot.stopping, slot.steps = 0, False, ""
 
 
 def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | None:
@@ -389,8 +540,14 @@ def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | 
         return f"exited with status {status}"
     if slot.task is not None and now > slot.task_deadline + watchdog.hang_seconds:
         return f"hung: task {slot.task} is {now - slot.task_deadline:.0f} s past its deadline"
-    if slot.heartbeat_age(now) > watchdog.silence_seconds:
-        return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
+    if not slot.ready:
+        if slot.heartbeat_age(now) > watchdog.silence_seconds:
+            return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
+        return None
+    stalled = slot.stalled_for(now)
+    if stalled > watchdog.stall_seconds:
+        doing = f"on task {slot.task}" if slot.task else "between tasks"
+        return f"hung: no progress {doing} for {stalled:.0f} s (its step counter stands at {slot.steps.strip()})"
     return None
 
 
@@ -407,6 +564,8 @@ def _stop(slot: WorkerSlot, grace: float, *, polite: bool) -> None:
             slot.assign({"stop": True})  # a worker between tasks leaves by itself
         elif step == "terminate":
             process.terminate()
+            if hasattr(signal, "SIGCONT"):  # a stopped process acts on SIGTERM only once it runs again
+                process.send_signal(signal.SIGCONT)
         elif step == "kill":
             process.kill()
         try:
@@ -427,6 +586,31 @@ class _Progress:
     def task(self, record: TaskRecord, done: int, solved: float | None) -> None:
         if self.enabled:
             print(task_line(record), flush=True)
+
+    def note(self, message: str) -> None:
+        logger.info(message)
+        if self.enabled:
+            print(message, flush=True)
+
+    def started(self, slots: list[WorkerSlot], devices: list[str], added: int = 0) -> None:
+        """How many worker processes are running, and where (counted, not intended)."""
+        running = [slot for slot in slots if slot.process is not None]
+        gpus = sorted({slot.device for slot in running if slot.device})
+        on_cpu = sum(1 for slot in running if not slot.device)
+        where = [f"{sum(1 for slot in running if slot.device == gpu)} on GPU {gpu}" for gpu in gpus]
+        where += [f"{on_cpu} on the CPU"] if on_cpu else []
+        more = f"started {added} more: " if added else "started "
+        self.note(f"{more}{len(running)} worker process(es) running ({', '.join(where) or 'none'})")
+
+    def assigned(self, task_id: str, slot: WorkerSlot, rung: int, planner: Planner) -> None:
+        """The task's rung and caps, and when the work left is projected to end at that rung."""
+        if not self.enabled:
+            return
+        left = planner.estimate(planner.remaining, rung) / planner.workers
+        cap = "" if not math.isfinite(slot.task_deadline) else f", capped at {hours(slot.task_deadline - time.time())}"
+        deadline = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
+        print(f"task {task_id} -> worker {slot.index}: rung {rung}{cap}; {len(planner.remaining)} task(s) queued, "
+              f"projected to finish in {hours(left)}{deadline}", flush=True)
 
     def tick(self, done: int, solved: float | None, force: bool = False) -> None:
         if not self.enabled or (not force and time.monotonic() - self.last < self.every):
@@ -454,7 +638,11 @@ def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettin
 
 
 class _Heartbeat(threading.Thread):
-    """Touches a file every few seconds while the process lives (a daemon: it ends with the process)."""
+    """Writes the process's step counter (``progress.steps``) to a file every few seconds (a daemon thread).
+
+    The thread beats while the process lives, so the file's age says only that; the counter in it
+    moves only while the main thread works, which is what the parent watches.
+    """
 
     def __init__(self, path: Path, seconds: float):
         super().__init__(daemon=True, name="arc-kit-heartbeat")
@@ -462,7 +650,7 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while True:
-            self.path.touch()
+            self.path.write_text(f"{progress.steps()}\n")
             time.sleep(self.seconds)
 
 
@@ -482,10 +670,16 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
     settings = SolveSettings.from_json(plan["settings"])
     loaded = load_model(plan["model"], LoadSettings(**plan.get("load", {})))
     solver = Solver.from_loaded(loaded, settings)
+    for model in {id(model): model for model in (getattr(loaded, "model", None), getattr(solver, "model", None))
+                  if hasattr(model, "register_forward_hook")}.values():
+        progress.count_forward_calls(model)  # every forward pass is a step: the heartbeat shows work moving
     rungs = ladder(solver.settings)
+    if plan.get("calibrate"):
+        _measure(solver, tasks, plan["calibrate"], folder)
     (folder / READY_FILE).write_text(f"{os.getpid()}\n")
     done = 0
     while True:
+        progress.tick()  # waiting, but not stuck
         try:
             assignment = json.loads((folder / ASSIGNMENT_FILE).read_text())
         except (FileNotFoundError, ValueError):

@@ -1,0 +1,34 @@
+"""A step counter that shows work is moving: long loops bump it, a watchdog reads it.
+
+``tick()`` adds one to a process-wide counter; ``steps()`` reads it. ``count_forward_calls(model)``
+hooks a torch module so that every forward pass (a search step, a scoring pass, a training step)
+ticks, whichever loop runs it, so the searches and test-time training need not know about it. A
+worker's heartbeat writes the counter to a file; a counter that stops moving means the worker's
+main thread is stuck or the process is stopped, even while a thread of it still runs.
+
+This module knows nothing of models beyond ``register_forward_hook``, nor of files or processes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_steps = 0
+
+
+def tick(count: int = 1) -> None:
+    """``count`` more steps of work done (cheap: call it as often as a loop turns)."""
+    global _steps
+    with _lock:
+        _steps += count
+
+
+def steps() -> int:
+    """The steps done so far in this process."""
+    return _steps
+
+
+def count_forward_calls(model) -> object:
+    """Tick on every forward pass of ``model`` (a ``torch.nn.Module``); the hook's handle (``.remove()``)."""
+    return model.register_forward_hook(lambda module, inputs, output: tick())

@@ -1,0 +1,214 @@
+"""What a Kaggle image holds, and the wheels a dataset must add to it so that the kit runs offline.
+
+An ``ImageManifest`` lists an image's packages and versions, its Python and the wheel platforms
+its pip accepts. One comes from the list Kaggle publishes with its image (``manifest_from_freeze``:
+a ``pip freeze`` of the CPU image; the GPU image holds the same versions with torch's CUDA build),
+or from a notebook run on the image itself (``RECORD_IMAGE_CELL``). ``resolve_wheels`` puts into a
+folder a wheel of every requirement the image lacks or holds at a version the requirement rejects,
+then of theirs, each with the reason it is there (``ShippedWheel``), for the image's Python and
+platform. Packages the image's CUDA stack is made of (torch and its kin) are never shipped: a second
+torch in the wheels would replace the image's CUDA build, so a requirement on another one is an
+error in one line. This module knows wheels, pip and version specifiers; nothing of models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# bitsandbytes (4-bit loading, 8-bit AdamW) and unsloth, for users who bring a large model in 4 bits
+GPU_EXTRAS = ("bitsandbytes>=0.45", "unsloth")
+# What the GPU image holds beyond the CPU image's list: what torch's CUDA build requires (torch 2.10.0's
+# Linux wheel pins triton 3.6.0; its nvidia-* libraries are of no concern to the kit's resolution)
+CUDA_BUILD_PACKAGES = {"2.10.0": {"triton": "3.6.0"}}
+# Never shipped: the image's own builds, tied to its CUDA (a wheel of one would replace them)
+NEVER_SHIPPED = ("torch", "torchvision", "torchaudio", "triton")
+
+# The recipe cell (kaggle_dataset/README.md): run in a Kaggle notebook on the competition's image,
+# it records what the image has, with the standard library alone (no internet needed).
+RECORD_IMAGE_CELL = """\
+import datetime, importlib.metadata, json, platform, re
+
+packages = {}
+for distribution in importlib.metadata.distributions():
+    name = re.sub(r"[-_.]+", "-", (distribution.metadata["Name"] or "")).lower()
+    if name:
+        packages[name] = distribution.version
+try:
+    from packaging.tags import sys_tags
+    platforms = sorted({tag.platform for tag in sys_tags()} - {"any"})
+except ImportError:
+    platforms = []
+manifest = {"recorded": datetime.date.today().isoformat(), "python": platform.python_version(),
+            "platforms": platforms, "packages": dict(sorted(packages.items()))}
+with open("kaggle-image.json", "w") as handle:  # a notebook runs in /kaggle/working
+    json.dump(manifest, handle, indent=1)
+print(f"{len(packages)} packages, Python {manifest['python']}: kaggle-image.json")
+"""
+
+
+def normalise(name: str) -> str:
+    """A distribution name as package indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str, ...]:
+    """The wheel platforms pip accepts on a glibc 2.``glibc_minor`` Linux (Kaggle's image: Ubuntu 22.04, 2.35)."""
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc_minor, 4, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags += [f"{name}_{machine}" for minor, name in legacy.items() if minor <= glibc_minor]
+    return (*tags, f"linux_{machine}")
+
+
+@dataclass(frozen=True)
+class ImageManifest:
+    """What a Kaggle image has: package versions, Python, wheel platforms (recorded there, or Kaggle's list)."""
+
+    packages: dict[str, str]  # normalised name -> version
+    python: str
+    platforms: tuple[str, ...] = ()
+    recorded: str = ""
+    source: str = ""
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> ImageManifest:
+        """The manifest in ``path``; ValueError in one line when it is not one."""
+        try:
+            data = json.loads(Path(path).read_text())
+            packages = {normalise(name): str(version) for name, version in data["packages"].items()}
+            return cls(packages, str(data["python"]), tuple(data.get("platforms") or ()), str(data.get("recorded", "")),
+                       str(data.get("source") or path))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no image manifest at {path}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{path} is no image manifest ({type(error).__name__}: {error}); write one with "
+                             "`arc-kit kaggle image` or the recipe in kaggle_dataset/README.md") from None
+
+    def to_json(self) -> dict:
+        return {"recorded": self.recorded, "source": self.source, "python": self.python,
+                "platforms": list(self.platforms), "packages": dict(sorted(self.packages.items()))}
+
+    def satisfies(self, requirement) -> bool:
+        """True when the image has a version of ``requirement`` (a ``packaging`` Requirement) that it accepts."""
+        from packaging.version import InvalidVersion, Version
+
+        version = self.packages.get(normalise(requirement.name))
+        if version is None:
+            return False
+        try:
+            return requirement.specifier.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            return False
+
+
+def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: bool = True,
+                         recorded: str = "", platforms: tuple[str, ...] = linux_platforms()) -> ImageManifest:
+    """The manifest of the image whose ``pip freeze`` is in ``path`` (Kaggle's ``installed_cpu_packages.txt``).
+
+    ``gpu``: the GPU image, which holds the same versions with torch's CUDA build: a ``+cpu`` local
+    version is dropped. Lines that pin no version (``name @ url``, comments) are left out.
+    """
+    packages = {}
+    for line in Path(path).read_text().splitlines():
+        name, separator, version = line.strip().partition("==")
+        if separator and name and not name.startswith("#"):
+            packages[normalise(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
+    if not packages:
+        raise ValueError(f"{path} holds no `name==version` line: not a pip freeze")
+    if gpu:
+        packages = {**CUDA_BUILD_PACKAGES.get(packages.get("torch", ""), {}), **packages}
+    return ImageManifest(packages, python, tuple(platforms), recorded, f"{Path(path).name} (pip freeze)"
+                         + (", GPU image (torch's CUDA build)" if gpu else ""))
+
+
+@dataclass(frozen=True)
+class ShippedWheel:
+    """A wheel in the dataset and why it is there (one line)."""
+
+    path: Path
+    reason: str
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of a wheel's metadata."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(item for item in archive.namelist() if item.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode("utf-8")
+    return [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
+                   asked_by: str = "arc_kit") -> list[ShippedWheel]:
+    """Put into ``folder`` a wheel of every requirement the image lacks (or has too old), and of theirs.
+
+    A wheel already in ``folder`` (an extra wheel, say) that fits is used as it is; the rest come from
+    ``pip download --no-deps`` for the image's Python and platforms (offline: RuntimeError in one
+    line). Returns the wheels the image needs, in the order they were resolved, each with its reason.
+    """
+    from packaging.requirements import Requirement
+
+    environment = {"python_version": ".".join(image.python.split(".")[:2]), "python_full_version": image.python,
+                   "extra": "", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+                   "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    queue, seen, needed = [(line, asked_by) for line in requirements], set(), []
+    while queue:
+        line, parent = queue.pop(0)
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate(environment):
+            continue  # an extra's, or another Python's or platform's
+        name = normalise(requirement.name)
+        if name in seen or image.satisfies(requirement):
+            continue
+        if name in NEVER_SHIPPED:
+            found = image.packages.get(name, "none")
+            raise RuntimeError(f"{parent} needs {requirement}, the image has {name} {found}: the kit never ships a "
+                               f"second {name} (it would replace the image's CUDA build); choose a version of {parent} "
+                               "made for the image's")
+        seen.add(name)
+        wheel = wheel_in(folder, requirement) or download_wheel(requirement, folder, image)
+        have = image.packages.get(name)
+        why = f"the image has {have}, {parent} needs {requirement.specifier}" if have else \
+            f"not on the image (needed by {parent})"
+        needed.append(ShippedWheel(wheel, why))
+        queue.extend((child, requirement.name) for child in wheel_requirements(wheel))
+    return needed
+
+
+def wheel_in(folder: Path, requirement) -> Path | None:
+    """A wheel in ``folder`` that satisfies ``requirement`` (the first by name), or None."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    for path in sorted(folder.glob("*.whl")):
+        try:
+            name, version, _, _ = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if normalise(name) == normalise(requirement.name) and \
+                requirement.specifier.contains(version, prereleases=True):
+            return path
+    return None
+
+
+def download_wheel(requirement, folder: Path, image: ImageManifest) -> Path:
+    """``pip download --no-deps`` of ``requirement`` for the image into ``folder``; the wheel."""
+    target = ["--only-binary=:all:", "--python-version", ".".join(image.python.split(".")[:2])]
+    for platform_tag in image.platforms:
+        target += ["--platform", platform_tag]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+               *(target if image.platforms else []), "--dest", str(folder), str(requirement)]
+    folder.mkdir(parents=True, exist_ok=True)
+    before = set(folder.glob("*.whl"))
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheel = wheel_in(folder, requirement) if result.returncode == 0 else None
+    if wheel is None:
+        for path in set(folder.glob("*.whl")) - before:  # a source archive or the wrong thing: not ours
+            path.unlink()
+        raise RuntimeError(f"cannot download a wheel of {requirement} (offline?): put one in the --extra-wheels "
+                           "folder and build again")
+    return wheel
