@@ -137,7 +137,11 @@ def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defa
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
     parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes, one per GPU (default: one per GPU when there are several, else 1)")
+                        help="worker processes in all (default: --workers-per-gpu on each GPU when there is one, "
+                             "else this process)")
+    parser.add_argument("--workers-per-gpu", type=int, default=None,
+                        help="worker processes sharing each GPU (default: as many as the first worker's measured "
+                             "peak memory allows when --hours is given, else one)")
     parser.add_argument("--hours", type=float, default=None,
                         help="time budget: plan the run to end this many hours from now (minus --safety-minutes)")
     parser.add_argument("--safety-minutes", type=float, default=30.0,
@@ -298,7 +302,8 @@ def _run_solve(args) -> int:
     tasks, model, settings = _select_tasks(args, loaded), _model_path(args), _solve_settings(args)
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
-    run = solve_job(tasks, model, settings, args.out, workers=args.workers, restart=args.restart,
+    run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
+                    restart=args.restart,
                     deadline=deadline_from(args.hours, args.safety_minutes), load_options=_load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed

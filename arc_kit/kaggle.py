@@ -55,7 +55,8 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
                     stop_minutes: float = CompetitionSettings.stop_minutes,
                     smoke_tasks: int = CompetitionSettings.smoke_tasks, workers: int | None = None,
                     load_options: dict | None = None, force_full: bool = False, progress: bool = True,
-                    competition: str = COMPETITION, restart: bool = False) -> CompetitionRun:
+                    competition: str = COMPETITION, restart: bool = False, job: str = CompetitionSettings.job,
+                    workers_per_gpu: int = CompetitionSettings.workers_per_gpu) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.
 
     The limit is ``hours`` after ``started``: the planner plans to end ``safety_minutes`` before it,
@@ -75,7 +76,10 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
     # Kaggle sets KAGGLE_IS_COMPETITION_RERUN when it runs the notebook on the hidden test set
     rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
-    placeholder = files.is_placeholder_test() and not (force_full or rerun)
+    if job not in ("auto", "smoke", "full"):
+        raise ValueError(f"unknown job {job!r}; expected auto, smoke or full")
+    full = force_full or job == "full"
+    placeholder = job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
     chosen = tasks.head(smoke_tasks) if placeholder else tasks
     run_settings = smoke(settings) if placeholder else settings
     run_folder = working / RUN_FOLDER
@@ -95,15 +99,17 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     limit = started + 3600 * hours
     deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
     solutions = _public_solutions(files, chosen) if placeholder else None
-    workers = workers or max(1, len(worker_pool.visible_gpus()))
     if progress:
-        job = f"placeholder: a smoke job on {len(chosen)}" if placeholder else f"solving all {len(chosen)}"
+        what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
+            if placeholder else f"solving all {len(chosen)}"
         skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
-        print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {job} on {workers} worker(s); "
-              f"{time_left(deadline)} to plan in", flush=True)
+        gpus = worker_pool.visible_gpus()
+        print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
+              f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
     records, error = dict(earlier), None
     try:  # from here on nothing may fail the notebook: the submission on disk is always complete
         run = worker_pool.solve_in_workers(chosen, model, run_settings, run_folder, workers=workers,
+                                           workers_per_gpu=workers_per_gpu or None,
                                            deadline=deadline, stop_at=stop_at, load_options=load_options,
                                            progress=progress, submission_path=submission_path,
                                            submission_tasks=tasks, solutions=solutions)

@@ -263,6 +263,12 @@ class CompetitionSettings(Settings):
     stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
                                         "follows)")
     smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder")
+    job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
+                               "placeholder (its ids all among the evaluation or training ids), else every task; "
+                               "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "
+                               "every task", choices=("auto", "smoke", "full"))
+    workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
+                                      "measured peak memory allows, at most 8)")
 
 
 # ---------------------------------------------------------------------------------------------

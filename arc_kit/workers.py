@@ -701,18 +701,25 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
 
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
               workers: int | None = None, restart: bool = False, deadline: float | None = None,
-              load_options: dict | None = None, info: dict | None = None, progress: bool = True) -> SolveRun:
-    """The method on a task set, in this process or in one worker process per GPU: what ``arc-kit solve`` runs.
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True,
+              workers_per_gpu: int | None = None) -> SolveRun:
+    """The method on a task set, in this process or in worker processes: what ``arc-kit solve`` runs.
 
-    ``workers`` defaults to one per GPU when there are several, else 1 (this process). ``restart``
-    discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun resumes.
+    ``workers`` (a total) or ``workers_per_gpu`` say how many processes; with neither, several GPUs,
+    or one GPU and a deadline (the first worker then measures how many fit), get a worker pool, and
+    anything else runs in this process. ``restart`` discards an earlier run in ``out`` first,
+    whichever way it was run; otherwise a rerun resumes.
     """
-    count = workers or (len(visible_gpus()) if len(visible_gpus()) > 1 else 1)
+    gpus = visible_gpus()
     if restart:
         clear_run(out)
-    if count > 1:
-        return solve_in_workers(tasks, model, settings, out, workers=count, deadline=deadline,
-                                load_options=load_options, progress=progress, info=info)
+    if workers is not None:
+        pool = workers > 1
+    else:
+        pool = bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
+    if pool:
+        return solve_in_workers(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
+                                deadline=deadline, load_options=load_options, progress=progress, info=info)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress,

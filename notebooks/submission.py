@@ -30,11 +30,15 @@
 MODEL = None  # a model folder; None: the model/ folder of the attached arc-kit dataset
 PRESET = "paper"  # the method's settings (arc_kit.settings.SOLVE_PRESETS): the paper's DFS at T = 9%, 16 + 16
 # augmentations and 64 test-time training steps
-CHANGES = {}  # fields changed from the preset, e.g. {"inference_augmentations": 8} (SolveSettings.replace)
+CHANGES = {}  # fields changed from the preset, nested ones by a dotted path: {"inference_augmentations": 8,
+# "sampler.threshold": 0.05, "ttt.steps": 32}
 HOURS = 12.0  # the competition's limit
 SAFETY_MINUTES = 45  # plan to end this long before the limit
 STOP_MINUTES = 15  # stop workers still running this long before the limit; the last write follows
 SMOKE_TASKS = 3  # tasks solved when the test file is the placeholder
+JOB = "auto"  # "auto": a smoke job when the test file is the public placeholder; "smoke": always (public data
+# elsewhere); "full": every task
+WORKERS_PER_GPU = 0  # worker processes sharing each GPU; 0: as many as the first worker's measured memory allows
 QUANTIZATION = None  # "4bit" for large models on small GPUs
 
 # %%
@@ -52,6 +56,9 @@ INPUT_ROOT = os.environ.get("ARC_KIT_INPUT", "/kaggle/input")  # tests point the
 WORKING_ROOT = os.environ.get("ARC_KIT_WORKING", "/kaggle/working")
 COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.COMPETITION (a test keeps them equal)
 KIT_IMPORTS = "arc_kit.kaggle, arc_kit.models, torch, transformers, peft, accelerate, safetensors, gguf"
+VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy")
+CHANGES = {**CHANGES, **json.loads(os.environ.get("ARC_KIT_CHANGES") or "{}")}  # tests: a cheaper method
+SMOKE_TASKS = int(os.environ.get("ARC_KIT_SMOKE_TASKS") or SMOKE_TASKS)
 
 
 def preference(path: str) -> tuple:
@@ -108,20 +115,28 @@ def install_kit() -> str | None:
                                   "--no-index", "--no-deps", "--find-links", folder, *wheels],
                                  capture_output=True, text=True)
         if install.returncode != 0:
-            print(install.stdout[-3000:], install.stderr[-3000:], sep="\n")
-            print(f"installing the {len(wheels)} wheel(s) of {folder} failed (above): the fallback submission stands")
+            print(f"installing the {len(wheels)} wheel(s) of {folder} failed ({last_line(install)}): the fallback "
+                  "submission stands")
             return None
-        check = subprocess.run([sys.executable, "-c", f"import {KIT_IMPORTS}"], capture_output=True, text=True)
+        print(f"installed {len(wheels)} wheel(s) from {folder}: {', '.join(os.path.basename(w) for w in wheels)}")
+        check = subprocess.run([sys.executable, "-c", f"import {KIT_IMPORTS}; import importlib.metadata as m; "
+                                f"print(', '.join(f'{{n}} {{m.version(n)}}' for n in {VERSIONS!r}))"],
+                               capture_output=True, text=True)
         if check.returncode != 0:
-            print(check.stderr[-3000:])
-            print("the kit does not import after the install (above): the fallback submission stands")
+            print(f"the kit does not import after the install ({last_line(check)}): the fallback submission stands")
             return None
+        print(f"found: {check.stdout.strip()}")
         importlib.invalidate_caches()  # packages that appeared since this kernel started
-        print(f"installed {len(wheels)} wheel(s) from {folder}")
         return os.path.dirname(folder)
     except Exception as error:  # noqa: BLE001 - nothing here may stop the notebook
         print(f"installing the kit failed ({type(error).__name__}: {error}): the fallback submission stands")
         return None
+
+
+def last_line(done: subprocess.CompletedProcess) -> str:
+    """The last line a failed command wrote (its error, as a rule)."""
+    lines = [line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 ON_KAGGLE = os.path.isdir(INPUT_ROOT) and not SMOKE
@@ -138,7 +153,7 @@ if READY:
 
     from arc_kit import kaggle
     from arc_kit.models import default_model_path
-    from arc_kit.settings import solve_preset
+    from arc_kit.settings import replace_path, solve_preset
 
     if ON_KAGGLE:
         INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
@@ -149,7 +164,9 @@ if READY:
         scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
         INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
         model = MODEL or default_model_path()
-    settings = solve_preset(PRESET).replace(**CHANGES)
+    settings = solve_preset(PRESET)
+    for name, value in CHANGES.items():
+        settings = replace_path(settings, tuple(name.split(".")), value)
     if SMOKE:
         settings = settings.replace(max_len=2048, sampler=settings.sampler.replace(max_forward_calls=500))
     print(f"model {model}; input {INPUT}; output {WORKING}")
@@ -160,8 +177,8 @@ if READY:
     try:  # a task log line each, and the progress, come from the run itself
         result = kaggle.run_competition(model, settings, input_root=INPUT, working=WORKING, started=STARTED,
                                         hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
-                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS,
-                                        load_options={"quantization": QUANTIZATION})
+                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB,
+                                        workers_per_gpu=WORKERS_PER_GPU, load_options={"quantization": QUANTIZATION})
         print(f"{result.tasks} tasks; {result.solved_tasks} solved by the model; placeholder test file: "
               f"{result.placeholder}; {result.seconds / 60:.1f} minutes"
               + (f"; stopped early: {result.error}" if result.error else ""))
