@@ -428,3 +428,27 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
     starts = [command[-1] for command, _ in spy.calls]
     assert starts.count(str(out / "worker-2" / "plan.json")) == 2 and starts.count(str(out / "worker-1" / "plan.json")) \
         == 2 and len(starts) == 6  # the killed and the stopped worker started again, the others once
+
+
+def test_the_parent_prepares_a_deltas_base_once_and_the_workers_get_its_folder(tmp_path, monkeypatch, capsys):
+    delta = tmp_path / "delta"
+    delta.mkdir()
+    (delta / "delta.json").write_text(json.dumps({"base": "smollm2-135m", "shards": []}))
+    (delta / "adapter_config.json").write_text("{}")
+    built = tmp_path / "cache" / "base"
+    calls = []
+    monkeypatch.setattr(workers, "is_built", lambda folder, name: False)
+    monkeypatch.setattr(workers, "build_base", lambda name, **options: calls.append((name, options)) or built)
+    options = workers.prepare_model(delta, {"device": "cpu"})
+    assert options == {"device": "cpu", "base_model": str(built)} and [name for name, _ in calls] == ["smollm2-135m"]
+    assert f"base smollm2-135m: built once by the parent in 0 s, {built}; every worker loads it from there" in \
+        capsys.readouterr().out
+    assert workers.prepare_model(tmp_path, {"device": "cpu"}) == {"device": "cpu"} and len(calls) == 1  # no delta
+
+
+def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
+    gib = 2**30
+    assert workers.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
+    assert workers.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
+    assert workers.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
+    assert workers.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
