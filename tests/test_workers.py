@@ -423,7 +423,7 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
     assert read_json(out / "run.json")["workers"] == 4
     # every task solved by the model (the two lost tasks went back to the queue), the submission complete
     assert list(run.records) == list(tasks.ids) and all(r.got_model_work for r in run.records.values()), \
-        [r.to_json() for r in run.records.values() if not r.got_model_work]
+        [(r.task_id, r.skipped, r.error) for r in run.records.values() if not r.got_model_work]
     assert submission_problems(read_json(out / "submission.json"), tasks) == []
     starts = [command[-1] for command, _ in spy.calls]
     assert starts.count(str(out / "worker-2" / "plan.json")) == 2 and starts.count(str(out / "worker-1" / "plan.json")) \
