@@ -308,7 +308,8 @@ def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(si
     assert call["tasks"] == tasks.ids and call["settings"] == SETTINGS
     assert call["deadline"] == pytest.approx(started + 2 * 3600 - 30 * 60)
     assert call["stop_at"] == pytest.approx(started + 2 * 3600 - 15 * 60)  # workers stopped before the limit
-    assert call["workers"] == max(1, len(workers.visible_gpus()))
+    assert call["workers"] is None and call["workers_per_gpu"] is None  # the pool decides: a worker per GPU, then
+    # as many as the first one's measured memory allows
     assert submission_problems(read_json(result.submission_path), tasks) == []
 
 
