@@ -205,7 +205,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = settings.replace(max_len=settings.max_len or token_budget_of(model))  # as each worker resolves it
+    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each worker resolves it
     devices = [str(gpu) for gpu in gpus] if gpus is not None else visible_gpus()
     workers = workers or max(1, len(devices))
     started = time.monotonic()
