@@ -171,11 +171,12 @@ class PretrainResult:
 
 
 def token_budget_after_training(from_scratch: bool, trained_length: int, max_positions: int | None) -> int:
-    """The token budget a trained model records: what it can be trusted with at inference.
+    """The most tokens a trained model records it can be trusted with (``token_budget`` in arc_kit.json).
 
     A model trained from scratch has seen no position past its training sequences; a fine-tuned
     pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
-    what it was fine-tuned on.
+    what it was fine-tuned on. It bounds the budget at inference (``models.token_limit_of``); the
+    budget itself is the authors' cap, the same for every model.
     """
     if from_scratch or not max_positions:
         return trained_length

@@ -58,15 +58,22 @@ def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = ""
 def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
                     settings: SequenceSettings = SequenceSettings()) -> Encoded:
     """Draw k distinct pairs in random order, augment them, encode with the loss on the outputs."""
+    return sample_examples(pool, rng, encoder, settings)[0]
+
+
+def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
+                    settings: SequenceSettings = SequenceSettings()) -> tuple[Encoded, tuple[int, ...]]:
+    """``sample_sequence``, and the pool indices of its pairs in the order written (before the budget)."""
     if len(pool) < 2:
         raise ValueError("a pool needs at least 2 pairs (one example and one test)")
     high = min(settings.max_pairs, len(pool))
     low = min(settings.min_pairs, high)
     count = int(rng.integers(low, high + 1))
-    chosen = [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+    chosen = [int(i) for i in rng.choice(len(pool), size=count, replace=False)]
     augmentation = Augmentation.random(rng, count, keep_background=settings.keep_background)
-    return encoder.encode_training(augmentation.apply_pairs(chosen), mask_first_output=settings.mask_first_output,
-                                   max_len=settings.max_len)
+    encoded = encoder.encode_training(augmentation.apply_pairs([pool[i] for i in chosen]),
+                                      mask_first_output=settings.mask_first_output, max_len=settings.max_len)
+    return encoded, tuple(augmentation.reorder(chosen))
 
 
 def encode_sequence(pairs: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
@@ -160,6 +167,16 @@ def pretraining_data(re_arc: str | None = None, data: DataSettings = DataSetting
 
 
 @dataclass(frozen=True)
+class Drawn:
+    """One item of a ``SequenceDataset`` as drawn: its pool, the examples written, the encoded sequence."""
+
+    name: str
+    pool: int  # index into ``SequenceDataset.pools``
+    examples: tuple[int, ...]  # pool indices of the pairs written, in sequence order (the last the test)
+    encoded: Encoded
+
+
+@dataclass(frozen=True)
 class PlanSummary:
     """What a passes plan holds: sequences per pool, how many passes it takes, and what the limit cut."""
 
@@ -213,7 +230,7 @@ class SequenceDataset:
                                  f"{self.summary().line()}): ask for fewer steps, or allow more passes "
                                  f"(--max-passes)")
         self.length_total = length if length is not None else (self.planned or 1000)
-        self._drawn: dict[int, tuple[str, Encoded]] = {}  # drawn by ``length``, taken by ``sequence``
+        self._drawn: dict[int, Drawn] = {}  # drawn by ``length``, taken by ``sequence``
         self._warned: set[int] = set()
 
     def _lay_out_plan(self, repeatable: set[str]) -> None:
@@ -274,22 +291,23 @@ class SequenceDataset:
         if index not in self._drawn:
             if len(self._drawn) > 4096:  # items measured but never taken (another process's share)
                 self._drawn.clear()
-            self._drawn[index] = self._draw(index)
-        return len(self._drawn[index][1])
+            self._drawn[index] = self.draw(index)
+        return len(self._drawn[index].encoded)
 
     def sequence(self, index: int) -> tuple[str, Encoded]:
-        """(pool name, encoded sequence) of item ``index``; see ``_draw``."""
-        drawn = self._drawn.pop(index, None)
-        return drawn if drawn is not None else self._draw(index)
+        """(pool name, encoded sequence) of item ``index``; see ``draw``."""
+        drawn = self._drawn.pop(index, None) or self.draw(index)
+        return drawn.name, drawn.encoded
 
-    def _draw(self, index: int) -> tuple[str, Encoded]:
+    def draw(self, index: int) -> Drawn:
+        """Item ``index``: as planned (``passes``), else (or if the plan's pairs cannot fit) drawn at random."""
         if self.planned is not None:
             planned = self._draw_planned(index)
             if planned is not None:
                 return planned
         return self._draw_random(index, np.random.default_rng((self.seed, index)))
 
-    def _draw_planned(self, index: int) -> tuple[str, Encoded] | None:
+    def _draw_planned(self, index: int) -> Drawn | None:
         """Item ``index`` as planned. If the test pair cannot fit the budget (or nothing is left to
         learn), another pair of the same sequence plays the test; None if none can."""
         pool_index, _, chosen = self.plan(index)
@@ -302,7 +320,7 @@ class SequenceDataset:
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return self.names[pool_index], encoded
+                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
         if pool_index not in self._warned:
             self._warned.add(pool_index)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
@@ -310,17 +328,17 @@ class SequenceDataset:
                            self.settings.max_len)
         return None
 
-    def _draw_random(self, index: int, rng: np.random.Generator) -> tuple[str, Encoded]:
+    def _draw_random(self, index: int, rng: np.random.Generator) -> Drawn:
         """Pick a pool, then ``sample_sequence``; a draw that does not fit the budget, or that the budget
         cut down to a single pair whose output is masked (nothing left to learn), is drawn again."""
         for _ in range(100):
             pool_index = int(rng.choice(len(self.pools), p=self.probabilities))
             try:
-                encoded = sample_sequence(self.pools[pool_index], rng, self.encoder, self.settings)
+                encoded, order = sample_examples(self.pools[pool_index], rng, self.encoder, self.settings)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return self.names[pool_index], encoded
+                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
         raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_len} tokens")
 
     def __getitem__(self, index: int) -> dict:

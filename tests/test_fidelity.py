@@ -121,6 +121,7 @@ def test_passes_sampler_against_the_authors_loader():
         assert int((encoded.ids == Vocabulary().eos_id).sum()) == len(examples)
         pool_index, pass_index, planned = dataset.plan(index)
         assert dataset.names[pool_index] == name and tuple(examples) == planned and pass_index == 0
+        assert dataset.draw(index).examples == planned and dataset.draw(index).pool == pool_index
         used[name] += examples
     assert {name: len(examples) for name, examples in used.items()} == {"twenty-three": 21, "ten": 7, "five": 5}
     for name, examples in used.items():
@@ -184,6 +185,10 @@ def test_the_random_sampler_stays_an_option_and_breaks_the_rules_the_passes_keep
     assert dataset.planned is None and len(dataset) == 40 and dataset.summary() is None
     counts = [len(written_grids(Vocabulary().decode(dataset.sequence(i)[1].ids))) for i in range(40)]
     assert set(counts) - {7} and min(counts) >= 3  # 3 to 7 pairs, not always 7
+    for index in range(40):  # what draw says it wrote is what the text shows, in order
+        drawn = dataset.draw(index)
+        examples = [grid_in.size - 1 for grid_in, _ in written_grids(Vocabulary().decode(drawn.encoded.ids))]
+        assert drawn.examples == tuple(examples) and drawn.name == dataset.names[drawn.pool]
     with pytest.raises(ValueError, match="plan"):
         dataset.plan(0)
 
