@@ -143,7 +143,7 @@ class LoadedModel:
 
     def token_budget(self, requested: int | None = None) -> int:
         """The token budget to use with this model: ``requested`` (default: the authors' cap, 8192) cut to
-        what the model takes (``token_limit_of``), with a one-line warning when it is cut."""
+        its maximum positions (``token_limit_of``), with a one-line warning when it is cut."""
         config = getattr(self.model, "config", None)
         return token_budget_of(self.path, requested, max_positions=getattr(config, "max_position_embeddings", None))
 
@@ -165,26 +165,25 @@ class LoadedModel:
 
 
 def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) -> int | None:
-    """The most tokens a model folder takes, read from its files; None when they say nothing.
+    """The most tokens a model folder takes: its maximum positions (``max_positions``, else its config's,
+    or its base's); None when its files do not say.
 
-    The smaller of ``token_budget`` in its arc_kit.json (a model trained from scratch records the
-    length it trained on: it has seen no later position) and its maximum positions (``max_positions``,
-    else its config's, or its base's).
+    The ``token_budget`` that training records in arc_kit.json (the length a model trained on) does
+    not bound it: a model may be asked for more than it trained on (room for a 30x30 answer, say).
     """
     path = Path(path)
-    recorded = _read_json(path / "arc_kit.json").get("token_budget")
     if max_positions is None:
         config = _read_json(path / "config.json")
         if not config and is_delta_folder(path):
             config = _read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
-    limits = [int(value) for value in (recorded, max_positions) if value]
-    return min(limits) if limits else None
+    return int(max_positions) if max_positions else None
 
 
 def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
     """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
-    authors' cap for every model) cut to ``token_limit_of`` the model, with a one-line warning when cut."""
+    authors' cap for every model) cut to the model's maximum positions (``token_limit_of``), with a
+    one-line warning when cut."""
     return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, token_limit_of(path, max_positions), str(path))
 
 

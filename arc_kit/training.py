@@ -171,12 +171,12 @@ class PretrainResult:
 
 
 def token_budget_after_training(from_scratch: bool, trained_length: int, max_positions: int | None) -> int:
-    """The most tokens a trained model records it can be trusted with (``token_budget`` in arc_kit.json).
+    """What a trained model records as ``token_budget`` in arc_kit.json: the length it can be trusted with.
 
     A model trained from scratch has seen no position past its training sequences; a fine-tuned
     pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
-    what it was fine-tuned on. It bounds the budget at inference (``models.token_limit_of``); the
-    budget itself is the authors' cap, the same for every model.
+    what it was fine-tuned on. A record for the reader: the budget at inference is the authors' cap
+    for every model, bounded by the maximum positions only (``models.token_budget_of``).
     """
     if from_scratch or not max_positions:
         return trained_length

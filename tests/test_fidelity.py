@@ -81,6 +81,25 @@ def test_paper_recipe_uses_the_authors_sampler_and_data_and_the_other_presets_ke
         DataSettings(drop_easiest=1.0)
 
 
+def test_every_training_default_names_its_source_in_the_help(capsys):
+    """The paper, the authors' code, or ours: on each field that changes results, and so in pretrain --help."""
+    from arc_kit.cli import main
+    from arc_kit.settings import options
+
+    fields = {option.path: option for option in options(TrainingSettings)}
+    neutral = {("save_every",), ("log_every",), ("minutes",), ("data_workers",)}  # change no result
+    for path, option in fields.items():
+        if path not in neutral:
+            assert any(word in option.help for word in ("paper", "authors", "ours")), (path, option.help)
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for words in ("paper App. B: 25%", "finetune_NemoReArc1200.py uses 10%: preset paper-code", "(default: 0.25)",
+                  "authors: 1, every example used once in the whole run", "(default: 1)", "RE-ARC alone",
+                  "authors: max_tokens=8192", "(default: 8192)", "authors: 0.5, remove_easiest"):
+        assert words in shown, words
+
+
 def warm_up_steps(warmup_ratio: float, steps: int = 200) -> int:
     """Steps until the schedule the trainer builds reaches its peak rate (a rising rate, read off one by one)."""
     import torch
@@ -250,7 +269,7 @@ def test_pretrain_counts_its_steps_from_the_plan(tmp_path):
     assert result.steps_done == 5  # 9 planned sequences, 2 per step, the last step filled up
     info = json.loads((tmp_path / "run" / "arc_kit.json").read_text())["training"]
     assert info["settings"]["steps"] == 5 and info["settings"]["sequences"]["sampler"] == "passes"
-    assert info["plan"]["sequences"] == 9 and info["plan"]["passes"] == 1
+    assert info["plan"]["sequences"] == 9 and info["plan"]["passes"] == 3  # "ten" and "five": one sequence a pass
 
 
 # ---------------------------------------------------------------------------------------------

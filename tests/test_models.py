@@ -237,8 +237,8 @@ def test_loaded_encoder_matches_the_vocabulary_encoder(micro_folder, tasks):
 
 
 def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_model_takes(tmp_path, caplog):
-    """One budget, 8192 (the authors' max_tokens), whatever a model's positions; positions and a from-scratch
-    model's trained length only bound it, with a one-line warning when they cut it."""
+    """One budget, 8192 (the authors' max_tokens), whatever a model's positions; the positions only bound it,
+    with a one-line warning when they cut it; the length a model trained on (its record) does not."""
     llama_like, tokenizer = create_model("micro", seed=1, max_positions=131072)  # Llama's 131,072 positions
     long = save_model(llama_like, tokenizer, tmp_path / "long", {"preset": "micro"})
     model, _ = create_model("micro", seed=1, max_positions=5000)
@@ -255,9 +255,9 @@ def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_mod
         assert token_budget_of(plain, 6000, max_positions=777) == 777
     assert any("6000 is more than" in record.getMessage() and "using 777" in record.getMessage()
                for record in caplog.records)
-    assert token_limit_of(recorded) == 3000 and token_budget_of(recorded) == 3000  # what it trained on
+    assert token_limit_of(recorded) == 5000 and token_budget_of(recorded) == 5000  # trained on 3000: a record only
     loaded = load_model(recorded, device="cpu")
-    assert loaded.token_budget() == 3000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 3000
+    assert loaded.token_budget() == 5000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 5000
     assert load_model(long, device="cpu").encoder().max_len == 8192
 
 
