@@ -27,6 +27,7 @@ coordination. Needs torch only for the Dataset and the collator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,7 +191,7 @@ class PlanSummary:
     pairs: int  # pairs per sequence (fewer in a pool smaller than that)
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return dataclasses.asdict(self)
 
     def line(self) -> str:
         """One line for the log."""
