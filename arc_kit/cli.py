@@ -50,8 +50,7 @@ def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, ti
     for option in options(type(defaults)):
         default = get_path(defaults, option.path)
         dest = "setting__" + "__".join(option.path)
-        shown = "the model's" if default is None else ("on" if default is True else "off" if default is False
-                                                        else default)
+        shown = "unset" if default is None else ("on" if default is True else "off" if default is False else default)
         text = f"{option.help} (default: {shown})".replace("%", "%%")
         if option.kind is bool:
             group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
@@ -534,16 +533,15 @@ def _kaggle_settings(args) -> SolveSettings:
 # ---------------------------------------------------------------------------------------------
 # Models: training, creating, shrinking.
 
-@command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC and training tasks")
+@command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC, and task sets if asked")
 def setup_pretrain(parser):
     parser.add_argument("--model", required=True, help="a model folder to fine-tune, a base name (see arc-kit base "
                                                        "list), or a from-scratch preset (micro, tiny, small, base)")
     parser.add_argument("--out", required=True, help="the run folder: the trained model, its log and checkpoints")
     parser.add_argument("--re-arc", help="RE-ARC examples: a folder with tasks/<id>.json, or the .tar.gz")
-    parser.add_argument("--tasks", nargs="*", default=None, help="task sets whose pairs are also trained on "
-                                                                 "(e.g. arc-agi-1/training)")
-    parser.add_argument("--re-arc-weight", type=float, default=0.8,
-                        help="share of sequences drawn from RE-ARC when --tasks are given too (default: %(default)s)")
+    parser.add_argument("--tasks", nargs="*", default=None,
+                        help="task sets whose tasks are mixed in whole beside RE-ARC, e.g. arc-agi-1/training "
+                             "(default: the preset's; the paper's: none, RE-ARC alone)")
     parser.add_argument("--allow-evaluation-tasks", action="store_true",
                         help="permit training on an evaluation set (it then cannot be used to measure the model)")
     _max_side_argument(parser, "a grid's side in --tasks and --re-arc")
@@ -551,18 +549,22 @@ def setup_pretrain(parser):
     parser.add_argument("--device", default="auto")
     parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
                         help="named settings the options below start from (default: from-scratch for a preset "
-                             "model, else paper)")
-    add_settings_options(parser, TrainingSettings(), "training settings (defaults: the paper's initial fine-tune)")
+                             "model, else paper; paper-code: the authors' script for the paper's model)")
+    add_settings_options(parser, TrainingSettings(), "training settings (defaults: the paper's initial fine-tune; "
+                                                     "each names its source, docs/method.md)")
 
     def run(args):
         from arc_kit.training import pretrain, training_settings_for
         from arc_kit.training_data import pretraining_data
 
-        data = pretraining_data(args.re_arc, args.tasks or [], re_arc_weight=args.re_arc_weight,
-                                allow_evaluation=args.allow_evaluation_tasks, max_side=args.max_side)
         settings = settings_from_options(args, training_settings_for(args.model, args.preset))
+        if args.tasks is not None:
+            settings = settings.replace(data=settings.data.replace(task_sets=tuple(args.tasks)))
+        data = pretraining_data(args.re_arc, settings.data, allow_evaluation=args.allow_evaluation_tasks,
+                                max_side=args.max_side)
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
-                          data_description=data.description, resume=not args.no_resume, device=args.device)
+                          data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
+                          device=args.device)
         if result.main_process:
             print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
                   f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
@@ -645,7 +647,8 @@ def setup_held_out(parser):
                         help="the models to compare, each a folder (or name=folder); a base name works too")
     _tasks_argument(parser)
     parser.add_argument("--tasks", type=int, default=100, help="the first N tasks by id (default: %(default)s; 0: all)")
-    parser.add_argument("--max-len", type=int, help="token budget (default: each model's own)")
+    parser.add_argument("--max-len", type=int, help="token budget (default: the authors' 8192, cut to what each model "
+                                                    "takes)")
     parser.add_argument("--probabilities", choices=PROBABILITY_MODES, default=SolveSettings().probabilities,
                         help="full: the model's whole softmax; answer-mask: renormalised over the answer tokens "
                              "(default: %(default)s)")

@@ -100,7 +100,7 @@ def compare_models(models: Mapping[str, str | Path], tasks: TaskSet, *, max_len:
     """``held_out`` of each named model folder on the same tasks, one model in memory at a time.
 
     A path may also be the name of a registered base (``bases.BASES``), built on first use.
-    ``max_len`` unset: each model's own token budget (its record, or its maximum positions).
+    ``max_len`` unset: the authors' cap (8192), cut for each model to what it takes (``models.token_budget_of``).
     """
     from arc_kit.bases import BASES, build_base
     from arc_kit.models import load_model
@@ -109,7 +109,7 @@ def compare_models(models: Mapping[str, str | Path], tasks: TaskSet, *, max_len:
     for name, path in models.items():
         folder = build_base(str(path)) if str(path) in BASES else path
         loaded = load_model(folder, **load_options)
-        budget = max_len or loaded.token_budget()
+        budget = loaded.token_budget(max_len)
         results[name] = held_out(loaded.model, loaded.encoder(max_len=budget), tasks, max_len=budget,
                                  probabilities=probabilities, progress=progress)
         del loaded

@@ -87,7 +87,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         clear_run(run_folder)
     if (run_folder / RUN_FILE).exists():  # refused loudly, before anything is written
         try:
-            check_run(run_folder, run_settings.replace(max_len=run_settings.max_len or token_budget_of(model)))
+            check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)))
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
     working.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ vocabulary, nor of training.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,8 @@ from arc_kit import devices
 from arc_kit.bases import build_base, built_folder
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.text_format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+
+logger = logging.getLogger(__name__)
 
 # Llama-style from-scratch models. Sizes are in parameters with the 64-symbol vocabulary.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -137,10 +141,11 @@ class LoadedModel:
     def grid_tokenizer(self) -> HuggingFaceTokenizer:
         return HuggingFaceTokenizer(self.tokenizer)
 
-    def token_budget(self) -> int:
-        """The model's own token budget: ``token_budget`` in its arc_kit.json, else its maximum positions."""
+    def token_budget(self, requested: int | None = None) -> int:
+        """The token budget to use with this model: ``requested`` (default: the authors' cap, 8192) cut to
+        its maximum positions (``token_limit_of``), with a one-line warning when it is cut."""
         config = getattr(self.model, "config", None)
-        return token_budget_of(self.path, getattr(config, "max_position_embeddings", None))
+        return token_budget_of(self.path, requested, max_positions=getattr(config, "max_position_embeddings", None))
 
     def encoder(self, text_format: TextFormat = TextFormat(), max_len: int | None = None) -> TaskEncoder:
         """A TaskEncoder over this model's tokenizer within ``max_len`` tokens (default: the model's budget).
@@ -159,19 +164,41 @@ class LoadedModel:
         return TaskEncoder(tokenizer, text_format, self.token_budget() if max_len is None else max_len)
 
 
-def token_budget_of(path: str | os.PathLike, max_positions: int | None = None) -> int:
-    """A model folder's token budget, read from its files: ``token_budget`` in arc_kit.json, else the
-    maximum positions (of its config, or of its base's), else ``DEFAULT_TOKEN_BUDGET``."""
+def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) -> int | None:
+    """The most tokens a model folder takes: its maximum positions (``max_positions``, else its config's,
+    or its base's); None when its files do not say.
+
+    The ``token_budget`` that training records in arc_kit.json (the length a model trained on) does
+    not bound it: a model may be asked for more than it trained on (room for a 30x30 answer, say).
+    """
     path = Path(path)
-    recorded = _read_json(path / "arc_kit.json").get("token_budget")
-    if recorded:
-        return int(recorded)
     if max_positions is None:
         config = _read_json(path / "config.json")
         if not config and is_delta_folder(path):
             config = _read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
-    return int(max_positions or DEFAULT_TOKEN_BUDGET)
+    return int(max_positions) if max_positions else None
+
+
+def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
+    """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
+    authors' cap for every model) cut to the model's maximum positions (``token_limit_of``), with a
+    one-line warning when cut."""
+    return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, token_limit_of(path, max_positions), str(path))
+
+
+def cut_to_limit(budget: int, limit: int | None, model: str) -> int:
+    """``budget``, or ``limit`` when that is smaller (warned once per process and model): a model's
+    maximum positions bound the budget, never set it."""
+    if limit is None or budget <= limit:
+        return int(budget)
+    _warn_cut(int(budget), int(limit), model)
+    return int(limit)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_cut(budget: int, limit: int, model: str) -> None:
+    logger.warning("the token budget %d is more than %s takes (%d tokens): using %d", budget, model, limit, limit)
 
 
 def default_model_path() -> Path:
@@ -457,6 +484,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",
-           "build_tokenizer", "create_model", "create_model_folder", "default_model_path", "is_delta_folder",
-           "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta", "save_model",
-           "token_budget_of"]
+           "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
+           "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
+           "save_model", "token_budget_of", "token_limit_of"]

@@ -387,7 +387,7 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
     encoder = load_encoder(model, max_len=settings.max_len)
     speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
     target = target or settings
-    target = target.replace(max_len=target.max_len or token_budget_of(model))
+    target = target.replace(max_len=token_budget_of(model, target.max_len))
     seconds = estimate_run(tasks, load_encoder(model, max_len=target.max_len), target, speeds)
     return Estimate(speeds, {part: seconds[part] for part in ("training", "generation", "scoring", "total")},
                     len(tasks), target, workers, speedup)

@@ -23,6 +23,7 @@ module's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
@@ -58,14 +59,15 @@ class Solver:
 
     One token budget serves prompts, answers and test-time training sequences: an unset
     ``settings.max_len`` becomes the encoder's budget; a set one wins, and the encoder is rebuilt
-    with it (the settings are what a run records).
+    with it (the settings are what a run records). So does ``settings.decoding``, how answers are read.
     """
 
     def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
         if settings.max_len is None:
             settings = settings.replace(max_len=encoder.max_len)
-        elif settings.max_len != encoder.max_len:
-            encoder = TaskEncoder(encoder.tokenizer, encoder.format, settings.max_len)
+        text_format = dataclasses.replace(encoder.format, decoding=settings.decoding)
+        if settings.max_len != encoder.max_len or text_format != encoder.format:
+            encoder = TaskEncoder(encoder.tokenizer, text_format, settings.max_len)
         self.settings = settings
         self.encoder = encoder
         self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
@@ -78,8 +80,8 @@ class Solver:
     @classmethod
     def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(),
                     text_format: TextFormat = TextFormat()) -> Solver:
-        """A solver for a ``models.LoadedModel``; an unset token budget becomes the model's own."""
-        settings = settings.replace(max_len=settings.max_len or loaded.token_budget())
+        """A solver for a ``models.LoadedModel``; the token budget is cut to what the model takes."""
+        settings = settings.replace(max_len=loaded.token_budget(settings.max_len))
         return cls(loaded.model, loaded.encoder(text_format, settings.max_len), settings)
 
     # -- pieces, also used by the tables ---------------------------------------------------------

@@ -380,8 +380,9 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if workers > 1 and which != "ablation":
         raise ValueError("only the ablation runs in several workers")
     out = Path(out)
-    # the settings every process runs with, as the solver resolves them: test-time training on, the model's budget
-    settings = settings.replace(test_time_training=True, max_len=settings.max_len or token_budget_of(model))
+    # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
+    # what the model takes
+    settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
     info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
     open_run(out, settings, info, restart=restart)
     stop_at_epoch = None if minutes is None else time.time() + 60 * minutes

@@ -14,8 +14,10 @@ exactly one newline. The loss mask covers each output's rows, its closing newlin
 
 A task longer than the token budget loses train pairs: by default the last one in the current
 order first, as the authors did (``TextFormat.drop_order = "longest"`` drops the longest first).
-An answer is read as the authors' decoder reads it: the non-empty rows between newlines, up to
-eos; the closing newline is optional (``TaskEncoder.decode_answer``).
+An answer is read as ``TextFormat.decoding`` says (``TaskEncoder.decode_answer``): ``authors``, the
+authors' decoder (``read_grid``): the text up to the first eos (all of it without one) split at the
+row separators, every non-digit character dropped, empty rows skipped; ``strict``, the kit's earlier
+rule: digits and row separators only, up to an eos that must be there.
 
 Token ids come from a ``GridTokenizer``: the fixed ``Vocabulary`` of 64 symbols used by models
 trained from scratch, or ``HuggingFaceTokenizer`` wrapping a (vocabulary-shrunk) pretrained one.
@@ -35,7 +37,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from arc_kit.grids import MAX_SIDE, freeze
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET
+from arc_kit.settings import DECODING_MODES, DEFAULT_TOKEN_BUDGET
 from arc_kit.tasks import Pair
 
 logger = logging.getLogger(__name__)
@@ -55,10 +57,13 @@ class TextFormat:
     end_of_example: str = "\n"  # closes the output's last row; the eos token follows
     use_bos: bool = True  # start every sequence with the tokenizer's bos token
     drop_order: str = "last"  # too long: drop train pairs from the end (the authors), or "longest" first
+    decoding: str = "authors"  # how an answer's tokens are read back: the authors' lenient rule, or "strict"
 
     def __post_init__(self):
         if self.drop_order not in DROP_ORDERS:
             raise ValueError(f"drop_order must be one of {DROP_ORDERS}, got {self.drop_order!r}")
+        if self.decoding not in DECODING_MODES:
+            raise ValueError(f"decoding must be one of {DECODING_MODES}, got {self.decoding!r}")
         if not self.row_separator or any(ch.isdigit() for ch in self.row_separator):
             raise ValueError("row_separator must be non-empty and hold no digit")
         if any(ch.isdigit() for ch in self.end_of_example + self.output_prefix + self.input_prefix):
@@ -179,6 +184,30 @@ class HuggingFaceTokenizer:
 
 class NotAGridError(ValueError):
     """Generated tokens that do not spell a grid; the message says why."""
+
+
+def read_grid(text: str, row_separator: str = "\n") -> np.ndarray:
+    """The grid in an answer's text, read as the authors read it; NotAGridError says why there is none.
+
+    Their rule (``ArcDataset.decode`` in arc_loader.py, da-fr/Product-of-Experts-ARC-Paper@82619f6,
+    lines 371-394): split the text at the row separator; in each row keep the characters that
+    ``str.isdigit`` accepts, as ``int``; drop the rows left empty; what remains must be rectangular
+    with 1-30 rows and columns. Letters, markers and special tokens in a row are ignored, and no
+    end token is needed. A character that ``isdigit`` accepts but ``int`` does not (``"²"``) fails
+    the whole answer, as theirs does.
+    """
+    try:
+        rows = [[int(character) for character in row if character.isdigit()] for row in text.split(row_separator)]
+    except ValueError:
+        raise NotAGridError(f"a digit that is not a number in {text[:40]!r}") from None
+    rows = [row for row in rows if row]
+    if not rows:
+        raise NotAGridError("an empty answer: no digit")
+    if len({len(row) for row in rows}) > 1:
+        raise NotAGridError(f"ragged rows: widths {[len(row) for row in rows]}")
+    if len(rows) > MAX_SIDE or len(rows[0]) > MAX_SIDE:
+        raise NotAGridError(f"{len(rows)}x{len(rows[0])} is larger than {MAX_SIDE}x{MAX_SIDE}")
+    return freeze(np.array(rows, dtype=np.uint8))
 
 
 @dataclass(frozen=True)
@@ -333,12 +362,24 @@ class TaskEncoder:
 
     # -- decoding ----------------------------------------------------------------------------------
     def decode_answer(self, ids: Sequence[int]) -> np.ndarray:
-        """The grid spelled by generated ids (up to and including eos); NotAGridError says why not.
+        """The grid spelled by generated ids; NotAGridError says why not. ``format.decoding`` says how.
 
-        Read as the authors' decoder reads it: the text before eos, less a closing end of example
-        if there is one, split at the row separators; empty rows are skipped, so a missing final
-        newline or a doubled one changes nothing. What is left must be digits only, at least one
-        row, all rows of one width, at most 30x30: a valid ARC answer.
+        ``authors``: the ids up to and including the first eos (all of them without one) as text,
+        read by ``read_grid``, the authors' rule. ``strict``: ``decode_strict``.
+        """
+        if self.format.decoding == "strict":
+            return self.decode_strict(ids)
+        ids = [int(i) for i in ids]
+        if self.eos_id in ids:
+            ids = ids[:ids.index(self.eos_id) + 1]
+        return read_grid(self.tokenizer.decode(ids), self.format.row_separator)
+
+    def decode_strict(self, ids: Sequence[int]) -> np.ndarray:
+        """The grid spelled by generated ids up to eos, read strictly (the kit's earlier rule).
+
+        The ids before eos (which must be there), less a closing end of example if there is one,
+        split at the row separators; empty rows are skipped. What is left must be digits only: any
+        other token refuses the answer. At least one row, all of one width, at most 30x30.
         """
         ids = [int(i) for i in ids]
         if self.eos_id not in ids:

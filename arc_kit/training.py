@@ -5,10 +5,11 @@ several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the C
 are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
 layer, with the input embeddings and output head trained in full at their own learning rate;
 lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
-bitsandbytes works; sequences of 7 pairs, each task's examples used once per pass, 1200 sequences
-per task, and as many steps as those take (``training_data``). The ``from-scratch`` preset is the
-variant for models built from a preset (full training, higher learning rates, the kit's random
-sampler, 1000 steps: not in the paper).
+bitsandbytes works; RE-ARC alone, sequences of 7 pairs, each example used at most once, up to 1200
+sequences per task, and as many steps as those take (``training_data``); sequences within the
+authors' 8192 tokens, cut to the model's positions. ``docs/method.md`` gives each default's source.
+The ``from-scratch`` preset is the variant for models built from a preset (full training, higher
+learning rates, the kit's random sampler, 1000 steps: not in the paper).
 
 A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
 per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
@@ -24,14 +25,14 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from arc_kit import devices
 from arc_kit.bases import BASES, build_base, built_base_name
-from arc_kit.models import PRESETS, LoadSettings, create_model, load_model, save_delta, save_model
+from arc_kit.models import PRESETS, LoadSettings, create_model, cut_to_limit, load_model, save_delta, save_model
 from arc_kit.optimization import (
     add_lora,
     build_optimizer,
@@ -170,11 +171,12 @@ class PretrainResult:
 
 
 def token_budget_after_training(from_scratch: bool, trained_length: int, max_positions: int | None) -> int:
-    """The token budget a trained model records: what it can be trusted with at inference.
+    """What a trained model records as ``token_budget`` in arc_kit.json: the length it can be trusted with.
 
     A model trained from scratch has seen no position past its training sequences; a fine-tuned
     pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
-    what it was fine-tuned on.
+    what it was fine-tuned on. A record for the reader: the budget at inference is the authors' cap
+    for every model, bounded by the maximum positions only (``models.token_budget_of``).
     """
     if from_scratch or not max_positions:
         return trained_length
@@ -190,12 +192,14 @@ def training_settings_for(model: str | os.PathLike, preset: str | None = None) -
 def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
-             resume: bool = True, device: str = "auto", progress: bool = True) -> PretrainResult:
+             repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
+             progress: bool = True) -> PretrainResult:
     """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
 
-    ``pools`` (and optional ``weights``) are the training pools, see ``training_data.mix_pools``. A rerun with the
-    same ``out`` resumes from the latest checkpoint; with ``settings.minutes`` the run stops cleanly
-    in time, saving a checkpoint and a usable model.
+    ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
+    ``training_data.pretraining_data``. A rerun with the same ``out`` resumes from the latest
+    checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
+    usable model. The sequences' token budget is cut to the model's positions (a warning says so).
     """
     import torch
     from accelerate import Accelerator
@@ -226,6 +230,9 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
         model, tokenizer = loaded.model, loaded.tokenizer
         source_description = str(Path(model_source).resolve())
     model.train()
+    budget = cut_to_limit(settings.sequences.max_len, getattr(model.config, "max_position_embeddings", None),
+                          source_description)
+    settings = settings.replace(sequences=settings.sequences.replace(max_len=budget))
     with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
         torch.manual_seed(settings.seed)
         model = prepare_for_training(model, settings)
@@ -233,10 +240,14 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
     per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
     dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
-                              length=None if settings.steps is None else settings.steps * per_step)
+                              length=None if settings.steps is None else settings.steps * per_step,
+                              repeatable=repeatable)
     if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
         settings = settings.replace(steps=-(-dataset.planned // per_step))
         dataset.length_total = settings.steps * per_step
+    plan = dataset.summary()
+    if plan is not None and accelerator.is_main_process:  # shown when examples recur or pools fall short
+        logger.log(logging.WARNING if plan.cut or plan.passes > 1 else logging.INFO, "%s", plan.line())
     optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
                                                  settings.weight_decay), settings.optimizer)
     scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
@@ -262,6 +273,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
                         collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
 
     info = run_info(settings=settings.to_json(), model_source=source_description, data=data_description,
+                    plan=None if plan is None else plan.to_json(),
                     processes=accelerator.num_processes, device=device,
                     mixed_precision=accelerator.mixed_precision, seeds={"training": settings.seed},
                     optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)

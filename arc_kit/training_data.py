@@ -7,9 +7,13 @@ pools (``SequenceSettings.sampler``):
 - ``passes``, the authors': every sequence holds the same number of pairs (7: six shown, one to
   answer). A *pass* over a pool shuffles its examples and cuts them into sequences, so no example
   appears twice within a pass; each pool gives ``sequences_per_task`` sequences (scaled by its
-  weight), as many passes as that takes. The whole plan is shuffled once.
-- ``random``, the kit's earlier one: each sequence picks a pool, then ``min_pairs`` to
-  ``max_pairs`` distinct pairs afresh; examples recur across sequences at random.
+  weight), but at most ``max_passes`` passes' worth (1, the authors': each example once in the
+  whole run), except the pools named ``repeatable`` (whole tasks mixed in, which the authors
+  repeat). The plan is laid out like the authors' epochs: a pool's sequences spread evenly over
+  the run, in random order within each stretch. ``SequenceDataset.summary`` says what the plan
+  holds and how often examples recur.
+- ``random``, the kit's earlier one (the shipped model's): each sequence picks a pool, then
+  ``min_pairs`` to ``max_pairs`` distinct pairs afresh; examples recur across sequences at random.
 
 Either way the last pair plays the test, the sequence gets a random augmentation (symmetry,
 colours, order) and is encoded with loss only on the outputs (not the first, by default).
@@ -23,16 +27,18 @@ coordination. Needs torch only for the Dataset and the collator.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.datasets import load_re_arc, load_tasks
+from arc_kit.difficulty import drop_easiest
 from arc_kit.grids import MAX_SIDE
-from arc_kit.settings import SequenceSettings
+from arc_kit.settings import DataSettings, SequenceSettings
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
 
@@ -53,15 +59,22 @@ def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = ""
 def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
                     settings: SequenceSettings = SequenceSettings()) -> Encoded:
     """Draw k distinct pairs in random order, augment them, encode with the loss on the outputs."""
+    return sample_examples(pool, rng, encoder, settings)[0]
+
+
+def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
+                    settings: SequenceSettings = SequenceSettings()) -> tuple[Encoded, tuple[int, ...]]:
+    """``sample_sequence``, and the pool indices of its pairs in the order written (before the budget)."""
     if len(pool) < 2:
         raise ValueError("a pool needs at least 2 pairs (one example and one test)")
     high = min(settings.max_pairs, len(pool))
     low = min(settings.min_pairs, high)
     count = int(rng.integers(low, high + 1))
-    chosen = [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+    chosen = [int(i) for i in rng.choice(len(pool), size=count, replace=False)]
     augmentation = Augmentation.random(rng, count, keep_background=settings.keep_background)
-    return encoder.encode_training(augmentation.apply_pairs(chosen), mask_first_output=settings.mask_first_output,
-                                   max_len=settings.max_len)
+    encoded = encoder.encode_training(augmentation.apply_pairs([pool[i] for i in chosen]),
+                                      mask_first_output=settings.mask_first_output, max_len=settings.max_len)
+    return encoded, tuple(augmentation.reorder(chosen))
 
 
 def encode_sequence(pairs: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
@@ -109,52 +122,100 @@ def mix_pools(groups: Mapping[str, tuple[Mapping[str, Sequence[Pair]], float]]
 
 @dataclass(frozen=True)
 class TrainingData:
-    """The pools of a pretraining run, their weights, and one line saying what they are."""
+    """The pools of a pretraining run, their weights, the pools exempt from the pass limit, and one line
+    saying what they are."""
 
     pools: dict[str, Sequence[Pair]]
     weights: dict[str, float]
     description: str
+    repeatable: frozenset[str] = field(default_factory=frozenset)  # whole tasks: repeated, as the authors do
 
 
-def pretraining_data(re_arc: str | None = None, task_sets: Sequence[str] = (), *, re_arc_weight: float = 0.8,
+def pretraining_data(re_arc: str | None = None, data: DataSettings = DataSettings(), *,
                      allow_evaluation: bool = False, max_side: int = MAX_SIDE) -> TrainingData:
-    """RE-ARC examples and/or named task sets as weighted pools (the initial fine-tune's data mix).
+    """RE-ARC examples and/or ``data.task_sets`` as weighted pools (the initial fine-tune's data mix).
 
-    RE-ARC gets ``re_arc_weight`` of the draws when task sets are given too; the task sets share
-    the rest evenly. An evaluation set is refused unless ``allow_evaluation`` (it could no longer
+    The paper's mix (the default): RE-ARC alone. Task sets are mixed in as whole tasks (their train
+    and known test pairs), sharing ``1 - data.re_arc_weight`` of the draws evenly; their pools are
+    ``repeatable`` (the authors repeat mixed-in tasks 128 times: run_finetuning_Nemo-full.py in
+    da-fr/arc-prize-2024). ``data.drop_easiest`` leaves out each RE-ARC task's easiest examples
+    (``difficulty``). An evaluation set is refused unless ``allow_evaluation`` (it could no longer
     measure the model). ``max_side``: the most cells on a grid's side (``datasets.load_tasks``).
     """
+    if not isinstance(data, DataSettings):
+        raise TypeError(f"data must be DataSettings (task sets go in its task_sets), got {type(data).__name__}")
+    task_sets = data.task_sets
     if not re_arc and not task_sets:
         raise ValueError("nothing to train on: give --re-arc PATH and/or --tasks NAME")
     groups, described = {}, []
     if re_arc:
         pools = load_re_arc(re_arc, max_side=max_side)
-        groups["re-arc"] = (pools, re_arc_weight if task_sets else 1.0)
-        described.append(f"RE-ARC {re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs)")
+        if data.drop_easiest:
+            pools = {name: drop_easiest(pool, data.drop_easiest) for name, pool in pools.items()}
+        groups["re-arc"] = (pools, data.re_arc_weight if task_sets else 1.0)
+        dropped = f", the easiest {data.drop_easiest:.0%} of each task left out" if data.drop_easiest else ""
+        described.append(f"RE-ARC {re_arc} ({len(pools)} tasks, {sum(map(len, pools.values()))} pairs{dropped})")
     for name in task_sets:
         if "eval" in str(name).lower() and not allow_evaluation:
             raise ValueError(f"refusing to train on {name!r}, an evaluation set (--allow-evaluation-tasks)")
         tasks = load_tasks(name, max_side=max_side)
-        weight = (1.0 - re_arc_weight if re_arc else 1.0) / len(task_sets)
+        weight = (1.0 - data.re_arc_weight if re_arc else 1.0) / len(task_sets)
         groups[str(name)] = (pools_from_tasks(tasks), weight)
         described.append(f"{name} ({len(tasks)} tasks)")
     pools, weights = mix_pools(groups)
-    return TrainingData(pools, weights, "; ".join(described))
+    repeatable = frozenset(name for name in pools if not name.startswith("re-arc/"))
+    return TrainingData(pools, weights, "; ".join(described), repeatable)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One item of a ``SequenceDataset`` as drawn: its pool, the examples written, the encoded sequence."""
+
+    name: str
+    pool: int  # index into ``SequenceDataset.pools``
+    examples: tuple[int, ...]  # pool indices of the pairs written, in sequence order (the last the test)
+    encoded: Encoded
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What a passes plan holds: sequences per pool, how many passes it takes, and what the limit cut."""
+
+    sequences: int
+    pools: int
+    fewest: int  # sequences of the pool with the fewest
+    most: int  # and of the pool with the most
+    asked: int  # sequences_per_task as the weights scale it, for the pool asking most
+    cut: int  # pools that the pass limit gave fewer sequences than asked
+    passes: int  # the most passes any pool's plan takes: each example appears at most this often
+    pairs: int  # pairs per sequence (fewer in a pool smaller than that)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """One line for the log."""
+        reuse = "each example at most once" if self.passes <= 1 else \
+            f"examples reused: up to {self.passes} passes, each example at most once per pass"
+        cut = f"; {self.cut} pool(s) cut short of {self.asked} by --max-passes" if self.cut else ""
+        return (f"passes sampler: {self.sequences} sequences of {self.pairs} pairs from {self.pools} pools "
+                f"({self.fewest}-{self.most} each), {reuse}{cut}")
 
 
 class SequenceDataset:
     """A map-style torch dataset of sequences drawn from pools (see the module docstring).
 
     Pools with fewer than 2 pairs are left out. ``passes``: item ``i`` is the ``i``-th entry of the
-    shuffled plan (``plan``), its augmentation drawn with ``np.random.default_rng((seed, i))``;
-    ``length`` defaults to the plan's size and a longer one goes round the plan again with fresh
-    passes. ``random``: item ``i`` picks a pool (uniformly, or by ``weights``) and draws
-    ``sample_sequence`` with that generator; ``length`` defaults to 1000.
+    plan (``plan``), its augmentation drawn with ``np.random.default_rng((seed, i))``; ``length``
+    defaults to the plan's size and may not exceed it (ValueError: more passes, or fewer items).
+    ``repeatable`` pools are exempt from ``max_passes``. ``random``: item ``i`` picks a pool
+    (uniformly, or by ``weights``) and draws ``sample_sequence`` with that generator; ``length``
+    defaults to 1000.
     """
 
     def __init__(self, pools: Mapping[str, Sequence[Pair]], encoder: TaskEncoder,
                  settings: SequenceSettings = SequenceSettings(), *, weights: Mapping[str, float] | None = None,
-                 seed: int = 0, length: int | None = None):
+                 seed: int = 0, length: int | None = None, repeatable: Collection[str] = ()):
         self.names = [name for name, pool in pools.items() if len(pool) >= 2]
         if not self.names:
             raise ValueError("no pool with at least 2 pairs to draw from")
@@ -162,19 +223,44 @@ class SequenceDataset:
         raw = np.array([1.0 if weights is None else float(weights[name]) for name in self.names])
         self.probabilities = raw / raw.sum()
         self.encoder, self.settings, self.seed = encoder, settings, seed
-        self.planned: int | None = None  # sequences in one round of the plan (passes only)
+        self.planned: int | None = None  # sequences in the plan (passes only)
         if settings.sampler == "passes":
-            # each pool's share of sequences_per_task x pools, at least one where its weight is not zero
-            share = settings.sequences_per_task * len(self.pools) * self.probabilities
-            self.counts = np.where(share > 0, np.maximum(1, np.rint(share)), 0).astype(np.int64)
-            pool_of = np.repeat(np.arange(len(self.pools)), self.counts)
-            round_of = np.concatenate([np.arange(count) for count in self.counts])
-            order = np.random.default_rng((seed, 1, 0)).permutation(len(pool_of))
-            self._plan_pool, self._plan_round = pool_of[order], round_of[order]
-            self.planned = len(order)
+            self._lay_out_plan(set(repeatable))
+            if length is not None and length > self.planned:
+                raise ValueError(f"{length} sequences asked for, but the passes sampler plans {self.planned} ("
+                                 f"{self.summary().line()}): ask for fewer steps, or allow more passes "
+                                 f"(--max-passes)")
         self.length_total = length if length is not None else (self.planned or 1000)
-        self._drawn: dict[int, tuple[str, Encoded]] = {}  # drawn by ``length``, taken by ``sequence``
+        self._drawn: dict[int, Drawn] = {}  # drawn by ``length``, taken by ``sequence``
         self._warned: set[int] = set()
+
+    def _lay_out_plan(self, repeatable: set[str]) -> None:
+        """Each pool's count (its share of sequences_per_task x pools, at least one where its weight is not
+        zero, at most max_passes passes unless repeatable), then the order: the r-th of a pool's n sequences
+        sits at (r + 1/2) / n of the run, ties in random order (equal counts: the authors' epochs)."""
+        settings = self.settings
+        share = settings.sequences_per_task * len(self.pools) * self.probabilities
+        self.asked = np.where(share > 0, np.maximum(1, np.rint(share)), 0).astype(np.int64)
+        self.per_pass = np.array([max(1, len(pool) // settings.pairs) for pool in self.pools], dtype=np.int64)
+        limited = np.array([name not in repeatable for name in self.names])
+        self.counts = np.where(limited, np.minimum(self.asked, self.per_pass * settings.max_passes), self.asked)
+        pool_of = np.repeat(np.arange(len(self.pools)), self.counts)
+        round_of = np.concatenate([np.arange(count) for count in self.counts])
+        place = (round_of + 0.5) / self.counts[pool_of]
+        ties = np.random.default_rng((self.seed, 1, 0)).random(len(pool_of))
+        order = np.lexsort((ties, place))
+        self._plan_pool, self._plan_round = pool_of[order], round_of[order]
+        self.planned = len(order)
+
+    def summary(self) -> PlanSummary | None:
+        """What the passes plan holds (None for the random sampler)."""
+        if self.planned is None:
+            return None
+        counts = self.counts[self.counts > 0]
+        passes = -(-self.counts // self.per_pass)
+        return PlanSummary(int(self.planned), int(len(counts)), int(counts.min()), int(counts.max()),
+                           int(self.asked.max()), int((self.counts < self.asked).sum()), int(passes.max()),
+                           int(self.settings.pairs))
 
     def __len__(self) -> int:
         return self.length_total
@@ -185,13 +271,16 @@ class SequenceDataset:
         A pool's ``r``-th sequence is chunk ``r % per_pass`` of pass ``r // per_pass``, where a pass is
         a permutation of the pool's examples drawn from ``(seed, 2, pool, pass)`` and cut into
         ``per_pass = len(pool) // pairs`` chunks of ``pairs`` (a pool smaller than ``pairs`` gives
-        one sequence of all its examples per pass); the last one plays the test.
+        one sequence of all its examples per pass); the last one plays the test. Items past the plan
+        (``training.pretrain`` fills its last step so) repeat the plan's first ones.
         """
         if self.planned is None:
             raise ValueError("only the passes sampler has a plan")
-        cycle, base = divmod(index, self.planned)
+        if index < 0:
+            raise IndexError(f"item {index} is outside the plan")
+        base = index % self.planned
         pool_index = int(self._plan_pool[base])
-        sequence = int(self._plan_round[base]) + cycle * int(self.counts[pool_index])
+        sequence = int(self._plan_round[base])
         size = len(self.pools[pool_index])
         count = min(self.settings.pairs, size)
         pass_index, chunk = divmod(sequence, size // count)
@@ -203,22 +292,23 @@ class SequenceDataset:
         if index not in self._drawn:
             if len(self._drawn) > 4096:  # items measured but never taken (another process's share)
                 self._drawn.clear()
-            self._drawn[index] = self._draw(index)
-        return len(self._drawn[index][1])
+            self._drawn[index] = self.draw(index)
+        return len(self._drawn[index].encoded)
 
     def sequence(self, index: int) -> tuple[str, Encoded]:
-        """(pool name, encoded sequence) of item ``index``; see ``_draw``."""
-        drawn = self._drawn.pop(index, None)
-        return drawn if drawn is not None else self._draw(index)
+        """(pool name, encoded sequence) of item ``index``; see ``draw``."""
+        drawn = self._drawn.pop(index, None) or self.draw(index)
+        return drawn.name, drawn.encoded
 
-    def _draw(self, index: int) -> tuple[str, Encoded]:
+    def draw(self, index: int) -> Drawn:
+        """Item ``index``: as planned (``passes``), else (or if the plan's pairs cannot fit) drawn at random."""
         if self.planned is not None:
             planned = self._draw_planned(index)
             if planned is not None:
                 return planned
         return self._draw_random(index, np.random.default_rng((self.seed, index)))
 
-    def _draw_planned(self, index: int) -> tuple[str, Encoded] | None:
+    def _draw_planned(self, index: int) -> Drawn | None:
         """Item ``index`` as planned. If the test pair cannot fit the budget (or nothing is left to
         learn), another pair of the same sequence plays the test; None if none can."""
         pool_index, _, chosen = self.plan(index)
@@ -231,7 +321,7 @@ class SequenceDataset:
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return self.names[pool_index], encoded
+                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
         if pool_index not in self._warned:
             self._warned.add(pool_index)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
@@ -239,17 +329,17 @@ class SequenceDataset:
                            self.settings.max_len)
         return None
 
-    def _draw_random(self, index: int, rng: np.random.Generator) -> tuple[str, Encoded]:
+    def _draw_random(self, index: int, rng: np.random.Generator) -> Drawn:
         """Pick a pool, then ``sample_sequence``; a draw that does not fit the budget, or that the budget
         cut down to a single pair whose output is masked (nothing left to learn), is drawn again."""
         for _ in range(100):
             pool_index = int(rng.choice(len(self.pools), p=self.probabilities))
             try:
-                encoded = sample_sequence(self.pools[pool_index], rng, self.encoder, self.settings)
+                encoded, order = sample_examples(self.pools[pool_index], rng, self.encoder, self.settings)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return self.names[pool_index], encoded
+                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
         raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_len} tokens")
 
     def __getitem__(self, index: int) -> dict:

@@ -237,7 +237,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = settings.replace(max_len=settings.max_len or token_budget_of(model))  # as each worker resolves it
+    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each worker resolves it
     devices = [str(gpu) for gpu in gpus] if gpus is not None else visible_gpus()
     spread = workers is None  # slots go round the GPUs; else the first ones, then the CPU
     workers = workers or (len(devices) * (workers_per_gpu or 1) if devices else 1)

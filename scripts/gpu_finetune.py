@@ -182,8 +182,8 @@ def train(args) -> None:
     _, re_arc = _unpacked()
     if re_arc is None:
         raise SystemExit("training needs RE-ARC: stage again without --weights-only")
-    data = pretraining_data(str(re_arc), ["arc-agi-1/training"])
     settings = training_preset("smollm2-gpu")
+    data = pretraining_data(str(re_arc), settings.data)  # the preset's mix: RE-ARC and arc-agi-1/training
     if args.smoke:  # a check of the whole path on a CPU, not a run
         settings = settings.replace(batch_size=1, gradient_accumulation=1, precision="fp32",
                                     sequences=settings.sequences.replace(max_len=384))
@@ -191,7 +191,8 @@ def train(args) -> None:
     if not plan.exists():  # a first call: measure steps per second, then size the run to fit the budget
         probe = settings.replace(steps=4 if args.smoke else 12, log_every=1, save_every=1000)
         probe_started = time.monotonic()
-        result = pretrain(BASE, WORK / "probe", data.pools, probe, weights=data.weights, resume=False)
+        result = pretrain(BASE, WORK / "probe", data.pools, probe, weights=data.weights, repeatable=data.repeatable,
+                          resume=False)
         seconds = time.monotonic() - probe_started
         import pandas as pd
 
@@ -208,7 +209,8 @@ def train(args) -> None:
     steps = json.loads(plan.read_text())["steps"]
     minutes = args.minutes - (time.monotonic() - started) / 60
     settings = settings.replace(steps=steps, minutes=max(0.5, minutes))
-    result = pretrain(BASE, RUN, data.pools, settings, weights=data.weights, data_description=data.description)
+    result = pretrain(BASE, RUN, data.pools, settings, weights=data.weights, data_description=data.description,
+                      repeatable=data.repeatable)
     print(f"trained to step {result.steps_done} of {steps} ({result.stopped_by}), loss {result.final_loss}, "
           f"{result.tokens} tokens in {result.seconds:.0f} s", flush=True)
     out = _out()

@@ -8,6 +8,7 @@ device); nothing is downloaded. Checks that need a CUDA GPU are marked ``gpu`` a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from arc_kit import devices
 from arc_kit.datasets import load_tasks
 from arc_kit.models import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
-                            load_model, model_info, save_model, token_budget_of)
+                            load_model, model_info, save_model, token_budget_of, token_limit_of)
 from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
@@ -235,19 +236,29 @@ def test_loaded_encoder_matches_the_vocabulary_encoder(micro_folder, tasks):
     assert encoder.max_len == 8192 and loaded.encoder(max_len=100).max_len == 100
 
 
-def test_token_budget_of_reads_the_record_then_the_max_positions_then_the_default(tmp_path):
-    model, tokenizer = create_model("micro", seed=1, max_positions=5000)
+def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_model_takes(tmp_path, caplog):
+    """One budget, 8192 (the authors' max_tokens), whatever a model's positions; the positions only bound it,
+    with a one-line warning when they cut it; the length a model trained on (its record) does not."""
+    llama_like, tokenizer = create_model("micro", seed=1, max_positions=131072)  # Llama's 131,072 positions
+    long = save_model(llama_like, tokenizer, tmp_path / "long", {"preset": "micro"})
+    model, _ = create_model("micro", seed=1, max_positions=5000)
     recorded = save_model(model, tokenizer, tmp_path / "recorded", {"token_budget": 3000})
     plain = save_model(model, tokenizer, tmp_path / "plain", {"preset": "micro"})
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert DEFAULT_TOKEN_BUDGET not in (3000, 5000, 777)  # guard: every source gives another number
-    assert token_budget_of(recorded) == 3000 and token_budget_of(recorded, max_positions=777) == 3000
-    assert token_budget_of(plain) == 5000 and token_budget_of(plain, max_positions=777) == 777
-    assert token_budget_of(empty) == DEFAULT_TOKEN_BUDGET and token_budget_of(empty, max_positions=777) == 777
+    assert DEFAULT_TOKEN_BUDGET == 8192
+    assert token_budget_of(long) == 8192 and token_limit_of(long) == 131072
+    assert token_budget_of(long, 16384) == 16384 and token_budget_of(long, 2048) == 2048
+    assert token_budget_of(empty) == 8192 and token_limit_of(empty) is None and token_budget_of(empty, 99999) == 99999
+    with caplog.at_level(logging.WARNING, logger="arc_kit.models"):
+        assert token_budget_of(plain) == 5000 and token_budget_of(plain, 4000) == 4000
+        assert token_budget_of(plain, 6000, max_positions=777) == 777
+    assert any("6000 is more than" in record.getMessage() and "using 777" in record.getMessage()
+               for record in caplog.records)
+    assert token_limit_of(recorded) == 5000 and token_budget_of(recorded) == 5000  # trained on 3000: a record only
     loaded = load_model(recorded, device="cpu")
-    assert loaded.token_budget() == 3000 and loaded.encoder().max_len == 3000
-    assert load_model(plain, device="cpu").token_budget() == 5000
+    assert loaded.token_budget() == 5000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 5000
+    assert load_model(long, device="cpu").encoder().max_len == 8192
 
 
 def test_a_loaded_model_generates_grid_tokens(micro_folder, tasks):

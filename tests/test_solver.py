@@ -38,7 +38,7 @@ from arc_kit.scoring import augmented_nlls
 from arc_kit.submission import build_submission, score_submission, submission_problems
 from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
 from arc_kit.tasks import Pair
-from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.text_format import NotAGridError, TaskEncoder, Vocabulary
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(
@@ -488,9 +488,39 @@ def test_the_solve_budget_reaches_the_test_time_training_sequences(model_folder,
         assert summary.steps == 2 and summary.skipped is None
         lengths[budget] = seen
     assert max(lengths[None]) > 140 >= max(lengths[140]) >= 103  # pairs dropped to fit, two or more kept
-    # an unset budget is filled from the encoder, never left to differ from it
+    # an unset budget (an older run file's) is filled from the encoder, never left to differ from it
     encoder = TaskEncoder(Vocabulary(), max_len=3000)
-    assert Solver(None, encoder, SolveSettings(test_time_training=False)).settings.max_len == 3000
+    assert Solver(None, encoder, SolveSettings(test_time_training=False, max_len=None)).settings.max_len == 3000
+
+
+def test_the_solver_budget_is_the_authors_cap_cut_to_what_the_model_takes(model_folder):
+    loaded = load_model(model_folder, device="cpu")
+    positions = loaded.model.config.max_position_embeddings
+    assert SolveSettings().max_len == 8192
+    default = Solver.from_loaded(loaded, SolveSettings(test_time_training=False))
+    assert default.settings.max_len == default.encoder.max_len == min(8192, positions)
+    over = Solver.from_loaded(loaded, SETTINGS.replace(max_len=positions + 1000))
+    assert over.settings.max_len == over.encoder.max_len == over.trainer.encoder.max_len == positions
+
+
+def test_the_solver_reads_answers_as_its_settings_say(model_folder):
+    """decoding: authors (the default) drops a stray letter and needs no eos; strict refuses both."""
+    loaded = load_model(model_folder, device="cpu")
+    vocabulary = Vocabulary()
+    stray_letter = vocabulary.encode("1A\n2\n") + [vocabulary.eos_id]
+    no_eos = vocabulary.encode("12\n34\n")
+    authors = Solver.from_loaded(loaded, SETTINGS)
+    assert SETTINGS.decoding == "authors" and authors.encoder.format.decoding == "authors"
+    np.testing.assert_array_equal(authors.encoder.decode_answer(stray_letter), [[1], [2]])
+    np.testing.assert_array_equal(authors.encoder.decode_answer(no_eos), [[1, 2], [3, 4]])
+    again = load_model(model_folder, device="cpu")  # a fresh model: each solver puts its own adapter on
+    strict = Solver(again.model, again.encoder(), SETTINGS.replace(decoding="strict"))
+    assert strict.encoder.format.decoding == strict.trainer.encoder.format.decoding == "strict"
+    for ids in (stray_letter, no_eos):
+        with pytest.raises(NotAGridError):
+            strict.encoder.decode_answer(ids)
+    with pytest.raises(ValueError, match="decoding"):
+        SolveSettings(decoding="lenient")
 
 
 # -- how answers are measured, and how many are submitted -------------------------------------------
