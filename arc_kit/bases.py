@@ -355,17 +355,23 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
+    _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
             return out
         return _build(spec, out, weights, download, kept, progress)
 
 
+def _refuse_foreign(out: Path) -> None:
+    """A one-line error when ``out`` holds files but no base the kit built (a user's folder is never wiped)."""
+    if out.exists() and any(out.iterdir()) and not (out / "arc_kit.json").exists():
+        raise BaseUnavailableError(f"{out} is not empty and holds no base built by the kit: choose another --out")
+
+
 def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progress: bool) -> Path:
     """``build_base``'s work, under the lock: find the weights, read them, shrink, and rename into place."""
     name = spec.name
-    if out.exists() and any(out.iterdir()) and not (out / "arc_kit.json").exists():
-        raise BaseUnavailableError(f"{out} is not empty and holds no base built by the kit: choose another --out")
+    _refuse_foreign(out)
     path = locate_weights(name, weights, download=download, progress=progress)
     if progress:
         print(f"building {name} from {path}: dequantizing and shrinking the vocabulary", file=sys.stderr, flush=True)
