@@ -42,7 +42,9 @@ from typing import Any
 from arc_kit.datasets import load_challenges
 from arc_kit.grids import MAX_SIDE
 from arc_kit.jsonio import write_json_atomically
+from arc_kit.locking import holding_folder
 from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
+from arc_kit.names import shown
 from arc_kit.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
 from arc_kit.records import (
@@ -185,6 +187,7 @@ class WorkerSlot:
         write_json_atomically(self.folder / ASSIGNMENT_FILE, {"sequence": self.sequence, **message})
 
 
+@holding_folder("out")  # the parent holds the run folder's lock; its workers never ask for it
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
                      workers: int | None = None, gpus: Sequence[int | str] | None = None,
                      deadline: float | None = None, stop_at: float | None = None,
@@ -192,7 +195,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                      progress: bool = True, submission_path: str | os.PathLike | None = None,
                      submission_tasks: TaskSet | None = None, info: dict | None = None,
                      budget: BudgetSettings = BudgetSettings(), watchdog: WatchdogSettings = WatchdogSettings(),
-                     ) -> SolveRun:
+                     adopt: bool = False) -> SolveRun:
     """Solve ``tasks`` with one process per GPU (``workers`` CPU processes when there is no GPU).
 
     ``deadline`` (seconds since the epoch) is when the planner wants the work done: tasks get
@@ -211,7 +214,8 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     started = time.monotonic()
     if stop_at is None and deadline is not None:
         stop_at = deadline + watchdog.stop_seconds
-    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}))
+    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}),
+             adopt=adopt)
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
     records = merged_records(out)
     answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
@@ -388,7 +392,7 @@ def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | 
     if status is not None:
         return f"exited with status {status}"
     if slot.task is not None and now > slot.task_deadline + watchdog.hang_seconds:
-        return f"hung: task {slot.task} is {now - slot.task_deadline:.0f} s past its deadline"
+        return f"hung: task {shown(slot.task)} is {now - slot.task_deadline:.0f} s past its deadline"
     if slot.heartbeat_age(now) > watchdog.silence_seconds:
         return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
     return None
@@ -505,9 +509,11 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
         append_record(folder / RECORDS_FILE, record)
 
 
+@holding_folder("out")
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
               workers: int | None = None, restart: bool = False, deadline: float | None = None,
-              load_options: dict | None = None, info: dict | None = None, progress: bool = True) -> SolveRun:
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True,
+              adopt: bool = False) -> SolveRun:
     """The method on a task set, in this process or in one worker process per GPU: what ``arc-kit solve`` runs.
 
     ``workers`` defaults to one per GPU when there are several, else 1 (this process). ``restart``
@@ -518,8 +524,8 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
         clear_run(out)
     if count > 1:
         return solve_in_workers(tasks, model, settings, out, workers=count, deadline=deadline,
-                                load_options=load_options, progress=progress, info=info)
+                                load_options=load_options, progress=progress, info=info, adopt=adopt)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress,
-                 info=run_info(model=model_info(loaded), **(info or {})))
+                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
