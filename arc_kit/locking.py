@@ -9,6 +9,7 @@ host, command and since when), never a wait. The lock is the operating system's 
 ends: the lock of a process killed with ``kill -9`` is taken over by the next run, and what the
 dead holder's record said is replaced. A process takes a lock it already holds again at once (the
 owner of a run calls functions that take it too); the worker processes it starts never ask for it.
+Where the file system cannot lock at all, a warning says so and the run goes on unguarded.
 
 The lock file ``.lock`` and the record of its holder ``.lock.json`` sit inside the folder. This
 module knows processes and files; it knows nothing of runs.
@@ -23,6 +24,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +34,7 @@ from filelock import FileLock, Timeout
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.json"
 
-_held: dict[Path, tuple[FileLock, int]] = {}  # folder -> (its filelock, how many holds of this process are open)
+_held: dict[Path, tuple[FileLock | None, int]] = {}  # folder -> (its filelock, how many holds of this process are open)
 
 
 class FolderInUseError(OSError):
@@ -57,15 +59,20 @@ def describe_holder(folder: Path) -> str:
     return (f"process {pid} on {host!r} since {since}" + (f" ({command!r})" if command else ""))
 
 
-def _take(folder: Path):
-    """Take ``folder``'s lock now, or FolderInUseError; the lock object, held."""
+def _take(folder: Path) -> FileLock | None:
+    """Take ``folder``'s lock now, or FolderInUseError; the lock object, held (None, with a warning, where the
+    file system cannot lock: the run goes on, unguarded, rather than not at all)."""
     folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(folder / LOCK_FILE))
     try:
         lock.acquire(timeout=0)
-    except Timeout:
+    except Timeout:  # before OSError: a Timeout is a TimeoutError
         raise FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one "
                                "folder; wait for that one to end (or stop it), or use another folder") from None
+    except OSError as error:  # no locks on this file system (ENOLCK), a read-only folder...
+        warnings.warn(f"cannot lock {folder} ({error.strerror or error}): nothing keeps a second run out of it",
+                      stacklevel=3)
+        return None
     try:
         temporary = folder / f".{HOLDER_FILE}.{os.getpid()}.tmp"
         temporary.write_text(json.dumps(holder_record()) + "\n", encoding="utf-8")
@@ -76,7 +83,9 @@ def _take(folder: Path):
     return lock
 
 
-def _give_back(folder: Path, lock) -> None:
+def _give_back(folder: Path, lock: FileLock | None) -> None:
+    if lock is None:
+        return
     try:
         (folder / HOLDER_FILE).unlink(missing_ok=True)
     except OSError:  # a read-only or vanished folder: the lock itself still ends below
@@ -91,7 +100,7 @@ def hold_folder(folder: str | os.PathLike) -> Iterator[Path]:
     folder = Path(folder).absolute()
     key = Path(os.path.realpath(folder))
     lock, count = _held.get(key, (None, 0))
-    if lock is None:
+    if count == 0:
         lock = _take(folder)
     _held[key] = (lock, count + 1)
     try:
@@ -121,10 +130,5 @@ def holding_folder(parameter: str, below: str = "") -> Callable:
     return decorate
 
 
-def holds_folder(folder: str | os.PathLike) -> bool:
-    """True when this process holds ``folder``'s lock."""
-    return Path(os.path.realpath(Path(folder).absolute())) in _held
-
-
 __all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "describe_holder", "hold_folder", "holder_record",
-           "holding_folder", "holds_folder"]
+           "holding_folder"]

@@ -238,16 +238,23 @@ def _changed_fields(first: Mapping, second: Mapping, prefix: str = "") -> list[s
 
 
 def read_run_settings(out: str | os.PathLike) -> SolveSettings:
-    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none)."""
+    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none, or none readable)."""
     path = Path(out) / RUN_FILE
     if not path.exists():
         raise RunFolderError(f"{out} holds no run ({RUN_FILE} missing)")
-    return SolveSettings.from_json(read_json(path)["settings"])
+    try:
+        return SolveSettings.from_json(read_run_info(out)["settings"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} ({str(error).splitlines()[0]})") from None
 
 
 def read_run_info(out: str | os.PathLike) -> dict:
+    """What ``run.json`` in ``out`` says ({} when there is none); RunFolderError when it holds no object."""
     path = Path(out) / RUN_FILE
-    return read_json(path) if path.exists() else {}
+    info = read_json(path) if path.exists() else {}
+    if not isinstance(info, dict):
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} (it holds no object)")
+    return info
 
 
 def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts: int = 2) -> None:
@@ -437,7 +444,10 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
     if workers < 1 or speedup <= 0:
         raise ValueError(f"workers must be at least 1 and speedup positive, got {workers} and {speedup}")
     settings = read_run_settings(folder)
-    measured_tasks = load_tasks(read_run_info(folder).get("dataset", "arc-agi-1/evaluation"), strict=False)
+    dataset = read_run_info(folder).get("dataset", "arc-agi-1/evaluation")
+    if not isinstance(dataset, str):
+        raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set (its dataset is no string)")
+    measured_tasks = load_tasks(dataset, strict=False)
     encoder = load_encoder(model, max_len=settings.max_len)
     speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
     target = target or settings

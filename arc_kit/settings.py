@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arc_kit.names import shown
+
 DEFAULT_TOKEN_BUDGET = 8192  # the paper's token budget (a prompt and its answer; a training sequence) where a
 # model states none
 DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation by prompt tokens (its preset's sizing)
@@ -57,7 +59,8 @@ class Settings:
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = [name for name in data if name not in known]
         if unknown and strict:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(map(shown, unknown))}; known: "
+                             f"{', '.join(known)}")
         hints = typing.get_type_hints(cls)
         values = {}
         for name, value in data.items():

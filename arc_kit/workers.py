@@ -26,6 +26,7 @@ This module knows processes, files and the planner; what a task's solving does i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -41,7 +42,7 @@ from typing import Any
 
 from arc_kit.datasets import load_challenges
 from arc_kit.grids import MAX_SIDE
-from arc_kit.jsonio import write_json_atomically
+from arc_kit.jsonio import read_json, write_json_atomically
 from arc_kit.locking import holding_folder
 from arc_kit.models import LoadSettings, load_encoder, load_model, model_info, token_budget_of
 from arc_kit.names import shown
@@ -69,7 +70,7 @@ from arc_kit.run import (
 from arc_kit.settings import Settings, SolveSettings, ladder, setting
 from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, write_submission
-from arc_kit.tasks import TaskSet
+from arc_kit.tasks import InvalidDataError, TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -470,6 +471,27 @@ class _Heartbeat(threading.Thread):
             time.sleep(self.seconds)
 
 
+PLAN_FIELDS = {"challenges": str, "model": str, "settings": dict, "load": dict, "max_side": int,
+               "heartbeat_seconds": (int, float)}  # what the parent writes into a worker's plan.json
+
+
+def read_plan(path: Path) -> dict:
+    """A worker's ``plan.json`` (``jsonio.read_json``: never a FIFO waited on); InvalidDataError, in one line,
+    for one the parent did not write (no object, a field missing or of another kind, an unknown loading option)."""
+    plan = read_json(path)
+    if not isinstance(plan, dict):
+        raise InvalidDataError(["not a worker's plan: it holds no object"], str(path))
+    wrong = [f"{key} is {'missing' if key not in plan else 'of the wrong kind'}" for key, kind in PLAN_FIELDS.items()
+             if (key in ("challenges", "model", "settings") and key not in plan)
+             or (key in plan and (not isinstance(plan[key], kind) or isinstance(plan[key], bool)))]
+    options = {option.name for option in dataclasses.fields(LoadSettings)}
+    if isinstance(plan.get("load"), dict):
+        wrong += [f"load holds {key!r}, no loading option" for key in plan["load"] if key not in options]
+    if wrong:
+        raise InvalidDataError([f"not a worker's plan: {', '.join(wrong)}"], str(path))
+    return plan
+
+
 def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
     """The body of ``python -m arc_kit worker PLAN``: load the model, then solve what the parent assigns.
 
@@ -479,7 +501,7 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
     """
     plan_path = Path(plan_path)
     folder = plan_path.parent
-    plan = json.loads(plan_path.read_text())
+    plan = read_plan(plan_path)
     parent = os.getppid()
     _Heartbeat(folder / HEARTBEAT_FILE, float(plan.get("heartbeat_seconds", 5.0))).start()
     tasks = load_challenges(plan["challenges"], max_side=plan.get("max_side", MAX_SIDE))  # the set's own limit
