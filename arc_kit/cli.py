@@ -281,7 +281,8 @@ def setup_score(parser):
 def setup_show(parser):
     parser.add_argument("task", help="task id (or its position in the set)")
     _tasks_argument(parser)
-    parser.add_argument("--out", help="PNG file to write (default: <task>.png)")
+    parser.add_argument("--out", help="PNG file to write (default: <task>.png in the working folder; an id that is "
+                                      "no safe file name gets a readable part and a hash)")
     parser.add_argument("--augmentation", help="an augmentation key such as s5-c3012456789")
 
     def run(args):

@@ -9,7 +9,13 @@ in its JSON (nesting past what json reads, an integer of thousands of digits); o
 (bad syntax, cut short). ``arc-kit validate`` and a strict ``arc-kit solve`` (which stops at loading,
 before any model) run in-process on a share of them, and ``arc-kit solve --lenient`` on a smaller
 share with the solver's work replaced by fallback records: what those runs check is loading,
-skipping and the submission, not the model. The file stays under 20 seconds.
+skipping and the submission, not the model. Those tests stay under 20 CPU seconds together.
+
+Then what a new user met (issue 26), one test each: a task id that is a path (``show``'s picture, the
+ablation's claims), ids JSON allows but UTF-8 does not (a lone surrogate) or that forge a log line
+(a newline, terminal escapes), a FIFO given as any file, a record line of the wrong kinds, a key
+given twice, a solutions file holding null, the ``--lenient`` warning's source line, two runs on one
+folder, and records left without ``run.json``. The fuzz over every command is ``test_fuzz_commands``.
 """
 
 from __future__ import annotations
