@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from arc_kit import __version__
+from arc_kit.names import shown
 from arc_kit.settings import (
     DRY_RUN_TASKS,
     PROBABILITY_MODES,
@@ -107,8 +109,8 @@ def _select_tasks(args, tasks=None):
     chosen = choose_tasks(tasks, task_ids=task_ids, count=count, pick=pick,
                           model=_model_path(args) if pick == "shortest" else None)
     if pick == "shortest" and count and not task_ids:
-        print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: {', '.join(chosen.ids)}",
-              flush=True)
+        print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: "
+              f"{', '.join(map(shown, chosen.ids))}", flush=True)
     return chosen
 
 
@@ -130,7 +132,7 @@ def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defa
     parser.add_argument("--task-ids", nargs="*", help="only these task ids")
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
-    parser.add_argument("--restart", action="store_true", help="discard earlier results in --out instead of resuming")
+    _restart_arguments(parser, "--out")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
@@ -150,8 +152,22 @@ def _solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defa
     add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
 
 
+def _restart_arguments(parser, out: str) -> None:
+    """``--restart`` and ``--adopt``: what to do with an earlier run's records in the output folder."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("--restart", action="store_true", help=f"discard earlier results in {out} instead of resuming")
+    given.add_argument("--adopt", action="store_true",
+                       help=f"keep records in {out} that have no run.json (it was deleted) as this run's, under the "
+                            "settings given now, instead of refusing them")
+
+
 def _solve_settings(args) -> SolveSettings:
     return settings_from_options(args, solve_preset(args.preset))
+
+
+def _shown_table(table) -> str:
+    """A score table as text, its task ids escaped (``names.shown``): an id never writes raw to the terminal."""
+    return table.assign(task_id=table["task_id"].map(shown)).to_string(index=False)
 
 
 def _model_path(args) -> Path:
@@ -206,7 +222,7 @@ def _validate_folder(args) -> int:
     print(f"{args.file}: {count} problem{'s' if count != 1 else ''} in {len(bad)} of {len(problems)} task files")
     for name, found in bad.items():
         for problem in found:
-            print(f"  {name}: {problem}")
+            print(f"  {shown(name)}: {problem}")
     return 1
 
 
@@ -250,10 +266,10 @@ def setup_score(parser):
                       else None)
         score, problems = score_file(args.submission, load_solutions(args.solutions, max_side=args.max_side),
                                      challenges, max_side=args.max_side)
-        print(score.table.to_string(index=False))
+        print(_shown_table(score.table))
         print(score)
         if args.table:
-            score.table.to_csv(args.table, index=False)
+            score.table.to_csv(args.table, index=False, errors="backslashreplace")
             print(f"wrote {args.table}")
         if problems:  # scored anyway (what is missing counts as wrong), but not a file Kaggle would take
             print(f"{args.submission}: invalid submission, {len(problems)} problem(s):", file=sys.stderr)
@@ -268,7 +284,8 @@ def setup_score(parser):
 def setup_show(parser):
     parser.add_argument("task", help="task id (or its position in the set)")
     _tasks_argument(parser)
-    parser.add_argument("--out", help="PNG file to write (default: <task>.png)")
+    parser.add_argument("--out", help="PNG file to write (default: <task>.png in the working folder; an id that is "
+                                      "no safe file name gets a readable part and a hash)")
     parser.add_argument("--augmentation", help="an augmentation key such as s5-c3012456789")
 
     def run(args):
@@ -302,15 +319,15 @@ def _run_solve(args) -> int:
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                    restart=args.restart,
+                    restart=args.restart, adopt=args.adopt,
                     deadline=deadline_from(args.hours, args.safety_minutes), load_options=_load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
-          + (f", {len(failed)} failed: {', '.join(failed[:5])}" if failed else "") + ")")
+          + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
     if run.score is not None:
-        print(run.score.table.to_string(index=False))
+        print(_shown_table(run.score.table))
         print(run.score)
     return 0
 
@@ -346,7 +363,7 @@ def _table(which: str):
 
         loaded = _load(args)
         table = run_table(which, _select_tasks(args, loaded), _model_path(args), _solve_settings(args), args.out,
-                          restart=args.restart, load_options=_load_options(args),
+                          restart=args.restart, adopt=args.adopt, load_options=_load_options(args),
                           info=dataset_info(args.dataset, loaded),
                           workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
         print(table.markdown)
@@ -467,7 +484,7 @@ def setup_kaggle(parser):
     add_settings_options(run, CompetitionSettings(), "the competition job's clock")
     run.add_argument("--workers", type=int)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
-    run.add_argument("--restart", action="store_true", help="discard an earlier run in --working instead of resuming")
+    _restart_arguments(run, "--working")
     given = run.add_mutually_exclusive_group()
     given.add_argument("--settings", dest="settings_file", metavar="FILE",
                        help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
@@ -486,7 +503,7 @@ def setup_kaggle(parser):
         clock = settings_from_options(args, CompetitionSettings())
         result = kaggle.run_competition(_model_path(args), _kaggle_settings(args), input_root=args.input,
                                         working=args.working, **clock.to_json(), workers=args.workers,
-                                        force_full=args.full, restart=args.restart)
+                                        force_full=args.full, restart=args.restart, adopt=args.adopt)
         print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
               f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
               + (f"; stopped early: {result.error}" if result.error else ""))
@@ -776,6 +793,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    for stream in (sys.stdout, sys.stderr):  # a character no terminal can take (a lone surrogate) is escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    formatting, warnings.formatwarning = warnings.formatwarning, _one_line_warnings(args.command)
     try:
         if getattr(args, "max_side", None) is not None:  # up front, before any file or model is read
             check_max_side(args.max_side, "--max-side")
@@ -794,6 +815,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"arc-kit {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = formatting
+
+
+def _one_line_warnings(command: str):
+    """A ``warnings.formatwarning`` that writes ``arc-kit COMMAND: warning: MESSAGE``, one line: not the
+    line of the kit's source that warned, which Python shows by default."""
+    def format_warning(message, category, filename, lineno, line=None) -> str:
+        kind = "" if category is UserWarning else f" ({category.__name__})"
+        return f"arc-kit {command}: warning{kind}: {' '.join(str(message).split())}\n"
+    return format_warning
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from arc_kit.grids import MAX_SIDE, grid_problems, to_grid
+from arc_kit.grids import MAX_SIDE, grid_problems, json_type_name, to_grid
 from arc_kit.jsonio import parse_json, read_json, write_json_atomically
+from arc_kit.names import file_name, shown
 from arc_kit.submission import build_submission, solutions_problems
 from arc_kit.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task, parse_tasks
 
@@ -58,9 +59,14 @@ def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike 
     """Tasks from a Kaggle challenges file, with test outputs from a solutions file if given."""
     challenges = Path(challenges)
     source = str(challenges) if solutions is None else f"{challenges} + {solutions}"
-    return parse_tasks(read_json(challenges), None if solutions is None else read_json(solutions),
-                       source=source, strict=strict, name=challenges.stem.replace("_challenges", ""),
-                       max_side=max_side)
+    solution_data = None
+    if solutions is not None:
+        solution_data = read_json(solutions)
+        if not isinstance(solution_data, dict):  # null included: a file given is never read as no file
+            raise InvalidDataError([f"the solutions hold {json_type_name(solution_data)}, expected an object "
+                                    "mapping task ids to lists of grids"], str(solutions))
+    return parse_tasks(read_json(challenges), solution_data, source=source, strict=strict,
+                       name=challenges.stem.replace("_challenges", ""), max_side=max_side)
 
 
 def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
@@ -122,10 +128,11 @@ def folder_problems(folder: str | os.PathLike, *, max_side: int = MAX_SIDE) -> d
         try:
             problems[str(path.relative_to(folder))] = parse_task(task_id, read_json(path), max_side=max_side)[1]
         except InvalidDataError as error:
-            problems[str(path.relative_to(folder))] = [f"task {task_id}: {problem}" for problem in error.problems]
+            problems[str(path.relative_to(folder))] = [f"task {shown(task_id)}: {problem}"
+                                                       for problem in error.problems]
     for path in later:
-        problems[str(path.relative_to(folder))] = [f"task {path.stem}: a second file for this task id (the first "
-                                                   f"is {first[path.stem].relative_to(folder)})"]
+        problems[str(path.relative_to(folder))] = [f"task {shown(path.stem)}: a second file for this task id (the "
+                                                   f"first is {shown(str(first[path.stem].relative_to(folder)))})"]
     return dict(sorted(problems.items()))
 
 
@@ -134,13 +141,14 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
     folder = Path(folder)
     first, later = _task_files(folder)
     challenges, unreadable, order = {}, {}, []
-    duplicates = [f"task {path.stem}: a second file {path.relative_to(folder)} (kept the first)" for path in later]
+    duplicates = [f"task {shown(path.stem)}: a second file {shown(str(path.relative_to(folder)))} (kept the first)"
+                  for path in later]
     for task_id, path in first.items():
         order.append(task_id)
         try:
             challenges[task_id] = read_json(path)
         except InvalidDataError as error:
-            unreadable[task_id] = f"task {task_id}: {error.problems[0]}"
+            unreadable[task_id] = f"task {shown(task_id)}: {error.problems[0]}"
     file_problems = list(unreadable.values()) + duplicates
     if strict:  # every problem at once: the unreadable files and the malformed tasks
         try:
@@ -282,7 +290,7 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
     With ``split="test"`` the challenges file is the one a Kaggle run reads. A
     ``sample_submission.json`` (every attempt the test input) is written too.
     """
-    folder = Path(folder)
+    folder, split = Path(folder), file_name(split)  # a name given: never a path out of ``folder``
     written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
                                                    tasks.challenges_json())}
     if tasks.has_solutions:
@@ -314,22 +322,22 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
         try:
             examples = load()
         except InvalidDataError as error:
-            problems.append(f"task {task_id}: {error.problems[0]}")
+            problems.append(f"task {shown(task_id)}: {error.problems[0]}")
             continue
         if not isinstance(examples, list):
-            problems.append(f"task {task_id}: holds a {type(examples).__name__}, expected a list of examples")
+            problems.append(f"task {shown(task_id)}: holds a {type(examples).__name__}, expected a list of examples")
             continue
         pairs = []
         for index, example in enumerate(examples):
             if limit_per_task is not None and len(pairs) >= limit_per_task:
                 break
             if not isinstance(example, dict) or "input" not in example or "output" not in example:
-                problems.append(f"task {task_id}: example[{index}] is not an object with 'input' and 'output'")
+                problems.append(f"task {shown(task_id)}: example[{index}] is not an object with 'input' and 'output'")
                 continue
             found = grid_problems(example["input"], f"example[{index}].input", max_side) + \
                 grid_problems(example["output"], f"example[{index}].output", max_side)
             if found:
-                problems.extend(f"task {task_id}: {problem}" for problem in found)
+                problems.extend(f"task {shown(task_id)}: {problem}" for problem in found)
                 continue
             pairs.append(Pair(to_grid(example["input"], max_side=max_side),
                               to_grid(example["output"], max_side=max_side)))

@@ -8,7 +8,9 @@ is read as a ``JsonObject`` whose ``repeated_keys`` say which and how often, so 
 can refuse a task id given twice. When the syntax is sound but one entry of the top-level object
 cannot be read (nested too deeply, a number with thousands of digits), the other entries are
 still read: that entry is None and ``unreadable_keys`` says why, so that a loader can name the
-task and skip only it. This module knows JSON and files; it knows nothing of what the files hold.
+task and skip only it. What is no regular file (a FIFO, a device, a socket) or holds more than
+``MAX_FILE_BYTES`` is refused in one line before it is read, so that no read waits forever. This
+module knows JSON and files; it knows nothing of what the files hold.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from arc_kit.names import shown
 from arc_kit.tasks import InvalidDataError
+
+MAX_FILE_BYTES = 2**30  # the most a JSON file the kit reads may hold (ARC's largest files hold tens of MB)
 
 
 class JsonObject(dict):
@@ -31,6 +37,22 @@ class JsonObject(dict):
 
     repeated_keys: dict[str, int] = {}
     unreadable_keys: dict[str, str] = {}
+
+
+def repeated_keys_within(value: Any) -> list[str]:
+    """Every key that an object anywhere in ``value`` (as ``parse_json`` read it) held more than once, with
+    where: ``sampler: 'threshold' 2 times``; [] when none did."""
+    found, stack = [], [("", value)]
+    while stack:  # a loop, not recursion: what json read may nest as deeply as json reads
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            found += [f"{where or 'the top level'}: {key!r} {times} times"
+                      for key, times in getattr(item, "repeated_keys", {}).items()]
+            stack.extend((f"{where}.{shown(key)}" if where else shown(key), inner)
+                         for key, inner in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{index}]", inner) for index, inner in reversed(list(enumerate(item))))
+    return found
 
 
 def _object_from_pairs(pairs: list[tuple[str, Any]]) -> dict:
@@ -167,16 +189,60 @@ def parse_json(text: str | bytes, source: str = "") -> Any:
 
 def read_json(path: str | os.PathLike) -> Any:
     """Parse a JSON file; InvalidDataError saying what is wrong and where (no traceback needed)."""
+    return parse_json(read_file(path), str(path))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is no regular file (a reader of it might wait forever); None for one."""
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a named pipe (FIFO)", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` when it names a regular file (symbolic links followed); InvalidDataError for one that is missing,
+    or is a folder, a FIFO, a device or a socket, which a reader would wait on forever or read without end."""
     path = Path(path)
-    if not path.exists():
-        raise InvalidDataError([f"no such file: {path}"])
-    if path.is_dir():
-        raise InvalidDataError([f"{path} is a folder, expected a JSON file"])
     try:
-        data = path.read_bytes()
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InvalidDataError([f"no such file: {path}"]) from None
     except OSError as error:
         raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
-    return parse_json(data, str(path))
+    kind = _not_regular(mode)
+    if kind is not None:
+        raise InvalidDataError([f"{path} is {kind}, expected a {what}"])
+    return path
+
+
+def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES, what: str = "JSON file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; InvalidDataError, one line, for anything else.
+
+    What the file is is checked on the open file too (opened without waiting), so a FIFO put in its
+    place between the check and the open cannot make the read wait forever.
+    """
+    path = check_regular_file(path, what)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open would wait
+    except OSError as error:
+        raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(descriptor)
+        kind = _not_regular(status.st_mode)
+        if kind is not None:
+            raise InvalidDataError([f"{path} is {kind}, expected a {what}"])
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(descriptor, True)
+        try:
+            data = handle.read(limit + 1)
+        except OSError as error:
+            raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
+    if len(data) > limit:
+        raise InvalidDataError([f"the file holds more than {limit:,} bytes, more than any {what} the kit reads: "
+                                "is it the right file?"], str(path))
+    return data
 
 
 def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) -> Path:
@@ -231,6 +297,7 @@ def read_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     path = Path(path)
     if not path.exists():
         return
+    check_regular_file(path, "JSON-lines file")  # a FIFO would be waited on forever
     unreadable = []
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):

@@ -24,9 +24,10 @@ from pathlib import Path
 from arc_kit import __version__
 from arc_kit import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
+from arc_kit.locking import holding_folder
 from arc_kit.models import token_budget_of
 from arc_kit.records import answers_from_records, read_records
-from arc_kit.run import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run
+from arc_kit.run import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 from arc_kit.submission import build_submission, load_submission, write_submission
 from arc_kit.tasks import TaskSet
@@ -48,6 +49,7 @@ class CompetitionRun:
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
 
 
+@holding_folder("working", RUN_FOLDER)  # one job at a time in a working folder: its lock, from the start
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, hours: float = CompetitionSettings.hours,
@@ -55,7 +57,8 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
                     stop_minutes: float = CompetitionSettings.stop_minutes,
                     smoke_tasks: int = CompetitionSettings.smoke_tasks, workers: int | None = None,
                     load_options: dict | None = None, force_full: bool = False, progress: bool = True,
-                    competition: str = COMPETITION, restart: bool = False, job: str = CompetitionSettings.job,
+                    competition: str = COMPETITION, restart: bool = False, adopt: bool = False,
+                    job: str = CompetitionSettings.job,
                     workers_per_gpu: int = CompetitionSettings.workers_per_gpu) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.
 
@@ -63,7 +66,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     and workers still running ``stop_minutes`` before it are stopped, so the last write comes first.
     An earlier run of the same settings in ``working`` is resumed (its records kept); one of other
     settings is refused (``run.RunFolderError``) before anything is written, unless ``restart``
-    discards it. Past that nothing
+    discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past that nothing
     raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started
@@ -85,9 +88,10 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     run_folder = working / RUN_FOLDER
     if restart:
         clear_run(run_folder)
-    if (run_folder / RUN_FILE).exists():  # refused loudly, before anything is written
+    if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
         try:
-            check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)))
+            check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
+                      adopt=adopt)
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
     working.mkdir(parents=True, exist_ok=True)
@@ -112,7 +116,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
                                            workers_per_gpu=workers_per_gpu or None,
                                            deadline=deadline, stop_at=stop_at, load_options=load_options,
                                            progress=progress, submission_path=submission_path,
-                                           submission_tasks=tasks, solutions=solutions)
+                                           submission_tasks=tasks, solutions=solutions, adopt=adopt)
         records = run.records
     except Exception as failure:  # noqa: BLE001 - reported in the result and the log, never raised
         error = f"{type(failure).__name__}: {failure}"

@@ -225,6 +225,8 @@ def _read_json(path: Path) -> dict:
     """A model folder's JSON file ({} when absent); ModelFolderError naming the file when it is broken."""
     if not path.exists():
         return {}
+    if not path.is_file():  # a folder, or a FIFO that a read would wait on forever
+        raise ModelFolderError(f"cannot read {path}: it is no regular file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -269,6 +271,9 @@ def _model_folder(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
         raise FileNotFoundError(f"{path} is not a model folder (no config.json or adapter_config.json)")
+    odd = [entry for entry in path.iterdir() if not (entry.is_file() or entry.is_dir())]
+    if odd:  # a FIFO or a device, which transformers would wait on or read forever
+        raise ModelFolderError(f"{odd[0]} is neither a file nor a folder (a FIFO, a device, a broken link?)")
     return path
 
 

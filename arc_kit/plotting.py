@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.augmentation import Augmentation
+from arc_kit.names import file_name, shown
 from arc_kit.tasks import Task
 
 # The palette of the ARC testing interface: black, blue, red, green, yellow, grey, magenta,
@@ -86,7 +87,7 @@ def draw_task(task: Task, answers: Sequence[Sequence[np.ndarray]] | None = None,
                 draw_grid(candidates[row], ax, f"attempt {row + 1}" + (" ✓" if right else ""), title_color=color)
             else:
                 ax.axis("off")
-    figure.suptitle(title or task.id)
+    figure.suptitle(title or shown(task.id), parse_math=False)  # an id is text, never TeX (``$`` in it)
     figure.tight_layout()
     return figure
 
@@ -191,20 +192,21 @@ def save_task_picture(task: Task, out: str | None = None, augmentation_key: str 
                       dpi: int = 100) -> str:
     """Draw ``task`` (under the augmentation with that key, if given) to a PNG file; its path.
 
-    The default file name is ``<task id>.png``. Uses matplotlib's file backend, so it works without
-    a screen.
+    The default file name is the task id's ``names.file_name`` with ``.png``, in the working folder
+    (``<task id>.png`` for an ordinary id; an id such as ``../x`` never names a file elsewhere). Uses
+    matplotlib's file backend, so it works without a screen.
     """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    title = task.id
+    title = shown(task.id)
     if augmentation_key:
         augmentation = Augmentation.from_key(augmentation_key)
-        task, title = augmentation.apply(task), f"{task.id} under {augmentation.key}"
+        task, title = augmentation.apply(task), f"{shown(task.id)} under {augmentation.key}"
     figure = draw_task(task, title=title)
-    out = out or f"{task.id}.png"
+    out = out or file_name(task.id, ".png")
     figure.savefig(out, dpi=dpi)
     plt.close(figure)
     return out

@@ -26,11 +26,88 @@ from typing import Any
 
 import numpy as np
 
-from arc_kit.grids import grid_to_json, to_grid
+from arc_kit.grids import LARGEST_SIDE, grid_to_json, json_type_name, to_grid
 from arc_kit.jsonio import append_json_line, read_json_lines, write_json_lines_atomically
+from arc_kit.names import shown
 from arc_kit.scoring import Candidate
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
+
+
+_TESTS = {
+    "string": lambda value: isinstance(value, str),
+    "integer": lambda value: type(value) is int,  # `type is`: True and False are no integers here
+    "number": lambda value: type(value) in (int, float),
+    "boolean": lambda value: type(value) is bool,
+    "object": lambda value: isinstance(value, Mapping),
+    "list": lambda value: isinstance(value, list),
+}
+
+
+def _check(value: Any, kind: str, where: str) -> None:
+    """ValueError naming ``where`` unless ``value`` is of ``kind``: ``integer``, ``string or null``, ``list of
+    number``, ``object of list of boolean`` (an object's keys are strings in JSON)... A loop, no recursion."""
+    pending = [(value, kind, where)]
+    while pending:
+        value, kind, where = pending.pop()
+        if kind.endswith(" or null"):
+            if value is None:
+                continue
+            kind = kind[:-len(" or null")]
+        outer, _, inner = kind.partition(" of ")
+        if not _TESTS[outer](value):
+            raise ValueError(f"{where} is {json_type_name(value)}, expected {_phrase(kind)}")
+        if inner and outer == "list":
+            pending.extend((item, inner, f"{where}[{index}]") for index, item in enumerate(value))
+        elif inner:
+            pending.extend((item, inner, f"{where}.{shown(str(key))}") for key, item in value.items())
+
+
+def _phrase(kind: str) -> str:
+    """``list of integer`` as a message says it: a list of integers."""
+    words = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
+             "object": "an object", "list": "a list"}
+    parts = kind.split(" of ")
+    return " of ".join([words[part] for part in parts[:1]] + [words[part].split(" ", 1)[1] + "s" for part in parts[1:]])
+
+
+def _checked(data: Any, schema: Mapping[str, str], where: str) -> Mapping:
+    """``data`` when it is an object whose fields in ``schema`` (those it holds: an earlier kit may lack some)
+    are of the kinds there, as strictly as ``to_json`` writes them; ValueError naming the first that is not."""
+    _check(data, "object", where)
+    for key, kind in schema.items():
+        if key in data:
+            _check(data[key], kind, f"{where}.{key}")
+    return data
+
+
+def _grids(values: list, where: str) -> list[np.ndarray]:
+    """Grids of a record (any side up to ``LARGEST_SIDE``: a run of a wide set has wide answers)."""
+    return [to_grid(value, f"{where}[{index}]", LARGEST_SIDE) for index, value in enumerate(values)]
+
+
+_SEARCH = {"forward_calls": "integer", "tokens": "integer", "answers": "integer", "not_grids": "integer",
+           "capped": "list of string", "dropped": "object of integer", "prompt_tokens": "list of integer",
+           "dropped_train_pairs": "integer"}
+_CANDIDATE = {"grid": "list", "generation_nlls": "object of number", "scoring_nlls": "list of number",
+              "aggregates": "object of number"}
+_TEST = {"attempts": "list of list", "candidates": "list of object", "inference_augmentations": "list of string",
+         "scoring_augmentations": "list of string", "search": "object or null"}
+_TRAINING = {"steps": "integer", "seconds": "number", "skipped": "string or null", "first_loss": "number or null",
+             "last_loss": "number or null", "stopped": "string or null"}
+_TASK = {"task_id": "string", "test": "list of object", "timings": "object of number", "error": "string or null",
+         "traceback": "string or null", "rung": "integer", "ttt": "object or null",
+         "correct": "list of boolean or null", "skipped": "string or null", "retried_after": "string or null",
+         "deadline_hit": "string or null"}
+_ABLATION = {"task_id": "string", "stages": "object of list of list", "correct": "object of list of boolean",
+             "correct_top1": "object of list of boolean or null", "candidates": "object of list of integer",
+             "dfs_capped": "list of string", "ttt": "object or null", "seconds": "object of number",
+             "peak_memory_gb": "object of number", "probabilities": "string or null"}
+_SAMPLER_RESULT = {"seconds": "number", "candidates": "list of integer", "found": "list of boolean",
+                   "correct": "object of list of boolean", "correct_top1": "object of list of boolean or null",
+                   "peak_memory_gb": "number or null", "capped": "integer"}
+_SAMPLER = {"task_id": "string", "ttt": "object or null", "samplers": "object of object",
+            "probabilities": "string or null", "scoring_seconds": "number"}
 
 
 def _known(cls, data: Mapping) -> tuple[dict, dict]:
@@ -64,8 +141,8 @@ class SearchStats:
         return _flat_json(self)
 
     @classmethod
-    def from_json(cls, data: Mapping | None) -> SearchStats:
-        known, extra = _known(cls, data or {})
+    def from_json(cls, data: Mapping | None, where: str = "search") -> SearchStats:
+        known, extra = _known(cls, _checked(data or {}, _SEARCH, where))
         return cls(**known, extra=extra)
 
 
@@ -90,12 +167,16 @@ class TestResult:
                 "search": self.search.to_json(), **self.extra}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> TestResult:
-        _, extra = _known(cls, data)
-        return cls([to_grid(grid) for grid in data.get("attempts", [])],
-                   [Candidate.from_json(candidate) for candidate in data.get("candidates", [])],
+    def from_json(cls, data: Mapping, where: str = "test") -> TestResult:
+        _, extra = _known(cls, _checked(data, _TEST, where))
+        candidates = data.get("candidates", [])
+        for index, candidate in enumerate(candidates):
+            _grids([_checked(candidate, _CANDIDATE, f"{where}.candidates[{index}]").get("grid")],
+                   f"{where}.candidates[{index}].grid")
+        return cls(_grids(data.get("attempts", []), f"{where}.attempts"),
+                   [Candidate.from_json(candidate) for candidate in candidates],
                    list(data.get("inference_augmentations", [])), list(data.get("scoring_augmentations", [])),
-                   SearchStats.from_json(data.get("search")), extra)
+                   SearchStats.from_json(data.get("search"), f"{where}.search"), extra)
 
 
 @dataclass
@@ -114,10 +195,10 @@ class TrainingSummary:
         return _flat_json(self)
 
     @classmethod
-    def from_json(cls, data: Mapping | None) -> TrainingSummary | None:
+    def from_json(cls, data: Mapping | None, where: str = "ttt") -> TrainingSummary | None:
         if data is None:
             return None
-        known, extra = _known(cls, data)
+        known, extra = _known(cls, _checked(data, _TRAINING, where))
         return cls(**known, extra=extra)
 
 
@@ -169,16 +250,17 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> TaskRecord:
-        """Read a record line; ValueError saying what is missing when it is not a record at all."""
+        """Read a record line; ValueError saying what is missing or of the wrong kind when it is no record
+        ``to_json`` could have written (it is then never taken for one)."""
         _task_id(data)
-        known, extra = _known(cls, data)
+        known, extra = _known(cls, _checked(data, _TASK, "the record"))
         extra.pop("test", None)
-        tests = [TestResult.from_json(test) for test in data.get("test", [])]
+        tests = [TestResult.from_json(test, f"test[{index}]") for index, test in enumerate(data.get("test", []))]
         known.pop("tests", None)
         known.pop("extra", None)
         correct = known.pop("correct", None)
         return cls(**{**known, "tests": tests, "ttt": TrainingSummary.from_json(data.get("ttt")),
-                      "correct": None if correct is None else [bool(value) for value in correct],
+                      "correct": None if correct is None else list(correct),
                       "timings": dict(data.get("timings") or {})}, extra=extra)
 
 
@@ -224,11 +306,12 @@ class AblationRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> AblationRecord:
-        """Read a record line; ValueError when it is not a record at all."""
+        """Read a record line; ValueError when it is no record ``to_json`` could have written."""
         task_id = _task_id(data)
-        known, extra = _known(cls, data)
+        known, extra = _known(cls, _checked(data, _ABLATION, "the record"))
         top1 = known.get("correct_top1")
-        return cls(task_id, {str(stage): [[to_grid(grid) for grid in attempts] for attempts in tests]
+        return cls(task_id, {str(stage): [_grids(attempts, f"stages.{shown(stage)}[{index}]")
+                                          for index, attempts in enumerate(tests)]
                              for stage, tests in (known.get("stages") or {}).items()},
                    _flags(known.get("correct")), None if top1 is None else _flags(top1),
                    {str(stage): [int(count) for count in counts]
@@ -259,8 +342,8 @@ class SamplerResult:
         return {**data, "peak_memory_gb": self.peak_memory_gb, "capped": self.capped, **self.extra}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> SamplerResult:
-        known, extra = _known(cls, data)
+    def from_json(cls, data: Mapping, where: str = "sampler") -> SamplerResult:
+        known, extra = _known(cls, _checked(data, _SAMPLER_RESULT, where))
         top1 = known.get("correct_top1")
         return cls(float(known.get("seconds") or 0.0), [int(count) for count in known.get("candidates") or []],
                    [bool(value) for value in known.get("found") or []], _flags(known.get("correct")),
@@ -286,11 +369,11 @@ class SamplerRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> SamplerRecord:
-        """Read a record line; ValueError when it is not a record at all."""
+        """Read a record line; ValueError when it is no record ``to_json`` could have written."""
         task_id = _task_id(data)
-        known, extra = _known(cls, data)
+        known, extra = _known(cls, _checked(data, _SAMPLER, "the record"))
         return cls(task_id, TrainingSummary.from_json(known.get("ttt")),
-                   {str(name): SamplerResult.from_json(result)
+                   {str(name): SamplerResult.from_json(result, f"samplers.{shown(name)}")
                     for name, result in (known.get("samplers") or {}).items()},
                    known.get("probabilities"), float(known.get("scoring_seconds") or 0.0), extra)
 

@@ -19,6 +19,7 @@ beyond what the solver holds.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -29,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.datasets import load_tasks
-from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.jsonio import read_json, repeated_keys_within, write_json_atomically
+from arc_kit.locking import hold_folder
 from arc_kit.models import load_encoder, token_budget_of
+from arc_kit.names import encoded, file_name, shown
 from arc_kit.planner import Planner, Speeds, TaskBudget, estimate_run, measure, shortest_tasks, speeds_from_records
 from arc_kit.records import (
     FALLBACK_RUNG,
@@ -60,8 +63,15 @@ class RunFolderError(ValueError):
 
 
 def task_ids_digest(tasks: TaskSet) -> str:
-    """A short digest of every task id of a set (skipped ones included): tells two data sets apart in ``run.json``."""
-    return hashlib.sha256("\n".join(sorted(tasks.test_counts())).encode("utf-8")).hexdigest()[:16]
+    """A short digest of every task id of a set (skipped ones included): tells two data sets apart in ``run.json``.
+
+    Any string JSON can hold is an id (``names.encoded``: lone surrogates too). Ids joined by newlines,
+    as the kit has always digested them (so that a run of an earlier kit resumes); a set where an id
+    holds a newline itself is digested as a JSON list instead (so that ``a\\nb`` and ``a``, ``b`` differ).
+    """
+    ids = sorted(tasks.test_counts())
+    text = "\n".join(ids) if not any("\n" in task_id for task_id in ids) else json.dumps(ids)
+    return hashlib.sha256(encoded(text)).hexdigest()[:16]
 
 
 def records_file(table: str | None = None) -> str:
@@ -77,8 +87,18 @@ def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
 
 
 def clear_run(out: str | os.PathLike) -> None:
-    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders."""
+    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders.
+
+    Under the folder's lock (``locking.hold_folder``): a run that another process is writing is never cleared.
+    """
     out = Path(out)
+    if not out.exists():
+        return
+    with hold_folder(out):
+        _clear_run(out)
+
+
+def _clear_run(out: Path) -> None:
     for name in RUN_FILES:
         (out / name).unlink(missing_ok=True)
     for path in out.glob(f"*_{RECORDS_FILE}"):
@@ -99,11 +119,14 @@ def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = T
 
 
 def claim_task(out: str | os.PathLike, task_id: str) -> bool:
-    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks)."""
+    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks).
+
+    The claim is a file in ``out/claims`` named by ``names.file_name``: inside that folder whatever the id holds.
+    """
     folder = Path(out) / CLAIMS_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        os.close(os.open(folder / task_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         return True
     except FileExistsError:
         return False
@@ -128,37 +151,58 @@ def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count
 def read_settings_file(path: str | os.PathLike) -> SolveSettings:
     """The method's settings from a JSON file: ``SolveSettings.to_json``, or a run folder's ``run.json``.
 
-    Unknown fields are errors (``Settings.from_json(strict=True)``): a typo never passes silently.
+    Unknown fields are errors (``Settings.from_json(strict=True)``), and so is a key given twice: a typo
+    never passes silently.
     """
     data = read_json(path)
+    repeated = repeated_keys_within(data)
+    if repeated:  # JSON keeps the last copy: which value was meant cannot be told
+        raise InvalidDataError([f"a key given more than once ({', '.join(repeated[:3])})"], str(path))
     if isinstance(data, Mapping) and isinstance(data.get("settings"), Mapping):  # a run folder's run.json
         data = data["settings"]
     return SolveSettings.from_json(data, strict=True)
 
 
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-             restart: bool = False) -> Path:
+             restart: bool = False, adopt: bool = False) -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
 
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
-    run lacks a digest: the same file may be named by many paths).
+    run lacks a digest: the same file may be named by many paths). Records without a ``run.json``
+    are refused unless ``restart`` discards them or ``adopt`` keeps them as this run's. Done under
+    the folder's lock (``locking``): FolderInUseError while another process holds it; the caller
+    that owns the run holds it for the whole run.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if restart:
-        clear_run(out)
-    if not check_run(out, settings, info):
-        write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
+    with hold_folder(out):
+        if restart:
+            clear_run(out)
+        if not check_run(out, settings, info, adopt=adopt):
+            write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
 
 
-def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None) -> bool:
+def has_records(out: str | os.PathLike) -> bool:
+    """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
+    out = Path(out)
+    patterns = [RECORDS_FILE, f"*_{RECORDS_FILE}", f"worker-*/{RECORDS_FILE}", f"worker-*/*_{RECORDS_FILE}"]
+    return any(path.is_file() and path.stat().st_size for pattern in patterns for path in out.glob(pattern))
+
+
+def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
+              adopt: bool = False) -> bool:
     """True when ``out`` holds a run that ``settings`` and ``info`` may resume (the rules of ``open_run``),
-    False when it holds none, RunFolderError when it holds another. Writes nothing."""
+    False when it holds none, RunFolderError when it holds another, or records but no ``run.json`` to
+    say what made them (unless ``adopt``: then they are this run's and False says to write one). Writes
+    nothing."""
     out = Path(out)
     run_path = out / RUN_FILE
     info = dict(info or {})
+    if not run_path.exists() and has_records(out) and not adopt:
+        raise RunFolderError(f"{out} holds records but no {RUN_FILE}, so which settings made them cannot be told; "
+                             "use --restart to discard them, or --adopt to keep them as this run's (under the "
+                             "settings given now)")
     if run_path.exists():
         try:
             stored = read_json(run_path)
@@ -194,16 +238,23 @@ def _changed_fields(first: Mapping, second: Mapping, prefix: str = "") -> list[s
 
 
 def read_run_settings(out: str | os.PathLike) -> SolveSettings:
-    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none)."""
+    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none, or none readable)."""
     path = Path(out) / RUN_FILE
     if not path.exists():
         raise RunFolderError(f"{out} holds no run ({RUN_FILE} missing)")
-    return SolveSettings.from_json(read_json(path)["settings"])
+    try:
+        return SolveSettings.from_json(read_run_info(out)["settings"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} ({str(error).splitlines()[0]})") from None
 
 
 def read_run_info(out: str | os.PathLike) -> dict:
+    """What ``run.json`` in ``out`` says ({} when there is none); RunFolderError when it holds no object."""
     path = Path(out) / RUN_FILE
-    return read_json(path) if path.exists() else {}
+    info = read_json(path) if path.exists() else {}
+    if not isinstance(info, dict):
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} (it holds no object)")
+    return info
 
 
 def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts: int = 2) -> None:
@@ -228,7 +279,7 @@ def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRec
     score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]),
                              attempts=attempts)
     table = score.table.merge(record_table(records.values()), on="task_id", how="left")
-    table.to_csv(out / "scores.csv", index=False)
+    table.to_csv(out / "scores.csv", index=False, errors="backslashreplace")  # a lone surrogate in an id
     write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
                                                "task_score": score.task_score, "tasks": len(score.table),
                                                "attempts": attempts}, indent=2)
@@ -253,7 +304,7 @@ class SolveRun:
 def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
           info: dict | None = None, progress: bool = True, restart: bool = False,
           task_ids: Sequence[str] | None = None, deadline: float | None = None,
-          records_name: str = RECORDS_FILE, write_outputs: bool = True) -> SolveRun:
+          records_name: str = RECORDS_FILE, write_outputs: bool = True, adopt: bool = False) -> SolveRun:
     """Solve every task (or ``task_ids``) of ``tasks``, writing records, submission and scores to ``out``.
 
     ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
@@ -261,16 +312,26 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     since the epoch) a ``planner.Planner`` orders the tasks cheapest first, steps down the
     ladder of cheaper settings as time runs short and caps each task and each search (wall clock);
     tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
-    task that fails is retried once, cheaper. ``write_outputs=False`` (a worker process) writes only
-    the records, under ``records_name``, into a folder its parent opened.
+    task that fails is retried once, cheaper. ``restart`` and ``adopt``: as in ``open_run``; the run
+    holds ``out``'s lock throughout (``locking``: a second run on it is refused, naming this one).
+    ``write_outputs=False`` (a worker process) writes only the records, under ``records_name``, into
+    a folder its parent opened and holds.
     """
+    out = Path(out)
+    if not write_outputs:
+        out.mkdir(parents=True, exist_ok=True)
+        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+    with hold_folder(out):
+        open_run(out, solver.settings, info, restart=restart, adopt=adopt)
+        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+
+
+def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
+              task_ids: Sequence[str] | None, deadline: float | None, records_name: str,
+              write_outputs: bool) -> SolveRun:
+    """The body of ``solve``, in a folder made ready for it."""
     from tqdm.auto import tqdm
 
-    out = Path(out)
-    if write_outputs:
-        open_run(out, solver.settings, info, restart=restart)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
     records_path = out / records_name
     records = read_records(records_path)
     wanted = list(task_ids) if task_ids is not None else tasks.ids
@@ -345,7 +406,7 @@ def solve_one(solver: Solver, task: Task, rung: int, rungs: Sequence[SolveSettin
 def task_line(record: TaskRecord) -> str:
     """One readable line per finished task: id, rung, seconds, candidates, and what went wrong, if anything."""
     rung = "fallback" if record.rung == FALLBACK_RUNG else f"rung {record.rung}"
-    parts = [f"task {record.task_id}: {rung}", f"{record.timings.get('total', 0.0):.1f} s",
+    parts = [f"task {shown(record.task_id)}: {rung}", f"{record.timings.get('total', 0.0):.1f} s",
              f"{sum(len(test.candidates) for test in record.tests)} candidates"]
     if record.correct is not None:
         parts.append(f"{sum(record.correct)}/{len(record.correct)} right")
@@ -383,7 +444,10 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
     if workers < 1 or speedup <= 0:
         raise ValueError(f"workers must be at least 1 and speedup positive, got {workers} and {speedup}")
     settings = read_run_settings(folder)
-    measured_tasks = load_tasks(read_run_info(folder).get("dataset", "arc-agi-1/evaluation"), strict=False)
+    dataset = read_run_info(folder).get("dataset", "arc-agi-1/evaluation")
+    if not isinstance(dataset, str):
+        raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set (its dataset is no string)")
+    measured_tasks = load_tasks(dataset, strict=False)
     encoder = load_encoder(model, max_len=settings.max_len)
     speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
     target = target or settings
@@ -394,7 +458,7 @@ def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str |
 
 
 __all__ = ["CLAIMS_FOLDER", "Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
-           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from",
+           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
            "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
            "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
            "write_scores"]

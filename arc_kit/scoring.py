@@ -26,7 +26,7 @@ from arc_kit import decoding
 from arc_kit.augmentation import Augmentation
 from arc_kit.decoding import (AnswerSpace, BatchLimit, answer_log_probs, cache_tensors, new_cache, nlls_after_prompts,
                               with_halving)
-from arc_kit.grids import grid_to_json, to_grid
+from arc_kit.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
 
@@ -203,7 +203,8 @@ class Candidate:
         """The inverse of ``to_json``; fields it does not know are kept in ``extra`` (the aggregates are recomputed)."""
         extra = {key: value for key, value in data.items()
                  if key not in ("grid", "generation_nlls", "scoring_nlls", "aggregates")}
-        return cls(to_grid(data["grid"]), {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
+        return cls(to_grid(data["grid"], max_side=LARGEST_SIDE),  # a wide set's candidates are wide
+                   {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
                    [float(v) for v in data.get("scoring_nlls", [])], extra)
 
 

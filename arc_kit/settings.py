@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arc_kit.names import shown
+
 DEFAULT_TOKEN_BUDGET = 8192  # the authors' cap on a prompt plus its answer, and on a training sequence, for every
 # model (their NeMo-8B runs: finetune_NemoReArc1200.py and evaluate_NemoReArc1200_*.py, max_tokens=8192)
 DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation by prompt tokens (its preset's sizing)
@@ -60,7 +62,8 @@ class Settings:
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = [name for name in data if name not in known]
         if unknown and strict:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(map(shown, unknown))}; known: "
+                             f"{', '.join(known)}")
         hints = typing.get_type_hints(cls)
         values = {}
         for name, value in data.items():

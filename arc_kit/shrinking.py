@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
+from arc_kit.jsonio import check_regular_file, read_json
+from arc_kit.tasks import InvalidDataError
 from arc_kit.text_format import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
@@ -270,6 +272,9 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    config = read_json(check_regular_file(Path(source) / "config.json", "model's config.json"))
+    if not isinstance(config, dict):  # transformers would fail on it with a traceback
+        raise InvalidDataError([f"{Path(source) / 'config.json'} holds no object, expected a model's config"])
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)

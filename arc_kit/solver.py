@@ -37,6 +37,7 @@ from arc_kit.batched_dfs import batched_dfs_search
 from arc_kit.decoding import AnswerSpace, deadline_passed, earliest
 from arc_kit.dfs import DfsSettings
 from arc_kit.grids import grid_key
+from arc_kit.names import encoded, shown
 from arc_kit.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.samplers import generate
 from arc_kit.scoring import Candidate, augmented_nlls, select
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 def task_rng(seed: int, task_id: str, purpose: str = "") -> np.random.Generator:
     """A generator that depends only on the run seed, the task id and the purpose."""
-    digest = hashlib.sha256(f"{task_id}/{purpose}".encode()).digest()
+    digest = hashlib.sha256(encoded(f"{task_id}/{purpose}")).digest()
     return np.random.default_rng((seed, int.from_bytes(digest[:8], "little")))
 
 
@@ -250,7 +251,7 @@ class Solver:
         except Exception as error:  # one task's failure must never stop the run
             record.error = f"{type(error).__name__}: {error}"
             record.traceback = traceback.format_exc(limit=8)
-            logger.warning("task %s failed: %s", task.id, record.error)
+            logger.warning("task %s failed: %s", shown(task.id), record.error)
         record.timings["total"] = round(time.monotonic() - started, 3)
         return record
 

@@ -37,6 +37,7 @@ from arc_kit.grids import (
     json_type_name,
 )
 from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.names import shown
 from arc_kit.tasks import InvalidDataError, TaskSet, parse_tasks, repeated_keys, unreadable_keys
 
 if TYPE_CHECKING:
@@ -118,16 +119,17 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
     limit = side_limit(challenges, max_side)
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
-    problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
+    problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
                 for task_id, times in repeated_keys(submission).items()]
     unreadable = unreadable_keys(submission)
-    problems += [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable.items()]
+    problems += [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable.items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
-        problems += [f"task {task_id}: missing" for task_id in expected if task_id not in submission]
-        problems += [f"task {task_id}: not in the challenges" for task_id in submission if task_id not in expected]
+        problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in submission]
+        problems += [f"task {shown(task_id)}: not in the challenges"
+                     for task_id in submission if task_id not in expected]
     for task_id, entries in submission.items():
-        prefix = f"task {task_id}:"
+        prefix = f"task {shown(task_id)}:"
         if task_id in unreadable:
             continue
         if not isinstance(entries, list):
@@ -142,6 +144,8 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
                 problems.append(f"{prefix} [{index}] is {json_type_name(entry)}, expected an object with "
                                 "attempt_1 and attempt_2")
                 continue
+            problems += [f"{prefix} [{index}] holds {key!r} {times} times (JSON keeps only the last, so which "
+                         "answer counts cannot be told)" for key, times in repeated_keys(entry).items()]
             for name in ATTEMPTS:
                 if name not in entry:
                     problems.append(f"{prefix} [{index}] missing {name}")
@@ -157,25 +161,26 @@ def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] |
     limit = side_limit(challenges, max_side)
     if not isinstance(solutions, dict):
         return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
-    problems = [f"task {task_id}: appears {times} times (only the last copy counts)"
+    problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
                 for task_id, times in repeated_keys(solutions).items()]
     unreadable = unreadable_keys(solutions)
-    problems += [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable.items()]
+    problems += [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable.items()]
     expected = None if challenges is None else _expected(challenges)
     if expected is not None:
-        problems += [f"task {task_id}: missing" for task_id in expected if task_id not in solutions]
-        problems += [f"task {task_id}: not in the challenges" for task_id in solutions if task_id not in expected]
+        problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in solutions]
+        problems += [f"task {shown(task_id)}: not in the challenges"
+                     for task_id in solutions if task_id not in expected]
     for task_id, grids in solutions.items():
         if task_id in unreadable:
             continue
         if not isinstance(grids, list) or not grids:
-            problems.append(f"task {task_id}: is {json_type_name(grids) if not isinstance(grids, list) else 'empty'}"
-                            ", expected a list of grids")
+            what = json_type_name(grids) if not isinstance(grids, list) else "empty"
+            problems.append(f"task {shown(task_id)}: is {what}, expected a list of grids")
             continue
         if expected is not None and task_id in expected and len(grids) != expected[task_id]:
-            problems.append(f"task {task_id}: has {len(grids)} solutions for {expected[task_id]} test inputs")
+            problems.append(f"task {shown(task_id)}: has {len(grids)} solutions for {expected[task_id]} test inputs")
         for index, grid in enumerate(grids):
-            problems += [f"task {task_id}: {p}" for p in grid_problems(grid, f"[{index}]", limit)]
+            problems += [f"task {shown(task_id)}: {p}" for p in grid_problems(grid, f"[{index}]", limit)]
     return problems
 
 
@@ -328,10 +333,10 @@ def detect_kind(data: Any) -> str:
             if kind is not None:
                 return kind
         task_id, first = next(iter(data.items()))
-        shown = "an empty list" if first == [] else "an empty object" if first == {} else json_type_name(first)
+        what = "an empty list" if first == [] else "an empty object" if first == {} else json_type_name(first)
         which = "its only task" if len(data) == 1 else f"none of its {len(data)} tasks looks like one, the first"
         raise InvalidDataError([f"cannot tell whether this is a challenges, solutions or submission file: {which}, "
-                                f"task {task_id}, is {shown} (a challenge is an object with 'train' and 'test'; "
+                                f"task {shown(task_id)}, is {what} (a challenge is an object with 'train' and 'test'; "
                                 "use --kind to check it as one kind)"])
     what = "an empty object" if isinstance(data, dict) else json_type_name(data)
     raise InvalidDataError([f"cannot tell whether this is a challenges, solutions or submission file: it holds {what}, "
@@ -353,7 +358,7 @@ def validate_file(path: str | os.PathLike, kind: str = "auto", challenges: TaskS
     try:
         kind = detect_kind(data) if kind == "auto" else kind
     except InvalidDataError as error:
-        unreadable = [f"task {task_id}: cannot be read: {why}" for task_id, why in unreadable_keys(data).items()]
+        unreadable = [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable_keys(data).items()]
         return kind, unreadable + (["cannot tell from the rest whether this is a challenges, solutions or submission "
                                     "file (use --kind to check it as one kind)"] if unreadable else error.problems)
     if kind == "challenges":

@@ -34,6 +34,7 @@ from types import MappingProxyType
 import numpy as np
 
 from arc_kit.grids import freeze
+from arc_kit.jsonio import check_regular_file
 from arc_kit.tasks import Pair
 
 SIZE = 9
@@ -304,21 +305,30 @@ def grid_text(grid) -> str:
 def load_csv(path: str | Path, limit: int | None = None, check: bool = True) -> list[Pair]:
     """Puzzles from a CSV with ``puzzle`` and ``solution`` columns (Sudoku 3M's layout; others ignored).
 
-    ``check``: every solution must solve its puzzle (ValueError naming the row otherwise).
+    ``check``: every solution must solve its puzzle (ValueError naming the row otherwise). What is no
+    regular file (a FIFO, a folder) or no CSV text is a ValueError in one line too.
     """
+    check_regular_file(path, "CSV file")  # a FIFO would be waited on forever
+    with open(path, newline="", encoding="utf-8") as handle:
+        try:
+            return _read_pairs(csv.DictReader(handle), path, limit, check)
+        except csv.Error as error:  # a NUL byte, a field over csv's limit...
+            raise ValueError(f"{path}: not a CSV file of puzzles ({error})") from None
+
+
+def _read_pairs(reader: csv.DictReader, path, limit: int | None, check: bool) -> list[Pair]:
+    """The rows of ``load_csv``'s open file."""
     pairs = []
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"puzzle", "solution"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found {reader.fieldnames})")
-        for line, row in enumerate(reader, start=2):
-            if limit is not None and len(pairs) >= limit:
-                break
-            puzzle, solution = grid_from_text(row["puzzle"]), grid_from_text(row["solution"])
-            if check and not solves(puzzle, solution):
-                raise ValueError(f"{path}, line {line}: the solution does not solve the puzzle")
-            pairs.append(Pair(puzzle, solution))
+    missing = {"puzzle", "solution"} - set(reader.fieldnames or [])
+    if missing:
+        raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found {reader.fieldnames})")
+    for line, row in enumerate(reader, start=2):
+        if limit is not None and len(pairs) >= limit:
+            break
+        puzzle, solution = grid_from_text(row["puzzle"] or ""), grid_from_text(row["solution"] or "")  # short row
+        if check and not solves(puzzle, solution):
+            raise ValueError(f"{path}, line {line}: the solution does not solve the puzzle")
+        pairs.append(Pair(puzzle, solution))
     return pairs
 
 

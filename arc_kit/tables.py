@@ -35,7 +35,9 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.grids import grid_key
+from arc_kit.locking import hold_folder, holding_folder
 from arc_kit.models import LoadSettings, load_model, token_budget_of
+from arc_kit.names import shown
 from arc_kit.records import AblationRecord, SamplerRecord, SamplerResult, append_record
 from arc_kit.run import CLAIMS_FOLDER, RunFolderError, check_run, claim_task, open_run, records_file, run_records
 from arc_kit.scoring import AGGREGATIONS, Candidate, select
@@ -207,22 +209,31 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
 
     A single process opens the run (``run.open_run``: refused when the folder ran other settings or
     another data set). As one of several workers (``worker`` = its number) the parent has opened
-    it; a task goes to whichever worker claims it first and its record into ``out/worker-N``; no
-    task is started after ``stop_at`` (monotonic).
+    it and holds its lock; a task goes to whichever worker claims it first and its record into
+    ``out/worker-N``; no task is started after ``stop_at`` (monotonic). A single process holds the
+    folder's lock throughout (``locking``).
     """
+    if worker is not None:
+        if not check_run(out, solver.settings, info):
+            raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
+        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
+    with hold_folder(out):
+        open_run(out, solver.settings, info)
+        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
+
+
+def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progress: bool, worker: int | None,
+                  stop_at: float | None) -> dict:
+    """The loop of ``_run_tasks``, in a folder made ready for it."""
     from tqdm.auto import tqdm
 
-    if worker is None:
-        open_run(out, solver.settings, info)
-    elif not check_run(out, solver.settings, info):
-        raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
     records = run_records(out, records_file(table), kind)
     path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
     path.parent.mkdir(parents=True, exist_ok=True)
     for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
                      disable=not progress):
         if not task.has_solutions:
-            raise ValueError(f"task {task.id} has no known test outputs; the tables need solutions")
+            raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")
         if stop_at is not None and time.monotonic() > stop_at:
             break
         if worker is not None and not claim_task(out, task.id):
@@ -358,15 +369,18 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
     run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
 
+@holding_folder("out")
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
               load_options: dict | None = None, progress: bool = True, workers: int = 1,
-              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None) -> TableRun:
+              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
+              adopt: bool = False) -> TableRun:
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
     fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
     rerun resumes, one that ran other settings or another data set (``info``'s, see
-    ``run.open_run``) is refused; ``restart`` discards the earlier run first. The ablation can run
+    ``run.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
+    that lack a ``run.json``. The run holds ``out``'s lock throughout (``locking``). The ablation can run
     in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
     ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is
     stopped (a rerun does it), and the table covers the tasks finished from the first one on, in order.
@@ -384,7 +398,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     # what the model takes
     settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
     info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
-    open_run(out, settings, info, restart=restart)
+    open_run(out, settings, info, restart=restart, adopt=adopt)
     stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
     if which == "ablation" and (workers > 1 or minutes is not None):
         import multiprocessing

@@ -26,6 +26,7 @@ from arc_kit.grids import (
     json_type_name,
     to_grid,
 )
+from arc_kit.names import shown
 
 
 class InvalidDataError(ValueError):
@@ -84,11 +85,11 @@ class Task:
         object.__setattr__(self, "train", tuple(self.train))
         object.__setattr__(self, "test", tuple(self.test))
         if not self.train:
-            raise ValueError(f"task {self.id}: has no train pairs")
+            raise ValueError(f"task {shown(self.id)}: has no train pairs")
         if not self.test:
-            raise ValueError(f"task {self.id}: has no test inputs")
+            raise ValueError(f"task {shown(self.id)}: has no test inputs")
         if any(pair.output is None for pair in self.train):
-            raise ValueError(f"task {self.id}: every train pair needs an output")
+            raise ValueError(f"task {shown(self.id)}: every train pair needs an output")
 
     @property
     def test_inputs(self) -> list[np.ndarray]:
@@ -111,8 +112,8 @@ class Task:
 
     def with_solutions(self, outputs: Sequence[Any], *, max_side: int = MAX_SIDE) -> Task:
         if len(outputs) != len(self.test):
-            raise ValueError(f"task {self.id}: {len(outputs)} solutions for {len(self.test)} test inputs")
-        pairs = tuple(Pair(pair.input, to_grid(output, f"task {self.id}: solution[{index}]", max_side))
+            raise ValueError(f"task {shown(self.id)}: {len(outputs)} solutions for {len(self.test)} test inputs")
+        pairs = tuple(Pair(pair.input, to_grid(output, f"task {shown(self.id)}: solution[{index}]", max_side))
                       for index, (pair, output) in enumerate(zip(self.test, outputs)))
         return Task(self.id, self.train, pairs)
 
@@ -163,7 +164,7 @@ def unreadable_keys(mapping: Any) -> dict[str, str]:
 
 def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
                  problems: list[str], max_side: int = MAX_SIDE) -> list[tuple[Any, Any]] | None:
-    prefix = f"task {task_id}:"
+    prefix = f"task {shown(task_id)}:"
     if part not in data:
         problems.append(f"{prefix} missing '{part}'")
         return None
@@ -182,6 +183,8 @@ def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
                             + (" and 'output'" if need_output else ""))
             parsed.append((None, None))
             continue
+        problems.extend(f"{prefix} {where} holds key {key!r} {times} times (JSON keeps only the last)"
+                        for key, times in repeated_keys(pair).items())
         grids = []
         for key in ("input", "output"):
             if key not in pair:
@@ -204,12 +207,12 @@ def parse_task(task_id: str, data: Any, solutions: Any = None, *,
     each prefixed ``task <id>:``. ``max_side``: the most cells on a grid's side, the competition's
     30 unless the data is for exploration or training only (up to ``grids.LARGEST_SIDE``).
     """
-    prefix = f"task {task_id}:"
+    prefix = f"task {shown(task_id)}:"
     max_side = check_max_side(max_side)
     if not isinstance(data, dict):
         return None, [f"{prefix} is {json_type_name(data)}, expected an object with 'train' and 'test'"]
     problems: list[str] = [f"{prefix} key {key!r} appears {times} times" for key, times in repeated_keys(data).items()]
-    problems += [f"{prefix} '{key}' cannot be read: {why}" for key, why in unreadable_keys(data).items()]
+    problems += [f"{prefix} {key!r} cannot be read: {why}" for key, why in unreadable_keys(data).items()]
     if unreadable_keys(data):
         return None, problems  # the unreadable part would only be reported again as missing
     train = _parse_pairs(task_id, data, "train", True, problems, max_side)
@@ -276,7 +279,7 @@ class TaskSet(Mapping[str, Task]):
         self._tasks: dict[str, Task] = {}
         for task in tasks:
             if task.id in self._tasks:
-                raise ValueError(f"task {task.id}: appears twice in {name or 'the task set'}")
+                raise ValueError(f"task {shown(task.id)}: appears twice in {name or 'the task set'}")
             self._tasks[task.id] = task
         if max_side is None:
             sides = [side for task in self._tasks.values() for pair in (*task.train, *task.test)
@@ -402,16 +405,16 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
             raise InvalidDataError([f"the solutions hold {json_type_name(solutions)}, expected an object "
                                     "mapping task ids to lists of grids"], source)
         extra = [task_id for task_id in solutions if task_id not in challenges]
-        top_problems += [f"task {task_id}: has solutions but no challenge" for task_id in extra]
-        top_problems += [f"task {task_id}: appears {times} times in the solutions (only the last copy was read)"
-                         for task_id, times in repeated_keys(solutions).items()]
+        top_problems += [f"task {shown(task_id)}: has solutions but no challenge" for task_id in extra]
+        top_problems += [f"task {shown(task_id)}: appears {times} times in the solutions (only the last copy was "
+                         "read)" for task_id, times in repeated_keys(solutions).items()]
     tasks, skipped, all_problems = [], {}, list(top_problems)
     repeated, unreadable = repeated_keys(challenges), unreadable_keys(challenges)
     unreadable_solutions = unreadable_keys(solutions)
     for task_id, data in challenges.items():
         if task_id in unreadable or task_id in unreadable_solutions:  # the rest of the file was read: skip only it
             why = unreadable.get(task_id) or f"its solutions: {unreadable_solutions[task_id]}"
-            problems = (f"task {task_id}: cannot be read: {why}",)
+            problems = (f"task {shown(task_id)}: cannot be read: {why}",)
             all_problems.extend(problems)
             skipped[task_id] = SkippedTask(task_id, problems, count_test_inputs(data),
                                            _salvage_test_inputs(data, max_side))
@@ -420,13 +423,13 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         if solutions is not None:
             task_solutions = solutions.get(task_id)
             if task_solutions is None:
-                all_problems.append(f"task {task_id}: missing from the solutions")
-                skipped[task_id] = SkippedTask(task_id, (f"task {task_id}: missing from the solutions",),
+                all_problems.append(f"task {shown(task_id)}: missing from the solutions")
+                skipped[task_id] = SkippedTask(task_id, (f"task {shown(task_id)}: missing from the solutions",),
                                                count_test_inputs(data), _salvage_test_inputs(data, max_side))
                 continue
         task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
         if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
-            problems = [f"task {task_id}: appears {repeated[task_id]} times in the file (task ids must be "
+            problems = [f"task {shown(task_id)}: appears {repeated[task_id]} times in the file (task ids must be "
                         "unique; only the last copy was read)", *problems]
             task = None
         if problems:

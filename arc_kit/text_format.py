@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from arc_kit.grids import MAX_SIDE, freeze
+from arc_kit.names import shown
 from arc_kit.settings import DECODING_MODES, DEFAULT_TOKEN_BUDGET
 from arc_kit.tasks import Pair
 
@@ -324,11 +325,11 @@ class TaskEncoder:
         query = self._query(test_input)
         fixed = len(self.bos) + len(self.preprompt) + len(query)
         if fixed > budget:
-            raise TaskTooLongError(f"task {task_id or '?'}: the test input needs {fixed} tokens and the answer "
+            raise TaskTooLongError(f"task {shown(task_id or '?')}: the test input needs {fixed} tokens and the answer "
                                    f"{room} more, over the budget of {total}")
         kept, dropped = self._fit([len(piece) for piece in pieces], fixed, budget)
         if dropped and log_drops:
-            logger.warning("task %s: dropped train pair(s) %s of %d to fit %d tokens", task_id or "?",
+            logger.warning("task %s: dropped train pair(s) %s of %d to fit %d tokens", shown(task_id or "?"),
                            dropped, len(train), budget)
         ids = np.concatenate([self.bos, self.preprompt, *(pieces[i] for i in kept), query])
         return Encoded(ids, np.zeros(len(ids), dtype=bool), tuple(kept), tuple(dropped))

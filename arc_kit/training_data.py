@@ -38,6 +38,7 @@ from arc_kit.augmentation import Augmentation
 from arc_kit.datasets import load_re_arc, load_tasks
 from arc_kit.difficulty import drop_easiest
 from arc_kit.grids import MAX_SIDE
+from arc_kit.names import shown
 from arc_kit.settings import DataSettings, SequenceSettings
 from arc_kit.tasks import Pair, TaskSet
 from arc_kit.text_format import Encoded, TaskEncoder, TaskTooLongError
@@ -325,7 +326,7 @@ class SequenceDataset:
         if pool_index not in self._warned:
             self._warned.add(pool_index)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
-                           "items are drawn at random from other pools", self.names[pool_index],
+                           "items are drawn at random from other pools", shown(self.names[pool_index]),
                            self.settings.max_len)
         return None
 

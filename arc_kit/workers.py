@@ -26,6 +26,7 @@ This module knows processes, files and the planner; what a task's solving does i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -44,7 +45,8 @@ from arc_kit import progress
 from arc_kit.bases import build_base, built_folder, is_built
 from arc_kit.datasets import load_challenges
 from arc_kit.grids import MAX_SIDE
-from arc_kit.jsonio import write_json_atomically
+from arc_kit.jsonio import read_json, write_json_atomically
+from arc_kit.locking import holding_folder
 from arc_kit.models import (
     DELTA_INDEX,
     LoadSettings,
@@ -54,6 +56,7 @@ from arc_kit.models import (
     model_info,
     token_budget_of,
 )
+from arc_kit.names import shown
 from arc_kit.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
 from arc_kit.records import (
@@ -78,7 +81,7 @@ from arc_kit.run import (
 from arc_kit.settings import SamplerSettings, Settings, SolveSettings, ladder, setting
 from arc_kit.solver import Solver
 from arc_kit.submission import build_submission, write_submission
-from arc_kit.tasks import TaskSet
+from arc_kit.tasks import InvalidDataError, TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +214,7 @@ class WorkerSlot:
         write_json_atomically(self.folder / ASSIGNMENT_FILE, {"sequence": self.sequence, **message})
 
 
+@holding_folder("out")  # the parent holds the run folder's lock; its workers never ask for it
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
                      workers: int | None = None, gpus: Sequence[int | str] | None = None,
                      deadline: float | None = None, stop_at: float | None = None,
@@ -218,7 +222,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
                      progress: bool = True, submission_path: str | os.PathLike | None = None,
                      submission_tasks: TaskSet | None = None, info: dict | None = None,
                      budget: BudgetSettings = BudgetSettings(), watchdog: WatchdogSettings = WatchdogSettings(),
-                     workers_per_gpu: int | None = None) -> SolveRun:
+                     workers_per_gpu: int | None = None, adopt: bool = False) -> SolveRun:
     """Solve ``tasks`` with worker processes that share the GPUs (one CPU process when there is none).
 
     ``workers`` (a total; those beyond the GPUs run on the CPU) wins over ``workers_per_gpu``; with
@@ -245,7 +249,8 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     load_options = prepare_model(model, load_options, progress)
     if stop_at is None and deadline is not None:
         stop_at = deadline + watchdog.stop_seconds
-    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}))
+    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}),
+             adopt=adopt)
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
     records = merged_records(out)
     answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
@@ -539,14 +544,14 @@ def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | 
     if status is not None:
         return f"exited with status {status}"
     if slot.task is not None and now > slot.task_deadline + watchdog.hang_seconds:
-        return f"hung: task {slot.task} is {now - slot.task_deadline:.0f} s past its deadline"
+        return f"hung: task {shown(slot.task)} is {now - slot.task_deadline:.0f} s past its deadline"
     if not slot.ready:
         if slot.heartbeat_age(now) > watchdog.silence_seconds:
             return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
         return None
     stalled = slot.stalled_for(now)
     if stalled > watchdog.stall_seconds:
-        doing = f"on task {slot.task}" if slot.task else "between tasks"
+        doing = f"on task {shown(slot.task)}" if slot.task else "between tasks"
         return f"hung: no progress {doing} for {stalled:.0f} s (its step counter stands at {slot.steps.strip()})"
     return None
 
@@ -654,6 +659,27 @@ class _Heartbeat(threading.Thread):
             time.sleep(self.seconds)
 
 
+PLAN_FIELDS = {"challenges": str, "model": str, "settings": dict, "load": dict, "max_side": int,
+               "heartbeat_seconds": (int, float)}  # what the parent writes into a worker's plan.json
+
+
+def read_plan(path: Path) -> dict:
+    """A worker's ``plan.json`` (``jsonio.read_json``: never a FIFO waited on); InvalidDataError, in one line,
+    for one the parent did not write (no object, a field missing or of another kind, an unknown loading option)."""
+    plan = read_json(path)
+    if not isinstance(plan, dict):
+        raise InvalidDataError(["not a worker's plan: it holds no object"], str(path))
+    wrong = [f"{key} is {'missing' if key not in plan else 'of the wrong kind'}" for key, kind in PLAN_FIELDS.items()
+             if (key in ("challenges", "model", "settings") and key not in plan)
+             or (key in plan and (not isinstance(plan[key], kind) or isinstance(plan[key], bool)))]
+    options = {option.name for option in dataclasses.fields(LoadSettings)}
+    if isinstance(plan.get("load"), dict):
+        wrong += [f"load holds {key!r}, no loading option" for key in plan["load"] if key not in options]
+    if wrong:
+        raise InvalidDataError([f"not a worker's plan: {', '.join(wrong)}"], str(path))
+    return plan
+
+
 def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
     """The body of ``python -m arc_kit worker PLAN``: load the model, then solve what the parent assigns.
 
@@ -663,7 +689,7 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
     """
     plan_path = Path(plan_path)
     folder = plan_path.parent
-    plan = json.loads(plan_path.read_text())
+    plan = read_plan(plan_path)
     parent = os.getppid()
     _Heartbeat(folder / HEARTBEAT_FILE, float(plan.get("heartbeat_seconds", 5.0))).start()
     tasks = load_challenges(plan["challenges"], max_side=plan.get("max_side", MAX_SIDE))  # the set's own limit
@@ -699,10 +725,11 @@ def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
         append_record(folder / RECORDS_FILE, record)
 
 
+@holding_folder("out")
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
               workers: int | None = None, restart: bool = False, deadline: float | None = None,
               load_options: dict | None = None, info: dict | None = None, progress: bool = True,
-              workers_per_gpu: int | None = None) -> SolveRun:
+              workers_per_gpu: int | None = None, adopt: bool = False) -> SolveRun:
     """The method on a task set, in this process or in worker processes: what ``arc-kit solve`` runs.
 
     ``workers`` (a total) or ``workers_per_gpu`` say how many processes; with neither, several GPUs,
@@ -719,8 +746,9 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
         pool = bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
     if pool:
         return solve_in_workers(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
-                                deadline=deadline, load_options=load_options, progress=progress, info=info)
+                                deadline=deadline, load_options=load_options, progress=progress, info=info,
+                                adopt=adopt)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress,
-                 info=run_info(model=model_info(loaded), **(info or {})))
+                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)

@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 import arc_kit  # noqa: E402
 from arc_kit.cli import build_parser, main  # noqa: E402
 from arc_kit.datasets import load_challenges, load_dataset  # noqa: E402
+from arc_kit.locking import LOCK_FILE  # noqa: E402
 from arc_kit.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.submission import build_submission, submission_problems, validate_file  # noqa: E402
 from arc_kit.tasks import Pair, Task, parse_tasks  # noqa: E402
@@ -463,7 +464,7 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
-                                                     "run.json"}  # no temporary files
+                                                     "run.json", LOCK_FILE}  # no temporary files
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
     submission = json.loads((out / "submission.json").read_text())
@@ -488,7 +489,8 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
                        "--out", tmp_path / "dry", "--model", fallback_model, *QUICK)
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
-    assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json"}
+    assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json",
+                                                                    LOCK_FILE}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 

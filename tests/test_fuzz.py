@@ -9,14 +9,25 @@ in its JSON (nesting past what json reads, an integer of thousands of digits); o
 (bad syntax, cut short). ``arc-kit validate`` and a strict ``arc-kit solve`` (which stops at loading,
 before any model) run in-process on a share of them, and ``arc-kit solve --lenient`` on a smaller
 share with the solver's work replaced by fallback records: what those runs check is loading,
-skipping and the submission, not the model. The file stays under 20 seconds.
+skipping and the submission, not the model. Those tests stay under 20 CPU seconds together.
+
+Then what a new user met (issue 26), one test each: a task id that is a path (``show``'s picture, the
+ablation's claims), ids JSON allows but UTF-8 does not (a lone surrogate) or that forge a log line
+(a newline, terminal escapes), a FIFO given as any file, a record line of the wrong kinds, a key
+given twice, a solutions file holding null, the ``--lenient`` warning's source line, two runs on one
+folder, and records left without ``run.json``. The fuzz over every command is ``test_fuzz_commands``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import re
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -24,8 +35,9 @@ import pytest
 from arc_kit import kaggle, workers
 from arc_kit.cli import main
 from arc_kit.datasets import load_challenges
-from arc_kit.records import fallback_record
-from arc_kit.run import SolveRun
+from arc_kit.locking import HOLDER_FILE
+from arc_kit.records import TaskRecord, fallback_record, read_records
+from arc_kit.run import CLAIMS_FOLDER, SolveRun, claim_task
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.solver import Solver
 from arc_kit.submission import ATTEMPTS, submission_problems, validate_file
@@ -351,3 +363,258 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
                                         workers=1, force_full=True)
         assert result.error is None and result.tasks == 4  # the two malformed tasks count too
         check_every_id(tmp_path / "working" / "submission.json", tasks)
+
+
+# -- what a new user met (issue 26): names that are paths, ids JSON allows, files that never end, a folder two
+# runs share. Each test failed on the kit before the fix.
+
+PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
+HOSTILE_IDS = ["../../escaped", "no/such/folder", "..", ".", "", "A", "a", "con", "x" * 300, "\udc80", "a\udc80b",
+               "line\n[ok] forged", "\x1b[31mred\x1b[0m", "tab\there", "back\\slash", "~tilde", "sp ace"]
+
+
+def write_tasks(path, ids) -> str:
+    path.write_text(json.dumps({task_id: PLAIN for task_id in ids}))  # ensure_ascii: lone surrogates as \udc80
+    return str(path)
+
+
+def files_below(folder) -> set:
+    return {path for path in folder.rglob("*")}
+
+
+def test_show_writes_each_task_s_picture_in_the_working_folder_whatever_its_id(capsys, tmp_path, monkeypatch):
+    """Failure 1: ``show`` wrote ``{task id}.png``; ``../../x`` wrote outside the working folder."""
+    ids = HOSTILE_IDS + [str(tmp_path / "absolute")]
+    dataset = write_tasks(tmp_path / "ids.json", ids)
+    working = tmp_path / "deep" / "er" / "work"
+    working.mkdir(parents=True)
+    monkeypatch.chdir(working)
+    before = files_below(tmp_path) - files_below(working)
+    for task_id in ids:
+        status, out, err = run(capsys, "show", task_id, "--dataset", dataset)
+        assert status == 0 and "Traceback" not in err, (task_id, err)
+    assert files_below(tmp_path) - files_below(working) == before  # nothing written elsewhere
+    pictures = [path.name for path in working.iterdir()]
+    assert len({name.lower() for name in pictures}) == len(ids)  # one each, distinct even where case is ignored
+    assert all(name.endswith(".png") and not name.startswith(".") for name in pictures)
+    assert (working / "a.png").exists() and (working / "con.png").exists() is False  # Windows reserves CON
+
+
+def test_claims_of_any_task_id_stay_in_the_claims_folder_and_claim_once(tmp_path):
+    """Failure 2: the ablation's claim files were ``folder/task_id``: a slash wrote outside ``--out``, and a
+    slash naming no folder crashed that task on every retry."""
+    out = tmp_path / "runs" / "out"
+    for task_id in HOSTILE_IDS:
+        assert claim_task(out, task_id), task_id
+        assert not claim_task(out, task_id), task_id  # a second process never gets it
+    assert {path.parent for path in files_below(tmp_path) if path.is_file()} == {out / CLAIMS_FOLDER}
+    assert len(list((out / CLAIMS_FOLDER).iterdir())) == len(HOSTILE_IDS)
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
+def test_ids_json_allows_are_solved_and_answered_and_shown_escaped(capsys, tmp_path, micro_model, no_model_work,
+                                                                  strict):
+    """Failure 3: a lone surrogate (valid JSON ``"\\udc80"``) killed ``solve``, ``--lenient`` too, before any
+    submission (the task-id digest encoded ids as UTF-8). Failure 8: ids were printed raw."""
+    dataset = write_tasks(tmp_path / "ids.json", HOSTILE_IDS)
+    status, out, err = run(capsys, "solve", "--dataset", dataset, "--out", tmp_path / "out", "--model", micro_model,
+                           *([] if strict else ["--lenient"]))
+    assert status == 0 and "Traceback" not in err, err
+    submission = json.loads((tmp_path / "out" / "submission.json").read_text())
+    assert list(submission) == HOSTILE_IDS
+    for text in (out, err):
+        assert "\x1b" not in text and "\n[ok] forged" not in text and "\udc80" not in text
+    assert "'line\\n[ok] forged'" in out and "'\\x1b[31mred\\x1b[0m'" in out  # the fallback lines name them
+    status, out, err = run(capsys, "solve", "--dataset", dataset, "--out", tmp_path / "out", "--model", micro_model)
+    assert status == 0 and f"({len(HOSTILE_IDS)} tasks, {len(HOSTILE_IDS)} with records" in out  # resumed: same digest
+
+
+def run_watched(capsys, fifos, *argv) -> tuple[int, str, str]:
+    """``run`` in a thread; a run still going after 60 s waits on a FIFO: it is freed (a writer opens and
+    closes each FIFO) and the test fails. A guard against a hang, not a measure of speed."""
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(status=main([str(arg) for arg in argv])), daemon=True)
+    thread.start()
+    thread.join(60)
+    hung = thread.is_alive()
+    for fifo in fifos if hung else ():
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    thread.join(60)
+    captured = capsys.readouterr()
+    assert not hung, f"{argv} waited on a FIFO"
+    return result.get("status"), captured.out, captured.err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("given", ["validate", "dataset", "solutions", "submission", "score solutions", "settings",
+                                   "records", "task file"])
+def test_a_fifo_given_as_any_file_is_refused_in_one_line_not_waited_on(capsys, tmp_path, micro_model, given):
+    """Failure 4: a FIFO (a file that never ends) given as ``--dataset`` hung the loader forever."""
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    dataset = write_tasks(tmp_path / "c.json", ["t1"])
+    (tmp_path / "s.json").write_text(json.dumps({"t1": [[[4, 3]]]}))
+    out = tmp_path / "out"
+    solve = ["solve", "--model", micro_model, "--out", out, "--dataset"]
+    argv = {"validate": ["validate", fifo], "dataset": [*solve, fifo],
+            "solutions": [*solve, dataset, "--solutions", fifo],
+            "submission": ["score", "--submission", fifo, "--solutions", tmp_path / "s.json"],
+            "score solutions": ["score", "--submission", tmp_path / "s.json", "--solutions", fifo],
+            "settings": ["kaggle", "run", "--settings", fifo, "--input", tmp_path, "--working", out],
+            "records": [*solve, dataset], "task file": [*solve, tmp_path]}[given]
+    if given == "records":
+        out.mkdir()
+        os.mkfifo(out / "records.jsonl")
+    status, printed, err = run_watched(capsys, [fifo, out / "records.jsonl"], *argv)
+    assert status == 1 and "Traceback" not in err and "named pipe (FIFO)" in printed + err, (printed, err)
+
+
+GOOD_RECORD = {"task_id": "t1", "test": [{"attempts": [[[4, 3]]], "candidates": [], "inference_augmentations": [],
+                                          "scoring_augmentations": []}], "timings": {"total": 1.0}, "rung": 0}
+
+
+@pytest.mark.parametrize("change", [
+    {"test": [{"attempts": {"a": 1}}]}, {"test": [{"attempts": "[[1]]"}]}, {"test": [{"attempts": [[[1]], 7]}]},
+    {"test": {"attempts": [[[1]]]}}, {"test": "attempts"}, {"test": [None]}, {"rung": "0"}, {"rung": True},
+    {"correct": "yes"}, {"correct": [1]}, {"timings": []}, {"timings": {"total": "1"}}, {"error": 5},
+    {"ttt": "trained"}, {"ttt": {"steps": "64"}}, {"test": [{"attempts": [], "candidates": [{"grid": "x"}]}]},
+    {"test": [{"attempts": [], "candidates": [{"grid": [[1]], "scoring_nlls": ["0.5"]}]}]},
+    {"test": [{"attempts": [], "search": {"capped": "no"}}]}, {"test": [{"attempts": [], "search": []}]},
+    {"test": [{"attempts": [], "inference_augmentations": [3]}]}])
+def test_a_record_line_of_the_wrong_kinds_never_replaces_a_good_one(tmp_path, change):
+    """Failure 5: a record line that parsed as a record but held nonsense replaced a good earlier result."""
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(GOOD_RECORD) + "\n" + json.dumps({**GOOD_RECORD, **change}) + "\n")
+    with pytest.warns(UserWarning, match=f"{path}: skipped 1 line.*line 2: "):
+        records = read_records(path)
+    assert records["t1"].to_json() == TaskRecord.from_json(GOOD_RECORD).to_json()
+
+
+def test_a_resumed_run_keeps_the_good_answer_over_a_nonsense_line(capsys, tmp_path, micro_model, no_model_work):
+    dataset = write_tasks(tmp_path / "c.json", ["t1"])
+    options = ["solve", "--dataset", dataset, "--out", tmp_path / "out", "--model", micro_model]
+    assert run(capsys, *options)[0] == 0
+    records = tmp_path / "out" / "records.jsonl"
+    records.write_text(json.dumps(GOOD_RECORD) + "\n" + json.dumps({**GOOD_RECORD, "test": [{"attempts": {}}]}) + "\n")
+    with pytest.warns(UserWarning, match="skipped 1 line"):
+        status, _, err = run(capsys, *options)
+    assert status == 0, err
+    assert json.loads((tmp_path / "out" / "submission.json").read_text())["t1"][0]["attempt_1"] == [[4, 3]]
+
+
+def test_an_attempt_or_a_grid_given_twice_is_refused(capsys, tmp_path):
+    """Failure 6: ``score`` accepted a submission whose entry held ``attempt_1`` twice (JSON keeps the last)."""
+    (tmp_path / "s.json").write_text(json.dumps({"t1": [[[4, 3]]]}))
+    (tmp_path / "sub.json").write_text('{"t1": [{"attempt_1": [[4, 3]], "attempt_1": [[0]], "attempt_2": [[1]]}]}')
+    status, out, err = run(capsys, "score", "--submission", tmp_path / "sub.json", "--solutions", tmp_path / "s.json")
+    assert status == 1 and "task t1: [0] holds 'attempt_1' 2 times" in err, err
+    status, out, err = run(capsys, "validate", tmp_path / "sub.json")
+    assert status == 1 and "holds 'attempt_1' 2 times" in out, out
+    (tmp_path / "c.json").write_text('{"t1": {"train": [{"input": [[1]], "output": [[2]], "output": [[3]]}], '
+                                     '"test": [{"input": [[1]]}]}}')
+    status, out, err = run(capsys, "validate", tmp_path / "c.json")
+    assert status == 1 and "task t1: train[0] holds key 'output' 2 times" in out, out
+    (tmp_path / "settings.json").write_text('{"seed": 1, "seed": 2}')
+    status, out, err = run(capsys, "kaggle", "run", "--settings", tmp_path / "settings.json", "--input", tmp_path)
+    assert status == 1 and "'seed' 2 times" in err, err
+
+
+@pytest.mark.parametrize("content", ["null", "[]", "7", '"solutions"'])
+def test_a_solutions_file_holding_no_object_is_refused(capsys, tmp_path, content, micro_model):
+    """Failure 7: a solutions file holding ``null`` was ignored instead of refused."""
+    dataset = write_tasks(tmp_path / "c.json", ["t1"])
+    (tmp_path / "s.json").write_text(content)
+    with pytest.raises(InvalidDataError, match="the solutions hold"):
+        load_challenges(dataset, tmp_path / "s.json")
+    for lenient in ([], ["--lenient"]):
+        status, out, err = run(capsys, "solve", "--dataset", dataset, "--solutions", tmp_path / "s.json", "--out",
+                               tmp_path / "out", "--model", micro_model, *lenient)
+        assert status == 1 and "the solutions hold" in err and str(tmp_path / "s.json") in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_ids_in_errors_and_warnings_are_escaped(capsys, tmp_path, micro_model, no_model_work):
+    """Failure 8: errors printed task ids raw: a newline or ANSI escapes forged log lines or recoloured the terminal."""
+    forged = "x\n[ok] all tasks valid\x1b[2J"
+    (tmp_path / "c.json").write_text(json.dumps({forged: {"train": []}, "t1": PLAIN}))
+    (tmp_path / "sub.json").write_text(json.dumps({forged: [], "t1": "answers"}))
+    (tmp_path / "s.json").write_text(json.dumps({"t1": [[[4, 3]]]}))
+    runs = [["validate", tmp_path / "c.json"], ["validate", tmp_path / "sub.json"],
+            ["score", "--submission", tmp_path / "sub.json", "--solutions", tmp_path / "s.json"],
+            ["solve", "--dataset", tmp_path / "c.json", "--out", tmp_path / "o", "--model", micro_model],
+            ["show", forged, "--dataset", tmp_path / "c.json"]]
+    for argv in runs:
+        status, out, err = run(capsys, *argv)
+        assert status == 1 and "Traceback" not in err
+        assert "\x1b" not in out + err and "\n[ok]" not in out + err, (argv, out, err)
+        assert "x\\n[ok] all tasks valid\\x1b[2J" in out + err, (argv, out, err)
+    with pytest.warns(UserWarning) as caught:
+        run(capsys, "solve", "--dataset", tmp_path / "c.json", "--lenient", "--out", tmp_path / "o", "--model",
+            micro_model)
+    warned = " ".join(str(warning.message) for warning in caught)
+    assert "\x1b" not in warned and "\n" not in warned and "'x\\n[ok] all tasks valid\\x1b[2J'" in warned
+
+
+def test_the_lenient_warning_is_one_line_and_shows_no_source(tmp_path):
+    """Failure 9: the ``--lenient`` warning printed a line of the kit's Python source (as a process: the way a
+    user sees warnings, which pytest would record instead)."""
+    (tmp_path / "c.json").write_text(json.dumps({"bad": {"train": []}, "t1": PLAIN}))
+    result = subprocess.run([sys.executable, "-m", "arc_kit", "solve", "--dataset", str(tmp_path / "c.json"),
+                             "--lenient", "--out", str(tmp_path / "o"), "--model", str(tmp_path / "no-model")],
+                            capture_output=True, text=True, timeout=300)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and lines, result.stderr
+    assert all(line.startswith("arc-kit solve: ") for line in lines), result.stderr
+    assert lines[0].startswith("arc-kit solve: warning: ") and "skipped 1 bad task(s) of 2: task bad:" in lines[0]
+
+
+HOLD = ("import sys, time\nfrom arc_kit.locking import hold_folder\nwith hold_folder(sys.argv[1]):\n"
+        "    print('held', flush=True)\n    time.sleep(600)\n")
+
+
+def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_dead(capsys, tmp_path, micro_model,
+                                                                                    no_model_work):
+    """Failure 10: two runs on one ``--out`` both worked on every task (no lock)."""
+    dataset = write_tasks(tmp_path / "c.json", ["t1", "t2"])
+    out = tmp_path / "out"
+    options = ["solve", "--dataset", dataset, "--out", out, "--model", micro_model]
+    assert run(capsys, *options)[0] == 0
+    kept = {path: path.read_bytes() for path in out.iterdir() if path.is_file() and path.name != HOLDER_FILE}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for extra in ([], ["--restart"], ["--adopt"]):
+            status, printed, err = run(capsys, *options, *extra)
+            assert status == 1 and f"is in use by process {holder.pid} on " in err and "since 20" in err, err
+            assert len(err.strip().splitlines()) == 1
+        assert {path: path.read_bytes() for path in kept} == kept  # --restart cleared nothing
+    finally:
+        holder.kill()  # kill -9: the lock it held is left behind for the next run to take over
+        holder.wait()
+    assert json.loads((out / HOLDER_FILE).read_text())["pid"] == holder.pid
+    status, printed, err = run(capsys, *options, "--restart")
+    assert status == 0, err
+    assert not (out / HOLDER_FILE).exists()  # given back at the end of the run
+
+
+def test_records_without_run_json_are_refused_unless_restart_or_adopt_says_what_to_do(capsys, tmp_path, micro_model,
+                                                                                    no_model_work):
+    """Failure 10: a folder whose ``run.json`` was deleted after a kill resumed under other settings, mixing two
+    runs' results."""
+    dataset = write_tasks(tmp_path / "c.json", ["t1", "t2"])
+    out = tmp_path / "out"
+    options = ["solve", "--dataset", dataset, "--out", out, "--model", micro_model]
+    assert run(capsys, *options)[0] == 0
+    records = (out / "records.jsonl").read_text()
+    (out / "run.json").unlink()
+    status, printed, err = run(capsys, *options, "--seed", "7")
+    assert status == 1 and "holds records but no run.json" in err and "--restart" in err and "--adopt" in err, err
+    assert (out / "records.jsonl").read_text() == records and not (out / "run.json").exists()
+    status, printed, err = run(capsys, *options, "--seed", "7", "--adopt")
+    assert status == 0 and "(2 tasks, 2 with records" in printed, err
+    assert (out / "records.jsonl").read_text() == records  # adopted: nothing solved again
+    assert json.loads((out / "run.json").read_text())["settings"]["seed"] == 7
+    (out / "run.json").unlink()
+    status, printed, err = run(capsys, *options, "--restart")
+    assert status == 0 and json.loads((out / "run.json").read_text())["settings"]["seed"] == SolveSettings().seed

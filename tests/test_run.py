@@ -2,14 +2,17 @@
 read strictly, the help that shows a preset's values, and the tables as run folders (resumed, refused,
 shared by workers).
 
-No model runs here except in the one test of the tables' real worker processes (slow): the tables'
-per-task work is replaced by a stand-in that writes a typed record, since what matters is the folder.
+No model runs here except in the one test of the tables' real worker processes and the one of two solve
+processes on one folder (both slow): the tables' per-task work is replaced by a stand-in that writes a
+typed record, since what matters is the folder.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +20,7 @@ import pytest
 
 import arc_kit.tables as tables
 from arc_kit.cli import main
+from arc_kit.locking import LOCK_FILE
 from arc_kit.records import (
     AblationRecord,
     SamplerRecord,
@@ -29,6 +33,7 @@ from arc_kit.records import (
     write_records,
 )
 from arc_kit.run import (
+    RECORDS_FILE,
     RUN_FILE,
     RunFolderError,
     check_run,
@@ -172,7 +177,7 @@ def test_clearing_a_run_discards_tables_claims_and_workers_but_nothing_else(tmp_
         (tmp_path / name).write_text("{}\n")
     assert claim_task(tmp_path, "t1") and not claim_task(tmp_path, "t1")
     clear_run(tmp_path)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [LOCK_FILE, "notes.txt"]  # the folder's lock stays
 
 
 def test_settings_from_json_strictly_names_unknown_fields_at_any_depth(tmp_path):
@@ -306,7 +311,7 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
                        "--max-len", "2048", "--ttt-steps", "1", "--device", "cpu"])
         err = capsys.readouterr().err
         assert status == 1 and "other settings (ttt.steps 64 -> 1)" in err and "--restart" in err
-    assert sorted(path.name for path in out.iterdir()) == [RUN_FILE]
+    assert sorted(path.name for path in out.iterdir()) == [LOCK_FILE, RUN_FILE]
 
 
 @pytest.mark.slow
@@ -324,3 +329,29 @@ def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_
     assert sorted(written) == sorted(tasks.ids) and all(r.ttt.steps == 1 for r in written.values())
     assert json.loads((tmp_path / "run" / RUN_FILE).read_text())["table"] == "ablation"
 
+
+
+@pytest.mark.slow
+def test_two_solve_runs_started_together_on_one_folder_solve_each_task_once(tmp_path, model_folder, make_task_json,
+                                                                           split_kaggle):
+    """Two ``arc-kit solve`` processes on one ``--out``: one holds the folder, the other is refused naming it (or,
+    started after the first ended, finds every task done); one complete submission, one record per task."""
+    from arc_kit.submission import submission_problems
+    from arc_kit.tasks import parse_tasks
+
+    challenges, _ = split_kaggle({f"task{index:02d}": make_task_json(seed=index) for index in range(8)})
+    (tmp_path / "challenges.json").write_text(json.dumps(challenges))
+    command = [sys.executable, "-m", "arc_kit", "solve", "--dataset", str(tmp_path / "challenges.json"), "--out",
+               str(tmp_path / "out"), "--model", str(model_folder), "--device", "cpu", "--sampler", "greedy",
+               "--ttt-steps", "30", "--augmentations", "1", "--scoring-augmentations", "1", "--max-len", "2048"]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(run.wait(timeout=600), *run.communicate()) for run in runs]
+    assert sorted(status for status, _, _ in results) in ([0, 0], [0, 1]), results
+    for status, out, err in results:
+        assert "Traceback" not in err
+        if status == 1:
+            assert "is in use by process" in err and str(tmp_path / "out") in err, err
+    submission = json.loads((tmp_path / "out" / "submission.json").read_text())
+    assert list(submission) == list(challenges) and submission_problems(submission, parse_tasks(challenges)) == []
+    solved = [json.loads(line)["task_id"] for line in (tmp_path / "out" / RECORDS_FILE).read_text().splitlines()]
+    assert sorted(solved) == sorted(challenges)  # each task once

@@ -1,0 +1,134 @@
+"""A folder held by one process at a time: the lock of a run folder, which names the process that holds it.
+
+A run folder (``run``) is written by the one command that owns it: ``solve``, ``dry-run``, the
+tables, ``kaggle run``, the parent of worker processes. ``hold_folder`` takes the folder's lock for
+as long as a ``with`` block runs (``holding_folder`` for as long as a function runs); a second
+process that asks for it gets ``FolderInUseError`` at once, saying which process holds it (its pid,
+host, command and since when), never a wait. The lock is the operating system's (``filelock``:
+``flock`` on Linux and macOS, ``LockFileEx`` on Windows), so it ends with its process however that
+ends: the lock of a process killed with ``kill -9`` is taken over by the next run, and what the
+dead holder's record said is replaced. A process takes a lock it already holds again at once (the
+owner of a run calls functions that take it too); the worker processes it starts never ask for it.
+Where the file system cannot lock at all, a warning says so and the run goes on unguarded.
+
+The lock file ``.lock`` and the record of its holder ``.lock.json`` sit inside the folder. This
+module knows processes and files; it knows nothing of runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+LOCK_FILE = ".lock"
+HOLDER_FILE = ".lock.json"
+
+_held: dict[Path, tuple[FileLock | None, int]] = {}  # folder -> (its filelock, how many holds of this process are open)
+
+
+class FolderInUseError(OSError):
+    """Another process holds the folder's lock (the message says which, and what to do)."""
+
+
+def holder_record() -> dict:
+    """What the holder of a lock writes of itself: pid, host, command line and the time it took the lock."""
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": command[:200]}
+
+
+def describe_holder(folder: Path) -> str:
+    """Who holds ``folder``'s lock, as its record says (or that it left none)."""
+    try:
+        record = json.loads((folder / HOLDER_FILE).read_text(encoding="utf-8"))
+        pid, host, since = int(record["pid"]), str(record["host"]), str(record["since"])
+        command = str(record.get("command", ""))
+    except (OSError, ValueError, TypeError, KeyError):
+        return "another process (it has not recorded which yet)"
+    return (f"process {pid} on {host!r} since {since}" + (f" ({command!r})" if command else ""))
+
+
+def _take(folder: Path) -> FileLock | None:
+    """Take ``folder``'s lock now, or FolderInUseError; the lock object, held (None, with a warning, where the
+    file system cannot lock: the run goes on, unguarded, rather than not at all)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # before OSError: a Timeout is a TimeoutError
+        raise FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one "
+                               "folder; wait for that one to end (or stop it), or use another folder") from None
+    except OSError as error:  # no locks on this file system (ENOLCK), a read-only folder...
+        warnings.warn(f"cannot lock {folder} ({error.strerror or error}): nothing keeps a second run out of it",
+                      stacklevel=3)
+        return None
+    try:
+        temporary = folder / f".{HOLDER_FILE}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(holder_record()) + "\n", encoding="utf-8")
+        os.replace(temporary, folder / HOLDER_FILE)  # a reader sees the old record or the new, never half
+    except OSError:
+        lock.release()
+        raise
+    return lock
+
+
+def _give_back(folder: Path, lock: FileLock | None) -> None:
+    if lock is None:
+        return
+    try:
+        (folder / HOLDER_FILE).unlink(missing_ok=True)
+    except OSError:  # a read-only or vanished folder: the lock itself still ends below
+        pass
+    lock.release()
+
+
+@contextmanager
+def hold_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Hold ``folder``'s lock (made if missing) while the block runs; FolderInUseError when another process
+    holds it. Taking it again in the same process, inside the block, is allowed and costs nothing."""
+    folder = Path(folder).absolute()
+    key = Path(os.path.realpath(folder))
+    lock, count = _held.get(key, (None, 0))
+    if count == 0:
+        lock = _take(folder)
+    _held[key] = (lock, count + 1)
+    try:
+        yield folder
+    finally:
+        lock, count = _held[key]
+        if count > 1:
+            _held[key] = (lock, count - 1)
+        else:
+            del _held[key]
+            _give_back(folder, lock)
+
+
+def holding_folder(parameter: str, below: str = "") -> Callable:
+    """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names
+    (joined with ``below``, when given), as ``hold_folder`` does."""
+    def decorate(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def holding(*arguments, **options):
+            bound = signature.bind(*arguments, **options)
+            bound.apply_defaults()
+            with hold_folder(Path(bound.arguments[parameter]) / below):
+                return function(*arguments, **options)
+        return holding
+    return decorate
+
+
+__all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "describe_holder", "hold_folder", "holder_record",
+           "holding_folder"]
