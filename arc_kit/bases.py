@@ -29,10 +29,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; builds there are not guarded against each other
-    fcntl = None
+from filelock import FileLock
 
 from arc_kit.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.shrinking import save_shrunk
@@ -296,22 +293,16 @@ def read_gguf(path: str | os.PathLike):
 
 @contextlib.contextmanager
 def cache_lock(name: str):
-    """Hold the cache's lock of ``name`` (an exclusive ``flock`` on ``cache/locks/NAME.lock``) for the block.
+    """Hold the cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock) for the block.
 
     Processes that build, extract or download the same base take turns: the second finds the
-    first's finished work instead of replacing it while a third is reading it. Where ``fcntl`` does
-    not exist (Windows) the block runs unlocked.
+    first's finished work instead of replacing it while a third is reading it. Within one process
+    the lock is re-entrant (``filelock``'s singleton per path).
     """
     folder = cache_folder() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{name}.lock", "a") as handle:
-        if fcntl is not None:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with FileLock(folder / f"{name}.lock", is_singleton=True):
+        yield
 
 
 def built_folder(name: str) -> Path:

