@@ -402,13 +402,8 @@ def nlls_after_prompts(model, tensors, first, answers: Sequence[Sequence[int]], 
     import torch
 
     device = first.device
-    tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
-    count, longest = len(tokens), max(len(answer) for answer in tokens)
-    targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
-    valid = torch.zeros((count, longest), dtype=torch.bool)
-    for row, answer in enumerate(tokens):
-        targets[row, :len(answer)] = answer
-        valid[row, :len(answer)] = True
+    targets, valid = answer_targets(answers, space.eos_id)
+    count, longest = targets.shape
     targets, valid = targets.to(device), valid.to(device)
     rows = torch.as_tensor(list(rows), dtype=torch.long)
     log_probs = first[rows.to(device)][:, None]
@@ -427,6 +422,27 @@ def nlls_after_prompts(model, tensors, first, answers: Sequence[Sequence[int]], 
         del cache
         mask = space.mask(logits.shape[-1], device)
         log_probs = torch.cat([log_probs, answer_log_probs(logits, mask, space.probabilities)], dim=1)
+    return summed_nlls(log_probs, targets, valid)
+
+
+def answer_targets(answers: Sequence[Sequence[int]], pad: int):
+    """(targets, valid): the answers right-padded with ``pad`` into a (rows, longest) long tensor, and where real."""
+    import torch
+
+    tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
+    longest = max(len(answer) for answer in tokens)
+    targets = torch.full((len(tokens), longest), pad, dtype=torch.long)
+    valid = torch.zeros((len(tokens), longest), dtype=torch.bool)
+    for row, answer in enumerate(tokens):
+        targets[row, :len(answer)] = answer
+        valid[row, :len(answer)] = True
+    return targets, valid
+
+
+def summed_nlls(log_probs, targets, valid) -> np.ndarray:
+    """Minus the sum of ``log_probs`` (rows, length, vocab) at ``targets`` where ``valid``: float64, one per row."""
+    import torch
+
     picked = log_probs.gather(-1, targets[..., None])[..., 0]
     picked = torch.where(valid, picked, torch.zeros_like(picked))
     return (-picked.sum(dim=1)).double().cpu().numpy()

@@ -24,6 +24,8 @@ DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
 SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
+ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
+ENGINE_COMPILE_MODES = ("auto", "on", "off")
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
@@ -234,8 +236,19 @@ class SolveSettings(Settings):
                             "which gives their guess) and score all scoring augmentations together; the same "
                             "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
+    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
+                          "token; models it cannot run fall back to the reference, logged); reference: "
+                          "transformers' forward and caches. The same answers up to float rounding",
+                          choices=ENGINE_KINDS, neutral=True)
+    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
+                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
+        if self.engine not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
+        if self.engine_compile not in ENGINE_COMPILE_MODES:
+            raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
+                             f"{ENGINE_COMPILE_MODES}")
         if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
             raise ValueError(f"unknown aggregation {self.aggregation!r}")
         if self.probabilities not in PROBABILITY_MODES:
@@ -422,7 +435,8 @@ def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Setti
     return dataclasses.replace(settings, **{path[0]: replace_path(inner, path[1:], value)})
 
 
-__all__ = ["AGGREGATION_NAMES", "CompetitionSettings", "DEFAULT_TOKEN_BUDGET", "DRY_RUN_TASKS", "Option",
+__all__ = ["AGGREGATION_NAMES", "CompetitionSettings", "DEFAULT_TOKEN_BUDGET", "DRY_RUN_TASKS", "ENGINE_COMPILE_MODES",
+           "ENGINE_KINDS", "Option",
            "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings", "Settings",
            "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings", "get_path", "ladder", "options",
            "replace_path", "setting", "smoke", "solve_preset", "training_preset"]
