@@ -16,6 +16,7 @@ from pathlib import Path
 from arc_kit import __version__
 from arc_kit.settings import (
     DRY_RUN_TASKS,
+    ENGINE_KINDS,
     PROBABILITY_MODES,
     SOLVE_PRESETS,
     TRAINING_PRESETS,
@@ -398,7 +399,7 @@ def setup_estimate(parser):
     return run
 
 
-@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring")
+@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engines")
 def setup_bench(parser):
     parser.add_argument("--model", help="model folder (default: the shipped model)")
     parser.add_argument("--llama-3b-shaped", action="store_true",
@@ -414,13 +415,16 @@ def setup_bench(parser):
     parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
                         help="DFS: minimum probability of a returned answer (default: %(default)s)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
+                        help="the decode engine the searches and scorings run on (default: %(default)s; "
+                             "--which engine runs both)")
 
     def run(args):
         from arc_kit import bench
 
         for line in bench.run_benchmarks(None if args.llama_3b_shaped else str(_model_path(args)), _load(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
-                                         threshold=args.threshold, device=args.device):
+                                         threshold=args.threshold, device=args.device, engine=args.engine):
             print(line, flush=True)
         return 0
     return run

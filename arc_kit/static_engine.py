@@ -9,15 +9,16 @@ small cache). Layout (layers, 2, lanes, kv heads, capacity, head dim): the model
 layout, a lane's positions contiguous, so rewinding a DFS branch is only feeding the next token at
 an earlier position; nothing is copied, concatenated or gathered per token.
 
-A step feeds every row of the bucket (``static_forward.decode_step``): the live lanes' tokens, and
-for rows whose lane has finished, token 0 at position 0 of their own row (computed, never read).
-When the live lanes fit the next smaller bucket they are gathered into its cache (one gather per
-compaction); when a position passes the capacity the cache is moved into the next capacity bucket.
-Each step makes one small device-to-host copy, the (rows, vocab) NLLs. Eagerly, attention reads
-only the columns some row can see; compiled (``compile=True``, the default on a GPU), the step is
-``torch.compile(fullgraph=True)`` with fixed shapes per bucket, on CUDA with CUDA graphs
-(``mode="reduce-overhead"``; cache and weight tensors at fixed addresses, outputs copied out before
-the next step). Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly
+The live lanes always hold the first rows of the cache: when lanes finish, the rows of live lanes
+beyond the new count move into the rows freed below it (one gather and scatter of just those rows
+per compaction, never per token), and a step computes only the first rows: eagerly, exactly the
+live lanes; compiled, the smallest lane bucket that holds them (the rows past the live ones feed
+token 0 at position 0 of their own row: computed, never read). When a position passes the capacity,
+the cache moves into the next capacity bucket (one copy). Each step makes one small device-to-host
+copy, the (rows, vocab) NLLs. Eagerly, attention reads only the columns some row can see; compiled
+(``compile=True``, the default on a GPU), the step is ``torch.compile(fullgraph=True)`` with fixed
+shapes per (bucket, capacity), on CUDA with CUDA graphs (``mode="reduce-overhead"``; cache and
+weight tensors at fixed addresses, outputs copied out before the next step). Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly
 through ``static_forward.forward_tokens``, straight into the cache rows.
 
 Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping, tasks or grids.
@@ -57,16 +58,17 @@ def capacity_bucket(positions: int) -> int:
 
 @dataclass
 class _Lanes:
-    """The search under way: its cache, and the cache row of each live lane."""
+    """The search under way: its cache, and the cache row of each live lane (always the rows 0..live-1)."""
 
-    cache: object  # (layers, 2, bucket, kv heads, capacity, head dim)
+    cache: object  # (layers, 2, bucket of the lanes started, kv heads, capacity, head dim)
     rows: list[int]
     space: AnswerSpace
     allowed: object  # the answer mask over the vocabulary, on the device
 
     @property
     def bucket(self) -> int:
-        return self.cache.shape[2]
+        """The rows a compiled step computes: the smallest lane bucket that holds the live lanes."""
+        return lane_bucket(len(self.rows))
 
     @property
     def capacity(self) -> int:
@@ -167,10 +169,10 @@ class StaticEngine(DecodeEngine):
         return nlls.cpu().numpy().astype(np.float64)
 
     def _grow(self, positions: int) -> None:
-        """Move the search's cache into the capacity bucket of ``positions`` (one copy of its rows)."""
-        lanes = self._lanes
+        """Move the search's live rows into a cache of the capacity bucket of ``positions`` (one copy)."""
+        lanes, live = self._lanes, len(self._lanes.rows)
         bigger = self._cache(lanes.bucket, capacity_bucket(positions))
-        bigger[..., :lanes.capacity, :].copy_(lanes.cache)
+        bigger[:, :, :live, :, :lanes.capacity].copy_(lanes.cache[:, :, :live])
         lanes.cache = bigger
 
     def prefill(self, lane: int, ids: Sequence[int], logits_from: int) -> np.ndarray:
@@ -199,12 +201,13 @@ class StaticEngine(DecodeEngine):
         furthest = max(int(position) for position in positions) + 1
         if furthest > lanes.capacity:
             self._grow(furthest)
-        row_tokens, row_positions = [0] * lanes.bucket, [0] * lanes.bucket  # finished rows: token 0 at position 0
+        rows = lanes.bucket if self.compiled else len(lanes.rows)
+        row_tokens, row_positions = [0] * rows, [0] * rows  # rows past the live lanes: token 0 at position 0
         for row, token, position in zip(lanes.rows, tokens, positions):
             row_tokens[row], row_positions[row] = int(token), int(position)
         cos, sin = self._rope_tables(lanes.capacity)
         used = lanes.capacity if self.compiled else furthest
-        arguments = (self.weights, lanes.cache, torch.tensor(row_tokens, device=self.device),
+        arguments = (self.weights, lanes.cache[:, :, :rows], torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used)
         with torch.no_grad():
@@ -219,12 +222,15 @@ class StaticEngine(DecodeEngine):
 
         state = self._lanes
         rows = [state.rows[lane] for lane in lanes]
-        bucket = lane_bucket(len(rows))
-        if rows and bucket < state.bucket:  # into the smaller bucket: one gather of the kept rows
-            smaller = self._cache(bucket, state.capacity)
-            index = torch.tensor(rows, dtype=torch.long, device=self.device)
-            smaller[:, :, :len(rows)].copy_(state.cache.index_select(2, index))
-            state.cache, rows = smaller, list(range(len(rows)))
+        count = len(rows)
+        freed = sorted(set(range(count)) - set(rows))  # rows below the new count that no kept lane holds
+        moving = [index for index, row in enumerate(rows) if row >= count]  # kept lanes beyond it
+        if moving:  # one gather and scatter of just the rows that move
+            sources = torch.tensor([rows[index] for index in moving], dtype=torch.long, device=self.device)
+            targets = torch.tensor(freed, dtype=torch.long, device=self.device)
+            state.cache[:, :, targets] = state.cache[:, :, sources]
+            for index, row in zip(moving, freed):
+                rows[index] = row
         state.rows = rows
 
     def release(self) -> None:

@@ -92,48 +92,50 @@ def _step_biases(weights, positions, used: int, dtype) -> dict:
 def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int):
     """Next-token NLLs (rows, vocab; float32) after each row feeds ``tokens[row]`` at ``positions[row]``.
 
-    ``cache``: (layers, 2, rows, kv heads, capacity, head dim), written in place at each row's
-    position; ``cos``/``sin``: rope tables of at least ``capacity`` positions; ``swap``: ``half_swap``;
-    ``allowed``: the answer mask over the vocabulary; ``used``: attend to columns [0, used), which
-    must hold every row's position (the capacity under ``torch.compile``: shapes stay fixed).
+    ``cache``: (layers, 2, rows, kv heads, capacity, head dim) (a view of the first rows of a larger
+    one is fine), written in place at each row's position; ``cos``/``sin``: rope tables of at least
+    ``capacity`` positions; ``swap``: ``half_swap``; ``allowed``: the answer mask over the
+    vocabulary; ``used``: attend to columns [0, used), which must hold every row's position (the
+    capacity under ``torch.compile``: shapes stay fixed).
     """
     import torch
     import torch.nn.functional as F
 
     rows = tokens.shape[0]
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
-    group, query_width, key_width = heads // kv_heads, heads * head_dim, kv_heads * head_dim
-    row_index = torch.arange(rows, device=tokens.device)
+    group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
     rotation = torch.diag_embed(cos[positions]) + swap * sin[positions][:, None, :]  # x @ rotation: rope at position
     biases = {window: bias[:, None, None, :].expand(rows, kv_heads, 1, used).reshape(rows * kv_heads, 1, used)
               for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
+    # (layer, key or value, row, kv head, position): one index_put_ per layer writes each row's new key and value
+    where = (torch.arange(2, device=tokens.device)[None, :, None], torch.arange(rows, device=tokens.device)[:, None, None],
+             torch.arange(kv_heads, device=tokens.device)[None, None, :], positions[:, None, None])
+    keys = cache[:, 0, :, :, :used].reshape(len(weights.layers), rows * kv_heads, used, head_dim)
+    values = cache[:, 1, :, :, :used].reshape(len(weights.layers), rows * kv_heads, used, head_dim)
     hidden = weights.embed[tokens]
     for index, layer in enumerate(weights.layers):
-        mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)
-        query_key = mixed[:, :query_width + key_width].view(rows, heads + kv_heads, head_dim)
+        mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
+        query_key = mixed[:, :rotated_heads * head_dim].view(rows, rotated_heads, head_dim)
         if layer.query_norm is not None:
             query_key = torch.cat((head_normalized(query_key[:, :heads], layer.query_norm, weights.eps),
                                    head_normalized(query_key[:, heads:], layer.key_norm, weights.eps)), dim=1)
-        query_key = torch.bmm(query_key, rotation)
-        new = torch.stack((query_key[:, heads:], mixed[:, query_width + key_width:].view(rows, kv_heads, head_dim)), 1)
-        layer_cache = cache[index]
-        torch.ops.aten.index_put_(layer_cache, [None, row_index, None, positions], new)
-        keys = layer_cache[0, :, :, :used].reshape(rows * kv_heads, used, head_dim)
-        values = layer_cache[1, :, :, :used].reshape(rows * kv_heads, used, head_dim)
-        query = query_key[:, :heads].reshape(rows * kv_heads, group, head_dim)  # head h reads key-value head h // group
-        scores = torch.baddbmm(biases[layer.window], query, keys.transpose(1, 2), alpha=weights.scaling)
-        attended = torch.bmm(torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype), values)
-        hidden = _plus_linear(hidden, attended.view(rows, query_width), layer.output, layer.output_bias)
+        rotated = torch.bmm(query_key, rotation)
+        mixed[:, query_width:rotated_heads * head_dim] = rotated[:, heads:].reshape(rows, -1)  # keys, rotated
+        cache[index].index_put_(where, mixed[:, query_width:].view(rows, 2, kv_heads, head_dim))
+        query = rotated[:, :heads].reshape(rows * kv_heads, group, head_dim)  # head h reads key-value head h // group
+        scores = torch.baddbmm(biases[layer.window], query, keys[index].transpose(1, 2), alpha=weights.scaling)
+        attended = torch.bmm(torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype), values[index])
+        hidden = _plus_linear(hidden, attended.view(rows, query_width), layer.output_t, layer.output_bias)
         gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down, layer.down_bias)
+        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down_t, layer.down_bias)
     return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
 
 
-def _plus_linear(hidden, inputs, weight, bias):
-    """``hidden + inputs @ weight.T (+ bias)``: one addmm (the residual added by the matmul)."""
+def _plus_linear(hidden, inputs, transposed, bias):
+    """``hidden + inputs @ transposed (+ bias)``: one addmm (the residual added by the matmul)."""
     import torch
 
-    result = torch.addmm(hidden, inputs, weight.t())
+    result = torch.addmm(hidden, inputs, transposed)
     return result if bias is None else result + bias
 
 
