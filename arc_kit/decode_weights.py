@@ -4,7 +4,8 @@
 with its q/k/v biases, Qwen3 with its q/k norms) into the form one decode step wants: per layer one
 matrix for the query, key and value projections and one for the gate and up projections, the
 RMS-norm weight that precedes each folded into its columns (``(x * r) * w @ W.T = (x * r) @ (W * w).T``),
-and likewise the final norm into the output head. A peft LoRA adapter is merged as the peft
+likewise the final norm into the output head, and the attention scale into the queries (rope is
+linear: scaling a query before or after rotating it is the same). A peft LoRA adapter is merged as the peft
 model's forward applies it at this moment: ``W + scaling * B @ A`` for every active adapter of
 every LoRA layer, the trained copies of ``modules_to_save`` (embeddings, head) where the adapter is
 on, the base weights where it is disabled (``PeftModel.disable_adapter``). Merging is done in
@@ -147,9 +148,10 @@ def _window(config, index: int) -> int | None:
 class LayerWeights:
     """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D)."""
 
-    qkv: object  # ((H + 2K) * D, hidden): query, key, value rows, the input norm folded into the columns
+    qkv: object  # ((H + 2K) * D, hidden): query (times the attention scale), key, value rows, the input norm
+    # folded into the columns
     qkv_bias: object | None
-    query_norm: object | None  # (D,): Qwen3's RMS norm of each query head, else None
+    query_norm: object | None  # (D,): Qwen3's RMS norm of each query head (times the attention scale), else None
     key_norm: object | None
     output: object  # (hidden, H * D)
     output_bias: object | None
@@ -194,10 +196,13 @@ def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
     gate_up = [effective_weights(mlp.gate_proj), effective_weights(mlp.up_proj)]
     output, down = effective_weights(attention.o_proj), effective_weights(mlp.down_proj)
     norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm")]
+    scaling = float(getattr(attention, "scaling", attention.head_dim ** -0.5))
+    if norms[0] is None:  # the attention scale goes into the query rows (or after Qwen3's query norm, into it)
+        qkv[0] = (qkv[0][0] * scaling, None if qkv[0][1] is None else qkv[0][1] * scaling)
     return LayerWeights(
         qkv=(torch.cat([weight for weight, _ in qkv]) * input_norm).to(dtype),
         qkv_bias=_in(dtype, _stacked_biases(qkv)),
-        query_norm=None if norms[0] is None else norms[0].weight.detach().to(dtype).clone(),
+        query_norm=None if norms[0] is None else (norms[0].weight.detach().float() * scaling).to(dtype),
         key_norm=None if norms[1] is None else norms[1].weight.detach().to(dtype).clone(),
         output=_in(dtype, output[0]), output_bias=_in(dtype, output[1]),
         gate_up=(torch.cat([weight for weight, _ in gate_up]) * post_norm).to(dtype),
@@ -220,7 +225,6 @@ class DecodeWeights:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = float(config.rms_norm_eps)
-        self.scaling = float(getattr(core.model.layers[0].self_attn, "scaling", self.head_dim ** -0.5))
         self.rotary = core.model.rotary_emb
         self.embed, self.head, self.head_bias, self.layers = self._read()
         self.vocab_size = self.head.shape[0]

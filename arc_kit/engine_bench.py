@@ -4,8 +4,9 @@ Two models, each with a test-time LoRA attached as a solve attaches it (``ttt.Te
 ``optimization.add_lora``: rank 32, alpha 16, every linear layer, embeddings and head saved): the
 model benchmarked (the shipped one by default) and a model of the same depth at width 64 with
 random weights, whose step is almost all framework overhead (as ``scripts/decode_bench.py
---overhead-only`` measures it). Each runs 16 lanes, the prompts of the first task's test input
-under the solver's 16 inference augmentations, through both engines at once: the prompts
+--overhead-only`` measures it). Each runs 16 lanes, the prompts of a typical task's test input
+(the median prompt length of the tasks given) under the solver's 16 inference augmentations,
+through both engines at once: the prompts
 prefilled (not timed), a few steps to warm up (a compiled step compiles there), then steps in
 turns, fast and reference, each lane feeding its most probable token at its next position. The
 figure is the median seconds per step; the two engines' NLLs are compared on every step. On CUDA it
@@ -114,6 +115,12 @@ def lane_prompts(encoder: TaskEncoder, task: Task, lanes: int = LANES, seed: int
             for view in views]
 
 
+def typical_task(encoder: TaskEncoder, tasks: Sequence[Task]) -> Task:
+    """The task whose prompt length is the median of ``tasks``' (the lower one of an even count)."""
+    ordered = sorted(tasks, key=lambda task: (len(encoder.encode_prompt(task.train, task.test[0].input)), task.id))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def _synchronize(device) -> None:
     import torch
 
@@ -197,7 +204,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     if not tasks:
         raise ValueError("the engine benchmark needs a task (its prompts)")
     space = AnswerSpace.from_encoder(encoder, probabilities)
-    prompts = lane_prompts(encoder, tasks[0])
+    prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
     row, fast = _model_row(model, label, prompts, space, steps, warmup)

@@ -11,9 +11,10 @@ an earlier position; nothing is copied, concatenated or gathered per token.
 
 The live lanes always hold the first rows of the cache: when lanes finish, the rows of live lanes
 beyond the new count move into the rows freed below it (one gather and scatter of just those rows
-per compaction, never per token), and a step computes only the first rows: eagerly, exactly the
-live lanes; compiled, the smallest lane bucket that holds them (the rows past the live ones feed
-token 0 at position 0 of their own row: computed, never read). When a position passes the capacity,
+per compaction, never per token), and once they fit the next smaller lane bucket, into that
+bucket's own cache (one copy). A step computes eagerly exactly the live lanes' rows; compiled, its
+bucket's whole cache (the rows past the live ones feed token 0 at position 0 of their own row:
+computed, never read). When a position passes the capacity,
 the cache moves into the next capacity bucket (one copy). Each step makes one small device-to-host
 copy, the (rows, vocab) NLLs. Eagerly, attention reads only the columns some row can see; compiled
 (``compile=True``, the default on a GPU), the step is ``torch.compile(fullgraph=True)`` with fixed
@@ -113,7 +114,7 @@ class StaticEngine(DecodeEngine):
 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a graph per bucket
         if self.device.type == "cuda":
-            for tensor in self.weights.tensors():
+            for tensor in [*self.weights.tensors(), self._swap]:
                 torch._dynamo.mark_static_address(tensor)
             return torch.compile(decode_step, mode="reduce-overhead", fullgraph=True, dynamic=False)
         return torch.compile(decode_step, fullgraph=True, dynamic=False)
@@ -201,13 +202,15 @@ class StaticEngine(DecodeEngine):
         furthest = max(int(position) for position in positions) + 1
         if furthest > lanes.capacity:
             self._grow(furthest)
-        rows = lanes.bucket if self.compiled else len(lanes.rows)
+        # compiled: the whole bucket's cache (fixed shapes, fixed addresses); eager: just the live rows
+        rows = lanes.cache.shape[2] if self.compiled else len(lanes.rows)
         row_tokens, row_positions = [0] * rows, [0] * rows  # rows past the live lanes: token 0 at position 0
         for row, token, position in zip(lanes.rows, tokens, positions):
             row_tokens[row], row_positions[row] = int(token), int(position)
         cos, sin = self._rope_tables(lanes.capacity)
         used = lanes.capacity if self.compiled else furthest
-        arguments = (self.weights, lanes.cache[:, :, :rows], torch.tensor(row_tokens, device=self.device),
+        cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
+        arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used)
         with torch.no_grad():
@@ -232,6 +235,10 @@ class StaticEngine(DecodeEngine):
             for index, row in zip(moving, freed):
                 rows[index] = row
         state.rows = rows
+        if count and state.bucket < state.cache.shape[2]:  # into the smaller bucket's own cache: one copy
+            smaller = self._cache(state.bucket, state.capacity)
+            smaller[:, :, :count].copy_(state.cache[:, :, :count])
+            state.cache = smaller
 
     def release(self) -> None:
         self._lanes = None

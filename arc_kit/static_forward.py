@@ -17,7 +17,8 @@ prompt cache with their valid lengths), handing each layer's new keys and values
 It returns the last hidden states before the final norm; ``logits`` finishes them.
 
 The RMS norms before attention, before the MLP and before the head have their weights folded into
-the matrices that follow (``decode_weights``); what is left here is ``x * rsqrt(mean(x^2) + eps)``.
+the matrices that follow, and the attention scale into the queries (``decode_weights``); what is
+left here of a norm is ``x * rsqrt(mean(x^2) + eps)``.
 
 Cache layout: per layer (2, rows, kv heads, capacity, head dim), keys then values: the grouped-query
 layout, with a row's positions contiguous. Knows the decoder's arithmetic; knows nothing of lanes,
@@ -33,8 +34,8 @@ def normalized(hidden, eps: float):
     """``hidden`` RMS-normalised over its last dimension (in float32, as transformers does), no weight."""
     import torch
 
-    if hidden.dtype == torch.float32:
-        return hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True).add_(eps))
+    if hidden.dtype == torch.float32:  # one call: what dispatch overhead an eager step saves matters
+        return torch.rms_norm(hidden, hidden.shape[-1:], None, eps)
     wide = hidden.float()
     return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True).add_(eps))).to(hidden.dtype)
 
@@ -105,13 +106,12 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
     rotation = torch.diag_embed(cos[positions]) + swap * sin[positions][:, None, :]  # x @ rotation: rope at position
-    biases = {window: bias[:, None, None, :].expand(rows, kv_heads, 1, used).reshape(rows * kv_heads, 1, used)
-              for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
-    # (layer, key or value, row, kv head, position): one index_put_ per layer writes each row's new key and value
+    biases = {window: bias[:, None, None, :] for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
+    # (layer, key or value, row, kv head, position): one index_put_ per layer on the cache itself (not on a
+    # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each row's key and value
+    layer_index = torch.arange(len(weights.layers), device=tokens.device)
     where = (torch.arange(2, device=tokens.device)[None, :, None], torch.arange(rows, device=tokens.device)[:, None, None],
              torch.arange(kv_heads, device=tokens.device)[None, None, :], positions[:, None, None])
-    keys = cache[:, 0, :, :, :used].reshape(len(weights.layers), rows * kv_heads, used, head_dim)
-    values = cache[:, 1, :, :, :used].reshape(len(weights.layers), rows * kv_heads, used, head_dim)
     hidden = weights.embed[tokens]
     for index, layer in enumerate(weights.layers):
         mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
@@ -121,11 +121,13 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
                                    head_normalized(query_key[:, heads:], layer.key_norm, weights.eps)), dim=1)
         rotated = torch.bmm(query_key, rotation)
         mixed[:, query_width:rotated_heads * head_dim] = rotated[:, heads:].reshape(rows, -1)  # keys, rotated
-        cache[index].index_put_(where, mixed[:, query_width:].view(rows, 2, kv_heads, head_dim))
-        query = rotated[:, :heads].reshape(rows * kv_heads, group, head_dim)  # head h reads key-value head h // group
-        scores = torch.baddbmm(biases[layer.window], query, keys[index].transpose(1, 2), alpha=weights.scaling)
-        attended = torch.bmm(torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype), values[index])
-        hidden = _plus_linear(hidden, attended.view(rows, query_width), layer.output_t, layer.output_bias)
+        cache.index_put_((layer_index[index], *where), mixed[:, query_width:].view(rows, 2, kv_heads, head_dim))
+        # a row's query heads grouped by their key-value head (head h reads h // group): the group plays the
+        # queries of one attention over that head's keys and values, never expanded; queries carry the scale
+        query = rotated[:, :heads].view(rows, kv_heads, group, head_dim)
+        attended = F.scaled_dot_product_attention(query, cache[index, 0, :, :, :used], cache[index, 1, :, :, :used],
+                                                  attn_mask=biases[layer.window], scale=1.0)
+        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output_t, layer.output_bias)
         gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
         hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down_t, layer.down_bias)
     return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
@@ -201,7 +203,7 @@ def forward_tokens(weights, ids, positions, cos, sin, *, prefix=None, prefix_val
             keys, values = torch.cat((stored_keys, keys), dim=2), torch.cat((stored_values, values), dim=2)
         mask = masks[layer.window]
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=mask is None,
-                                                  scale=weights.scaling, enable_gqa=True)
+                                                  scale=1.0, enable_gqa=True)  # queries carry the attention scale
         hidden = hidden + F.linear(attended.transpose(1, 2).reshape(rows, count, query_width), layer.output,
                                    layer.output_bias)
         gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from arc_kit import bench
+from arc_kit.augmentation import Augmentation
 from arc_kit.bench import BenchResult
 from arc_kit.decoding import AnswerSpace, Completion
 from arc_kit.dfs import DfsSettings, dfs_search
@@ -323,3 +324,31 @@ def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
     assert f"DFS token {1e-3 / floor:.1f}x the floor" in note
     assert bench.floor_note(model, [100], 1e-3, "Mystery GPU") == \
         "bandwidth floor unknown: no bandwidth on record for Mystery GPU"
+
+
+def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_with_like(loaded, small_task_set):
+    import re
+
+    result = bench.bench_engine(loaded.model, loaded.encoder(), small_task_set.tasks(), steps=2, warmup=1,
+                                label="bigram")
+    lines = result.lines()
+    assert re.fullmatch(r"engine speed-up: \d+\.\d\dx \(overhead, width 64, 16 lanes\)", lines[-1])
+    assert sum(line.startswith("engine speed-up:") for line in lines) == 1
+    assert lines[-2].startswith("engine speed-up at real width: ") and lines[-2].endswith("x (16 lanes)")
+    assert lines[0].startswith("engine: 16 lanes, bigram: fast ") and "width 64, 2 layers" in lines[1]
+    for name, fast, reference, note in result.rows:
+        assert fast > 0 and reference > 0 and "rank-32 test-time LoRA" in note
+        difference = float(note.rsplit("largest NLL difference ", 1)[1])
+        assert difference < 1e-4  # both engines were fed the same tokens and agree
+    assert loaded.model.__class__.__name__ == "LlamaForCausalLM" and not hasattr(loaded.model, "peft_config")
+
+
+def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, small_task_set):
+    from arc_kit.engine_bench import lane_prompts
+
+    encoder, task = loaded.encoder(), small_task_set.tasks()[0]
+    prompts = lane_prompts(encoder, task)
+    assert len(prompts) == 16 and len({tuple(prompt) for prompt in prompts}) > 8
+    views = Augmentation.inference_set(np.random.default_rng(0), len(task.train), 16)
+    assert prompts[5] == list(encoder.encode_prompt(views[5].apply_pairs(task.train),
+                                                    views[5].apply_grid(task.test[0].input)).ids)

@@ -232,17 +232,32 @@ def test_buckets():
 
 @pytest.mark.slow
 def test_the_step_compiles_whole_and_equals_the_eager_step():
-    """``torch.compile(fullgraph=True)`` (a graph break would raise) on one bucket: the same NLLs as eager."""
-    model = family_model("qwen3")  # the most to trace: biases off, q/k norms on
+    """``torch.compile(fullgraph=True)`` (a graph break would raise): the same NLLs as the eager step, one graph
+    per lane bucket however many steps it takes, and lanes moved into the smaller bucket as eagerly."""
+    from torch._dynamo.utils import counters
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the most to trace (q/k norms), one layer: compiling costs less
+        model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
+    torch._dynamo.reset()
+    counters.clear()
     compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    prompts = [*PROMPTS, PROMPTS[0][:9]]
     found = []
     for engine in (eager, compiled):
-        engine.start(2, 40, SPACE)
-        rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(PROMPTS)]
-        rows.append(engine.step([1, 2], [len(PROMPTS[0]), len(PROMPTS[1])]))
-        rows.append(engine.step([3, 0], [len(PROMPTS[0]), len(PROMPTS[1]) + 1]))  # lane 0 rewound
+        engine.start(3, 40, SPACE)  # a bucket of 4
+        rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
+        ends = [len(prompt) for prompt in prompts]
+        rows.append(engine.step([1, 2, 3], ends))
+        rows.append(engine.step([3, 0, 0], [ends[0], ends[1] + 1, ends[2] + 1]))  # lane 0 rewound
+        rows.append(engine.step([2, 1, 1], [ends[0] + 1, ends[1] + 2, ends[2]]))  # lane 2 rewound
+        engine.keep_lanes([0, 2])  # a bucket of 2
+        rows.append(engine.step([0, 2], [ends[0] + 2, ends[2] + 1]))
+        rows.append(engine.step([1, 1], [ends[0] + 1, ends[2] + 2]))
         engine.release()
         found.append(rows)
     for fast, slow in zip(*found):
         np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 2  # one per bucket: no recompilation from step to step
     torch._dynamo.reset()
