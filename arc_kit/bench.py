@@ -346,12 +346,13 @@ BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_s
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
                    max_prompt: int = 4096, threshold: float = THRESHOLD, device: str = "auto",
-                   probabilities: str = PROBABILITIES, engine: str = ENGINE):
+                   probabilities: str = PROBABILITIES, engine: str = ENGINE, engine_compile: str = "auto"):
     """Lines to print: the environment, then the lines of each benchmark in ``which`` (all by default).
 
     ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
     ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
-    ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both).
+    ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
+    fast one compiled as ``engine_compile`` says).
     """
     if model_path is None:
         model, encoder, label = llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
@@ -365,6 +366,6 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tupl
     for name in which:
         keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
         keywords["probabilities"] = probabilities
-        keywords.update({"label": label} if name == "engine" else {"engine": engine})
+        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
         result = BENCHMARKS[name](model, encoder, chosen, **keywords)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]

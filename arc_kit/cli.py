@@ -16,6 +16,7 @@ from pathlib import Path
 from arc_kit import __version__
 from arc_kit.settings import (
     DRY_RUN_TASKS,
+    ENGINE_COMPILE_MODES,
     ENGINE_KINDS,
     PROBABILITY_MODES,
     SOLVE_PRESETS,
@@ -418,13 +419,16 @@ def setup_bench(parser):
     parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
                         help="the decode engine the searches and scorings run on (default: %(default)s; "
                              "--which engine runs both)")
+    parser.add_argument("--engine-compile", choices=ENGINE_COMPILE_MODES, default=SolveSettings().engine_compile,
+                        help="--which engine: compile the fast engine's step (default: %(default)s: on a GPU only)")
 
     def run(args):
         from arc_kit import bench
 
         for line in bench.run_benchmarks(None if args.llama_3b_shaped else str(_model_path(args)), _load(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
-                                         threshold=args.threshold, device=args.device, engine=args.engine):
+                                         threshold=args.threshold, device=args.device, engine=args.engine,
+                                         engine_compile=args.engine_compile):
             print(line, flush=True)
         return 0
     return run

@@ -165,15 +165,16 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
     return {name: statistics.median(values) for name, values in times.items()}, largest
 
 
-def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int):
+def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
     adapted = with_test_time_lora(model)
-    engines = {"fast": make_engine(adapted, "fast"), "reference": make_engine(adapted, "reference")}
+    engines = {"fast": make_engine(adapted, "fast", compile=compile), "reference": make_engine(adapted, "reference")}
     if engines["fast"].kind != "fast":
         raise ValueError(f"the fast engine cannot run {name}: nothing to compare")
     seconds, largest = _timed_steps(engines, prompts, space, steps, warmup)
     lengths = sorted(len(prompt) for prompt in prompts)
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
-            f"{TestTimeSettings().lora_rank} test-time LoRA attached; largest NLL difference {largest:.1e}")
+            f"{TestTimeSettings().lora_rank} test-time LoRA attached, fast step "
+            f"{'compiled' if engines['fast'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
     return (name, seconds["fast"], seconds["reference"], note), engines["fast"]
 
 
@@ -199,19 +200,24 @@ def _cuda_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int) ->
 
 
 def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: int = 24, warmup: int = 3,
-                 probabilities: str = SolveSettings().probabilities, label: str = "the model") -> EngineBenchResult:
-    """The fast engine's step against the reference's, 16 lanes, at real width and at width 64 (module docstring)."""
+                 probabilities: str = SolveSettings().probabilities, label: str = "the model",
+                 compile: str = SolveSettings().engine_compile) -> EngineBenchResult:
+    """The fast engine's step against the reference's, 16 lanes, at real width and at width 64 (module docstring).
+
+    ``compile``: the fast engine's ``engine.make_engine`` option (auto: compiled on a GPU only).
+    """
     if not tasks:
         raise ValueError("the engine benchmark needs a task (its prompts)")
     space = AnswerSpace.from_encoder(encoder, probabilities)
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
-    row, fast = _model_row(model, label, prompts, space, steps, warmup)
+    row, fast = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
     if fast.device.type == "cuda":
         result.cuda = _cuda_lines(fast, prompts, space, steps, warmup)
     del fast
-    overhead, _ = _model_row(overhead_model(model), f"width 64, {layers} layers", prompts, space, steps, warmup)
+    overhead, _ = _model_row(overhead_model(model), f"width 64, {layers} layers", prompts, space, steps, warmup,
+                             compile)
     result.rows.append(overhead)
     return result

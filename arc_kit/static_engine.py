@@ -17,10 +17,11 @@ bucket's whole cache (the rows past the live ones feed token 0 at position 0 of 
 computed, never read). When a position passes the capacity,
 the cache moves into the next capacity bucket (one copy). Each step makes one small device-to-host
 copy, the (rows, vocab) NLLs. Eagerly, attention reads only the columns some row can see; compiled
-(``compile=True``, the default on a GPU), the step is ``torch.compile(fullgraph=True)`` with fixed
-shapes per (bucket, capacity), on CUDA with CUDA graphs (``mode="reduce-overhead"``; cache and
-weight tensors at fixed addresses, outputs copied out before the next step). Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly
-through ``static_forward.forward_tokens``, straight into the cache rows.
+(``compile=True``, the default on a GPU), the step is ``torch.compile(fullgraph=True)``, one graph
+per lane bucket with the capacity a dynamic dimension, on CUDA with CUDA graphs
+(``mode="reduce-overhead"``, recorded per shape; cache and weight tensors at fixed addresses,
+outputs copied out before the next step). Prompts (a lane's prompt and guess, the scorer's prompts
+and answers) run eagerly through ``static_forward.forward_tokens``, straight into the cache rows.
 
 Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping, tasks or grids.
 """
@@ -99,6 +100,8 @@ class StaticEngine(DecodeEngine):
         self._swap = half_swap(self.weights.head_dim, self.dtype, self.device)
         self._lanes: _Lanes | None = None
         self._step = self._compiled_step() if compile else decode_step
+        for tensor in [*self.weights.tensors(), self._swap]:
+            self._fixed(tensor)
         self.steps = 0  # step calls made (for the benchmarks' sanity checks)
 
     @property
@@ -109,15 +112,28 @@ class StaticEngine(DecodeEngine):
         self.weights.refresh()
 
     def _compiled_step(self):
-        """``decode_step`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU, fixed shapes per bucket."""
+        """``decode_step`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU.
+
+        The capacity is a dynamic dimension (``_fixed``): one graph per lane bucket serves every
+        capacity (CUDA graphs are still recorded per shape, which is cheap), instead of a compilation
+        per (bucket, capacity).
+        """
         import torch
 
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a graph per bucket
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         if self.device.type == "cuda":
-            for tensor in [*self.weights.tensors(), self._swap]:
-                torch._dynamo.mark_static_address(tensor)
-            return torch.compile(decode_step, mode="reduce-overhead", fullgraph=True, dynamic=False)
-        return torch.compile(decode_step, fullgraph=True, dynamic=False)
+            return torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)
+        return torch.compile(decode_step, fullgraph=True)
+
+    def _fixed(self, tensor, capacity_dimension: int | None = None):
+        """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic."""
+        import torch
+
+        if self.compiled and self.device.type == "cuda":
+            torch._dynamo.mark_static_address(tensor)
+        if self.compiled and capacity_dimension is not None:
+            torch._dynamo.mark_dynamic(tensor, capacity_dimension)
+        return tensor
 
     # -- buffers -------------------------------------------------------------------------------
     def _cache(self, bucket: int, capacity: int):
@@ -131,9 +147,7 @@ class StaticEngine(DecodeEngine):
         weights = self.weights
         shape = (len(weights.layers), 2, bucket, weights.kv_heads, capacity, weights.head_dim)
         self._trim_pool(int(np.prod(shape)) * torch.finfo(self.dtype).bits // 8)
-        cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if self.compiled and self.device.type == "cuda":
-            torch._dynamo.mark_static_address(cache)
+        cache = self._fixed(torch.zeros(shape, dtype=self.dtype, device=self.device), capacity_dimension=4)
         self._pool[key] = cache
         return cache
 
@@ -149,13 +163,9 @@ class StaticEngine(DecodeEngine):
 
     def _rope_tables(self, capacity: int):
         """The model's rope (cos, sin) at positions 0..capacity-1, made once per capacity."""
-        import torch
-
         if capacity not in self._rope:
-            self._rope[capacity] = rope_tables(self.weights, capacity)
-            if self.compiled and self.device.type == "cuda":
-                for table in self._rope[capacity]:
-                    torch._dynamo.mark_static_address(table)
+            self._rope[capacity] = tuple(self._fixed(table, capacity_dimension=0)
+                                         for table in rope_tables(self.weights, capacity))
         return self._rope[capacity]
 
     # -- lanes ---------------------------------------------------------------------------------
@@ -208,7 +218,7 @@ class StaticEngine(DecodeEngine):
         for row, token, position in zip(lanes.rows, tokens, positions):
             row_tokens[row], row_positions[row] = int(token), int(position)
         cos, sin = self._rope_tables(lanes.capacity)
-        used = lanes.capacity if self.compiled else furthest
+        used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
         cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,

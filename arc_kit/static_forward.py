@@ -90,28 +90,31 @@ def _step_biases(weights, positions, used: int, dtype) -> dict:
     return biases
 
 
-def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int):
+def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None):
     """Next-token NLLs (rows, vocab; float32) after each row feeds ``tokens[row]`` at ``positions[row]``.
 
     ``cache``: (layers, 2, rows, kv heads, capacity, head dim) (a view of the first rows of a larger
     one is fine), written in place at each row's position; ``cos``/``sin``: rope tables of at least
     ``capacity`` positions; ``swap``: ``half_swap``; ``allowed``: the answer mask over the
-    vocabulary; ``used``: attend to columns [0, used), which must hold every row's position (the
-    capacity under ``torch.compile``: shapes stay fixed).
+    vocabulary; ``used``: attend to columns [0, used), which must hold every row's position (None:
+    every column of the cache; compiled, so that one graph serves every capacity).
     """
     import torch
     import torch.nn.functional as F
 
-    rows = tokens.shape[0]
+    rows, used = tokens.shape[0], cache.shape[4] if used is None else used
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
     rotation = torch.diag_embed(cos[positions]) + swap * sin[positions][:, None, :]  # x @ rotation: rope at position
-    biases = {window: bias[:, None, None, :] for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
+    biases = {window: bias[:, None, None, :]
+              for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
     # (layer, key or value, row, kv head, position): one index_put_ per layer on the cache itself (not on a
     # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each row's key and value
-    layer_index = torch.arange(len(weights.layers), device=tokens.device)
-    where = (torch.arange(2, device=tokens.device)[None, :, None], torch.arange(rows, device=tokens.device)[:, None, None],
-             torch.arange(kv_heads, device=tokens.device)[None, None, :], positions[:, None, None])
+    device = tokens.device
+    layer_index = torch.arange(len(weights.layers), device=device)
+    where = (torch.arange(2, device=device)[None, :, None], torch.arange(rows, device=device)[:, None, None],
+             torch.arange(kv_heads, device=device)[None, None, :], positions[:, None, None])
+    keys, values = cache[:, 0, :, :, :used].unbind(0), cache[:, 1, :, :, :used].unbind(0)  # per layer: views
     hidden = weights.embed[tokens]
     for index, layer in enumerate(weights.layers):
         mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
@@ -125,8 +128,8 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
         # a row's query heads grouped by their key-value head (head h reads h // group): the group plays the
         # queries of one attention over that head's keys and values, never expanded; queries carry the scale
         query = rotated[:, :heads].view(rows, kv_heads, group, head_dim)
-        attended = F.scaled_dot_product_attention(query, cache[index, 0, :, :, :used], cache[index, 1, :, :, :used],
-                                                  attn_mask=biases[layer.window], scale=1.0)
+        attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
+                                                  scale=1.0)
         hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output_t, layer.output_bias)
         gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
         hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down_t, layer.down_bias)

@@ -176,7 +176,8 @@ def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatc
                               probabilities="answer-mask", engine="reference"))
     assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask",
                                                         "engine": "reference"})
-    assert received["engine"] == (sorted(lengths)[:1], {"probabilities": "answer-mask", "label": str(model_folder)})
+    assert received["engine"] == (sorted(lengths)[:1], {"probabilities": "answer-mask", "label": str(model_folder),
+                                                        "compile": "auto"})
     received.clear()
     list(bench.run_benchmarks(str(model_folder), small_task_set, count=1, device="cpu"))
     assert set(received) == set(bench.BENCHMARKS) >= {"batched-search", "batched-scoring", "engine"}  # all by default

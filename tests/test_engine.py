@@ -233,7 +233,7 @@ def test_buckets():
 @pytest.mark.slow
 def test_the_step_compiles_whole_and_equals_the_eager_step():
     """``torch.compile(fullgraph=True)`` (a graph break would raise): the same NLLs as the eager step, one graph
-    per lane bucket however many steps it takes, and lanes moved into the smaller bucket as eagerly."""
+    per lane bucket however many steps and capacities it takes, lanes moved into the smaller bucket as eagerly."""
     from torch._dynamo.utils import counters
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -255,9 +255,21 @@ def test_the_step_compiles_whole_and_equals_the_eager_step():
         engine.keep_lanes([0, 2])  # a bucket of 2
         rows.append(engine.step([0, 2], [ends[0] + 2, ends[2] + 1]))
         rows.append(engine.step([1, 1], [ends[0] + 1, ends[2] + 2]))
+        rows.append(engine.step([2, 0], [300, ends[2] + 3]))  # a capacity bucket further: the same graph
         engine.release()
         found.append(rows)
     for fast, slow in zip(*found):
         np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
-    assert counters["stats"]["unique_graphs"] == 2  # one per bucket: no recompilation from step to step
+    assert counters["stats"]["unique_graphs"] == 2  # one per lane bucket: none from step to step or per capacity
     torch._dynamo.reset()
+
+
+def test_every_command_that_decodes_offers_the_engine(capsys):
+    from arc_kit.cli import main
+
+    for command in (["solve"], ["dry-run"], ["ablation"], ["samplers"], ["kaggle", "run"], ["bench"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert "--engine {fast,reference}" in text, command
+        assert "--engine-compile" in text, command
