@@ -120,7 +120,9 @@ class StaticEngine(DecodeEngine):
         """
         import torch
 
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        config = torch._dynamo.config  # a graph per lane bucket, more than the default limit allows in a long run
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
+        setattr(config, limit, max(getattr(config, limit), 64))
         if self.device.type == "cuda":
             return torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)
         return torch.compile(decode_step, fullgraph=True)
