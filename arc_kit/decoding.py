@@ -7,10 +7,11 @@ paper's P(s|q), the default), or "answer-mask", the softmax renormalised over th
 ``answer_log_probs`` gives the answer tokens' log-probabilities under either (every other token
 -inf: no path through one can spell a grid), so that all samplers and the scorer measure an
 answer's negative log-likelihood (NLL) the same way: ``score_answers`` measures many answers after
-one prompt (its cache reused), ``sequence_nll`` is its slow reference. ``rewind_cache`` is the
+one prompt (its cache reused), ``sequence_nll`` is its slow reference. The rest is transformers'
+caches as the reference decode engine (``reference_engine``) uses them. ``rewind_cache`` is the
 one place that shortens a transformers KV cache: it works on transformers 5.17 and 5.2x, where
-``DynamicCache.crop`` only takes a non-positive number of tokens to remove. The batched paths
-(``batched_dfs``, ``scoring.score_prompts``) read stored caches through ``cache_tensors`` (the one
+``DynamicCache.crop`` only takes a non-positive number of tokens to remove. Its lanes and its
+scoring read stored caches through ``cache_tensors`` (the one
 place that reads a cache's per-layer keys and values) and two kinds of borrowed layer, so that no
 path ever holds a second copy of a whole batch's cache: ``prefix_cache`` serves a call after rows of
 stored prompts (one prompt: an expanded view), assembling each layer's rows only while that layer

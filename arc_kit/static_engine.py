@@ -102,7 +102,6 @@ class StaticEngine(DecodeEngine):
         self._step = self._compiled_step() if compile else decode_step
         for tensor in [*self.weights.tensors(), self._swap]:
             self._fixed(tensor)
-        self.steps = 0  # step calls made (for the benchmarks' sanity checks)
 
     @property
     def vocab_size(self) -> int:
@@ -229,7 +228,6 @@ class StaticEngine(DecodeEngine):
             if self.compiled and self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
             nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
-        self.steps += 1
         return nlls.numpy()[lanes.rows].astype(np.float64)
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:
