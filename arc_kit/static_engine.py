@@ -14,14 +14,16 @@ beyond the new count move into the rows freed below it (one gather and scatter o
 per compaction, never per token), and once they fit the next smaller lane bucket, into that
 bucket's own cache (one copy). A step computes eagerly exactly the live lanes' rows; compiled, its
 bucket's whole cache (the rows past the live ones feed token 0 at position 0 of their own row:
-computed, never read). When a position passes the capacity,
-the cache moves into the next capacity bucket (one copy). Each step makes one small device-to-host
-copy, the (rows, vocab) NLLs. Eagerly, attention reads only the columns some row can see; compiled
-(``compile=True``, the default on a GPU), the step is ``torch.compile(fullgraph=True)``, one graph
-per lane bucket with the capacity a dynamic dimension, on CUDA with CUDA graphs
-(``mode="reduce-overhead"``, recorded per shape; cache and weight tensors at fixed addresses,
-outputs copied out before the next step). Prompts (a lane's prompt and guess, the scorer's prompts
-and answers) run eagerly through ``static_forward.forward_tokens``, straight into the cache rows.
+computed, never read). When a position passes the capacity, the cache moves into the next capacity
+bucket (one copy). Each step makes one small device-to-host copy, the (rows, vocab) NLLs.
+
+Eagerly, attention reads only the columns some row can see. Compiled (``compile=True``, the default
+on a GPU), the step is ``torch.compile(fullgraph=True)``, one graph per lane bucket with the
+capacity a dynamic dimension, on CUDA with CUDA graphs (``mode="reduce-overhead"``, recorded per
+shape; cache and weight tensors at fixed addresses, outputs copied out before the next step); if
+compiling fails (a GPU the compiler does not support, say), the engine logs one line and goes on
+eagerly. Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly through
+``static_forward.forward_tokens``, straight into the cache rows.
 
 Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping, tasks or grids.
 """
@@ -37,7 +39,8 @@ import numpy as np
 
 from arc_kit.decode_engine import DecodeEngine
 from arc_kit.decode_weights import DecodeWeights
-from arc_kit.decoding import AnswerSpace, BatchLimit, answer_log_probs, answer_targets, summed_nlls
+from arc_kit.decoding import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
+                              summed_nlls)
 from arc_kit.static_forward import decode_step, forward_tokens, half_swap, logits, rope_tables
 
 logger = logging.getLogger(__name__)
@@ -224,10 +227,20 @@ class StaticEngine(DecodeEngine):
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used)
-        with torch.no_grad():
-            if self.compiled and self.device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
+        try:
+            with torch.no_grad():
+                if self.compiled and self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
+        except out_of_memory_errors():
+            raise
+        except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
+            if not self.compiled:
+                raise
+            logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
+                           type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
+            self.compiled, self._step = False, decode_step
+            return self.step(tokens, positions)
         return nlls.numpy()[lanes.rows].astype(np.float64)
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:

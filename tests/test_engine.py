@@ -273,3 +273,29 @@ def test_every_command_that_decodes_offers_the_engine(capsys):
         text = capsys.readouterr().out
         assert "--engine {fast,reference}" in text, command
         assert "--engine-compile" in text, command
+
+
+def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatch, caplog):
+    model = family_model("llama")
+    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    calls = []
+
+    def broken(*arguments):
+        calls.append(1)
+        raise RuntimeError("triton: this GPU is too old\nmore detail")
+
+    monkeypatch.setattr(compiled, "_step", broken)
+    with caplog.at_level(logging.WARNING, logger="arc_kit.static_engine"):
+        found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    assert calls == [1] and not compiled.compiled
+    assert [record.getMessage() for record in caplog.records] == [
+        "compiling the decode step failed (RuntimeError: triton: this GPU is too old); going on with the eager step"]
+    for fast, slow in zip(found, expected):
+        assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions] and fast.forward_calls > 0
+    out_of_memory = StaticEngine(model, compile=True)
+    monkeypatch.setattr(out_of_memory, "_step", lambda *arguments: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
+    with pytest.raises(torch.OutOfMemoryError):  # left to the search's halving, never taken for a compiler's failure
+        batched_dfs_search(out_of_memory, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    assert out_of_memory.compiled
