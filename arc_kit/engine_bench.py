@@ -178,18 +178,18 @@ def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup
     return (name, seconds["fast"], seconds["reference"], note), engines["fast"]
 
 
-def _cuda_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int) -> list[str]:
-    """Tokens per second per process of the fast engine for 1 and 16 lanes, against the bandwidth floor."""
+def throughput_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int, device_name: str) -> list[str]:
+    """Tokens per second per process of the fast engine for 1 and 16 lanes, against the bandwidth floor of
+    ``device_name``'s memory (``PEAK_BANDWIDTH``; the ratio is left out for a device not on record)."""
     import torch
 
-    device_name = torch.cuda.get_device_name(engine.device)
     bandwidth = device_bandwidth(device_name)
     decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())
     per_token = kv_bytes_per_token(engine.weights.config, torch.finfo(engine.dtype).bits // 8)
     lines = []
     for lanes in (1, LANES):
         chosen = prompts[:lanes]
-        seconds, _ = _timed_steps({"fast": engine}, chosen, space, steps, warmup)
+        seconds = _timed_steps({"fast": engine}, chosen, space, steps, warmup)[0]["fast"]
         line = f"engine on {device_name}: {lanes} lane(s), {lanes / seconds:.0f} tokens/s per process " \
                f"({seconds * 1e3:.3f} ms/step)"
         if bandwidth is not None:
@@ -215,7 +215,9 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     row, fast = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
     if fast.device.type == "cuda":
-        result.cuda = _cuda_lines(fast, prompts, space, steps, warmup)
+        import torch
+
+        result.cuda = throughput_lines(fast, prompts, space, steps, warmup, torch.cuda.get_device_name(fast.device))
     del fast
     overhead, _ = _model_row(overhead_model(model), f"width 64, {layers} layers", prompts, space, steps, warmup,
                              compile)

@@ -353,3 +353,26 @@ def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, sm
     views = Augmentation.inference_set(np.random.default_rng(0), len(task.train), 16)
     assert prompts[5] == list(encoder.encode_prompt(views[5].apply_pairs(task.train),
                                                     views[5].apply_grid(task.test[0].input)).ids)
+
+
+def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_set, monkeypatch):
+    """What the engine benchmark prints on a GPU, computed here on the CPU with a named card's bandwidth."""
+    from arc_kit import engine_bench
+    from arc_kit.engine import make_engine
+
+    engine = make_engine(loaded.model, "fast")
+    prompts = engine_bench.lane_prompts(loaded.encoder(), small_task_set.tasks()[0])
+    timed = iter([({"fast": 0.004}, 0.0), ({"fast": 0.008}, 0.0)])  # one lane, then 16
+    monkeypatch.setattr(engine_bench, "_timed_steps", lambda engines, chosen, *rest: next(timed))
+    space = AnswerSpace.from_encoder(loaded.encoder())
+    lines = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "NVIDIA H100 80GB HBM3")
+    decode_bytes = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
+    per_token = bench.kv_bytes_per_token(loaded.model.config, 4)
+    floor = bench.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
+    assert lines[0].startswith("engine on NVIDIA H100 80GB HBM3: 1 lane(s), 250 tokens/s per process (4.000 ms/step)")
+    assert lines[1].startswith("engine on NVIDIA H100 80GB HBM3: 16 lane(s), 2000 tokens/s per process")
+    assert f"{0.008 / floor:.1f}x the bandwidth floor" in lines[1]
+    monkeypatch.undo()  # timed for real now, on the CPU
+    unknown = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "a card nobody has heard of")
+    assert len(unknown) == 2 and not any("floor" in line for line in unknown)
+    assert "1 lane(s)" in unknown[0] and "16 lane(s)" in unknown[1]
