@@ -161,9 +161,6 @@ class LayerWeights:
     down_bias: object | None
     window: int | None  # sliding window (positions), None: full attention
 
-    def __post_init__(self):
-        self.output_t, self.down_t = self.output.t(), self.down.t()  # views (refreshed with them) for addmm
-
     def tensors(self) -> list:
         return [tensor for tensor in (self.qkv, self.qkv_bias, self.query_norm, self.key_norm, self.output,
                                       self.output_bias, self.gate_up, self.gate_up_bias, self.down, self.down_bias)

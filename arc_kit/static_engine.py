@@ -130,7 +130,12 @@ class StaticEngine(DecodeEngine):
         return torch.compile(decode_step, fullgraph=True)
 
     def _fixed(self, tensor, capacity_dimension: int | None = None):
-        """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic."""
+        """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.
+
+        Every tensor the step reads is made here (weights, the rope tables and their swap, caches);
+        the step's other inputs (tokens, positions, the search's answer mask) are a few hundred bytes
+        that a CUDA graph copies in at each replay.
+        """
         import torch
 
         if self.compiled and self.device.type == "cuda":

@@ -130,9 +130,9 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
         query = rotated[:, :heads].view(rows, kv_heads, group, head_dim)
         attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
                                                   scale=1.0)
-        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output_t, layer.output_bias)
+        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output.t(), layer.output_bias)
         gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down_t, layer.down_bias)
+        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down.t(), layer.down_bias)
     return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
 
 
