@@ -15,8 +15,13 @@
 - lanes: ``batched_dfs_search`` of all 16 augmented prompts against 16 ``dfs_search`` calls (no
   guesses, in turns, results compared): the lanes' own speed-up, apart from the first search;
 - batched-scoring: every candidate under 16 scoring augmentations in batched forwards
-  (``score_prompts``) against one augmentation after another (``score_answers``).
-Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default).
+  (``score_prompts``) against one augmentation after another (``score_answers``);
+- engine: the fast decode engine's step against the reference engine's, 16 lanes, at the model's
+  width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``).
+Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
+and every search and scoring runs on the decode engine ``engine`` names (``engine.make_engine``;
+fast by default), the baselines it is held against (transformers' ``generate``, one full forward per
+answer) on the model itself.
 Each figure is the median of its repeats; the machine, versions and settings are printed with it.
 """
 
@@ -33,8 +38,11 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
-from arc_kit.decoding import AnswerSpace, SearchResult, new_cache, score_answers, sequence_nll
+from arc_kit.decoding import AnswerSpace, SearchResult, sequence_nll
 from arc_kit.dfs import DfsSettings, dfs_search
+from arc_kit.engine import make_engine
+from arc_kit.engine_bench import (PEAK_BANDWIDTH, bench_engine, decode_floor_seconds, device_bandwidth,  # noqa: F401
+                                  kv_bytes_per_token, weight_bytes)
 from arc_kit.grids import grid_key
 from arc_kit.models import LoadSettings, create_model, load_model
 from arc_kit.scoring import augmented_nlls
@@ -80,6 +88,7 @@ def _timed(model, function, repeats: int) -> tuple[float, object]:
 
 
 def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
+    """Seconds of one forward of ``ids`` (transformers, no cache kept): what ``generate`` spends first."""
     import torch
 
     device = next(model.parameters()).device
@@ -87,29 +96,44 @@ def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
 
     def run():
         with torch.no_grad():
-            return model(input_ids=tensor, past_key_values=new_cache(model), use_cache=True)
+            return model(input_ids=tensor, use_cache=True)
     return _timed(model, run, repeats)[0]
+
+
+def _engine_prefill_seconds(engine, ids: Sequence[int], space: AnswerSpace, repeats: int) -> float:
+    """Seconds of the engine's first pass of ``ids`` (what a DFS spends before its first step)."""
+    def run():
+        engine.start(1, len(ids) + space.max_length, space)
+        try:
+            return engine.prefill(0, list(map(int, ids)), len(ids))
+        finally:
+            engine.release()
+    return _timed(engine.model, run, repeats)[0]
 
 
 DEFAULTS = SolveSettings()  # the solver's defaults: each benchmark measures what a run does
 PROBABILITIES = DEFAULTS.probabilities
 THRESHOLD = DEFAULTS.sampler.threshold
+ENGINE = DEFAULTS.engine
 
 
 def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES) -> BenchResult:
-    """Seconds per explored token: DFS against greedy ``generate``, prefill subtracted from both."""
+                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES,
+                 engine: str = ENGINE) -> BenchResult:
+    """Seconds per explored token: DFS (on the ``engine``) against greedy ``generate``, prefill subtracted from both."""
     import torch
 
     space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
     dfs_per_token, greedy_per_token, prompt_lengths = [], [], []
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
         prompt_lengths.append(len(prompt))
         prefill = _prefill_seconds(model, prompt, repeats)
-        seconds, result = _timed(model, lambda: dfs_search(model, prompt, space, DfsSettings(threshold)), repeats)
+        engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
+        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, DfsSettings(threshold)), repeats)
         if result.forward_calls:
-            dfs_per_token.append((seconds - prefill) / result.forward_calls)
+            dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
         tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
 
         def greedy():
@@ -118,43 +142,13 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
                                       do_sample=False, pad_token_id=space.eos_id, eos_token_id=space.eos_id)
         seconds, _ = _timed(model, greedy, repeats)
         greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
-    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens"
+    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens, {decoder.kind} engine"
     device = next(model.parameters()).device
     if device.type == "cuda" and dfs_per_token:
         note += "; " + floor_note(model, prompt_lengths, statistics.median(dfs_per_token),
                                   torch.cuda.get_device_name(device))
     return BenchResult("decode: DFS token vs generate token", statistics.median(dfs_per_token),
                        statistics.median(greedy_per_token), "/token", note)
-
-
-# Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch
-# gives the device; the first match counts (the more specific names first).
-PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12),
-                  ("A100 80GB PCIe", 1.935e12), ("A100-SXM4-80GB", 2.039e12), ("A100", 1.555e12),
-                  ("A10G", 6.0e11), ("L4", 3.0e11), ("T4", 3.2e11), ("P100", 7.32e11))
-
-
-def device_bandwidth(name: str) -> float | None:
-    """The peak memory bandwidth of a GPU named ``name`` (bytes per second), or None if not in the table."""
-    return next((bandwidth for part, bandwidth in PEAK_BANDWIDTH if part in name), None)
-
-
-def weight_bytes(model) -> int:
-    """Bytes of the model's parameters (a tied embedding and head counted once)."""
-    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
-
-
-def kv_bytes_per_token(config, element_bytes: int) -> int:
-    """Bytes one token adds to a KV cache: layers x (keys and values) x KV heads x head dim x element size."""
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return config.num_hidden_layers * 2 * heads * head_dim * element_bytes
-
-
-def decode_floor_seconds(weights: int, cache_tokens: int, bytes_per_token: int, bandwidth: float) -> float:
-    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of
-    ``cache_tokens`` tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
-    return (weights + cache_tokens * bytes_per_token) / bandwidth
 
 
 def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, device_name: str) -> str:
@@ -170,9 +164,11 @@ def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, d
 
 
 def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
+                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES,
+                 engine: str = ENGINE) -> BenchResult:
     """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
+                                                  engine=engine))
     totals = {}
     for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
         started = time.perf_counter()
@@ -186,9 +182,10 @@ def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 
 
 def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
-                  seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
-    """Prefix-reusing batched scoring against one full forward per answer, same answers."""
+                  seed: int = 0, probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
+    """Prefix-reusing batched scoring (on the ``engine``) against one full forward per answer, same answers."""
     space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
     rng = np.random.default_rng(seed)
     ours = reference = 0.0
     for task in tasks:
@@ -200,7 +197,7 @@ def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candida
             cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
             grid.flat[cells] = rng.integers(0, 10, size=len(cells))
             answers.append(encoder.encode_answer(grid))
-        ours += _timed(model, lambda: score_answers(model, prompt, answers, space), repeats)[0]
+        ours += _timed(model, lambda: decoder.score([prompt], [answers], space), repeats)[0]
         reference += _timed(model, lambda: sequence_nll(model, prompt, answers, space), repeats)[0]
     return BenchResult("scoring: prefix-reusing vs per answer", ours, reference, "",
                        f"{len(tasks)} prompts x {candidates} answers")
@@ -214,7 +211,7 @@ def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
 
 def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
                          augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
-                         probabilities: str = PROBABILITIES) -> BenchResult:
+                         probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
     """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another.
 
     The two modes take turns, the first alternating by test input (so neither always finds the
@@ -222,7 +219,8 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
     generation NLLs were, and what share of the batched time the first search takes (the batched
     mode runs it alone before the lanes; it is timed in a run of its own, the same search).
     """
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
+                                                  engine=engine))
     sampler = SamplerSettings("dfs", threshold=threshold)
     totals = {True: 0.0, False: 0.0}
     first = 0.0
@@ -256,22 +254,23 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
                        f"first search {share:.0%} of the batched time")
 
 
-def _lanes_or_singles(model, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
+def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
                       ) -> list[SearchResult]:
     if batched:
-        return batched_dfs_search(model, prompts, space, settings)
-    return [dfs_search(model, prompt, space, settings) for prompt in prompts]
+        return batched_dfs_search(engine, prompts, space, settings)
+    return [dfs_search(engine, prompt, space, settings) for prompt in prompts]
 
 
 def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
                 augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
-                probabilities: str = PROBABILITIES) -> BenchResult:
+                probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
     """``batched_dfs_search`` of a test input's ``augmentations`` prompts against one ``dfs_search`` per prompt.
 
     No guesses on either side (the same work); the two take turns as in ``bench_batched_search``,
     and the note says whether every lane found what its single search found.
     """
     space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
     settings = DfsSettings(threshold)
     totals = {True: 0.0, False: 0.0}
     differing, largest = [], 0.0
@@ -280,7 +279,7 @@ def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold
                    for view in views]
         found: dict[bool, list[SearchResult]] = {}
         for batched in ((True, False) if position % 2 == 0 else (False, True)):
-            seconds, found[batched] = _timed(model, functools.partial(_lanes_or_singles, model, prompts, space,
+            seconds, found[batched] = _timed(model, functools.partial(_lanes_or_singles, decoder, prompts, space,
                                                                       settings, batched), 1)
             totals[batched] += seconds
         for lane, single in zip(found[True], found[False]):
@@ -297,9 +296,10 @@ def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold
 def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
                           augmentations: int = DEFAULTS.scoring_augmentations,
                           batch_size: int = DEFAULTS.scoring_batch_size, seed: int = 0,
-                          probabilities: str = PROBABILITIES) -> BenchResult:
+                          probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
     """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
     rng = np.random.default_rng(seed)
+    decoder = make_engine(model, engine)
     totals = {True: 0.0, False: 0.0}
     largest = 0.0
     for task, views in _augmented_inputs(tasks, augmentations, seed):
@@ -312,7 +312,7 @@ def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *,
         tables = {}
         for batched in (True, False):
             seconds, tables[batched] = _timed(model, lambda: augmented_nlls(
-                model, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched,
+                decoder, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched,
                 probabilities=probabilities), 1)
             totals[batched] += seconds
         largest = max(largest, float(np.abs(tables[True] - tables[False]).max()))
@@ -340,16 +340,19 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
 
 
 BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
-              "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring}
+              "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring,
+              "engine": bench_engine}  # the engine's last: its line ends the output
 
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
                    max_prompt: int = 4096, threshold: float = THRESHOLD, device: str = "auto",
-                   probabilities: str = PROBABILITIES):
-    """Lines to print: the environment, then one line per benchmark in ``which`` (all by default).
+                   probabilities: str = PROBABILITIES, engine: str = ENGINE, engine_compile: str = "auto"):
+    """Lines to print: the environment, then the lines of each benchmark in ``which`` (all by default).
 
     ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
     ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
+    ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
+    fast one compiled as ``engine_compile`` says).
     """
     if model_path is None:
         model, encoder, label = llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
@@ -359,8 +362,10 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tupl
     chosen = [task for task in tasks.tasks()
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
     chosen = sorted(chosen, key=lambda task: task.id)[:count]
-    yield f"{environment()} | model {label}"
+    yield f"{environment()} | model {label} | {engine} engine"
     for name in which:
-        keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring") else {}
+        keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
         keywords["probabilities"] = probabilities
-        yield BENCHMARKS[name](model, encoder, chosen, **keywords).line()
+        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
+        result = BENCHMARKS[name](model, encoder, chosen, **keywords)
+        yield from result.lines() if hasattr(result, "lines") else [result.line()]

@@ -18,6 +18,8 @@ from arc_kit import __version__
 from arc_kit.names import shown
 from arc_kit.settings import (
     DRY_RUN_TASKS,
+    ENGINE_COMPILE_MODES,
+    ENGINE_KINDS,
     PROBABILITY_MODES,
     SOLVE_PRESETS,
     TRAINING_PRESETS,
@@ -419,7 +421,7 @@ def setup_estimate(parser):
     return run
 
 
-@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring")
+@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engines")
 def setup_bench(parser):
     parser.add_argument("--model", help="model folder (default: the shipped model)")
     parser.add_argument("--llama-3b-shaped", action="store_true",
@@ -435,13 +437,19 @@ def setup_bench(parser):
     parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
                         help="DFS: minimum probability of a returned answer (default: %(default)s)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
+                        help="the decode engine the searches and scorings run on (default: %(default)s; "
+                             "--which engine runs both)")
+    parser.add_argument("--engine-compile", choices=ENGINE_COMPILE_MODES, default=SolveSettings().engine_compile,
+                        help="--which engine: compile the fast engine's step (default: %(default)s: on a GPU only)")
 
     def run(args):
         from arc_kit import bench
 
         for line in bench.run_benchmarks(None if args.llama_3b_shaped else str(_model_path(args)), _load(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
-                                         threshold=args.threshold, device=args.device):
+                                         threshold=args.threshold, device=args.device, engine=args.engine,
+                                         engine_compile=args.engine_compile):
             print(line, flush=True)
         return 0
     return run

@@ -7,10 +7,11 @@ paper's P(s|q), the default), or "answer-mask", the softmax renormalised over th
 ``answer_log_probs`` gives the answer tokens' log-probabilities under either (every other token
 -inf: no path through one can spell a grid), so that all samplers and the scorer measure an
 answer's negative log-likelihood (NLL) the same way: ``score_answers`` measures many answers after
-one prompt (its cache reused), ``sequence_nll`` is its slow reference. ``rewind_cache`` is the
+one prompt (its cache reused), ``sequence_nll`` is its slow reference. The rest is transformers'
+caches as the reference decode engine (``reference_engine``) uses them. ``rewind_cache`` is the
 one place that shortens a transformers KV cache: it works on transformers 5.17 and 5.2x, where
-``DynamicCache.crop`` only takes a non-positive number of tokens to remove. The batched paths
-(``batched_dfs``, ``scoring.score_prompts``) read stored caches through ``cache_tensors`` (the one
+``DynamicCache.crop`` only takes a non-positive number of tokens to remove. Its lanes and its
+scoring read stored caches through ``cache_tensors`` (the one
 place that reads a cache's per-layer keys and values) and two kinds of borrowed layer, so that no
 path ever holds a second copy of a whole batch's cache: ``prefix_cache`` serves a call after rows of
 stored prompts (one prompt: an expanded view), assembling each layer's rows only while that layer
@@ -402,13 +403,8 @@ def nlls_after_prompts(model, tensors, first, answers: Sequence[Sequence[int]], 
     import torch
 
     device = first.device
-    tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
-    count, longest = len(tokens), max(len(answer) for answer in tokens)
-    targets = torch.full((count, longest), space.eos_id, dtype=torch.long)
-    valid = torch.zeros((count, longest), dtype=torch.bool)
-    for row, answer in enumerate(tokens):
-        targets[row, :len(answer)] = answer
-        valid[row, :len(answer)] = True
+    targets, valid = answer_targets(answers, space.eos_id)
+    count, longest = targets.shape
     targets, valid = targets.to(device), valid.to(device)
     rows = torch.as_tensor(list(rows), dtype=torch.long)
     log_probs = first[rows.to(device)][:, None]
@@ -427,6 +423,27 @@ def nlls_after_prompts(model, tensors, first, answers: Sequence[Sequence[int]], 
         del cache
         mask = space.mask(logits.shape[-1], device)
         log_probs = torch.cat([log_probs, answer_log_probs(logits, mask, space.probabilities)], dim=1)
+    return summed_nlls(log_probs, targets, valid)
+
+
+def answer_targets(answers: Sequence[Sequence[int]], pad: int):
+    """(targets, valid): the answers right-padded with ``pad`` into a (rows, longest) long tensor, and where real."""
+    import torch
+
+    tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
+    longest = max(len(answer) for answer in tokens)
+    targets = torch.full((len(tokens), longest), pad, dtype=torch.long)
+    valid = torch.zeros((len(tokens), longest), dtype=torch.bool)
+    for row, answer in enumerate(tokens):
+        targets[row, :len(answer)] = answer
+        valid[row, :len(answer)] = True
+    return targets, valid
+
+
+def summed_nlls(log_probs, targets, valid) -> np.ndarray:
+    """Minus the sum of ``log_probs`` (rows, length, vocab) at ``targets`` where ``valid``: float64, one per row."""
+    import torch
+
     picked = log_probs.gather(-1, targets[..., None])[..., 0]
     picked = torch.where(valid, picked, torch.zeros_like(picked))
     return (-picked.sum(dim=1)).double().cpu().numpy()

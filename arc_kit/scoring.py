@@ -1,14 +1,11 @@
 """Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
 
-The NLL of many answers after one prompt is ``decoding.score_answers`` (the prompt run once, its
-KV cache reused by all answers). ``score_prompts`` does the same for many prompts at once: the
-prompts go through the model together (right-padded), each once, and every (prompt, answer) pair
-becomes one row of batched forwards that read its prompt's rows of that cache one layer at a time
-(``decoding.nlls_after_prompts``: never a copy of the whole cache), an attention mask hiding the
-prompt's padding and positions given per row; out of memory, the rows and then the prompts per
-forward are halved (``decoding.with_halving``). ``augmented_nlls``
-scores candidates under each scoring augmentation (augmented prompt, augmented answer), one
-augmentation after another or, ``batched``, all together through ``score_prompts``.
+Every NLL is measured on a decode engine (``decode_engine.DecodeEngine.score``: each prompt run
+once, its keys and values reused by all its answers, answers right-padded in batched calls,
+out-of-memory errors answered by halving the rows per call). ``score_prompts`` scores many prompts'
+answers together; ``augmented_nlls`` scores candidates under each scoring augmentation (augmented
+prompt, augmented answer), one augmentation after another or, ``batched``, all together. An
+engine may be given as a model (``engine.as_engine``: the fast engine, made for the call).
 
 The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
 (lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
@@ -22,96 +19,39 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arc_kit import decoding
 from arc_kit.augmentation import Augmentation
-from arc_kit.decoding import (AnswerSpace, BatchLimit, answer_log_probs, cache_tensors, new_cache, nlls_after_prompts,
-                              with_halving)
+from arc_kit.decoding import AnswerSpace, BatchLimit
+from arc_kit.engine import as_engine
 from arc_kit.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder
 
 
-def score_prompts(model, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
+def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
                   space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None, *,
                   prompt_limit: BatchLimit | None = None, answer_limit: BatchLimit | None = None) -> list[np.ndarray]:
-    """``decoding.score_answers`` of each prompt's answers, in as few batched forwards as memory allows.
+    """The NLLs of ``answers[p]`` after ``prompts[p]``, in as few batched calls as memory allows.
 
-    ``answers[p]`` are scored after ``prompts[p]``. Up to ``prompt_batch_size`` (default
-    ``batch_size``) prompts share one forward and one cache; up to ``batch_size`` (prompt, answer)
-    rows share each answer forward (``decoding.nlls_after_prompts``: each layer's prompt rows are
-    assembled only while it runs; one prompt's rows are an expanded view). An out-of-memory error
-    halves the answer rows per forward (``answer_limit``), and past one row the prompts per forward
-    (``prompt_limit``); the limits end as the sizes that fitted. Equal to ``decoding.score_answers``
-    up to float rounding.
+    Up to ``prompt_batch_size`` (default ``batch_size``) prompts share one call, up to
+    ``batch_size`` (prompt, answer) rows each answer call; out of memory, the answer rows per call
+    (``answer_limit``) and then the prompts per call (``prompt_limit``) are halved
+    (``DecodeEngine.score``). Equal to ``decoding.score_answers`` of each prompt up to float rounding.
     """
-    if len(answers) != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
-    results = [np.zeros(len(chunk)) for chunk in answers]
-    prompt_limit = prompt_limit if prompt_limit is not None else BatchLimit("prompts")
-    answer_limit = answer_limit if answer_limit is not None else BatchLimit("answers")
-    group_size = prompt_batch_size or batch_size
-    order = [p for p in range(len(prompts)) if len(answers[p])]  # prompts without answers are never run
-    done = 0
-    while done < len(order):
-        done += with_halving(prompt_limit, min(group_size, len(order) - done), lambda size, start=done: _score_group(
-            model, prompts, answers, order[start:start + size], space, batch_size, answer_limit, results))
-    return results
+    return as_engine(engine).score(prompts, answers, space, batch_size, prompt_batch_size, prompt_limit=prompt_limit,
+                                   answer_limit=answer_limit)
 
 
-def _score_group(model, prompts, answers, group: list[int], space: AnswerSpace, batch_size: int,
-                 limit: BatchLimit, results: list[np.ndarray]) -> int:
-    """The answers of the prompts ``group`` (indices) scored into ``results``; how many prompts that was.
-
-    Safe to repeat: it writes the same numbers again.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    lengths = [len(prompts[p]) for p in group]
-    width = max(lengths)
-    ids = torch.full((len(group), width), space.eos_id, dtype=torch.long)
-    for row, p in enumerate(group):
-        ids[row, :lengths[row]] = torch.tensor([int(t) for t in prompts[p]], dtype=torch.long)
-    last = torch.tensor(lengths) - 1
-    kept = torch.unique(last)  # logits at each prompt's last position only, not at every position
-    with torch.no_grad():
-        # Right padding needs no attention mask here: causal attention keeps every real token
-        # from seeing the padding after it. Answers mask the padding out.
-        output = model(input_ids=ids.to(device), past_key_values=new_cache(model), use_cache=True,
-                       logits_to_keep=kept.to(device))
-    mask = space.mask(output.logits.shape[-1], device)
-    picked_last = torch.searchsorted(kept, last)
-    first = answer_log_probs(output.logits[torch.arange(len(group)), picked_last.to(device)], mask,
-                             space.probabilities)
-    tensors = cache_tensors(output.past_key_values)
-    del output
-    pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
-                   key=lambda pair: len(answers[group[pair[0]]][pair[1]]))  # similar lengths together
-
-    def score(chunk: list[tuple[int, int]]) -> int:
-        nlls = nlls_after_prompts(model, tensors, first, [answers[group[row]][a] for row, a in chunk],
-                                  [row for row, _ in chunk], space, lengths)
-        for (row, a), nll in zip(chunk, nlls):
-            results[group[row]][a] = nll
-        return len(chunk)
-
-    done = 0
-    while done < len(pairs):
-        done += with_halving(limit, min(batch_size, len(pairs) - done),
-                             lambda size, start=done: score(pairs[start:start + size]))
-    return len(group)
-
-
-def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
+def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
                    candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
                    batch_size: int = 16, max_len: int | None = None, batched: bool = False,
                    probabilities: str = "full") -> np.ndarray:
     """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations).
 
-    ``batched``: every augmentation's prompt and answers together (``score_prompts``); otherwise one
-    augmentation after another (``decoding.score_answers``). The same numbers up to float rounding.
-    ``probabilities``: as ``decoding.AnswerSpace.probabilities`` (the full softmax by default).
+    ``batched``: every augmentation's prompt and answers together; otherwise one augmentation after
+    another. The same numbers up to float rounding. ``probabilities``: as
+    ``decoding.AnswerSpace.probabilities`` (the full softmax by default).
     """
+    engine = as_engine(engine)
     space = AnswerSpace.from_encoder(encoder, probabilities)
     table = np.zeros((len(candidates), len(augmentations)))
     prompts, answers = [], []
@@ -121,10 +61,10 @@ def augmented_nlls(model, encoder: TaskEncoder, train: Sequence[Pair], test_inpu
         prompts.append(prompt.ids)
         answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates])
     if batched:
-        columns = score_prompts(model, prompts, answers, space, batch_size)
+        columns = engine.score(prompts, answers, space, batch_size)
     else:
         limit = BatchLimit("answers")  # one for all augmentations: a size that ran out of memory is not tried again
-        columns = [decoding.score_answers(model, prompt, chunk, space, batch_size, limit=limit)
+        columns = [engine.score([prompt], [chunk], space, batch_size, answer_limit=limit)[0]
                    for prompt, chunk in zip(prompts, answers)]
     for column, nlls in enumerate(columns):
         table[:, column] = nlls

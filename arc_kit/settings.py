@@ -29,6 +29,8 @@ AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS imp
 SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 DECODING_MODES = ("authors", "strict")  # text_format.TaskEncoder.decode_answer implements exactly these
+ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
+ENGINE_COMPILE_MODES = ("auto", "on", "off")
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
@@ -298,8 +300,19 @@ class SolveSettings(Settings):
                             "which gives their guess) and score all scoring augmentations together; the same "
                             "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
+    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
+                          "token; models it cannot run fall back to the reference, logged); reference: "
+                          "transformers' forward and caches. The same answers up to float rounding",
+                          choices=ENGINE_KINDS, neutral=True)
+    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
+                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
+        if self.engine not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
+        if self.engine_compile not in ENGINE_COMPILE_MODES:
+            raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
+                             f"{ENGINE_COMPILE_MODES}")
         if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
             raise ValueError(f"unknown aggregation {self.aggregation!r}")
         if self.probabilities not in PROBABILITY_MODES:
@@ -503,6 +516,7 @@ def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Setti
 
 
 __all__ = ["AGGREGATION_NAMES", "CompetitionSettings", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRY_RUN_TASKS",
-           "DataSettings", "Option", "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings", "Settings",
+           "DataSettings", "ENGINE_COMPILE_MODES", "ENGINE_KINDS", "Option", "PROBABILITY_MODES", "SAMPLER_KINDS",
+           "SOLVE_PRESETS", "SamplerSettings", "SequenceSettings", "Settings",
            "SolveSettings", "TRAINING_PRESETS", "TestTimeSettings", "TrainingSettings", "get_path", "ladder", "options",
            "replace_path", "setting", "smoke", "solve_preset", "training_preset"]

@@ -15,6 +15,10 @@ call and keeps what it found, a search that would start late finds nothing, and 
 candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
 says which stage the deadline cut short (``deadline_hit``).
 
+Every model call goes through the solver's one decode engine (``engine.make_engine``, the kind
+``settings.engine`` names), built on first use; after test-time training changes the adapter, and
+when ``base_model`` turns it off or on again, the engine re-reads the weights (once per state).
+
 ``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure.
 Running a whole set (records on disk, resuming, the submission) is ``run``'s business, not this
 module's.
@@ -34,8 +38,10 @@ import numpy as np
 
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
+from arc_kit.decode_engine import DecodeEngine
 from arc_kit.decoding import AnswerSpace, deadline_passed, earliest
 from arc_kit.dfs import DfsSettings
+from arc_kit.engine import make_engine
 from arc_kit.grids import grid_key
 from arc_kit.names import encoded, shown
 from arc_kit.records import SearchStats, TaskRecord, TestResult, TrainingSummary
@@ -74,6 +80,10 @@ class Solver:
         self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
         self.trainer = None
         self.model = model
+        self._engine: DecodeEngine | None = None
+        self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
+        self._adapter_off = False  # inside ``base_model``
+        self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
         if settings.test_time_training:
             self.trainer = TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
             self.model = self.trainer.model
@@ -93,7 +103,27 @@ class Solver:
             yield self.model
         else:
             with self.trainer.adapter_disabled() as model:
-                yield model
+                self._adapter_off = True
+                try:
+                    yield model
+                finally:
+                    self._adapter_off = False
+
+    def engine(self, model=None) -> DecodeEngine:
+        """The decode engine for ``model`` (default: the solver's, in its current adapter state).
+
+        The solver's model gets its one engine, its weights re-read when the adapter changed since;
+        another model gets an engine of its own for this call.
+        """
+        if model is not None and model is not self.model:
+            return make_engine(model, self.settings.engine, compile=self.settings.engine_compile)
+        state = (self._adapter_version, self._adapter_off)
+        if self._engine is None:
+            self._engine = make_engine(self.model, self.settings.engine, compile=self.settings.engine_compile)
+        elif state != self._engine_state:
+            self._engine.refresh()
+        self._engine_state = state
+        return self._engine
 
     def adapt(self, task: Task, settings: SolveSettings | None = None, deadline: float | None = None
               ) -> TrainingSummary:
@@ -105,6 +135,7 @@ class Solver:
         settings = settings or self.settings
         if self.trainer is None:
             return TrainingSummary(skipped="off")
+        self._adapter_version += 1  # reset or trained below: the engine re-reads the weights
         if not settings.test_time_training:
             self.trainer.reset()
             return TrainingSummary(skipped="off")
@@ -127,6 +158,7 @@ class Solver:
         one) stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes first.
         """
         batched = self.settings.batched if batched is None else batched
+        engine = self.engine(model)
         merged: dict[bytes, Candidate] = {}
         stats = SearchStats()
         prompts = []
@@ -149,17 +181,17 @@ class Solver:
             return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
 
         if batched and sampler.kind == "dfs" and len(augmentations) > 1:
-            first = generate(model, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline())
+            first = generate(engine, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline())
             self._merge(first, augmentations[0], merged, stats)
             guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
-            results = batched_dfs_search(model, prompts[1:], self.space,
+            results = batched_dfs_search(engine, prompts[1:], self.space,
                                          DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses,
                                          deadline=search_deadline())
             for augmentation, result in zip(augmentations[1:], results):
                 self._merge(result, augmentation, merged, stats)
         else:
             for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
-                result = generate(model, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
+                result = generate(engine, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
                                   deadline=search_deadline())
                 self._merge(result, augmentation, merged, stats)
         candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
@@ -190,8 +222,8 @@ class Solver:
         if not candidates:
             return
         batched = self.settings.batched if batched is None else batched
-        table = augmented_nlls(model, self.encoder, train, test_input, [c.grid for c in candidates], augmentations,
-                               self.settings.scoring_batch_size, self.settings.max_len, batched,
+        table = augmented_nlls(self.engine(model), self.encoder, train, test_input, [c.grid for c in candidates],
+                               augmentations, self.settings.scoring_batch_size, self.settings.max_len, batched,
                                self.space.probabilities)
         for candidate, row in zip(candidates, table):
             candidate.scoring_nlls = [float(v) for v in row]

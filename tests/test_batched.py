@@ -1,6 +1,7 @@
 """The batched paths against their slow references: batched DFS lanes = ``dfs_search`` = brute force;
 ``score_prompts`` = ``score_answers`` per prompt; the solver's batched sampling and scoring = its
-one-augmentation-at-a-time ones.
+one-augmentation-at-a-time ones. Each on both decode engines (reference and fast), and the fast
+engine's own moves (its lane buckets, its capacity growth, its out-of-memory answer) against none.
 
 Models are the peaked micro models of test_dfs (enumerable) and the bigram model of conftest (real
 grids); prompts of different lengths, so that padding, masks and per-lane positions all matter.
@@ -12,18 +13,22 @@ import numpy as np
 import pytest
 import torch
 from conftest import bigram_model
-from test_dfs import (CASE_NAMES, CASES, CONFIGS, EOS, PROMPT, THRESHOLDS, FakeClock, assert_same_as_reference,
-                      guesses, model_for, safe_enumeration)
+from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
+                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration)
 
-import arc_kit.batched_dfs as batched_dfs_module
 import arc_kit.decoding as decoding_module
+import arc_kit.dfs as dfs_module
+import arc_kit.static_engine as static_engine_module
 from arc_kit.augmentation import Augmentation
 from arc_kit.batched_dfs import batched_dfs_search
 from arc_kit.decoding import (AnswerSpace, BatchLimit, LaneCache, SearchResult, new_cache, prefix_cache,
                               score_answers, sequence_nll)
 from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.engine import make_engine
+from arc_kit.reference_engine import ReferenceEngine
 from arc_kit.scoring import score_prompts
-from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
+from arc_kit.static_engine import StaticEngine
 from arc_kit.solver import Solver
 from arc_kit.tasks import Pair
 from arc_kit.text_format import TaskEncoder, Vocabulary
@@ -41,20 +46,21 @@ def assert_same_results(batched: SearchResult, single: SearchResult):
     assert batched.dropped == single.dropped and batched.capped == single.capped
 
 
-@pytest.fixture(scope="module", params=CASES, ids=CASE_NAMES)
+@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
 def case(request):
-    (allowed, max_length, seed, scale), mode = request.param
+    """(engine, space, enumerations), as test_dfs's ``case``."""
+    (allowed, max_length, seed, scale), mode, kind = request.param
     space = AnswerSpace(allowed, EOS, max_length, mode)
     model = model_for(seed, scale)
-    return model, space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
+    return engine_for(seed, scale, kind), space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
 
 
 # -- batched DFS lanes ------------------------------------------------------------------------------
 
 def test_lanes_of_one_prompt_with_every_kind_of_guess_equal_brute_force(case):
-    model, space, enumerations = case
+    model, space, enumerations = case  # the case's engine
     for threshold, enumeration in enumerations:
-        lane_guesses = [None, *guesses(model, space, enumeration, threshold).values()]
+        lane_guesses = [None, *guesses(model.model, space, enumeration, threshold).values()]
         results = batched_dfs_search(model, [PROMPT] * len(lane_guesses), space, DfsSettings(threshold), lane_guesses)
         assert len(results) == len(lane_guesses)
         for guess, result in zip(lane_guesses, results):
@@ -63,7 +69,7 @@ def test_lanes_of_one_prompt_with_every_kind_of_guess_equal_brute_force(case):
 
 
 def test_lanes_of_prompts_of_different_lengths_equal_single_searches(case):
-    model, space, enumerations = case
+    model, space, enumerations = case  # the case's engine
     prompts = [PROMPT, *OTHER_PROMPTS]
     for threshold, enumeration in enumerations:
         best = list(enumeration.answers[0][0]) if enumeration.answers else None
@@ -77,39 +83,73 @@ def test_lanes_of_prompts_of_different_lengths_equal_single_searches(case):
             assert len({result.forward_calls for result in results}) > 1
 
 
-def test_compacting_and_growing_the_cache_change_nothing(monkeypatch):
+def test_compacting_and_growing_the_reference_lane_cache_change_nothing(monkeypatch):
     """With one spare column the lanes' paths are moved behind the prompts and the room doubled, again and again."""
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
     model = model_for(seed, scale)
     threshold, _ = safe_enumeration(model, space, 0.01)
     compactions, growths = [], []
-    compact, grow = batched_dfs_module._compact, LaneCache.grow
+    compact, grow = ReferenceEngine._compact, LaneCache.grow
 
-    def counted_compact(*args):
-        compactions.append(args[0].length)
-        return compact(*args)
+    def counted_compact(self):
+        compactions.append(self._cache.length)
+        return compact(self)
 
     def counted_grow(self, capacity, rows=None):
         growths.append(capacity)
         return grow(self, capacity, rows)
 
-    monkeypatch.setattr(batched_dfs_module, "SPARE_COLUMNS", 1)
-    monkeypatch.setattr(batched_dfs_module, "_compact", counted_compact)
+    monkeypatch.setattr(dfs_module, "SPARE_POSITIONS", 1)
+    monkeypatch.setattr(ReferenceEngine, "_compact", counted_compact)
     monkeypatch.setattr(LaneCache, "grow", counted_grow)
     prompts = [PROMPT, *OTHER_PROMPTS]
     lane_guesses = [None, [1, 1, EOS], None, None]
-    results = batched_dfs_search(model, prompts, space, DfsSettings(threshold), lane_guesses)
+    engine = make_engine(model, "reference")
+    results = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), lane_guesses)
     assert len(compactions) > 3 and len(growths) > 1 and growths == sorted(growths)
     for prompt, guess, result in zip(prompts, lane_guesses, results):
-        assert_same_results(result, dfs_search(model, prompt, space, DfsSettings(threshold), guess=guess))
+        assert_same_results(result, dfs_search(engine, prompt, space, DfsSettings(threshold), guess=guess))
 
 
-def test_the_forward_call_cap_holds_per_lane():
+def test_the_fast_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
+    """Capacities of exactly what is asked (so the cache grows again and again) and lanes leaving their
+    bucket for smaller ones: every lane finds what the reference's single search finds."""
+    allowed, max_length, seed, scale = CONFIGS[1]  # deep paths: positions well past the longest first pass
+    space = AnswerSpace(allowed, EOS, max_length)
+    model = model_for(seed, scale)
+    threshold, _ = safe_enumeration(model, space, 0.01)
+    growths, buckets = [], []
+    grow, keep = StaticEngine._grow, StaticEngine.keep_lanes
+
+    def counted_grow(self, positions):
+        growths.append(positions)
+        return grow(self, positions)
+
+    def counted_keep(self, lanes):
+        keep(self, lanes)
+        buckets.append(self._lanes.bucket)
+
+    monkeypatch.setattr(dfs_module, "SPARE_POSITIONS", 0)
+    monkeypatch.setattr(static_engine_module, "capacity_bucket", lambda positions: positions)
+    monkeypatch.setattr(StaticEngine, "_grow", counted_grow)
+    monkeypatch.setattr(StaticEngine, "keep_lanes", counted_keep)
+    prompts = [PROMPT, *OTHER_PROMPTS, PROMPT[:15] + [12]]  # five lanes: a bucket of 8 first
+    lane_guesses = [None, [1, 1, EOS], None, None, [2, EOS]]
+    engine, reference = make_engine(model, "fast"), make_engine(model, "reference")
+    results = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), lane_guesses)
+    assert len(growths) > 2 and {4, 2, 1} <= set(buckets)  # guard: it grew, and lanes moved down every bucket
+    assert len(engine._pool) > 3  # the caches are kept for the next search
+    for prompt, guess, result in zip(prompts, lane_guesses, results):
+        assert_same_results(result, dfs_search(reference, prompt, space, DfsSettings(threshold), guess=guess))
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_the_forward_call_cap_holds_per_lane(kind):
     """Each lane stops at its own cap, exactly where its single search stops (same guess, same order)."""
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
-    model = model_for(seed, scale)
+    model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
     settings = DfsSettings(0.01, max_forward_calls=7)
     results = batched_dfs_search(model, prompts, space, settings, [None, None, [2, EOS], None])
@@ -129,11 +169,12 @@ def clock(monkeypatch):
 DEADLINE_GUESSES = [None, None, [2, EOS], None]
 
 
-def test_a_deadline_stops_every_lane_where_a_call_cap_would(clock):
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_deadline_stops_every_lane_where_a_call_cap_would(clock, kind):
     """The deadline is the whole call's: every lane still searching stops at the same step."""
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
-    model = model_for(seed, scale)
+    model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
     full = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES)
     for steps in (0, 1, 4, 9):
@@ -148,10 +189,11 @@ def test_a_deadline_stops_every_lane_where_a_call_cap_would(clock):
     assert any(f.forward_calls > 9 for f in full)  # guard: the deadline cut real work short
 
 
-def test_a_deadline_during_the_first_passes_leaves_the_rest_unsearched(clock):
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_deadline_during_the_first_passes_leaves_the_rest_unsearched(clock, kind):
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
-    model = model_for(seed, scale)
+    model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
     results = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES, deadline=clock.now + 3)
     for prompt, guess, result in zip(prompts[:2], DEADLINE_GUESSES[:2], results[:2]):  # the first passes made
@@ -214,20 +256,21 @@ def lanes_case():
 def assert_same_as_single_searches(model, space, prompts, lane_guesses, results, threshold=0.01):
     assert len(results) == len(prompts)
     for prompt, guess, result in zip(prompts, lane_guesses, results):
-        assert_same_results(result, dfs_search(model, prompt, space, DfsSettings(threshold), guess=guess))
+        assert_same_results(result, dfs_search(ReferenceEngine(model), prompt, space, DfsSettings(threshold),
+                                               guess=guess))
 
 
 def test_lanes_out_of_memory_are_fed_in_halves_and_the_limit_is_kept(lanes_case, caplog):
     model, space, prompts, lane_guesses = lanes_case
     fake, limit = OutOfMemoryPast(model, largest=2), BatchLimit("lanes")
-    results = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
     assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
     assert limit.size == 2  # the size that fitted, reported
     assert [call for call in fake.calls if call[1]] == [(4, True)]  # one failed step, then calls of two lanes
     assert max(rows for rows, _ in fake.calls[fake.calls.index((4, True)):][1:]) == 2
     assert "out of memory with 4 lanes per model call; going on with 2" in caplog.text
     fake.calls.clear()
-    again = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    again = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
     assert max(rows for rows, _ in fake.calls) == 2 and not any(raised for _, raised in fake.calls)
     assert_same_as_single_searches(model, space, prompts, lane_guesses, again)
 
@@ -236,7 +279,7 @@ def test_lanes_that_run_out_of_memory_one_at_a_time_are_searched_in_smaller_grou
     """Steps fail at 4, 2 and 1 lanes per call: the group of 4 starts again as groups of one (sequential)."""
     model, space, prompts, lane_guesses = lanes_case
     fake, limit = OutOfMemoryPast(model, failures=3, fails=a_step), BatchLimit("lanes")
-    results = batched_dfs_search(fake, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
     assert [rows for rows, raised in fake.calls if raised] == [4, 2, 1]
     assert limit.size == 1
     assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
@@ -245,7 +288,38 @@ def test_lanes_that_run_out_of_memory_one_at_a_time_are_searched_in_smaller_grou
 def test_one_lane_out_of_memory_raises(lanes_case):
     model, space, prompts, lane_guesses = lanes_case
     with pytest.raises(torch.OutOfMemoryError):
-        batched_dfs_search(OutOfMemoryPast(model, largest=0), prompts, space, DfsSettings(0.01), lane_guesses)
+        batched_dfs_search(ReferenceEngine(OutOfMemoryPast(model, largest=0)), prompts, space, DfsSettings(0.01),
+                           lane_guesses)
+
+
+def test_a_model_the_fast_engine_cannot_read_falls_back_to_the_reference_with_one_line(lanes_case, caplog):
+    model, space, prompts, lane_guesses = lanes_case
+    with caplog.at_level("WARNING", logger="arc_kit.engine"):
+        engine = make_engine(OutOfMemoryPast(model), "fast")
+    assert isinstance(engine, ReferenceEngine)
+    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.engine"]
+    assert lines == ["the fast decode engine cannot run this model (OutOfMemoryPast has no model.embed_tokens); "
+                     "using the reference engine"]
+
+
+def test_the_fast_engine_out_of_memory_searches_in_smaller_groups(lanes_case, monkeypatch, caplog):
+    """The fast engine does not split a step: a step of more than two lanes that runs out of memory
+    starts the group again as groups of two, which find what the single searches find."""
+    model, space, prompts, lane_guesses = lanes_case
+    engine, limit, failed = make_engine(model, "fast"), BatchLimit("lanes"), []
+    step = engine.step
+
+    def failing_step(tokens, positions):
+        if len(tokens) > 2:
+            failed.append(len(tokens))
+            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+        return step(tokens, positions)
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    results = batched_dfs_search(engine, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    assert failed == [4] and limit.size == 2
+    assert "out of memory with 4 lanes per model call; going on with 2" in caplog.text
+    assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
 
 
 def test_a_batch_limit_halves_and_never_grows(caplog):
@@ -273,11 +347,12 @@ def scoring_model():
     return model
 
 
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
 @pytest.mark.parametrize("batch_size, prompt_batch_size", [(1, 1), (3, 2), (5, None), (100, 100)])
-def test_score_prompts_equals_score_answers_prompt_by_prompt(scoring_model, batch_size, prompt_batch_size):
+def test_score_prompts_equals_score_answers_prompt_by_prompt(scoring_model, batch_size, prompt_batch_size, kind):
     prompts = [PROMPT, *OTHER_PROMPTS]
     answers = [SCORING_ANSWERS, SCORING_ANSWERS[::-1], [], SCORING_ANSWERS[1:4]]  # one prompt has nothing to score
-    results = score_prompts(scoring_model, prompts, answers, SCORING_SPACE, batch_size, prompt_batch_size)
+    results = score_prompts(make_engine(scoring_model, kind), prompts, answers, SCORING_SPACE, batch_size, prompt_batch_size)
     assert [len(r) for r in results] == [len(a) for a in answers]
     for prompt, chunk, result in zip(prompts, answers, results):
         expected = score_answers(scoring_model, prompt, chunk, SCORING_SPACE)
@@ -303,7 +378,7 @@ def test_scoring_out_of_memory_halves_prompts_and_answer_rows(scoring_model, cap
     prompts = [PROMPT, *OTHER_PROMPTS]
     fake = OutOfMemoryPast(scoring_model, largest=2)
     prompt_limit, answer_limit = BatchLimit("prompts"), BatchLimit("answers")
-    results = score_prompts(fake, prompts, FOUR_LISTS, SCORING_SPACE, 5, 4, prompt_limit=prompt_limit,
+    results = score_prompts(ReferenceEngine(fake), prompts, FOUR_LISTS, SCORING_SPACE, 5, 4, prompt_limit=prompt_limit,
                             answer_limit=answer_limit)
     assert_scores_as_one_prompt_at_a_time(scoring_model, prompts, FOUR_LISTS, results)
     assert (prompt_limit.size, answer_limit.size) == (2, 2)
@@ -315,10 +390,36 @@ def test_scoring_out_of_memory_with_one_answer_row_halves_the_prompts(scoring_mo
     prompts = [PROMPT, *OTHER_PROMPTS]
     fake = OutOfMemoryPast(scoring_model, failures=3, fails=an_answer_call)
     prompt_limit, answer_limit = BatchLimit("prompts"), BatchLimit("answers")
-    results = score_prompts(fake, prompts, FOUR_LISTS, SCORING_SPACE, 4, prompt_limit=prompt_limit,
+    results = score_prompts(ReferenceEngine(fake), prompts, FOUR_LISTS, SCORING_SPACE, 4, prompt_limit=prompt_limit,
                             answer_limit=answer_limit)
     assert [rows for rows, raised in fake.calls if raised] == [4, 2, 1]
     assert (prompt_limit.size, answer_limit.size) == (2, 1)
+    assert_scores_as_one_prompt_at_a_time(scoring_model, prompts, FOUR_LISTS, results)
+
+
+def test_fast_scoring_out_of_memory_halves_answer_rows_then_prompts(scoring_model, monkeypatch):
+    """The same halving on the fast engine: answer calls of more than two rows fail, and so does every
+    answer call while more than one prompt is held; the limits end as the sizes that fitted."""
+    prompts = [PROMPT, *OTHER_PROMPTS]
+    engine, failed = make_engine(scoring_model, "fast"), []
+    nlls_after, held = engine.nlls_after, []
+
+    def prefixes(group_prompts, space):
+        held[:] = [len(group_prompts)]
+        return StaticEngine.prompt_prefixes(engine, group_prompts, space)
+
+    def failing(prefixes, answers, rows, space):
+        if len(answers) > 2 or held[0] > 1:
+            failed.append((held[0], len(answers)))
+            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+        return nlls_after(prefixes, answers, rows, space)
+
+    monkeypatch.setattr(engine, "prompt_prefixes", prefixes)
+    monkeypatch.setattr(engine, "nlls_after", failing)
+    prompt_limit, answer_limit = BatchLimit("prompts"), BatchLimit("answers")
+    results = score_prompts(engine, prompts, FOUR_LISTS, SCORING_SPACE, 4, prompt_limit=prompt_limit,
+                            answer_limit=answer_limit)
+    assert failed[:3] == [(4, 4), (4, 2), (4, 1)] and (prompt_limit.size, answer_limit.size) == (1, 1)
     assert_scores_as_one_prompt_at_a_time(scoring_model, prompts, FOUR_LISTS, results)
 
 

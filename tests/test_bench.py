@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from arc_kit import bench
+from arc_kit.augmentation import Augmentation
 from arc_kit.bench import BenchResult
 from arc_kit.decoding import AnswerSpace, Completion
 from arc_kit.dfs import DfsSettings, dfs_search
@@ -43,12 +44,15 @@ def test_timed_gives_the_median_of_its_repeats_and_the_last_result(monkeypatch, 
 
 
 def test_decode_subtracts_the_prefill_from_both_sides(monkeypatch, loaded, small_task_set):
-    """ours = median((DFS seconds - prefill) / forward calls), reference = (greedy - prefill) / (tokens - 1)."""
+    """ours = median((DFS seconds - the engine's prefill) / forward calls), reference = (greedy - the model's
+    prefill) / (tokens - 1)."""
     model, encoder = loaded.model, loaded.encoder()
     tasks = small_task_set.tasks()
-    prefill = {}  # prompt length -> the prefill seconds reported for it
+    prefill, engine_prefill = {}, {}  # prompt length -> the prefill seconds reported for it
     monkeypatch.setattr(bench, "_prefill_seconds",
                         lambda model, ids, repeats: prefill.setdefault(len(ids), 0.01 * len(prefill) + 0.01))
+    monkeypatch.setattr(bench, "_engine_prefill_seconds", lambda engine, ids, space, repeats: engine_prefill.setdefault(
+        len(ids), 0.003 * len(engine_prefill) + 0.002))
     spans = iter([2.0, 3.0, 2.5, 4.0, 1.5, 3.5])  # DFS, greedy, per task in turn
 
     def timed(model, function, repeats):
@@ -62,10 +66,11 @@ def test_decode_subtracts_the_prefill_from_both_sides(monkeypatch, loaded, small
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
         calls = dfs_search(model, prompt, space, DfsSettings(0.05)).forward_calls
         assert calls > 0
-        ours.append((dfs_seconds - prefill[len(prompt)]) / calls)
+        ours.append((dfs_seconds - engine_prefill[len(prompt)]) / calls)
         reference.append((greedy_seconds - prefill[len(prompt)]) / 8)
     assert (result.ours, result.reference) == pytest.approx((statistics.median(ours), statistics.median(reference)))
     assert result.unit == "/token" and "3 prompts" in result.note and "T=0.05" in result.note
+    assert "fast engine" in result.note
 
 
 def test_greedy_generate_writes_the_tokens_it_is_timed_for(monkeypatch, loaded, small_task_set):
@@ -104,16 +109,23 @@ def test_search_runs_dfs_and_greedy_on_the_same_views(monkeypatch, loaded, small
 def test_scoring_compares_the_same_answers_near_the_right_one(monkeypatch, loaded, small_task_set):
     encoder: TaskEncoder = loaded.encoder()
     calls = {"ours": [], "reference": []}
-    score_answers, sequence_nll = bench.score_answers, bench.sequence_nll
+    make_engine, sequence_nll = bench.make_engine, bench.sequence_nll
 
-    def ours(model, prompt, answers, space):
-        calls["ours"].append((list(prompt), [list(answer) for answer in answers]))
-        return score_answers(model, prompt, answers, space)
+    def engine_of(model, kind):
+        engine = make_engine(model, kind)
+        score = engine.score
+
+        def ours(prompts, answers, space):
+            assert len(prompts) == 1
+            calls["ours"].append((list(prompts[0]), [list(answer) for answer in answers[0]]))
+            return score(prompts, answers, space)
+        engine.score = ours
+        return engine
 
     def reference(model, prompt, answers, space):
         calls["reference"].append((list(prompt), [list(answer) for answer in answers]))
         return sequence_nll(model, prompt, answers, space)
-    monkeypatch.setattr(bench, "score_answers", ours)
+    monkeypatch.setattr(bench, "make_engine", engine_of)
     monkeypatch.setattr(bench, "sequence_nll", reference)
     tasks = small_task_set.tasks()
     result = bench.bench_scoring(loaded.model, encoder, tasks, candidates=5, repeats=2)
@@ -134,8 +146,9 @@ def test_the_two_scorings_benchmarked_agree(loaded, small_task_set):
     task = small_task_set.tasks()[0]
     prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
     answers = [encoder.encode_answer(task.test[0].output), encoder.encode_answer(task.test[0].input)]
-    assert bench.score_answers(loaded.model, prompt, answers, space) == \
-        pytest.approx(bench.sequence_nll(loaded.model, prompt, answers, space), rel=1e-4)
+    for kind in ("fast", "reference"):
+        assert bench.make_engine(loaded.model, kind).score([prompt], [answers], space)[0] == \
+            pytest.approx(bench.sequence_nll(loaded.model, prompt, answers, space), rel=1e-4)
 
 
 def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatch, model_folder, small_task_set):
@@ -156,15 +169,19 @@ def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatc
     lines = list(bench.run_benchmarks(str(model_folder), small_task_set, which=("decode", "scoring"), count=5,
                                       max_prompt=limit, threshold=0.3, device="cpu"))
     assert len(lines) == 3 and f"model {model_folder}" in lines[0] and "torch" in lines[0]
-    assert received == {"decode": (fitting, {"threshold": 0.3, "probabilities": "full"}),
-                        "scoring": (fitting, {"probabilities": "full"})}
+    assert received == {"decode": (fitting, {"threshold": 0.3, "probabilities": "full", "engine": "fast"}),
+                        "scoring": (fitting, {"probabilities": "full", "engine": "fast"})}
     assert "ratio   0.50x" in lines[1]
-    list(bench.run_benchmarks(str(model_folder), small_task_set, which=("search",), count=1, device="cpu",
-                              probabilities="answer-mask"))
-    assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask"})
+    list(bench.run_benchmarks(str(model_folder), small_task_set, which=("search", "engine"), count=1, device="cpu",
+                              probabilities="answer-mask", engine="reference"))
+    assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask",
+                                                        "engine": "reference"})
+    assert received["engine"] == (sorted(lengths)[:1], {"probabilities": "answer-mask", "label": str(model_folder),
+                                                        "compile": "auto"})
     received.clear()
     list(bench.run_benchmarks(str(model_folder), small_task_set, count=1, device="cpu"))
-    assert set(received) == set(bench.BENCHMARKS) >= {"batched-search", "batched-scoring"}  # all by default
+    assert set(received) == set(bench.BENCHMARKS) >= {"batched-search", "batched-scoring", "engine"}  # all by default
+    assert list(bench.BENCHMARKS)[-1] == "engine"  # its last line ends the output
 
 
 def test_the_bench_command_offers_every_benchmark_and_runs_all_by_default(monkeypatch, model_folder, capsys):
@@ -308,3 +325,54 @@ def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
     assert f"DFS token {1e-3 / floor:.1f}x the floor" in note
     assert bench.floor_note(model, [100], 1e-3, "Mystery GPU") == \
         "bandwidth floor unknown: no bandwidth on record for Mystery GPU"
+
+
+def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_with_like(loaded, small_task_set):
+    import re
+
+    result = bench.bench_engine(loaded.model, loaded.encoder(), small_task_set.tasks(), steps=2, warmup=1,
+                                label="bigram")
+    lines = result.lines()
+    assert re.fullmatch(r"engine speed-up: \d+\.\d\dx \(overhead, width 64, 16 lanes\)", lines[-1])
+    assert sum(line.startswith("engine speed-up:") for line in lines) == 1
+    assert lines[-2].startswith("engine speed-up at real width: ") and lines[-2].endswith("x (16 lanes)")
+    assert lines[0].startswith("engine: 16 lanes, bigram: fast ") and "width 64, 2 layers" in lines[1]
+    for name, fast, reference, note in result.rows:
+        assert fast > 0 and reference > 0 and "rank-32 test-time LoRA" in note
+        difference = float(note.rsplit("largest NLL difference ", 1)[1])
+        assert difference < 1e-4  # both engines were fed the same tokens and agree
+    assert loaded.model.__class__.__name__ == "LlamaForCausalLM" and not hasattr(loaded.model, "peft_config")
+
+
+def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, small_task_set):
+    from arc_kit.engine_bench import lane_prompts
+
+    encoder, task = loaded.encoder(), small_task_set.tasks()[0]
+    prompts = lane_prompts(encoder, task)
+    assert len(prompts) == 16 and len({tuple(prompt) for prompt in prompts}) > 8
+    views = Augmentation.inference_set(np.random.default_rng(0), len(task.train), 16)
+    assert prompts[5] == list(encoder.encode_prompt(views[5].apply_pairs(task.train),
+                                                    views[5].apply_grid(task.test[0].input)).ids)
+
+
+def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_set, monkeypatch):
+    """What the engine benchmark prints on a GPU, computed here on the CPU with a named card's bandwidth."""
+    from arc_kit import engine_bench
+    from arc_kit.engine import make_engine
+
+    engine = make_engine(loaded.model, "fast")
+    prompts = engine_bench.lane_prompts(loaded.encoder(), small_task_set.tasks()[0])
+    timed = iter([({"fast": 0.004}, 0.0), ({"fast": 0.008}, 0.0)])  # one lane, then 16
+    monkeypatch.setattr(engine_bench, "_timed_steps", lambda engines, chosen, *rest: next(timed))
+    space = AnswerSpace.from_encoder(loaded.encoder())
+    lines = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "NVIDIA H100 80GB HBM3")
+    decode_bytes = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
+    per_token = bench.kv_bytes_per_token(loaded.model.config, 4)
+    floor = bench.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
+    assert lines[0].startswith("engine on NVIDIA H100 80GB HBM3: 1 lane(s), 250 tokens/s per process (4.000 ms/step)")
+    assert lines[1].startswith("engine on NVIDIA H100 80GB HBM3: 16 lane(s), 2000 tokens/s per process")
+    assert f"{0.008 / floor:.1f}x the bandwidth floor" in lines[1]
+    monkeypatch.undo()  # timed for real now, on the CPU
+    unknown = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "a card nobody has heard of")
+    assert len(unknown) == 2 and not any("floor" in line for line in unknown)
+    assert "1 lane(s)" in unknown[0] and "16 lane(s)" in unknown[1]

@@ -1,7 +1,8 @@
 """The DFS sampler against a brute-force enumeration, the KV-cache rewind, and the baseline samplers.
 
 The reference enumeration scores every prefix with a full forward pass and no cache, so the
-cached, guess-seeded, explicit-stack search must return exactly what it returns, under both ways
+cached, guess-seeded, explicit-stack search, on either decode engine (the reference and the fast
+one), must return exactly what it returns, under both ways
 of measuring an answer: the model's full softmax (the paper's P(s|q)) and the softmax renormalised
 over the answer tokens. Models are the micro preset with a scaled output head (peaked enough to
 enumerate), the answer tokens' logits raised by a constant (so they hold most, not all, of the
@@ -22,8 +23,10 @@ from conftest import bigram_model
 import arc_kit.decoding as decoding_module
 from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache, rewind_cache, sequence_nll
 from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.engine import make_engine
 from arc_kit.models import create_model
 from arc_kit.samplers import SamplerSettings, generate
+from arc_kit.settings import ENGINE_KINDS
 
 EOS = 14  # <eos> in the 64-symbol vocabulary
 PROMPT = [13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12]  # bos, pre-prompt letters, "I12\n34" and the output prefix
@@ -59,6 +62,17 @@ def model_for(seed: int, scale: float):
     if (seed, scale) not in _MODELS:
         _MODELS[(seed, scale)] = peaked_model(seed, scale, ANSWER_BOOST)
     return _MODELS[(seed, scale)]
+
+
+_ENGINES: dict[tuple[int, float, str], object] = {}
+
+
+def engine_for(seed: int, scale: float, kind: str):
+    """The ``kind`` decode engine of ``model_for(seed, scale)``, made once."""
+    if (seed, scale, kind) not in _ENGINES:
+        _ENGINES[(seed, scale, kind)] = make_engine(model_for(seed, scale), kind)
+    assert _ENGINES[(seed, scale, kind)].kind == kind  # guard: the model is one the fast engine runs
+    return _ENGINES[(seed, scale, kind)]
 
 
 def full_log_probs(model, ids, space: AnswerSpace) -> torch.Tensor:
@@ -142,23 +156,25 @@ CONFIGS = [
 THRESHOLDS = [0.2, 0.05, 0.01]
 CASES = [(config, mode) for config in CONFIGS for mode in MODES]
 CASE_NAMES = [f"seed{c[2]}-x{c[3]:g}-len{c[1]}-{mode}" for c, mode in CASES]
+ENGINE_CASES = [(*case, kind) for case in CASES for kind in ENGINE_KINDS]  # every case on both engines
+ENGINE_CASE_NAMES = [f"{name}-{kind}" for name in CASE_NAMES for kind in ENGINE_KINDS]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=CASE_NAMES)
+@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
 def case(request):
-    (allowed, max_length, seed, scale), mode = request.param
+    """(engine, space, [(threshold, enumeration)] for each of THRESHOLDS): the engine's ``model`` is enumerated."""
+    (allowed, max_length, seed, scale), mode, kind = request.param
     space = AnswerSpace(allowed, EOS, max_length, mode)
-    model = model_for(seed, scale)
-    enumerations = [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
-    return model, space, enumerations
+    enumerations = [safe_enumeration(model_for(seed, scale), space, threshold) for threshold in THRESHOLDS]
+    return engine_for(seed, scale, kind), space, enumerations
 
 
 # -- DFS = brute force ---------------------------------------------------------------------------
 
 def test_dfs_returns_exactly_the_enumerated_answers(case):
-    model, space, enumerations = case
+    engine, space, enumerations = case
     for threshold, enumeration in enumerations:
-        result = dfs_search(model, PROMPT, space, DfsSettings(threshold))
+        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
         assert_same_as_reference(result, enumeration)
         # without a guess, one forward call per explored prefix, and the prompt's tokens
         assert result.forward_calls == len(enumeration.prefixes)
@@ -184,9 +200,9 @@ def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
 
 
 def test_results_are_sorted_distinct_and_above_the_threshold(case):
-    model, space, enumerations = case
+    engine, space, enumerations = case
     for threshold, _ in enumerations:
-        result = dfs_search(model, PROMPT, space, DfsSettings(threshold))
+        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
         nlls = [c.nll for c in result.completions]
         assert nlls == sorted(nlls)
         assert len({c.ids for c in result.completions}) == len(result.completions)
@@ -222,10 +238,10 @@ def guesses(model, space: AnswerSpace, enumeration: Enumeration, threshold: floa
 
 @pytest.mark.slow
 def test_a_guess_never_changes_the_answers(case):
-    model, space, enumerations = case
+    engine, space, enumerations = case
     for threshold, enumeration in enumerations:
-        for name, guess in guesses(model, space, enumeration, threshold).items():
-            result = dfs_search(model, PROMPT, space, DfsSettings(threshold), guess=guess)
+        for name, guess in guesses(engine.model, space, enumeration, threshold).items():
+            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), guess=guess)
             try:
                 assert_same_as_reference(result, enumeration)
                 # the guess path's distributions come from the first forward pass: no call is spent on it
@@ -235,8 +251,8 @@ def test_a_guess_never_changes_the_answers(case):
                 raise AssertionError(f"guess {name!r} {guess} at T={threshold:.4f}: {error}") from error
 
 
-@pytest.mark.parametrize("case", [case if index == 0 else pytest.param(case, marks=pytest.mark.slow)
-                                  for index, case in enumerate(CASES)], ids=CASE_NAMES, indirect=True)
+@pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
+                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
 def test_prompt_and_guess_may_be_numpy_arrays(case):
     """The solver passes encoded answers (numpy arrays) as guesses."""
     model, space, enumerations = case
@@ -263,7 +279,7 @@ def test_every_kind_of_guess_is_exercised():
 
 
 def test_a_guess_of_the_best_answer_saves_forward_calls(case):
-    model, space, enumerations = case
+    model, space, enumerations = case  # the case's engine
     for threshold, enumeration in enumerations:
         if not enumeration.answers or len(enumeration.answers[0][0]) < 2:
             continue
@@ -275,10 +291,11 @@ def test_a_guess_of_the_best_answer_saves_forward_calls(case):
         assert [c.ids for c in guided.completions] == [c.ids for c in plain.completions]
 
 
-def test_the_forward_call_cap_stops_the_search_and_says_so():
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_the_forward_call_cap_stops_the_search_and_says_so(kind):
     space = AnswerSpace(SMALL, EOS, 8)
-    model = model_for(1, 10.0)
-    threshold, enumeration = safe_enumeration(model, space, 0.01)
+    model = engine_for(1, 10.0, kind)
+    threshold, enumeration = safe_enumeration(model.model, space, 0.01)
     needed = len(enumeration.prefixes)
     assert needed > 10
     exact = dfs_search(model, PROMPT, space, DfsSettings(threshold, max_forward_calls=needed))
@@ -495,8 +512,9 @@ def prefers_a_foreign_token():
     return model
 
 
-def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token():
-    model = prefers_a_foreign_token()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token(kind):
+    model = make_engine(prefers_a_foreign_token(), kind)
     full = generate(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "full"), SamplerSettings("greedy"))
     assert [c.ids for c in full.completions] == [(FOREIGN, EOS)]  # it spells no grid: the solver counts it so
     assert full.completions[0].nll == math.inf  # an answer's NLL counts answer tokens only
@@ -504,14 +522,15 @@ def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token
     assert len(masked.completions) == 1 and set(masked.completions[0].ids) <= set(WITH_NEWLINE)
 
 
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed, scale, allowed, max_length", [
     (0, 10.0, SMALL, 8), (2, 10.0, WITH_NEWLINE, 8), (2, 20.0, WITH_NEWLINE, 12), (0, 10.0, WITH_NEWLINE, 12)])
-def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length, mode):
+def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length, mode, kind):
     model = model_for(seed, scale)
     space = AnswerSpace(allowed, EOS, max_length, mode)
     path = reference_greedy(model, space)
-    result = generate(model, PROMPT, space, SamplerSettings("greedy"))
+    result = generate(engine_for(seed, scale, kind), PROMPT, space, SamplerSettings("greedy"))
     assert result.forward_calls == len(path)
     if path[-1] == EOS:
         assert [c.ids for c in result.completions] == [tuple(path)]
@@ -564,7 +583,7 @@ def test_sampling_is_seeded_valid_and_leaves_the_global_generator_alone(mode):
 
 
 def test_generate_with_dfs_settings_is_the_dfs(case):
-    model, space, enumerations = case
+    model, space, enumerations = case  # the case's engine
     threshold, enumeration = enumerations[1]
     result = generate(model, PROMPT, space, SamplerSettings("dfs", threshold=threshold))
     assert_same_as_reference(result, enumeration)
@@ -627,20 +646,26 @@ def test_a_deadline_stops_the_search_where_a_call_cap_would(clock):
     assert len(calls) == 5  # later deadlines, more of the search
 
 
-def test_a_search_whose_deadline_has_passed_calls_no_model():
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_search_whose_deadline_has_passed_calls_no_model(kind, monkeypatch):
     model = model_for(0, 10.0)
+    engine = make_engine(model, kind)
     space = AnswerSpace(WITH_NEWLINE, EOS, 10)
     calls = []
+    for name in ("prefill", "step", "score"):  # the engine's own calls (the fast one never calls the model)
+        method = getattr(engine, name)
+        monkeypatch.setattr(engine, name, lambda *arguments, method=method, **keywords: (
+            calls.append(1), method(*arguments, **keywords))[1])
     handle = model.register_forward_hook(lambda *arguments: calls.append(1))
     try:
         for settings in (SamplerSettings("dfs", threshold=0.01), SamplerSettings("greedy"),
                          SamplerSettings("beam", count=2), SamplerSettings("sample", count=3)):
-            result = generate(model, PROMPT, space, settings, deadline=time.monotonic() - 1)
+            result = generate(engine, PROMPT, space, settings, deadline=time.monotonic() - 1)
             assert result.completions == [] and result.forward_calls == 0
             assert result.capped == DEADLINE_BEFORE_START
         assert calls == []
-        generate(model, PROMPT, space, SamplerSettings("greedy"), deadline=time.monotonic() + 3600)
-        assert calls  # guard: the hook sees the model's calls
+        generate(engine, PROMPT, space, SamplerSettings("greedy"), deadline=time.monotonic() + 3600)
+        assert calls  # guard: the hooks see the calls
     finally:
         handle.remove()
 

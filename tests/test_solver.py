@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import bigram_model
+from conftest import bigram_model, eos_model
 from test_dfs import FakeClock, prefers_a_foreign_token
 
 import arc_kit.decoding as decoding_module
@@ -64,7 +64,8 @@ def read_json(path: Path):
 
 def test_answers_from_different_augmentations_merge(monkeypatch):
     encoder = TaskEncoder(Vocabulary())
-    solver = Solver(None, encoder, SolveSettings(test_time_training=False, batched=False))  # one search at a time
+    model, _ = eos_model()  # never called: the searches are faked
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, batched=False))  # one search at a time
     train = [Pair([[1, 2, 3], [4, 5, 6]], [[6, 5, 4], [3, 2, 1]]), Pair([[7, 8]], [[8, 7]])]
     test_input = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.uint8)
     fixed = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.uint8)  # no symmetry maps it onto itself
@@ -89,7 +90,7 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
                             capped="cap" if index == 2 else None, dropped={"max length": 1})
 
     monkeypatch.setattr(solver_module, "generate", fake_generate)
-    candidates, stats = solver.sample(None, train, test_input, augmentations, SamplerSettings(),
+    candidates, stats = solver.sample(model, train, test_input, augmentations, SamplerSettings(),
                                       np.random.default_rng(0))
     assert len(candidates) == 2
     by_grid = {grid_key(c.grid): c for c in candidates}
@@ -112,7 +113,8 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
 
 def test_the_same_answer_twice_under_one_augmentation_keeps_its_best_nll(monkeypatch):
     encoder = TaskEncoder(Vocabulary())
-    solver = Solver(None, encoder, SolveSettings(test_time_training=False))
+    model, _ = eos_model()  # never called: the search is faked
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
     grid = np.array([[1], [2]], dtype=np.uint8)
     augmentation = Augmentation(1, (1, 0, 2, 3, 4, 5, 6, 7, 8, 9))
     answer = encoder.encode_answer(augmentation.apply_grid(grid))
@@ -122,7 +124,7 @@ def test_the_same_answer_twice_under_one_augmentation_keeps_its_best_nll(monkeyp
         return SearchResult([Completion(tuple(answer.tolist()), 2.0), Completion(padded, 1.0)])
 
     monkeypatch.setattr(solver_module, "generate", fake_generate)
-    candidates, _ = solver.sample(None, [Pair([[1]], [[2]])], np.array([[3]]), [augmentation], SamplerSettings(),
+    candidates, _ = solver.sample(model, [Pair([[1]], [[2]])], np.array([[3]]), [augmentation], SamplerSettings(),
                                   np.random.default_rng(0))
     assert len(candidates) == 1 and grids_equal(candidates[0].grid, grid)
     assert candidates[0].generation_nlls == {augmentation.key: 1.0}

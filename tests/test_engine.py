@@ -1,0 +1,301 @@
+"""The fast decode engine against transformers, for each model family it runs, and its weights against peft.
+
+Tiny models of each family are built here (Llama with and without biases, tied embeddings, an
+explicit head dim and Llama 3's rope scaling; Mistral with and without a sliding window; Qwen2
+with its q/k/v biases; Qwen3 with its q/k norms). A DFS over two lanes (prompts of different
+lengths, one with a guess) runs on the fast engine with every engine call recorded; each lane's
+sequence is rebuilt from the calls (a token fed at position p replaces everything from p on: the
+rewind) and every NLL row the engine returned is checked against one full transformers forward of
+that sequence. The searches of both engines must agree, and the merged LoRA weights must give what
+the peft model gives, adapter on and off.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from conftest import bigram_model
+
+from arc_kit.batched_dfs import batched_dfs_search
+from arc_kit.decoding import AnswerSpace, answer_log_probs
+from arc_kit.dfs import DfsSettings
+from arc_kit.engine import make_engine
+from arc_kit.optimization import add_lora
+from arc_kit.reference_engine import ReferenceEngine
+from arc_kit.scoring import score_prompts
+from arc_kit.static_engine import StaticEngine, capacity_bucket, lane_bucket
+
+VOCABULARY = 48
+SHAPE = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
+
+
+def family_model(name: str):
+    """A tiny random model of one family (``FAMILIES``), in eval mode."""
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+    configs = {
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(**SHAPE)),
+        "llama-biases-tied-head-dim": lambda: LlamaForCausalLM(LlamaConfig(
+            **SHAPE, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, head_dim=12)),
+        "llama3-rope": lambda: LlamaForCausalLM(LlamaConfig(**SHAPE, rope_parameters=dict(
+            rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=16))),
+        "mistral": lambda: MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None)),
+        "mistral-window": lambda: MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=7)),
+        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**SHAPE)),
+        "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**SHAPE, head_dim=16)),
+    }
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(sum(map(ord, name)))
+        model = configs[name]()
+    if hasattr(model.config, "_attn_implementation"):
+        model.config._attn_implementation = "eager"  # the plainest reference
+    return model.eval()
+
+
+FAMILIES = ("llama", "llama-biases-tied-head-dim", "llama3-rope", "mistral", "mistral-window", "qwen2", "qwen3")
+SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "full")  # token 4 plays eos
+SEARCH_SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "answer-mask")  # renormalised: paths deep enough to search
+PROMPTS = [[9, *range(20, 40), 5, 6], [9, 30, 31, 32, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
+
+
+class Recorder:
+    """Each lane's sequence as the engine's calls build it, and every (sequence, NLL row) it returned."""
+
+    def __init__(self, engine, monkeypatch):
+        self.sequences: list[list[int]] = []
+        self.rows: list[tuple[list[int], np.ndarray]] = []
+        self.rewinds = 0  # steps at a position before the lane's end: what was fed there is forgotten
+        prefill, step, keep = engine.prefill, engine.step, engine.keep_lanes
+
+        def recorded_prefill(lane, ids, logits_from):
+            nlls = prefill(lane, ids, logits_from)
+            while len(self.sequences) <= lane:
+                self.sequences.append([])
+            self.sequences[lane] = list(ids)
+            self.rows += [(list(ids[:logits_from + offset]), row) for offset, row in enumerate(nlls)]
+            return nlls
+
+        def recorded_step(tokens, positions):
+            nlls = step(tokens, positions)
+            for lane, (token, position, row) in enumerate(zip(tokens, positions, nlls)):
+                self.rewinds += position < len(self.sequences[lane])
+                self.sequences[lane] = self.sequences[lane][:position] + [token]  # the rewind, then the token
+                self.rows.append((list(self.sequences[lane]), row))
+            return nlls
+
+        def recorded_keep(lanes):
+            keep(lanes)
+            self.sequences = [self.sequences[lane] for lane in lanes]
+
+        monkeypatch.setattr(engine, "prefill", recorded_prefill)
+        monkeypatch.setattr(engine, "step", recorded_step)
+        monkeypatch.setattr(engine, "keep_lanes", recorded_keep)
+
+
+def transformers_nlls(model, sequence, space: AnswerSpace) -> np.ndarray:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([sequence])).logits[0, -1]
+    return (-answer_log_probs(logits, space.mask(logits.shape[-1]), space.probabilities)).double().numpy()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(family, monkeypatch):
+    model = family_model(family)
+    engine = make_engine(model, "fast")
+    assert isinstance(engine, StaticEngine)
+    recorder = Recorder(engine, monkeypatch)
+    guesses = [None, [1, 2, 4]]
+    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), guesses)
+    assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
+    for sequence, row in recorder.rows:
+        expected = transformers_nlls(model, sequence, SEARCH_SPACE)
+        assert np.array_equal(np.isinf(row), np.isinf(expected))
+        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
+    if family == "mistral-window":  # the reference's lane cache holds no sliding window: checked above instead
+        return
+    reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, DfsSettings(0.02),
+                                   guesses)
+    for fast, slow in zip(results, reference):
+        assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions]
+        np.testing.assert_allclose([c.nll for c in fast.completions], [c.nll for c in slow.completions],
+                                   rtol=0, atol=1e-4)
+        assert fast.forward_calls == slow.forward_calls
+
+
+@pytest.mark.parametrize("family", ["llama-biases-tied-head-dim", "mistral-window", "qwen3"])
+def test_scoring_on_the_fast_engine_equals_one_full_forward_per_answer(family):
+    model = family_model(family)
+    answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
+    results = score_prompts(make_engine(model, "fast"), PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
+    for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
+        expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
+                        for position, token in enumerate(answer)) for answer in chunk]
+        np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
+
+
+def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    gelu = LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_act": "gelu"}))
+    other = GPT2LMHeadModel(GPT2Config(vocab_size=VOCABULARY, n_embd=16, n_layer=1, n_head=2))
+    for model, reason in ((gelu, "activation 'gelu'"), (other, "architecture 'gpt2'")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="arc_kit.engine"):
+            engine = make_engine(model, "fast")
+        assert isinstance(engine, ReferenceEngine)
+        assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert isinstance(make_engine(family_model("llama"), "reference"), ReferenceEngine)
+        assert isinstance(make_engine(family_model("llama"), "fast"), StaticEngine)
+    assert not caplog.records
+    with pytest.raises(ValueError, match="unknown engine"):
+        make_engine(gelu, "quick")
+
+
+def trained_adapter(model):
+    """``model`` wrapped in a TTT-style LoRA (embeddings and head saved) after a few steps: B is not zero."""
+    peft = add_lora(model, 4, 8, train_embeddings=True, adapter_name="ttt")
+    optimizer = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=0.05)
+    ids = torch.tensor([[9, *range(20, 36)]])
+    for _ in range(3):
+        peft(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return peft.eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
+    base = family_model(family)
+    with torch.no_grad():
+        untouched = transformers_nlls(base, PROMPTS[0], SPACE)
+    peft = trained_adapter(base)
+    lora = [module for name, module in peft.named_modules() if name.endswith("q_proj.lora_B.ttt")]
+    assert lora and lora[0].weight.abs().sum() > 0  # guard: the adapter changes the model
+    engine = make_engine(peft, "fast")
+    assert isinstance(engine, StaticEngine)
+    tensors = [tensor.data_ptr() for tensor in engine.weights.tensors()]
+
+    def engine_nlls(ids):
+        engine.start(1, len(ids) + 8, SPACE)
+        try:
+            return engine.prefill(0, ids, len(ids))[0]
+        finally:
+            engine.release()
+
+    adapted = transformers_nlls(peft, PROMPTS[0], SPACE)
+    finite = np.isfinite(adapted)
+    assert np.abs(adapted[finite] - untouched[finite]).max() > 1e-2  # guard: training moved it
+    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), adapted, rtol=0, atol=1e-4)
+    with peft.disable_adapter():
+        engine.refresh()
+        np.testing.assert_allclose(engine_nlls(PROMPTS[0]), untouched, rtol=0, atol=1e-4)
+    engine.refresh()
+    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), adapted, rtol=0, atol=1e-4)
+    assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
+
+
+def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
+    from arc_kit.settings import SolveSettings, TestTimeSettings
+    from arc_kit.solver import Solver
+    from arc_kit.tasks import Pair, Task
+    from arc_kit.text_format import TaskEncoder, Vocabulary
+
+    model, _ = bigram_model()
+    settings = SolveSettings(ttt=TestTimeSettings(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
+    solver = Solver(model, TaskEncoder(Vocabulary()), settings)
+    engine = solver.engine()
+    assert isinstance(engine, StaticEngine) and solver.engine() is engine and engine.weights.refreshes == 0
+    task = Task("t", (Pair([[1, 2]], [[2, 1]]), Pair([[3, 4]], [[4, 3]])), (Pair([[5, 6]], [[6, 5]]),))
+    solver.adapt(task)
+    assert solver.engine() is engine and engine.weights.refreshes == 1
+    solver.engine()
+    assert engine.weights.refreshes == 1  # the same adapter state: no second refresh
+    with solver.base_model() as base:
+        assert solver.engine(base) is engine and engine.weights.refreshes == 2
+    solver.engine()
+    assert engine.weights.refreshes == 3
+
+
+def test_buckets():
+    assert [lane_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 15, 16)] == [1, 2, 4, 4, 8, 8, 16, 16, 16]
+    assert [capacity_bucket(n) for n in (1, 256, 257, 600, 1024, 1025, 2048, 2049, 8192)] == [
+        256, 256, 512, 1024, 1024, 2048, 2048, 3072, 8192]
+
+
+@pytest.mark.slow
+def test_the_step_compiles_whole_and_equals_the_eager_step():
+    """``torch.compile(fullgraph=True)`` (a graph break would raise): the same NLLs as the eager step, one graph
+    per lane bucket however many steps and capacities it takes, lanes moved into the smaller bucket as eagerly."""
+    from torch._dynamo.utils import counters
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the most to trace (q/k norms), one layer: compiling costs less
+        model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    prompts = [*PROMPTS, PROMPTS[0][:9]]
+    found = []
+    for engine in (eager, compiled):
+        engine.start(3, 40, SPACE)  # a bucket of 4
+        rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
+        ends = [len(prompt) for prompt in prompts]
+        rows.append(engine.step([1, 2, 3], ends))
+        rows.append(engine.step([3, 0, 0], [ends[0], ends[1] + 1, ends[2] + 1]))  # lane 0 rewound
+        rows.append(engine.step([2, 1, 1], [ends[0] + 1, ends[1] + 2, ends[2]]))  # lane 2 rewound
+        engine.keep_lanes([0, 2])  # a bucket of 2
+        rows.append(engine.step([0, 2], [ends[0] + 2, ends[2] + 1]))
+        rows.append(engine.step([1, 1], [ends[0] + 1, ends[2] + 2]))
+        rows.append(engine.step([2, 0], [300, ends[2] + 3]))  # a capacity bucket further: the same graph
+        engine.release()
+        found.append(rows)
+    for fast, slow in zip(*found):
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 2  # one per lane bucket: none from step to step or per capacity
+    torch._dynamo.reset()
+
+
+def test_every_command_that_decodes_offers_the_engine(capsys):
+    from arc_kit.cli import main
+
+    for command in (["solve"], ["dry-run"], ["ablation"], ["samplers"], ["kaggle", "run"], ["bench"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert "--engine {fast,reference}" in text, command
+        assert "--engine-compile" in text, command
+
+
+def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatch, caplog):
+    model = family_model("llama")
+    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    calls = []
+
+    def broken(*arguments):
+        calls.append(1)
+        raise RuntimeError("triton: this GPU is too old\nmore detail")
+
+    monkeypatch.setattr(compiled, "_step", broken)
+    with caplog.at_level(logging.WARNING, logger="arc_kit.static_engine"):
+        found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    assert calls == [1] and not compiled.compiled
+    assert [record.getMessage() for record in caplog.records] == [
+        "compiling the decode step failed (RuntimeError: triton: this GPU is too old); going on with the eager step"]
+    for fast, slow in zip(found, expected):
+        assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions] and fast.forward_calls > 0
+    out_of_memory = StaticEngine(model, compile=True)
+    monkeypatch.setattr(out_of_memory, "_step", lambda *arguments: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
+    with pytest.raises(torch.OutOfMemoryError):  # left to the search's halving, never taken for a compiler's failure
+        batched_dfs_search(out_of_memory, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    assert out_of_memory.compiled
