@@ -23,7 +23,9 @@ capacity a dynamic dimension, on CUDA with CUDA graphs (``mode="reduce-overhead"
 shape; cache and weight tensors at fixed addresses, outputs copied out before the next step); if
 compiling fails (a GPU the compiler does not support, say), the engine logs one line and goes on
 eagerly. Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly through
-``static_forward.forward_tokens``, straight into the cache rows.
+``static_forward.forward_tokens``, straight into the cache rows. Every pass (a prefill, a step, a
+scoring pass) ticks ``progress``, as the reference engine's model does through its forward hook, so
+a worker's heartbeat shows the search moving.
 
 Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping, tasks or grids.
 """
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arc_kit import progress
 from arc_kit.decode_engine import DecodeEngine
 from arc_kit.decode_weights import DecodeWeights
 from arc_kit.decoding import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
@@ -209,6 +212,7 @@ class StaticEngine(DecodeEngine):
             cache[layer, 1, row, :, :count] = values[0]
 
         tensor = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.device)
+        progress.tick()
         with torch.no_grad():
             hidden = forward_tokens(self.weights, tensor, torch.arange(count, device=self.device)[None], cos, sin,
                                     store=store)
@@ -232,6 +236,7 @@ class StaticEngine(DecodeEngine):
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used)
+        progress.tick()
         try:
             with torch.no_grad():
                 if self.compiled and self.device.type == "cuda":
@@ -289,6 +294,7 @@ class StaticEngine(DecodeEngine):
 
         cos, sin = self._rope_tables(capacity_bucket(width + space.max_length))
         last = torch.tensor(lengths, device=self.device) - 1
+        progress.tick()
         with torch.no_grad():
             hidden = forward_tokens(weights, ids.to(self.device), torch.arange(width, device=self.device)[None].expand(
                 len(prompts), -1), cos, sin, store=store)
@@ -329,6 +335,7 @@ class StaticEngine(DecodeEngine):
         positions = lengths[:, None] + torch.arange(length, device=self.device)[None]
         cos, sin = self._rope_tables(capacity_bucket(width + length + 1))
         prefix_valid = torch.arange(width, device=self.device)[None] < lengths[:, None]
+        progress.tick()
         with torch.no_grad():
             hidden = forward_tokens(self.weights, tokens, positions, cos, sin, prefix=prefix,
                                     prefix_valid=prefix_valid)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from conftest import bigram_model
 
+from arc_kit import progress
 from arc_kit.batched_dfs import batched_dfs_search
 from arc_kit.decoding import AnswerSpace, answer_log_probs
 from arc_kit.dfs import DfsSettings
@@ -137,6 +138,27 @@ def test_scoring_on_the_fast_engine_equals_one_full_forward_per_answer(family):
         expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
                         for position, token in enumerate(answer)) for answer in chunk]
         np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
+
+
+def test_every_pass_of_either_engine_ticks_the_heartbeats_step_counter():
+    # a worker hooks its model (progress.count_forward_calls): the reference engine ticks through it, the fast
+    # engine, which never calls the model, ticks itself: one tick a model pass on both
+    model = family_model("llama")
+    handle = progress.count_forward_calls(model)
+    try:
+        counts = {}
+        for name in ("fast", "reference"):
+            before = progress.steps()
+            results = batched_dfs_search(make_engine(model, name), PROMPTS, SEARCH_SPACE, DfsSettings(0.02))
+            assert sum(result.forward_calls for result in results) > 5  # guard: a real search
+            counts[name] = (progress.steps() - before,)
+            before = progress.steps()
+            score_prompts(make_engine(model, name), PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
+            counts[name] += (progress.steps() - before,)
+    finally:
+        handle.remove()
+    assert counts["fast"][0] > 5 and counts["fast"][1] > 0
+    assert counts["fast"] == counts["reference"]
 
 
 def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
