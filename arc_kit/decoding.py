@@ -8,7 +8,8 @@ paper's P(s|q), the default), or "answer-mask", the softmax renormalised over th
 -inf: no path through one can spell a grid), so that all samplers and the scorer measure an
 answer's negative log-likelihood (NLL) the same way: ``score_answers`` measures many answers after
 one prompt (its cache reused), ``sequence_nll`` is its slow reference. The rest is transformers'
-caches as the reference decode engine (``reference_engine``) uses them. ``rewind_cache`` is the
+caches as the reference decode engine (``reference_engine``) uses them: ``call_with_cache`` is the one
+model call with a cache (the keyword's name changed in transformers 5.2x). ``rewind_cache`` is the
 one place that shortens a transformers KV cache: it works on transformers 5.17 and 5.2x, where
 ``DynamicCache.crop`` only takes a non-positive number of tokens to remove. Its lanes and its
 scoring read stored caches through ``cache_tensors`` (the one
@@ -104,6 +105,23 @@ def rewind_cache(cache, length: int) -> None:
         raise ValueError(f"cannot rewind a cache of {current} positions to {length}")
     if length < current:
         cache.crop(length - current)  # a negative count: 'remove this many', in every version
+
+
+@functools.cache
+def _cache_keyword(model_class) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def call_with_cache(model, cache, **inputs):
+    """``(output, cache)`` of ``model(**inputs)`` reading and extending ``cache``, on every transformers the
+    kit runs on: 5.2x renamed the keyword and the output's field ``past_key_values`` to ``cache`` (the old
+    name warns until 5.40 drops it). A peft model is asked about the model it wraps, which takes the keyword."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    keyword = _cache_keyword(type(base))
+    output = model(**inputs, **{keyword: cache}, use_cache=True)
+    return output, getattr(output, keyword)
 
 
 def new_cache(model):
@@ -371,8 +389,8 @@ def score_answers(model, prompt_ids: Sequence[int], answers: Sequence[Sequence[i
     device = next(model.parameters()).device
     prompt = torch.tensor([int(t) for t in prompt_ids], dtype=torch.long, device=device)[None]
     with torch.no_grad():
-        output = model(input_ids=prompt, past_key_values=new_cache(model), use_cache=True)
-    tensors = _full_attention_tensors(output.past_key_values)
+        output, cache = call_with_cache(model, new_cache(model), input_ids=prompt)
+    tensors = _full_attention_tensors(cache)
     first = answer_log_probs(output.logits[:, -1], space.mask(output.logits.shape[-1], device), space.probabilities)
     del output
     limit = limit if limit is not None else BatchLimit("answers")
@@ -419,7 +437,7 @@ def nlls_after_prompts(model, tensors, first, answers: Sequence[Sequence[int]], 
             options = {"attention_mask": attention.to(device, torch.long),
                        "position_ids": (lengths[:, None] + torch.arange(longest - 1)[None, :]).to(device)}
         with torch.no_grad():
-            logits = model(input_ids=targets[:, :-1], past_key_values=cache, use_cache=True, **options).logits
+            logits = call_with_cache(model, cache, input_ids=targets[:, :-1], **options)[0].logits
         del cache
         mask = space.mask(logits.shape[-1], device)
         log_probs = torch.cat([log_probs, answer_log_probs(logits, mask, space.probabilities)], dim=1)

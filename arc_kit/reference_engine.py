@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.decode_engine import DecodeEngine
-from arc_kit.decoding import (AnswerSpace, BatchLimit, LaneCache, answer_log_probs, cache_tensors, new_cache,
-                              nlls_after_prompts, rewind_cache, with_halving)
+from arc_kit.decoding import (AnswerSpace, BatchLimit, LaneCache, answer_log_probs, cache_tensors, call_with_cache,
+                              new_cache, nlls_after_prompts, rewind_cache, with_halving)
 
 
 @dataclass
@@ -85,13 +85,13 @@ class ReferenceEngine(DecodeEngine):
 
         tensor = torch.tensor([[int(t) for t in ids]], dtype=torch.long, device=self.device)
         with torch.no_grad():
-            output = self.model(input_ids=tensor, past_key_values=new_cache(self.model), use_cache=True)
+            output, cache = call_with_cache(self.model, new_cache(self.model), input_ids=tensor)
         increments = self._nlls(output.logits[0, logits_from - 1:])
         if isinstance(self._cache, LaneCache):
-            self._cache.put(lane, output.past_key_values)
+            self._cache.put(lane, cache)
             self._lanes[lane] = _LaneColumns(logits_from, list(range(len(ids))))
         else:
-            self._cache = output.past_key_values
+            self._cache = cache
         return increments
 
     def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
@@ -100,9 +100,8 @@ class ReferenceEngine(DecodeEngine):
         if not isinstance(self._cache, LaneCache):
             rewind_cache(self._cache, int(positions[0]))
             with torch.no_grad():
-                output = self.model(input_ids=torch.tensor([[int(tokens[0])]], device=self.device),
-                                    past_key_values=self._cache, use_cache=True)
-            self._cache = output.past_key_values
+                output, self._cache = call_with_cache(self.model, self._cache,
+                                                      input_ids=torch.tensor([[int(tokens[0])]], device=self.device))
             return self._nlls(output.logits[:, -1])
         return self._step_lanes(tokens, positions)
 
@@ -134,8 +133,8 @@ class ReferenceEngine(DecodeEngine):
         pieces = []
         for start in range(0, tokens.shape[0], size):
             rows = slice(start, min(start + size, tokens.shape[0]))
-            output = self.model(input_ids=tokens[rows], attention_mask=attention[rows], position_ids=positions[rows],
-                                past_key_values=self._cache.view(self.model, rows), use_cache=True)
+            output = call_with_cache(self.model, self._cache.view(self.model, rows), input_ids=tokens[rows],
+                                     attention_mask=attention[rows], position_ids=positions[rows])[0]
             pieces.append(self._nlls(output.logits[:, -1]))
             del output
         return np.concatenate(pieces)
@@ -191,13 +190,13 @@ class ReferenceEngine(DecodeEngine):
         with torch.no_grad():
             # Right padding needs no attention mask here: causal attention keeps every real token
             # from seeing the padding after it. Answers mask the padding out.
-            output = self.model(input_ids=ids.to(self.device), past_key_values=new_cache(self.model), use_cache=True,
-                                logits_to_keep=kept.to(self.device))
+            output, cache = call_with_cache(self.model, new_cache(self.model), input_ids=ids.to(self.device),
+                                            logits_to_keep=kept.to(self.device))
         mask = space.mask(output.logits.shape[-1], self.device)
         picked = torch.searchsorted(kept, last).to(self.device)
         first = answer_log_probs(output.logits[torch.arange(len(prompts), device=self.device), picked], mask,
                                  space.probabilities)
-        return _PromptCache(cache_tensors(output.past_key_values), first, lengths)
+        return _PromptCache(cache_tensors(cache), first, lengths)
 
     def nlls_after(self, prefixes: _PromptCache, answers: Sequence[Sequence[int]], rows: Sequence[int],
                    space: AnswerSpace) -> np.ndarray:

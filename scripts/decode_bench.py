@@ -26,6 +26,8 @@ def _decode(tokens: int, device: str, overhead_only: bool, queue, barrier) -> No
     import torch
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
+    from arc_kit.decoding import call_with_cache
+
     torch.set_num_threads(1)
     shape = (dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
              if overhead_only else
@@ -35,15 +37,14 @@ def _decode(tokens: int, device: str, overhead_only: bool, queue, barrier) -> No
     prompt = torch.randint(0, 76, (1, 1024), device=device)
     with torch.no_grad():
         for attempt in range(2):  # the first round warms up
-            cache = DynamicCache()
-            output = model(input_ids=prompt, past_key_values=cache, use_cache=True)
+            output, cache = call_with_cache(model, DynamicCache(), input_ids=prompt)
             token = output.logits[:, -1:].argmax(-1)
             _synchronize(device)
             if attempt:
                 barrier.wait()  # every process decodes at the same time
             started = time.monotonic()
             for _ in range(tokens if attempt else 20):
-                output = model(input_ids=token, past_key_values=output.past_key_values, use_cache=True)
+                output, cache = call_with_cache(model, cache, input_ids=token)
                 token = output.logits[:, -1:].argmax(-1)
             _synchronize(device)
     queue.put((started, time.monotonic(), tokens))

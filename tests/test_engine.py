@@ -161,6 +161,17 @@ def test_every_pass_of_either_engine_ticks_the_heartbeats_step_counter():
     assert counts["fast"] == counts["reference"]
 
 
+def test_the_reference_engine_calls_the_model_without_deprecated_keywords(recwarn):
+    # transformers 5.2x renamed past_key_values to cache (5.40 drops the old name): decoding.call_with_cache
+    # asks the model's forward which one it takes; on the transformers installed here, no FutureWarning
+    model = add_lora(family_model("llama"), 4, 8, False, adapter_name="ttt")
+    engine = make_engine(model, "reference")
+    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), [None, [1, 2, 4]])
+    batched_dfs_search(engine, PROMPTS[:1], SEARCH_SPACE, DfsSettings(0.02))  # one lane: the dynamic cache
+    score_prompts(engine, PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
+    assert not [warning for warning in recwarn if issubclass(warning.category, FutureWarning)]
+
+
 def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
