@@ -336,7 +336,11 @@ def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_
     assert re.fullmatch(r"engine speed-up: \d+\.\d\dx \(overhead, width 64, 16 lanes\)", lines[-1])
     assert sum(line.startswith("engine speed-up:") for line in lines) == 1
     assert lines[-2].startswith("engine speed-up at real width: ") and lines[-2].endswith("x (16 lanes)")
-    assert lines[0].startswith("engine: 16 lanes, bigram: fast ") and "width 64, 2 layers" in lines[1]
+    assert lines[0].startswith("engine: 16 lanes, bigram: fast ") and "width 64, 2 layers: fast" in lines[1]
+    assert "width 64, 2 layers, prompts cut to 64 tokens: fast" in lines[2] and len(result.rows) == 3
+    assert "prompts of 64-64 tokens" in result.rows[2][3] and "prompts of 64-64" not in result.rows[1][3]
+    overhead = float(lines[-1].split("x ")[0].rsplit(" ", 1)[1])  # the overhead line is the short prompts' row
+    assert overhead == round(result.rows[2][2] / result.rows[2][1], 2)
     for name, fast, reference, note in result.rows:
         assert fast > 0 and reference > 0 and "rank-32 test-time LoRA" in note
         difference = float(note.rsplit("largest NLL difference ", 1)[1])
