@@ -4,11 +4,9 @@ The top level holds the numpy-only foundation: tasks and task sets, loaders, the
 augmentations and the submission. Model code lives in submodules that import torch when used.
 """
 
-__version__ = "0.1.0"
-
 from arc_kit import devices  # noqa: F401  (first: keeps every library off the network)
-from arc_kit.augmentation import Augmentation
-from arc_kit.datasets import (
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.datasets import (
     find_competition_files,
     load_challenges,
     load_dataset,
@@ -16,9 +14,10 @@ from arc_kit.datasets import (
     load_re_arc,
     load_tasks,
 )
-from arc_kit.submission import build_submission, load_submission, score_submission, write_submission
-from arc_kit.tasks import InvalidDataError, Pair, Task, TaskSet
-from arc_kit.text_format import TaskEncoder, TextFormat, Vocabulary
+from arc_kit.data.submission import build_submission, load_submission, score_submission, write_submission
+from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet
+from arc_kit.provenance import __version__
+from arc_kit.text.format import TaskEncoder, TextFormat, Vocabulary
 
 __all__ = [
     "Augmentation", "InvalidDataError", "Pair", "Task", "TaskEncoder", "TaskSet", "TextFormat", "Vocabulary",

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from arc_kit import __version__
+__version__ = "0.1.0"  # the kit's version (pyproject.toml reads it here); arc_kit hands it on
 
 
 def git_commit() -> str | None:

@@ -28,7 +28,7 @@ SEED = 0  # augmentations are drawn from this seed
 import numpy as np
 
 import arc_kit
-from arc_kit.plotting import draw_grids, draw_task
+from arc_kit.data.plotting import draw_grids, draw_task
 
 tasks = arc_kit.load_tasks(DATASET)
 tasks
@@ -87,11 +87,11 @@ print(encoder.text(prompt.ids[-40:]))
 # %%
 import os
 
-from arc_kit.decoding import AnswerSpace
-from arc_kit.dfs import DfsSettings, dfs_search
-from arc_kit.models import default_model_path, load_model
-from arc_kit.plotting import draw_nll_heatmap
-from arc_kit.scoring import augmented_nlls, product_of_probabilities
+from arc_kit.search.decoding import AnswerSpace
+from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.model.loading import default_model_path, load_model
+from arc_kit.data.plotting import draw_nll_heatmap
+from arc_kit.search.scoring import augmented_nlls, product_of_probabilities
 
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"

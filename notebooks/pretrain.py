@@ -41,8 +41,8 @@ import tempfile
 from pathlib import Path
 
 from arc_kit.settings import training_preset
-from arc_kit.training import pretrain
-from arc_kit.training_data import pretraining_data
+from arc_kit.model.training import pretrain
+from arc_kit.model.training_data import pretraining_data
 
 if SMOKE:
     OUT = tempfile.mkdtemp(prefix="arc-kit-pretrain-")
@@ -57,7 +57,7 @@ result = pretrain(MODEL, OUT, data.pools, settings, weights=data.weights, data_d
 result
 
 # %%
-from arc_kit.plotting import draw_loss_curve
+from arc_kit.data.plotting import draw_loss_curve
 
 draw_loss_curve(Path(OUT) / "training_log.csv")
 

@@ -54,15 +54,15 @@ STARTED = time.time()  # the budget counts from here
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated input folder
 INPUT_ROOT = os.environ.get("ARC_KIT_INPUT", "/kaggle/input")  # tests point these at stand-ins
 WORKING_ROOT = os.environ.get("ARC_KIT_WORKING", "/kaggle/working")
-COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.COMPETITION (a test keeps them equal)
-KIT_IMPORTS = "arc_kit.kaggle, arc_kit.models, torch, transformers, peft, accelerate, safetensors, gguf"
+COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.competition.COMPETITION (a test keeps them equal)
+KIT_IMPORTS = "arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors, gguf"
 VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy")
 CHANGES = {**CHANGES, **json.loads(os.environ.get("ARC_KIT_CHANGES") or "{}")}  # tests: a cheaper method
 SMOKE_TASKS = int(os.environ.get("ARC_KIT_SMOKE_TASKS") or SMOKE_TASKS)
 
 
 def preference(path: str) -> tuple:
-    """How a folder holding a test file ranks, as arc_kit.datasets.find_competition_files ranks it."""
+    """How a folder holding a test file ranks, as arc_kit.data.datasets.find_competition_files ranks it."""
     folder = os.path.dirname(path)
     parts = os.path.relpath(folder, INPUT_ROOT).split(os.sep)
     own = "competitions" in parts or any(part.startswith("arc-prize") for part in parts)
@@ -151,8 +151,8 @@ print(f"ready: {READY}")
 if READY:
     from pathlib import Path
 
-    from arc_kit import kaggle
-    from arc_kit.models import default_model_path
+    from arc_kit.kaggle import competition as kaggle
+    from arc_kit.model.loading import default_model_path
     from arc_kit.settings import replace_path, solve_preset
 
     if ON_KAGGLE:
@@ -188,8 +188,8 @@ if READY:
 # %%
 if result is not None:
     try:  # read back and checked as Kaggle will read it
-        from arc_kit.datasets import find_competition_files, load_challenges
-        from arc_kit.submission import submission_problems
+        from arc_kit.data.datasets import find_competition_files, load_challenges
+        from arc_kit.data.submission import submission_problems
 
         files = find_competition_files(INPUT, competition=kaggle.COMPETITION)
         problems = submission_problems(json.loads(result.submission_path.read_text()),

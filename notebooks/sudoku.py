@@ -32,8 +32,8 @@ SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 # %%
 import numpy as np
 
-from arc_kit import sudoku
-from arc_kit.plotting import draw_grids
+from arc_kit.sudoku import puzzles as sudoku
+from arc_kit.data.plotting import draw_grids
 
 puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=sudoku.parse_clues(CLUES))
 draw_grids([grid for pair in puzzles for grid in (pair.input, pair.output)],
@@ -62,9 +62,9 @@ for view in views[:3]:
 # (the only part in the loss).
 
 # %%
-from arc_kit.sudoku_run import SUDOKU_SEQUENCES
-from arc_kit.text_format import TaskEncoder, Vocabulary
-from arc_kit.training_data import sample_sequence
+from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
+from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.model.training_data import sample_sequence
 
 encoder = TaskEncoder(Vocabulary())
 encoded = sample_sequence(sudoku.SudokuPool(puzzles), np.random.default_rng(SEED), encoder, SUDOKU_SEQUENCES)
@@ -79,10 +79,10 @@ print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the los
 # %%
 from pathlib import Path
 
-from arc_kit.models import LoadSettings, create_model, load_model
-from arc_kit.solver import Solver
-from arc_kit.sudoku_run import SudokuEvalSettings, solve_puzzle
-from arc_kit.text_format import HuggingFaceTokenizer
+from arc_kit.model.loading import LoadSettings, create_model, load_model
+from arc_kit.run.solver import Solver
+from arc_kit.sudoku.experiment import SudokuEvalSettings, solve_puzzle
+from arc_kit.text.format import HuggingFaceTokenizer
 
 if Path(MODEL).exists() and not SMOKE:
     loaded = load_model(MODEL, LoadSettings(device="cpu", dtype="float32"))
@@ -117,7 +117,7 @@ import json
 
 import pandas as pd
 
-from arc_kit.sudoku_run import draw_sudoku_curve
+from arc_kit.sudoku.experiment import draw_sudoku_curve
 
 RUN = Path("../docs/sudoku/metrics.json")
 if RUN.exists():

@@ -48,7 +48,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from arc_kit import bases, parts  # noqa: E402
+from arc_kit.model import bases  # noqa: E402
+
+from arc_kit.data import parts
 
 WORK = ROOT / ".device"
 WHEELS = ROOT / ".whl"
@@ -172,8 +174,8 @@ def _built_base() -> Path:
 def train(args) -> None:
     """There: build the base (once), measure the speed, size the run to the minutes, train (resumes)."""
     from arc_kit.settings import training_preset
-    from arc_kit.training import pretrain
-    from arc_kit.training_data import pretraining_data
+    from arc_kit.model.training import pretrain
+    from arc_kit.model.training_data import pretraining_data
 
     _environment()
     started = time.monotonic()
@@ -237,13 +239,13 @@ def _evaluated_model(choice: str) -> tuple[str, Path]:
 
 def evaluate(args) -> None:
     """There: held-out NLL of the untuned base and the model, then the ablation on the first tasks by id."""
-    from arc_kit.datasets import load_tasks
-    from arc_kit.evaluation import held_out
-    from arc_kit.models import LoadSettings, load_model
-    from arc_kit.run import CLAIMS_FOLDER
+    from arc_kit.data.datasets import load_tasks
+    from arc_kit.run.evaluation import held_out
+    from arc_kit.model.loading import LoadSettings, load_model
+    from arc_kit.run.runs import CLAIMS_FOLDER
     from arc_kit.settings import solve_preset
-    from arc_kit.tables import run_table
-    from arc_kit.tasks import TaskSet
+    from arc_kit.run.tables import run_table
+    from arc_kit.data.tasks import TaskSet
 
     _environment()
     started = time.monotonic()
@@ -297,8 +299,8 @@ def evaluate(args) -> None:
 
 def collect(args) -> None:
     """Here: unpack what an ``evaluate`` brought back; its ablation run becomes the one the next call carries."""
-    from arc_kit.records import AblationRecord
-    from arc_kit.run import records_file, run_records
+    from arc_kit.run.records import AblationRecord
+    from arc_kit.run.runs import records_file, run_records
 
     returned = Path(args.files_at)
     manifests = sorted(returned.rglob("results" + parts.MANIFEST_SUFFIX))

@@ -64,9 +64,9 @@ def draw_all(run: Run, re_arc: str, model: str, progress: bool):
     """(dataset, [(pool, examples written, pass)] of every item) of one run; pools loaded for the run's data."""
     from tqdm import tqdm
 
-    from arc_kit.models import load_encoder
+    from arc_kit.model.loading import load_encoder
     from arc_kit.settings import training_preset
-    from arc_kit.training_data import SequenceDataset, pretraining_data
+    from arc_kit.model.training_data import SequenceDataset, pretraining_data
 
     settings = training_preset(run.preset)
     sequences = settings.sequences.replace(**run.changes)
@@ -141,7 +141,7 @@ def main() -> int:
     parser.add_argument("--out", help="also write the numbers as JSON here")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
-    from arc_kit.models import default_model_path
+    from arc_kit.model.loading import default_model_path
 
     model = args.model or str(default_model_path())
     rows = []

@@ -20,8 +20,8 @@ def main() -> int:
     parser.add_argument("--model", help="whose tokenizer counts tokens (default: the shipped model)")
     parser.add_argument("--budget", type=int, default=8192)
     args = parser.parse_args()
-    from arc_kit.datasets import load_tasks
-    from arc_kit.models import default_model_path, load_encoder
+    from arc_kit.data.datasets import load_tasks
+    from arc_kit.model.loading import default_model_path, load_encoder
 
     encoder = load_encoder(args.model or default_model_path(), max_len=10**7)
     for name in args.datasets:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_kit.tasks import TaskSet, parse_tasks
+from arc_kit.data.tasks import TaskSet, parse_tasks
 
 
 def _grid(rng: np.random.Generator, height: int, width: int) -> list[list[int]]:
@@ -101,7 +101,7 @@ def kaggle_files(tmp_path, small_tasks_json) -> KaggleFiles:
 @pytest.fixture(scope="session")
 def micro_model(tmp_path_factory):
     """A fresh (untrained) micro model folder, the smallest real model the kit can load."""
-    from arc_kit.models import create_model, save_model
+    from arc_kit.model.loading import create_model, save_model
 
     model, tokenizer = create_model("micro", seed=0)
     return save_model(model, tokenizer, tmp_path_factory.mktemp("micro_model"), {"preset": "micro"})
@@ -112,8 +112,8 @@ def _one_hot_model(head_rows):
     projections zeroed, and its head from ``head_rows(size, vocabulary)`` (logits[current, next])."""
     import torch
 
-    from arc_kit.models import create_model
-    from arc_kit.text_format import Vocabulary
+    from arc_kit.model.loading import create_model
+    from arc_kit.text.format import Vocabulary
 
     model, tokenizer = create_model("micro", seed=0)
     vocabulary = Vocabulary()
@@ -172,7 +172,7 @@ def eos_model():
 @pytest.fixture(scope="session")
 def fallback_model(tmp_path_factory):
     """``eos_model`` saved as a model folder: the quickest model a whole run can use (fallback answers only)."""
-    from arc_kit.models import save_model
+    from arc_kit.model.loading import save_model
 
     model, tokenizer = eos_model()
     return save_model(model, tokenizer, tmp_path_factory.mktemp("eos"), {"preset": "micro", "eos": True})
@@ -181,7 +181,7 @@ def fallback_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def model_folder(tmp_path_factory):
     """The bigram model saved as a model folder."""
-    from arc_kit.models import save_model
+    from arc_kit.model.loading import save_model
 
     model, tokenizer = bigram_model()
     return save_model(model, tokenizer, tmp_path_factory.mktemp("bigram"), {"preset": "micro", "bigram": True})

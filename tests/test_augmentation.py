@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from arc_kit.augmentation import (
+from arc_kit.data.augmentation import (
     IDENTITY_COLOURS,
     SYMMETRY_INVERSE,
     SYMMETRY_NAMES,
@@ -18,8 +18,8 @@ from arc_kit.augmentation import (
     Augmentation,
     apply_symmetry,
 )
-from arc_kit.grids import MAX_SIDE
-from arc_kit.tasks import Pair, Task
+from arc_kit.data.grids import MAX_SIDE
+from arc_kit.data.tasks import Pair, Task
 
 HYPOTHESIS = settings(max_examples=100, deadline=None)
 

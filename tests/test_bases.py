@@ -31,11 +31,11 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from arc_kit import bases
-from arc_kit.bases import BaseSpec, BaseUnavailableError, build_base, locate_weights, read_gguf
-from arc_kit.models import ModelFolderError, is_delta_folder, load_model, merge_delta, save_delta
-from arc_kit.optimization import add_lora
-from arc_kit.shrinking import AUTHORS_CHARACTERS
+from arc_kit.model import bases
+from arc_kit.model.bases import BaseSpec, BaseUnavailableError, build_base, locate_weights, read_gguf
+from arc_kit.model.loading import ModelFolderError, is_delta_folder, load_model, merge_delta, save_delta
+from arc_kit.model.optimization import add_lora
+from arc_kit.model.shrinking import AUTHORS_CHARACTERS
 
 NAME = "tiny-test-base"
 PACKAGE, VERSION = "arc-kit-tiny-base", "1.2.3"
@@ -730,7 +730,7 @@ def test_a_delta_lacking_a_shard_in_its_index_is_refused_in_one_line(delta, tmp_
 CONCURRENT_BUILD = """
 import sys, time
 from pathlib import Path
-from arc_kit import bases
+from arc_kit.model import bases
 
 name, sha256, wheel, go = sys.argv[1:5]
 bases.BASES[name] = bases.BaseSpec(name=name, package="arc-kit-tiny-base", version="1.2.3",
@@ -764,7 +764,7 @@ def test_processes_that_build_one_base_at_once_take_turns_and_it_is_built_once(r
 
 
 def test_the_gguf_tokenizer_splits_text_as_the_reference_and_keeps_control_tokens_whole(reference, gguf_files):
-    from arc_kit.gguf_tokenizer import gguf_tokenizer
+    from arc_kit.model.gguf_tokenizer import gguf_tokenizer
 
     tokenizer, _ = reference
     read = gguf_tokenizer(gguf_files["Q4_1"])
@@ -779,7 +779,7 @@ def test_the_gguf_tokenizer_splits_text_as_the_reference_and_keeps_control_token
 
 
 def test_a_gguf_tokenizer_of_another_kind_is_refused_in_one_line(tmp_path):
-    from arc_kit.gguf_tokenizer import UnsupportedTokenizerError, byte_level_backend
+    from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, byte_level_backend
 
     with pytest.raises(UnsupportedTokenizerError, match=r"holds a 'llama' tokenizer; only byte-level BPE"):
         byte_level_backend({"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]}, "x.gguf")
@@ -790,7 +790,7 @@ def test_a_gguf_tokenizer_of_another_kind_is_refused_in_one_line(tmp_path):
 CLI_BUILD = """
 import sys, time
 from pathlib import Path
-from arc_kit import bases
+from arc_kit.model import bases
 from arc_kit.cli import main
 
 name, sha256, go = sys.argv[1:4]

@@ -16,22 +16,22 @@ from conftest import bigram_model
 from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
                       assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration)
 
-import arc_kit.decoding as decoding_module
-import arc_kit.dfs as dfs_module
-import arc_kit.static_engine as static_engine_module
-from arc_kit.augmentation import Augmentation
-from arc_kit.batched_dfs import batched_dfs_search
-from arc_kit.decoding import (AnswerSpace, BatchLimit, LaneCache, SearchResult, new_cache, prefix_cache,
+import arc_kit.search.decoding as decoding_module
+import arc_kit.search.dfs as dfs_module
+import arc_kit.search.static_engine as static_engine_module
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.search.batched_dfs import batched_dfs_search
+from arc_kit.search.decoding import (AnswerSpace, BatchLimit, LaneCache, SearchResult, new_cache, prefix_cache,
                               score_answers, sequence_nll)
-from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.engine import make_engine
-from arc_kit.reference_engine import ReferenceEngine
-from arc_kit.scoring import score_prompts
+from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.search.engine import make_engine
+from arc_kit.search.reference_engine import ReferenceEngine
+from arc_kit.search.scoring import score_prompts
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
-from arc_kit.static_engine import StaticEngine
-from arc_kit.solver import Solver
-from arc_kit.tasks import Pair
-from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.search.static_engine import StaticEngine
+from arc_kit.run.solver import Solver
+from arc_kit.data.tasks import Pair
+from arc_kit.text.format import TaskEncoder, Vocabulary
 
 # prompts of other lengths than PROMPT, each ending with the output prefix
 OTHER_PROMPTS = [PROMPT[:-3] + [5, 6, 12], [13, 16, 17, 11, 2, 12], PROMPT[:20] + [11, 7, 10, 8, 9, 12]]
@@ -294,10 +294,10 @@ def test_one_lane_out_of_memory_raises(lanes_case):
 
 def test_a_model_the_fast_engine_cannot_read_falls_back_to_the_reference_with_one_line(lanes_case, caplog):
     model, space, prompts, lane_guesses = lanes_case
-    with caplog.at_level("WARNING", logger="arc_kit.engine"):
+    with caplog.at_level("WARNING", logger="arc_kit.search.engine"):
         engine = make_engine(OutOfMemoryPast(model), "fast")
     assert isinstance(engine, ReferenceEngine)
-    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.engine"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.search.engine"]
     assert lines == ["the fast decode engine cannot run this model (OutOfMemoryPast has no model.embed_tokens); "
                      "using the reference engine"]
 

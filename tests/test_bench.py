@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from arc_kit import bench
-from arc_kit.augmentation import Augmentation
-from arc_kit.bench import BenchResult
-from arc_kit.decoding import AnswerSpace, Completion
-from arc_kit.dfs import DfsSettings, dfs_search
-from arc_kit.models import load_model
-from arc_kit.text_format import TaskEncoder
+from arc_kit.run import bench
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.run.bench import BenchResult
+from arc_kit.search.decoding import AnswerSpace, Completion
+from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.model.loading import load_model
+from arc_kit.text.format import TaskEncoder
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +349,7 @@ def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_
 
 
 def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, small_task_set):
-    from arc_kit.engine_bench import lane_prompts
+    from arc_kit.run.engine_bench import lane_prompts
 
     encoder, task = loaded.encoder(), small_task_set.tasks()[0]
     prompts = lane_prompts(encoder, task)
@@ -361,8 +361,8 @@ def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, sm
 
 def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_set, monkeypatch):
     """What the engine benchmark prints on a GPU, computed here on the CPU with a named card's bandwidth."""
-    from arc_kit import engine_bench
-    from arc_kit.engine import make_engine
+    from arc_kit.run import engine_bench
+    from arc_kit.search.engine import make_engine
 
     engine = make_engine(loaded.model, "fast")
     prompts = engine_bench.lane_prompts(loaded.encoder(), small_task_set.tasks()[0])

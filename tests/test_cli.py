@@ -24,11 +24,11 @@ import pytest  # noqa: E402
 
 import arc_kit  # noqa: E402
 from arc_kit.cli import build_parser, main  # noqa: E402
-from arc_kit.datasets import load_challenges, load_dataset  # noqa: E402
+from arc_kit.data.datasets import load_challenges, load_dataset  # noqa: E402
 from arc_kit.locking import LOCK_FILE  # noqa: E402
-from arc_kit.plotting import draw_grids, draw_task  # noqa: E402
-from arc_kit.submission import build_submission, submission_problems, validate_file  # noqa: E402
-from arc_kit.tasks import Pair, Task, parse_tasks  # noqa: E402
+from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
+from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
+from arc_kit.data.tasks import Pair, Task, parse_tasks  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATASET = "arc-agi-1/evaluation"
@@ -573,9 +573,9 @@ def test_base_build_offline_with_an_empty_cache_says_what_to_run(capsys, tmp_pat
 
 
 def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, files, fallback_model):
-    from arc_kit.datasets import load_tasks
-    from arc_kit.models import load_encoder
-    from arc_kit.planner import measure
+    from arc_kit.data.datasets import load_tasks
+    from arc_kit.model.loading import load_encoder
+    from arc_kit.run.planner import measure
 
     tasks = load_tasks(str(files / "challenges.json"), str(files / "solutions.json"))
     encoder = load_encoder(fallback_model)

@@ -16,8 +16,8 @@ import warnings
 import numpy as np
 import pytest
 
-from arc_kit import datasets
-from arc_kit.datasets import (
+from arc_kit.data import datasets
+from arc_kit.data.datasets import (
     dataset_names,
     export_kaggle,
     find_competition_files,
@@ -30,9 +30,9 @@ from arc_kit.datasets import (
     read_json,
     write_json_atomically,
 )
-from arc_kit.grids import grid_problems, to_grid
-from arc_kit.jsonio import parse_json, read_json_lines
-from arc_kit.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks, unreadable_keys
+from arc_kit.data.grids import grid_problems, to_grid
+from arc_kit.data.jsonio import parse_json, read_json_lines
+from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks, unreadable_keys
 
 TASK_ID = "007bbfb7"
 DELETE = object()  # marks a key to remove in a malformed-task case
@@ -564,7 +564,7 @@ def _kaggle_folder(folder, write_json, files: dict[str, dict]) -> None:
 
 def test_find_competition_files_prefers_the_current_competition_over_an_older_year_with_more_files(tmp_path,
                                                                                                     write_json):
-    from arc_kit.kaggle import COMPETITION
+    from arc_kit.kaggle.competition import COMPETITION
 
     root = tmp_path / "input"
     older = root / "arc-prize-2024"  # an older year's competition attached as input: every file it had

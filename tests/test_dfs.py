@@ -20,12 +20,12 @@ import pytest
 import torch
 from conftest import bigram_model
 
-import arc_kit.decoding as decoding_module
-from arc_kit.decoding import AnswerSpace, answer_log_probs, new_cache, rewind_cache, sequence_nll
-from arc_kit.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.engine import make_engine
-from arc_kit.models import create_model
-from arc_kit.samplers import SamplerSettings, generate
+import arc_kit.search.decoding as decoding_module
+from arc_kit.search.decoding import AnswerSpace, answer_log_probs, new_cache, rewind_cache, sequence_nll
+from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.search.engine import make_engine
+from arc_kit.model.loading import create_model
+from arc_kit.search.samplers import SamplerSettings, generate
 from arc_kit.settings import ENGINE_KINDS
 
 EOS = 14  # <eos> in the 64-symbol vocabulary

@@ -1,4 +1,4 @@
-"""Held-out NLL per output token and greedy exactness (arc_kit.evaluation), checked against one full forward
+"""Held-out NLL per output token and greedy exactness (arc_kit.run.evaluation), checked against one full forward
 per output and against real greedy decoding."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import torch
 from conftest import bigram_model
 
-from arc_kit.datasets import load_tasks
-from arc_kit.decoding import AnswerSpace, sequence_nll
-from arc_kit.evaluation import answer_measures, compare, held_out
-from arc_kit.models import create_model
-from arc_kit.tasks import Pair, Task, TaskSet
-from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.data.datasets import load_tasks
+from arc_kit.search.decoding import AnswerSpace, sequence_nll
+from arc_kit.run.evaluation import answer_measures, compare, held_out
+from arc_kit.model.loading import create_model
+from arc_kit.data.tasks import Pair, Task, TaskSet
+from arc_kit.text.format import TaskEncoder, Vocabulary
 
 
 @pytest.fixture(scope="module")

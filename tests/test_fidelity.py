@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_kit.augmentation import apply_symmetry, balanced_symmetries
+from arc_kit.data.augmentation import apply_symmetry, balanced_symmetries
 from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
-from arc_kit.tasks import Pair
-from arc_kit.text_format import EOS, TaskEncoder, Vocabulary
-from arc_kit.training_data import SequenceDataset
+from arc_kit.data.tasks import Pair
+from arc_kit.text.format import EOS, TaskEncoder, Vocabulary
+from arc_kit.model.training_data import SequenceDataset
 
 OUTPUT_MARKER = "+/-=O"
 
@@ -104,7 +104,7 @@ def warm_up_steps(warmup_ratio: float, steps: int = 200) -> int:
     """Steps until the schedule the trainer builds reaches its peak rate (a rising rate, read off one by one)."""
     import torch
 
-    from arc_kit.optimization import cosine_schedule
+    from arc_kit.model.optimization import cosine_schedule
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     scheduler = cosine_schedule(optimizer, steps, warmup_ratio)
@@ -242,7 +242,7 @@ def test_a_test_pair_too_long_for_the_budget_gives_its_place_to_another():
 
 
 def test_pretrain_refuses_the_random_sampler_without_steps(tmp_path):
-    from arc_kit.training import pretrain
+    from arc_kit.model.training import pretrain
 
     with pytest.raises(ValueError, match="set steps"):
         pretrain("micro", tmp_path / "run", POOLS, training_preset("from-scratch").replace(steps=None),
@@ -250,7 +250,7 @@ def test_pretrain_refuses_the_random_sampler_without_steps(tmp_path):
 
 
 def test_pretrain_refuses_more_steps_than_the_plan_holds(tmp_path):
-    from arc_kit.training import pretrain
+    from arc_kit.model.training import pretrain
 
     settings = TrainingSettings(steps=4, batch_size=1, gradient_accumulation=2, full_finetune=True,
                                 sequences=SequenceSettings(sequences_per_task=9, max_len=256))
@@ -260,7 +260,7 @@ def test_pretrain_refuses_more_steps_than_the_plan_holds(tmp_path):
 
 @pytest.mark.slow
 def test_pretrain_counts_its_steps_from_the_plan(tmp_path):
-    from arc_kit.training import pretrain
+    from arc_kit.model.training import pretrain
 
     settings = training_preset("from-scratch").replace(
         steps=None, batch_size=2, gradient_accumulation=1, log_every=1, save_every=100,
@@ -285,7 +285,7 @@ def write_re_arc(folder: Path, tasks: dict[str, list[Pair]]) -> Path:
 
 
 def test_the_default_data_is_re_arc_alone_and_task_sets_are_mixed_in_whole_on_request(tmp_path):
-    from arc_kit.training_data import pretraining_data
+    from arc_kit.model.training_data import pretraining_data
 
     folder = write_re_arc(tmp_path / "re_arc", {"aaaaaaaa": list(numbered_pool(9, 1)), "bbbbbbbb": list(numbered_pool(8, 2))})
     alone = pretraining_data(str(folder))
@@ -301,7 +301,7 @@ def test_the_default_data_is_re_arc_alone_and_task_sets_are_mixed_in_whole_on_re
 
 
 def test_drop_easiest_keeps_the_hardest_examples_by_re_arcs_difficulty(tmp_path):
-    from arc_kit.training_data import pretraining_data
+    from arc_kit.model.training_data import pretraining_data
 
     rng = np.random.default_rng(0)
     pairs = [Pair(rng.integers(0, colours, (side, side)).astype(np.uint8), np.full((1, 1), 1, dtype=np.uint8))
@@ -347,7 +347,7 @@ def reference_pso_difficulty(pair) -> float:
 
 
 def test_region_count_and_pso_difficulty_against_a_breadth_first_reference():
-    from arc_kit.difficulty import pso_difficulty, region_count
+    from arc_kit.data.difficulty import pso_difficulty, region_count
 
     rng = np.random.default_rng(1)
     snake = np.zeros((9, 9), dtype=np.uint8)  # one winding region of 1s (and 4 of 0s): labels must travel far
@@ -410,8 +410,8 @@ TTT_TRAIN = [Pair(marked(3), marked(3, (4, 5, 6))), Pair(marked(4), marked(4, (7
 def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
     import torch
 
-    from arc_kit import ttt
-    from arc_kit.models import create_model
+    from arc_kit.model import ttt
+    from arc_kit.model.loading import create_model
 
     sequences = []
     original = ttt.sample_leave_one_out

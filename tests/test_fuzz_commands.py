@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-import arc_kit.tables as tables
+import arc_kit.run.tables as tables
 from arc_kit.cli import main
-from arc_kit.records import AblationRecord, SamplerRecord, fallback_record
-from arc_kit.solver import Solver
+from arc_kit.run.records import AblationRecord, SamplerRecord, fallback_record
+from arc_kit.run.solver import Solver
 
 INPUTS = int(os.environ.get("ARC_KIT_FUZZ_INPUTS", "12"))  # about 14 runs each
 SEED = 26

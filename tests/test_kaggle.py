@@ -24,18 +24,22 @@ from pathlib import Path
 import pytest
 
 import arc_kit
-from arc_kit import __version__, dataset_build, kaggle, wheelhouse, workers
+from arc_kit import __version__
+from arc_kit.kaggle import dataset_build
+from arc_kit.kaggle import competition as kaggle
+from arc_kit.kaggle import wheelhouse
+from arc_kit.run import workers
 from arc_kit.cli import main
-from arc_kit.datasets import find_competition_files, load_challenges, load_tasks
-from arc_kit.grids import grid_to_json
-from arc_kit.models import default_model_path, load_model
-from arc_kit.planner import FALLBACK
-from arc_kit.records import TaskRecord, read_records
-from arc_kit.run import SolveRun, solve
+from arc_kit.data.datasets import find_competition_files, load_challenges, load_tasks
+from arc_kit.data.grids import grid_to_json
+from arc_kit.model.loading import default_model_path, load_model
+from arc_kit.run.planner import FALLBACK
+from arc_kit.run.records import TaskRecord, read_records
+from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
-from arc_kit.solver import Solver
-from arc_kit.submission import build_submission, submission_problems
-from arc_kit.tasks import TaskSet
+from arc_kit.run.solver import Solver
+from arc_kit.data.submission import build_submission, submission_problems
+from arc_kit.data.tasks import TaskSet
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -122,8 +126,8 @@ CHECK_INSTALL = """
 import json, sys
 import torch
 import arc_kit, offline_probe
-from arc_kit.datasets import load_dataset
-from arc_kit.models import load_model
+from arc_kit.data.datasets import load_dataset
+from arc_kit.model.loading import load_model
 loaded = load_model(sys.argv[1], device="cpu")
 task = load_dataset("arc-agi-1/evaluation")["00576224"]
 prompt = loaded.encoder().encode_prompt(task.train, task.test[0].input)

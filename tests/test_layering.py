@@ -1,11 +1,17 @@
 """The package's layering: arc_kit modules import each other without cycles and without private names.
 
-Every ``arc_kit/*.py`` is parsed with ``ast`` (nothing is imported), imports inside functions included.
+Every ``arc_kit/**/*.py`` is parsed with ``ast`` (nothing is imported), imports inside functions included.
+A module is named by its dotted path under arc_kit ("data.grids"); a package by its folder ("run"), the
+top package "__init__". The floors between subpackages are import-linter's contracts (pyproject.toml),
+checked here by running ``lint-imports``.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "arc_kit"
@@ -15,9 +21,24 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
 ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str, str]] = set()
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
 def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            for path in sorted(PACKAGE.glob("*.py"))}
+    return {_module_name(path): ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _target(dotted: str, modules) -> str:
+    """The module or package that ``arc_kit.<dotted>`` names: the longest prefix that is one."""
+    parts = dotted.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts) or "__init__"
 
 
 def _imports(tree: ast.Module, modules) -> list[tuple[str, str | None]]:
@@ -25,23 +46,13 @@ def _imports(tree: ast.Module, modules) -> list[tuple[str, str | None]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "arc_kit" and len(parts) > 1 and parts[1] in modules:
-                    found.append((parts[1], None))
-                elif parts[0] == "arc_kit":
-                    found.append(("__init__", None))
-        elif isinstance(node, ast.ImportFrom):
-            parts = (node.module or "").split(".")
-            if node.level:  # relative: from . import x / from .x import y
-                parts = ["arc_kit", *[part for part in parts if part]]
-            if parts[0] != "arc_kit":
-                continue
-            if len(parts) > 1:
-                found.extend((parts[1], alias.name) for alias in node.names)
-            else:  # from arc_kit import x: a submodule, or a name of the package
-                for alias in node.names:
-                    found.append((alias.name, None) if alias.name in modules else ("__init__", alias.name))
+            found.extend((_target(alias.name.partition(".")[2], modules), None)
+                         for alias in node.names if alias.name.split(".")[0] == "arc_kit")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "arc_kit" and not node.level:
+            package = node.module.partition(".")[2]
+            for alias in node.names:  # a submodule of the package, or a name the module (package) holds
+                submodule = f"{package}.{alias.name}" if package else alias.name
+                found.append((submodule, None) if submodule in modules else (_target(package, modules), alias.name))
     return found
 
 
@@ -84,9 +95,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_found():
     graph = _graph()
-    assert "run" in graph["cli"] or any("run" in targets for targets in graph.values())
-    assert "tasks" in graph["planner"]  # planner imports Task, TaskSet at the top
-    assert len(graph) == len(list(PACKAGE.glob("*.py")))
+    assert "run.runs" in graph["cli"]
+    assert "data.tasks" in graph["run.planner"]  # planner imports Task, TaskSet at the top
+    assert "lazy" in graph["run"]  # a package's __init__ is a module of the graph too
+    assert len(graph) == len(list(PACKAGE.rglob("*.py")))
 
 
 def test_cycle_finder_finds_a_cycle():
@@ -95,13 +107,14 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_imports_are_found_inside_functions_and_private_names_kept():
-    source = ("import os\nfrom arc_kit.grids import grid_key\n\n"
-              "def f():\n    from arc_kit.models import _private as p\n    import arc_kit.tasks\n"
+    source = ("import os\nfrom arc_kit.data.grids import grid_key\n\n"
+              "def f():\n    from arc_kit.model.loading import _private as p\n    import arc_kit.data.tasks\n"
               "    from arc_kit import run, __version__\n")
-    modules = {"grids": None, "models": None, "tasks": None, "run": None}
+    modules = {"__init__": None, "data": None, "data.grids": None, "data.tasks": None, "model": None,
+               "model.loading": None, "run": None}
     assert sorted(_imports(ast.parse(source), modules), key=str) == sorted(
-        [("grids", "grid_key"), ("models", "_private"), ("tasks", None), ("run", None), ("__init__", "__version__")],
-        key=str)
+        [("data.grids", "grid_key"), ("model.loading", "_private"), ("data.tasks", None), ("run", None),
+         ("__init__", "__version__")], key=str)
 
 
 def test_arc_kit_modules_import_each_other_without_cycles():
@@ -119,3 +132,12 @@ def test_no_arc_kit_module_imports_a_private_name_from_another():
                       if taken and taken.startswith("_") and not taken.startswith("__") and imported != name
                       and (name, imported, taken) not in ALLOWED_PRIVATE_IMPORTS})
     assert private == []
+
+
+def test_the_floors_hold_as_import_linter_reads_them():
+    """pyproject.toml's contracts: each subpackage imports only from the floors below; data and text need no torch."""
+    command = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert command, "import-linter is not installed (requirements-test.txt)"
+    result = subprocess.run([command, "--no-cache"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "2 kept, 0 broken" in result.stdout

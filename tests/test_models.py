@@ -20,10 +20,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from arc_kit import devices
-from arc_kit.datasets import load_tasks
-from arc_kit.models import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
+from arc_kit.data.datasets import load_tasks
+from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
                             load_model, model_info, save_model, token_budget_of, token_limit_of)
-from arc_kit.text_format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text.format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -250,7 +250,7 @@ def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_mod
     assert token_budget_of(long) == 8192 and token_limit_of(long) == 131072
     assert token_budget_of(long, 16384) == 16384 and token_budget_of(long, 2048) == 2048
     assert token_budget_of(empty) == 8192 and token_limit_of(empty) is None and token_budget_of(empty, 99999) == 99999
-    with caplog.at_level(logging.WARNING, logger="arc_kit.models"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.model.loading"):
         assert token_budget_of(plain) == 5000 and token_budget_of(plain, 4000) == 4000
         assert token_budget_of(plain, 6000, max_positions=777) == 777
     assert any("6000 is more than" in record.getMessage() and "using 777" in record.getMessage()
@@ -431,12 +431,12 @@ def test_gpu_4bit_loads_or_says_why(micro_folder):
 # offline
 
 def test_importing_models_turns_the_hub_off():
-    """In a fresh interpreter without the variables: importing arc_kit.models sets them all."""
+    """In a fresh interpreter without the variables: importing arc_kit.model.loading sets them all."""
     env = {name: value for name, value in os.environ.items() if name not in devices.OFFLINE_VARIABLES}
     env["TOKENIZERS_PARALLELISM"] = "true"  # a user's own setting wins
     script = ("import json, os\n"
               "before = {name: os.environ.get(name) for name in ['HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE']}\n"
-              "import arc_kit.models\n"
+              "import arc_kit.model.loading\n"
               "import huggingface_hub.constants as constants\n"
               "from arc_kit.devices import OFFLINE_VARIABLES\n"
               "after = {name: os.environ.get(name) for name in OFFLINE_VARIABLES}\n"
@@ -451,7 +451,7 @@ def test_importing_models_turns_the_hub_off():
 
 
 def test_offline_variables_are_set_in_this_process():
-    import arc_kit.models  # noqa: F401
+    import arc_kit.model.loading  # noqa: F401
 
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         assert os.environ.get(name) == "1"

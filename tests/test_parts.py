@@ -1,4 +1,4 @@
-"""Packing files into checked parts and reassembling them (arc_kit.parts)."""
+"""Packing files into checked parts and reassembling them (arc_kit.data.parts)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from arc_kit.parts import PartsError, pack, sha256_of, unpack
+from arc_kit.data.parts import PartsError, pack, sha256_of, unpack
 
 
 @pytest.fixture

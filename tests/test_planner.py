@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from arc_kit import load_dataset
-from arc_kit.models import load_model
-from arc_kit.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
-from arc_kit.run import solve
+from arc_kit.model.loading import load_model
+from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
+from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
-from arc_kit.solver import Solver
-from arc_kit.submission import submission_problems
-from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.run.solver import Solver
+from arc_kit.data.submission import submission_problems
+from arc_kit.text.format import TaskEncoder, Vocabulary
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
 
@@ -142,7 +142,7 @@ MEASURED = SolveSettings(ttt=TestTimeSettings(steps=4), inference_augmentations=
 
 def measured_records(task_ids):
     """Records of a finished run: each task at some rung with its timings, plus ones the speeds must skip."""
-    from arc_kit.records import TaskRecord, fallback_record
+    from arc_kit.run.records import TaskRecord, fallback_record
 
     records = {task_id: TaskRecord(task_id, timings={"ttt": 60.0 + index, "generation": 200.0 + 30 * index,
                                                      "scoring": 5.0 + index, "total": 300.0}, rung=index % 2)
@@ -166,7 +166,7 @@ def reference_speeds(records, tasks, encoder, settings):
 
 
 def test_speeds_from_records_are_the_mean_seconds_per_unit_of_the_tasks_that_ran(small_task_set):
-    from arc_kit.planner import speeds_from_records
+    from arc_kit.run.planner import speeds_from_records
 
     encoder = TaskEncoder(Vocabulary(), max_len=MEASURED.max_len)
     records, skipped = measured_records(small_task_set.ids)
@@ -195,8 +195,8 @@ def test_a_part_that_did_not_run_on_the_first_task_is_the_mean_of_the_tasks_it_r
 
 
 def write_measured_run(folder, kaggle_files, task_ids):
-    from arc_kit.records import append_record
-    from arc_kit.run import RECORDS_FILE, open_run
+    from arc_kit.run.records import append_record
+    from arc_kit.run.runs import RECORDS_FILE, open_run
 
     open_run(folder, MEASURED, {"dataset": str(kaggle_files.challenges)})
     records, _ = measured_records(task_ids)
@@ -207,9 +207,9 @@ def write_measured_run(folder, kaggle_files, task_ids):
 
 def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path, kaggle_files, small_task_set,
                                                                        model_folder):
-    from arc_kit.models import load_encoder, token_budget_of
-    from arc_kit.planner import speeds_from_records
-    from arc_kit.run import estimate_from_folder
+    from arc_kit.model.loading import load_encoder, token_budget_of
+    from arc_kit.run.planner import speeds_from_records
+    from arc_kit.run.runs import estimate_from_folder
 
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
@@ -231,8 +231,8 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
 def test_the_estimate_command_prints_the_estimate_shared_by_the_workers(tmp_path, kaggle_files, small_task_set,
                                                                         model_folder, capsys):
     from arc_kit.cli import main
-    from arc_kit.planner import hours
-    from arc_kit.run import estimate_from_folder
+    from arc_kit.run.planner import hours
+    from arc_kit.run.runs import estimate_from_folder
 
     write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),
@@ -284,7 +284,7 @@ def test_a_shared_queue_runs_the_longest_first_and_a_task_put_back_returns_to_it
 
 
 def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():
-    from arc_kit.planner import BudgetSettings, searches_per_test
+    from arc_kit.run.planner import BudgetSettings, searches_per_test
 
     clock = FakeClock()
     size = TaskSize("t", 1500, 2000, 120, 3, tests=2)

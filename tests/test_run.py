@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import arc_kit.tables as tables
+import arc_kit.run.tables as tables
 from arc_kit.cli import main
 from arc_kit.locking import LOCK_FILE
-from arc_kit.records import (
+from arc_kit.run.records import (
     AblationRecord,
     SamplerRecord,
     SearchStats,
@@ -32,7 +32,7 @@ from arc_kit.records import (
     read_records,
     write_records,
 )
-from arc_kit.run import (
+from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_FILE,
     RunFolderError,
@@ -47,9 +47,9 @@ from arc_kit.run import (
     run_records,
     task_ids_digest,
 )
-from arc_kit.scoring import Candidate
+from arc_kit.search.scoring import Candidate
 from arc_kit.settings import SOLVE_PRESETS, SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.tables import ABLATION_STAGES, run_ablation, run_table
+from arc_kit.run.tables import ABLATION_STAGES, run_ablation, run_table
 
 LATER = {"from_a_later_kit": {"nested": [1, 2]}}  # a field no kit knows yet
 
@@ -228,7 +228,7 @@ def test_the_help_of_dry_run_shows_the_dry_run_presets_values(capsys):
 
 
 def test_the_help_of_sudoku_evaluate_is_generated_from_its_settings(capsys):
-    from arc_kit.sudoku_run import SudokuEvalSettings
+    from arc_kit.sudoku.experiment import SudokuEvalSettings
 
     shown = help_of(capsys, "sudoku", "evaluate")
     defaults = SudokuEvalSettings()
@@ -249,7 +249,7 @@ def test_choose_tasks_takes_ids_or_the_first_by_id_and_keeps_every_task_without_
 
 def test_the_deadline_of_a_budget_and_the_training_preset_a_model_calls_for():
     from arc_kit.settings import TRAINING_PRESETS
-    from arc_kit.training import training_settings_for
+    from arc_kit.model.training import training_settings_for
 
     assert deadline_from(None, 30) is None
     assert deadline_from(2, 30, now=1000.0) == 1000.0 + 2 * 3600 - 30 * 60
@@ -316,7 +316,7 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
 
 @pytest.mark.slow
 def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_folder):
-    from arc_kit.datasets import load_tasks
+    from arc_kit.data.datasets import load_tasks
 
     tasks = load_tasks("arc-agi-1/evaluation").select(["00576224", "66e6c45b"])
     settings = SolveSettings(sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=50),
@@ -336,8 +336,8 @@ def test_two_solve_runs_started_together_on_one_folder_solve_each_task_once(tmp_
                                                                            split_kaggle):
     """Two ``arc-kit solve`` processes on one ``--out``: one holds the folder, the other is refused naming it (or,
     started after the first ended, finds every task done); one complete submission, one record per task."""
-    from arc_kit.submission import submission_problems
-    from arc_kit.tasks import parse_tasks
+    from arc_kit.data.submission import submission_problems
+    from arc_kit.data.tasks import parse_tasks
 
     challenges, _ = split_kaggle({f"task{index:02d}": make_task_json(seed=index) for index in range(8)})
     (tmp_path / "challenges.json").write_text(json.dumps(challenges))

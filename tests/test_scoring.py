@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from arc_kit.augmentation import Augmentation
-import arc_kit.samplers as samplers_module
-import arc_kit.scoring as scoring_module
-from arc_kit.decoding import AnswerSpace, score_answers, sequence_nll
-from arc_kit.models import create_model
-from arc_kit.scoring import (
+from arc_kit.data.augmentation import Augmentation
+import arc_kit.search.samplers as samplers_module
+import arc_kit.search.scoring as scoring_module
+from arc_kit.search.decoding import AnswerSpace, score_answers, sequence_nll
+from arc_kit.model.loading import create_model
+from arc_kit.search.scoring import (
     AGGREGATIONS,
     Candidate,
     augmented_nlls,
@@ -32,8 +32,8 @@ from arc_kit.scoring import (
     select,
     sum_of_probabilities,
 )
-from arc_kit.tasks import Pair
-from arc_kit.text_format import TaskEncoder, Vocabulary
+from arc_kit.data.tasks import Pair
+from arc_kit.text.format import TaskEncoder, Vocabulary
 
 EOS = 14
 PROMPT = np.array([13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12])
@@ -152,7 +152,7 @@ def test_the_nll_primitive_lives_beside_its_reference_and_generation_does_not_im
     tree = ast.parse(Path(samplers_module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "arc_kit.decoding" in imported and not {"arc_kit.scoring", "scoring"} & imported
+    assert "arc_kit.search.decoding" in imported and not {"arc_kit.search.scoring", "scoring"} & imported
 
 
 def test_scoring_leaves_the_model_and_global_state_alone(model, space):

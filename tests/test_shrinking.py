@@ -18,16 +18,16 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from arc_kit.cli import main
-from arc_kit.datasets import load_tasks
-from arc_kit.models import create_model, load_model, save_model
-from arc_kit.shrinking import (
+from arc_kit.data.datasets import load_tasks
+from arc_kit.model.loading import create_model, load_model, save_model
+from arc_kit.model.shrinking import (
     needed_characters,
     shrink_model_folder,
     shrink_tokenizer,
     shrink_vocabulary,
     tokens_to_keep,
 )
-from arc_kit.text_format import PREPROMPT, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text.format import PREPROMPT, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 ENGLISH = [
     "The quick brown fox jumps over the lazy dog, 1234 times in 2024.",

@@ -20,25 +20,25 @@ import pytest
 from conftest import bigram_model, eos_model
 from test_dfs import FakeClock, prefers_a_foreign_token
 
-import arc_kit.decoding as decoding_module
-import arc_kit.solver as solver_module
-import arc_kit.ttt as ttt_module
-from arc_kit.augmentation import Augmentation
+import arc_kit.search.decoding as decoding_module
+import arc_kit.run.solver as solver_module
+import arc_kit.model.ttt as ttt_module
+from arc_kit.data.augmentation import Augmentation
 from arc_kit.cli import main
-from arc_kit.datasets import load_tasks
-from arc_kit.decoding import Completion, SearchResult
-from arc_kit.dfs import DEADLINE_BEFORE_START
-from arc_kit.grids import grid_key, grid_to_json, grids_equal
-from arc_kit.models import load_model
-from arc_kit.records import AblationRecord, SamplerRecord, TaskRecord, read_records
-from arc_kit.run import solve
+from arc_kit.data.datasets import load_tasks
+from arc_kit.search.decoding import Completion, SearchResult
+from arc_kit.search.dfs import DEADLINE_BEFORE_START
+from arc_kit.data.grids import grid_key, grid_to_json, grids_equal
+from arc_kit.model.loading import load_model
+from arc_kit.run.records import AblationRecord, SamplerRecord, TaskRecord, read_records
+from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.solver import Solver
-from arc_kit.scoring import augmented_nlls
-from arc_kit.submission import build_submission, score_submission, submission_problems
-from arc_kit.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
-from arc_kit.tasks import Pair
-from arc_kit.text_format import NotAGridError, TaskEncoder, Vocabulary
+from arc_kit.run.solver import Solver
+from arc_kit.search.scoring import augmented_nlls
+from arc_kit.data.submission import build_submission, score_submission, submission_problems
+from arc_kit.run.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
+from arc_kit.data.tasks import Pair
+from arc_kit.text.format import NotAGridError, TaskEncoder, Vocabulary
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(
@@ -667,7 +667,7 @@ def test_the_kaggle_run_and_every_preset_are_batched_through_their_settings():
     import argparse
     import inspect
 
-    from arc_kit import kaggle
+    from arc_kit.kaggle import competition as kaggle
     from arc_kit.cli import add_settings_options, settings_from_options
     from arc_kit.settings import SOLVE_PRESETS, smoke
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import arc_kit.datasets
-from arc_kit.grids import grid_problems
-from arc_kit.submission import (
+import arc_kit.data.datasets
+from arc_kit.data.grids import grid_problems
+from arc_kit.data.submission import (
     build_submission,
     detect_kind,
     load_submission,
@@ -28,7 +28,7 @@ from arc_kit.submission import (
     validate_file,
     write_submission,
 )
-from arc_kit.tasks import InvalidDataError, parse_tasks
+from arc_kit.data.tasks import InvalidDataError, parse_tasks
 
 ZERO = [[0]]
 
@@ -341,7 +341,7 @@ def test_write_submission_keeps_the_old_file_when_writing_fails(tmp_path, monkey
         handle.write('{"z": [')  # half a file, then the disk "fills up"
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(arc_kit.datasets.json, "dump", broken_dump)
+    monkeypatch.setattr(arc_kit.data.datasets.json, "dump", broken_dump)
     with pytest.raises(OSError, match="no space left"):
         write_submission(path, build_submission(tasks, {"a": [[[[1]]]]}), tasks)
     assert path.read_bytes() == before

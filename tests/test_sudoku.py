@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from arc_kit.records import TaskRecord, TestResult
-from arc_kit.scoring import Candidate
-from arc_kit.sudoku import (
+from arc_kit.run.records import TaskRecord, TestResult
+from arc_kit.search.scoring import Candidate
+from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,
     SudokuAugmentation,
@@ -29,7 +29,7 @@ from arc_kit.sudoku import (
     solve,
     write_csv,
 )
-from arc_kit.tasks import Pair
+from arc_kit.data.tasks import Pair
 
 SOLUTION = grid_from_text("534678912672195348198342567859761423426853791713924856961537284287419635345286179")
 PUZZLE = grid_from_text("53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79")
@@ -185,7 +185,7 @@ def test_a_solved_puzzle_scores_one_and_a_wrong_one_zero():
 
 
 def test_metrics_and_curve_from_records():
-    from arc_kit.sudoku_run import puzzle_metrics, sudoku_curve
+    from arc_kit.sudoku.experiment import puzzle_metrics, sudoku_curve
 
     wrong = SudokuAugmentation(digits=(0, 2, 1, 3, 4, 5, 6, 7, 8, 9)).apply_grid(SOLUTION)
     # the wrong grid is more probable to generate, the right one wins the product of experts
@@ -202,7 +202,7 @@ def test_metrics_and_curve_from_records():
 
 
 def test_the_greedy_diagnostic_counts_empty_cells_right():
-    from arc_kit.sudoku_run import blank_cells_right, puzzle_metrics
+    from arc_kit.sudoku.experiment import blank_cells_right, puzzle_metrics
 
     greedy = SOLUTION.copy()
     row, (first, second) = 1, [column for column in range(9) if PUZZLE[1, column] == 0][:2]
@@ -222,9 +222,9 @@ def test_the_greedy_diagnostic_counts_empty_cells_right():
 
 def test_one_puzzle_per_training_sequence():
     """Through the trainer's own dataset (``pretrain`` draws from it), whatever the kit's default sampler."""
-    from arc_kit.sudoku_run import SUDOKU_SEQUENCES
-    from arc_kit.text_format import TaskEncoder, Vocabulary
-    from arc_kit.training_data import SequenceDataset
+    from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
+    from arc_kit.text.format import TaskEncoder, Vocabulary
+    from arc_kit.model.training_data import SequenceDataset
 
     encoder = TaskEncoder(Vocabulary())
     pool = SudokuPool([Pair(PUZZLE, SOLUTION), Pair(SOLUTION, SOLUTION)], copies=10)
@@ -269,7 +269,7 @@ def test_evaluation_follows_the_solver_defaults():
     from dataclasses import fields
 
     from arc_kit.settings import SolveSettings
-    from arc_kit.sudoku_run import SudokuEvalSettings
+    from arc_kit.sudoku.experiment import SudokuEvalSettings
 
     solve = SudokuEvalSettings(threshold=0.05, batched=True).solve_settings()
     default = SolveSettings()

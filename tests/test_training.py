@@ -25,21 +25,21 @@ import pytest
 import torch
 
 import arc_kit
-from arc_kit.datasets import load_tasks
-from arc_kit.models import create_model, load_model, token_budget_of
-from arc_kit.optimization import embedding_module_names, parameter_groups
+from arc_kit.data.datasets import load_tasks
+from arc_kit.model.loading import create_model, load_model, token_budget_of
+from arc_kit.model.optimization import embedding_module_names, parameter_groups
 from arc_kit.provenance import git_commit
 from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
-from arc_kit.tasks import Pair, TaskSet
-from arc_kit.text_format import EOS, TaskEncoder, TaskTooLongError, Vocabulary
-from arc_kit.training import (
+from arc_kit.data.tasks import Pair, TaskSet
+from arc_kit.text.format import EOS, TaskEncoder, TaskTooLongError, Vocabulary
+from arc_kit.model.training import (
     LOG_COLUMNS,
     BatchOrder,
     prepare_for_training,
     pretrain,
     token_budget_after_training,
 )
-from arc_kit.training_data import (
+from arc_kit.model.training_data import (
     PaddingCollator,
     SequenceDataset,
     mix_pools,
@@ -47,7 +47,7 @@ from arc_kit.training_data import (
     sample_leave_one_out,
     sample_sequence,
 )
-from arc_kit.ttt import TestTimeTrainer
+from arc_kit.model.ttt import TestTimeTrainer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OUTPUT_MARKER = "+/-=O"
@@ -509,7 +509,7 @@ def test_a_resumed_run_continues_the_schedule(uninterrupted, pools, tmp_path, ca
     shutil.rmtree(folder / "checkpoints" / "step-6")
     for path in [*folder.glob("*.safetensors"), folder / "config.json", folder / "arc_kit.json"]:
         path.unlink()
-    with caplog.at_level("WARNING", logger="arc_kit.training"):
+    with caplog.at_level("WARNING", logger="arc_kit.model.training"):
         result = pretrain("micro", folder, pools, RESUMABLE, device="cpu", progress=False)
     assert "resuming from" in caplog.text and "step 4 of 6" in caplog.text
     assert result.steps_done == 6 and result.stopped_by == "steps"
@@ -622,7 +622,7 @@ def ttt_task(training_set):
 
 
 def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
-    from arc_kit import ttt
+    from arc_kit.model import ttt
 
     loaded = load_model(trained.folder, device="cpu")
     encoder = loaded.encoder(max_len=PROMPT_BUDGET)

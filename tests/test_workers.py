@@ -20,15 +20,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from arc_kit import workers
-from arc_kit.datasets import load_tasks
-from arc_kit.models import load_model
-from arc_kit.records import read_records
-from arc_kit.run import solve
+from arc_kit.run import workers
+from arc_kit.data.datasets import load_tasks
+from arc_kit.model.loading import load_model
+from arc_kit.run.records import read_records
+from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.solver import Solver
-from arc_kit.submission import submission_problems
-from arc_kit.workers import WatchdogSettings, solve_in_workers
+from arc_kit.run.solver import Solver
+from arc_kit.data.submission import submission_problems
+from arc_kit.run.workers import WatchdogSettings, solve_in_workers
 
 TASK_IDS = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b"]  # not in id order: records must follow this order
 SETTINGS = SolveSettings(
@@ -201,8 +201,8 @@ def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, f
 FAKE_WORKER = """
 import json, os, sys, time
 import numpy as np
-from arc_kit import workers
-from arc_kit.records import TaskRecord, TestResult
+from arc_kit.run import workers
+from arc_kit.run.records import TaskRecord, TestResult
 
 behaviour = json.loads(os.environ["FAKE_BEHAVIOUR"])
 marks = os.environ["FAKE_MARKS"]  # one empty file per try of a task: <task>.<try>.<pid>
@@ -294,7 +294,7 @@ def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the
                                                                                       monkeypatch, caplog):
     once, always = TASK_IDS[0], TASK_IDS[1]
     fake_workers(monkeypatch, tmp_path / "marks", {once: "die-once", always: "die"})
-    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.run.workers"):
         run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, poll_seconds=0.05,
                                progress=False, watchdog=QUICK_WATCHDOG)
     assert len(tries(tmp_path / "marks", once)) == 2 and run.records[once].got_model_work  # the second try did it
@@ -302,7 +302,7 @@ def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the
     assert run.records[always].skipped == "its worker died or hung 2 times"
     for task_id in TASK_IDS[2:]:
         assert run.records[task_id].got_model_work and len(tries(tmp_path / "marks", task_id)) == 1
-    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.run.workers"]
     assert sum("exited with status 3" in message for message in warned) == 3
     submission = read_json(tmp_path / "out" / "submission.json")
     assert submission_problems(submission, tasks) == []
@@ -312,21 +312,21 @@ def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the
 
 def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(model_folder, tasks, tmp_path,
                                                                                     monkeypatch, caplog):
-    from arc_kit.planner import BudgetSettings
+    from arc_kit.run.planner import BudgetSettings
 
     hanging = TASK_IDS[2]
     fake_workers(monkeypatch, tmp_path / "marks", {hanging: "hang"})
     caps = BudgetSettings(task_factor=0.0, task_minimum=1.0, search_factor=0.0, search_minimum=0.25)  # a second
     started = time.time()
     deadline = started + 3600
-    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.run.workers"):
         run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, poll_seconds=0.05,
                                progress=False, deadline=deadline, budget=caps, watchdog=QUICK_WATCHDOG)
     assert time.time() - started < 60  # two caps and the stops, not the hour
     assert run.records[hanging].skipped == "its worker died or hung 2 times"
     for pid in tries(tmp_path / "marks", hanging):
         assert not is_running(pid)  # stopped, not left behind
-    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.run.workers"]
     assert sum(f"hung: task {hanging} is" in message for message in warned) == 2
     for task_id in TASK_IDS:
         if task_id != hanging:
@@ -338,7 +338,7 @@ def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallb
 
 def test_at_the_stop_time_a_hung_worker_is_stopped_and_the_submission_is_complete(model_folder, tasks, tmp_path,
                                                                                   monkeypatch):
-    from arc_kit.planner import BudgetSettings
+    from arc_kit.run.planner import BudgetSettings
 
     fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(TASK_IDS, "hang"))  # whatever it gets, it hangs
     started = time.time()
@@ -359,11 +359,11 @@ def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_
     fake_workers(monkeypatch, tmp_path / "marks", {}, FAKE_SILENT="1")
     watchdog = WatchdogSettings(silence_seconds=1.5, terminate_seconds=1.0, restarts=1)
     started = time.time()
-    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.run.workers"):
         run = solve_in_workers(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, poll_seconds=0.05,
                                progress=False, watchdog=watchdog)
     assert time.time() - started < 30
-    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.run.workers"]
     assert sum("hung: no heartbeat for" in message for message in warned) == 2  # the first, and its one restart
     assert any("no worker left: 4 task(s) get fallback answers" in message for message in warned)
     assert list(run.records) == TASK_IDS and all(r.skipped == "no worker left" for r in run.records.values())
@@ -408,13 +408,13 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
     watch_workers(monkeypatch, spy)
     striker = threading.Thread(target=strike, daemon=True)
     striker.start()
-    with caplog.at_level(logging.WARNING, logger="arc_kit.workers"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.run.workers"):
         run = solve_in_workers(tasks, model_folder, SETTINGS, out, workers_per_gpu=2, poll_seconds=0.1,
                                watchdog=watchdog)
     striker.join(timeout=1)
     printed = capsys.readouterr().out
     assert "started 4 worker process(es) running (2 on GPU 0, 2 on GPU 1)" in printed
-    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.workers"]
+    warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.run.workers"]
     assert any(message.startswith("worker 1 exited with status -9") for message in warned), warned
     stalled = [record for record in caplog.records if record.getMessage().startswith("worker 2 hung: no progress on")]
     assert len(stalled) == 1, warned

@@ -1,0 +1,182 @@
+"""Augmentations: a symmetry of the square, a colour permutation and an order of the train pairs.
+
+An ``Augmentation`` is a small, typed, hashable value. It applies to grids and tasks (every grid,
+inputs and outputs alike, and it reorders the train pairs), inverts on an answer grid, and has a
+compact text key (``s5-c3012456789-o2,0,1``) that ``Augmentation.from_key`` parses; nothing else
+parses keys. Random augmentations come only from an explicit ``numpy.random.Generator``.
+
+This module needs numpy only; it knows nothing of text, models or files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_kit.data.grids import COLOURS, freeze
+from arc_kit.settings import SolveSettings
+from arc_kit.data.tasks import Pair, Task
+
+SYMMETRY_NAMES = ("identity", "rot90", "rot180", "rot270",
+                  "transpose", "transpose+rot90", "transpose+rot180", "transpose+rot270")
+IDENTITY_COLOURS = tuple(range(COLOURS))
+
+
+def apply_symmetry(grid: np.ndarray, symmetry: int) -> np.ndarray:
+    """One of the 8 symmetries of the square: optionally transpose, then rotate 90 degrees k times."""
+    if not 0 <= symmetry < 8:
+        raise ValueError(f"symmetry must be 0-7, got {symmetry}")
+    grid = np.asarray(grid)
+    if symmetry >= 4:
+        grid = grid.T
+    return np.rot90(grid, k=symmetry % 4)
+
+
+def _symmetry_tables() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Inverse and composition tables, found from the action on a grid with no symmetry of its own."""
+    probe = np.arange(6).reshape(2, 3)
+    images = [apply_symmetry(probe, s) for s in range(8)]
+
+    def which(grid):
+        return next(s for s in range(8) if images[s].shape == grid.shape and np.array_equal(images[s], grid))
+
+    inverse = tuple(next(t for t in range(8) if np.array_equal(apply_symmetry(images[s], t), probe))
+                    for s in range(8))
+    then = tuple(tuple(which(apply_symmetry(images[first], second)) for second in range(8)) for first in range(8))
+    return inverse, then
+
+
+SYMMETRY_INVERSE, SYMMETRY_THEN = _symmetry_tables()  # SYMMETRY_THEN[a][b]: a first, then b
+
+def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
+    """``count`` symmetries, each of the 8 used ``count // 8`` or ``count // 8 + 1`` times.
+
+    The authors' test-time training uses each symmetry exactly 8 times in its 64 sequences. Every
+    consecutive block of 8 is a fresh random order of all 8 (the last block cut short), so any
+    prefix is as even as it can be too: a run stopped early is balanced up to its last block.
+    """
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    blocks = [rng.permutation(8) for _ in range(-(-count // 8))]
+    return [int(s) for s in np.concatenate(blocks or [np.zeros(0, dtype=int)])[:count]]
+
+
+# the order may be empty ("-o"): Augmentation.random(rng, 0) gives order=(), whose key must parse too
+_KEY = re.compile(r"^s([0-7])-c([0-9]{10})(?:-o((?:[0-9]+(?:,[0-9]+)*)?))?$")
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    """A symmetry (0-7, see SYMMETRY_NAMES), a colour permutation and an optional train-pair order.
+
+    ``colours[c]`` is the new colour of colour ``c``; ``order[i]`` is the index of the original
+    train pair that comes ``i``-th (None keeps the order and fits any number of pairs).
+    """
+
+    symmetry: int = 0
+    colours: tuple[int, ...] = IDENTITY_COLOURS
+    order: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "symmetry", int(self.symmetry))
+        object.__setattr__(self, "colours", tuple(int(c) for c in self.colours))
+        if not 0 <= self.symmetry < 8:
+            raise ValueError(f"symmetry must be 0-7, got {self.symmetry}")
+        if sorted(self.colours) != list(IDENTITY_COLOURS):
+            raise ValueError(f"colours must be a permutation of 0-9, got {self.colours}")
+        if self.order is not None:
+            order = tuple(int(i) for i in self.order)
+            if sorted(order) != list(range(len(order))):
+                raise ValueError(f"order must be a permutation of 0..{len(order) - 1}, got {order}")
+            object.__setattr__(self, "order", order)
+        object.__setattr__(self, "_colour_table", np.array(self.colours, dtype=np.uint8))
+        object.__setattr__(self, "_inverse_table", np.argsort(self.colours).astype(np.uint8))
+
+    # -- constructors ----------------------------------------------------------------------------
+    @classmethod
+    def identity(cls) -> Augmentation:
+        return cls()
+
+    @classmethod
+    def random(cls, rng: np.random.Generator, train_count: int | None = None, *, symmetry: int | None = None,
+               keep_background: bool = False, shuffle: bool = True) -> Augmentation:
+        """A random symmetry (unless given), colour permutation and (if ``train_count``) order.
+
+        keep_background: colour 0 stays 0 and only 1-9 are permuted.
+        """
+        if symmetry is None:
+            symmetry = int(rng.integers(8))
+        if keep_background:
+            colours = (0, *(int(c) + 1 for c in rng.permutation(COLOURS - 1)))
+        else:
+            colours = tuple(int(c) for c in rng.permutation(COLOURS))
+        order = None
+        if train_count is not None and shuffle:
+            order = tuple(int(i) for i in rng.permutation(train_count))
+        return cls(symmetry, colours, order)
+
+    @classmethod
+    def inference_set(cls, rng: np.random.Generator, train_count: int | None = None,
+                      count: int = SolveSettings().inference_augmentations, *,
+                      keep_background: bool = False) -> list[Augmentation]:
+        """The paper's set: symmetries 0..7 in turn (each twice for 16), fresh colours and order each time."""
+        return [cls.random(rng, train_count, symmetry=index % 8, keep_background=keep_background)
+                for index in range(count)]
+
+    @classmethod
+    def from_key(cls, key: str) -> Augmentation:
+        """Parse ``s<symmetry>-c<10 colours>[-o<i,j,...>]`` (the only place keys are parsed)."""
+        match = _KEY.match(key.strip())
+        if not match:
+            raise ValueError(f"not an augmentation key: {key!r} (expected like 's5-c3012456789-o2,0,1')")
+        symmetry, colours, order = match.groups()
+        return cls(int(symmetry), tuple(int(c) for c in colours),
+                   None if order is None else tuple(int(i) for i in order.split(",") if i))
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def key(self) -> str:
+        key = f"s{self.symmetry}-c{''.join(map(str, self.colours))}"
+        return key if self.order is None else key + "-o" + ",".join(map(str, self.order))
+
+    @property
+    def is_identity(self) -> bool:
+        return (self.symmetry == 0 and self.colours == IDENTITY_COLOURS
+                and (self.order is None or self.order == tuple(range(len(self.order)))))
+
+    def __str__(self) -> str:
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"Augmentation({SYMMETRY_NAMES[self.symmetry]}, colours={''.join(map(str, self.colours))}" + \
+            ("" if self.order is None else f", order={list(self.order)}") + ")"
+
+    # -- grids -----------------------------------------------------------------------------------
+    def apply_grid(self, grid: np.ndarray) -> np.ndarray:
+        return freeze(apply_symmetry(self._colour_table[np.asarray(grid)], self.symmetry))
+
+    def invert_grid(self, grid: np.ndarray) -> np.ndarray:
+        """Undo apply_grid on a grid in this augmentation's frame (an answer, say)."""
+        return freeze(self._inverse_table[apply_symmetry(np.asarray(grid), SYMMETRY_INVERSE[self.symmetry])])
+
+    # -- pairs and tasks -------------------------------------------------------------------------
+    def reorder(self, items: Sequence) -> list:
+        if self.order is None:
+            return list(items)
+        if len(self.order) != len(items):
+            raise ValueError(f"augmentation {self.key} orders {len(self.order)} pairs, the task has {len(items)}")
+        return [items[i] for i in self.order]
+
+    def apply_pair(self, pair: Pair) -> Pair:
+        return Pair(self.apply_grid(pair.input), None if pair.output is None else self.apply_grid(pair.output))
+
+    def apply_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
+        """Reorder (if this augmentation has an order) and transform every grid."""
+        return [self.apply_pair(pair) for pair in self.reorder(pairs)]
+
+    def apply(self, task: Task) -> Task:
+        """The task as this augmentation sees it: train pairs reordered, every grid transformed."""
+        return Task(task.id, tuple(self.apply_pairs(task.train)), tuple(self.apply_pair(p) for p in task.test))

@@ -1,0 +1,156 @@
+"""Big files in checked parts: pack files into numbered parts under a size cap, reassemble, verify.
+
+Some machines take files in limited transfers (a GPU machine that accepts 64 MiB per call, a
+dataset upload with a per-file cap). ``pack`` writes the given files as one tar stream cut into
+``NAME.part000``, ``NAME.part001``, ... of at most ``part_bytes`` each, and ``NAME.parts.json``, a
+manifest with every part's size and sha256 and every file's sha256. ``unpack`` checks each part
+against the manifest, joins them, extracts, and checks each file again; any mismatch is a
+``PartsError`` with a one-line message that says which part or file. Parts may arrive in separate
+folders (``unpack`` takes several).
+
+This module knows files and checksums; it knows nothing of models or of how the parts travel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from arc_kit.data.jsonio import read_json, write_json_atomically
+
+MANIFEST_SUFFIX = ".parts.json"
+DEFAULT_PART_BYTES = 40 * 1024 * 1024
+
+
+class PartsError(RuntimeError):
+    """A part or file is missing or does not match its manifest (one line)."""
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class _PartWriter(io.RawIOBase):
+    """A write-only stream that starts a new part file every ``part_bytes`` bytes."""
+
+    def __init__(self, folder: Path, name: str, part_bytes: int):
+        self.folder, self.name, self.part_bytes = folder, name, part_bytes
+        self.parts: list[dict] = []
+        self._handle, self._digest, self._written = None, None, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def _finish_part(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self.parts[-1].update(bytes=self._written, sha256=self._digest.hexdigest())
+            self._handle = None
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        while len(view):
+            if self._handle is None or self._written == self.part_bytes:
+                self._finish_part()
+                file_name = f"{self.name}.part{len(self.parts):03d}"
+                self._handle, self._digest, self._written = open(self.folder / file_name, "wb"), hashlib.sha256(), 0
+                self.parts.append({"file": file_name})
+            take = min(len(view), self.part_bytes - self._written)
+            self._handle.write(view[:take])
+            self._digest.update(view[:take])
+            self._written += take
+            view = view[take:]
+        return len(data)
+
+    def close(self) -> None:
+        self._finish_part()
+        super().close()
+
+
+def pack(paths: Sequence[str | os.PathLike], out: str | os.PathLike, name: str,
+         part_bytes: int = DEFAULT_PART_BYTES) -> Path:
+    """Pack files and folders into ``out/NAME.partNNN`` of at most ``part_bytes``; returns the manifest path.
+
+    Each path goes into the archive under its own name (a folder with everything below it).
+    """
+    if part_bytes < 1024:
+        raise ValueError(f"part_bytes must be at least 1024, got {part_bytes}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{name}.part[0-9][0-9][0-9]"):
+        old.unlink()
+    files = {}
+    writer = _PartWriter(out, name, part_bytes)
+    with tarfile.open(fileobj=writer, mode="w|") as archive:
+        for path in map(Path, paths):
+            if not path.exists():
+                raise PartsError(f"nothing to pack at {path}")
+            members = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+            for member in members:
+                arcname = str(Path(path.name) / member.relative_to(path)) if path.is_dir() else path.name
+                files[arcname] = {"bytes": member.stat().st_size, "sha256": sha256_of(member)}
+                archive.add(member, arcname=arcname, recursive=False)
+    writer.close()
+    manifest = out / f"{name}{MANIFEST_SUFFIX}"
+    write_json_atomically(manifest, {"name": name, "part_bytes": part_bytes, "parts": writer.parts, "files": files})
+    return manifest
+
+
+def _find(folders: Sequence[Path], file_name: str) -> Path:
+    for folder in folders:
+        if (folder / file_name).is_file():
+            return folder / file_name
+    raise PartsError(f"part {file_name} is missing (looked in {', '.join(map(str, folders))})")
+
+
+def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
+           part_folders: Sequence[str | os.PathLike] = ()) -> list[Path]:
+    """Check every part, join them, extract into ``destination``, check every file; returns the files.
+
+    Parts are looked for beside the manifest, then in ``part_folders``.
+    """
+    manifest = Path(manifest)
+    record = read_json(manifest)
+    folders = [manifest.parent, *map(Path, part_folders)]
+    parts = [_find(folders, part["file"]) for part in record["parts"]]
+    for path, part in zip(parts, record["parts"]):
+        size = path.stat().st_size
+        if size != part["bytes"] or sha256_of(path) != part["sha256"]:
+            raise PartsError(f"part {path} does not match its manifest ({size} bytes, expected {part['bytes']}): "
+                             f"copy it again")
+    destination = Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    joined = destination / f".{record['name']}.tar.partial"
+    with open(joined, "wb") as sink:
+        for path in parts:
+            with open(path, "rb") as source:
+                shutil.copyfileobj(source, sink, 1 << 20)
+    try:
+        with tarfile.open(joined, mode="r:") as archive:
+            names = archive.getnames()
+            unexpected = sorted(set(names) - set(record["files"]))
+            if unexpected:
+                raise PartsError(f"the archive holds files its manifest does not name: {unexpected[:3]}")
+            archive.extractall(destination, filter="data")
+    finally:
+        joined.unlink(missing_ok=True)
+    extracted = []
+    for arcname, expected in record["files"].items():
+        path = destination / arcname
+        if not path.is_file() or sha256_of(path) != expected["sha256"]:
+            raise PartsError(f"{path} is missing or does not match its manifest after unpacking")
+        extracted.append(path)
+    return extracted
+
+
+__all__ = ["DEFAULT_PART_BYTES", "PartsError", "pack", "sha256_of", "unpack"]

@@ -1,0 +1,469 @@
+"""Tasks: train pairs, test inputs and (when known) test outputs; checked parsing from JSON.
+
+``Task`` and ``TaskSet`` are plain, immutable containers of numpy grids. Parsing a task from its
+JSON form (``{"train": [...], "test": [...]}``) collects every problem with the exact place it
+sits, so that a file can be fixed in one pass. This module knows nothing of files (see
+``datasets``), text, models or augmentations.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from arc_kit.data.grids import (
+    MAX_SIDE,
+    check_max_side,
+    format_grid,
+    freeze,
+    grid_problems,
+    grid_to_json,
+    grids_equal,
+    json_type_name,
+    to_grid,
+)
+from arc_kit.names import shown
+
+
+class InvalidDataError(ValueError):
+    """Raised when input data is malformed; ``problems`` lists every problem found, one per line."""
+
+    def __init__(self, problems: Sequence[str], source: str = ""):
+        self.problems = list(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        count = len(self.problems)
+        lines = "\n".join(f"  {problem}" for problem in self.problems)
+        super().__init__(f"{head}{count} problem{'s' if count != 1 else ''}:\n{lines}")
+
+
+@dataclass(frozen=True, eq=False)
+class Pair:
+    """One example: an input grid and its output grid (``None`` when the output is unknown)."""
+
+    input: np.ndarray
+    output: np.ndarray | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "input", freeze(self.input))
+        if self.output is not None:
+            object.__setattr__(self, "output", freeze(self.output))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Pair):
+            return NotImplemented
+        outputs_equal = (self.output is None and other.output is None) or grids_equal(self.output, other.output)
+        return grids_equal(self.input, other.input) and outputs_equal
+
+    __hash__ = None  # mutable-looking content; compare, do not hash
+
+    def to_json(self, with_output: bool = True) -> dict[str, Any]:
+        data = {"input": grid_to_json(self.input)}
+        if with_output and self.output is not None:
+            data["output"] = grid_to_json(self.output)
+        return data
+
+    def __repr__(self) -> str:
+        shape_in = "x".join(map(str, self.input.shape))
+        shape_out = "?" if self.output is None else "x".join(map(str, self.output.shape))
+        return f"Pair({shape_in} -> {shape_out})"
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """An ARC task: ``train`` pairs with outputs, ``test`` pairs whose outputs may be unknown."""
+
+    id: str
+    train: tuple[Pair, ...]
+    test: tuple[Pair, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "train", tuple(self.train))
+        object.__setattr__(self, "test", tuple(self.test))
+        if not self.train:
+            raise ValueError(f"task {shown(self.id)}: has no train pairs")
+        if not self.test:
+            raise ValueError(f"task {shown(self.id)}: has no test inputs")
+        if any(pair.output is None for pair in self.train):
+            raise ValueError(f"task {shown(self.id)}: every train pair needs an output")
+
+    @property
+    def test_inputs(self) -> list[np.ndarray]:
+        return [pair.input for pair in self.test]
+
+    @property
+    def test_outputs(self) -> list[np.ndarray] | None:
+        """The test outputs, or None unless all of them are known."""
+        if not self.has_solutions:
+            return None
+        return [pair.output for pair in self.test]
+
+    @property
+    def has_solutions(self) -> bool:
+        return all(pair.output is not None for pair in self.test)
+
+    def without_solutions(self) -> Task:
+        """The same task with its test outputs removed (what a solver may see)."""
+        return Task(self.id, self.train, tuple(Pair(pair.input) for pair in self.test))
+
+    def with_solutions(self, outputs: Sequence[Any], *, max_side: int = MAX_SIDE) -> Task:
+        if len(outputs) != len(self.test):
+            raise ValueError(f"task {shown(self.id)}: {len(outputs)} solutions for {len(self.test)} test inputs")
+        pairs = tuple(Pair(pair.input, to_grid(output, f"task {shown(self.id)}: solution[{index}]", max_side))
+                      for index, (pair, output) in enumerate(zip(self.test, outputs)))
+        return Task(self.id, self.train, pairs)
+
+    def to_json(self, with_solutions: bool = False) -> dict[str, Any]:
+        """The challenge form ``{"train": [...], "test": [{"input": ...}]}``; outputs only if asked."""
+        return {"train": [pair.to_json() for pair in self.train],
+                "test": [pair.to_json(with_output=with_solutions) for pair in self.test]}
+
+    @classmethod
+    def from_json(cls, task_id: str, data: Any, solutions: Any = None, *, max_side: int = MAX_SIDE) -> Task:
+        """Parse and check one task; raises InvalidDataError listing every problem."""
+        task, problems = parse_task(task_id, data, solutions, max_side=max_side)
+        if problems:
+            raise InvalidDataError(problems)
+        return task
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Task):
+            return NotImplemented
+        return self.id == other.id and self.train == other.train and self.test == other.test
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        known = "with solutions" if self.has_solutions else "without solutions"
+        return f"Task({self.id!r}: {len(self.train)} train, {len(self.test)} test, {known})"
+
+    def __str__(self) -> str:
+        parts = [repr(self)]
+        for name, pairs in (("train", self.train), ("test", self.test)):
+            for index, pair in enumerate(pairs):
+                parts.append(f"{name}[{index}].input:\n{format_grid(pair.input)}")
+                if pair.output is not None:
+                    parts.append(f"{name}[{index}].output:\n{format_grid(pair.output)}")
+        return "\n".join(parts)
+
+
+def repeated_keys(mapping: Any) -> dict[str, int]:
+    """Keys that a JSON object held more than once, with how often (``jsonio`` notes them when it reads a file)."""
+    return dict(getattr(mapping, "repeated_keys", None) or {})
+
+
+def unreadable_keys(mapping: Any) -> dict[str, str]:
+    """Keys of a JSON object whose values could not be read (None in the object), with why (``jsonio`` notes them)."""
+    return dict(getattr(mapping, "unreadable_keys", None) or {})
+
+
+def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
+                 problems: list[str], max_side: int = MAX_SIDE) -> list[tuple[Any, Any]] | None:
+    prefix = f"task {shown(task_id)}:"
+    if part not in data:
+        problems.append(f"{prefix} missing '{part}'")
+        return None
+    pairs = data[part]
+    if not isinstance(pairs, list):
+        problems.append(f"{prefix} '{part}' is {json_type_name(pairs)}, expected a list of pairs")
+        return None
+    if not pairs:
+        problems.append(f"{prefix} has no {'train pairs' if part == 'train' else 'test inputs'}")
+        return None
+    parsed = []
+    for index, pair in enumerate(pairs):
+        where = f"{part}[{index}]"
+        if not isinstance(pair, dict):
+            problems.append(f"{prefix} {where} is {json_type_name(pair)}, expected an object with 'input'"
+                            + (" and 'output'" if need_output else ""))
+            parsed.append((None, None))
+            continue
+        problems.extend(f"{prefix} {where} holds key {key!r} {times} times (JSON keeps only the last)"
+                        for key, times in repeated_keys(pair).items())
+        grids = []
+        for key in ("input", "output"):
+            if key not in pair:
+                if key == "input" or need_output:
+                    problems.append(f"{prefix} {where} missing '{key}'")
+                grids.append(None)
+                continue
+            found = grid_problems(pair[key], f"{where}.{key}", max_side)
+            problems.extend(f"{prefix} {problem}" for problem in found)
+            grids.append(pair[key] if not found else None)
+        parsed.append(tuple(grids))
+    return parsed
+
+
+def parse_task(task_id: str, data: Any, solutions: Any = None, *,
+               max_side: int = MAX_SIDE) -> tuple[Task | None, list[str]]:
+    """Check one task's JSON (and optionally its list of solution grids).
+
+    Returns ``(task, [])`` when all is well, else ``(None, problems)`` with every problem found,
+    each prefixed ``task <id>:``. ``max_side``: the most cells on a grid's side, the competition's
+    30 unless the data is for exploration or training only (up to ``grids.LARGEST_SIDE``).
+    """
+    prefix = f"task {shown(task_id)}:"
+    max_side = check_max_side(max_side)
+    if not isinstance(data, dict):
+        return None, [f"{prefix} is {json_type_name(data)}, expected an object with 'train' and 'test'"]
+    problems: list[str] = [f"{prefix} key {key!r} appears {times} times" for key, times in repeated_keys(data).items()]
+    problems += [f"{prefix} {key!r} cannot be read: {why}" for key, why in unreadable_keys(data).items()]
+    if unreadable_keys(data):
+        return None, problems  # the unreadable part would only be reported again as missing
+    train = _parse_pairs(task_id, data, "train", True, problems, max_side)
+    test = _parse_pairs(task_id, data, "test", False, problems, max_side)
+    solution_grids = None
+    if solutions is not None:
+        if not isinstance(solutions, list):
+            problems.append(f"{prefix} solutions are {json_type_name(solutions)}, expected a list of grids")
+        else:
+            if test is not None and len(solutions) != len(test):
+                problems.append(f"{prefix} has {len(solutions)} solutions for {len(test)} test inputs")
+            solution_grids = []
+            for index, grid in enumerate(solutions):
+                found = grid_problems(grid, f"solutions[{index}]", max_side)
+                problems.extend(f"{prefix} {problem}" for problem in found)
+                solution_grids.append(grid)
+    if problems:
+        return None, problems
+    test_pairs = []
+    for index, (grid_in, grid_out) in enumerate(test):
+        if solution_grids is not None:
+            grid_out = solution_grids[index]
+        test_pairs.append(Pair(to_grid(grid_in, max_side=max_side),
+                               None if grid_out is None else to_grid(grid_out, max_side=max_side)))
+    task = Task(task_id, tuple(Pair(to_grid(i, max_side=max_side), to_grid(o, max_side=max_side)) for i, o in train),
+                tuple(test_pairs))
+    return task, []
+
+
+def count_test_inputs(data: Any) -> int:
+    """How many test inputs a (possibly malformed) task JSON declares; at least 1."""
+    if isinstance(data, dict) and isinstance(data.get("test"), list) and data["test"]:
+        return len(data["test"])
+    return 1
+
+
+@dataclass(frozen=True)
+class SkippedTask:
+    """A task that could not be loaded: its problems, and how many test inputs it seems to have.
+
+    ``test_inputs`` and ``solutions`` hold what could be salvaged (a grid, or None where the file's
+    grid is bad); ``solutions`` is None when no list of solutions was given for the task.
+    """
+
+    id: str
+    problems: tuple[str, ...]
+    test_count: int = 1
+    test_inputs: tuple[np.ndarray | None, ...] = ()
+    solutions: tuple[np.ndarray | None, ...] | None = None
+
+
+class TaskSet(Mapping[str, Task]):
+    """An ordered, read-only collection of tasks, looked up by id (or by position with an int).
+
+    ``skipped`` holds the tasks that a lenient load could not use, so that a submission can still
+    give every task id an answer. ``order`` lists every id, skipped ones included, in file order
+    (default: the tasks, then the skipped ones). ``max_side`` is the most cells a side of the
+    set's grids may have, the limit it was loaded with, which its submission's answers keep too;
+    None: the competition's 30, or the set's widest grid where that is more.
+    """
+
+    def __init__(self, tasks: Iterable[Task], name: str = "", skipped: Mapping[str, SkippedTask] | None = None,
+                 order: Iterable[str] | None = None, max_side: int | None = None):
+        self._tasks: dict[str, Task] = {}
+        for task in tasks:
+            if task.id in self._tasks:
+                raise ValueError(f"task {shown(task.id)}: appears twice in {name or 'the task set'}")
+            self._tasks[task.id] = task
+        if max_side is None:
+            sides = [side for task in self._tasks.values() for pair in (*task.train, *task.test)
+                     for grid in (pair.input, pair.output) if grid is not None for side in grid.shape]
+            max_side = max([MAX_SIDE, *sides])
+        self.max_side = check_max_side(max_side)
+        self.name = name
+        self.skipped: dict[str, SkippedTask] = dict(skipped or {})
+        self._ids = list(self._tasks)
+        self._order = list(dict.fromkeys(order)) if order is not None else []
+
+    def __getitem__(self, key: str | int) -> Task:
+        if isinstance(key, (int, np.integer)):
+            return self._tasks[self._ids[key]]
+        try:
+            return self._tasks[key]
+        except KeyError:
+            raise KeyError(f"no task {key!r} in {self.name or 'this task set'} ({len(self)} tasks)") from None
+
+    def lookup(self, key: str) -> Task:
+        """A task by id, or, when ``key`` is a number that is no id, by position (KeyError naming both)."""
+        if key in self._tasks:
+            return self._tasks[key]
+        if key.isdigit() and int(key) < len(self):
+            return self[int(key)]
+        raise KeyError(f"no task {key!r} in {self.name or 'this task set'} ({len(self)} tasks), neither as an id "
+                       "nor as a position")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._tasks  # ids only: positions are for lookup, not membership
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    def tasks(self) -> list[Task]:
+        return [self._tasks[task_id] for task_id in self._ids]
+
+    @property
+    def has_solutions(self) -> bool:
+        return all(task.has_solutions for task in self._tasks.values())
+
+    def test_counts(self) -> dict[str, int]:
+        """Every task id, skipped ones included, with its number of test inputs (file order)."""
+        counts = {}
+        for task_id in [*self._order, *self._tasks, *self.skipped]:  # ids missing from the order go last
+            if task_id in counts:
+                continue
+            if task_id in self._tasks:
+                counts[task_id] = len(self._tasks[task_id].test)
+            elif task_id in self.skipped:
+                counts[task_id] = self.skipped[task_id].test_count
+        return counts
+
+    def select(self, ids: Iterable[str]) -> TaskSet:
+        ids = list(ids)  # skipped ids are kept as skipped; an unknown id is a KeyError
+        return TaskSet([self[task_id] for task_id in ids if task_id not in self.skipped], self.name,
+                       {i: s for i, s in self.skipped.items() if i in ids}, order=ids, max_side=self.max_side)
+
+    def head(self, count: int) -> TaskSet:
+        """The first ``count`` task ids in sorted order (a stable choice for quick runs), skipped ones kept as skipped."""
+        return self.select(sorted([*self._tasks, *self.skipped])[:count])
+
+    def known_outputs(self) -> dict[str, list[np.ndarray | None]]:
+        """The test outputs to score against, by task id (file order), skipped tasks' salvaged solutions included.
+
+        A skipped task counts when a list of solutions was given for it; a bad grid in that list
+        is None there (no attempt can equal it). Tasks with no known outputs are left out.
+        """
+        outputs = {}
+        for task_id in self.test_counts():
+            if task_id in self._tasks:
+                if self._tasks[task_id].has_solutions:
+                    outputs[task_id] = list(self._tasks[task_id].test_outputs)
+            elif self.skipped[task_id].solutions is not None:
+                outputs[task_id] = list(self.skipped[task_id].solutions)
+        return outputs
+
+    def without_solutions(self) -> TaskSet:
+        return TaskSet([task.without_solutions() for task in self.tasks()], self.name, self.skipped,
+                       order=self._order, max_side=self.max_side)
+
+    def challenges_json(self) -> dict[str, Any]:
+        return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
+
+    def solutions_json(self) -> dict[str, list]:
+        if not self.has_solutions:
+            missing = [task.id for task in self.tasks() if not task.has_solutions]
+            raise ValueError(f"no solutions known for {len(missing)} tasks, e.g. {missing[:3]}")
+        return {task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in self.tasks()}
+
+    def __repr__(self) -> str:
+        name = f"{self.name!r}, " if self.name else ""
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        side = f", max side {self.max_side}" if self.max_side != MAX_SIDE else ""
+        return f"TaskSet({name}{len(self)} tasks{skipped}{side})"
+
+
+def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", strict: bool = True,
+                name: str = "", max_side: int = MAX_SIDE) -> TaskSet:
+    """Build a TaskSet from a challenges mapping (and optionally a solutions mapping).
+
+    strict: raise InvalidDataError listing every problem in every task. Lenient: skip the bad
+    tasks with one warning and keep them in ``TaskSet.skipped``. A task id the file holds twice
+    (``repeated_keys``) is a problem of that task. ``max_side``: as in ``parse_task``; the set keeps it.
+    """
+    max_side = check_max_side(max_side)
+    if not isinstance(challenges, dict):
+        raise InvalidDataError([f"the file holds {json_type_name(challenges)}, expected an object "
+                                "mapping task ids to tasks"], source)
+    if not challenges:  # strict or not: a run on it would answer nothing, a submission with no task
+        raise InvalidDataError(["the file holds no tasks (an empty object), expected an object mapping task ids "
+                                "to tasks"], source)
+    top_problems = []
+    if solutions is not None:
+        if not isinstance(solutions, dict):
+            raise InvalidDataError([f"the solutions hold {json_type_name(solutions)}, expected an object "
+                                    "mapping task ids to lists of grids"], source)
+        extra = [task_id for task_id in solutions if task_id not in challenges]
+        top_problems += [f"task {shown(task_id)}: has solutions but no challenge" for task_id in extra]
+        top_problems += [f"task {shown(task_id)}: appears {times} times in the solutions (only the last copy was "
+                         "read)" for task_id, times in repeated_keys(solutions).items()]
+    tasks, skipped, all_problems = [], {}, list(top_problems)
+    repeated, unreadable = repeated_keys(challenges), unreadable_keys(challenges)
+    unreadable_solutions = unreadable_keys(solutions)
+    for task_id, data in challenges.items():
+        if task_id in unreadable or task_id in unreadable_solutions:  # the rest of the file was read: skip only it
+            why = unreadable.get(task_id) or f"its solutions: {unreadable_solutions[task_id]}"
+            problems = (f"task {shown(task_id)}: cannot be read: {why}",)
+            all_problems.extend(problems)
+            skipped[task_id] = SkippedTask(task_id, problems, count_test_inputs(data),
+                                           _salvage_test_inputs(data, max_side))
+            continue
+        task_solutions = None
+        if solutions is not None:
+            task_solutions = solutions.get(task_id)
+            if task_solutions is None:
+                all_problems.append(f"task {shown(task_id)}: missing from the solutions")
+                skipped[task_id] = SkippedTask(task_id, (f"task {shown(task_id)}: missing from the solutions",),
+                                               count_test_inputs(data), _salvage_test_inputs(data, max_side))
+                continue
+        task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
+        if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
+            problems = [f"task {shown(task_id)}: appears {repeated[task_id]} times in the file (task ids must be "
+                        "unique; only the last copy was read)", *problems]
+            task = None
+        if problems:
+            all_problems.extend(problems)
+            skipped[task_id] = SkippedTask(task_id, tuple(problems), count_test_inputs(data),
+                                           _salvage_test_inputs(data, max_side),
+                                           _salvage_grids(task_solutions, max_side))
+        else:
+            tasks.append(task)
+    if all_problems and strict:
+        raise InvalidDataError(all_problems, source)
+    if all_problems:
+        first = "; ".join(problem for s in skipped.values() for problem in s.problems[:1])
+        warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
+                      + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
+                      stacklevel=2)
+    return TaskSet(tasks, name=name, skipped=skipped, order=challenges, max_side=max_side)
+
+
+def _salvage_grids(grids: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...] | None:
+    """The valid grids of a (possibly malformed) list of grids, None where one is bad; None for no list."""
+    if not isinstance(grids, list):
+        return None
+    return tuple(to_grid(grid, max_side=max_side) if not grid_problems(grid, "", max_side) else None
+                 for grid in grids)
+
+
+def _salvage_test_inputs(data: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...]:
+    """The test inputs of a bad task that are themselves valid grids (None where not)."""
+    if not isinstance(data, dict) or not isinstance(data.get("test"), list):
+        return ()
+    salvaged = []
+    for pair in data["test"]:
+        grid = pair.get("input") if isinstance(pair, dict) else None
+        salvaged.append(to_grid(grid, max_side=max_side) if grid is not None and not grid_problems(grid, "", max_side)
+                        else None)
+    return tuple(salvaged)

@@ -1,0 +1,12 @@
+"""Kaggle glue: the competition run (all GPUs, inside the time limit, always a submission) and the dataset build.
+
+``competition`` runs the hidden test set on Kaggle; ``dataset_build`` and ``wheelhouse`` make the
+offline dataset (model, kit wheel, the wheels the image lacks). It may import ``run`` and below.
+"""
+
+from arc_kit.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "competition": ("run_competition",),
+    "dataset_build": ("build_dataset",),
+})

@@ -1,0 +1,166 @@
+"""Kaggle glue: the competition run that never loses a submission.
+
+``run_competition`` is what the submission notebook calls: find the competition files under
+``/kaggle/input`` (the current competition's folder, ``COMPETITION``, first), write a complete
+fallback ``submission.json`` at once, notice when the test file is the public placeholder (then run
+a short smoke job), otherwise solve every test task within the time budget on all GPUs, keeping the
+submission complete and valid after every task and stopping the workers before the limit.
+
+The dataset that carries the kit is ``dataset_build``'s; ``simulate_competition_input`` builds a
+stand-in for ``/kaggle/input`` from public data, so the whole path runs on any machine. This module
+knows Kaggle's folders and files; the solving is ``workers``' and the planning ``planner``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arc_kit.provenance import __version__
+from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
+from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
+from arc_kit.locking import holding_folder
+from arc_kit.model.loading import token_budget_of
+from arc_kit.run.records import answers_from_records, read_records
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
+from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
+from arc_kit.data.submission import build_submission, load_submission, write_submission
+from arc_kit.data.tasks import TaskSet
+
+logger = logging.getLogger(__name__)
+KAGGLE_WORKING = Path("/kaggle/working")
+
+COMPETITION = "arc-prize-2026-arc-agi-2"  # the competition's slug: its folder's name, and kernel-metadata's source
+RUN_FOLDER = "arc_kit_run"  # below the working folder: the run's records, plans and worker folders
+
+
+@dataclass
+class CompetitionRun:
+    submission_path: Path
+    placeholder: bool
+    tasks: int  # every task id of the test file, malformed ones included
+    solved_tasks: int  # tasks that got model work (the rest have fallback answers)
+    seconds: float
+    error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
+
+
+@holding_folder("working", RUN_FOLDER)  # one job at a time in a working folder: its lock, from the start
+def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
+                    input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
+                    started: float | None = None, hours: float = CompetitionSettings.hours,
+                    safety_minutes: float = CompetitionSettings.safety_minutes,
+                    stop_minutes: float = CompetitionSettings.stop_minutes,
+                    smoke_tasks: int = CompetitionSettings.smoke_tasks, workers: int | None = None,
+                    load_options: dict | None = None, force_full: bool = False, progress: bool = True,
+                    competition: str = COMPETITION, restart: bool = False, adopt: bool = False,
+                    job: str = CompetitionSettings.job,
+                    workers_per_gpu: int = CompetitionSettings.workers_per_gpu) -> CompetitionRun:
+    """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.
+
+    The limit is ``hours`` after ``started``: the planner plans to end ``safety_minutes`` before it,
+    and workers still running ``stop_minutes`` before it are stopped, so the last write comes first.
+    An earlier run of the same settings in ``working`` is resumed (its records kept); one of other
+    settings is refused (``run.RunFolderError``) before anything is written, unless ``restart``
+    discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past that nothing
+    raises: a failure is reported in ``error`` and the submission on disk stays complete.
+    """
+    started = time.time() if started is None else started
+    if not 0 <= stop_minutes <= safety_minutes:
+        raise ValueError(f"stop_minutes ({stop_minutes}) must lie between 0 and safety_minutes ({safety_minutes})")
+    working = Path(working)
+    files = find_competition_files(input_root, competition=competition)
+    if files.test_challenges is None:
+        raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
+    tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
+    # Kaggle sets KAGGLE_IS_COMPETITION_RERUN when it runs the notebook on the hidden test set
+    rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
+    if job not in ("auto", "smoke", "full"):
+        raise ValueError(f"unknown job {job!r}; expected auto, smoke or full")
+    full = force_full or job == "full"
+    placeholder = job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
+    chosen = tasks.head(smoke_tasks) if placeholder else tasks
+    run_settings = smoke(settings) if placeholder else settings
+    run_folder = working / RUN_FOLDER
+    if restart:
+        clear_run(run_folder)
+    if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
+        try:
+            check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
+                      adopt=adopt)
+        except RunFolderError as refusal:  # in this command's words
+            raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
+    working.mkdir(parents=True, exist_ok=True)
+    submission_path = working / "submission.json"
+    earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
+    attempts = settings.attempts
+    write_submission(submission_path, build_submission(tasks, answers_from_records(earlier), attempts=attempts),
+                     tasks)  # at once
+    limit = started + 3600 * hours
+    deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
+    solutions = _public_solutions(files, chosen) if placeholder else None
+    if progress:
+        what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
+            if placeholder else f"solving all {len(chosen)}"
+        skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
+        gpus = worker_pool.visible_gpus()
+        print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
+              f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
+    records, error = dict(earlier), None
+    try:  # from here on nothing may fail the notebook: the submission on disk is always complete
+        run = worker_pool.solve_in_workers(chosen, model, run_settings, run_folder, workers=workers,
+                                           workers_per_gpu=workers_per_gpu or None,
+                                           deadline=deadline, stop_at=stop_at, load_options=load_options,
+                                           progress=progress, submission_path=submission_path,
+                                           submission_tasks=tasks, solutions=solutions, adopt=adopt)
+        records = run.records
+    except Exception as failure:  # noqa: BLE001 - reported in the result and the log, never raised
+        error = f"{type(failure).__name__}: {failure}"
+        logger.error("the solving run failed, the fallback submission stands: %s", error)
+        try:
+            records.update(worker_pool.merged_records(run_folder))
+        except Exception:  # noqa: BLE001 - the records on disk may be what broke
+            pass
+    try:
+        write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
+                         tasks)
+        load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
+    except Exception as failure:  # noqa: BLE001 - the records broke it: the fallbacks, then
+        error = error or f"{type(failure).__name__}: {failure}"
+        write_submission(submission_path, build_submission(tasks, {}), tasks)
+    solved = sum(1 for record in records.values() if record.got_model_work)
+    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), solved, time.time() - started, error)
+
+
+def time_left(deadline: float) -> str:
+    from arc_kit.run.planner import hours
+
+    return hours(max(0.0, deadline - time.time()))
+
+
+def _public_solutions(files, chosen: TaskSet) -> TaskSet | None:
+    """The solutions of the placeholder's tasks where the competition ships them (its evaluation files)."""
+    if files.evaluation_challenges is None or files.evaluation_solutions is None:
+        return None
+    try:
+        public = load_challenges(files.evaluation_challenges, files.evaluation_solutions, strict=False)
+        known = [task_id for task_id in chosen.ids if task_id in public]
+        return public.select(known) if known else None
+    except Exception:  # noqa: BLE001 - progress is a nicety: never a reason to stop
+        return None
+
+
+def simulate_competition_input(folder: str | os.PathLike, dataset: str = "arc-agi-1/evaluation",
+                               tasks: int | None = 10) -> Path:
+    """A stand-in for /kaggle/input: a public set as test (the placeholder), evaluation files beside it."""
+    folder = Path(folder) / "competitions" / COMPETITION
+    chosen = load_dataset(dataset)
+    if tasks:
+        chosen = chosen.head(tasks)
+    export_kaggle(chosen, folder, "evaluation")
+    export_kaggle(chosen.without_solutions(), folder, "test")
+    return folder.parents[1]

@@ -1,0 +1,293 @@
+"""Shrinking a pretrained model's vocabulary to the tokens the text format needs.
+
+A pretrained tokenizer merges digits into multi-digit tokens, which makes grids needlessly hard.
+Shrinking keeps a small set of single-character tokens plus the special tokens, selects those rows
+of the input embeddings and of the output head, rewrites the tokenizer to the new ids (with no
+merges, so text can only split into those characters) and remaps every token id in the model's
+config and generation config. The result is an ordinary model folder.
+
+Two kept sets (``kept=``):
+- ``"authors"`` (the default): what the method's authors kept, so that a model shrunk here is
+  id-compatible with their released adapters: the characters A-Z, a-z, 0-9, ``!?.:,;*+/-=`` and the
+  newline, every special token (the post-processor's too) and every ``*_token_id`` of the configs,
+  minus the unknown token; the tokenizer's normaliser is dropped. Ids keep their old order.
+- ``"minimal"``: only the characters the text format writes, plus the special tokens.
+
+A tied output head is untied (``untie=True``): with a few dozen rows left the copy costs nothing,
+and the paper's recipe trains the embeddings and the head as separate modules.
+
+Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
+Qwen, GPT-2, SmolLM2) or WordLevel, where each needed character is one token. Anything else fails
+with a message naming the characters that could not be kept. The authors' released checkpoints are
+already shrunk and need none of this. Knows nothing of training or tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
+from arc_kit.data.jsonio import check_regular_file, read_json
+from arc_kit.data.tasks import InvalidDataError
+from arc_kit.text.format import TextFormat
+
+KEPT_SETS = ("authors", "minimal")
+AUTHORS_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!?.:,;*+/-=\n"
+
+
+def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
+    """Every character the format can write, digits included, in a stable order."""
+    text = "0123456789" + text_format.row_separator + text_format.end_of_example + text_format.input_prefix + \
+        text_format.output_prefix + text_format.preprompt
+    return sorted(set(text))
+
+
+def without_normalizer(tokenizer):
+    """The tokenizer with its normaliser removed (a copy; the same object when it has none).
+
+    A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
+    ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    if data.get("normalizer") is None:
+        return tokenizer
+    import copy
+
+    data["normalizer"] = None
+    stripped = copy.deepcopy(tokenizer)
+    stripped._tokenizer = Tokenizer.from_str(json.dumps(data))  # the fast tokenizer's one backend slot
+    return stripped
+
+
+def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
+    """(id, '') when ``character`` is exactly one token of its own, else (None, why not)."""
+    try:
+        ids = tokenizer(character, add_special_tokens=False)["input_ids"]
+    except Exception as error:  # a WordLevel tokenizer without an unknown token raises for a missing word
+        return None, f"{character!r} -> no token (the tokenizer said: {error})"
+    if len(ids) != 1:
+        return None, f"{character!r} -> {len(ids)} tokens"
+    if ids[0] == tokenizer.unk_token_id or tokenizer.decode(ids) != character:
+        # The unknown token, or a token that also carries a prefix (such as a space), is no stand-in.
+        return None, f"{character!r} -> {tokenizer.convert_ids_to_tokens(ids[0])!r}, not the character"
+    return ids[0], ""
+
+
+def _post_processor_special_ids(node: Any) -> set[int]:
+    """Every id named in a tokenizer.json post-processor's special tokens, recursively."""
+    found: set[int] = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("special_tokens"), dict):
+            for entry in node["special_tokens"].values():
+                found.update(int(i) for i in entry.get("ids", []))
+        for value in node.values():
+            found |= _post_processor_special_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _post_processor_special_ids(item)
+    return found
+
+
+def config_token_ids(*configs) -> set[int]:
+    """Every id under a ``*_token_id`` key of the given configs (ints or lists of ints)."""
+    found: set[int] = set()
+    for config in configs:
+        if config is None:
+            continue
+        for key, value in (config.to_dict() if hasattr(config, "to_dict") else dict(config)).items():
+            if key.endswith("token_id") and value is not None:
+                found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
+    return found
+
+
+def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
+                   configs: tuple = ()) -> list[int]:
+    """Old ids to keep, ascending (see the module docstring for the two sets).
+
+    The characters the format writes must each be one token (else ValueError naming them); under
+    ``"authors"`` the other characters of their set are kept where they are single tokens, and the
+    ids of ``configs`` (the model's config and generation config) are kept too.
+    """
+    if kept not in KEPT_SETS:
+        raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
+    if kept == "authors":
+        tokenizer = without_normalizer(tokenizer)
+    required = needed_characters(text_format)
+    keep, failures = set(), []
+    for character in required:
+        token, why = _single_token(tokenizer, character)
+        if token is None:
+            failures.append(why)
+        else:
+            keep.add(token)
+    if failures:
+        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
+    keep.update(i for i in tokenizer.all_special_ids if i is not None)
+    if kept == "authors":
+        for character in AUTHORS_CHARACTERS:
+            if character not in required:
+                token, _ = _single_token(tokenizer, character)
+                if token is not None:
+                    keep.add(token)
+        keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
+        keep |= config_token_ids(*configs)
+        keep.discard(tokenizer.unk_token_id)
+    keep.discard(None)
+    return sorted(keep)
+
+
+def _remap_ids(value: Any, mapping: dict[int, int]) -> Any:
+    """A token id (or list of ids) in the new numbering; None where a token was not kept."""
+    if isinstance(value, int):
+        return mapping.get(value)
+    if isinstance(value, list):
+        mapped = [mapping.get(v) for v in value]
+        return [v for v in mapped if v is not None] or None
+    return value
+
+
+def _remap_post_processor(node: Any, mapping: dict[int, int]) -> Any:
+    """Rewrite the special-token ids inside a tokenizer.json post-processor, recursively."""
+    if isinstance(node, dict):
+        node = dict(node)
+        if isinstance(node.get("special_tokens"), dict):
+            tokens = {}
+            for name, entry in node["special_tokens"].items():
+                ids = [mapping[i] for i in entry.get("ids", []) if i in mapping]
+                if ids:
+                    tokens[name] = {**entry, "ids": ids}
+            node["special_tokens"] = tokens
+        for key in ("sep", "cls"):  # BERT/RoBERTa-style processors: [token, id]
+            if isinstance(node.get(key), list) and len(node[key]) == 2 and node[key][1] in mapping:
+                node[key] = [node[key][0], mapping[node[key][1]]]
+        return {key: _remap_post_processor(value, mapping) if key != "special_tokens" else value
+                for key, value in node.items()}
+    if isinstance(node, list):
+        return [_remap_post_processor(item, mapping) for item in node]
+    return node
+
+
+def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
+    """A new fast tokenizer holding only the ``keep`` tokens, renumbered 0..len(keep)-1, with no merges."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    mapping = {old: new for new, old in enumerate(keep)}
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    if drop_normalizer:
+        data["normalizer"] = None
+    model = data["model"]
+    if model["type"] not in ("BPE", "WordLevel"):
+        raise ValueError(f"cannot shrink a {model['type']} tokenizer; BPE and WordLevel are supported")
+    model["vocab"] = {token: mapping[old] for token, old in model["vocab"].items() if old in mapping}
+    if model["type"] == "BPE":
+        model["merges"] = []
+    if model.get("unk_token") is not None and model["unk_token"] not in model["vocab"]:
+        model["unk_token"] = None
+    data["added_tokens"] = [{**entry, "id": mapping[entry["id"]]} for entry in data.get("added_tokens", [])
+                            if entry["id"] in mapping]
+    if data.get("post_processor") is not None:
+        data["post_processor"] = _remap_post_processor(data["post_processor"], mapping)
+    backend = Tokenizer.from_str(json.dumps(data))
+    special = {name: getattr(tokenizer, name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+               if getattr(tokenizer, name, None) is not None}
+    special = {name: token for name, token in special.items()
+               if tokenizer.convert_tokens_to_ids(token) in mapping}
+    shrunk = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False,
+                                     model_max_length=tokenizer.model_max_length, **special)
+    post_processor = shrunk.backend_tokenizer.post_processor  # the original's, remapped
+    for flag in ("add_bos_token", "add_eos_token"):
+        if hasattr(tokenizer, flag):
+            setattr(shrunk, flag, getattr(tokenizer, flag))
+    if post_processor is not None:  # transformers 5 rebuilds it from the flags alone when they are set
+        shrunk.backend_tokenizer.post_processor = post_processor
+    return shrunk
+
+
+def shrink_model(model, keep: list[int], untie: bool = True) -> None:
+    """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids.
+
+    ``untie``: a head tied to the embeddings gets its own copy of the kept rows (and the config
+    says so); otherwise a tied head stays tied.
+    """
+    import torch
+
+    index = torch.tensor(keep, dtype=torch.long)
+    mapping = {old: new for new, old in enumerate(keep)}
+    embeddings = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embeddings.weight
+    with torch.no_grad():
+        new_embeddings = torch.nn.Embedding(len(keep), embeddings.embedding_dim, padding_idx=None,
+                                            device=embeddings.weight.device, dtype=embeddings.weight.dtype)
+        new_embeddings.weight.copy_(embeddings.weight.index_select(0, index.to(embeddings.weight.device)))
+        model.set_input_embeddings(new_embeddings)
+        if head is not None:
+            new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
+                                       device=head.weight.device, dtype=head.weight.dtype)
+            if tied and not untie:
+                new_head.weight = new_embeddings.weight
+            else:
+                new_head.weight.copy_(head.weight.index_select(0, index.to(head.weight.device)))
+            if head.bias is not None:
+                new_head.bias.copy_(head.bias.index_select(0, index.to(head.bias.device)))
+            model.set_output_embeddings(new_head)
+    if tied and untie:
+        model.config.tie_word_embeddings = False
+        text_config = getattr(model.config, "text_config", None)
+        if text_config is not None and hasattr(text_config, "tie_word_embeddings"):
+            text_config.tie_word_embeddings = False
+    for config in (model.config, getattr(model, "generation_config", None)):
+        if config is None:
+            continue
+        for name, value in list(config.to_dict().items()):
+            if name.endswith("token_id") and value is not None:
+                setattr(config, name, _remap_ids(value, mapping))
+    model.config.vocab_size = len(keep)
+    text_config = getattr(model.config, "text_config", None)
+    if text_config is not None and hasattr(text_config, "vocab_size"):
+        text_config.vocab_size = len(keep)
+
+
+def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
+                      untie: bool = True):
+    """Shrink a model and its tokenizer in one go; returns ``(model, new_tokenizer, kept_old_ids)``."""
+    keep = tokens_to_keep(tokenizer, text_format, kept,
+                          configs=(model.config, getattr(model, "generation_config", None)))
+    new_tokenizer = shrink_tokenizer(tokenizer, keep, drop_normalizer=kept == "authors")
+    shrink_model(model, keep, untie=untie)
+    if new_tokenizer.pad_token is None and new_tokenizer.eos_token is not None:
+        new_tokenizer.pad_token = new_tokenizer.eos_token
+    return model, new_tokenizer, keep
+
+
+def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLike,
+                        text_format: TextFormat = TextFormat(), dtype: str = "auto", kept: str = "authors",
+                        untie: bool = True) -> Path:
+    """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = read_json(check_regular_file(Path(source) / "config.json", "model's config.json"))
+    if not isinstance(config, dict):  # transformers would fail on it with a traceback
+        raise InvalidDataError([f"{Path(source) / 'config.json'} holds no object, expected a model's config"])
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
+    return save_shrunk(model, tokenizer, destination, text_format, kept, untie, {"shrunk_from": str(source)})
+
+
+def save_shrunk(model, tokenizer, destination: str | os.PathLike, text_format: TextFormat = TextFormat(),
+                kept: str = "authors", untie: bool = True, info: dict | None = None) -> Path:
+    """Shrink a loaded model and tokenizer and save them as a model folder with ``arc_kit.json``."""
+    model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format, kept, untie)
+    destination = Path(destination)
+    model.save_pretrained(destination)
+    tokenizer.save_pretrained(destination)
+    record = {**(info or {}), "kept": kept, "kept_token_ids": keep, "vocab_size": len(keep)}
+    (destination / "arc_kit.json").write_text(json.dumps(record, indent=2) + "\n")
+    return destination

@@ -1,0 +1,361 @@
+"""Initial fine-tuning (``arc-kit pretrain``): LoRA or full training on drawn sequences.
+
+The loop runs on Hugging Face ``accelerate``, so the same code trains on a CPU, one GPU, or
+several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). Defaults
+are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
+layer, with the input embeddings and output head trained in full at their own learning rate;
+lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
+bitsandbytes works; RE-ARC alone, sequences of 7 pairs, each example used at most once, up to 1200
+sequences per task, and as many steps as those take (``training_data``); sequences within the
+authors' 8192 tokens, cut to the model's positions. ``docs/method.md`` gives each default's source.
+The ``from-scratch`` preset is the variant for models built from a preset (full training, higher
+learning rates, the kit's random sampler, 1000 steps: not in the paper).
+
+A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
+per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
+and ``checkpoints/`` that a rerun resumes from. This module knows how to train; what it trains on
+comes from ``training_data``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arc_kit import devices
+from arc_kit.model.bases import BASES, build_base, built_base_name
+from arc_kit.model.loading import PRESETS, LoadSettings, create_model, cut_to_limit, load_model, save_delta, save_model
+from arc_kit.model.optimization import (
+    add_lora,
+    build_optimizer,
+    cosine_schedule,
+    enable_activation_checkpointing,
+    parameter_groups,
+)
+from arc_kit.data.plotting import draw_loss_curve
+from arc_kit.provenance import run_info
+from arc_kit.settings import TrainingSettings, training_preset
+from arc_kit.text.format import HuggingFaceTokenizer, TaskEncoder
+from arc_kit.model.training_data import PaddingCollator, SequenceDataset
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """accelerate's mixed-precision name for a setting: 'bf16', 'fp16' or 'no'."""
+    if precision == "auto":
+        if device.startswith("cuda"):
+            import torch
+
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "no"
+    if precision not in ("bf16", "fp16", "fp32", "no"):
+        raise ValueError(f"unknown precision {precision!r}; expected auto, bf16, fp16 or fp32")
+    return "no" if precision == "fp32" else precision
+
+
+def prepare_for_training(model, settings: TrainingSettings):
+    """LoRA-wrap (or unfreeze everything for full training) and switch on gradient checkpointing."""
+    if settings.full_finetune:
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+    else:
+        model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings)
+    if settings.gradient_checkpointing:
+        enable_activation_checkpointing(model)
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.config.use_cache = False
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Logs and checkpoints.
+
+class CsvLog:
+    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
+
+    def __init__(self, path: Path, columns: Sequence[str]):
+        self.path, self.columns = path, list(columns)
+        if not path.exists():
+            with open(path, "w", newline="") as handle:
+                csv.writer(handle).writerow(self.columns)
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
+
+    @staticmethod
+    def cut(path: Path, step: int) -> None:
+        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely."""
+        if not path.exists():
+            return
+        if step == 0:
+            path.unlink()
+            return
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        kept = [row for row in rows[1:] if row and int(row[0]) <= step]
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerows([rows[0], *kept])
+
+
+LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
+               "elapsed_seconds")
+
+
+def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
+    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    log = pd.read_csv(log_path)
+    if log.empty:
+        return None
+    figure = draw_loss_curve(log)
+    figure.savefig(out_path, dpi=100)
+    plt.close(figure)
+    return out_path
+
+
+def _latest_checkpoint(folder: Path) -> Path | None:
+    steps = [path for path in folder.glob("step-*") if (path / "progress.json").exists()]
+    return max(steps, key=lambda path: int(path.name.split("-")[1]), default=None)
+
+
+class BatchOrder:
+    """Batch sampler: optimizer step s, micro-batch a, process r take dataset items in a fixed layout.
+
+    Items depend only on their index, so a resumed run (starting at ``first_step``) and a run on
+    several processes see exactly the sequences an uninterrupted single run would. With
+    ``length_of`` (item index -> tokens), each step's items are sorted by length before they are
+    cut into micro-batches: the same sequences per step, less padding.
+    """
+
+    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int, length_of=None):
+        self.settings, self.first_step, self.rank, self.world = settings, first_step, rank, world
+        self.length_of = length_of
+
+    def __iter__(self):
+        size, accumulation = self.settings.batch_size, self.settings.gradient_accumulation
+        per_step = size * accumulation * self.world
+        for step in range(self.first_step, self.settings.steps):
+            items = list(range(step * per_step, (step + 1) * per_step))
+            if self.length_of is not None:
+                items.sort(key=lambda index: (self.length_of(index), index))
+            for micro in range(accumulation):
+                start = (micro * self.world + self.rank) * size
+                yield items[start:start + size]
+
+    def __len__(self) -> int:
+        return (self.settings.steps - self.first_step) * self.settings.gradient_accumulation
+
+
+@dataclass
+class PretrainResult:
+    path: Path  # the trained model folder
+    steps_done: int
+    stopped_by: str  # "steps" or "time limit"
+    seconds: float
+    tokens: int
+    final_loss: float | None
+    main_process: bool = True  # False in the other processes of a multi-process run
+
+
+def token_budget_after_training(from_scratch: bool, trained_length: int, max_positions: int | None) -> int:
+    """What a trained model records as ``token_budget`` in arc_kit.json: the length it can be trusted with.
+
+    A model trained from scratch has seen no position past its training sequences; a fine-tuned
+    pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
+    what it was fine-tuned on. A record for the reader: the budget at inference is the authors' cap
+    for every model, bounded by the maximum positions only (``models.token_budget_of``).
+    """
+    if from_scratch or not max_positions:
+        return trained_length
+    return max(trained_length, max_positions)
+
+
+def training_settings_for(model: str | os.PathLike, preset: str | None = None) -> TrainingSettings:
+    """The named training preset, or by default the one ``model`` calls for: ``from-scratch`` for a model
+    preset (micro, tiny, ...), the paper's initial fine-tune for a model folder or a base."""
+    return training_preset(preset or ("from-scratch" if str(model) in PRESETS else "paper"))
+
+
+def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
+             pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
+             weights: Mapping[str, float] | None = None, data_description: str = "",
+             repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
+             progress: bool = True) -> PretrainResult:
+    """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
+
+    ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
+    ``training_data.pretraining_data``. A rerun with the same ``out`` resumes from the latest
+    checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
+    usable model. The sequences' token budget is cut to the model's positions (a warning says so).
+    """
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    if settings.steps is None and settings.sequences.sampler != "passes":
+        raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
+    out = Path(out)
+    started = time.monotonic()
+    device = devices.resolve_device(device)
+    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
+                              gradient_accumulation_steps=settings.gradient_accumulation)
+    checkpoints = out / "checkpoints"
+    if accelerator.is_main_process:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+
+    base_name = None  # a named base: what training adds is saved as a delta on it (models.save_delta)
+    if str(model_source) in PRESETS:
+        model, tokenizer = create_model(str(model_source), seed=settings.seed)
+        source_description = f"preset {model_source}"
+    else:
+        if str(model_source) in BASES:
+            model_source = build_base(str(model_source))
+        base_name = built_base_name(model_source)
+        loaded = load_model(model_source, LoadSettings(device="cpu", dtype="float32", backend="transformers"))
+        model, tokenizer = loaded.model, loaded.tokenizer
+        source_description = str(Path(model_source).resolve())
+    model.train()
+    budget = cut_to_limit(settings.sequences.max_len, getattr(model.config, "max_position_embeddings", None),
+                          source_description)
+    settings = settings.replace(sequences=settings.sequences.replace(max_len=budget))
+    with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
+        torch.manual_seed(settings.seed)
+        model = prepare_for_training(model, settings)
+
+    encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
+    per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
+    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
+                              length=None if settings.steps is None else settings.steps * per_step,
+                              repeatable=repeatable)
+    if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
+        settings = settings.replace(steps=-(-dataset.planned // per_step))
+        dataset.length_total = settings.steps * per_step
+    plan = dataset.summary()
+    if plan is not None and accelerator.is_main_process:  # shown when examples recur or pools fall short
+        logger.log(logging.WARNING if plan.cut or plan.passes > 1 else logging.INFO, "%s", plan.line())
+    optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
+                                                 settings.weight_decay), settings.optimizer)
+    scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by hand: once per optimizer step
+
+    first_step = 0
+    latest = _latest_checkpoint(checkpoints) if resume else None
+    if latest is not None:
+        accelerator.load_state(str(latest))
+        first_step = json.loads((latest / "progress.json").read_text())["step"]
+        if accelerator.is_main_process:
+            logger.warning("resuming from %s (step %d of %d)", latest, first_step, settings.steps)
+    if accelerator.is_main_process:
+        if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
+            for old in checkpoints.glob("step-*"):
+                shutil.rmtree(old, ignore_errors=True)
+        CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
+    accelerator.wait_for_everyone()
+    length_of = dataset.length if settings.group_by_length else None
+    loader = DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
+                                                          accelerator.num_processes, length_of),
+                        collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
+
+    info = run_info(settings=settings.to_json(), model_source=source_description, data=data_description,
+                    plan=None if plan is None else plan.to_json(),
+                    processes=accelerator.num_processes, device=device,
+                    mixed_precision=accelerator.mixed_precision, seeds={"training": settings.seed},
+                    optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
+    log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
+    bar = tqdm(total=settings.steps, initial=first_step, desc="pretrain", unit="step",
+               disable=not (progress and accelerator.is_main_process))
+    deadline = None if settings.minutes is None else started + 60 * settings.minutes
+    step, window_loss, window_count, window_tokens, window_start = first_step, 0.0, 0, 0, time.monotonic()
+    total_tokens, last_loss, stopped_by = 0, None, "steps"
+
+    def save_checkpoint(at_step: int):
+        folder = checkpoints / f"step-{at_step}"
+        accelerator.save_state(str(folder))
+        if accelerator.is_main_process:
+            (folder / "progress.json").write_text(json.dumps({"step": at_step}))
+            for old in checkpoints.glob("step-*"):  # keep the two newest
+                if old != folder and int(old.name.split("-")[1]) < at_step - settings.save_every:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    for batch in loader:
+        batch = {name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()}
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            if accelerator.sync_gradients and settings.max_grad_norm:
+                accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+        window_loss += loss.detach().float().item()
+        window_count += 1
+        tokens = int(batch["attention_mask"].sum()) * accelerator.num_processes
+        window_tokens += tokens
+        total_tokens += tokens
+        if not accelerator.sync_gradients:
+            continue
+        scheduler.step()
+        step += 1
+        bar.update(1)
+        if step % settings.log_every == 0 or step == settings.steps:
+            elapsed = time.monotonic() - window_start
+            totals = accelerator.reduce(torch.tensor([window_loss, window_count], device=accelerator.device), "sum")
+            last_loss = float(totals[0] / totals[1])  # the mean over every process's micro-batches
+            rates = {group.get("name"): group["lr"] for group in optimizer.param_groups}
+            if log is not None:
+                log.write({"step": step, "loss": f"{last_loss:.5f}",
+                           "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
+                           "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
+                           "tokens": window_tokens, "tokens_per_second": f"{window_tokens / max(elapsed, 1e-9):.1f}",
+                           "elapsed_seconds": f"{time.monotonic() - started:.1f}"})
+            bar.set_postfix(loss=f"{last_loss:.4f}")
+            window_loss, window_count, window_tokens, window_start = 0.0, 0, 0, time.monotonic()
+        out_of_time = deadline is not None and time.monotonic() > deadline
+        if deadline is not None and accelerator.num_processes > 1:  # every process must stop at the same step
+            flag = torch.tensor([float(out_of_time)], device=accelerator.device)
+            out_of_time = bool(accelerator.reduce(flag, "max")[0] > 0)
+        if step % settings.save_every == 0 or step == settings.steps or out_of_time:
+            save_checkpoint(step)
+        if out_of_time:
+            stopped_by = "time limit"
+            break
+    bar.close()
+    accelerator.wait_for_everyone()
+    seconds = time.monotonic() - started
+    if accelerator.is_main_process:
+        trained = accelerator.unwrap_model(model)
+        info.update(steps_done=step, stopped_by=stopped_by, seconds=round(seconds, 1), tokens_this_run=total_tokens,
+                    final_loss=last_loss)
+        from_scratch = str(model_source) in PRESETS
+        budget = token_budget_after_training(from_scratch, settings.sequences.max_len,
+                                             getattr(trained.config, "max_position_embeddings", None))
+        record = {"preset": str(model_source) if from_scratch else None, "training": info,
+                  "token_budget": budget}  # models.token_budget_of reads it first
+        if base_name is not None and not settings.full_finetune:
+            save_delta(trained, tokenizer, out, base_name, record,  # megabytes, not the whole model
+                       dtype=torch.bfloat16 if accelerator.mixed_precision == "bf16" else None)
+        else:
+            if not settings.full_finetune:
+                trained.save_pretrained(out / "adapter")
+                trained = trained.merge_and_unload()
+            trained.config.use_cache = True
+            save_model(trained, tokenizer, out, record)
+        plot_loss_curve(out / "training_log.csv", out / "loss_curve.png")
+    accelerator.wait_for_everyone()
+    return PretrainResult(out, step, stopped_by, seconds, total_tokens, last_loss, accelerator.is_main_process)
+

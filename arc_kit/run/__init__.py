@@ -1,0 +1,17 @@
+"""Solving task sets: the per-task solver, run folders and records, the planner, worker processes, tables.
+
+``solver`` puts the method together for one task (TTT, DFS under augmentations, PoE); ``runs``
+and ``records`` keep a run folder resumable; ``planner`` fits a run into its time; ``workers``
+spreads tasks over processes and GPUs; ``tables``, ``bench``, ``engine_bench``, ``analysis`` and
+``evaluation`` measure. It may import ``model``, ``search`` and everything below; it knows
+nothing of Kaggle's files or the command line.
+"""
+
+from arc_kit.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "runs": ("solve",),
+    "solver": ("Solver",),
+    "tables": ("run_table",),
+    "workers": ("solve_in_workers",),
+})

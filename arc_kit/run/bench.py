@@ -1,0 +1,371 @@
+"""Benchmarks that print ratios measured in one run (``arc-kit bench``); never tests.
+
+- decode: the cost of one explored DFS token against one token of transformers' greedy
+  ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
+  on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
+  (``decode_floor_seconds``: every weight and every cached key and value read once per step);
+- search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
+- scoring: ``decoding.score_answers`` (one prompt pass, batched answers on its cache) against one full
+  forward pass per answer (goal >= 5x);
+- batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
+  (``Solver.sample`` with ``batched``: the first search alone, its best answer the others' guess,
+  then the other 15 as lanes) against one search after another, the two run in turns (which goes
+  first alternates by test input), their candidate grids and NLLs compared; the note gives the
+  share of the batched time that the first search takes (timed alone, as a separate run);
+- lanes: ``batched_dfs_search`` of all 16 augmented prompts against 16 ``dfs_search`` calls (no
+  guesses, in turns, results compared): the lanes' own speed-up, apart from the first search;
+- batched-scoring: every candidate under 16 scoring augmentations in batched forwards
+  (``score_prompts``) against one augmentation after another (``score_answers``);
+- engine: the fast decode engine's step against the reference engine's, 16 lanes, at the model's
+  width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``).
+Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
+and every search and scoring runs on the decode engine ``engine`` names (``engine.make_engine``;
+fast by default), the baselines it is held against (transformers' ``generate``, one full forward per
+answer) on the model itself.
+Each figure is the median of its repeats; the machine, versions and settings are printed with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.search.batched_dfs import batched_dfs_search
+from arc_kit.search.decoding import AnswerSpace, SearchResult, sequence_nll
+from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.search.engine import make_engine
+from arc_kit.run.engine_bench import (PEAK_BANDWIDTH, bench_engine, decode_floor_seconds, device_bandwidth,  # noqa: F401
+                                  kv_bytes_per_token, weight_bytes)
+from arc_kit.data.grids import grid_key
+from arc_kit.model.loading import LoadSettings, create_model, load_model
+from arc_kit.search.scoring import augmented_nlls
+from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.run.solver import Solver
+from arc_kit.data.tasks import Task
+from arc_kit.text.format import TaskEncoder, Vocabulary
+
+
+@dataclass
+class BenchResult:
+    name: str
+    ours: float  # seconds (or seconds per token)
+    reference: float
+    unit: str
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.reference if self.reference else float("nan")
+
+    def line(self) -> str:
+        return (f"{self.name:<34} ours {self.ours * 1e3:9.2f} ms{self.unit}  reference {self.reference * 1e3:9.2f} "
+                f"ms{self.unit}  ratio {self.ratio:6.2f}x  {self.note}")
+
+
+def _synchronize(model) -> None:
+    import torch
+
+    if next(model.parameters()).device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(model, function, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        _synchronize(model)
+        started = time.perf_counter()
+        result = function()
+        _synchronize(model)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
+    """Seconds of one forward of ``ids`` (transformers, no cache kept): what ``generate`` spends first."""
+    import torch
+
+    device = next(model.parameters()).device
+    tensor = torch.tensor([list(map(int, ids))], device=device)
+
+    def run():
+        with torch.no_grad():
+            return model(input_ids=tensor, use_cache=True)
+    return _timed(model, run, repeats)[0]
+
+
+def _engine_prefill_seconds(engine, ids: Sequence[int], space: AnswerSpace, repeats: int) -> float:
+    """Seconds of the engine's first pass of ``ids`` (what a DFS spends before its first step)."""
+    def run():
+        engine.start(1, len(ids) + space.max_length, space)
+        try:
+            return engine.prefill(0, list(map(int, ids)), len(ids))
+        finally:
+            engine.release()
+    return _timed(engine.model, run, repeats)[0]
+
+
+DEFAULTS = SolveSettings()  # the solver's defaults: each benchmark measures what a run does
+PROBABILITIES = DEFAULTS.probabilities
+THRESHOLD = DEFAULTS.sampler.threshold
+ENGINE = DEFAULTS.engine
+
+
+def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES,
+                 engine: str = ENGINE) -> BenchResult:
+    """Seconds per explored token: DFS (on the ``engine``) against greedy ``generate``, prefill subtracted from both."""
+    import torch
+
+    space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
+    dfs_per_token, greedy_per_token, prompt_lengths = [], [], []
+    for task in tasks:
+        prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
+        prompt_lengths.append(len(prompt))
+        prefill = _prefill_seconds(model, prompt, repeats)
+        engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
+        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, DfsSettings(threshold)), repeats)
+        if result.forward_calls:
+            dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
+        tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
+
+        def greedy():
+            with torch.no_grad():
+                return model.generate(tensor, max_new_tokens=greedy_tokens, min_new_tokens=greedy_tokens,
+                                      do_sample=False, pad_token_id=space.eos_id, eos_token_id=space.eos_id)
+        seconds, _ = _timed(model, greedy, repeats)
+        greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
+    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens, {decoder.kind} engine"
+    device = next(model.parameters()).device
+    if device.type == "cuda" and dfs_per_token:
+        note += "; " + floor_note(model, prompt_lengths, statistics.median(dfs_per_token),
+                                  torch.cuda.get_device_name(device))
+    return BenchResult("decode: DFS token vs generate token", statistics.median(dfs_per_token),
+                       statistics.median(greedy_per_token), "/token", note)
+
+
+def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, device_name: str) -> str:
+    """The decode benchmark's words on the bandwidth floor of a one-token step after the median prompt."""
+    bandwidth = device_bandwidth(device_name)
+    if bandwidth is None:
+        return f"bandwidth floor unknown: no bandwidth on record for {device_name}"
+    element_bytes = next(model.parameters()).element_size()
+    floor = decode_floor_seconds(weight_bytes(model), int(statistics.median(prompt_lengths)),
+                                 kv_bytes_per_token(model.config, element_bytes), bandwidth)
+    return (f"bandwidth floor {floor * 1e3:.3f} ms/token at {bandwidth / 1e9:.0f} GB/s ({device_name}): "
+            f"DFS token {seconds_per_token / floor:.1f}x the floor")
+
+
+def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES,
+                 engine: str = ENGINE) -> BenchResult:
+    """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
+                                                  engine=engine))
+    totals = {}
+    for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
+        started = time.perf_counter()
+        for task in tasks:
+            views = Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations)
+            solver.sample(model, task.train, task.test[0].input, views, sampler, np.random.default_rng(seed))
+        _synchronize(model)
+        totals[name] = time.perf_counter() - started
+    return BenchResult(f"search: DFS T={threshold * 100:g}% vs greedy", totals["dfs"], totals["greedy"], "",
+                       f"{len(tasks)} tasks x {augmentations} augmentations, whole test inputs")
+
+
+def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
+                  seed: int = 0, probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
+    """Prefix-reusing batched scoring (on the ``engine``) against one full forward per answer, same answers."""
+    space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
+    rng = np.random.default_rng(seed)
+    ours = reference = 0.0
+    for task in tasks:
+        prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
+        answer = task.test[0].output
+        answers = []
+        for _ in range(candidates):  # the right answer with a few random cells changed
+            grid = np.array(answer)
+            cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
+            grid.flat[cells] = rng.integers(0, 10, size=len(cells))
+            answers.append(encoder.encode_answer(grid))
+        ours += _timed(model, lambda: decoder.score([prompt], [answers], space), repeats)[0]
+        reference += _timed(model, lambda: sequence_nll(model, prompt, answers, space), repeats)[0]
+    return BenchResult("scoring: prefix-reusing vs per answer", ours, reference, "",
+                       f"{len(tasks)} prompts x {candidates} answers")
+
+
+def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
+    """(task, its augmentations) pairs, the augmentations drawn as the solver draws them."""
+    return [(task, Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations))
+            for task in tasks]
+
+
+def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                         augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
+                         probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
+    """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another.
+
+    The two modes take turns, the first alternating by test input (so neither always finds the
+    caches warm); the note says whether they found the same candidate grids, how far apart their
+    generation NLLs were, and what share of the batched time the first search takes (the batched
+    mode runs it alone before the lanes; it is timed in a run of its own, the same search).
+    """
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
+                                                  engine=engine))
+    sampler = SamplerSettings("dfs", threshold=threshold)
+    totals = {True: 0.0, False: 0.0}
+    first = 0.0
+    differing, largest = [], 0.0
+    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
+        found = {}
+        for batched in ((True, False) if position % 2 == 0 else (False, True)):
+            _synchronize(model)
+            started = time.perf_counter()
+            candidates, _ = solver.sample(model, task.train, task.test[0].input, views, sampler,
+                                          np.random.default_rng(seed), batched=batched)
+            _synchronize(model)
+            totals[batched] += time.perf_counter() - started
+            found[batched] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+        first += _timed(model, functools.partial(solver.sample, model, task.train, task.test[0].input, views[:1],
+                                                 sampler, np.random.default_rng(seed), batched=True), 1)[0]
+        if found[True].keys() != found[False].keys():
+            differing.append(task.id)
+            continue
+        for key, nlls in found[True].items():
+            other = found[False][key]
+            if nlls.keys() != other.keys():
+                differing.append(task.id)
+                break
+            largest = max([largest, *(abs(nll - other[name]) for name, nll in nlls.items())])
+    same = (f"same candidates, largest NLL difference {largest:.1e}" if not differing else
+            f"candidates differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
+    share = first / totals[True] if totals[True] else float("nan")
+    return BenchResult(f"batched-search: {augmentations} lanes vs sequential", totals[True], totals[False], "",
+                       f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}; "
+                       f"first search {share:.0%} of the batched time")
+
+
+def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
+                      ) -> list[SearchResult]:
+    if batched:
+        return batched_dfs_search(engine, prompts, space, settings)
+    return [dfs_search(engine, prompt, space, settings) for prompt in prompts]
+
+
+def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
+                augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
+                probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
+    """``batched_dfs_search`` of a test input's ``augmentations`` prompts against one ``dfs_search`` per prompt.
+
+    No guesses on either side (the same work); the two take turns as in ``bench_batched_search``,
+    and the note says whether every lane found what its single search found.
+    """
+    space = AnswerSpace.from_encoder(encoder, probabilities)
+    decoder = make_engine(model, engine)
+    settings = DfsSettings(threshold)
+    totals = {True: 0.0, False: 0.0}
+    differing, largest = [], 0.0
+    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
+        prompts = [encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input)).ids
+                   for view in views]
+        found: dict[bool, list[SearchResult]] = {}
+        for batched in ((True, False) if position % 2 == 0 else (False, True)):
+            seconds, found[batched] = _timed(model, functools.partial(_lanes_or_singles, decoder, prompts, space,
+                                                                      settings, batched), 1)
+            totals[batched] += seconds
+        for lane, single in zip(found[True], found[False]):
+            if [c.ids for c in lane.completions] != [c.ids for c in single.completions]:
+                differing.append(task.id)
+                break
+            largest = max([largest, *(abs(a.nll - b.nll) for a, b in zip(lane.completions, single.completions))])
+    same = (f"same answers, largest NLL difference {largest:.1e}" if not differing else
+            f"answers differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
+    return BenchResult(f"lanes: {augmentations} lanes vs {augmentations} dfs_search", totals[True], totals[False],
+                       "", f"{len(tasks)} test inputs, T={threshold:g}, no guesses; {same}")
+
+
+def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
+                          augmentations: int = DEFAULTS.scoring_augmentations,
+                          batch_size: int = DEFAULTS.scoring_batch_size, seed: int = 0,
+                          probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
+    """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
+    rng = np.random.default_rng(seed)
+    decoder = make_engine(model, engine)
+    totals = {True: 0.0, False: 0.0}
+    largest = 0.0
+    for task, views in _augmented_inputs(tasks, augmentations, seed):
+        grids = []
+        for _ in range(candidates):  # the right answer with a few random cells changed
+            grid = np.array(task.test[0].output)
+            cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
+            grid.flat[cells] = rng.integers(0, 10, size=len(cells))
+            grids.append(grid)
+        tables = {}
+        for batched in (True, False):
+            seconds, tables[batched] = _timed(model, lambda: augmented_nlls(
+                decoder, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched,
+                probabilities=probabilities), 1)
+            totals[batched] += seconds
+        largest = max(largest, float(np.abs(tables[True] - tables[False]).max()))
+    return BenchResult(f"batched-scoring: {augmentations} views together vs one by one", totals[True], totals[False],
+                       "", f"{len(tasks)} test inputs x {candidates} answers x {augmentations} augmentations, "
+                       f"batch {batch_size}; largest NLL difference {largest:.1e}")
+
+
+def environment() -> str:
+    import torch
+    import transformers
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    return (f"{platform.node()} | {device} | torch {torch.__version__} | transformers {transformers.__version__} | "
+            f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
+    """A Llama-3.2-3B-shaped model with random weights and the 64-symbol vocabulary, for per-token costs."""
+    import torch
+
+    model, _ = create_model("micro", hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                            num_attention_heads=24, num_key_value_heads=8, head_dim=128)
+    return model.to(device=device, dtype=getattr(torch, dtype)).eval()
+
+
+BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
+              "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring,
+              "engine": bench_engine}  # the engine's last: its line ends the output
+
+
+def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
+                   max_prompt: int = 4096, threshold: float = THRESHOLD, device: str = "auto",
+                   probabilities: str = PROBABILITIES, engine: str = ENGINE, engine_compile: str = "auto"):
+    """Lines to print: the environment, then the lines of each benchmark in ``which`` (all by default).
+
+    ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
+    ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
+    ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
+    fast one compiled as ``engine_compile`` says).
+    """
+    if model_path is None:
+        model, encoder, label = llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
+    else:
+        loaded = load_model(model_path, LoadSettings(device=device))
+        model, encoder, label = loaded.model, loaded.encoder(), model_path
+    chosen = [task for task in tasks.tasks()
+              if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
+    chosen = sorted(chosen, key=lambda task: task.id)[:count]
+    yield f"{environment()} | model {label} | {engine} engine"
+    for name in which:
+        keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
+        keywords["probabilities"] = probabilities
+        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
+        result = BENCHMARKS[name](model, encoder, chosen, **keywords)
+        yield from result.lines() if hasattr(result, "lines") else [result.line()]

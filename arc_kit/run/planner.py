@@ -1,0 +1,277 @@
+"""The time budget: estimate each task's cost, order the work, and degrade gracefully near the deadline.
+
+A task's cost is estimated from its token counts, in three parts that the solver times separately:
+test-time training (steps x tokens of a leave-one-out sequence), generation (augmentations x
+(prompt + expected answer tokens)) and scoring (augmentations x prompt tokens). Until tasks have
+run, assumed speeds give the first estimates; each finished task's measured timings refine them.
+
+The first estimates come from assumed speeds, or from a short measurement on the machine at the
+start (``calibrate``: the worker pool times one short solve); each finished task refines them.
+
+Before each task the planner picks the first rung of a ladder of cheaper settings (fewer TTT steps,
+fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everything left is
+estimated to fit before the deadline (shared by ``workers`` processes); past the last rung a task
+gets fallback answers only, so a complete, valid submission exists at the deadline. It also sets
+each task's wall-clock caps (``budget``): a deadline for the task and a cap for each search, a few
+times their estimates (``BudgetSettings``), never past the run's deadline. Tasks run cheapest first
+in one process, so that a short budget solves as many as it can; a queue shared by several workers
+runs the longest first, so that the workers end together. This module knows the solver's settings
+and records, not models or processes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from arc_kit.run.records import FALLBACK_RUNG, TaskRecord
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, Settings, SolveSettings, ladder, setting
+from arc_kit.data.tasks import Task, TaskSet
+from arc_kit.text.format import TaskEncoder
+
+FALLBACK = FALLBACK_RUNG  # the rung beyond the ladder: no model work, fallback answers
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """Token counts that drive a task's cost."""
+
+    task_id: str
+    training_tokens: int  # one leave-one-out sequence of the train pairs
+    prompt_tokens: int  # all test inputs' prompts together
+    answer_tokens: int  # the expected answer lengths (test input sizes as a guess)
+    train_pairs: int
+    tests: int = 1  # test inputs: each gets its own searches
+
+
+def measure(task: Task, encoder: TaskEncoder, max_len: int = DEFAULT_TOKEN_BUDGET) -> TaskSize:
+    """Token counts of a task under the encoder (the budget applied as the solver would)."""
+    training = 0
+    if len(task.train) >= 2:
+        training = min(max_len, sum(encoder.pair_tokens(pair) for pair in task.train))
+    prompt = answers = 0
+    for test_input in task.test_inputs:
+        budget = min(max_len, 10**7)
+        try:
+            prompt += len(encoder.encode_prompt(task.train, test_input, max_len=budget, log_drops=False))
+        except ValueError:
+            prompt += budget
+        answers += len(encoder.encode_answer(test_input))
+    return TaskSize(task.id, training, prompt, answers, len(task.train), max(1, len(task.test_inputs)))
+
+
+def shortest_tasks(tasks: TaskSet, encoder: TaskEncoder, count: int) -> TaskSet:
+    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order.
+
+    Only what a solver may see counts: the train pairs and test inputs (answers guessed from the
+    inputs' sizes), never a test output.
+    """
+    def tokens(task: Task) -> tuple[int, str]:
+        size = measure(task, encoder, 10**7)  # whole prompts: no pair dropped to fit
+        return size.prompt_tokens + size.answer_tokens, task.id
+
+    chosen = sorted(tasks.tasks(), key=tokens)[:count]
+    return tasks.select([task.id for task in chosen])
+
+
+PROMPT_TOKEN_WEIGHT = 0.05  # a prompt token, processed in parallel, costs about this share of a decoded one
+
+
+PARTS = (("training", "ttt"), ("generation", "generation"), ("scoring", "scoring"))  # (speed, record timing)
+
+
+@dataclass
+class Speeds:
+    """Seconds per unit of each part, refined from measured tasks (per part, the mean over the tasks it ran on)."""
+
+    training: float = 2e-5  # per token of a training step (forward and backward)
+    generation: float = 5e-3  # per decoded (or explored) answer token; prompt tokens count PROMPT_TOKEN_WEIGHT
+    scoring: float = 1e-5  # per prompt token of a scoring pass (the answers ride on its cache)
+    measured_tasks: int = 0
+    measured_parts: dict[str, int] = field(default_factory=dict)  # per part, the tasks that measured it
+
+    def update(self, size: TaskSize, settings: SolveSettings, timings: Mapping[str, float]) -> None:
+        """Fold one finished task's timings in (a part that did not run is left alone, and so is its count)."""
+        units = work_units(size, settings)
+        for part, timing in PARTS:
+            if units[part] and timings.get(timing):
+                count = self.measured_parts.get(part, 0) + 1
+                current = getattr(self, part)
+                setattr(self, part, current + (timings[timing] / units[part] - current) / count)
+                self.measured_parts[part] = count
+        self.measured_tasks += 1
+
+    def seconds(self, size: TaskSize, settings: SolveSettings) -> float:
+        units = work_units(size, settings)
+        return self.training * units["training"] + self.generation * units["generation"] + \
+            self.scoring * units["scoring"]
+
+    def to_json(self) -> dict:
+        return {"training": self.training, "generation": self.generation, "scoring": self.scoring,
+                "measured_tasks": self.measured_tasks, "measured_parts": dict(self.measured_parts)}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Speeds:
+        """The inverse of ``to_json``; what is missing takes the assumed value (ValueError when it is no object)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"speeds: expected an object, got {type(data).__name__}")
+        speeds = cls()
+        for part, _ in PARTS:
+            if isinstance(data.get(part), (int, float)) and data[part] > 0:
+                setattr(speeds, part, float(data[part]))
+        speeds.measured_tasks = int(data.get("measured_tasks", 0))
+        speeds.measured_parts = {str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()}
+        return speeds
+
+
+def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
+    training = settings.ttt.steps * min(size.training_tokens, settings.max_len or size.training_tokens) \
+        if settings.test_time_training and size.train_pairs >= 2 else 0
+    explored = 1.0
+    if settings.sampler.kind == "dfs":
+        # relative to greedy, as the paper measured it (Table 2: T=20% 0.63x, 9% 1.0x, 0.5% 8.5x)
+        explored = (0.09 / settings.sampler.threshold) ** 0.7
+    elif settings.sampler.kind in ("sample", "beam"):
+        explored = settings.sampler.count
+    generation = settings.inference_augmentations * (PROMPT_TOKEN_WEIGHT * size.prompt_tokens
+                                                     + explored * size.answer_tokens)
+    scoring = settings.scoring_augmentations * size.prompt_tokens if settings.aggregation != "generation" else 0
+    return {"training": training, "generation": generation, "scoring": scoring}
+
+
+@dataclass(frozen=True)
+class BudgetSettings(Settings):
+    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
+
+    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
+                                      "short (it keeps what it found)")
+    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough")
+    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
+                                        "generation seconds")
+    search_minimum: float = setting(30.0, "seconds no search is cut short before")
+
+
+@dataclass(frozen=True)
+class TaskBudget:
+    """The caps of one task: ``deadline`` (seconds since the epoch) and each search's own seconds."""
+
+    deadline: float
+    search_seconds: float
+
+
+def searches_per_test(settings: SolveSettings) -> int:
+    """Sampler calls per test input: one per augmentation, or two when DFS lanes are batched (first, then the rest)."""
+    if settings.batched and settings.sampler.kind == "dfs" and settings.inference_augmentations > 1:
+        return 2
+    return settings.inference_augmentations
+
+
+class Planner:
+    """Decides, task by task, which rung of the ladder the time left allows, and the task's caps.
+
+    ``workers`` processes share the tasks left, so everything fits when their estimate divided by
+    ``workers`` fits in the time left (and the task itself fits on its own).
+    """
+
+    def __init__(self, sizes: Sequence[TaskSize], settings: SolveSettings, deadline: float,
+                 speeds: Speeds | None = None, clock=time.time, *, workers: int = 1, longest_first: bool = False,
+                 budget: BudgetSettings = BudgetSettings()):
+        self.sizes = {size.task_id: size for size in sizes}
+        self.rungs = ladder(settings)
+        self.deadline, self.clock = deadline, clock
+        self.speeds = speeds or Speeds()
+        self.workers = max(1, workers)
+        self.budget_settings = budget
+        cost = {size.task_id: self.speeds.seconds(size, settings) for size in sizes}
+        self.longest_first = longest_first
+        self.position = {task_id: (-cost[task_id] if longest_first else cost[task_id], task_id) for task_id in cost}
+        self.remaining = sorted(cost, key=self.position.__getitem__)
+
+    def calibrate(self, speeds: Speeds) -> None:
+        """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
+        self.speeds = speeds
+        sign = -1 if self.longest_first else 1
+        for task_id, size in self.sizes.items():
+            self.position[task_id] = (sign * speeds.seconds(size, self.rungs[0]), task_id)
+        self.remaining.sort(key=self.position.__getitem__)
+
+    def order(self) -> list[str]:
+        """The tasks still to run, cheapest first (longest first for a shared queue)."""
+        return list(self.remaining)
+
+    def estimate(self, task_ids: Sequence[str], rung: int) -> float:
+        return sum(self.speeds.seconds(self.sizes[task_id], self.rungs[rung]) for task_id in task_ids)
+
+    def choose(self, task_id: str) -> int:
+        """The rung for ``task_id``: the first at which it and all tasks after it fit; FALLBACK if none."""
+        left = self.deadline - self.clock()
+        rest = [i for i in self.remaining if i != task_id]
+        for rung in range(len(self.rungs)):
+            own = self.speeds.seconds(self.sizes[task_id], self.rungs[rung])
+            if own > left:
+                continue
+            if (own + self.estimate(rest, rung)) / self.workers <= left:
+                return rung
+        # Not everything fits: spend on this task what the cheapest rung needs, if that fits at all.
+        cheapest = len(self.rungs) - 1
+        return cheapest if self.speeds.seconds(self.sizes[task_id], self.rungs[cheapest]) <= left else FALLBACK
+
+    def budget(self, task_id: str, rung: int) -> TaskBudget:
+        """The caps of ``task_id`` at ``rung``, starting now: a few times its estimates, never past the deadline."""
+        settings, size, caps = self.rungs[rung], self.sizes[task_id], self.budget_settings
+        now = self.clock()
+        task_seconds = max(caps.task_minimum, caps.task_factor * self.speeds.seconds(size, settings))
+        generation = self.speeds.generation * work_units(size, settings)["generation"]
+        searches = size.tests * searches_per_test(settings)
+        search_seconds = max(caps.search_minimum, caps.search_factor * generation / searches)
+        return TaskBudget(min(now + task_seconds, self.deadline), search_seconds)
+
+    def start(self, task_id: str) -> None:
+        """``task_id`` is running (in a worker): no longer counted among the tasks left."""
+        if task_id in self.remaining:
+            self.remaining.remove(task_id)
+
+    def requeue(self, task_id: str) -> None:
+        """Put a started task back in its place in the order (its worker died)."""
+        if task_id not in self.remaining:
+            self.remaining.append(task_id)
+            self.remaining.sort(key=self.position.__getitem__)
+
+    def done(self, task_id: str, rung: int, timings: Mapping[str, float] | None) -> None:
+        self.start(task_id)
+        if timings and rung != FALLBACK:
+            self.speeds.update(self.sizes[task_id], self.rungs[rung], timings)
+
+    def seconds_left(self) -> float:
+        return self.deadline - self.clock()
+
+
+def hours(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "inf"
+    return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
+
+
+def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encoder: TaskEncoder,
+                        settings: SolveSettings) -> Speeds:
+    """Speeds measured by a finished run (its records and the settings it ran with)."""
+    rungs = ladder(settings)
+    speeds = Speeds()
+    for task_id, record in records.items():
+        if record.failed or record.rung < 0 or task_id not in tasks:
+            continue
+        size = measure(tasks[task_id], encoder, settings.max_len or DEFAULT_TOKEN_BUDGET)
+        speeds.update(size, rungs[record.rung], record.timings)
+    return speeds
+
+
+def estimate_run(tasks: TaskSet, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
+    """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
+    totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
+    for task in tasks.tasks():
+        units = work_units(measure(task, encoder, settings.max_len or DEFAULT_TOKEN_BUDGET), settings)
+        for part in totals:
+            totals[part] += getattr(speeds, part) * units[part]
+    return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}

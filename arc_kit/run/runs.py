@@ -1,0 +1,464 @@
+"""Running the method on a whole set: the run folder, resuming, an always-valid submission, scores.
+
+A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
+``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
+(complete and valid from the first second, rewritten after every task) and, when the answers are
+known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
+instead (``records_file``), and processes sharing a run each write into a ``worker-N`` folder
+(``run_records`` reads them all). A rerun on the same folder resumes; a folder that ran other
+settings (compared on the fields that change results, older files read with today's defaults) or
+another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
+refused. Tasks that a lenient load skipped get fallback answers in the submission and count in the
+score wherever their solutions are known. The single-process ``solve`` here, the worker processes
+(``workers``), the Kaggle job, the tables and the notebooks all use these pieces.
+
+This module knows the solver, the planner and the record layout; it knows nothing of models
+beyond what the solver holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arc_kit.data.datasets import load_tasks
+from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
+from arc_kit.locking import hold_folder
+from arc_kit.model.loading import load_encoder, token_budget_of
+from arc_kit.names import encoded, file_name, shown
+from arc_kit.run.planner import Planner, Speeds, TaskBudget, estimate_run, measure, shortest_tasks, speeds_from_records
+from arc_kit.run.records import (
+    FALLBACK_RUNG,
+    TaskRecord,
+    answers_from_records,
+    append_record,
+    fallback_record,
+    read_records,
+    record_table,
+)
+from arc_kit.settings import SolveSettings, ladder
+from arc_kit.run.solver import Solver
+from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
+from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
+
+logger = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+RECORDS_FILE = "records.jsonl"
+SUBMISSION_FILE = "submission.json"
+RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be resumed with what was asked (the message says why and what to do)."""
+
+
+def task_ids_digest(tasks: TaskSet) -> str:
+    """A short digest of every task id of a set (skipped ones included): tells two data sets apart in ``run.json``.
+
+    Any string JSON can hold is an id (``names.encoded``: lone surrogates too). Ids joined by newlines,
+    as the kit has always digested them (so that a run of an earlier kit resumes); a set where an id
+    holds a newline itself is digested as a JSON list instead (so that ``a\\nb`` and ``a``, ``b`` differ).
+    """
+    ids = sorted(tasks.test_counts())
+    text = "\n".join(ids) if not any("\n" in task_id for task_id in ids) else json.dumps(ids)
+    return hashlib.sha256(encoded(text)).hexdigest()[:16]
+
+
+def records_file(table: str | None = None) -> str:
+    """The records file of a run folder: ``records.jsonl`` for a solve, ``<table>_records.jsonl`` for a table."""
+    return RECORDS_FILE if table is None else f"{table}_{RECORDS_FILE}"
+
+
+def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
+    """What ``run.json`` says of the data set: its name (a path made absolute, so that a run started from
+    another folder reads the same), the largest side it allows, and the digest of every task id it holds."""
+    name = Path(dataset).resolve() if Path(dataset).exists() else dataset
+    return {"dataset": str(name), "max_side": loaded.max_side, "task_ids_digest": task_ids_digest(loaded)}
+
+
+def clear_run(out: str | os.PathLike) -> None:
+    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders.
+
+    Under the folder's lock (``locking.hold_folder``): a run that another process is writing is never cleared.
+    """
+    out = Path(out)
+    if not out.exists():
+        return
+    with hold_folder(out):
+        _clear_run(out)
+
+
+def _clear_run(out: Path) -> None:
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for path in out.glob(f"*_{RECORDS_FILE}"):
+        path.unlink(missing_ok=True)
+    for folder in [out / CLAIMS_FOLDER, *out.glob("worker-*")]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord) -> dict[str, Any]:
+    """The records of ``kind`` in run folder ``out``: its file ``name``, then its worker folders' (the first found
+    wins)."""
+    out = Path(out)
+    records = read_records(out / name, kind)
+    for folder in sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name)):
+        for task_id, record in read_records(folder / name, kind).items():
+            records.setdefault(task_id, record)
+    return records
+
+
+def claim_task(out: str | os.PathLike, task_id: str) -> bool:
+    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks).
+
+    The claim is a file in ``out/claims`` named by ``names.file_name``: inside that folder whatever the id holds.
+    """
+    folder = Path(out) / CLAIMS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count: int | None = None,
+                 pick: str = "first", model: str | os.PathLike | None = None) -> TaskSet:
+    """The tasks a run works on: ``task_ids`` when given; else ``count`` tasks, the first by id or (``pick``
+    "shortest") those with the fewest prompt tokens under ``model``'s tokenizer (the ones a lenient load
+    skipped kept: they need their fallback answers); else all of them."""
+    if pick not in ("first", "shortest"):
+        raise ValueError(f"unknown pick {pick!r}; expected first or shortest")
+    if task_ids:
+        return tasks.select(task_ids)
+    if count and pick == "shortest":
+        if model is None:
+            raise ValueError("picking the shortest tasks needs a model, whose tokenizer counts the tokens")
+        return tasks.select([*shortest_tasks(tasks, load_encoder(model), count).ids, *tasks.skipped])
+    return tasks.head(count) if count else tasks
+
+
+def read_settings_file(path: str | os.PathLike) -> SolveSettings:
+    """The method's settings from a JSON file: ``SolveSettings.to_json``, or a run folder's ``run.json``.
+
+    Unknown fields are errors (``Settings.from_json(strict=True)``), and so is a key given twice: a typo
+    never passes silently.
+    """
+    data = read_json(path)
+    repeated = repeated_keys_within(data)
+    if repeated:  # JSON keeps the last copy: which value was meant cannot be told
+        raise InvalidDataError([f"a key given more than once ({', '.join(repeated[:3])})"], str(path))
+    if isinstance(data, Mapping) and isinstance(data.get("settings"), Mapping):  # a run folder's run.json
+        data = data["settings"]
+    return SolveSettings.from_json(data, strict=True)
+
+
+def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
+             restart: bool = False, adopt: bool = False) -> Path:
+    """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
+
+    ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
+    match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
+    run lacks a digest: the same file may be named by many paths). Records without a ``run.json``
+    are refused unless ``restart`` discards them or ``adopt`` keeps them as this run's. Done under
+    the folder's lock (``locking``): FolderInUseError while another process holds it; the caller
+    that owns the run holds it for the whole run.
+    """
+    out = Path(out)
+    with hold_folder(out):
+        if restart:
+            clear_run(out)
+        if not check_run(out, settings, info, adopt=adopt):
+            write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
+    return out
+
+
+def has_records(out: str | os.PathLike) -> bool:
+    """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
+    out = Path(out)
+    patterns = [RECORDS_FILE, f"*_{RECORDS_FILE}", f"worker-*/{RECORDS_FILE}", f"worker-*/*_{RECORDS_FILE}"]
+    return any(path.is_file() and path.stat().st_size for pattern in patterns for path in out.glob(pattern))
+
+
+def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
+              adopt: bool = False) -> bool:
+    """True when ``out`` holds a run that ``settings`` and ``info`` may resume (the rules of ``open_run``),
+    False when it holds none, RunFolderError when it holds another, or records but no ``run.json`` to
+    say what made them (unless ``adopt``: then they are this run's and False says to write one). Writes
+    nothing."""
+    out = Path(out)
+    run_path = out / RUN_FILE
+    info = dict(info or {})
+    if not run_path.exists() and has_records(out) and not adopt:
+        raise RunFolderError(f"{out} holds records but no {RUN_FILE}, so which settings made them cannot be told; "
+                             "use --restart to discard them, or --adopt to keep them as this run's (under the "
+                             "settings given now)")
+    if run_path.exists():
+        try:
+            stored = read_json(run_path)
+            earlier = SolveSettings.from_json(stored["settings"])
+        except (InvalidDataError, KeyError, TypeError, ValueError) as error:
+            raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} ({str(error).splitlines()[0]}); use another "
+                                 "--out, or --restart to discard it") from None
+        if earlier.result_json() != settings.result_json():
+            changed = _changed_fields(earlier.result_json(), settings.result_json())
+            raise RunFolderError(f"{out} holds a run with other settings ({', '.join(changed[:4])}); use another "
+                                 "--out, or --restart to discard it")
+        digest, stored_digest = info.get("task_ids_digest"), stored.get("task_ids_digest")
+        if (not (digest and stored_digest) and info.get("dataset") and stored.get("dataset")  # the spelling only
+                and str(info["dataset"]) != str(stored["dataset"])):  # where no digest tells (a file has many paths)
+            raise RunFolderError(f"{out} holds a run on another data set ({stored['dataset']}, not {info['dataset']}); "
+                                 "use another --out, or --restart to discard it")
+        if digest and stored_digest and digest != stored_digest:
+            raise RunFolderError(f"{out} holds a run on another data set (other task ids, though named "
+                                 f"{stored.get('dataset', 'alike')}); use another --out, or --restart to discard it")
+        return True
+    return False
+
+
+def _changed_fields(first: Mapping, second: Mapping, prefix: str = "") -> list[str]:
+    changed = []
+    for key in sorted(set(first) | set(second)):
+        a, b = first.get(key), second.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            changed += _changed_fields(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key} {a} -> {b}")
+    return changed
+
+
+def read_run_settings(out: str | os.PathLike) -> SolveSettings:
+    """The settings an earlier run in ``out`` recorded (RunFolderError when there is none, or none readable)."""
+    path = Path(out) / RUN_FILE
+    if not path.exists():
+        raise RunFolderError(f"{out} holds no run ({RUN_FILE} missing)")
+    try:
+        return SolveSettings.from_json(read_run_info(out)["settings"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} ({str(error).splitlines()[0]})") from None
+
+
+def read_run_info(out: str | os.PathLike) -> dict:
+    """What ``run.json`` in ``out`` says ({} when there is none); RunFolderError when it holds no object."""
+    path = Path(out) / RUN_FILE
+    info = read_json(path) if path.exists() else {}
+    if not isinstance(info, dict):
+        raise RunFolderError(f"{out} holds an unreadable {RUN_FILE} (it holds no object)")
+    return info
+
+
+def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts: int = 2) -> None:
+    """Set ``record.correct`` from the submission entries the record gives (fallbacks included).
+
+    ``attempts=1`` (top-1): only the first answer counts (attempt_2 repeats it).
+    """
+    entries = build_submission(tasks.select([record.task_id]), {record.task_id: record.attempts},
+                               attempts=attempts)[record.task_id]
+    outputs = answers[record.task_id].test_outputs
+    record.correct = [any_attempt_right([entry["attempt_1"], entry["attempt_2"]], output)
+                      for entry, output in zip(entries, outputs)]
+
+
+def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,
+                 task_ids: Sequence[str], attempts: int = 2) -> Score:
+    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``.
+
+    ``attempts=1``: only attempt_1 counts (a top-1 run).
+    """
+    submission = read_json(submission_path)
+    score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]),
+                             attempts=attempts)
+    table = score.table.merge(record_table(records.values()), on="task_id", how="left")
+    table.to_csv(out / "scores.csv", index=False, errors="backslashreplace")  # a lone surrogate in an id
+    write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
+                                               "task_score": score.task_score, "tasks": len(score.table),
+                                               "attempts": attempts}, indent=2)
+    return score
+
+
+@dataclass
+class SolveRun:
+    """What a run produced."""
+
+    out: Path
+    records: dict[str, TaskRecord]
+    submission_path: Path
+    score: Score | None = None  # when the answers were known
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[str]:
+        return [task_id for task_id, record in self.records.items() if record.failed]
+
+
+def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
+          info: dict | None = None, progress: bool = True, restart: bool = False,
+          task_ids: Sequence[str] | None = None, deadline: float | None = None,
+          records_name: str = RECORDS_FILE, write_outputs: bool = True, adopt: bool = False) -> SolveRun:
+    """Solve every task (or ``task_ids``) of ``tasks``, writing records, submission and scores to ``out``.
+
+    ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
+    only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
+    since the epoch) a ``planner.Planner`` orders the tasks cheapest first, steps down the
+    ladder of cheaper settings as time runs short and caps each task and each search (wall clock);
+    tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
+    task that fails is retried once, cheaper. ``restart`` and ``adopt``: as in ``open_run``; the run
+    holds ``out``'s lock throughout (``locking``: a second run on it is refused, naming this one).
+    ``write_outputs=False`` (a worker process) writes only the records, under ``records_name``, into
+    a folder its parent opened and holds.
+    """
+    out = Path(out)
+    if not write_outputs:
+        out.mkdir(parents=True, exist_ok=True)
+        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+    with hold_folder(out):
+        open_run(out, solver.settings, info, restart=restart, adopt=adopt)
+        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+
+
+def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
+              task_ids: Sequence[str] | None, deadline: float | None, records_name: str,
+              write_outputs: bool) -> SolveRun:
+    """The body of ``solve``, in a folder made ready for it."""
+    from tqdm.auto import tqdm
+
+    records_path = out / records_name
+    records = read_records(records_path)
+    wanted = list(task_ids) if task_ids is not None else tasks.ids
+    scored = list(task_ids) if task_ids is not None else list(tasks.test_counts())  # skipped tasks count too
+    todo = [task_id for task_id in wanted if task_id not in records]
+    if records and todo != wanted:
+        logger.warning("resuming: %d of %d tasks already done in %s", len(wanted) - len(todo), len(wanted), out)
+    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+    if answers is not None and not answers.known_outputs():
+        answers = None  # nothing to score against (every task skipped, say)
+    submission_path = out / SUBMISSION_FILE
+    started = time.monotonic()
+    rungs = ladder(solver.settings)
+    attempts = solver.settings.attempts
+    planner = None
+    if deadline is not None:
+        sizes = [measure(tasks[task_id], solver.encoder, solver.settings.max_len) for task_id in todo]
+        planner = Planner(sizes, solver.settings, deadline)
+        todo = planner.order()
+
+    def write() -> None:
+        if write_outputs:
+            write_submission(submission_path, build_submission(tasks, answers_from_records(records),
+                                                               attempts=attempts), tasks)
+
+    write()  # a complete, valid submission exists from the start
+    bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
+    solved = sum(record.share_correct for record in records.values())
+    for task_id in bar:
+        task = tasks[task_id]
+        rung = planner.choose(task_id) if planner else 0
+        if rung == FALLBACK_RUNG:
+            record = fallback_record(task_id, "out of time")
+        else:
+            record = solve_one(solver, task, rung, rungs, planner.budget(task_id, rung) if planner else None)
+        if planner:
+            planner.done(task_id, record.rung, None if record.failed else record.timings)
+            bar.set_description(f"solve (rung {record.rung}, {planner.seconds_left() / 60:.0f} min left)")
+        if answers is not None and task_id in answers:
+            mark_correct(record, tasks, answers, attempts)
+            solved += record.share_correct
+            bar.set_postfix(solved=f"{solved:g}/{len(records) + 1}")
+        records[task_id] = record
+        append_record(records_path, record)
+        write()
+        if progress:
+            bar.write(task_line(record))
+    mine = {task_id: records[task_id] for task_id in wanted if task_id in records}  # not another set's leftovers
+    run = SolveRun(out, mine, submission_path, seconds=time.monotonic() - started)
+    if answers is not None and write_outputs:
+        run.score = write_scores(out, submission_path, mine, answers, scored, attempts)
+    return run
+
+
+def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: float | None = None) -> float | None:
+    """The planner's deadline (seconds since the epoch) for a budget of ``hours`` from ``now``, ``safety_minutes``
+    before its end; None without a budget."""
+    if hours is None:
+        return None
+    return (time.time() if now is None else now) + 3600 * hours - 60 * safety_minutes
+
+
+def solve_one(solver: Solver, task: Task, rung: int, rungs: Sequence[SolveSettings],
+              budget: TaskBudget | None = None) -> TaskRecord:
+    """One task at ``rung`` (retried cheaper on failure) within ``budget``'s caps, if any."""
+    if budget is None:
+        return solver.solve_with_retry(task, rung, rungs)
+    deadline = time.monotonic() + (budget.deadline - time.time())  # the solver counts on the monotonic clock
+    return solver.solve_with_retry(task, rung, rungs, deadline=deadline, search_seconds=budget.search_seconds)
+
+
+def task_line(record: TaskRecord) -> str:
+    """One readable line per finished task: id, rung, seconds, candidates, and what went wrong, if anything."""
+    rung = "fallback" if record.rung == FALLBACK_RUNG else f"rung {record.rung}"
+    parts = [f"task {shown(record.task_id)}: {rung}", f"{record.timings.get('total', 0.0):.1f} s",
+             f"{sum(len(test.candidates) for test in record.tests)} candidates"]
+    if record.correct is not None:
+        parts.append(f"{sum(record.correct)}/{len(record.correct)} right")
+    if record.deadline_hit:
+        parts.append(f"deadline hit in {record.deadline_hit}")
+    if record.retried_after:
+        parts.append(f"retried after {record.retried_after}")
+    if record.error or record.skipped:
+        parts.append(f"{'error' if record.error else 'skipped'}: {record.error or record.skipped}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Estimate:
+    """The planner's estimate of a run, from the speeds an earlier run measured."""
+
+    speeds: Speeds
+    seconds: dict[str, float]  # training, generation, scoring, total (one process, the measuring machine)
+    tasks: int
+    settings: SolveSettings
+    workers: int = 1  # processes sharing the work
+    speedup: float = 1.0  # how many times faster the target machine is than the measuring one
+
+    @property
+    def wall_seconds(self) -> dict[str, float]:
+        """``seconds`` on the target machine, shared by the workers."""
+        return {part: seconds / (self.speedup * self.workers) for part, seconds in self.seconds.items()}
+
+
+def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str | os.PathLike,
+                         target: SolveSettings | None = None, *, workers: int = 1, speedup: float = 1.0) -> Estimate:
+    """Seconds ``target`` (default: the measured run's own settings) would take on ``tasks``, at the
+    speeds the run in ``folder`` measured, in ``workers`` processes on a machine ``speedup`` times
+    faster; ``model`` is the folder whose tokenizer counts tokens."""
+    if workers < 1 or speedup <= 0:
+        raise ValueError(f"workers must be at least 1 and speedup positive, got {workers} and {speedup}")
+    settings = read_run_settings(folder)
+    dataset = read_run_info(folder).get("dataset", "arc-agi-1/evaluation")
+    if not isinstance(dataset, str):
+        raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set (its dataset is no string)")
+    measured_tasks = load_tasks(dataset, strict=False)
+    encoder = load_encoder(model, max_len=settings.max_len)
+    speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
+    target = target or settings
+    target = target.replace(max_len=token_budget_of(model, target.max_len))
+    seconds = estimate_run(tasks, load_encoder(model, max_len=target.max_len), target, speeds)
+    return Estimate(speeds, {part: seconds[part] for part in ("training", "generation", "scoring", "total")},
+                    len(tasks), target, workers, speedup)
+
+
+__all__ = ["CLAIMS_FOLDER", "Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
+           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
+           "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
+           "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
+           "write_scores"]

@@ -1,0 +1,317 @@
+"""The method on one task: test-time training, candidates under m augmentations, product-of-experts selection.
+
+For each task: optional test-time training on its train pairs; for each test input, the sampler
+runs under each of m inference augmentations (DFS by default, each search starting from the best
+answer found so far); answers are decoded, mapped back to the original frame and merged; the
+merged candidates are scored under m' fresh augmentations and the best (``settings.attempts`` of
+them: two, or one for top-1) by the aggregation become the attempts. Every NLL is measured as
+``settings.probabilities`` says (the full softmax by default), carried by the solver's
+``AnswerSpace``. Every random choice comes from a generator seeded by (seed, task id), so a task's
+result does not depend on which tasks ran before it, in which process, or whether a run resumed.
+
+A task may be given a ``deadline`` (a ``time.monotonic()`` value) and each search a cap of
+``search_seconds``: test-time training stops between steps, a search stops before its next model
+call and keeps what it found, a search that would start late finds nothing, and a test input whose
+candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
+says which stage the deadline cut short (``deadline_hit``).
+
+Every model call goes through the solver's one decode engine (``engine.make_engine``, the kind
+``settings.engine`` names), built on first use; after test-time training changes the adapter, and
+when ``base_model`` turns it off or on again, the engine re-reads the weights (once per state).
+
+``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure.
+Running a whole set (records on disk, resuming, the submission) is ``run``'s business, not this
+module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import time
+import traceback
+from collections.abc import Sequence
+
+import numpy as np
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.search.batched_dfs import batched_dfs_search
+from arc_kit.search.decode_engine import DecodeEngine
+from arc_kit.search.decoding import AnswerSpace, deadline_passed, earliest
+from arc_kit.search.dfs import DfsSettings
+from arc_kit.search.engine import make_engine
+from arc_kit.data.grids import grid_key
+from arc_kit.names import encoded, shown
+from arc_kit.run.records import SearchStats, TaskRecord, TestResult, TrainingSummary
+from arc_kit.search.samplers import generate
+from arc_kit.search.scoring import Candidate, augmented_nlls, select
+from arc_kit.settings import SamplerSettings, SolveSettings, ladder
+from arc_kit.data.tasks import Pair, Task
+from arc_kit.text.format import NotAGridError, TaskEncoder, TextFormat
+from arc_kit.model.ttt import TestTimeTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def task_rng(seed: int, task_id: str, purpose: str = "") -> np.random.Generator:
+    """A generator that depends only on the run seed, the task id and the purpose."""
+    digest = hashlib.sha256(encoded(f"{task_id}/{purpose}")).digest()
+    return np.random.default_rng((seed, int.from_bytes(digest[:8], "little")))
+
+
+class Solver:
+    """A loaded model plus the settings of the method; ``solve_task`` runs it on one task.
+
+    One token budget serves prompts, answers and test-time training sequences: an unset
+    ``settings.max_len`` becomes the encoder's budget; a set one wins, and the encoder is rebuilt
+    with it (the settings are what a run records). So does ``settings.decoding``, how answers are read.
+    """
+
+    def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
+        if settings.max_len is None:
+            settings = settings.replace(max_len=encoder.max_len)
+        text_format = dataclasses.replace(encoder.format, decoding=settings.decoding)
+        if settings.max_len != encoder.max_len or text_format != encoder.format:
+            encoder = TaskEncoder(encoder.tokenizer, text_format, settings.max_len)
+        self.settings = settings
+        self.encoder = encoder
+        self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
+        self.trainer = None
+        self.model = model
+        self._engine: DecodeEngine | None = None
+        self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
+        self._adapter_off = False  # inside ``base_model``
+        self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
+        if settings.test_time_training:
+            self.trainer = TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
+            self.model = self.trainer.model
+
+    @classmethod
+    def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(),
+                    text_format: TextFormat = TextFormat()) -> Solver:
+        """A solver for a ``models.LoadedModel``; the token budget is cut to what the model takes."""
+        settings = settings.replace(max_len=loaded.token_budget(settings.max_len))
+        return cls(loaded.model, loaded.encoder(text_format, settings.max_len), settings)
+
+    # -- pieces, also used by the tables ---------------------------------------------------------
+    @contextlib.contextmanager
+    def base_model(self):
+        """The model without the test-time adapter (the model itself when there is none)."""
+        if self.trainer is None:
+            yield self.model
+        else:
+            with self.trainer.adapter_disabled() as model:
+                self._adapter_off = True
+                try:
+                    yield model
+                finally:
+                    self._adapter_off = False
+
+    def engine(self, model=None) -> DecodeEngine:
+        """The decode engine for ``model`` (default: the solver's, in its current adapter state).
+
+        The solver's model gets its one engine, its weights re-read when the adapter changed since;
+        another model gets an engine of its own for this call.
+        """
+        if model is not None and model is not self.model:
+            return make_engine(model, self.settings.engine, compile=self.settings.engine_compile)
+        state = (self._adapter_version, self._adapter_off)
+        if self._engine is None:
+            self._engine = make_engine(self.model, self.settings.engine, compile=self.settings.engine_compile)
+        elif state != self._engine_state:
+            self._engine.refresh()
+        self._engine_state = state
+        return self._engine
+
+    def adapt(self, task: Task, settings: SolveSettings | None = None, deadline: float | None = None
+              ) -> TrainingSummary:
+        """Test-time training on the task's train pairs (a no-op without it); what it did.
+
+        With ``settings.test_time_training`` off the adapter is reset, so the model is the base model.
+        No step starts after ``deadline`` (``time.monotonic()``).
+        """
+        settings = settings or self.settings
+        if self.trainer is None:
+            return TrainingSummary(skipped="off")
+        self._adapter_version += 1  # reset or trained below: the engine re-reads the weights
+        if not settings.test_time_training:
+            self.trainer.reset()
+            return TrainingSummary(skipped="off")
+        result = self.trainer.train(task.train, task_rng(self.settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
+                                    deadline=deadline)
+        return TrainingSummary(result.steps, round(result.seconds, 3), result.skipped,
+                               result.losses[0] if result.losses else None,
+                               float(np.mean(result.losses[-8:])) if result.losses else None, result.stopped)
+
+    def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
+               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "", batched: bool | None = None,
+               *, deadline: float | None = None, search_seconds: float | None = None
+               ) -> tuple[list[Candidate], SearchStats]:
+        """Run the sampler under each augmentation; decode, map back and merge the answers.
+
+        One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
+        (default: ``settings.batched``) and with DFS, the first alone and then all the others together
+        (``batched_dfs``), each guided by the first one's best answer. The same candidates either way
+        unless a forward-call cap (per search) is hit. Each search (the batched lanes together count as
+        one) stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes first.
+        """
+        batched = self.settings.batched if batched is None else batched
+        engine = self.engine(model)
+        merged: dict[bytes, Candidate] = {}
+        stats = SearchStats()
+        prompts = []
+        for augmentation in augmentations:
+            prompt = self.encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
+                                                max_len=self.settings.max_len, task_id=task_id,
+                                                log_drops=augmentation is augmentations[0])  # once per input
+            stats.prompt_tokens.append(len(prompt))
+            stats.dropped_train_pairs += len(prompt.dropped)
+            prompts.append(prompt.ids)
+        seeds = [int(rng.integers(2**31)) for _ in augmentations]  # drawn up front: the same in both modes
+
+        def search_deadline() -> float | None:
+            return earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
+
+        def guess_for(augmentation: Augmentation):
+            if not merged:
+                return None
+            best = min(merged.values(), key=lambda c: c.best_generation_nll)
+            return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
+
+        if batched and sampler.kind == "dfs" and len(augmentations) > 1:
+            first = generate(engine, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline())
+            self._merge(first, augmentations[0], merged, stats)
+            guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
+            results = batched_dfs_search(engine, prompts[1:], self.space,
+                                         DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses,
+                                         deadline=search_deadline())
+            for augmentation, result in zip(augmentations[1:], results):
+                self._merge(result, augmentation, merged, stats)
+        else:
+            for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
+                result = generate(engine, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
+                                  deadline=search_deadline())
+                self._merge(result, augmentation, merged, stats)
+        candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
+        return candidates, stats
+
+    def _merge(self, result, augmentation: Augmentation, merged: dict[bytes, Candidate], stats: SearchStats) -> None:
+        """Count one search in ``stats``; decode its answers, map them back and merge them into ``merged``."""
+        stats.forward_calls += result.forward_calls
+        stats.tokens += result.tokens_processed
+        if result.capped:
+            stats.capped.append(f"{augmentation.key}: {result.capped}")
+        for reason, count in result.dropped.items():
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + count
+        for completion in result.completions:
+            stats.answers += 1
+            try:
+                grid = augmentation.invert_grid(self.encoder.decode_answer(completion.ids))
+            except NotAGridError:
+                stats.not_grids += 1
+                continue
+            candidate = merged.setdefault(grid_key(grid), Candidate(grid))
+            nll = candidate.generation_nlls.get(augmentation.key, float("inf"))
+            candidate.generation_nlls[augmentation.key] = min(nll, completion.nll)
+
+    def score(self, model, train: Sequence[Pair], test_input: np.ndarray, candidates: Sequence[Candidate],
+              augmentations: Sequence[Augmentation], batched: bool | None = None) -> None:
+        """Fill each candidate's NLL under every scoring augmentation (``batched``: all in batched forwards)."""
+        if not candidates:
+            return
+        batched = self.settings.batched if batched is None else batched
+        table = augmented_nlls(self.engine(model), self.encoder, train, test_input, [c.grid for c in candidates],
+                               augmentations, self.settings.scoring_batch_size, self.settings.max_len, batched,
+                               self.space.probabilities)
+        for candidate, row in zip(candidates, table):
+            candidate.scoring_nlls = [float(v) for v in row]
+
+    def views(self, task: Task, test_index: int, settings: SolveSettings | None = None
+              ) -> tuple[list[Augmentation], list[Augmentation], np.random.Generator]:
+        """The inference and scoring augmentations of one test input, and the generator for the rest.
+
+        All drawn from (seed, task id, test index) alone, so runs, resumptions and tables agree.
+        """
+        settings = settings or self.settings
+        rng = task_rng(settings.seed, task.id, f"test{test_index}")
+        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
+                                               keep_background=settings.keep_background)
+        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
+                                             keep_background=settings.keep_background)
+        return inference, scoring, rng
+
+    # -- the method ------------------------------------------------------------------------------
+    def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
+                   deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
+        """Run the whole method on one task; its record (errors recorded, never raised).
+
+        ``settings`` (a cheaper rung of ``settings.ladder(self.settings)``, say) replaces the solver's
+        own for this task; the test-time adapter's shape stays the solver's. ``deadline`` (a
+        ``time.monotonic()`` value) bounds the task, ``search_seconds`` each search (module docstring).
+        """
+        settings = settings or self.settings
+        started = time.monotonic()
+        record = TaskRecord(task.id, rung=rung)
+        try:
+            task = task.without_solutions()  # nothing below may see a test output
+            record.ttt = self.adapt(task, settings, deadline)
+            if record.ttt.stopped:
+                record.deadline_hit = "test-time training"
+            record.timings["ttt"] = round(time.monotonic() - started, 3)
+            generation_seconds = scoring_seconds = 0.0
+            for test_index, test_input in enumerate(task.test_inputs):
+                inference, scoring, rng = self.views(task, test_index, settings)
+                moment = time.monotonic()
+                candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng,
+                                                 task_id=task.id, deadline=deadline, search_seconds=search_seconds)
+                generation_seconds += time.monotonic() - moment
+                out_of_time = deadline_passed(deadline)
+                if out_of_time and record.deadline_hit is None:
+                    record.deadline_hit = "generation"
+                if settings.aggregation == "generation" or out_of_time:  # out of time: selected by generation NLL
+                    scoring = []
+                if scoring:
+                    moment = time.monotonic()
+                    self.score(self.model, task.train, test_input, candidates, scoring)
+                    scoring_seconds += time.monotonic() - moment
+                chosen = select(candidates, settings.aggregation if scoring else "generation", settings.attempts)
+                record.tests.append(TestResult([candidates[i].grid for i in chosen], candidates,
+                                               [a.key for a in inference], [a.key for a in scoring], search))
+            record.timings.update(generation=round(generation_seconds, 3), scoring=round(scoring_seconds, 3))
+        except Exception as error:  # one task's failure must never stop the run
+            record.error = f"{type(error).__name__}: {error}"
+            record.traceback = traceback.format_exc(limit=8)
+            logger.warning("task %s failed: %s", shown(task.id), record.error)
+        record.timings["total"] = round(time.monotonic() - started, 3)
+        return record
+
+    def solve_with_retry(self, task: Task, rung: int = 0, rungs: Sequence[SolveSettings] | None = None,
+                         deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
+        """``solve_task`` at ``rung``; on failure (out of memory, say) once more two rungs cheaper.
+
+        Both tries share ``deadline`` and ``search_seconds``; there is no retry once the deadline has passed.
+        """
+        rungs = list(rungs or ladder(self.settings))
+        record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_seconds=search_seconds)
+        if record.error is None or deadline_passed(deadline):
+            return record
+        _free_accelerator_memory()
+        cheaper = min(rung + 2, len(rungs) - 1)
+        retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
+        retry.retried_after = record.error
+        return retry
+
+
+def _free_accelerator_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass

@@ -1,0 +1,453 @@
+"""The paper's two tables, each reproducible with one command: the ablation and the sampler comparison.
+
+Ablation (paper Table 1), per task, sharing work between stages:
+  baseline   one greedy answer, no test-time training, the task as given;
+  +TTT       the same after test-time training;
+  +16xAug    one greedy answer under each of 16 augmentations, the two with the best generation
+             probability kept;
+  +PoE       the same candidates, the two best by the product of experts over 16 fresh augmentations;
+  +DFS       DFS (T = 9%) under the 16 augmentations instead of greedy, then PoE.
+Samplers (paper Table 2): after test-time training, each sampler runs under the same 16
+augmentations; the candidates of all samplers are scored once under 16 fresh augmentations (a
+candidate's score does not depend on who found it) and each sampler is judged on its own candidates.
+
+Accuracy is the competition's: right test outputs (either attempt) over all test outputs; beside
+it, from the same records, top-1 accuracy (the first attempt only, as the paper's Sudoku
+experiment counts). Every NLL is measured as the solver's ``settings.probabilities`` says (the
+records name it). Timings are per task.
+
+A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
+each task's record (``records.AblationRecord`` or ``records.SamplerRecord``) is appended to
+``<table>_records.jsonl`` as it finishes. A rerun resumes; a folder that ran other settings or
+another data set is refused (``run.RunFolderError``), as a solve's is. This module knows the
+solver's pieces and the run layer; it writes no record layout of its own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.grids import grid_key
+from arc_kit.locking import hold_folder, holding_folder
+from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
+from arc_kit.names import shown
+from arc_kit.run.records import AblationRecord, SamplerRecord, SamplerResult, append_record
+from arc_kit.run.runs import CLAIMS_FOLDER, RunFolderError, check_run, claim_task, open_run, records_file, run_records
+from arc_kit.search.scoring import AGGREGATIONS, Candidate, select
+from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.run.solver import Solver, task_rng
+from arc_kit.data.submission import any_attempt_right, attempt_is_right
+from arc_kit.data.tasks import Task, TaskSet
+
+ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
+PAPER_ABLATION = {  # two-attempt accuracy on the 400 ARC-AGI-1 evaluation tasks, paper Table 1
+    "Llama-3.2-3B": (14.9, 40.9, 52.9, 59.5, 61.4),
+    "NeMo-Minitron-8B": (18.3, 44.5, 62.5, 67.6, 71.6),
+}
+PAPER_SAMPLERS = {  # NeMo-Minitron-8B, paper Table 2: solutions found, candidates per task, product accuracy
+    "greedy": (70.8, 6.7, 67.6), "stochastic x2": (74.5, 11.2, 69.9), "stochastic x4": (77.3, 17.6, 70.8),
+    "beam x2": (75.0, 15.9, 69.9), "beam x4": (79.0, 34.7, 71.6), "DFS T=20%": (73.5, 4.9, 70.0),
+    "DFS T=9%": (76.0, 9.3, 71.6), "DFS T=0.5%": (83.5, 84.7, 71.8),
+}
+DEFAULT_SAMPLERS = (SamplerSettings("greedy"), SamplerSettings("sample", count=2), SamplerSettings("sample", count=4),
+                    SamplerSettings("beam", count=2), SamplerSettings("beam", count=4),
+                    SamplerSettings("dfs", threshold=0.2), SamplerSettings("dfs", threshold=0.09),
+                    SamplerSettings("dfs", threshold=0.005))
+
+
+def _contains(candidates: Sequence[Candidate], answer: np.ndarray) -> bool:
+    key = grid_key(answer)
+    return any(grid_key(c.grid) == key for c in candidates)
+
+
+class _Clock:
+    """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB)."""
+
+    def __init__(self, cuda: bool = False):
+        self.seconds: dict[str, float] = {}
+        self.peak_memory_gb: dict[str, float] = {}
+        self.cuda = cuda
+
+    def __call__(self, name: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                if clock.cuda:
+                    import torch
+
+                    torch.cuda.reset_peak_memory_stats()
+                self.started = time.monotonic()
+
+            def __exit__(self, *exc):
+                clock.seconds[name] = clock.seconds.get(name, 0.0) + time.monotonic() - self.started
+                if clock.cuda:
+                    import torch
+
+                    peak = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+                    clock.peak_memory_gb[name] = max(clock.peak_memory_gb.get(name, 0.0), peak)
+
+        return _Span()
+
+
+def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None) -> AblationRecord:
+    """All five stages on one task; the record holds per-stage correctness and timings.
+
+    The +DFS stage searches at ``threshold`` (default: the solver's own, ``settings.sampler.threshold``).
+    """
+    if solver.trainer is None:
+        raise ValueError("the ablation needs a solver with test-time training on")
+    settings = solver.settings
+    threshold = settings.sampler.threshold if threshold is None else threshold
+    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
+    answers = task.test_outputs
+    visible = task.without_solutions()
+    greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
+                                                             max_forward_calls=settings.sampler.max_forward_calls)
+    identity = [Augmentation()]
+    record = AblationRecord(task.id, {stage: [] for stage in ABLATION_STAGES},
+                            probabilities=solver.space.probabilities)
+    per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
+    with clock("baseline"), solver.base_model() as base:
+        for test_input, _, _, rng in per_test:
+            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+            record.stages["baseline"].append([c.grid for c in found[:2]])
+    with clock("ttt"):
+        record.ttt = solver.adapt(visible)
+    for test_input, inference, scoring, rng in per_test:
+        with clock("+TTT"):
+            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+        record.stages["+TTT"].append([c.grid for c in found[:2]])
+        with clock("+16xAug"):
+            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng,
+                                         task_id=task.id)
+        record.stages["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
+        with clock("+PoE"):
+            solver.score(solver.model, visible.train, test_input, augmented, scoring)
+        record.stages["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
+        with clock("+DFS"):
+            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng,
+                                             task_id=task.id)
+            solver.score(solver.model, visible.train, test_input, searched, scoring)
+        record.stages["+DFS"].append([searched[i].grid for i in select(searched, "product")])
+        record.candidates.setdefault("+16xAug", []).append(len(augmented))
+        record.candidates.setdefault("+DFS", []).append(len(searched))
+        record.dfs_capped.extend(search.capped)
+    record.correct = {stage: [any_attempt_right(attempts, answer)
+                              for attempts, answer in zip(record.stages[stage], answers)]
+                      for stage in ABLATION_STAGES}
+    record.correct_top1 = {stage: [bool(attempts) and attempt_is_right(attempts[0], answer)
+                                   for attempts, answer in zip(record.stages[stage], answers)]
+                           for stage in ABLATION_STAGES}
+    record.seconds = {name: round(value, 3) for name, value in clock.seconds.items()}
+    record.peak_memory_gb = clock.peak_memory_gb
+    return record
+
+
+def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> SamplerRecord:
+    """Every sampler on one task after one test-time training; shared scoring of all candidates."""
+    import torch
+
+    settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
+    record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
+    cuda = next(solver.model.parameters()).device.type == "cuda"
+    for index, test_input in enumerate(visible.test_inputs):
+        inference, scoring, _ = solver.views(visible, index)
+        found: dict[str, list[Candidate]] = {}
+        for sampler in samplers:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            started = time.monotonic()
+            rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
+            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler, rng,
+                                               task_id=task.id)
+            result = record.samplers.setdefault(sampler.name, SamplerResult(
+                correct={a: [] for a in AGGREGATIONS}, correct_top1={a: [] for a in AGGREGATIONS}))
+            result.seconds += time.monotonic() - started
+            if cuda:
+                peak = torch.cuda.max_memory_allocated() / 2**30
+                result.peak_memory_gb = max(result.peak_memory_gb or 0.0, round(peak, 2))
+            result.candidates.append(len(candidates))
+            result.found.append(_contains(candidates, answers[index]))
+            result.capped += len(search.capped)
+            found[sampler.name] = candidates
+        union: dict[bytes, Candidate] = {}
+        for candidates in found.values():
+            for candidate in candidates:
+                union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
+        started = time.monotonic()
+        solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
+        record.scoring_seconds += time.monotonic() - started
+        for name, candidates in found.items():
+            for candidate in candidates:
+                candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
+            for aggregation in AGGREGATIONS:
+                chosen = [candidates[i].grid for i in select(candidates, aggregation)]
+                result = record.samplers[name]
+                result.correct[aggregation].append(any_attempt_right(chosen, answers[index]))
+                result.correct_top1[aggregation].append(bool(chosen) and attempt_is_right(chosen[0], answers[index]))
+    return record
+
+
+@dataclass
+class TableRun:
+    table: object  # pandas.DataFrame
+    markdown: str
+    records: dict  # task id -> records.AblationRecord or records.SamplerRecord
+
+
+def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type, work, progress: bool, *,
+               info: dict | None = None, worker: int | None = None, stop_at: float | None = None) -> dict:
+    """Run ``work`` on every task without a record in run folder ``out``; a rerun resumes.
+
+    A single process opens the run (``run.open_run``: refused when the folder ran other settings or
+    another data set). As one of several workers (``worker`` = its number) the parent has opened
+    it and holds its lock; a task goes to whichever worker claims it first and its record into
+    ``out/worker-N``; no task is started after ``stop_at`` (monotonic). A single process holds the
+    folder's lock throughout (``locking``).
+    """
+    if worker is not None:
+        if not check_run(out, solver.settings, info):
+            raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
+        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
+    with hold_folder(out):
+        open_run(out, solver.settings, info)
+        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
+
+
+def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progress: bool, worker: int | None,
+                  stop_at: float | None) -> dict:
+    """The loop of ``_run_tasks``, in a folder made ready for it."""
+    from tqdm.auto import tqdm
+
+    records = run_records(out, records_file(table), kind)
+    path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
+                     disable=not progress):
+        if not task.has_solutions:
+            raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")
+        if stop_at is not None and time.monotonic() > stop_at:
+            break
+        if worker is not None and not claim_task(out, task.id):
+            continue
+        record = work(task)
+        records[task.id] = record
+        append_record(path, record)
+    return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+
+
+def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, progress: bool = True, info: dict | None = None,
+                 worker: int | None = None, stop_at: float | None = None) -> TableRun:
+    """The ablation on every task (its +DFS stage at the solver's threshold); writes ablation.md and ablation.csv
+    into the run folder ``out`` (``info`` goes into a new ``run.json``, see ``run.open_run``)."""
+    out = Path(out)
+    records = _run_tasks(tasks, solver, out, "ablation", AblationRecord, lambda task: ablation_task(solver, task),
+                         progress, info=info, worker=worker, stop_at=stop_at)
+    return ablation_table(records, solver.settings, out)
+
+
+def _first_complete(records: dict, task_ids: Sequence[str]) -> dict:
+    """The records of the longest run of ``task_ids`` from the first that all have one."""
+    kept = {}
+    for task_id in task_ids:
+        if task_id not in records:
+            break
+        kept[task_id] = records[task_id]
+    return kept
+
+
+def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSettings, out: str | Path) -> TableRun:
+    """The ablation table of finished records (their +DFS stage at ``settings.sampler.threshold``); writes
+    ablation.md and ablation.csv into ``out``."""
+    import pandas as pd
+
+    out = Path(out)
+    outputs = sum(len(r.correct["baseline"]) for r in records.values())
+    rows = []
+    top1_known = all(r.correct_top1 is not None for r in records.values())  # records of an earlier kit lack it
+    for position, stage in enumerate(ABLATION_STAGES):
+        right = sum(sum(r.correct[stage]) for r in records.values())
+        right_top1 = sum(sum(r.correct_top1[stage]) for r in records.values()) if top1_known else None
+        row = {"stage": stage, "correct": right, "correct_top1": right_top1, "test_outputs": outputs,
+               "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
+               "accuracy_top1_percent": _percent(right_top1, outputs),
+               "seconds_per_task": round(np.mean([r.seconds.get(stage, 0.0)
+                                                  for r in records.values()]), 2) if records else 0.0,
+               "peak_gpu_memory_gb": max((r.peak_memory_gb.get(stage) or 0.0 for r in records.values()),
+                                         default=0.0) or None}
+        for model, numbers in PAPER_ABLATION.items():
+            row[f"paper {model}"] = numbers[position]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    ttt_seconds = np.mean([r.seconds.get("ttt", 0.0) for r in records.values()]) if records else 0.0
+    markdown = (f"Two-attempt accuracy (and top-1: the first attempt only) on {len(records)} tasks ({outputs} test "
+                f"outputs), NLLs under {_measure(settings.probabilities)}, with "
+                f"{settings.inference_augmentations} inference and {settings.scoring_augmentations} scoring "
+                f"augmentations (the stage names are the paper's, for 16 and 16) and DFS at "
+                f"T = {settings.sampler.threshold:g}. "
+                f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
+                f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
+                f"process (CUDA only).\n\n" + _markdown(table))
+    table.to_csv(out / "ablation.csv", index=False)
+    (out / "ablation.md").write_text(markdown + "\n")
+    return TableRun(table, markdown, dict(records))
+
+
+def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
+                      samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True,
+                      info: dict | None = None) -> TableRun:
+    """The sampler comparison on every task; writes samplers.md and samplers.csv into the run folder ``out``."""
+    out = Path(out)
+    records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
+                         lambda task: sampler_task(solver, task, samplers), progress, info=info)
+    return sampler_table(records, samplers, solver.settings, out)
+
+
+def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[SamplerSettings],
+                  settings: SolveSettings, out: str | Path) -> TableRun:
+    """The sampler table of finished records; writes samplers.md and samplers.csv into ``out``."""
+    import pandas as pd
+
+    out = Path(out)
+    rows = []
+    for sampler in samplers:
+        results = [r.samplers[sampler.name] for r in records.values() if sampler.name in r.samplers]
+        outputs = sum(len(e.found) for e in results)
+        row = {"sampler": sampler.name,
+               "solutions_found_percent": round(100 * sum(sum(e.found) for e in results) / outputs, 1)
+               if outputs else 0.0,
+               "candidates_per_task": round(np.mean([sum(e.candidates) for e in results]), 1) if results else 0.0,
+               "generation_seconds_per_task": round(np.mean([e.seconds for e in results]), 2) if results else 0.0,
+               "peak_gpu_memory_gb": max((e.peak_memory_gb for e in results if e.peak_memory_gb is not None),
+                                         default=None),
+               "capped_searches": sum(e.capped for e in results)}
+        for aggregation in ("max", "min", "sum", "product"):
+            right = sum(sum(e.correct[aggregation]) for e in results)
+            row[f"accuracy_{aggregation}_percent"] = round(100 * right / outputs, 1) if outputs else 0.0
+        top1_known = all(e.correct_top1 is not None for e in results)  # records of an earlier kit lack it
+        for aggregation in ("max", "min", "sum", "product"):
+            right = sum(sum(e.correct_top1[aggregation]) for e in results) if top1_known else None
+            row[f"accuracy_{aggregation}_top1_percent"] = _percent(right, outputs)
+        paper = PAPER_SAMPLERS.get(sampler.name)
+        row["paper_found_percent"], row["paper_candidates"], row["paper_product_percent"] = paper or (None,) * 3
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    ttt = np.mean([(r.ttt.seconds if r.ttt else 0.0) or 0.0 for r in records.values()]) if records else 0.0
+    scoring = np.mean([r.scoring_seconds for r in records.values()]) if records else 0.0
+    markdown = (f"{len(records)} tasks, {settings.inference_augmentations} inference and "
+                f"{settings.scoring_augmentations} scoring augmentations, NLLs under "
+                f"{_measure(settings.probabilities)}; accuracies count two attempts, those ending _top1 the "
+                "first only. "
+                f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
+                f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
+                "measured on CUDA only.\n\n" + _markdown(table))
+    table.to_csv(out / "samplers.csv", index=False)
+    (out / "samplers.md").write_text(markdown + "\n")
+    return TableRun(table, markdown, dict(records))
+
+
+TABLES = ("ablation", "samplers")
+
+
+def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
+                     stop_at_epoch: float | None) -> None:
+    """One of several processes sharing an ablation run (see ``run_table``); ``settings`` are the run's own."""
+    import torch
+
+    torch.set_num_threads(1)
+    loaded = load_model(model, LoadSettings(**load_options))
+    solver = Solver.from_loaded(loaded, settings)
+    stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
+    run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
+
+
+@holding_folder("out")
+def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
+              load_options: dict | None = None, progress: bool = True, workers: int = 1,
+              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
+              adopt: bool = False) -> TableRun:
+    """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
+
+    The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
+    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
+    rerun resumes, one that ran other settings or another data set (``info``'s, see
+    ``run.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
+    that lack a ``run.json``. The run holds ``out``'s lock throughout (``locking``). The ablation can run
+    in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
+    ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is
+    stopped (a rerun does it), and the table covers the tasks finished from the first one on, in order.
+    """
+    from arc_kit.provenance import run_info
+
+    if which not in TABLES:
+        raise ValueError(f"unknown table {which!r}; expected one of {TABLES}")
+    if not tasks.has_solutions:
+        raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
+    if workers > 1 and which != "ablation":
+        raise ValueError("only the ablation runs in several workers")
+    out = Path(out)
+    # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
+    # what the model takes
+    settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
+    info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
+    open_run(out, settings, info, restart=restart, adopt=adopt)
+    stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
+    if which == "ablation" and (workers > 1 or minutes is not None):
+        import multiprocessing
+
+        shutil.rmtree(out / CLAIMS_FOLDER, ignore_errors=True)  # claims of an interrupted run: its tasks are not done
+        context = multiprocessing.get_context("spawn")
+        processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
+                                                                    load_options or {}, stop_at_epoch))
+                     for worker in range(workers)]
+        for process in processes:
+            process.start()
+        hard_stop = None if minutes is None else time.monotonic() + 60 * (minutes + grace_minutes)
+        for process in processes:
+            process.join(None if hard_stop is None else max(0.0, hard_stop - time.monotonic()))
+        late = [worker for worker, process in enumerate(processes) if process.is_alive()]
+        for worker in late:  # their tasks in flight are lost; a rerun does them
+            processes[worker].terminate()
+            processes[worker].join()
+        failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
+        if failed:
+            raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
+        records = _first_complete(run_records(out, records_file("ablation"), AblationRecord), tasks.ids)
+        return ablation_table(records, settings, out)
+    loaded = load_model(model, LoadSettings(**(load_options or {})))
+    solver = Solver.from_loaded(loaded, settings)
+    if which == "ablation":
+        return run_ablation(tasks, solver, out, progress=progress)
+    samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
+                                temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
+    return run_sampler_table(tasks, solver, out, samplers, progress=progress)
+
+
+def _percent(right: int | None, outputs: int) -> float | None:
+    """``right`` of ``outputs`` in percent (0 without outputs; None when unknown)."""
+    if right is None:
+        return None
+    return round(100 * right / outputs, 1) if outputs else 0.0
+
+
+def _measure(probabilities: str) -> str:
+    return "the full softmax" if probabilities == "full" else "the softmax renormalised over the answer tokens"
+
+
+def _markdown(table) -> str:
+    """A pipe table without extra dependencies (pandas' to_markdown needs tabulate)."""
+    columns = list(table.columns)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join("" if row[c] is None or (isinstance(row[c], float) and np.isnan(row[c]))
+                                       else str(row[c]) for c in columns) + " |")
+    return "\n".join(lines)
+

@@ -1,0 +1,242 @@
+"""Depth-first search for every answer whose probability is at least a threshold (paper, Appendix A).
+
+The search works in negative log-probabilities: a branch is pruned as soon as its summed NLL
+exceeds ``-ln(threshold)``, so every answer with probability >= threshold is returned, and nothing
+else (at most ``1 / threshold`` answers). It runs on an explicit stack, not recursion, on a decode
+engine (``decode_engine.DecodeEngine``) whose lane holds the current path only (the memory of
+greedy decoding): going back to a branch point feeds the next token at the branch's position,
+which is the engine's rewind; the prompt is never recomputed.
+
+``search_lanes`` runs several such searches together, one engine lane per prompt, one engine step
+for all live lanes (``batched_dfs`` groups its prompts and handles memory); ``dfs_search`` is its
+one-lane case. Each lane has its own ``Frontier``, so every lane explores exactly as a search alone.
+
+An optional *guess* (the best answer found so far under another augmentation, mapped into this
+one's frame) is fed together with the prompt in one forward pass, which yields the cache and the
+distribution at every position of the guess at once; its path is explored first. Only answer tokens
+are walked (a path through any other token can never spell a grid, so pruning it is exact); their
+NLLs are the space's (``decoding.answer_log_probs``: the full softmax by default). Caps on the answer
+length and on the number of forward calls bound the work, and so does an optional ``deadline`` (a
+``time.monotonic()`` value: no model call starts after it); hitting one is reported in the result
+(``capped``), which holds what was found until then.
+
+Knows nothing of tasks, grids, augmentations or the model under the engine: it maps a prompt's
+token ids to completions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from arc_kit.search.decode_engine import DecodeEngine
+from arc_kit.search.decoding import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
+from arc_kit.search.engine import as_engine
+from arc_kit.settings import SamplerSettings
+
+SPARE_POSITIONS = 256  # room asked of the engine after the longest prompt and guess (it grows when paths need more)
+
+
+@dataclass(frozen=True)
+class DfsSettings:
+    """The search's bounds; the defaults are the sampler's (``settings.SamplerSettings``: the paper's T = 9%)."""
+
+    threshold: float = SamplerSettings().threshold  # minimum probability of a returned answer
+    max_forward_calls: int = SamplerSettings().max_forward_calls  # single-token model calls before it stops
+
+    def __post_init__(self):
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+
+
+class Frontier:
+    """One search's open branches, current path and finds; the part of DFS that never touches the model.
+
+    ``dfs_search`` and ``batched_dfs.batched_dfs_search`` (one frontier per lane) share it, so both
+    push, prune and record children in exactly the same order.
+    """
+
+    def __init__(self, space: AnswerSpace, max_nll: float):
+        self.space, self.max_nll = space, max_nll
+        self.completions: list[Completion] = []
+        self.stack: list[tuple[int, int, float]] = []  # (depth of the parent, token, NLL with the token)
+        self.dropped: Counter = Counter()
+        self.path: list[int] = []
+
+    def expand(self, depth: int, nll: float, increment: np.ndarray, skip: int | None = None) -> None:
+        """Record the eos child, push the other children within the threshold (best on top)."""
+        eos = self.space.eos_id
+        totals = nll + increment
+        children = []
+        for token in np.flatnonzero(totals <= self.max_nll):
+            token = int(token)
+            if token == eos:
+                self.completions.append(Completion(tuple(self.path[:depth]) + (eos,), float(totals[token])))
+            elif token == skip:
+                continue
+            elif depth + 1 < self.space.max_length:  # room is left for at least the eos
+                children.append((float(totals[token]), token))
+            else:
+                self.dropped["max length"] += 1
+        children.sort(reverse=True)  # worst first, so the most probable child is popped next
+        self.stack.extend((depth, token, total) for total, token in children)
+
+    def walk_guess(self, guess: Sequence[int], increments: np.ndarray) -> int:
+        """Expand along the guess, whose distributions ``increments[d]`` are known; the depth followed.
+
+        Siblings wait on the stack; the path ends as the followed part of the guess.
+        """
+        nll, depth = 0.0, 0
+        while True:
+            increment = increments[depth]
+            token = guess[depth] if depth < len(guess) else None
+            follow = (token is not None and token != self.space.eos_id and nll + increment[token] <= self.max_nll
+                      and depth + 1 < self.space.max_length)
+            self.expand(depth, nll, increment, skip=token if follow else None)
+            if not follow:
+                return depth
+            self.path.append(token)
+            nll += float(increment[token])
+            depth += 1
+
+    def pop(self) -> tuple[int, int, float]:
+        """The next branch (depth of its parent, token, NLL); the path is cut back to its parent."""
+        depth, token, total = self.stack.pop()
+        del self.path[depth:]
+        return depth, token, total
+
+
+DEADLINE_BEFORE_START = "deadline passed before the search started"
+
+
+def deadline_message(branches: int) -> str:
+    """What ``capped`` says of a search stopped by its deadline."""
+    return f"deadline reached with {branches} branches left"
+
+
+def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
+    """A guess as a list of ints, cut to the longest answer and after its first eos."""
+    guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
+    if space.eos_id in guess:
+        guess = guess[: guess.index(space.eos_id) + 1]
+    return guess
+
+
+def dfs_search(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: DfsSettings = DfsSettings(),
+               guess: Sequence[int] | None = None, *, deadline: float | None = None) -> SearchResult:
+    """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first.
+
+    ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). Past ``deadline``
+    (``time.monotonic()``) no model call starts: the answers found so far come back, ``capped``
+    says so (with no call at all when it had passed before the search began).
+    """
+    return search_lanes(as_engine(engine), [prompt_ids], [clean_guess(guess, space)], space, settings,
+                        time.monotonic(), deadline)[0]
+
+
+class _Lane:
+    """One prompt's search among the lanes: its frontier and its counts."""
+
+    def __init__(self, prompt_length: int, sequence_length: int, frontier: Frontier):
+        self.prompt_length = prompt_length  # the path's token at depth d is fed at position prompt_length + d
+        self.sequence_length = sequence_length  # prompt and guess, as fed in the first pass
+        self.frontier = frontier
+        self.forward_calls = 0
+        self.capped: str | None = None
+        self.seconds = 0.0
+        self.pending: tuple[int, float] = (0, 0.0)  # (depth of the parent, NLL) of the token being fed
+
+
+def search_lanes(engine: DecodeEngine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
+                 settings: DfsSettings, started: float, deadline: float | None,
+                 limit: BatchLimit | None = None) -> list[SearchResult]:
+    """``dfs_search`` of each prompt (with its cleaned guess), all on one engine's lanes; one result per prompt.
+
+    Each lane's first pass (prompt and guess in one forward) is made alone, as a single search
+    makes it; then every step feeds each live lane its next branch's token. A lane whose stack is
+    empty, or which reached its forward-call cap, leaves (``keep_lanes``). ``deadline`` is the whole
+    call's; ``seconds`` of a result is the time from ``started`` until its lane left. ``limit``
+    goes to the engine (``DecodeEngine.start``).
+    """
+    max_nll = -math.log(settings.threshold)
+    width = max(len(prompt) + len(guess) for prompt, guess in zip(prompts, guesses))
+    engine.start(len(prompts), width + SPARE_POSITIONS, space, limit)
+    try:
+        lanes = _first_passes(engine, prompts, guesses, space, max_nll, deadline)
+        if len(lanes) < len(prompts):  # the deadline came during the first passes: no step is taken
+            for lane in lanes:
+                _still_searching(lane, settings, started, out_of_time=True)
+            return ([_result(lane) for lane in lanes]
+                    + [SearchResult([], capped=DEADLINE_BEFORE_START) for _ in prompts[len(lanes):]])
+        _steps(engine, lanes, settings, started, deadline)
+    finally:
+        engine.release()
+    return [_result(lane) for lane in lanes]
+
+
+def _first_passes(engine: DecodeEngine, prompts, guesses, space: AnswerSpace, max_nll: float,
+                  deadline: float | None) -> list[_Lane]:
+    """Each lane's prompt and guess in one pass, lane by lane, until the deadline; the lanes made."""
+    lanes = []
+    for lane_index, (prompt_ids, guess) in enumerate(zip(prompts, guesses)):
+        if deadline_passed(deadline):
+            break
+        ids = [*map(int, prompt_ids), *guess]
+        # increments[d][t]: NLL of token t after the prompt and guess[:d]
+        increments = engine.prefill(lane_index, ids, len(prompt_ids))
+        lane = _Lane(len(prompt_ids), len(ids), Frontier(space, max_nll))
+        lane.frontier.walk_guess(guess, increments)  # its distributions are already computed
+        lanes.append(lane)
+    return lanes
+
+
+def _steps(engine: DecodeEngine, lanes: list[_Lane], settings: DfsSettings, started: float,
+           deadline: float | None) -> None:
+    """Step every live lane until none is left (each lane's branch, the most probable first, per step)."""
+    live = list(range(len(lanes)))  # the lane of each engine lane
+    while True:
+        out_of_time = deadline_passed(deadline)
+        keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, started, out_of_time)]
+        if len(keep) < len(live):  # lanes that finished leave
+            if not keep:
+                return
+            engine.keep_lanes(keep)
+            live = [live[row] for row in keep]
+        tokens, positions = [], []
+        for index in live:
+            lane = lanes[index]
+            depth, token, total = lane.frontier.pop()
+            lane.frontier.path.append(token)
+            lane.forward_calls += 1
+            tokens.append(token)
+            positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
+            lane.pending = (depth, total)
+        increments = engine.step(tokens, positions)
+        for row, index in enumerate(live):
+            lane = lanes[index]
+            depth, total = lane.pending
+            lane.frontier.expand(depth + 1, total, increments[row])
+
+
+def _result(lane: _Lane) -> SearchResult:
+    return SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
+                        tokens_processed=lane.sequence_length + lane.forward_calls, seconds=lane.seconds,
+                        capped=lane.capped, dropped=dict(lane.frontier.dropped))
+
+
+def _still_searching(lane: _Lane, settings: DfsSettings, started: float, out_of_time: bool) -> bool:
+    """Whether the lane has a branch to explore within its cap and time; if not, it is finished (and timed)."""
+    within_cap = lane.forward_calls < settings.max_forward_calls
+    if lane.frontier.stack and within_cap and not out_of_time:
+        return True
+    if lane.frontier.stack:  # the call cap first, then the deadline
+        lane.capped = (deadline_message(len(lane.frontier.stack)) if within_cap else
+                       f"forward-call cap of {settings.max_forward_calls} reached with "
+                       f"{len(lane.frontier.stack)} branches left")
+    lane.seconds = time.monotonic() - started
+    return False

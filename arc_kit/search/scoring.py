@@ -1,0 +1,160 @@
+"""Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
+
+Every NLL is measured on a decode engine (``decode_engine.DecodeEngine.score``: each prompt run
+once, its keys and values reused by all its answers, answers right-padded in batched calls,
+out-of-memory errors answered by halving the rows per call). ``score_prompts`` scores many prompts'
+answers together; ``augmented_nlls`` scores candidates under each scoring augmentation (augmented
+prompt, augmented answer), one augmentation after another or, ``batched``, all together. An
+engine may be given as a model (``engine.as_engine``: the fast engine, made for the call).
+
+The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
+(lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
+min, max and sum of probabilities. ``select`` takes the best (two, or as many as asked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.search.decoding import AnswerSpace, BatchLimit
+from arc_kit.search.engine import as_engine
+from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
+from arc_kit.data.tasks import Pair
+from arc_kit.text.format import TaskEncoder
+
+
+def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
+                  space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None, *,
+                  prompt_limit: BatchLimit | None = None, answer_limit: BatchLimit | None = None) -> list[np.ndarray]:
+    """The NLLs of ``answers[p]`` after ``prompts[p]``, in as few batched calls as memory allows.
+
+    Up to ``prompt_batch_size`` (default ``batch_size``) prompts share one call, up to
+    ``batch_size`` (prompt, answer) rows each answer call; out of memory, the answer rows per call
+    (``answer_limit``) and then the prompts per call (``prompt_limit``) are halved
+    (``DecodeEngine.score``). Equal to ``decoding.score_answers`` of each prompt up to float rounding.
+    """
+    return as_engine(engine).score(prompts, answers, space, batch_size, prompt_batch_size, prompt_limit=prompt_limit,
+                                   answer_limit=answer_limit)
+
+
+def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
+                   candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
+                   batch_size: int = 16, max_len: int | None = None, batched: bool = False,
+                   probabilities: str = "full") -> np.ndarray:
+    """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations).
+
+    ``batched``: every augmentation's prompt and answers together; otherwise one augmentation after
+    another. The same numbers up to float rounding. ``probabilities``: as
+    ``decoding.AnswerSpace.probabilities`` (the full softmax by default).
+    """
+    engine = as_engine(engine)
+    space = AnswerSpace.from_encoder(encoder, probabilities)
+    table = np.zeros((len(candidates), len(augmentations)))
+    prompts, answers = [], []
+    for augmentation in augmentations:
+        prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
+                                       max_len=max_len)
+        prompts.append(prompt.ids)
+        answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates])
+    if batched:
+        columns = engine.score(prompts, answers, space, batch_size)
+    else:
+        limit = BatchLimit("answers")  # one for all augmentations: a size that ran out of memory is not tried again
+        columns = [engine.score([prompt], [chunk], space, batch_size, answer_limit=limit)[0]
+                   for prompt, chunk in zip(prompts, answers)]
+    for column, nlls in enumerate(columns):
+        table[:, column] = nlls
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregations: per-augmentation NLLs -> one NLL, lower is better.
+
+def product_of_probabilities(nlls: Sequence[float]) -> float:
+    """-log prod_j P_j: the product of experts (geometric mean up to a constant)."""
+    return float(np.sum(nlls))
+
+
+def min_probability(nlls: Sequence[float]) -> float:
+    """-log min_j P_j: a candidate is as good as its worst view."""
+    return float(np.max(nlls))
+
+
+def max_probability(nlls: Sequence[float]) -> float:
+    """-log max_j P_j: a candidate is as good as its best view."""
+    return float(np.min(nlls))
+
+
+def sum_of_probabilities(nlls: Sequence[float]) -> float:
+    """-log sum_j P_j, computed stably."""
+    values = -np.asarray(nlls, dtype=float)
+    top = values.max()
+    if not np.isfinite(top):  # every probability 0: -log 0 = inf (inf - inf below would be nan)
+        return float(-top)
+    return float(-(top + np.log(np.exp(values - top).sum())))
+
+
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    "product": product_of_probabilities,
+    "min": min_probability,
+    "max": max_probability,
+    "sum": sum_of_probabilities,
+}
+
+
+@dataclass
+class Candidate:
+    """One distinct answer to a test input, in the task's original frame, and what is known of it."""
+
+    grid: np.ndarray
+    generation_nlls: dict[str, float] = field(default_factory=dict)  # augmentation key -> NLL where sampled
+    scoring_nlls: list[float] = field(default_factory=list)  # one per scoring augmentation
+    extra: dict = field(default_factory=dict, repr=False, compare=False)  # fields of a later kit, kept as they are
+
+    @property
+    def found_by(self) -> list[str]:
+        return list(self.generation_nlls)
+
+    @property
+    def best_generation_nll(self) -> float:
+        return min(self.generation_nlls.values()) if self.generation_nlls else float("inf")
+
+    def aggregate(self, name: str) -> float:
+        if name == "generation":
+            return self.best_generation_nll
+        if not self.scoring_nlls:
+            return float("inf")
+        return AGGREGATIONS[name](self.scoring_nlls)
+
+    def to_json(self) -> dict:
+        """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""
+        data = {"grid": grid_to_json(self.grid), "generation_nlls": dict(self.generation_nlls),
+                "scoring_nlls": list(self.scoring_nlls)}
+        if self.scoring_nlls:
+            data["aggregates"] = {name: self.aggregate(name) for name in AGGREGATIONS}
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data) -> Candidate:
+        """The inverse of ``to_json``; fields it does not know are kept in ``extra`` (the aggregates are recomputed)."""
+        extra = {key: value for key, value in data.items()
+                 if key not in ("grid", "generation_nlls", "scoring_nlls", "aggregates")}
+        return cls(to_grid(data["grid"], max_side=LARGEST_SIDE),  # a wide set's candidates are wide
+                   {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
+                   [float(v) for v in data.get("scoring_nlls", [])], extra)
+
+
+def select(candidates: Sequence[Candidate], aggregation: str = "product", count: int = 2) -> list[int]:
+    """Indices of the ``count`` best candidates by an aggregation ('generation': best sampling NLL).
+
+    Ties go to the candidate with the better generation NLL, then to the earlier one.
+    """
+    if aggregation not in AGGREGATIONS and aggregation != "generation":
+        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {[*AGGREGATIONS, 'generation']}")
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i].aggregate(aggregation),
+                                                          candidates[i].best_generation_nll, i))
+    return order[:count]

@@ -1,0 +1,12 @@
+"""The paper's Sudoku experiment: puzzles with unique solutions, and training and scoring a model on them.
+
+``puzzles`` generates and checks puzzles (numpy only); ``experiment`` trains and evaluates with the
+kit's solver. It may import ``run`` and below.
+"""
+
+from arc_kit.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "experiment": ("SudokuEvalSettings", "evaluate", "solve_puzzle"),
+    "puzzles": ("generate_puzzles",),
+})

@@ -1,0 +1,273 @@
+"""The Sudoku experiment (paper, section 5.5): fine-tune on puzzles, then DFS + product of experts, top-1.
+
+- ``train``: the kit's trainer (``training.pretrain``) on one pool of puzzles under fresh Sudoku
+  augmentations (``sudoku.SudokuPool``). One puzzle per training sequence: the rules never change,
+  so examples in the context tell the model nothing (the paper uses no test-time training here for
+  the same reason), and a puzzle alone is ~230 tokens instead of ~900 for four.
+- ``evaluate``: per puzzle, DFS at T (1%) under each of the inference augmentations, answers mapped
+  back and merged (``solver.Solver.sample``), every candidate scored under the scoring augmentations
+  (``Solver.score``), the best by the product of experts taken as the one attempt. Writes
+  ``records.jsonl`` (the kit's TaskRecord layout), ``metrics.json`` and the paper's figure: the share
+  of puzzles whose solution was generated, selected by PoE, and selected by generation probability,
+  against the threshold (exact for thresholds at or above the run's, see ``analysis.threshold_curve``).
+
+Knows the Sudoku pieces and how the kit's solver is put together; nothing of files beyond its outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_kit.run.analysis import threshold_curve
+from arc_kit.data.grids import grid_key, grid_to_json
+from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.run.records import TaskRecord, TestResult
+from arc_kit.search.scoring import select
+from arc_kit.settings import SequenceSettings, Settings, SolveSettings, TrainingSettings, setting
+from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool, clue_count, is_valid_solution, keeps_clues, score_answer
+from arc_kit.data.tasks import Pair
+
+logger = logging.getLogger(__name__)
+
+# One puzzle per sequence, its solution in the loss: the random sampler drawing exactly one pair (the
+# authors' passes sampler would put ``pairs`` puzzles in a sequence and permute the whole pool per
+# item). The trainer's own augmentation (a symmetry of the square, digits permuted with 0 kept) is a
+# Sudoku symmetry too.
+SUDOKU_SEQUENCES = SequenceSettings(sampler="random", min_pairs=1, max_pairs=1, max_len=512,
+                                    mask_first_output=False, keep_background=True)
+
+
+def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: TrainingSettings, *,
+          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True):
+    """Fine-tune (or train a preset from scratch) on ``pairs``; ``training.PretrainResult``."""
+    from arc_kit.model.training import pretrain
+
+    pool = SudokuPool(pairs, copies=copies, seed=settings.seed)
+    settings = settings.replace(sequences=SUDOKU_SEQUENCES)
+    clues = [clue_count(pair.input) for pair in pairs]
+    description = (f"Sudoku: {len(pairs)} puzzles ({min(clues)}-{max(clues)} clues, mean {np.mean(clues):.1f}), "
+                   f"each under {copies} random Sudoku augmentations, one puzzle per sequence")
+    return pretrain(model, out, {"sudoku": pool}, settings, data_description=description, resume=resume,
+                    device=device, progress=progress)
+
+
+# The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
+# longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token
+# Sudoku sequences records as its own budget. A right answer is ~92 tokens.
+SUDOKU_TOKEN_BUDGET = 2048
+
+
+@dataclass(frozen=True)
+class SudokuEvalSettings(Settings):
+    """The paper's Sudoku setting: no test-time training, DFS at T = 1%, PoE over 8 augmentations, top-1.
+
+    Everything else (the aggregation, how an answer's NLL is read) is the solver's default
+    (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes.
+    """
+
+    threshold: float = setting(0.01, "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)")
+    inference_augmentations: int = setting(8, "views DFS runs under, the identity first (the paper: 8)",
+                                           flag="--augmentations")
+    scoring_augmentations: int = setting(8, "fresh views the product of experts multiplies over")
+    max_forward_calls: int = setting(20_000, "cap on single-token calls per search; a capped search is counted "
+                                     "in the metrics")
+    batched: bool = setting(False, "DFS lanes of the views after the first together, and scoring views "
+                            "together: the same candidates unless a cap is hit", neutral=True)
+    greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
+                                 "count the empty cells it gets right: a diagnostic, not the paper's recipe")
+    seed: int = setting(0, "with the puzzle id, seeds the augmentations")
+
+    def __post_init__(self):
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+        if self.inference_augmentations < 1 or self.scoring_augmentations < 0:
+            raise ValueError("need at least one inference augmentation and no negative count of scoring ones")
+
+    def solve_settings(self) -> SolveSettings:
+        default = SolveSettings()
+        return default.replace(sampler=default.sampler.replace(kind="dfs", threshold=self.threshold,
+                                                               max_forward_calls=self.max_forward_calls),
+                               inference_augmentations=self.inference_augmentations,
+                               scoring_augmentations=self.scoring_augmentations, test_time_training=False,
+                               batched=self.batched, seed=self.seed, max_len=SUDOKU_TOKEN_BUDGET)
+
+
+CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
+
+
+def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEvalSettings) -> TaskRecord:
+    """Candidates by DFS under the inference views, PoE scores under the scoring views, one attempt."""
+    from arc_kit.run.solver import task_rng
+
+    started = time.monotonic()
+    rng = task_rng(settings.seed, puzzle_id, "sudoku")
+    inference = SudokuAugmentation.inference_set(rng, settings.inference_augmentations)
+    scoring = SudokuAugmentation.inference_set(rng, settings.scoring_augmentations)
+    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, rng,
+                                       task_id=puzzle_id)
+    generated = time.monotonic()
+    solver.score(solver.model, (), puzzle, candidates, scoring)
+    chosen = select(candidates, solver.settings.aggregation if scoring else "generation", count=1)  # top-1
+    record = TaskRecord(puzzle_id)
+    record.tests.append(TestResult([candidates[i].grid for i in chosen], candidates, [a.key for a in inference],
+                                   [a.key for a in scoring], search))
+    record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
+                          total=round(time.monotonic() - started, 3))
+    if settings.greedy_check:  # after everything else: its draws from rng change nothing above
+        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
+                                  solver.settings.sampler.replace(kind="greedy"), rng, task_id=puzzle_id, batched=False)
+        record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
+    return record
+
+
+def blank_cells_right(puzzle: np.ndarray, solution: np.ndarray, answer) -> float:
+    """The share of the puzzle's empty cells that ``answer`` fills as the solution does (0 for no 9x9 answer)."""
+    blank = np.asarray(puzzle) == 0
+    answer = None if answer is None else np.asarray(answer)
+    if answer is None or answer.shape != blank.shape or not blank.any():
+        return 0.0
+    return float(np.mean(answer[blank] == np.asarray(solution)[blank]))
+
+
+def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> dict:
+    """Top-1 accuracy (PoE and generation probability), solutions found, validity of the answers."""
+    rows = []
+    for puzzle_id, record in records.items():
+        pair, test = pairs[puzzle_id], record.tests[0]
+        answer = test.attempts[0] if test.attempts else None
+        by_generation = select(test.candidates, "generation", 1)
+        right = grid_key(pair.output)
+        rows.append({
+            "poe": score_answer(pair.input, answer),
+            "generation": score_answer(pair.input, test.candidates[by_generation[0]].grid) if by_generation else 0.0,
+            "found": float(any(grid_key(c.grid) == right for c in test.candidates)),
+            "answered": answer is not None,
+            "valid": answer is not None and is_valid_solution(answer),
+            "keeps_clues": answer is not None and keeps_clues(pair.input, answer),
+            "candidates": len(test.candidates), "capped": bool(test.search.capped),
+            "clues": clue_count(pair.input), "seconds": record.timings.get("total", 0.0)})
+        if "greedy_answer" in record.extra:
+            greedy = record.extra["greedy_answer"]
+            rows[-1].update(greedy_cells=blank_cells_right(pair.input, pair.output, greedy),
+                            greedy_solved=score_answer(pair.input, None if greedy is None else np.asarray(greedy)),
+                            greedy_valid=greedy is not None and is_valid_solution(np.asarray(greedy)))
+    count = len(rows)
+
+    def share(name):
+        return round(sum(float(row[name]) for row in rows) / count, 4) if count else 0.0
+
+    greedy = {}
+    if rows and all("greedy_cells" in row for row in rows):  # the diagnostic, when every puzzle has it
+        greedy = {"greedy_blank_cells_right": share("greedy_cells"), "greedy_solved": share("greedy_solved"),
+                  "greedy_valid_sudoku": share("greedy_valid")}
+    by_clues = {}
+    for clues in sorted({row["clues"] for row in rows}):
+        group = [row for row in rows if row["clues"] == clues]
+        by_clues[str(clues)] = {"puzzles": len(group), "solved_poe": int(sum(row["poe"] for row in group)),
+                                "solution_found": int(sum(row["found"] for row in group))}
+    return {"puzzles": count, "top1_accuracy_poe": share("poe"), "top1_accuracy_generation": share("generation"),
+            "solution_found": share("found"), "answered": share("answered"), "answers_valid_sudoku": share("valid"),
+            "answers_keeping_clues": share("keeps_clues"), "searches_capped": share("capped"),
+            "mean_candidates": round(float(np.mean([r["candidates"] for r in rows])), 2) if rows else 0.0,
+            "mean_clues": round(float(np.mean([r["clues"] for r in rows])), 2) if rows else 0.0,
+            "seconds_per_puzzle": round(float(np.mean([r["seconds"] for r in rows])), 2) if rows else 0.0,
+            "by_clues": by_clues, **greedy}
+
+
+def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresholds: Sequence[float]):
+    """Per threshold: share of puzzles whose solution was generated, selected by PoE, selected by generation."""
+    solutions = {puzzle_id: [pairs[puzzle_id].output] for puzzle_id in records}
+    poe = threshold_curve(records, solutions, thresholds, "product", attempts=1)
+    generation = threshold_curve(records, solutions, thresholds, "generation", attempts=1)
+    return poe.rename(columns={"selected": "selected_poe"}).assign(selected_generation=generation["selected"])
+
+
+def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""):
+    """The paper's Sudoku figure: generated vs selected (PoE, generation probability) against T."""
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(5.5, 3.5))
+    ax.plot(curve["threshold"], curve["found"], marker="o", label="solution generated (among the candidates)")
+    ax.plot(curve["threshold"], curve["selected_poe"], marker="s", linestyle="--",
+            label="selected by product of experts (top-1)")
+    ax.plot(curve["threshold"], curve["selected_generation"], marker="^", linestyle=":",
+            label="selected by generation probability (top-1)")
+    if run_threshold is not None:
+        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("DFS threshold T (minimum probability)")
+    ax.set_ylabel("share of puzzles")
+    ax.set_ylim(0, max(0.05, float(curve[["found", "selected_poe"]].to_numpy().max()) * 1.15))
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os.PathLike,
+             settings: SudokuEvalSettings = SudokuEvalSettings(), *, device: str = "cpu", minutes: float | None = None,
+             resume: bool = True, progress: bool = True) -> dict:
+    """Solve the puzzles, write records.jsonl, metrics.json, threshold_curve.csv and .png; the metrics.
+
+    Puzzle i is ``sudoku-<i>``. ``resume``: puzzles already in ``out/records.jsonl`` (from a run with
+    the same model and settings, checked against ``out/evaluation.json``) are kept, not solved again.
+    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done.
+    """
+    import matplotlib.pyplot as plt
+    from tqdm.auto import tqdm
+
+    from arc_kit.data.jsonio import read_json
+    from arc_kit.model.loading import LoadSettings, load_model
+    from arc_kit.provenance import run_info
+    from arc_kit.run.records import append_record, read_records
+    from arc_kit.run.solver import Solver
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
+    records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
+    if resume and records_path.exists():
+        if not identity_path.exists() or read_json(identity_path) != identity:
+            raise ValueError(f"{out} holds an evaluation of another model or with other settings; "
+                             "choose another --out or pass --no-resume")
+    else:
+        records_path.unlink(missing_ok=True)
+    write_json_atomically(identity_path, identity, indent=2)
+    by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
+    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
+        if records_path.exists() else {}
+    loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
+    solver = Solver.from_loaded(loaded, settings.solve_settings())
+    started = time.monotonic()
+    for puzzle_id, pair in tqdm(by_id.items(), desc="sudoku", disable=not progress):
+        if puzzle_id in records:
+            continue
+        if minutes is not None and time.monotonic() - started > 60 * minutes:
+            logger.warning("time limit: %d of %d puzzles done", len(records), len(by_id))
+            break
+        record = solve_puzzle(solver, puzzle_id, pair.input, settings)
+        attempts = record.tests[0].attempts
+        record.correct = [bool(score_answer(pair.input, attempts[0] if attempts else None))]
+        records[puzzle_id] = record
+        append_record(records_path, record)
+    records = {puzzle_id: records[puzzle_id] for puzzle_id in by_id if puzzle_id in records}  # in puzzle order
+    metrics = {**puzzle_metrics(records, by_id), "puzzles_asked": len(by_id)}
+    thresholds = [t for t in CURVE_THRESHOLDS if t >= settings.threshold]
+    curve = sudoku_curve(records, by_id, thresholds)
+    curve.to_csv(out / "threshold_curve.csv", index=False)
+    figure = draw_sudoku_curve(curve, settings.threshold, f"{Path(model_path).name}: {len(records)} puzzles")
+    figure.savefig(out / "threshold_curve.png", dpi=100)
+    plt.close(figure)
+    info = run_info(model=identity["model"], settings=settings.to_json(), device=device,
+                    seconds_this_call=round(time.monotonic() - started, 1))
+    write_json_atomically(out / "metrics.json", {"metrics": metrics, "curve": curve.to_dict("records"),
+                                                 "run": info}, indent=2)
+    return metrics
