@@ -21,8 +21,8 @@ import arc_kit.search.dfs as dfs_module
 import arc_kit.search.static_engine as static_engine_module
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import (AnswerSpace, BatchLimit, LaneCache, SearchResult, new_cache, prefix_cache,
-                              score_answers, sequence_nll)
+from arc_kit.search.decoding import AnswerSpace, BatchLimit, SearchResult, score_answers, sequence_nll
+from arc_kit.search.caches import LaneCache, new_cache, prefix_cache
 from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
 from arc_kit.search.engine import make_engine
 from arc_kit.search.reference_engine import ReferenceEngine

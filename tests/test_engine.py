@@ -162,7 +162,7 @@ def test_every_pass_of_either_engine_ticks_the_heartbeats_step_counter():
 
 
 def test_the_reference_engine_calls_the_model_without_deprecated_keywords(recwarn):
-    # transformers 5.2x renamed past_key_values to cache (5.40 drops the old name): decoding.call_with_cache
+    # transformers 5.2x renamed past_key_values to cache (5.40 drops the old name): caches.call_with_cache
     # asks the model's forward which one it takes; on the transformers installed here, no FutureWarning
     model = add_lora(family_model("llama"), 4, 8, False, adapter_name="ttt")
     engine = make_engine(model, "reference")

@@ -4,8 +4,8 @@ Slow and trusted; also what runs any model the fast engine does not support (4-b
 unsloth, other architectures). It is the kit's earlier decoding, moved behind the interface:
 
 - one lane (``start(1, ...)``): a ``DynamicCache``; a step at position p first rewinds the cache to
-  p (``decoding.rewind_cache``), then feeds the token: what ``dfs_search`` always did;
-- several lanes: a ``decoding.LaneCache`` (one row per lane, allocated once). Each step writes one
+  p (``caches.rewind_cache``), then feeds the token: what ``dfs_search`` always did;
+- several lanes: a ``caches.LaneCache`` (one row per lane, allocated once). Each step writes one
   column for all lanes in place; a lane's *valid* columns are those holding its positions 0..p, and
   an attention mask (``valid``) hides the rest (padding, the unfollowed part of a guess, abandoned
   branches). Rewinding moves no memory: a step at position p marks the lane's columns of positions
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import (AnswerSpace, BatchLimit, LaneCache, answer_log_probs, cache_tensors, call_with_cache,
-                              new_cache, nlls_after_prompts, rewind_cache, with_halving)
+from arc_kit.search.decoding import AnswerSpace, BatchLimit, answer_log_probs, nlls_after_prompts, with_halving
+from arc_kit.search.caches import LaneCache, cache_tensors, call_with_cache, new_cache, rewind_cache
 
 
 @dataclass
