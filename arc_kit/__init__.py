@@ -1,7 +1,10 @@
 """arc_kit: ARC-AGI with a language model as a product of experts (Franzen, Disselhoff, Hartmann, 2025).
 
-The top level holds the numpy-only foundation: tasks and task sets, loaders, the text format,
-augmentations and the submission. Model code lives in submodules that import torch when used.
+The subpackages follow the method's stages, from the bottom up: ``data`` (tasks, loaders,
+augmentations, the submission), ``text`` (the format and vocabulary), ``model`` (loading, bases,
+training, test-time training) beside ``search`` (decode engines, DFS, PoE scoring), ``run`` (the
+solver, run folders, workers, tables), then ``kaggle`` and ``sudoku``, and ``cli`` on top. This top
+level hands on the numpy-only names the notebooks use; model code imports torch when it is used.
 """
 
 from arc_kit import devices  # noqa: F401  (first: keeps every library off the network)
