@@ -33,7 +33,6 @@ from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSetting
 from arc_kit.data.tasks import Pair, TaskSet
 from arc_kit.text.format import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 from arc_kit.model.training import (
-    LOG_COLUMNS,
     BatchOrder,
     prepare_for_training,
     pretrain,
@@ -47,6 +46,7 @@ from arc_kit.model.training_data import (
     sample_leave_one_out,
     sample_sequence,
 )
+from arc_kit.model.training_log import LOG_COLUMNS
 from arc_kit.model.ttt import TestTimeTrainer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

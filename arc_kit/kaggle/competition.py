@@ -73,10 +73,41 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     if not 0 <= stop_minutes <= safety_minutes:
         raise ValueError(f"stop_minutes ({stop_minutes}) must lie between 0 and safety_minutes ({safety_minutes})")
     working = Path(working)
+    files, tasks = _test_tasks(input_root, competition)
+    placeholder, chosen, run_settings = _choose_job(job, force_full, files, tasks, smoke_tasks, settings)
+    run_folder = working / RUN_FOLDER
+    _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
+    working.mkdir(parents=True, exist_ok=True)
+    submission_path = working / "submission.json"
+    attempts = settings.attempts
+    earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
+    limit = started + 3600 * hours
+    deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
+    solutions = _public_solutions(files, chosen) if placeholder else None
+    if progress:
+        _announce(files, tasks, chosen, job, placeholder, deadline)
+    records, error = _solve_keeping_records(run_folder, earlier, lambda: worker_pool.solve_in_workers(
+        chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
+        deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
+        submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)
+    error = _write_final_submission(submission_path, tasks, records, attempts, error)
+    solved = sum(1 for record in records.values() if record.got_model_work)
+    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), solved, time.time() - started, error)
+
+
+def _test_tasks(input_root: str | os.PathLike, competition: str):
+    """(the competition's files, its test tasks); FileNotFoundError when there is no test file."""
     files = find_competition_files(input_root, competition=competition)
     if files.test_challenges is None:
         raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
     tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
+    return files, tasks
+
+
+def _choose_job(job: str, force_full: bool, files, tasks: TaskSet, smoke_tasks: int,
+                settings: SolveSettings) -> tuple[bool, TaskSet, SolveSettings]:
+    """(placeholder, the tasks to solve, their settings): a smoke job on the first tasks when asked for, or
+    when the test file is the public placeholder and this is no full job nor Kaggle's rerun; else every task."""
     # Kaggle sets KAGGLE_IS_COMPETITION_RERUN when it runs the notebook on the hidden test set
     rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
     if job not in ("auto", "smoke", "full"):
@@ -85,7 +116,12 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     placeholder = job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
     chosen = tasks.head(smoke_tasks) if placeholder else tasks
     run_settings = smoke(settings) if placeholder else settings
-    run_folder = working / RUN_FOLDER
+    return placeholder, chosen, run_settings
+
+
+def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: SolveSettings, *, restart: bool,
+                      adopt: bool) -> None:
+    """Clear the run folder on ``restart``; refuse an earlier run of other settings in it."""
     if restart:
         clear_run(run_folder)
     if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
@@ -94,30 +130,31 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
                       adopt=adopt)
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
-    working.mkdir(parents=True, exist_ok=True)
-    submission_path = working / "submission.json"
+
+
+def _write_first_submission(submission_path: Path, run_folder: Path, tasks: TaskSet, attempts: int) -> dict:
+    """Write a complete submission at once: an earlier run's answers, fallbacks elsewhere; that run's records."""
     earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
-    attempts = settings.attempts
     write_submission(submission_path, build_submission(tasks, answers_from_records(earlier), attempts=attempts),
                      tasks)  # at once
-    limit = started + 3600 * hours
-    deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
-    solutions = _public_solutions(files, chosen) if placeholder else None
-    if progress:
-        what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
-            if placeholder else f"solving all {len(chosen)}"
-        skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
-        gpus = worker_pool.visible_gpus()
-        print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
-              f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
+    return earlier
+
+
+def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: bool, deadline: float) -> None:
+    """One line on what the job does: how many tasks, which job, the GPUs, the time to plan in."""
+    what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
+        if placeholder else f"solving all {len(chosen)}"
+    skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
+    gpus = worker_pool.visible_gpus()
+    print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
+          f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
+
+
+def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict, str | None]:
+    """(records, error): ``solve()``'s records, or after a failure the earlier ones and what the workers wrote."""
     records, error = dict(earlier), None
     try:  # from here on nothing may fail the notebook: the submission on disk is always complete
-        run = worker_pool.solve_in_workers(chosen, model, run_settings, run_folder, workers=workers,
-                                           workers_per_gpu=workers_per_gpu or None,
-                                           deadline=deadline, stop_at=stop_at, load_options=load_options,
-                                           progress=progress, submission_path=submission_path,
-                                           submission_tasks=tasks, solutions=solutions, adopt=adopt)
-        records = run.records
+        records = solve()
     except Exception as failure:  # noqa: BLE001 - reported in the result and the log, never raised
         error = f"{type(failure).__name__}: {failure}"
         logger.error("the solving run failed, the fallback submission stands: %s", error)
@@ -125,6 +162,12 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
             records.update(worker_pool.merged_records(run_folder))
         except Exception:  # noqa: BLE001 - the records on disk may be what broke
             pass
+    return records, error
+
+
+def _write_final_submission(submission_path: Path, tasks: TaskSet, records: dict, attempts: int,
+                            error: str | None) -> str | None:
+    """Write the records' submission, reloaded and checked; the fallbacks alone when that breaks. The error."""
     try:
         write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
                          tasks)
@@ -132,8 +175,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     except Exception as failure:  # noqa: BLE001 - the records broke it: the fallbacks, then
         error = error or f"{type(failure).__name__}: {failure}"
         write_submission(submission_path, build_submission(tasks, {}), tasks)
-    solved = sum(1 for record in records.values() if record.got_model_work)
-    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), solved, time.time() - started, error)
+    return error
 
 
 def time_left(deadline: float) -> str:

@@ -8,8 +8,9 @@
   the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
   shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
   load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-This module knows how to build, save and load models; it knows nothing of tasks beyond the
-vocabulary, nor of training.
+This module knows how to build, save and load models; the folder's files, and the one-line errors
+that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on
+from here). It knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ from typing import Any
 
 from arc_kit import devices
 from arc_kit.model.bases import build_base, built_folder
+from arc_kit.model.deltas import apply_delta, save_delta
+from arc_kit.model.folders import (
+    DELTA_INDEX,
+    ModelFolderError,
+    checked_model_folder,
+    default_model_path,
+    is_delta_folder,
+    load_tokenizer,
+    read_json,
+    read_weights,
+    save_model,
+)
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.text.format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
@@ -98,18 +111,6 @@ def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0) -
     return parameter_count(model)
 
 
-def save_model(model, tokenizer, path: str | os.PathLike, info: dict | None = None,
-               max_shard_size: str = "16MB") -> Path:
-    """Save weights (safetensors, sharded), config, tokenizer, and ``info`` as ``arc_kit.json``."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, max_shard_size=max_shard_size)
-    tokenizer.save_pretrained(path)
-    if info is not None:
-        (path / "arc_kit.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-    return path
-
-
 @dataclass(frozen=True)
 class LoadSettings:
     """How to load a model; 'auto' picks what this machine does best."""
@@ -173,9 +174,9 @@ def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) ->
     """
     path = Path(path)
     if max_positions is None:
-        config = _read_json(path / "config.json")
+        config = read_json(path / "config.json")
         if not config and is_delta_folder(path):
-            config = _read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
+            config = read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
     return int(max_positions) if max_positions else None
 
@@ -201,80 +202,13 @@ def _warn_cut(budget: int, limit: int, model: str) -> None:
     logger.warning("the token budget %d is more than %s takes (%d tokens): using %d", budget, model, limit, limit)
 
 
-def default_model_path() -> Path:
-    """The model the kit ships: $ARC_KIT_MODEL, else kaggle_dataset/model beside the package source."""
-    if os.environ.get("ARC_KIT_MODEL"):
-        return Path(os.environ["ARC_KIT_MODEL"])
-    here = Path(__file__).resolve().parents[2] / "kaggle_dataset" / "model"
-    if (here / "config.json").exists() or is_delta_folder(here):
-        return here
-    raise FileNotFoundError("no default model found: set ARC_KIT_MODEL or pass --model (the repository ships one "
-                            "in kaggle_dataset/model)")
-
-
 def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat(),
                  max_len: int | None = None) -> TaskEncoder:
     """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens."""
-    path = _model_folder(path)
-    tokenizer = _load_tokenizer(path)
+    path = checked_model_folder(path)
+    tokenizer = load_tokenizer(path)
     return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
                        token_budget_of(path) if max_len is None else max_len)
-
-
-def _read_json(path: Path) -> dict:
-    """A model folder's JSON file ({} when absent); ModelFolderError naming the file when it is broken."""
-    if not path.exists():
-        return {}
-    if not path.is_file():  # a folder, or a FIFO that a read would wait on forever
-        raise ModelFolderError(f"cannot read {path}: it is no regular file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ModelFolderError(f"cannot read {path}: {str(error).splitlines()[0] or type(error).__name__}") from None
-    if not isinstance(data, dict):
-        raise ModelFolderError(f"cannot read {path}: it holds {type(data).__name__}, expected a JSON object")
-    return data
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-
-
-def _load_tokenizer(folder: Path):
-    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except Exception as error:  # noqa: BLE001 - a damaged file raises anything from KeyError to a bare Exception
-        for name in TOKENIZER_FILES:  # which file is to blame, where one can be named
-            _read_json(folder / name)  # not JSON, or no JSON object: named there
-        if (folder / "tokenizer.json").exists():
-            from tokenizers import Tokenizer
-
-            try:
-                Tokenizer.from_file(str(folder / "tokenizer.json"))
-            except Exception as broken:  # noqa: BLE001 - tokenizers raises a bare Exception
-                raise ModelFolderError(f"cannot read {folder / 'tokenizer.json'}: {_first_line(broken)}") from None
-        raise ModelFolderError(f"cannot load the tokenizer in {folder}: {_first_line(error)}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def _model_folder(path: str | os.PathLike) -> Path:
-    """``path`` as a Path, or FileNotFoundError when it is no model folder.
-
-    Checked before transformers sees it: a name that is no local folder would be read as a hub id,
-    and offline that fails with a message about connecting to huggingface.co.
-    """
-    path = Path(path)
-    if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
-        raise FileNotFoundError(f"{path} is not a model folder (no config.json or adapter_config.json)")
-    odd = [entry for entry in path.iterdir() if not (entry.is_file() or entry.is_dir())]
-    if odd:  # a FIFO or a device, which transformers would wait on or read forever
-        raise ModelFolderError(f"{odd[0]} is neither a file nor a folder (a FIFO, a device, a broken link?)")
-    return path
 
 
 def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(), **overrides) -> LoadedModel:
@@ -284,15 +218,39 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
     """
     import dataclasses
 
-    from transformers import AutoModelForCausalLM
-
     settings = dataclasses.replace(settings, **overrides)
-    path = _model_folder(path)
+    plan = _plan_load(path, settings)
+    if plan.backend == "unsloth":
+        model, tokenizer = _load_with_unsloth(plan, settings)
+    else:
+        model, tokenizer = _load_with_transformers(plan, settings)
+    model.eval()
+    return LoadedModel(model, tokenizer, plan.path, plan.device, plan.dtype, plan.backend, plan.is_adapter)
+
+
+@dataclass(frozen=True)
+class _LoadPlan:
+    """What ``load_model`` settles before it reads any weights: the folders, the device, dtype and backend."""
+
+    path: Path  # the model folder asked for
+    base_path: Path  # where the weights are read: the folder itself, an adapter's base or a delta's built base
+    tokenizer_path: Path
+    device: str
+    dtype: Any
+    backend: str
+    is_delta: bool
+    is_adapter: bool
+    quantized_on_disk: bool
+
+
+def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
+    """The folders, device, dtype and backend to load with; every refusal raised before a weight is read."""
+    path = checked_model_folder(path)
     device = devices.resolve_device(settings.device)
     dtype = devices.resolve_dtype(settings.dtype, device)
     backend = devices.resolve_backend(settings.backend)
     delta = is_delta_folder(path)
-    adapter_config = {} if delta else _read_json(path / "adapter_config.json")
+    adapter_config = {} if delta else read_json(path / "adapter_config.json")
     base_path = path
     if delta:
         base_path = _delta_base(path, settings)
@@ -301,14 +259,30 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
                                                 "use backend='transformers' (or 'auto')")
         backend = "transformers"
     elif adapter_config:
-        named = settings.base_model or adapter_config.get("base_model_name_or_path")
-        if not named:  # never Path(""), which is the working folder
-            raise FileNotFoundError(f"the adapter in {path} names no base model; pass base_model=...")
-        base_path = Path(named)
-        if not (base_path / "config.json").exists():
-            raise FileNotFoundError(f"the adapter in {path} needs its base model, {str(base_path)!r} is not a local "
-                                    "model folder; pass base_model=...")
-    quantized_on_disk = "quantization_config" in _read_json(base_path / "config.json")
+        base_path = _adapter_base(path, adapter_config, settings)
+    quantized_on_disk = "quantization_config" in read_json(base_path / "config.json")
+    _check_quantization(path, delta, quantized_on_disk, settings)
+    if not device.startswith("cuda") and backend == "unsloth":
+        raise devices.UnsupportedSetupError("unsloth runs on a GPU only; use device='cuda' or backend='transformers'")
+    tokenizer_path = path if (path / "tokenizer_config.json").exists() else base_path
+    return _LoadPlan(path, base_path, tokenizer_path, device, dtype, backend, delta, bool(adapter_config),
+                     quantized_on_disk)
+
+
+def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> Path:
+    """The base model folder an adapter goes on: the one given, else the one its config names."""
+    named = settings.base_model or adapter_config.get("base_model_name_or_path")
+    if not named:  # never Path(""), which is the working folder
+        raise FileNotFoundError(f"the adapter in {path} names no base model; pass base_model=...")
+    base_path = Path(named)
+    if not (base_path / "config.json").exists():
+        raise FileNotFoundError(f"the adapter in {path} needs its base model, {str(base_path)!r} is not a local "
+                                "model folder; pass base_model=...")
+    return base_path
+
+
+def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings) -> None:
+    """Refuse an unknown quantization and a 4-bit delta; check that 4-bit can run here when it is asked for."""
     if settings.quantization not in (None, "4bit"):
         raise ValueError(f"unknown quantization {settings.quantization!r}; expected '4bit' or None")
     if delta and (settings.quantization or quantized_on_disk):
@@ -316,73 +290,60 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
                                             "folder first (arc-kit base merge)")
     if settings.quantization == "4bit" or quantized_on_disk:
         devices.require_4bit()
-    if not device.startswith("cuda") and backend == "unsloth":
-        raise devices.UnsupportedSetupError("unsloth runs on a GPU only; use device='cuda' or backend='transformers'")
-    tokenizer_path = path if (path / "tokenizer_config.json").exists() else base_path
-
-    if backend == "unsloth":
-        from unsloth import FastLanguageModel
-
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            str(path), dtype=dtype, load_in_4bit=settings.quantization == "4bit" or quantized_on_disk,
-            max_seq_length=settings.max_seq_length, local_files_only=True)
-    else:
-        arguments: dict[str, Any] = dict(dtype=dtype, attn_implementation=settings.attention, local_files_only=True)
-        if settings.quantization == "4bit" and not quantized_on_disk:
-            from transformers import BitsAndBytesConfig
-
-            arguments["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                bnb_4bit_compute_dtype=dtype)
-        if device.startswith("cuda"):
-            arguments["device_map"] = {"": device}
-        tokenizer = _load_tokenizer(tokenizer_path)  # first: a broken tokenizer file is named before weights load
-        model = _read_weights(AutoModelForCausalLM, base_path, arguments)
-        if delta:
-            model = apply_delta(model, path)
-        elif adapter_config:
-            import warnings
-
-            from peft import PeftModel
-
-            with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-                model = PeftModel.from_pretrained(model, path, is_trainable=False)
-        if not device.startswith("cuda"):
-            model = model.to(device)
-    model.eval()
-    return LoadedModel(model, tokenizer, path, device, dtype, backend, bool(adapter_config))
 
 
-def _read_weights(auto_class, folder: Path, arguments: dict):
-    """``from_pretrained`` with a broken folder reported in one line that names the file."""
-    from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
+def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
+    """(model, tokenizer) through unsloth's ``FastLanguageModel``."""
+    from unsloth import FastLanguageModel
 
-    try:
-        return auto_class.from_pretrained(folder, **arguments)
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        if isinstance(error, devices.UnsupportedSetupError):
-            raise
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelFolderError(f"cannot load the model in {folder}: {first_line}") from None
+    return FastLanguageModel.from_pretrained(
+        str(plan.path), dtype=plan.dtype, load_in_4bit=settings.quantization == "4bit" or plan.quantized_on_disk,
+        max_seq_length=settings.max_seq_length, local_files_only=True)
 
 
-class ModelFolderError(ValueError):
-    """A model folder whose files are missing, truncated or corrupt (the message names it, in one line)."""
+def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
+    """(model, tokenizer) through transformers, with a delta merged in or an adapter put on, on the plan's device."""
+    from transformers import AutoModelForCausalLM
+
+    arguments = _from_pretrained_arguments(plan, settings)
+    tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
+    model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
+    if plan.is_delta:
+        model = apply_delta(model, plan.path)
+    elif plan.is_adapter:
+        model = _with_adapter(model, plan.path)
+    if not plan.device.startswith("cuda"):
+        model = model.to(plan.device)
+    return model, tokenizer
+
+
+def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[str, Any]:
+    """``from_pretrained``'s keyword arguments: dtype, attention, 4-bit quantization, the GPU to place it on."""
+    arguments: dict[str, Any] = dict(dtype=plan.dtype, attn_implementation=settings.attention, local_files_only=True)
+    if settings.quantization == "4bit" and not plan.quantized_on_disk:
+        from transformers import BitsAndBytesConfig
+
+        arguments["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=plan.dtype)
+    if plan.device.startswith("cuda"):
+        arguments["device_map"] = {"": plan.device}
+    return arguments
+
+
+def _with_adapter(model, path: Path):
+    """The peft adapter of folder ``path`` on ``model``, for inference."""
+    import warnings
+
+    from peft import PeftModel
+
+    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return PeftModel.from_pretrained(model, path, is_trainable=False)
 
 
 # ---------------------------------------------------------------------------------------------
 # A named base plus what training added.
-
-DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
-DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
-
-
-def is_delta_folder(path: str | os.PathLike) -> bool:
-    """True for a folder written by ``save_delta``: a named base, an adapter config and shards."""
-    path = Path(path)
-    return (path / DELTA_INDEX).exists() and (path / "adapter_config.json").exists()
-
 
 def _delta_base(path: Path, settings: LoadSettings) -> Path:
     """The base model folder a delta goes on: the one given, else ``bases.build_base`` (cached)."""
@@ -392,88 +353,10 @@ def _delta_base(path: Path, settings: LoadSettings) -> Path:
     return build_base(index["base"], weights=settings.base_weights, download=settings.download_base)
 
 
-def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict | None = None,
-               max_shard_bytes: int = DELTA_SHARD_BYTES, dtype=None) -> Path:
-    """Write what a peft model adds to base ``base``: adapter config, weight shards, tokenizer, info.
-
-    ``model`` is a peft model whose adapter (LoRA and any fully trained modules such as the
-    embeddings and head) was trained on the built base ``base`` (a name of ``bases.BASES``).
-    ``dtype`` (a torch dtype) stores the weights in another precision (default: as they are).
-    """
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("delta-*.safetensors"):
-        old.unlink()
-    state = get_peft_model_state_dict(model)
-    shards, current, size = [], {}, 0
-    for name, tensor in state.items():
-        tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
-        nbytes = tensor.numel() * tensor.element_size()
-        if nbytes > max_shard_bytes:
-            raise ValueError(f"{name} alone holds {nbytes / 2**20:.1f} MiB, over the shard size")
-        if current and size + nbytes > max_shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = tensor
-        size += nbytes
-    if current:
-        shards.append(current)
-    names = []
-    for number, shard in enumerate(shards, 1):
-        name = f"delta-{number:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(path / name), metadata={"format": "pt"})
-        names.append(name)
-    config = model.peft_config[model.active_adapter]
-    config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
-    config.save_pretrained(str(path))
-    tokenizer.save_pretrained(path)
-    (path / DELTA_INDEX).write_text(json.dumps({"base": base, "shards": names}, indent=2) + "\n")
-    if info is not None:
-        (path / "arc_kit.json").write_text(json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
-    return path
-
-
-def apply_delta(model, path: str | os.PathLike, merge: bool = True):
-    """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
-    import warnings
-
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    index = json.loads((path / DELTA_INDEX).read_text())
-    config = LoraConfig.from_pretrained(str(path))
-    state = {}
-    for name in index["shards"]:
-        try:
-            state.update(load_file(str(path / name)))
-        except Exception as error:  # safetensors raises its own error types for damaged files
-            raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        wrapped = get_peft_model(model, config)
-    dtype = next(model.parameters()).dtype
-    try:
-        result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
-    except KeyError as error:  # peft looks up a fully trained module's weight that no shard holds
-        raise ModelFolderError(f"the delta in {path} lacks some of its tensors (e.g. {error.args[0]}): "
-                               "a shard is missing or damaged") from None
-    if result.unexpected_keys:
-        raise ModelFolderError(f"the delta in {path} does not fit its base (e.g. {result.unexpected_keys[0]})")
-    missing = [key for key in result.missing_keys if "lora_" in key or "modules_to_save" in key]
-    if missing:  # peft lists every base weight as missing too; only the adapter's own count
-        raise ModelFolderError(f"the delta in {path} lacks {len(missing)} of its tensors (e.g. {missing[0]}): "
-                               "a shard is missing or damaged")
-    return wrapped.merge_and_unload() if merge else wrapped
-
-
 def merge_delta(path: str | os.PathLike, out: str | os.PathLike, **load_options) -> Path:
     """Write a base-plus-delta folder as an ordinary, merged model folder."""
     loaded = load_model(path, **{"device": "cpu", **load_options})
-    info = _read_json(Path(path) / "arc_kit.json")
+    info = read_json(Path(path) / "arc_kit.json")
     return save_model(loaded.model, loaded.tokenizer, out, {**info, "merged_from": str(path)})
 
 
@@ -485,7 +368,7 @@ def model_info(loaded: LoadedModel) -> dict:
     """What a run should record about the model it used."""
     return {"path": str(loaded.path), "device": loaded.device, "dtype": str(loaded.dtype), "backend": loaded.backend,
             "adapter": loaded.is_adapter, "parameters": parameter_count(loaded.model),
-            "arc_kit": _read_json(loaded.path / "arc_kit.json").get("preset")}
+            "arc_kit": read_json(loaded.path / "arc_kit.json").get("preset")}
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",

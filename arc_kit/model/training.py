@@ -14,12 +14,11 @@ learning rates, the kit's random sampler, 1000 steps: not in the paper).
 A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
 per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
 and ``checkpoints/`` that a rerun resumes from. This module knows how to train; what it trains on
-comes from ``training_data``.
+comes from ``training_data``, and the log's file and its plot are ``training_log``'s.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -32,7 +31,9 @@ from typing import Any
 
 from arc_kit import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
-from arc_kit.model.loading import PRESETS, LoadSettings, create_model, cut_to_limit, load_model, save_delta, save_model
+from arc_kit.model.deltas import save_delta
+from arc_kit.model.folders import save_model
+from arc_kit.model.loading import PRESETS, LoadSettings, create_model, cut_to_limit, load_model
 from arc_kit.model.optimization import (
     add_lora,
     build_optimizer,
@@ -40,11 +41,11 @@ from arc_kit.model.optimization import (
     enable_activation_checkpointing,
     parameter_groups,
 )
-from arc_kit.data.plotting import draw_loss_curve
 from arc_kit.provenance import run_info
 from arc_kit.settings import TrainingSettings, training_preset
 from arc_kit.text.format import HuggingFaceTokenizer, TaskEncoder
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
+from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
 
 logger = logging.getLogger(__name__)
 
@@ -78,57 +79,45 @@ def prepare_for_training(model, settings: TrainingSettings):
 
 
 # ---------------------------------------------------------------------------------------------
-# Logs and checkpoints.
-
-class CsvLog:
-    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
-
-    def __init__(self, path: Path, columns: Sequence[str]):
-        self.path, self.columns = path, list(columns)
-        if not path.exists():
-            with open(path, "w", newline="") as handle:
-                csv.writer(handle).writerow(self.columns)
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        with open(self.path, "a", newline="") as handle:
-            csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
-
-    @staticmethod
-    def cut(path: Path, step: int) -> None:
-        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely."""
-        if not path.exists():
-            return
-        if step == 0:
-            path.unlink()
-            return
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-        kept = [row for row in rows[1:] if row and int(row[0]) <= step]
-        with open(path, "w", newline="") as handle:
-            csv.writer(handle).writerows([rows[0], *kept])
-
-
-LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
-               "elapsed_seconds")
-
-
-def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
-    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    log = pd.read_csv(log_path)
-    if log.empty:
-        return None
-    figure = draw_loss_curve(log)
-    figure.savefig(out_path, dpi=100)
-    plt.close(figure)
-    return out_path
-
+# Checkpoints and the order of batches.
 
 def _latest_checkpoint(folder: Path) -> Path | None:
     steps = [path for path in folder.glob("step-*") if (path / "progress.json").exists()]
     return max(steps, key=lambda path: int(path.name.split("-")[1]), default=None)
+
+
+def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
+    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept."""
+    folder = checkpoints / f"step-{at_step}"
+    accelerator.save_state(str(folder))
+    if accelerator.is_main_process:
+        (folder / "progress.json").write_text(json.dumps({"step": at_step}))
+        for old in checkpoints.glob("step-*"):  # keep the two newest
+            if old != folder and int(old.name.split("-")[1]) < at_step - save_every:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
+    """The step to start at: the latest checkpoint's (its state loaded) when resuming, else 0.
+
+    Checkpoints of an older run are removed when starting over, and the log's rows past the
+    starting step are cut either way.
+    """
+    checkpoints = out / "checkpoints"
+    first_step = 0
+    latest = _latest_checkpoint(checkpoints) if resume else None
+    if latest is not None:
+        accelerator.load_state(str(latest))
+        first_step = json.loads((latest / "progress.json").read_text())["step"]
+        if accelerator.is_main_process:
+            logger.warning("resuming from %s (step %d of %d)", latest, first_step, steps)
+    if accelerator.is_main_process:
+        if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
+            for old in checkpoints.glob("step-*"):
+                shutil.rmtree(old, ignore_errors=True)
+        CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
+    accelerator.wait_for_everyone()
+    return first_step
 
 
 class BatchOrder:
@@ -189,6 +178,205 @@ def training_settings_for(model: str | os.PathLike, preset: str | None = None) -
     return training_preset(preset or ("from-scratch" if str(model) in PRESETS else "paper"))
 
 
+# ---------------------------------------------------------------------------------------------
+# The steps of a run: the model, the data, the optimizer, the loop, the saved model.
+
+@dataclass
+class _Source:
+    """The model a run starts from, as loaded, and what the saved model records of it."""
+
+    model: Any
+    tokenizer: Any
+    description: str  # "preset micro", or the resolved folder
+    preset: str | None  # the from-scratch preset's name; None for a model folder or a base
+    base_name: str | None  # a named base: what training adds is saved as a delta on it (models.save_delta)
+
+
+def _load_source(model_source: str | os.PathLike, settings: TrainingSettings) -> _Source:
+    """A fresh model of a preset (seeded by ``settings.seed``), or a model folder or base loaded in float32."""
+    if str(model_source) in PRESETS:
+        model, tokenizer = create_model(str(model_source), seed=settings.seed)
+        return _Source(model, tokenizer, f"preset {model_source}", str(model_source), None)
+    if str(model_source) in BASES:
+        model_source = build_base(str(model_source))
+    base_name = built_base_name(model_source)
+    loaded = load_model(model_source, LoadSettings(device="cpu", dtype="float32", backend="transformers"))
+    return _Source(loaded.model, loaded.tokenizer, str(Path(model_source).resolve()), None, base_name)
+
+
+def _start_accelerator(settings: TrainingSettings, device: str, checkpoints: Path):
+    """accelerate's ``Accelerator`` for the run, with the checkpoints folder made by the main process."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
+                              gradient_accumulation_steps=settings.gradient_accumulation)
+    if accelerator.is_main_process:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
+    return accelerator
+
+
+def _ready_to_train(source: _Source, settings: TrainingSettings):
+    """(model, settings): the model in training mode, LoRA-wrapped from the seed, and the settings with the
+    sequences' token budget cut to the model's positions."""
+    import torch
+
+    model = source.model
+    model.train()
+    budget = cut_to_limit(settings.sequences.max_len, getattr(model.config, "max_position_embeddings", None),
+                          source.description)
+    settings = settings.replace(sequences=settings.sequences.replace(max_len=budget))
+    with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
+        torch.manual_seed(settings.seed)
+        model = prepare_for_training(model, settings)
+    return model, settings
+
+
+def _planned_dataset(pools: Mapping[str, Sequence], encoder: TaskEncoder, settings: TrainingSettings, accelerator,
+                     weights: Mapping[str, float] | None, repeatable: Collection[str]):
+    """(dataset, settings, plan): the sequences to train on, the settings with the steps they take when
+    none were set, and the plan's summary (logged by the main process)."""
+    per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
+    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
+                              length=None if settings.steps is None else settings.steps * per_step,
+                              repeatable=repeatable)
+    if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
+        settings = settings.replace(steps=-(-dataset.planned // per_step))
+        dataset.length_total = settings.steps * per_step
+    plan = dataset.summary()
+    if plan is not None and accelerator.is_main_process:  # shown when examples recur or pools fall short
+        logger.log(logging.WARNING if plan.cut or plan.passes > 1 else logging.INFO, "%s", plan.line())
+    return dataset, settings, plan
+
+
+def _prepared_optimization(model, settings: TrainingSettings, accelerator):
+    """(model, optimizer, scheduler), the first two prepared by the accelerator, the scheduler checkpointed."""
+    optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
+                                                 settings.weight_decay), settings.optimizer)
+    scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by hand: once per optimizer step
+    return model, optimizer, scheduler
+
+
+def _batch_loader(dataset: SequenceDataset, encoder: TaskEncoder, settings: TrainingSettings, first_step: int,
+                  accelerator):
+    """This process's micro-batches from ``first_step`` on, in ``BatchOrder``, padded."""
+    from torch.utils.data import DataLoader
+
+    length_of = dataset.length if settings.group_by_length else None
+    return DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
+                                                        accelerator.num_processes, length_of),
+                      collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
+
+
+class _TrainingLoop:
+    """The loop over micro-batches: an optimizer step per accumulation, log rows, checkpoints, the time limit.
+
+    It keeps the window of micro-batches since the last log row and the run's totals; ``run`` leaves
+    ``step``, ``stopped_by``, ``total_tokens`` and ``last_loss`` for the result.
+    """
+
+    def __init__(self, accelerator, model, optimizer, scheduler, settings: TrainingSettings, *, out: Path,
+                 started: float, first_step: int, progress: bool):
+        from tqdm.auto import tqdm
+
+        self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
+        self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
+        self.log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
+        self.bar = tqdm(total=settings.steps, initial=first_step, desc="pretrain", unit="step",
+                        disable=not (progress and accelerator.is_main_process))
+        self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
+        self.step, self.total_tokens, self.last_loss, self.stopped_by = first_step, 0, None, "steps"
+        self._open_window()
+
+    def _open_window(self) -> None:
+        self.window_loss, self.window_count, self.window_tokens, self.window_start = 0.0, 0, 0, time.monotonic()
+
+    def run(self, loader) -> None:
+        """Train on ``loader``'s micro-batches to the last step, or to the time limit."""
+        settings = self.settings
+        for batch in loader:
+            self._learn(batch)
+            if not self.accelerator.sync_gradients:
+                continue
+            self.scheduler.step()
+            self.step += 1
+            self.bar.update(1)
+            if self.step % settings.log_every == 0 or self.step == settings.steps:
+                self._write_log_row()
+            out_of_time = self._out_of_time()
+            if self.step % settings.save_every == 0 or self.step == settings.steps or out_of_time:
+                _save_checkpoint(self.accelerator, self.checkpoints, self.step, settings.save_every)
+            if out_of_time:
+                self.stopped_by = "time limit"
+                break
+        self.bar.close()
+
+    def _learn(self, batch) -> None:
+        """Forward and backward on one micro-batch; the optimizer steps when the accumulation is complete."""
+        accelerator = self.accelerator
+        batch = {name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()}
+        with accelerator.accumulate(self.model):
+            loss = self.model(**batch).loss
+            accelerator.backward(loss)
+            if accelerator.sync_gradients and self.settings.max_grad_norm:
+                accelerator.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+        self.window_loss += loss.detach().float().item()
+        self.window_count += 1
+        tokens = int(batch["attention_mask"].sum()) * accelerator.num_processes
+        self.window_tokens += tokens
+        self.total_tokens += tokens
+
+    def _write_log_row(self) -> None:
+        """The window's mean loss over every process, in the log and on the bar; a new window opens."""
+        import torch
+
+        accelerator = self.accelerator
+        elapsed = time.monotonic() - self.window_start
+        totals = accelerator.reduce(torch.tensor([self.window_loss, self.window_count], device=accelerator.device),
+                                    "sum")
+        self.last_loss = float(totals[0] / totals[1])  # the mean over every process's micro-batches
+        rates = {group.get("name"): group["lr"] for group in self.optimizer.param_groups}
+        if self.log is not None:
+            self.log.write(log_row(self.step, self.last_loss, rates, self.window_tokens, elapsed,
+                                   time.monotonic() - self.started))
+        self.bar.set_postfix(loss=f"{self.last_loss:.4f}")
+        self._open_window()
+
+    def _out_of_time(self) -> bool:
+        """True past the deadline: on every process alike when there are several."""
+        import torch
+
+        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
+        if self.deadline is not None and self.accelerator.num_processes > 1:  # every process must stop at the same step
+            flag = torch.tensor([float(out_of_time)], device=self.accelerator.device)
+            out_of_time = bool(self.accelerator.reduce(flag, "max")[0] > 0)
+        return out_of_time
+
+
+def _save_trained(trained, source: _Source, out: Path, settings: TrainingSettings, info: dict,
+                  mixed_precision: str) -> None:
+    """The trained model in ``out``: a delta on its named base after LoRA, else a merged, ordinary folder."""
+    import torch
+
+    budget = token_budget_after_training(source.preset is not None, settings.sequences.max_len,
+                                         getattr(trained.config, "max_position_embeddings", None))
+    record = {"preset": source.preset, "training": info,
+              "token_budget": budget}  # models.token_budget_of reads it first
+    if source.base_name is not None and not settings.full_finetune:
+        save_delta(trained, source.tokenizer, out, source.base_name, record,  # megabytes, not the whole model
+                   dtype=torch.bfloat16 if mixed_precision == "bf16" else None)
+    else:
+        if not settings.full_finetune:
+            trained.save_pretrained(out / "adapter")
+            trained = trained.merge_and_unload()
+        trained.config.use_cache = True
+        save_model(trained, source.tokenizer, out, record)
+
+
 def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
@@ -201,161 +389,36 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
     usable model. The sequences' token budget is cut to the model's positions (a warning says so).
     """
-    import torch
-    from accelerate import Accelerator
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
-
     if settings.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
     out = Path(out)
     started = time.monotonic()
     device = devices.resolve_device(device)
-    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
-                              gradient_accumulation_steps=settings.gradient_accumulation)
-    checkpoints = out / "checkpoints"
-    if accelerator.is_main_process:
-        checkpoints.mkdir(parents=True, exist_ok=True)
-    accelerator.wait_for_everyone()
+    accelerator = _start_accelerator(settings, device, out / "checkpoints")
+    source = _load_source(model_source, settings)
+    model, settings = _ready_to_train(source, settings)
+    encoder = TaskEncoder(HuggingFaceTokenizer(source.tokenizer), max_len=settings.sequences.max_len)
+    dataset, settings, plan = _planned_dataset(pools, encoder, settings, accelerator, weights, repeatable)
+    model, optimizer, scheduler = _prepared_optimization(model, settings, accelerator)
+    first_step = _resume_point(accelerator, out, settings.steps, resume)
+    loader = _batch_loader(dataset, encoder, settings, first_step, accelerator)
 
-    base_name = None  # a named base: what training adds is saved as a delta on it (models.save_delta)
-    if str(model_source) in PRESETS:
-        model, tokenizer = create_model(str(model_source), seed=settings.seed)
-        source_description = f"preset {model_source}"
-    else:
-        if str(model_source) in BASES:
-            model_source = build_base(str(model_source))
-        base_name = built_base_name(model_source)
-        loaded = load_model(model_source, LoadSettings(device="cpu", dtype="float32", backend="transformers"))
-        model, tokenizer = loaded.model, loaded.tokenizer
-        source_description = str(Path(model_source).resolve())
-    model.train()
-    budget = cut_to_limit(settings.sequences.max_len, getattr(model.config, "max_position_embeddings", None),
-                          source_description)
-    settings = settings.replace(sequences=settings.sequences.replace(max_len=budget))
-    with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
-        torch.manual_seed(settings.seed)
-        model = prepare_for_training(model, settings)
-
-    encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer), max_len=settings.sequences.max_len)
-    per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
-    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
-                              length=None if settings.steps is None else settings.steps * per_step,
-                              repeatable=repeatable)
-    if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
-        settings = settings.replace(steps=-(-dataset.planned // per_step))
-        dataset.length_total = settings.steps * per_step
-    plan = dataset.summary()
-    if plan is not None and accelerator.is_main_process:  # shown when examples recur or pools fall short
-        logger.log(logging.WARNING if plan.cut or plan.passes > 1 else logging.INFO, "%s", plan.line())
-    optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
-                                                 settings.weight_decay), settings.optimizer)
-    scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)  # stepped by hand: once per optimizer step
-
-    first_step = 0
-    latest = _latest_checkpoint(checkpoints) if resume else None
-    if latest is not None:
-        accelerator.load_state(str(latest))
-        first_step = json.loads((latest / "progress.json").read_text())["step"]
-        if accelerator.is_main_process:
-            logger.warning("resuming from %s (step %d of %d)", latest, first_step, settings.steps)
-    if accelerator.is_main_process:
-        if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
-            for old in checkpoints.glob("step-*"):
-                shutil.rmtree(old, ignore_errors=True)
-        CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
-    accelerator.wait_for_everyone()
-    length_of = dataset.length if settings.group_by_length else None
-    loader = DataLoader(dataset, batch_sampler=BatchOrder(settings, first_step, accelerator.process_index,
-                                                          accelerator.num_processes, length_of),
-                        collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
-
-    info = run_info(settings=settings.to_json(), model_source=source_description, data=data_description,
+    info = run_info(settings=settings.to_json(), model_source=source.description, data=data_description,
                     plan=None if plan is None else plan.to_json(),
                     processes=accelerator.num_processes, device=device,
                     mixed_precision=accelerator.mixed_precision, seeds={"training": settings.seed},
                     optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
-    log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
-    bar = tqdm(total=settings.steps, initial=first_step, desc="pretrain", unit="step",
-               disable=not (progress and accelerator.is_main_process))
-    deadline = None if settings.minutes is None else started + 60 * settings.minutes
-    step, window_loss, window_count, window_tokens, window_start = first_step, 0.0, 0, 0, time.monotonic()
-    total_tokens, last_loss, stopped_by = 0, None, "steps"
-
-    def save_checkpoint(at_step: int):
-        folder = checkpoints / f"step-{at_step}"
-        accelerator.save_state(str(folder))
-        if accelerator.is_main_process:
-            (folder / "progress.json").write_text(json.dumps({"step": at_step}))
-            for old in checkpoints.glob("step-*"):  # keep the two newest
-                if old != folder and int(old.name.split("-")[1]) < at_step - settings.save_every:
-                    shutil.rmtree(old, ignore_errors=True)
-
-    for batch in loader:
-        batch = {name: tensor.to(accelerator.device, non_blocking=True) for name, tensor in batch.items()}
-        with accelerator.accumulate(model):
-            loss = model(**batch).loss
-            accelerator.backward(loss)
-            if accelerator.sync_gradients and settings.max_grad_norm:
-                accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad()
-        window_loss += loss.detach().float().item()
-        window_count += 1
-        tokens = int(batch["attention_mask"].sum()) * accelerator.num_processes
-        window_tokens += tokens
-        total_tokens += tokens
-        if not accelerator.sync_gradients:
-            continue
-        scheduler.step()
-        step += 1
-        bar.update(1)
-        if step % settings.log_every == 0 or step == settings.steps:
-            elapsed = time.monotonic() - window_start
-            totals = accelerator.reduce(torch.tensor([window_loss, window_count], device=accelerator.device), "sum")
-            last_loss = float(totals[0] / totals[1])  # the mean over every process's micro-batches
-            rates = {group.get("name"): group["lr"] for group in optimizer.param_groups}
-            if log is not None:
-                log.write({"step": step, "loss": f"{last_loss:.5f}",
-                           "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
-                           "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
-                           "tokens": window_tokens, "tokens_per_second": f"{window_tokens / max(elapsed, 1e-9):.1f}",
-                           "elapsed_seconds": f"{time.monotonic() - started:.1f}"})
-            bar.set_postfix(loss=f"{last_loss:.4f}")
-            window_loss, window_count, window_tokens, window_start = 0.0, 0, 0, time.monotonic()
-        out_of_time = deadline is not None and time.monotonic() > deadline
-        if deadline is not None and accelerator.num_processes > 1:  # every process must stop at the same step
-            flag = torch.tensor([float(out_of_time)], device=accelerator.device)
-            out_of_time = bool(accelerator.reduce(flag, "max")[0] > 0)
-        if step % settings.save_every == 0 or step == settings.steps or out_of_time:
-            save_checkpoint(step)
-        if out_of_time:
-            stopped_by = "time limit"
-            break
-    bar.close()
+    loop = _TrainingLoop(accelerator, model, optimizer, scheduler, settings, out=out, started=started,
+                         first_step=first_step, progress=progress)
+    loop.run(loader)
     accelerator.wait_for_everyone()
     seconds = time.monotonic() - started
     if accelerator.is_main_process:
         trained = accelerator.unwrap_model(model)
-        info.update(steps_done=step, stopped_by=stopped_by, seconds=round(seconds, 1), tokens_this_run=total_tokens,
-                    final_loss=last_loss)
-        from_scratch = str(model_source) in PRESETS
-        budget = token_budget_after_training(from_scratch, settings.sequences.max_len,
-                                             getattr(trained.config, "max_position_embeddings", None))
-        record = {"preset": str(model_source) if from_scratch else None, "training": info,
-                  "token_budget": budget}  # models.token_budget_of reads it first
-        if base_name is not None and not settings.full_finetune:
-            save_delta(trained, tokenizer, out, base_name, record,  # megabytes, not the whole model
-                       dtype=torch.bfloat16 if accelerator.mixed_precision == "bf16" else None)
-        else:
-            if not settings.full_finetune:
-                trained.save_pretrained(out / "adapter")
-                trained = trained.merge_and_unload()
-            trained.config.use_cache = True
-            save_model(trained, tokenizer, out, record)
+        info.update(steps_done=loop.step, stopped_by=loop.stopped_by, seconds=round(seconds, 1),
+                    tokens_this_run=loop.total_tokens, final_loss=loop.last_loss)
+        _save_trained(trained, source, out, settings, info, accelerator.mixed_precision)
         plot_loss_curve(out / "training_log.csv", out / "loss_curve.png")
     accelerator.wait_for_everyone()
-    return PretrainResult(out, step, stopped_by, seconds, total_tokens, last_loss, accelerator.is_main_process)
-
+    return PretrainResult(out, loop.step, loop.stopped_by, seconds, loop.total_tokens, loop.last_loss,
+                          accelerator.is_main_process)

@@ -1,0 +1,99 @@
+"""A named base plus what training added: the delta's shards, written after training and merged in on load.
+
+``save_delta`` writes what a peft model adds to a base of ``bases.BASES`` (the LoRA adapter and the
+fully trained embedding and head rows) as a peft adapter config and safetensors shards of under
+16 MiB, with ``delta.json`` naming the base and the shards; ``apply_delta`` puts them back on the
+built base. This module knows the delta's files; it knows nothing of where the base comes from
+(``bases``, ``loading``), of devices, nor of training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from arc_kit.model.folders import DELTA_INDEX, ModelFolderError
+
+DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
+
+
+def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict | None = None,
+               max_shard_bytes: int = DELTA_SHARD_BYTES, dtype=None) -> Path:
+    """Write what a peft model adds to base ``base``: adapter config, weight shards, tokenizer, info.
+
+    ``model`` is a peft model whose adapter (LoRA and any fully trained modules such as the
+    embeddings and head) was trained on the built base ``base`` (a name of ``bases.BASES``).
+    ``dtype`` (a torch dtype) stores the weights in another precision (default: as they are).
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("delta-*.safetensors"):
+        old.unlink()
+    state = get_peft_model_state_dict(model)
+    shards, current, size = [], {}, 0
+    for name, tensor in state.items():
+        tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes > max_shard_bytes:
+            raise ValueError(f"{name} alone holds {nbytes / 2**20:.1f} MiB, over the shard size")
+        if current and size + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, size = {}, 0
+        current[name] = tensor
+        size += nbytes
+    if current:
+        shards.append(current)
+    names = []
+    for number, shard in enumerate(shards, 1):
+        name = f"delta-{number:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(path / name), metadata={"format": "pt"})
+        names.append(name)
+    config = model.peft_config[model.active_adapter]
+    config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
+    config.save_pretrained(str(path))
+    tokenizer.save_pretrained(path)
+    (path / DELTA_INDEX).write_text(json.dumps({"base": base, "shards": names}, indent=2) + "\n")
+    if info is not None:
+        (path / "arc_kit.json").write_text(json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
+    return path
+
+
+def apply_delta(model, path: str | os.PathLike, merge: bool = True):
+    """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    index = json.loads((path / DELTA_INDEX).read_text())
+    config = LoraConfig.from_pretrained(str(path))
+    state = {}
+    for name in index["shards"]:
+        try:
+            state.update(load_file(str(path / name)))
+        except Exception as error:  # safetensors raises its own error types for damaged files
+            raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
+    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        wrapped = get_peft_model(model, config)
+    dtype = next(model.parameters()).dtype
+    try:
+        result = set_peft_model_state_dict(wrapped, {k: v.to(dtype) for k, v in state.items()})
+    except KeyError as error:  # peft looks up a fully trained module's weight that no shard holds
+        raise ModelFolderError(f"the delta in {path} lacks some of its tensors (e.g. {error.args[0]}): "
+                               "a shard is missing or damaged") from None
+    if result.unexpected_keys:
+        raise ModelFolderError(f"the delta in {path} does not fit its base (e.g. {result.unexpected_keys[0]})")
+    missing = [key for key in result.missing_keys if "lora_" in key or "modules_to_save" in key]
+    if missing:  # peft lists every base weight as missing too; only the adapter's own count
+        raise ModelFolderError(f"the delta in {path} lacks {len(missing)} of its tensors (e.g. {missing[0]}): "
+                               "a shard is missing or damaged")
+    return wrapped.merge_and_unload() if merge else wrapped
+
+
+__all__ = ["DELTA_SHARD_BYTES", "apply_delta", "save_delta"]

@@ -1,0 +1,75 @@
+"""A training run's loss log: ``training_log.csv``, one row per logged step, and the loss curve drawn from it.
+
+The log is append-only with a fixed header (``LOG_COLUMNS``); a resumed run cuts the rows past its
+checkpoint and appends from there, so no step is written twice. This module knows the log's
+columns and files; it knows nothing of models, optimizers or how a step is trained (``training``).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from arc_kit.data.plotting import draw_loss_curve
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
+
+    def __init__(self, path: Path, columns: Sequence[str]):
+        self.path, self.columns = path, list(columns)
+        if not path.exists():
+            with open(path, "w", newline="") as handle:
+                csv.writer(handle).writerow(self.columns)
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
+
+    @staticmethod
+    def cut(path: Path, step: int) -> None:
+        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely."""
+        if not path.exists():
+            return
+        if step == 0:
+            path.unlink()
+            return
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        kept = [row for row in rows[1:] if row and int(row[0]) <= step]
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerows([rows[0], *kept])
+
+
+LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
+               "elapsed_seconds")
+
+
+def log_row(step: int, loss: float, rates: Mapping[str | None, float], tokens: int, window_seconds: float,
+            elapsed_seconds: float) -> dict[str, Any]:
+    """One row of ``LOG_COLUMNS``: ``rates`` are the learning rates by parameter group name, ``tokens``
+    those of the ``window_seconds`` since the last row, ``elapsed_seconds`` the run's time so far."""
+    return {"step": step, "loss": f"{loss:.5f}",
+            "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
+            "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
+            "tokens": tokens, "tokens_per_second": f"{tokens / max(window_seconds, 1e-9):.1f}",
+            "elapsed_seconds": f"{elapsed_seconds:.1f}"}
+
+
+def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
+    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    log = pd.read_csv(log_path)
+    if log.empty:
+        return None
+    figure = draw_loss_curve(log)
+    figure.savefig(out_path, dpi=100)
+    plt.close(figure)
+    return out_path
+
+
+__all__ = ["LOG_COLUMNS", "CsvLog", "log_row", "plot_loss_curve"]
