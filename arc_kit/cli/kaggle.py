@@ -17,6 +17,21 @@ from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, 
 @command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
 def setup_kaggle(parser):
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_build_arguments(actions)
+    _add_image_arguments(actions)
+    _add_run_arguments(actions)
+
+    def execute(args):
+        if args.action == "build":
+            return _kaggle_build(args)
+        if args.action == "image":
+            return _kaggle_image(args)
+        return _kaggle_run(args)
+    return execute
+
+
+def _add_build_arguments(actions) -> None:
+    """``kaggle build``: the dataset folder and the notebook folder beside it."""
     build = actions.add_parser("build", help="assemble the Kaggle dataset (the package wheel, the wheels the image "
                                              "lacks, a model, metadata) and the notebook folder that submits")
     build.add_argument("--out", required=True, help="the dataset folder to write (the notebook folder goes beside "
@@ -33,6 +48,10 @@ def setup_kaggle(parser):
                                                 "(the default, made by `arc-kit kaggle image` from Kaggle's list) or "
                                                 "one recorded on Kaggle with the recipe in kaggle_dataset/README.md")
     build.add_argument("--title", default="arc-kit")
+
+
+def _add_image_arguments(actions) -> None:
+    """``kaggle image``: the image manifest from Kaggle's package list."""
     image = actions.add_parser("image", help="make the image manifest from the package list Kaggle publishes "
                                              "(a pip freeze of its image)")
     image.add_argument("freeze", help="the list, e.g. installed_cpu_packages.txt of Kaggle's docker-python")
@@ -41,6 +60,10 @@ def setup_kaggle(parser):
     image.add_argument("--recorded", default="", help="the list's date or commit, kept in the manifest")
     image.add_argument("--cpu", action="store_true", help="the CPU image (default: the GPU image, the same "
                                                           "versions with torch's CUDA build)")
+
+
+def _add_run_arguments(actions) -> None:
+    """``kaggle run``: the competition job's folders, clock, workers and the method's settings."""
     run = actions.add_parser("run", help="the competition job: find the files, solve in time, write submission.json")
     run.add_argument("--model", help="model folder (default: the shipped model)")
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
@@ -57,22 +80,18 @@ def setup_kaggle(parser):
                        help="named settings the options below start from (default: %(default)s)")
     add_settings_options(run, solve_preset("paper"), "the method (defaults: the 'paper' preset)")
 
-    def execute(args):
-        from arc_kit.kaggle import competition as kaggle
 
-        if args.action == "build":
-            return _kaggle_build(args)
-        if args.action == "image":
-            return _kaggle_image(args)
-        clock = settings_from_options(args, CompetitionSettings())
-        result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
-                                        working=args.working, **clock.to_json(), workers=args.workers,
-                                        force_full=args.full, restart=args.restart, adopt=args.adopt)
-        print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
-              f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
-              + (f"; stopped early: {result.error}" if result.error else ""))
-        return 0
-    return execute
+def _kaggle_run(args) -> int:
+    from arc_kit.kaggle import competition as kaggle
+
+    clock = settings_from_options(args, CompetitionSettings())
+    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
+                                    working=args.working, **clock.to_json(), workers=args.workers,
+                                    force_full=args.full, restart=args.restart, adopt=args.adopt)
+    print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
+          f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
+          + (f"; stopped early: {result.error}" if result.error else ""))
+    return 0
 
 
 def _kaggle_build(args) -> int:
