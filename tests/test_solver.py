@@ -668,7 +668,7 @@ def test_the_kaggle_run_and_every_preset_are_batched_through_their_settings():
     import inspect
 
     from arc_kit.kaggle import competition as kaggle
-    from arc_kit.cli import add_settings_options, settings_from_options
+    from arc_kit.cli.options import add_settings_options, settings_from_options
     from arc_kit.settings import SOLVE_PRESETS, smoke
 
     default = inspect.signature(kaggle.run_competition).parameters["settings"].default

@@ -1,0 +1,46 @@
+"""The ``arc-kit bench`` command: benchmarks that print ratios (DFS vs greedy decoding, prefix-reusing scoring,
+the decode engines).
+
+It parses and prints the lines ``run.bench`` yields; it knows nothing of how each benchmark measures.
+"""
+
+from __future__ import annotations
+
+from arc_kit.cli.options import load_given_tasks, model_path, tasks_argument
+from arc_kit.cli.registry import command
+from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS, SamplerSettings, SolveSettings
+
+
+@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engines")
+def setup_bench(parser):
+    parser.add_argument("--model", help="model folder (default: the shipped model)")
+    parser.add_argument("--llama-3b-shaped", action="store_true",
+                        help="a Llama-3.2-3B-shaped random model (bf16, GPU) instead of --model, for per-token costs")
+    tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=5, help="the first N tasks by id (default: %(default)s)")
+    parser.add_argument("--max-prompt", type=int, default=4096,
+                        help="skip tasks whose prompt is longer than this many tokens (default: %(default)s)")
+    from arc_kit.run.bench import BENCHMARKS
+
+    parser.add_argument("--which", nargs="*", default=list(BENCHMARKS), choices=list(BENCHMARKS),
+                        help="benchmarks to run (default: all)")
+    parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
+                        help="DFS: minimum probability of a returned answer (default: %(default)s)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
+                        help="the decode engine the searches and scorings run on (default: %(default)s; "
+                             "--which engine runs both)")
+    parser.add_argument("--engine-compile", choices=ENGINE_COMPILE_MODES, default=SolveSettings().engine_compile,
+                        help="--which engine: compile the fast engine's step (default: %(default)s: on a GPU only)")
+
+    def run(args):
+        from arc_kit.run import bench
+
+        model = None if args.llama_3b_shaped else str(model_path(args))
+        for line in bench.run_benchmarks(model, load_given_tasks(args),
+                                         which=args.which, count=args.tasks, max_prompt=args.max_prompt,
+                                         threshold=args.threshold, device=args.device, engine=args.engine,
+                                         engine_compile=args.engine_compile):
+            print(line, flush=True)
+        return 0
+    return run

@@ -1,0 +1,130 @@
+"""The ``arc-kit kaggle`` command: build the Kaggle dataset folder, make the image manifest, or run the
+competition job.
+
+It parses, makes one call into ``arc_kit.kaggle`` and prints; what the dataset holds and how the job keeps
+to its clock live there, not here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arc_kit.cli.options import add_settings_options, model_path, restart_arguments, settings_from_options
+from arc_kit.cli.registry import command
+from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, solve_preset
+
+
+@command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
+def setup_kaggle(parser):
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_build_arguments(actions)
+    _add_image_arguments(actions)
+    _add_run_arguments(actions)
+
+    def execute(args):
+        if args.action == "build":
+            return _kaggle_build(args)
+        if args.action == "image":
+            return _kaggle_image(args)
+        return _kaggle_run(args)
+    return execute
+
+
+def _add_build_arguments(actions) -> None:
+    """``kaggle build``: the dataset folder and the notebook folder beside it."""
+    build = actions.add_parser("build", help="assemble the Kaggle dataset (the package wheel, the wheels the image "
+                                             "lacks, a model, metadata) and the notebook folder that submits")
+    build.add_argument("--out", required=True, help="the dataset folder to write (the notebook folder goes beside "
+                                                    "it, its name plus -notebook)")
+    build.add_argument("--owner", help="your Kaggle user name (default: $KAGGLE_USERNAME, else the username in "
+                                       "~/.kaggle/kaggle.json)")
+    build.add_argument("--slug", default="arc-kit", help="the dataset's slug, its id being OWNER/SLUG "
+                                                         "(default: %(default)s)")
+    build.add_argument("--model", help="model folder (default: the shipped model)")
+    build.add_argument("--extra-wheels", help="a folder of further wheels to include")
+    build.add_argument("--gpu-extras", action="store_true", help="also ship bitsandbytes and unsloth with what they "
+                                                                 "need, for a large model in 4 bits")
+    build.add_argument("--image-manifest", help="what the competition image has: kaggle_dataset/kaggle-image.json "
+                                                "(the default, made by `arc-kit kaggle image` from Kaggle's list) or "
+                                                "one recorded on Kaggle with the recipe in kaggle_dataset/README.md")
+    build.add_argument("--title", default="arc-kit")
+
+
+def _add_image_arguments(actions) -> None:
+    """``kaggle image``: the image manifest from Kaggle's package list."""
+    image = actions.add_parser("image", help="make the image manifest from the package list Kaggle publishes "
+                                             "(a pip freeze of its image)")
+    image.add_argument("freeze", help="the list, e.g. installed_cpu_packages.txt of Kaggle's docker-python")
+    image.add_argument("--out", default="kaggle_dataset/kaggle-image.json", help="default: %(default)s")
+    image.add_argument("--python", default="3.12", help="the image's Python (default: %(default)s)")
+    image.add_argument("--recorded", default="", help="the list's date or commit, kept in the manifest")
+    image.add_argument("--cpu", action="store_true", help="the CPU image (default: the GPU image, the same "
+                                                          "versions with torch's CUDA build)")
+
+
+def _add_run_arguments(actions) -> None:
+    """``kaggle run``: the competition job's folders, clock, workers and the method's settings."""
+    run = actions.add_parser("run", help="the competition job: find the files, solve in time, write submission.json")
+    run.add_argument("--model", help="model folder (default: the shipped model)")
+    run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
+    run.add_argument("--working", default="/kaggle/working", help="where submission.json goes")
+    add_settings_options(run, CompetitionSettings(), "the competition job's clock")
+    run.add_argument("--workers", type=int)
+    run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
+    restart_arguments(run, "--working")
+    given = run.add_mutually_exclusive_group()
+    given.add_argument("--settings", dest="settings_file", metavar="FILE",
+                       help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
+                            "options below change it further")
+    given.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
+                       help="named settings the options below start from (default: %(default)s)")
+    add_settings_options(run, solve_preset("paper"), "the method (defaults: the 'paper' preset)")
+
+
+def _kaggle_run(args) -> int:
+    from arc_kit.kaggle import competition as kaggle
+
+    clock = settings_from_options(args, CompetitionSettings())
+    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
+                                    working=args.working, **clock.to_json(), workers=args.workers,
+                                    force_full=args.full, restart=args.restart, adopt=args.adopt)
+    print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
+          f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
+          + (f"; stopped early: {result.error}" if result.error else ""))
+    return 0
+
+
+def _kaggle_build(args) -> int:
+    from arc_kit.kaggle.dataset_build import build_dataset
+
+    built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+                          extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
+                          gpu_extras=args.gpu_extras)
+    print(f"wheels shipped ({len(built.wheels)}; the image: {built.image}):")
+    for wheel in built.wheels:
+        print(f"  {wheel.path.name}: {wheel.reason}")
+    for folder in (built.folder, built.notebook):
+        print(f"{folder}:")
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
+    return 0
+
+
+def _kaggle_image(args) -> int:
+    from arc_kit.data.jsonio import write_json_atomically
+    from arc_kit.kaggle.wheelhouse import manifest_from_freeze
+
+    image = manifest_from_freeze(args.freeze, args.python, gpu=not args.cpu, recorded=args.recorded)
+    write_json_atomically(Path(args.out), image.to_json(), indent=1)
+    print(f"{args.out}: {len(image.packages)} packages, Python {image.python}, torch {image.packages.get('torch')} "
+          f"({image.source})")
+    return 0
+
+
+def _kaggle_settings(args) -> SolveSettings:
+    """``kaggle run``'s settings: a file's (``run.read_settings_file``) or a preset's, then the options given."""
+    from arc_kit.run.runs import read_settings_file
+
+    return settings_from_options(args, read_settings_file(args.settings_file) if args.settings_file
+                                 else solve_preset(args.preset))

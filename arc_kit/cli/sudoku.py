@@ -1,0 +1,119 @@
+"""The ``arc-kit sudoku`` command: the paper's Sudoku experiment (generate puzzles, train on them, evaluate DFS +
+PoE top-1).
+
+It parses, makes one call into ``arc_kit.sudoku`` and prints; how puzzles are made, trained on and solved lives
+there, not here.
+"""
+
+from __future__ import annotations
+
+from arc_kit.cli.options import add_settings_options, settings_from_options
+from arc_kit.cli.registry import command
+from arc_kit.settings import TrainingSettings
+
+
+@command("sudoku", "the paper's Sudoku experiment: generate puzzles, train on them, evaluate DFS + PoE top-1")
+def setup_sudoku(parser):
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _add_generate_arguments(actions)
+    _add_train_arguments(actions)
+    _add_evaluate_arguments(actions)
+
+    def run(args):
+        from arc_kit.sudoku import puzzles as sudoku
+
+        if args.action == "generate":
+            return _generate(args)
+        pairs = sudoku.load_csv(args.puzzles, limit=args.limit)
+        if args.action == "train":
+            return _train(args, pairs)
+        return _evaluate(args, pairs)
+    return run
+
+
+def _add_generate_arguments(actions) -> None:
+    """``sudoku generate``: how many puzzles, from which seed, with how many clues, avoiding which."""
+    generate = actions.add_parser("generate", help="puzzles with a unique solution, from a seed, as a CSV "
+                                                   "(puzzle,solution,clues; the Sudoku 3M layout)")
+    generate.add_argument("--count", type=int, required=True)
+    generate.add_argument("--seed", type=int, default=0, help="names the set: puzzle i comes from (seed, i)")
+    generate.add_argument("--clues", default="sudoku-3m", help="target clue counts: sudoku-3m (that set's "
+                          "histogram, 22-27 nearly all) or a range like 22-27, drawn uniformly (default: %(default)s)")
+    generate.add_argument("--exclude", nargs="*", default=[], metavar="CSV",
+                          help="puzzle files whose solution grids must not recur (keeps a test set disjoint)")
+    generate.add_argument("--out", required=True, help="the CSV file to write")
+
+
+def _add_train_arguments(actions) -> None:
+    """``sudoku train``: the model, the puzzles, the pool's copies and the training settings."""
+    train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
+    train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
+    train.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
+    train.add_argument("--limit", type=int, help="only the first N puzzles")
+    train.add_argument("--copies", type=int, default=1000, help="augmented views per puzzle in the pool "
+                                                                "(default: %(default)s)")
+    train.add_argument("--out", required=True)
+    train.add_argument("--no-resume", action="store_true")
+    train.add_argument("--device", default="auto")
+    add_settings_options(train, TrainingSettings(), "training settings (defaults: from-scratch for a preset, "
+                                                    "else the paper's)")
+
+
+def _add_evaluate_arguments(actions) -> None:
+    """``sudoku evaluate``: the model, the puzzles, the output folder, the clock and the evaluation settings."""
+    from arc_kit.sudoku.experiment import SudokuEvalSettings
+
+    evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
+    evaluate.add_argument("--limit", type=int, help="only the first N puzzles")
+    evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot; "
+                                                       "puzzles already there are kept (resumes)")
+    evaluate.add_argument("--no-resume", action="store_true", help="solve every puzzle again")
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--minutes", type=float, help="start no new puzzle after this long; the metrics cover "
+                                                        "the puzzles done")
+    add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
+
+
+def _generate(args) -> int:
+    """``sudoku generate``: write the puzzles and say how many clues they have."""
+    from arc_kit.sudoku import puzzles as sudoku
+
+    excluded = [pair for path in args.exclude for pair in sudoku.load_csv(path, check=False)]
+    pairs = sudoku.generate_puzzles(args.count, args.seed, sudoku.parse_clues(args.clues), progress=True,
+                                    exclude=excluded)
+    sudoku.write_csv(args.out, pairs)
+    clues = [sudoku.clue_count(pair.input) for pair in pairs]
+    print(f"wrote {args.out}: {len(pairs)} puzzles, each with a unique solution, {min(clues)}-{max(clues)} "
+          f"clues (mean {sum(clues) / len(clues):.2f}; by count {sudoku.clue_histogram(pairs)})"
+          + (f", none on a solution grid of {len(excluded)} excluded puzzles" if excluded else ""))
+    return 0
+
+
+def _train(args, pairs) -> int:
+    """``sudoku train``: fine-tune (or train from scratch) on ``pairs``; the main process reports."""
+    from arc_kit.model.training import training_settings_for
+    from arc_kit.sudoku.experiment import train as train_sudoku
+
+    settings = settings_from_options(args, training_settings_for(args.model))
+    result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
+                          resume=not args.no_resume, device=args.device)
+    if result.main_process:
+        loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+        print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
+              f"loss {loss}; model in {result.path}")
+    return 0
+
+
+def _evaluate(args, pairs) -> int:
+    """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
+    import json
+
+    from arc_kit.sudoku.experiment import SudokuEvalSettings
+    from arc_kit.sudoku.experiment import evaluate as evaluate_sudoku
+
+    metrics = evaluate_sudoku(args.model, pairs, args.out, settings_from_options(args, SudokuEvalSettings()),
+                              device=args.device, minutes=args.minutes, resume=not args.no_resume)
+    print(json.dumps(metrics, indent=1))
+    return 0
