@@ -36,6 +36,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.data.jsonio import write_json_atomically
@@ -54,7 +55,8 @@ from arc_kit.model.loading import (
 )
 from arc_kit.provenance import run_info
 from arc_kit.run.calibration import calibrate, calibration_settings, calibration_task
-from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, hours, measure
+from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, measure
+from arc_kit.run.pool_report import PoolReport
 from arc_kit.run.records import TaskRecord, answers_from_records, fallback_record, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
@@ -63,7 +65,6 @@ from arc_kit.run.runs import (
     mark_correct,
     open_run,
     solve,
-    task_line,
     write_scores,
 )
 from arc_kit.run.solver import Solver
@@ -124,199 +125,235 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}),
              adopt=adopt)
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
-    records = merged_records(out)
-    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if answers is not None and not answers.known_outputs():
-        answers = None
-    todo = [task_id for task_id in tasks.ids if task_id not in records]
-    speeds = _stored_speeds(out)
-    planner = Planner(_sizes(tasks, todo, model, settings), settings, deadline if deadline is not None else math.inf,
-                      speeds, workers=workers, longest_first=True, budget=budget)
-    submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
-    covered = submission_tasks if submission_tasks is not None else tasks
-    mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
-
-    def write() -> None:
-        write_submission(submission_path, build_submission(covered, answers_from_records(mine),
-                                                           attempts=settings.attempts), covered)
-
-    write()
+    pool = _Pool.opened(tasks, model, settings, out, workers=workers, budget=budget, solutions=solutions,
+                        submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
+                        stop_at=stop_at, watchdog=watchdog, poll_seconds=poll_seconds, devices=devices, spread=spread,
+                        workers_per_gpu=workers_per_gpu)
+    pool.write()
     plan = {"challenges": str(challenges_path), "max_side": tasks.max_side, "model": str(model),
             "settings": settings.to_json(), "load": load_options or {}, "heartbeat_seconds": watchdog.heartbeat_seconds}
-    calibration = None  # (task id, settings) of the first worker's measurement, while it is awaited
-    if deadline is not None and planner.remaining and not planner.speeds.measured_tasks:
-        calibration = (calibration_task(planner, bool(devices)), calibration_settings(settings))
-    slots = [new_slot(out, index, slot_device(index, devices, spread), plan,
-                       calibration if index == 0 else None) for index in range(workers)]
-    lost: dict[str, int] = {}  # task id -> times its worker died or hung on it
-    solved = sum(record.share_correct for record in mine.values())
-    report = _Progress(progress, len(tasks), deadline)
-
-    def finish(task_id: str, record: TaskRecord) -> None:
-        nonlocal solved
-        planner.done(task_id, record.rung, None if record.failed else record.timings)
-        if answers is not None and task_id in answers:
-            mark_correct(record, tasks, answers, settings.attempts)
-            solved += record.share_correct
-        records[task_id] = mine[task_id] = record
-        report.task(record, len(mine), solved if answers is not None else None)
-
+    pool.make_slots(plan, workers)
+    pool.report = PoolReport(progress, len(tasks), deadline)
     try:
-        for slot in slots[:len(planner.remaining)]:  # no more workers than tasks
-            start_worker(slot)
-        report.started(slots, devices)
-        while True:
-            changed = False
-            for slot in slots:  # 1. the records that came in
-                for record in slot.follower.new_records():
-                    if record.task_id in tasks and record.task_id not in mine:
-                        finish(record.task_id, record)
-                        changed = True
-                    if record.task_id == slot.task:
-                        slot.task, slot.task_deadline = None, math.inf
-            if calibration is not None and (slots[0].ready or not slots[0].alive):
-                per_gpu = calibrate(slots[0].folder, planner, *calibration, report, len(devices))
-                calibration = None
-                if per_gpu and spread and devices and workers_per_gpu is None:
-                    more = [new_slot(out, len(slots) + index, devices[index % len(devices)], plan, None)
-                            for index in range(len(devices) * (per_gpu - 1))]
-                    slots += more
-                    planner.workers = len(slots)
-                    for slot in more[:len(planner.remaining)]:
-                        start_worker(slot)
-                    report.started(slots, devices, added=len(more))
-            now = time.time()
-            if stop_at is not None and now >= stop_at:
-                logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in slots))
-                break
-            for slot in slots:  # 2. the watchdog
-                why = trouble(slot, now, watchdog)
-                if why is None:
-                    continue
-                stop_worker(slot, watchdog.terminate_seconds, polite=False)
-                logger.warning("worker %d %s; see %s", slot.index, why, slot.folder / "worker.log")
-                for record in slot.follower.new_records():  # what it wrote before it went
-                    if record.task_id in tasks and record.task_id not in mine:
-                        finish(record.task_id, record)
-                        changed = True
-                    if record.task_id == slot.task:
-                        slot.task = None
-                if slot.task is not None:
-                    task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-                    lost[task_id] = lost.get(task_id, 0) + 1
-                    if lost[task_id] <= watchdog.retries:
-                        planner.requeue(task_id)
-                    else:
-                        finish(task_id, fallback_record(task_id, f"its worker died or hung {lost[task_id]} times"))
-                        changed = True
-                if planner.remaining and slot.starts <= watchdog.restarts:
-                    start_worker(slot)
-            for slot in slots:  # 3. work for the idle
-                while slot.ready and slot.task is None and not slot.stopping:
-                    if not planner.remaining:
-                        slot.assign({"stop": True})
-                        slot.stopping = True
-                        break
-                    task_id = planner.remaining[0]
-                    rung = planner.choose(task_id)
-                    planner.start(task_id)
-                    if rung == FALLBACK:
-                        finish(task_id, fallback_record(task_id, "out of time"))
-                        changed = True
-                        continue
-                    caps = planner.budget(task_id, rung) if deadline is not None else None
-                    slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
-                                 "search_seconds": caps and caps.search_seconds})
-                    slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
-                    report.assigned(task_id, slot, rung, planner)
-            if changed:
-                write()
-                write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
-            running = [slot for slot in slots if slot.task is not None]
-            if not planner.remaining and not running:
-                break
-            if planner.remaining and not any(slot.alive for slot in slots):
-                logger.warning("no worker left: %d task(s) get fallback answers", len(planner.remaining))
-                for task_id in list(planner.remaining):
-                    finish(task_id, fallback_record(task_id, "no worker left"))
-                break
-            report.tick(len(mine), solved if answers is not None else None)
-            time.sleep(poll_seconds)
+        pool.start()
+        pool.watch()
     finally:
-        for slot in slots:  # nothing outlives the parent's loop: finished, stopped or failed
-            stop_worker(slot, watchdog.terminate_seconds, polite=True)
+        pool.stop_all()
+    return pool.wind_up(started)
+
+
+@dataclass
+class _Pool:
+    """The parent's state while its workers run: the queue (its planner), the slots, the records, the submission.
+
+    One call of ``solve_in_workers`` makes one; its methods are the steps of the parent's loop.
+    """
+
+    tasks: TaskSet
+    settings: SolveSettings
+    out: Path
+    planner: Planner
+    records: dict[str, TaskRecord]  # every worker folder's, also those of tasks this run does not solve
+    mine: dict[str, TaskRecord]  # this run's tasks' records
+    answers: TaskSet | None  # the known solutions, if any: tasks get marked as they finish
+    submission_path: Path
+    covered: TaskSet  # the tasks the submission covers
+    deadline: float | None
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    stop_at: float | None = None
+    poll_seconds: float = 1.0
+    workers_per_gpu: int | None = None
+    devices: list[str] = field(default_factory=list)
+    spread: bool = True
+    plan: dict = field(default_factory=dict)  # what every worker's plan.json holds
+    # (task id, settings) of the first worker's measurement, while it is awaited
+    calibration: tuple[str, SolveSettings] | None = None
+    slots: list[WorkerSlot] = field(default_factory=list)
+    lost: dict[str, int] = field(default_factory=dict)  # task id -> times its worker died or hung on it
+    solved: float = 0.0
+    report: PoolReport | None = None
+    changed: bool = False  # a record came in since the last write
+
+    @classmethod
+    def opened(cls, tasks: TaskSet, model, settings: SolveSettings, out: Path, *, workers: int, budget: BudgetSettings,
+               solutions: TaskSet | None, submission_path: str | os.PathLike | None,
+               submission_tasks: TaskSet | None, deadline: float | None, **options) -> _Pool:
+        """The pool of an opened run folder: the records already there, the tasks left queued longest first;
+        ``options`` are the pool's other fields (its limits, its devices)."""
+        records = merged_records(out)
+        answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+        if answers is not None and not answers.known_outputs():
+            answers = None
+        todo = [task_id for task_id in tasks.ids if task_id not in records]
+        speeds = _stored_speeds(out)
+        planner = Planner(_sizes(tasks, todo, model, settings), settings,
+                          deadline if deadline is not None else math.inf, speeds, workers=workers, longest_first=True,
+                          budget=budget)
+        submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
+        covered = submission_tasks if submission_tasks is not None else tasks
+        mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+        return cls(tasks, settings, out, planner, records, mine, answers, submission_path, covered, deadline, **options)
+
+    def make_slots(self, plan: dict, workers: int) -> None:
+        """Each worker's folder, plan and slot; the first one's plan asks for the calibration when the planner
+        has no speeds measured and a deadline to meet."""
+        self.plan = plan
+        if self.deadline is not None and self.planner.remaining and not self.planner.speeds.measured_tasks:
+            self.calibration = (calibration_task(self.planner, bool(self.devices)), calibration_settings(self.settings))
+        self.slots = [new_slot(self.out, index, slot_device(index, self.devices, self.spread), plan,
+                               self.calibration if index == 0 else None) for index in range(workers)]
+        self.solved = sum(record.share_correct for record in self.mine.values())
+
+    def write(self) -> None:
+        """The submission of every covered task, from the records so far (fallback answers for the others)."""
+        write_submission(self.submission_path, build_submission(self.covered, answers_from_records(self.mine),
+                                                                attempts=self.settings.attempts), self.covered)
+
+    def finish(self, task_id: str, record: TaskRecord) -> None:
+        """Take ``record`` as ``task_id``'s: the planner learns its speeds, the answers mark it, the report shows it."""
+        self.planner.done(task_id, record.rung, None if record.failed else record.timings)
+        if self.answers is not None and task_id in self.answers:
+            mark_correct(record, self.tasks, self.answers, self.settings.attempts)
+            self.solved += record.share_correct
+        self.records[task_id] = self.mine[task_id] = record
+        self.report.task(record, len(self.mine), self.solved_so_far)
+        self.changed = True
+
+    @property
+    def solved_so_far(self) -> float | None:
+        """The tasks solved so far (shares of a task count), when the answers are known."""
+        return self.solved if self.answers is not None else None
+
+    def start(self) -> None:
+        """Start the workers, no more of them than tasks."""
+        for slot in self.slots[:len(self.planner.remaining)]:  # no more workers than tasks
+            start_worker(slot)
+        self.report.started(self.slots, self.devices)
+
+    def watch(self) -> None:
+        """The parent's loop: records in, the calibration, the stop time, the watchdog, work for the idle, writes."""
+        while True:
+            self.changed = False
+            for slot in self.slots:  # 1. the records that came in
+                self.take_records(slot)
+            if self.calibration is not None and (self.slots[0].ready or not self.slots[0].alive):
+                self.calibrate()
+            now = time.time()
+            if self.stop_at is not None and now >= self.stop_at:
+                logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in self.slots))
+                break
+            for slot in self.slots:  # 2. the watchdog
+                why = trouble(slot, now, self.watchdog)
+                if why is not None:
+                    self.give_up_on(slot, why)
+            for slot in self.slots:  # 3. work for the idle
+                self.feed(slot)
+            if self.changed:
+                self.write()
+                self.write_speeds()
+            if self.is_over():
+                break
+            self.report.tick(len(self.mine), self.solved_so_far)
+            time.sleep(self.poll_seconds)
+
+    def take_records(self, slot: WorkerSlot) -> None:
+        """The records ``slot``'s worker appended since the last look; its task is done once its record is in."""
+        for record in slot.follower.new_records():
+            if record.task_id in self.tasks and record.task_id not in self.mine:
+                self.finish(record.task_id, record)
+            if record.task_id == slot.task:
+                slot.task, slot.task_deadline = None, math.inf
+
+    def calibrate(self) -> None:
+        """Fold the first worker's measurement into the planner; start as many more workers as its memory allows."""
+        per_gpu = calibrate(self.slots[0].folder, self.planner, *self.calibration, self.report, len(self.devices))
+        self.calibration = None
+        if per_gpu and self.spread and self.devices and self.workers_per_gpu is None:
+            more = [new_slot(self.out, len(self.slots) + index, self.devices[index % len(self.devices)], self.plan,
+                             None) for index in range(len(self.devices) * (per_gpu - 1))]
+            self.slots += more
+            self.planner.workers = len(self.slots)
+            for slot in more[:len(self.planner.remaining)]:
+                start_worker(slot)
+            self.report.started(self.slots, self.devices, added=len(more))
+
+    def give_up_on(self, slot: WorkerSlot, why: str) -> None:
+        """Stop a dead or hung worker; keep what it wrote; its task back to the queue (or fallback answers); restart."""
+        stop_worker(slot, self.watchdog.terminate_seconds, polite=False)
+        logger.warning("worker %d %s; see %s", slot.index, why, slot.folder / "worker.log")
+        self.take_records(slot)  # what it wrote before it went
+        if slot.task is not None:
+            task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
+            self.lost[task_id] = self.lost.get(task_id, 0) + 1
+            if self.lost[task_id] <= self.watchdog.retries:
+                self.planner.requeue(task_id)
+            else:
+                self.finish(task_id, fallback_record(task_id, f"its worker died or hung {self.lost[task_id]} times"))
+        if self.planner.remaining and slot.starts <= self.watchdog.restarts:
+            start_worker(slot)
+
+    def feed(self, slot: WorkerSlot) -> None:
+        """Work for a ready, idle worker: the next task at the rung the time left allows, or stop when none is left."""
+        while slot.ready and slot.task is None and not slot.stopping:
+            if not self.planner.remaining:
+                slot.assign({"stop": True})
+                slot.stopping = True
+                break
+            task_id = self.planner.remaining[0]
+            rung = self.planner.choose(task_id)
+            self.planner.start(task_id)
+            if rung == FALLBACK:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+                continue
+            caps = self.planner.budget(task_id, rung) if self.deadline is not None else None
+            slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
+                         "search_seconds": caps and caps.search_seconds})
+            slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
+            self.report.assigned(task_id, slot, rung, self.planner)
+
+    def is_over(self) -> bool:
+        """Whether the loop ends: nothing queued or running, or tasks queued and no worker left (fallbacks for them)."""
+        running = [slot for slot in self.slots if slot.task is not None]
+        if not self.planner.remaining and not running:
+            return True
+        if self.planner.remaining and not any(slot.alive for slot in self.slots):
+            logger.warning("no worker left: %d task(s) get fallback answers", len(self.planner.remaining))
+            for task_id in list(self.planner.remaining):
+                self.finish(task_id, fallback_record(task_id, "no worker left"))
+            return True
+        return False
+
+    def write_speeds(self) -> None:
+        write_json_atomically(self.out / SPEEDS_FILE, self.planner.speeds.to_json())
+
+    def stop_all(self) -> None:
+        """Nothing outlives the parent's loop: finished, stopped or failed, every worker is stopped."""
+        for slot in self.slots:
+            stop_worker(slot, self.watchdog.terminate_seconds, polite=True)
             if slot.log is not None:
                 slot.log.close()
-    for slot in slots:  # records written between the last look and the stop
-        for record in slot.follower.new_records():
-            if record.task_id in tasks and record.task_id not in mine:
-                finish(record.task_id, record)
-    for task_id in [*planner.remaining, *(slot.task for slot in slots if slot.task and slot.task not in mine)]:
-        if task_id not in mine:
-            finish(task_id, fallback_record(task_id, "out of time"))
-    ordered = {task_id: mine[task_id] for task_id in tasks.ids if task_id in mine}
-    write_records(out / RECORDS_FILE, ordered.values())
-    mine = ordered
-    write()
-    write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
-    report.tick(len(mine), solved if answers is not None else None, force=True)
-    run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
-    if answers is not None:
-        run.score = write_scores(out, submission_path, ordered, answers, list(tasks.test_counts()), settings.attempts)
-    return run
 
-
-class _Progress:
-    """The parent's report: one line per finished task, and every minute tasks done, solved and time left."""
-
-    def __init__(self, enabled: bool, total: int, deadline: float | None, every: float = 60.0):
-        self.enabled, self.total, self.deadline, self.every = enabled, total, deadline, every
-        self.last = time.monotonic()
-
-    def task(self, record: TaskRecord, done: int, solved: float | None) -> None:
-        if self.enabled:
-            print(task_line(record), flush=True)
-
-    def note(self, message: str) -> None:
-        logger.info(message)
-        if self.enabled:
-            print(message, flush=True)
-
-    def started(self, slots: list[WorkerSlot], devices: list[str], added: int = 0) -> None:
-        """How many worker processes are running, and where (counted, not intended)."""
-        running = [slot for slot in slots if slot.process is not None]
-        gpus = sorted({slot.device for slot in running if slot.device})
-        on_cpu = sum(1 for slot in running if not slot.device)
-        where = [f"{sum(1 for slot in running if slot.device == gpu)} on GPU {gpu}" for gpu in gpus]
-        where += [f"{on_cpu} on the CPU"] if on_cpu else []
-        more = f"started {added} more: " if added else "started "
-        self.note(f"{more}{len(running)} worker process(es) running ({', '.join(where) or 'none'})")
-
-    def assigned(self, task_id: str, slot: WorkerSlot, rung: int, planner: Planner) -> None:
-        """The task's rung and caps, and when the work left is projected to end at that rung."""
-        if not self.enabled:
-            return
-        left = planner.estimate(planner.remaining, rung) / planner.workers
-        cap = "" if not math.isfinite(slot.task_deadline) else f", capped at {hours(slot.task_deadline - time.time())}"
-        deadline = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
-        print(f"task {task_id} -> worker {slot.index}: rung {rung}{cap}; {len(planner.remaining)} task(s) queued, "
-              f"projected to finish in {hours(left)}{deadline}", flush=True)
-
-    def tick(self, done: int, solved: float | None, force: bool = False) -> None:
-        if not self.enabled or (not force and time.monotonic() - self.last < self.every):
-            return
-        self.last = time.monotonic()
-        print("progress: " + progress_line(done, self.total, solved, self.deadline), flush=True)
-
-
-def progress_line(done: int, total: int, solved: float | None, deadline: float | None) -> str:
-    """``12/120 tasks done, 3 solved, 5:32:10 left`` (the solved part when answers are known, time when bounded)."""
-    parts = [f"{done}/{total} tasks done"]
-    if solved is not None:
-        parts.append(f"{solved:g} solved")
-    if deadline is not None:
-        parts.append(f"{hours(max(0.0, deadline - time.time()))} left")
-    return ", ".join(parts)
+    def wind_up(self, started: float) -> SolveRun:
+        """The last records, fallback answers for the tasks left, the records in task order, the last writes."""
+        for slot in self.slots:  # records written between the last look and the stop
+            for record in slot.follower.new_records():
+                if record.task_id in self.tasks and record.task_id not in self.mine:
+                    self.finish(record.task_id, record)
+        running = [slot.task for slot in self.slots if slot.task and slot.task not in self.mine]
+        for task_id in [*self.planner.remaining, *running]:
+            if task_id not in self.mine:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+        ordered = {task_id: self.mine[task_id] for task_id in self.tasks.ids if task_id in self.mine}
+        write_records(self.out / RECORDS_FILE, ordered.values())
+        self.mine = ordered
+        self.write()
+        self.write_speeds()
+        self.report.tick(len(self.mine), self.solved_so_far, force=True)
+        run = SolveRun(self.out, ordered, self.submission_path, seconds=time.monotonic() - started)
+        if self.answers is not None:
+            run.score = write_scores(self.out, self.submission_path, ordered, self.answers,
+                                     list(self.tasks.test_counts()), self.settings.attempts)
+        return run
 
 
 def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
@@ -381,5 +418,5 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
                  info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
 
 
-__all__ = ["SPEEDS_FILE", "WatchdogSettings", "merged_records", "prepare_model", "progress_line", "run_worker",
+__all__ = ["SPEEDS_FILE", "WatchdogSettings", "merged_records", "prepare_model", "run_worker",
            "solve_in_workers", "solve_job", "visible_gpus"]  # run_worker: what ``python -m arc_kit worker`` calls
