@@ -23,9 +23,9 @@ workers) are not queued again; a folder whose ``run.json`` holds other settings 
 
 This module is the parent's loop (``solve_in_workers``) and ``solve_job``; each worker process's
 own loop is ``worker_process``' (``run_worker``, importable here too), the parent's view of one
-worker (its slot, start, stop, the watchdog's checks) ``worker_slots``', and the first worker's
-measurement ``calibration``'s. This module knows processes, files and the planner; what a task's
-solving does is the solver's.
+worker (its slot, start, stop, the watchdog's checks) ``worker_slots``', the first worker's
+measurement ``calibration``'s, and the lines the parent prints ``pool_report``'s. This module knows
+processes, files and the planner; what a task's solving does is the solver's.
 """
 
 from __future__ import annotations
