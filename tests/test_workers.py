@@ -20,7 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from arc_kit.run import workers
+from arc_kit.run import calibration, worker_process, worker_slots, workers
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model.loading import load_model
 from arc_kit.run.records import read_records
@@ -63,8 +63,8 @@ class PopenSpy:
 
 def watch_workers(patch: pytest.MonkeyPatch, popen) -> None:
     """Start the workers through ``popen`` (only those: other subprocesses, git say, run as usual)."""
-    patch.setattr(workers, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT,
-                                                         TimeoutExpired=subprocess.TimeoutExpired))
+    patch.setattr(worker_slots, "subprocess", SimpleNamespace(Popen=popen, STDOUT=subprocess.STDOUT,
+                                                              TimeoutExpired=subprocess.TimeoutExpired))
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +201,7 @@ def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, f
 FAKE_WORKER = """
 import json, os, sys, time
 import numpy as np
-from arc_kit.run import workers
+from arc_kit.run import worker_process
 from arc_kit.run.records import TaskRecord, TestResult
 
 behaviour = json.loads(os.environ["FAKE_BEHAVIOUR"])
@@ -230,14 +230,14 @@ def fake_solve_one(solver, task, rung, rungs, budget=None):
 
 
 if os.environ.get("FAKE_SILENT"):  # no sign of life: no heartbeat, and loading never ends
-    workers._Heartbeat.run = lambda self: None
-    workers.load_model = lambda *arguments, **options: time.sleep(3600)
+    worker_process.Heartbeat.run = lambda self: None
+    worker_process.load_model = lambda *arguments, **options: time.sleep(3600)
 else:
-    workers.load_model = lambda *arguments, **options: None
-workers.Solver = type("FakeSolverClass", (), {"from_loaded": staticmethod(lambda loaded, settings:
-                                                                           FakeSolver(settings))})
-workers.solve_one = fake_solve_one
-sys.exit(workers.run_worker(sys.argv[1], poll_seconds=0.02))
+    worker_process.load_model = lambda *arguments, **options: None
+worker_process.Solver = type("FakeSolverClass", (), {"from_loaded": staticmethod(lambda loaded, settings:
+                                                                                  FakeSolver(settings))})
+worker_process.solve_one = fake_solve_one
+sys.exit(worker_process.run_worker(sys.argv[1], poll_seconds=0.02))
 """
 QUICK_WATCHDOG = WatchdogSettings(hang_seconds=0.5, terminate_seconds=2.0, heartbeat_seconds=0.2)
 
@@ -377,8 +377,8 @@ def worker_pid(folder: Path, wait_for_task: bool = True, timeout: float = 120.0)
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
         try:
-            pid = int((folder / workers.READY_FILE).read_text())
-            if not wait_for_task or "task_id" in read_json(folder / workers.ASSIGNMENT_FILE):
+            pid = int((folder / worker_process.READY_FILE).read_text())
+            if not wait_for_task or "task_id" in read_json(folder / worker_process.ASSIGNMENT_FILE):
                 return pid
         except (OSError, ValueError):
             pass
@@ -448,7 +448,7 @@ def test_the_parent_prepares_a_deltas_base_once_and_the_workers_get_its_folder(t
 
 def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
     gib = 2**30
-    assert workers.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
-    assert workers.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
-    assert workers.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
-    assert workers.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
+    assert calibration.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
+    assert calibration.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
+    assert calibration.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
+    assert calibration.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one

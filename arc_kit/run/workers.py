@@ -21,32 +21,29 @@ one. A rerun resumes: tasks already recorded by any worker (also of an earlier r
 workers) are not queued again; a folder whose ``run.json`` holds other settings is refused, as
 ``run.solve`` refuses it.
 
-This module knows processes, files and the planner; what a task's solving does is the solver's.
+This module is the parent's loop (``solve_in_workers``) and ``solve_job``; each worker process's
+own loop is ``worker_process``' (``run_worker``, importable here too), the parent's view of one
+worker (its slot, start, stop, the watchdog's checks) ``worker_slots``', the first worker's
+measurement ``calibration``'s, and the lines the parent prints ``pool_report``'s. This module knows
+processes, files and the planner; what a task's solving does is the solver's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from arc_kit import progress
-from arc_kit.model.bases import build_base, built_folder, is_built
-from arc_kit.data.datasets import load_challenges
-from arc_kit.data.grids import MAX_SIDE
-from arc_kit.data.jsonio import read_json, write_json_atomically
+from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.data.submission import build_submission, write_submission
+from arc_kit.data.tasks import TaskSet
 from arc_kit.locking import holding_folder
+from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.loading import (
     DELTA_INDEX,
     LoadSettings,
@@ -56,17 +53,11 @@ from arc_kit.model.loading import (
     model_info,
     token_budget_of,
 )
-from arc_kit.names import shown
-from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, TaskBudget, hours, measure
 from arc_kit.provenance import run_info
-from arc_kit.run.records import (
-    TaskRecord,
-    answers_from_records,
-    append_record,
-    fallback_record,
-    read_records,
-    write_records,
-)
+from arc_kit.run.calibration import calibrate, calibration_settings, calibration_task
+from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, measure
+from arc_kit.run.pool_report import PoolReport
+from arc_kit.run.records import TaskRecord, answers_from_records, fallback_record, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
     SolveRun,
@@ -74,144 +65,26 @@ from arc_kit.run.runs import (
     mark_correct,
     open_run,
     solve,
-    solve_one,
-    task_line,
     write_scores,
 )
-from arc_kit.settings import SamplerSettings, Settings, SolveSettings, ladder, setting
 from arc_kit.run.solver import Solver
-from arc_kit.data.submission import build_submission, write_submission
-from arc_kit.data.tasks import InvalidDataError, TaskSet
+from arc_kit.run.worker_process import run_worker
+from arc_kit.run.worker_slots import (
+    WatchdogSettings,
+    WorkerSlot,
+    merged_records,
+    new_slot,
+    slot_device,
+    start_worker,
+    stop_worker,
+    trouble,
+    visible_gpus,
+)
+from arc_kit.settings import SolveSettings
 
 logger = logging.getLogger(__name__)
 
-ASSIGNMENT_FILE = "assignment.json"  # parent -> worker: the task to run next, or stop
-READY_FILE = "ready"  # worker -> parent: the model is loaded
-HEARTBEAT_FILE = "heartbeat"  # worker -> parent: touched every few seconds while the process lives
 SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
-
-
-@dataclass(frozen=True)
-class WatchdogSettings(Settings):
-    """When the parent gives up on a worker, and what it does then."""
-
-    hang_seconds: float = setting(300.0, "a task this long past its own deadline is hung (the solver checks its "
-                                         "deadline between steps, so a healthy one stops well within this)")
-    stall_seconds: float = setting(120.0, "a worker whose model is loaded and whose step counter (every forward "
-                                          "pass, and every turn of its idle loop, counts) has not moved for this "
-                                          "long is hung: stopped, deadlocked, or stuck in a loop")
-    silence_seconds: float = setting(900.0, "a worker still loading its model whose heartbeat is this old is hung")
-    heartbeat_seconds: float = setting(5.0, "how often a worker writes its step counter")
-    stop_seconds: float = setting(120.0, "with a deadline but no stop time, workers still running this long "
-                                         "after the deadline are stopped")
-    terminate_seconds: float = setting(15.0, "between asking a worker to stop (SIGTERM) and killing it")
-    restarts: int = setting(2, "times a GPU whose worker died or hung gets a fresh one")
-    retries: int = setting(1, "times the task of a worker that died or hung goes back to the queue before it "
-                              "gets fallback answers")
-
-
-def gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except ImportError:
-        return 0
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them for a child process.
-
-    The parent's own ``CUDA_VISIBLE_DEVICES`` entries when it is set (physical ids or UUIDs: a
-    child given ``1`` of ``"2,3"`` would see the machine's GPU 1, not the parent's second); else
-    ``0 .. n-1`` for the GPUs torch counts.
-    """
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [entry.strip() for entry in listed.split(",") if entry.strip()]
-    return [str(index) for index in range(gpu_count())]
-
-
-def merged_records(out: Path) -> dict[str, TaskRecord]:
-    """The records of every worker folder in ``out``, also those of an earlier run with more workers."""
-    records = {}
-    folders = sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name))
-    for folder in folders:
-        records.update(read_records(folder / RECORDS_FILE))
-    return records
-
-
-class RecordFollower:
-    """The records appended to one file since the last call (a line still being written waits for the next)."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = path, 0
-
-    def new_records(self) -> list[TaskRecord]:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1  # whole lines only
-        self.offset += end
-        records = []
-        for line in data[:end].splitlines():
-            try:
-                records.append(TaskRecord.from_json(json.loads(line)))
-            except (ValueError, TypeError):
-                logger.warning("%s: skipped a line that is no record", self.path)
-        return records
-
-
-@dataclass
-class WorkerSlot:
-    """One GPU's worker process, seen from the parent."""
-
-    index: int
-    device: str  # its CUDA_VISIBLE_DEVICES ("" for the CPU)
-    folder: Path
-    process: Any = None
-    log: Any = None
-    starts: int = 0
-    started_at: float = 0.0
-    sequence: int = 0  # of the last assignment written
-    task: str | None = None  # the task it runs
-    task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
-    stopping: bool = False  # told to stop (nothing left, or the run's end)
-    follower: RecordFollower | None = None  # its records file
-    steps: str = ""  # its step counter as last read from its heartbeat file
-    moved_at: float = 0.0  # when that counter last moved
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def ready(self) -> bool:
-        return self.alive and (self.folder / READY_FILE).exists()
-
-    def heartbeat_age(self, now: float) -> float:
-        try:
-            return now - max((self.folder / HEARTBEAT_FILE).stat().st_mtime, self.started_at)
-        except FileNotFoundError:
-            return now - self.started_at
-
-    def stalled_for(self, now: float) -> float:
-        """Seconds since the worker's step counter last moved, counted from when its model was loaded."""
-        try:
-            steps = (self.folder / HEARTBEAT_FILE).read_text()
-            ready_at = (self.folder / READY_FILE).stat().st_mtime
-        except OSError:
-            return 0.0
-        if steps and steps != self.steps:
-            self.steps, self.moved_at = steps, now
-        return now - max(self.moved_at, ready_at, self.started_at)
-
-    def assign(self, message: dict) -> None:
-        self.sequence += 1
-        write_json_atomically(self.folder / ASSIGNMENT_FILE, {"sequence": self.sequence, **message})
 
 
 @holding_folder("out")  # the parent holds the run folder's lock; its workers never ask for it
@@ -252,172 +125,251 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), "workers": workers}),
              adopt=adopt)
     challenges_path = write_json_atomically(out / "tasks.json", TaskSet(tasks.tasks(), tasks.name).challenges_json())
-    records = merged_records(out)
-    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if answers is not None and not answers.known_outputs():
-        answers = None
-    todo = [task_id for task_id in tasks.ids if task_id not in records]
-    speeds = _stored_speeds(out)
-    planner = Planner(_sizes(tasks, todo, model, settings), settings, deadline if deadline is not None else math.inf,
-                      speeds, workers=workers, longest_first=True, budget=budget)
-    submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
-    covered = submission_tasks if submission_tasks is not None else tasks
-    mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
-
-    def write() -> None:
-        write_submission(submission_path, build_submission(covered, answers_from_records(mine),
-                                                           attempts=settings.attempts), covered)
-
-    write()
+    pool = _Pool.opened(tasks, model, settings, out, workers=workers, budget=budget, solutions=solutions,
+                        submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
+                        stop_at=stop_at, watchdog=watchdog, poll_seconds=poll_seconds, devices=devices, spread=spread,
+                        workers_per_gpu=workers_per_gpu)
+    pool.write()
     plan = {"challenges": str(challenges_path), "max_side": tasks.max_side, "model": str(model),
             "settings": settings.to_json(), "load": load_options or {}, "heartbeat_seconds": watchdog.heartbeat_seconds}
-    calibration = None  # (task id, settings) of the first worker's measurement, while it is awaited
-    if deadline is not None and planner.remaining and not planner.speeds.measured_tasks:
-        calibration = (_calibration_task(planner, bool(devices)), calibration_settings(settings))
-    slots = [_new_slot(out, index, _device(index, devices, spread), plan,
-                       calibration if index == 0 else None) for index in range(workers)]
-    lost: dict[str, int] = {}  # task id -> times its worker died or hung on it
-    solved = sum(record.share_correct for record in mine.values())
-    report = _Progress(progress, len(tasks), deadline)
-
-    def finish(task_id: str, record: TaskRecord) -> None:
-        nonlocal solved
-        planner.done(task_id, record.rung, None if record.failed else record.timings)
-        if answers is not None and task_id in answers:
-            mark_correct(record, tasks, answers, settings.attempts)
-            solved += record.share_correct
-        records[task_id] = mine[task_id] = record
-        report.task(record, len(mine), solved if answers is not None else None)
-
+    pool.make_slots(plan, workers)
+    pool.report = PoolReport(progress, len(tasks), deadline)
     try:
-        for slot in slots[:len(planner.remaining)]:  # no more workers than tasks
-            _start(slot)
-        report.started(slots, devices)
-        while True:
-            changed = False
-            for slot in slots:  # 1. the records that came in
-                for record in slot.follower.new_records():
-                    if record.task_id in tasks and record.task_id not in mine:
-                        finish(record.task_id, record)
-                        changed = True
-                    if record.task_id == slot.task:
-                        slot.task, slot.task_deadline = None, math.inf
-            if calibration is not None and (slots[0].ready or not slots[0].alive):
-                per_gpu = _calibrate(slots[0], planner, *calibration, report, len(devices))
-                calibration = None
-                if per_gpu and spread and devices and workers_per_gpu is None:
-                    more = [_new_slot(out, len(slots) + index, devices[index % len(devices)], plan, None)
-                            for index in range(len(devices) * (per_gpu - 1))]
-                    slots += more
-                    planner.workers = len(slots)
-                    for slot in more[:len(planner.remaining)]:
-                        _start(slot)
-                    report.started(slots, devices, added=len(more))
-            now = time.time()
-            if stop_at is not None and now >= stop_at:
-                logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in slots))
-                break
-            for slot in slots:  # 2. the watchdog
-                why = _trouble(slot, now, watchdog)
-                if why is None:
-                    continue
-                _stop(slot, watchdog.terminate_seconds, polite=False)
-                logger.warning("worker %d %s; see %s", slot.index, why, slot.folder / "worker.log")
-                for record in slot.follower.new_records():  # what it wrote before it went
-                    if record.task_id in tasks and record.task_id not in mine:
-                        finish(record.task_id, record)
-                        changed = True
-                    if record.task_id == slot.task:
-                        slot.task = None
-                if slot.task is not None:
-                    task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-                    lost[task_id] = lost.get(task_id, 0) + 1
-                    if lost[task_id] <= watchdog.retries:
-                        planner.requeue(task_id)
-                    else:
-                        finish(task_id, fallback_record(task_id, f"its worker died or hung {lost[task_id]} times"))
-                        changed = True
-                if planner.remaining and slot.starts <= watchdog.restarts:
-                    _start(slot)
-            for slot in slots:  # 3. work for the idle
-                while slot.ready and slot.task is None and not slot.stopping:
-                    if not planner.remaining:
-                        slot.assign({"stop": True})
-                        slot.stopping = True
-                        break
-                    task_id = planner.remaining[0]
-                    rung = planner.choose(task_id)
-                    planner.start(task_id)
-                    if rung == FALLBACK:
-                        finish(task_id, fallback_record(task_id, "out of time"))
-                        changed = True
-                        continue
-                    caps = planner.budget(task_id, rung) if deadline is not None else None
-                    slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
-                                 "search_seconds": caps and caps.search_seconds})
-                    slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
-                    report.assigned(task_id, slot, rung, planner)
-            if changed:
-                write()
-                write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
-            running = [slot for slot in slots if slot.task is not None]
-            if not planner.remaining and not running:
-                break
-            if planner.remaining and not any(slot.alive for slot in slots):
-                logger.warning("no worker left: %d task(s) get fallback answers", len(planner.remaining))
-                for task_id in list(planner.remaining):
-                    finish(task_id, fallback_record(task_id, "no worker left"))
-                break
-            report.tick(len(mine), solved if answers is not None else None)
-            time.sleep(poll_seconds)
+        pool.start()
+        pool.watch()
     finally:
-        for slot in slots:  # nothing outlives the parent's loop: finished, stopped or failed
-            _stop(slot, watchdog.terminate_seconds, polite=True)
+        pool.stop_all()
+    return pool.wind_up(started)
+
+
+@dataclass
+class _Pool:
+    """The parent's state while its workers run: the queue (its planner), the slots, the records, the submission.
+
+    One call of ``solve_in_workers`` makes one; its methods are the steps of the parent's loop.
+    """
+
+    tasks: TaskSet
+    settings: SolveSettings
+    out: Path
+    planner: Planner
+    records: dict[str, TaskRecord]  # every worker folder's, also those of tasks this run does not solve
+    mine: dict[str, TaskRecord]  # this run's tasks' records
+    answers: TaskSet | None  # the known solutions, if any: tasks get marked as they finish
+    submission_path: Path
+    covered: TaskSet  # the tasks the submission covers
+    deadline: float | None
+    watchdog: WatchdogSettings = field(default_factory=WatchdogSettings)
+    stop_at: float | None = None
+    poll_seconds: float = 1.0
+    workers_per_gpu: int | None = None
+    devices: list[str] = field(default_factory=list)
+    spread: bool = True
+    plan: dict = field(default_factory=dict)  # what every worker's plan.json holds
+    # (task id, settings) of the first worker's measurement, while it is awaited
+    calibration: tuple[str, SolveSettings] | None = None
+    slots: list[WorkerSlot] = field(default_factory=list)
+    lost: dict[str, int] = field(default_factory=dict)  # task id -> times its worker died or hung on it
+    solved: float = 0.0
+    report: PoolReport | None = None
+    changed: bool = False  # a record came in since the last write
+
+    @classmethod
+    def opened(cls, tasks: TaskSet, model, settings: SolveSettings, out: Path, *, workers: int, budget: BudgetSettings,
+               solutions: TaskSet | None, submission_path: str | os.PathLike | None,
+               submission_tasks: TaskSet | None, deadline: float | None, **options) -> _Pool:
+        """The pool of an opened run folder: the records already there, the tasks left queued longest first;
+        ``options`` are the pool's other fields (its limits, its devices)."""
+        records = merged_records(out)
+        answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+        if answers is not None and not answers.known_outputs():
+            answers = None
+        todo = [task_id for task_id in tasks.ids if task_id not in records]
+        speeds = _stored_speeds(out)
+        planner = Planner(_sizes(tasks, todo, model, settings), settings,
+                          deadline if deadline is not None else math.inf, speeds, workers=workers, longest_first=True,
+                          budget=budget)
+        submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
+        covered = submission_tasks if submission_tasks is not None else tasks
+        mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+        return cls(tasks, settings, out, planner, records, mine, answers, submission_path, covered, deadline, **options)
+
+    def make_slots(self, plan: dict, workers: int) -> None:
+        """Each worker's folder, plan and slot; the first one's plan asks for the calibration when the planner
+        has no speeds measured and a deadline to meet."""
+        self.plan = plan
+        if self.deadline is not None and self.planner.remaining and not self.planner.speeds.measured_tasks:
+            self.calibration = (calibration_task(self.planner, bool(self.devices)), calibration_settings(self.settings))
+        self.slots = [new_slot(self.out, index, slot_device(index, self.devices, self.spread), plan,
+                               self.calibration if index == 0 else None) for index in range(workers)]
+        self.solved = sum(record.share_correct for record in self.mine.values())
+
+    def write(self) -> None:
+        """The submission of every covered task, from the records so far (fallback answers for the others)."""
+        write_submission(self.submission_path, build_submission(self.covered, answers_from_records(self.mine),
+                                                                attempts=self.settings.attempts), self.covered)
+
+    def finish(self, task_id: str, record: TaskRecord) -> None:
+        """Take ``record`` as ``task_id``'s: the planner learns its speeds, the answers mark it, the report shows it."""
+        self.planner.done(task_id, record.rung, None if record.failed else record.timings)
+        if self.answers is not None and task_id in self.answers:
+            mark_correct(record, self.tasks, self.answers, self.settings.attempts)
+            self.solved += record.share_correct
+        self.records[task_id] = self.mine[task_id] = record
+        self.report.task(record, len(self.mine), self.solved_so_far)
+        self.changed = True
+
+    @property
+    def solved_so_far(self) -> float | None:
+        """The tasks solved so far (shares of a task count), when the answers are known."""
+        return self.solved if self.answers is not None else None
+
+    def start(self) -> None:
+        """Start the workers, no more of them than tasks."""
+        for slot in self.slots[:len(self.planner.remaining)]:  # no more workers than tasks
+            start_worker(slot)
+        self.report.started(self.slots, self.devices)
+
+    def watch(self) -> None:
+        """The parent's loop: records in, the calibration, the stop time, the watchdog, work for the idle, writes."""
+        while True:
+            self.changed = False
+            for slot in self.slots:  # 1. the records that came in
+                self.take_records(slot)
+            if self.calibration is not None and (self.slots[0].ready or not self.slots[0].alive):
+                self.calibrate()
+            now = time.time()
+            if self.stop_at is not None and now >= self.stop_at:
+                logger.warning("the run's stop time has come: stopping %d worker(s)", sum(s.alive for s in self.slots))
+                break
+            for slot in self.slots:  # 2. the watchdog
+                why = trouble(slot, now, self.watchdog)
+                if why is not None:
+                    self.give_up_on(slot, why)
+            for slot in self.slots:  # 3. work for the idle
+                self.feed(slot)
+            if self.changed:
+                self.write()
+                self.write_speeds()
+            if self.is_over():
+                break
+            self.report.tick(len(self.mine), self.solved_so_far)
+            time.sleep(self.poll_seconds)
+
+    def take_records(self, slot: WorkerSlot) -> None:
+        """The records ``slot``'s worker appended since the last look; its task is done once its record is in."""
+        for record in slot.follower.new_records():
+            if record.task_id in self.tasks and record.task_id not in self.mine:
+                self.finish(record.task_id, record)
+            if record.task_id == slot.task:
+                slot.task, slot.task_deadline = None, math.inf
+
+    def calibrate(self) -> None:
+        """Fold the first worker's measurement into the planner; start as many more workers as its memory allows."""
+        per_gpu = calibrate(self.slots[0].folder, self.planner, *self.calibration, self.report, len(self.devices))
+        self.calibration = None
+        if per_gpu and self.spread and self.devices and self.workers_per_gpu is None:
+            more = [new_slot(self.out, len(self.slots) + index, self.devices[index % len(self.devices)], self.plan,
+                             None) for index in range(len(self.devices) * (per_gpu - 1))]
+            self.slots += more
+            self.planner.workers = len(self.slots)
+            for slot in more[:len(self.planner.remaining)]:
+                start_worker(slot)
+            self.report.started(self.slots, self.devices, added=len(more))
+
+    def give_up_on(self, slot: WorkerSlot, why: str) -> None:
+        """Stop a dead or hung worker; keep what it wrote; its task back to the queue (or fallback answers); restart."""
+        stop_worker(slot, self.watchdog.terminate_seconds, polite=False)
+        logger.warning("worker %d %s; see %s", slot.index, why, slot.folder / "worker.log")
+        self.take_records(slot)  # what it wrote before it went
+        if slot.task is not None:
+            task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
+            self.lost[task_id] = self.lost.get(task_id, 0) + 1
+            if self.lost[task_id] <= self.watchdog.retries:
+                self.planner.requeue(task_id)
+            else:
+                self.finish(task_id, fallback_record(task_id, f"its worker died or hung {self.lost[task_id]} times"))
+        if self.planner.remaining and slot.starts <= self.watchdog.restarts:
+            start_worker(slot)
+
+    def feed(self, slot: WorkerSlot) -> None:
+        """Work for a ready, idle worker: the next task at the rung the time left allows, or stop when none is left."""
+        while slot.ready and slot.task is None and not slot.stopping:
+            if not self.planner.remaining:
+                slot.assign({"stop": True})
+                slot.stopping = True
+                break
+            task_id = self.planner.remaining[0]
+            rung = self.planner.choose(task_id)
+            self.planner.start(task_id)
+            if rung == FALLBACK:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+                continue
+            caps = self.planner.budget(task_id, rung) if self.deadline is not None else None
+            slot.assign({"task_id": task_id, "rung": rung, "deadline": caps and caps.deadline,
+                         "search_seconds": caps and caps.search_seconds})
+            slot.task, slot.task_deadline = task_id, caps.deadline if caps else math.inf
+            self.report.assigned(task_id, slot, rung, self.planner)
+
+    def is_over(self) -> bool:
+        """Whether the loop ends: nothing queued or running, or tasks queued and no worker left (fallbacks for them)."""
+        running = [slot for slot in self.slots if slot.task is not None]
+        if not self.planner.remaining and not running:
+            return True
+        if self.planner.remaining and not any(slot.alive for slot in self.slots):
+            logger.warning("no worker left: %d task(s) get fallback answers", len(self.planner.remaining))
+            for task_id in list(self.planner.remaining):
+                self.finish(task_id, fallback_record(task_id, "no worker left"))
+            return True
+        return False
+
+    def write_speeds(self) -> None:
+        write_json_atomically(self.out / SPEEDS_FILE, self.planner.speeds.to_json())
+
+    def stop_all(self) -> None:
+        """Nothing outlives the parent's loop: finished, stopped or failed, every worker is stopped."""
+        for slot in self.slots:
+            stop_worker(slot, self.watchdog.terminate_seconds, polite=True)
             if slot.log is not None:
                 slot.log.close()
-    for slot in slots:  # records written between the last look and the stop
-        for record in slot.follower.new_records():
-            if record.task_id in tasks and record.task_id not in mine:
-                finish(record.task_id, record)
-    for task_id in [*planner.remaining, *(slot.task for slot in slots if slot.task and slot.task not in mine)]:
-        if task_id not in mine:
-            finish(task_id, fallback_record(task_id, "out of time"))
-    ordered = {task_id: mine[task_id] for task_id in tasks.ids if task_id in mine}
-    write_records(out / RECORDS_FILE, ordered.values())
-    mine = ordered
-    write()
-    write_json_atomically(out / SPEEDS_FILE, planner.speeds.to_json())
-    report.tick(len(mine), solved if answers is not None else None, force=True)
-    run = SolveRun(out, ordered, submission_path, seconds=time.monotonic() - started)
-    if answers is not None:
-        run.score = write_scores(out, submission_path, ordered, answers, list(tasks.test_counts()), settings.attempts)
-    return run
+
+    def wind_up(self, started: float) -> SolveRun:
+        """The last records, fallback answers for the tasks left, the records in task order, the last writes."""
+        for slot in self.slots:  # records written between the last look and the stop
+            for record in slot.follower.new_records():
+                if record.task_id in self.tasks and record.task_id not in self.mine:
+                    self.finish(record.task_id, record)
+        running = [slot.task for slot in self.slots if slot.task and slot.task not in self.mine]
+        for task_id in [*self.planner.remaining, *running]:
+            if task_id not in self.mine:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+        ordered = {task_id: self.mine[task_id] for task_id in self.tasks.ids if task_id in self.mine}
+        write_records(self.out / RECORDS_FILE, ordered.values())
+        self.mine = ordered
+        self.write()
+        self.write_speeds()
+        self.report.tick(len(self.mine), self.solved_so_far, force=True)
+        run = SolveRun(self.out, ordered, self.submission_path, seconds=time.monotonic() - started)
+        if self.answers is not None:
+            run.score = write_scores(self.out, self.submission_path, ordered, self.answers,
+                                     list(self.tasks.test_counts()), self.settings.attempts)
+        return run
 
 
-CALIBRATION_FILE = "calibration.json"  # worker -> parent: the first worker's measurement at the start
-CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
-MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
+def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
+    """Each task's token counts, for the planner; the tokenizer suffices."""
+    if not task_ids:
+        return []
+    encoder = load_encoder(model, max_len=settings.max_len)
+    return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
 
 
-def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: int | None = None) -> int:
-    """How many workers share one GPU: as many as 90% of its memory holds at the measured peak (each with
-    its CUDA context), at most ``MAX_WORKERS_PER_GPU`` and at most the CPU cores per GPU, at least one."""
-    cpus = cpus or os.cpu_count() or 1
-    by_memory = int(0.9 * total_bytes // (peak_bytes + CUDA_CONTEXT_BYTES))
-    return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
-
-
-def calibration_settings(settings: SolveSettings) -> SolveSettings:
-    """The short solve the first worker times at the start: two TTT steps, greedy under one augmentation, one
-    scoring pass (per unit of work, what the planner prices every part of every rung with)."""
-    return settings.replace(inference_augmentations=1, scoring_augmentations=1, sampler=SamplerSettings("greedy"),
-                            ttt=settings.ttt.replace(steps=min(2, settings.ttt.steps)))
-
-
-def _calibration_task(planner: Planner, gpus: bool) -> str:
-    """The task to measure on: on GPUs the longest (its peak memory is the run's), on the CPU the shortest."""
-    sizes = sorted(planner.sizes.values(), key=lambda size: (size.training_tokens + size.prompt_tokens, size.task_id))
-    return (sizes[-1] if gpus else sizes[0]).task_id
+def _stored_speeds(out: Path) -> Speeds:
+    """The speeds an earlier run in ``out`` measured, or the assumed ones."""
+    try:
+        return Speeds.from_json(json.loads((out / SPEEDS_FILE).read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return Speeds()
 
 
 def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
@@ -435,294 +387,6 @@ def prepare_model(model: str | os.PathLike, load_options: dict | None, progress:
     if progress:
         print(message, flush=True)
     return {**options, "base_model": str(folder)}
-
-
-def _device(index: int, devices: list[str], spread: bool) -> str:
-    """Slot ``index``'s CUDA_VISIBLE_DEVICES: round the GPUs when ``spread``, else the first ones, then the CPU."""
-    if spread and devices:
-        return devices[index % len(devices)]
-    return devices[index] if index < len(devices) else ""
-
-
-def _new_slot(out: Path, index: int, device: str, plan: dict, calibration) -> WorkerSlot:
-    """A worker's folder and plan (with the calibration to run first, if any), and its slot."""
-    folder = out / f"worker-{index}"
-    folder.mkdir(exist_ok=True)
-    (folder / CALIBRATION_FILE).unlink(missing_ok=True)
-    own = {**plan, "calibrate": {"task_id": calibration[0], "settings": calibration[1].to_json()}} if calibration \
-        else plan
-    (folder / "plan.json").write_text(json.dumps(own, indent=2) + "\n")
-    slot = WorkerSlot(index, device, folder, follower=RecordFollower(folder / RECORDS_FILE))
-    slot.follower.offset = _size_of(folder / RECORDS_FILE)  # earlier records are already the parent's
-    return slot
-
-
-def _calibrate(slot: WorkerSlot, planner: Planner, task_id: str, settings: SolveSettings, report,
-               gpus: int) -> int | None:
-    """Fold the first worker's measurement into the planner; the workers per GPU its peak memory allows, if known."""
-    try:
-        measured = json.loads((slot.folder / CALIBRATION_FILE).read_text())
-    except (OSError, ValueError):
-        measured = {"error": "no calibration.json (the worker died first?)"}
-    if measured.get("error") or not measured.get("timings"):
-        report.note(f"calibration failed ({measured.get('error')}): the planner starts from assumed speeds")
-        return None
-    speeds = Speeds()
-    speeds.update(planner.sizes[task_id], settings, measured["timings"])
-    speeds.measured_tasks, speeds.measured_parts = 0, {}  # a first estimate: the first real task replaces it
-    planner.calibrate(speeds)
-    per_gpu = None
-    if measured.get("peak_bytes") and measured.get("total_bytes"):
-        per_gpu = workers_per_gpu_for(measured["peak_bytes"], measured["total_bytes"], gpus)
-    report.note(f"calibrated on task {task_id} in {measured['timings'].get('total', 0):.1f} s: "
-                f"{speeds.training:.2e} s per training token, {speeds.generation:.2e} s per generated token, "
-                f"{speeds.scoring:.2e} s per scored token"
-                + (f"; peak {measured['peak_bytes'] / 2**30:.2f} GiB of {measured['total_bytes'] / 2**30:.1f} GiB: "
-                   f"{per_gpu} worker(s) per GPU" if per_gpu else ""))
-    return per_gpu
-
-
-def _measure(solver, tasks: TaskSet, calibration: dict, folder: Path) -> None:
-    """The worker's side of the calibration: one short real solve (``Solver.solve_task``), timed; its peak memory."""
-    try:
-        settings = SolveSettings.from_json(calibration["settings"])
-        record = solver.solve_task(tasks[calibration["task_id"]], settings=settings)
-        measured = {"task_id": calibration["task_id"], "timings": record.timings,
-                    "error": record.error, **_gpu_memory()}
-    except Exception as error:  # noqa: BLE001 - a failed measurement leaves the assumed speeds, never the run
-        measured = {"error": f"{type(error).__name__}: {error}"}
-    write_json_atomically(folder / CALIBRATION_FILE, measured)
-
-
-def _gpu_memory() -> dict:
-    """This process's peak reserved GPU memory and the GPU's total, in bytes ({} on the CPU)."""
-    import torch
-
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return {}
-    return {"peak_bytes": torch.cuda.max_memory_reserved(), "total_bytes": torch.cuda.get_device_properties(0).total_memory}
-
-
-def _size_of(path: Path) -> int:
-    """The bytes of ``path`` up to its last whole line (0 when there is no such file)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return 0
-    return data.rfind(b"\n") + 1
-
-
-def _stored_speeds(out: Path) -> Speeds:
-    """The speeds an earlier run in ``out`` measured, or the assumed ones."""
-    try:
-        return Speeds.from_json(json.loads((out / SPEEDS_FILE).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return Speeds()
-
-
-def _start(slot: WorkerSlot) -> None:
-    """Start (or start again) the worker of ``slot``; it reads its plan and waits for assignments."""
-    for name in (READY_FILE, HEARTBEAT_FILE, ASSIGNMENT_FILE):
-        (slot.folder / name).unlink(missing_ok=True)
-    if slot.log is not None:
-        slot.log.close()
-    environment = dict(os.environ)
-    environment["CUDA_VISIBLE_DEVICES"] = slot.device
-    slot.log = open(slot.folder / "worker.log", "a")
-    command = [sys.executable, "-m", "arc_kit", "worker", str(slot.folder / "plan.json")]
-    slot.process = subprocess.Popen(command, env=environment, stdout=slot.log, stderr=subprocess.STDOUT)
-    slot.starts += 1
-    slot.started_at = time.time()
-    slot.sequence, slot.stopping, slot.steps = 0, False, ""
-
-
-def _trouble(slot: WorkerSlot, now: float, watchdog: WatchdogSettings) -> str | None:
-    """Why ``slot``'s worker must be given up on, or None while it is well (or was never started, or is done)."""
-    if slot.process is None or (slot.stopping and slot.task is None):
-        return None
-    status = slot.process.poll()
-    if status is not None:
-        return f"exited with status {status}"
-    if slot.task is not None and now > slot.task_deadline + watchdog.hang_seconds:
-        return f"hung: task {shown(slot.task)} is {now - slot.task_deadline:.0f} s past its deadline"
-    if not slot.ready:
-        if slot.heartbeat_age(now) > watchdog.silence_seconds:
-            return f"hung: no heartbeat for {slot.heartbeat_age(now):.0f} s"
-        return None
-    stalled = slot.stalled_for(now)
-    if stalled > watchdog.stall_seconds:
-        doing = f"on task {shown(slot.task)}" if slot.task else "between tasks"
-        return f"hung: no progress {doing} for {stalled:.0f} s (its step counter stands at {slot.steps.strip()})"
-    return None
-
-
-def _stop(slot: WorkerSlot, grace: float, *, polite: bool) -> None:
-    """Stop ``slot``'s worker: ``polite``ly (a stop message, ``grace`` seconds to leave), then SIGTERM, then SIGKILL."""
-    process = slot.process
-    if process is None:
-        return
-    steps = [("ask", grace)] if polite else []
-    for step, seconds in [*steps, ("terminate", grace), ("kill", None)]:
-        if process.poll() is not None:
-            break
-        if step == "ask" and not slot.stopping and slot.ready:
-            slot.assign({"stop": True})  # a worker between tasks leaves by itself
-        elif step == "terminate":
-            process.terminate()
-            if hasattr(signal, "SIGCONT"):  # a stopped process acts on SIGTERM only once it runs again
-                process.send_signal(signal.SIGCONT)
-        elif step == "kill":
-            process.kill()
-        try:
-            process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            continue
-    slot.process = None
-    slot.stopping = True
-
-
-class _Progress:
-    """The parent's report: one line per finished task, and every minute tasks done, solved and time left."""
-
-    def __init__(self, enabled: bool, total: int, deadline: float | None, every: float = 60.0):
-        self.enabled, self.total, self.deadline, self.every = enabled, total, deadline, every
-        self.last = time.monotonic()
-
-    def task(self, record: TaskRecord, done: int, solved: float | None) -> None:
-        if self.enabled:
-            print(task_line(record), flush=True)
-
-    def note(self, message: str) -> None:
-        logger.info(message)
-        if self.enabled:
-            print(message, flush=True)
-
-    def started(self, slots: list[WorkerSlot], devices: list[str], added: int = 0) -> None:
-        """How many worker processes are running, and where (counted, not intended)."""
-        running = [slot for slot in slots if slot.process is not None]
-        gpus = sorted({slot.device for slot in running if slot.device})
-        on_cpu = sum(1 for slot in running if not slot.device)
-        where = [f"{sum(1 for slot in running if slot.device == gpu)} on GPU {gpu}" for gpu in gpus]
-        where += [f"{on_cpu} on the CPU"] if on_cpu else []
-        more = f"started {added} more: " if added else "started "
-        self.note(f"{more}{len(running)} worker process(es) running ({', '.join(where) or 'none'})")
-
-    def assigned(self, task_id: str, slot: WorkerSlot, rung: int, planner: Planner) -> None:
-        """The task's rung and caps, and when the work left is projected to end at that rung."""
-        if not self.enabled:
-            return
-        left = planner.estimate(planner.remaining, rung) / planner.workers
-        cap = "" if not math.isfinite(slot.task_deadline) else f", capped at {hours(slot.task_deadline - time.time())}"
-        deadline = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
-        print(f"task {task_id} -> worker {slot.index}: rung {rung}{cap}; {len(planner.remaining)} task(s) queued, "
-              f"projected to finish in {hours(left)}{deadline}", flush=True)
-
-    def tick(self, done: int, solved: float | None, force: bool = False) -> None:
-        if not self.enabled or (not force and time.monotonic() - self.last < self.every):
-            return
-        self.last = time.monotonic()
-        print("progress: " + progress_line(done, self.total, solved, self.deadline), flush=True)
-
-
-def progress_line(done: int, total: int, solved: float | None, deadline: float | None) -> str:
-    """``12/120 tasks done, 3 solved, 5:32:10 left`` (the solved part when answers are known, time when bounded)."""
-    parts = [f"{done}/{total} tasks done"]
-    if solved is not None:
-        parts.append(f"{solved:g} solved")
-    if deadline is not None:
-        parts.append(f"{hours(max(0.0, deadline - time.time()))} left")
-    return ", ".join(parts)
-
-
-def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
-    """Each task's token counts, for the planner; the tokenizer suffices."""
-    if not task_ids:
-        return []
-    encoder = load_encoder(model, max_len=settings.max_len)
-    return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
-
-
-class _Heartbeat(threading.Thread):
-    """Writes the process's step counter (``progress.steps``) to a file every few seconds (a daemon thread).
-
-    The thread beats while the process lives, so the file's age says only that; the counter in it
-    moves only while the main thread works, which is what the parent watches.
-    """
-
-    def __init__(self, path: Path, seconds: float):
-        super().__init__(daemon=True, name="arc-kit-heartbeat")
-        self.path, self.seconds = path, seconds
-
-    def run(self) -> None:
-        while True:
-            self.path.write_text(f"{progress.steps()}\n")
-            time.sleep(self.seconds)
-
-
-PLAN_FIELDS = {"challenges": str, "model": str, "settings": dict, "load": dict, "max_side": int,
-               "heartbeat_seconds": (int, float)}  # what the parent writes into a worker's plan.json
-
-
-def read_plan(path: Path) -> dict:
-    """A worker's ``plan.json`` (``jsonio.read_json``: never a FIFO waited on); InvalidDataError, in one line,
-    for one the parent did not write (no object, a field missing or of another kind, an unknown loading option)."""
-    plan = read_json(path)
-    if not isinstance(plan, dict):
-        raise InvalidDataError(["not a worker's plan: it holds no object"], str(path))
-    wrong = [f"{key} is {'missing' if key not in plan else 'of the wrong kind'}" for key, kind in PLAN_FIELDS.items()
-             if (key in ("challenges", "model", "settings") and key not in plan)
-             or (key in plan and (not isinstance(plan[key], kind) or isinstance(plan[key], bool)))]
-    options = {option.name for option in dataclasses.fields(LoadSettings)}
-    if isinstance(plan.get("load"), dict):
-        wrong += [f"load holds {key!r}, no loading option" for key in plan["load"] if key not in options]
-    if wrong:
-        raise InvalidDataError([f"not a worker's plan: {', '.join(wrong)}"], str(path))
-    return plan
-
-
-def run_worker(plan_path: str | os.PathLike, poll_seconds: float = 0.05) -> int:
-    """The body of ``python -m arc_kit worker PLAN``: load the model, then solve what the parent assigns.
-
-    Each assignment names a task, its rung and its caps (a deadline in seconds since the epoch, a
-    cap per search); the record is appended to the worker's records file. A stop message, or a
-    parent that is gone, ends the worker.
-    """
-    plan_path = Path(plan_path)
-    folder = plan_path.parent
-    plan = read_plan(plan_path)
-    parent = os.getppid()
-    _Heartbeat(folder / HEARTBEAT_FILE, float(plan.get("heartbeat_seconds", 5.0))).start()
-    tasks = load_challenges(plan["challenges"], max_side=plan.get("max_side", MAX_SIDE))  # the set's own limit
-    settings = SolveSettings.from_json(plan["settings"])
-    loaded = load_model(plan["model"], LoadSettings(**plan.get("load", {})))
-    solver = Solver.from_loaded(loaded, settings)
-    for model in {id(model): model for model in (getattr(loaded, "model", None), getattr(solver, "model", None))
-                  if hasattr(model, "register_forward_hook")}.values():
-        progress.count_forward_calls(model)  # every forward pass is a step: the heartbeat shows work moving
-    rungs = ladder(solver.settings)
-    if plan.get("calibrate"):
-        _measure(solver, tasks, plan["calibrate"], folder)
-    (folder / READY_FILE).write_text(f"{os.getpid()}\n")
-    done = 0
-    while True:
-        progress.tick()  # waiting, but not stuck
-        try:
-            assignment = json.loads((folder / ASSIGNMENT_FILE).read_text())
-        except (FileNotFoundError, ValueError):
-            assignment = None
-        if assignment is None or assignment.get("sequence", 0) <= done:
-            if os.getppid() != parent:  # the parent is gone: nobody reads what this worker would write
-                return 1
-            time.sleep(poll_seconds)
-            continue
-        done = assignment["sequence"]
-        if assignment.get("stop"):
-            return 0
-        budget = None
-        if assignment.get("deadline") is not None:
-            budget = TaskBudget(float(assignment["deadline"]), float(assignment["search_seconds"]))
-        record = solve_one(solver, tasks[assignment["task_id"]], int(assignment["rung"]), rungs, budget)
-        append_record(folder / RECORDS_FILE, record)
 
 
 @holding_folder("out")
@@ -752,3 +416,7 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress,
                  info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
+
+
+__all__ = ["SPEEDS_FILE", "WatchdogSettings", "merged_records", "prepare_model", "run_worker",
+           "solve_in_workers", "solve_job", "visible_gpus"]  # run_worker: what ``python -m arc_kit worker`` calls
