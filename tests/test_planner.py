@@ -209,7 +209,7 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
                                                                        model_folder):
     from arc_kit.model.loading import load_encoder, token_budget_of
     from arc_kit.run.planner import speeds_from_records
-    from arc_kit.run.runs import estimate_from_folder
+    from arc_kit.run.estimates import estimate_from_folder
 
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
@@ -232,7 +232,7 @@ def test_the_estimate_command_prints_the_estimate_shared_by_the_workers(tmp_path
                                                                         model_folder, capsys):
     from arc_kit.cli import main
     from arc_kit.run.planner import hours
-    from arc_kit.run.runs import estimate_from_folder
+    from arc_kit.run.estimates import estimate_from_folder
 
     write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),

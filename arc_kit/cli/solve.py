@@ -116,7 +116,7 @@ def setup_estimate(parser):
 
     def run(args):
         from arc_kit.run.planner import hours
-        from arc_kit.run.runs import estimate_from_folder
+        from arc_kit.run.estimates import estimate_from_folder
 
         target = None if args.settings == "run" else solve_preset(args.settings)
         tasks = select_tasks(args)

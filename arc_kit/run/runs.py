@@ -29,12 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arc_kit.data.datasets import load_tasks
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
 from arc_kit.locking import hold_folder
-from arc_kit.model.loading import load_encoder, token_budget_of
+from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
-from arc_kit.run.planner import Planner, Speeds, TaskBudget, estimate_run, measure, shortest_tasks, speeds_from_records
+from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
 from arc_kit.run.records import (
     FALLBACK_RUNG,
     TaskRecord,
@@ -419,46 +418,8 @@ def task_line(record: TaskRecord) -> str:
     return ", ".join(parts)
 
 
-@dataclass
-class Estimate:
-    """The planner's estimate of a run, from the speeds an earlier run measured."""
-
-    speeds: Speeds
-    seconds: dict[str, float]  # training, generation, scoring, total (one process, the measuring machine)
-    tasks: int
-    settings: SolveSettings
-    workers: int = 1  # processes sharing the work
-    speedup: float = 1.0  # how many times faster the target machine is than the measuring one
-
-    @property
-    def wall_seconds(self) -> dict[str, float]:
-        """``seconds`` on the target machine, shared by the workers."""
-        return {part: seconds / (self.speedup * self.workers) for part, seconds in self.seconds.items()}
-
-
-def estimate_from_folder(folder: str | os.PathLike, tasks: TaskSet, model: str | os.PathLike,
-                         target: SolveSettings | None = None, *, workers: int = 1, speedup: float = 1.0) -> Estimate:
-    """Seconds ``target`` (default: the measured run's own settings) would take on ``tasks``, at the
-    speeds the run in ``folder`` measured, in ``workers`` processes on a machine ``speedup`` times
-    faster; ``model`` is the folder whose tokenizer counts tokens."""
-    if workers < 1 or speedup <= 0:
-        raise ValueError(f"workers must be at least 1 and speedup positive, got {workers} and {speedup}")
-    settings = read_run_settings(folder)
-    dataset = read_run_info(folder).get("dataset", "arc-agi-1/evaluation")
-    if not isinstance(dataset, str):
-        raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set (its dataset is no string)")
-    measured_tasks = load_tasks(dataset, strict=False)
-    encoder = load_encoder(model, max_len=settings.max_len)
-    speeds = speeds_from_records(read_records(Path(folder) / RECORDS_FILE), measured_tasks, encoder, settings)
-    target = target or settings
-    target = target.replace(max_len=token_budget_of(model, target.max_len))
-    seconds = estimate_run(tasks, load_encoder(model, max_len=target.max_len), target, speeds)
-    return Estimate(speeds, {part: seconds[part] for part in ("training", "generation", "scoring", "total")},
-                    len(tasks), target, workers, speedup)
-
-
-__all__ = ["CLAIMS_FOLDER", "Estimate", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
+__all__ = ["CLAIMS_FOLDER", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
            "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
-           "estimate_from_folder", "mark_correct", "open_run", "read_run_info", "read_run_settings",
+           "mark_correct", "open_run", "read_run_info", "read_run_settings",
            "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
            "write_scores"]
