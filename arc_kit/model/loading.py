@@ -25,7 +25,7 @@ from typing import Any
 from arc_kit import devices
 from arc_kit.model.bases import build_base, built_folder
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
-from arc_kit.text.format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 logger = logging.getLogger(__name__)
 

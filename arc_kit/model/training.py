@@ -43,7 +43,7 @@ from arc_kit.model.optimization import (
 from arc_kit.data.plotting import draw_loss_curve
 from arc_kit.provenance import run_info
 from arc_kit.settings import TrainingSettings, training_preset
-from arc_kit.text.format import HuggingFaceTokenizer, TaskEncoder
+from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
 
 logger = logging.getLogger(__name__)

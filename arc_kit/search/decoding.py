@@ -38,7 +38,7 @@ from typing import TypeVar
 import numpy as np
 
 from arc_kit.settings import PROBABILITY_MODES
-from arc_kit.text.format import TaskEncoder
+from arc_kit.text import TaskEncoder
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
