@@ -20,7 +20,7 @@ from arc_kit.data.datasets import (
 from arc_kit.data.submission import build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet
 from arc_kit.provenance import __version__
-from arc_kit.text.format import TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text import TaskEncoder, TextFormat, Vocabulary
 
 __all__ = [
     "Augmentation", "InvalidDataError", "Pair", "Task", "TaskEncoder", "TaskSet", "TextFormat", "Vocabulary",

@@ -63,7 +63,7 @@ for view in views[:3]:
 
 # %%
 from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 from arc_kit.model.training_data import sample_sequence
 
 encoder = TaskEncoder(Vocabulary())
@@ -82,7 +82,7 @@ from pathlib import Path
 from arc_kit.model.loading import LoadSettings, create_model, load_model
 from arc_kit.run.solver import Solver
 from arc_kit.sudoku.experiment import SudokuEvalSettings, solve_puzzle
-from arc_kit.text.format import HuggingFaceTokenizer
+from arc_kit.text import HuggingFaceTokenizer
 
 if Path(MODEL).exists() and not SMOKE:
     loaded = load_model(MODEL, LoadSettings(device="cpu", dtype="float32"))

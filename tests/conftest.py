@@ -113,7 +113,7 @@ def _one_hot_model(head_rows):
     import torch
 
     from arc_kit.model.loading import create_model
-    from arc_kit.text.format import Vocabulary
+    from arc_kit.text import Vocabulary
 
     model, tokenizer = create_model("micro", seed=0)
     vocabulary = Vocabulary()

@@ -31,7 +31,7 @@ from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
 from arc_kit.search.static_engine import StaticEngine
 from arc_kit.run.solver import Solver
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 
 # prompts of other lengths than PROMPT, each ending with the output prefix
 OTHER_PROMPTS = [PROMPT[:-3] + [5, 6, 12], [13, 16, 17, 11, 2, 12], PROMPT[:20] + [11, 7, 10, 8, 9, 12]]

@@ -18,7 +18,7 @@ from arc_kit.run.bench import BenchResult
 from arc_kit.search.decoding import AnswerSpace, Completion
 from arc_kit.search.dfs import DfsSettings, dfs_search
 from arc_kit.model.loading import load_model
-from arc_kit.text.format import TaskEncoder
+from arc_kit.text import TaskEncoder
 
 
 @pytest.fixture(scope="module")

@@ -239,7 +239,7 @@ def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
     from arc_kit.settings import SolveSettings, TestTimeSettings
     from arc_kit.run.solver import Solver
     from arc_kit.data.tasks import Pair, Task
-    from arc_kit.text.format import TaskEncoder, Vocabulary
+    from arc_kit.text import TaskEncoder, Vocabulary
 
     model, _ = bigram_model()
     settings = SolveSettings(ttt=TestTimeSettings(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))

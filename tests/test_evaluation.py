@@ -16,7 +16,7 @@ from arc_kit.search.decoding import AnswerSpace, sequence_nll
 from arc_kit.run.evaluation import answer_measures, compare, held_out
 from arc_kit.model.loading import create_model
 from arc_kit.data.tasks import Pair, Task, TaskSet
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 
 
 @pytest.fixture(scope="module")

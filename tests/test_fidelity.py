@@ -24,7 +24,7 @@ import pytest
 from arc_kit.data.augmentation import apply_symmetry, balanced_symmetries
 from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import EOS, TaskEncoder, Vocabulary
+from arc_kit.text import EOS, TaskEncoder, Vocabulary
 from arc_kit.model.training_data import SequenceDataset
 
 OUTPUT_MARKER = "+/-=O"

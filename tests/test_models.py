@@ -23,7 +23,7 @@ from arc_kit import devices
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
                             load_model, model_info, save_model, token_budget_of, token_limit_of)
-from arc_kit.text.format import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

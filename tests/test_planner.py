@@ -13,7 +13,7 @@ from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
 from arc_kit.run.solver import Solver
 from arc_kit.data.submission import submission_problems
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
 

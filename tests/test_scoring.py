@@ -33,7 +33,7 @@ from arc_kit.search.scoring import (
     sum_of_probabilities,
 )
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 
 EOS = 14
 PROMPT = np.array([13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12])

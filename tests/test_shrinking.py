@@ -27,7 +27,7 @@ from arc_kit.model.shrinking import (
     shrink_vocabulary,
     tokens_to_keep,
 )
-from arc_kit.text.format import PREPROMPT, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text import PREPROMPT, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 ENGLISH = [
     "The quick brown fox jumps over the lazy dog, 1234 times in 2024.",

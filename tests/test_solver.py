@@ -38,7 +38,7 @@ from arc_kit.search.scoring import augmented_nlls
 from arc_kit.data.submission import build_submission, score_submission, submission_problems
 from arc_kit.run.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import NotAGridError, TaskEncoder, Vocabulary
+from arc_kit.text import NotAGridError, TaskEncoder, Vocabulary
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(

@@ -223,7 +223,7 @@ def test_the_greedy_diagnostic_counts_empty_cells_right():
 def test_one_puzzle_per_training_sequence():
     """Through the trainer's own dataset (``pretrain`` draws from it), whatever the kit's default sampler."""
     from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
-    from arc_kit.text.format import TaskEncoder, Vocabulary
+    from arc_kit.text import TaskEncoder, Vocabulary
     from arc_kit.model.training_data import SequenceDataset
 
     encoder = TaskEncoder(Vocabulary())

@@ -18,7 +18,7 @@ from hypothesis.extra.numpy import arrays
 
 from arc_kit.data.grids import MAX_SIDE
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import (
+from arc_kit.text import (
     PREPROMPT,
     HuggingFaceTokenizer,
     NotAGridError,
@@ -480,7 +480,7 @@ def test_budget_drops_the_longest_pairs_first(longest_encoder, caplog):
     fixed = HEADER_TOKENS + query_tokens(test_input)
     # room for everything but the 5x5 and the 3x3 pair
     max_len = fixed + room + 7 + 15 + 9 + 5
-    with caplog.at_level(logging.WARNING, logger="arc_kit.text.format"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.text.encoder"):
         encoded = encoder.encode_prompt(train, test_input, max_len=max_len, answer_room=room, task_id="abc123")
     assert encoded.dropped == (1, 3)
     assert encoded.kept == (0, 2, 4)
@@ -499,7 +499,7 @@ def test_budget_keeps_everything_when_it_fits(longest_encoder, caplog):
     test_input = np.array([[1, 2, 3]], dtype=np.uint8)
     fixed = HEADER_TOKENS + query_tokens(test_input)
     exact = fixed + sum(pair_tokens(pair) for pair in train) + 931
-    with caplog.at_level(logging.WARNING, logger="arc_kit.text.format"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.text.encoder"):
         encoded = encoder.encode_prompt(train, test_input, max_len=exact)
     assert encoded.kept == (0, 1, 2, 3, 4) and encoded.dropped == ()
     assert not caplog.records
@@ -592,7 +592,7 @@ def test_budget_drops_the_last_pairs_first_by_default(encoder, caplog):
     room = 10
     fixed = HEADER_TOKENS + query_tokens(test_input)
     # room for 7 + 27 + 15 + 63 = 112 tokens of pairs: only the last (and shortest but one) pair goes
-    with caplog.at_level(logging.WARNING, logger="arc_kit.text.format"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.text.encoder"):
         encoded = encoder.encode_prompt(train, test_input, max_len=fixed + room + 112, answer_room=room)
     assert encoded.kept == (0, 1, 2, 3) and encoded.dropped == (4,)
     assert "[4]" in caplog.records[0].getMessage()

@@ -31,7 +31,7 @@ from arc_kit.model.optimization import embedding_module_names, parameter_groups
 from arc_kit.provenance import git_commit
 from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
 from arc_kit.data.tasks import Pair, TaskSet
-from arc_kit.text.format import EOS, TaskEncoder, TaskTooLongError, Vocabulary
+from arc_kit.text import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 from arc_kit.model.training import (
     BatchOrder,
     prepare_for_training,

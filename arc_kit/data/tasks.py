@@ -393,6 +393,21 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
     (``repeated_keys``) is a problem of that task. ``max_side``: as in ``parse_task``; the set keeps it.
     """
     max_side = check_max_side(max_side)
+    top_problems = _file_problems(challenges, solutions, source)
+    tasks, skipped = _parse_each_task(challenges, solutions, max_side)
+    all_problems = [*top_problems, *(problem for task in skipped.values() for problem in task.problems)]
+    if all_problems and strict:
+        raise InvalidDataError(all_problems, source)
+    if all_problems:
+        first = "; ".join(problem for s in skipped.values() for problem in s.problems[:1])
+        warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
+                      + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
+                      stacklevel=2)
+    return TaskSet(tasks, name=name, skipped=skipped, order=challenges, max_side=max_side)
+
+
+def _file_problems(challenges: Any, solutions: Any, source: str) -> list[str]:
+    """The problems of the files as a whole; InvalidDataError (strict or not) where no task can be read."""
     if not isinstance(challenges, dict):
         raise InvalidDataError([f"the file holds {json_type_name(challenges)}, expected an object "
                                 "mapping task ids to tasks"], source)
@@ -408,14 +423,19 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         top_problems += [f"task {shown(task_id)}: has solutions but no challenge" for task_id in extra]
         top_problems += [f"task {shown(task_id)}: appears {times} times in the solutions (only the last copy was "
                          "read)" for task_id, times in repeated_keys(solutions).items()]
-    tasks, skipped, all_problems = [], {}, list(top_problems)
+    return top_problems
+
+
+def _parse_each_task(challenges: dict, solutions: dict | None,
+                     max_side: int) -> tuple[list[Task], dict[str, SkippedTask]]:
+    """The good tasks in the file's order, and the bad ones with their problems, by task id."""
+    tasks, skipped = [], {}
     repeated, unreadable = repeated_keys(challenges), unreadable_keys(challenges)
     unreadable_solutions = unreadable_keys(solutions)
     for task_id, data in challenges.items():
         if task_id in unreadable or task_id in unreadable_solutions:  # the rest of the file was read: skip only it
             why = unreadable.get(task_id) or f"its solutions: {unreadable_solutions[task_id]}"
             problems = (f"task {shown(task_id)}: cannot be read: {why}",)
-            all_problems.extend(problems)
             skipped[task_id] = SkippedTask(task_id, problems, count_test_inputs(data),
                                            _salvage_test_inputs(data, max_side))
             continue
@@ -423,7 +443,6 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
         if solutions is not None:
             task_solutions = solutions.get(task_id)
             if task_solutions is None:
-                all_problems.append(f"task {shown(task_id)}: missing from the solutions")
                 skipped[task_id] = SkippedTask(task_id, (f"task {shown(task_id)}: missing from the solutions",),
                                                count_test_inputs(data), _salvage_test_inputs(data, max_side))
                 continue
@@ -433,20 +452,12 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
                         "unique; only the last copy was read)", *problems]
             task = None
         if problems:
-            all_problems.extend(problems)
             skipped[task_id] = SkippedTask(task_id, tuple(problems), count_test_inputs(data),
                                            _salvage_test_inputs(data, max_side),
                                            _salvage_grids(task_solutions, max_side))
         else:
             tasks.append(task)
-    if all_problems and strict:
-        raise InvalidDataError(all_problems, source)
-    if all_problems:
-        first = "; ".join(problem for s in skipped.values() for problem in s.problems[:1])
-        warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
-                      + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
-                      stacklevel=2)
-    return TaskSet(tasks, name=name, skipped=skipped, order=challenges, max_side=max_side)
+    return tasks, skipped
 
 
 def _salvage_grids(grids: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...] | None:

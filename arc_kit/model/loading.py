@@ -38,7 +38,7 @@ from arc_kit.model.folders import (
     save_model,
 )
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
-from arc_kit.text.format import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
+from arc_kit.text import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 logger = logging.getLogger(__name__)
 

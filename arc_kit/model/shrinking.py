@@ -32,7 +32,7 @@ from typing import Any
 from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
 from arc_kit.data.jsonio import check_regular_file, read_json
 from arc_kit.data.tasks import InvalidDataError
-from arc_kit.text.format import TextFormat
+from arc_kit.text import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
 AUTHORS_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!?.:,;*+/-=\n"

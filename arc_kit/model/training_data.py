@@ -41,7 +41,7 @@ from arc_kit.data.grids import MAX_SIDE
 from arc_kit.names import shown
 from arc_kit.settings import DataSettings, SequenceSettings
 from arc_kit.data.tasks import Pair, TaskSet
-from arc_kit.text.format import Encoded, TaskEncoder, TaskTooLongError
+from arc_kit.text import Encoded, TaskEncoder, TaskTooLongError
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from arc_kit.model.optimization import (
 )
 from arc_kit.settings import TestTimeSettings
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import TaskEncoder, TaskTooLongError
+from arc_kit.text import TaskEncoder, TaskTooLongError
 from arc_kit.model.training_data import PaddingCollator, sample_leave_one_out
 
 ADAPTER = "ttt"

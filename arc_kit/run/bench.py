@@ -49,7 +49,7 @@ from arc_kit.search.scoring import augmented_nlls
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.run.solver import Solver
 from arc_kit.data.tasks import Task
-from arc_kit.text.format import TaskEncoder, Vocabulary
+from arc_kit.text import TaskEncoder, Vocabulary
 
 
 @dataclass

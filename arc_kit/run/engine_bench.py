@@ -36,7 +36,7 @@ from arc_kit.search.engine import make_engine
 from arc_kit.model.optimization import add_lora
 from arc_kit.settings import SolveSettings, TestTimeSettings
 from arc_kit.data.tasks import Task
-from arc_kit.text.format import TaskEncoder
+from arc_kit.text import TaskEncoder
 
 # Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch
 # gives the device; the first match counts (the more specific names first).

@@ -25,7 +25,7 @@ import numpy as np
 
 from arc_kit.search.decoding import AnswerSpace, answer_log_probs
 from arc_kit.data.tasks import TaskSet
-from arc_kit.text.format import TaskEncoder, TaskTooLongError
+from arc_kit.text import TaskEncoder, TaskTooLongError
 
 
 @dataclass

@@ -49,7 +49,7 @@ from arc_kit.search.samplers import generate
 from arc_kit.search.scoring import Candidate, augmented_nlls, select
 from arc_kit.settings import SamplerSettings, SolveSettings, ladder
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.text.format import NotAGridError, TaskEncoder, TextFormat
+from arc_kit.text import NotAGridError, TaskEncoder, TextFormat
 from arc_kit.model.ttt import TestTimeTrainer
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ import numpy as np
 
 from arc_kit.search.caches import call_with_cache, full_attention_tensors, new_cache, prefix_cache
 from arc_kit.settings import PROBABILITY_MODES
-from arc_kit.text.format import TaskEncoder
+from arc_kit.text import TaskEncoder
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

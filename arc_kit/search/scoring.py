@@ -24,7 +24,7 @@ from arc_kit.search.decoding import AnswerSpace, BatchLimit
 from arc_kit.search.engine import as_engine
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.data.tasks import Pair
-from arc_kit.text.format import TaskEncoder
+from arc_kit.text import TaskEncoder
 
 
 def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],

@@ -1,0 +1,132 @@
+"""The settings of solving: the sampler, the whole method, and the competition job's clock.
+
+Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
+choices that other modules implement (aggregations, samplers, probabilities, decodings, engines)
+are here, beside the fields that take them.
+
+This module needs only the standard library; it knows nothing of models, tasks or files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
+from arc_kit.settings.training import TestTimeSettings
+
+AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
+SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
+DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
+ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
+ENGINE_COMPILE_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class SamplerSettings(Settings):
+    """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
+
+    kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
+    threshold: float = setting(0.09, "DFS: minimum probability of a returned answer")
+    count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)")
+    temperature: float = setting(1.0, "sample: softmax temperature")
+    max_forward_calls: int = setting(20_000, "DFS: cap on single-token model calls per search (reported when hit)")
+    use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
+
+    def __post_init__(self):
+        if self.kind not in SAMPLER_KINDS:
+            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLER_KINDS}")
+        if self.count < 1:
+            raise ValueError("count must be at least 1")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+
+    @property
+    def name(self) -> str:
+        if self.kind == "dfs":
+            return f"DFS T={self.threshold * 100:g}%"
+        if self.kind == "greedy":
+            return "greedy"
+        return f"{'stochastic' if self.kind == 'sample' else 'beam'} x{self.count}"
+
+
+@dataclass(frozen=True)
+class SolveSettings(Settings):
+    """The whole method's settings; defaults are the paper's final configuration."""
+
+    sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
+    inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
+                                           flag="--augmentations")
+    scoring_augmentations: int = setting(16, "fresh ones, for the product of experts")
+    aggregation: str = setting("product", "product | min | max | sum | generation (no scoring pass)",
+                               choices=(*AGGREGATION_NAMES, "generation"))
+    probabilities: str = setting("full", "full: an answer's probability under the model's whole softmax (the "
+                                 "paper's P(s|q)); answer-mask: renormalised over the answer tokens",
+                                 choices=PROBABILITY_MODES)
+    attempts: int = setting(2, "answers chosen per test input: 2 (the competition's), or 1 (top-1, as in the "
+                            "paper's Sudoku experiment)", choices=(1, 2))
+    test_time_training: bool = setting(True, "train a fresh LoRA on each task's own examples first", flag="--ttt")
+    ttt: TestTimeSettings = setting(default_factory=TestTimeSettings, help="test-time training")
+    max_len: int | None = setting(DEFAULT_TOKEN_BUDGET, "token budget of a prompt plus its longest answer, and of "
+                                  "test-time training sequences, for every model (authors: max_tokens=8192 in every "
+                                  "NeMo-8B run; their Llama-3B evaluation 16384); cut to what the model takes (its "
+                                  "positions); unset (older run files): this default")
+    decoding: str = setting("authors", "how generated text becomes a grid. authors: theirs (arc_loader.py decode): "
+                            "rows split at newlines, every non-digit dropped, empty rows skipped, no eos needed; "
+                            "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
+    keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
+                                    command_line=False)
+    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
+                                      "per forward, and rows per answer forward)", neutral=True, command_line=False)
+    batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
+                            "which gives their guess) and score all scoring augmentations together; the same "
+                            "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
+    seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
+    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
+                          "token; models it cannot run fall back to the reference, logged); reference: "
+                          "transformers' forward and caches. The same answers up to float rounding",
+                          choices=ENGINE_KINDS, neutral=True)
+    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
+                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
+
+    def __post_init__(self):
+        if self.engine not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
+        if self.engine_compile not in ENGINE_COMPILE_MODES:
+            raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
+                             f"{ENGINE_COMPILE_MODES}")
+        if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
+            raise ValueError(f"unknown aggregation {self.aggregation!r}")
+        if self.probabilities not in PROBABILITY_MODES:
+            raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
+        if self.attempts not in (1, 2):
+            raise ValueError(f"attempts must be 1 or 2, got {self.attempts}")
+        if self.inference_augmentations < 1:
+            raise ValueError("inference_augmentations must be at least 1")
+        if self.max_len is not None and self.max_len < 64:
+            raise ValueError(f"max_len must be at least 64 tokens, got {self.max_len}")
+        if self.decoding not in DECODING_MODES:
+            raise ValueError(f"unknown decoding {self.decoding!r}; expected one of {DECODING_MODES}")
+
+    @property
+    def description(self) -> str:
+        """One line for logs: sampler, augmentations, TTT, aggregation."""
+        return (f"{self.sampler.name}, {self.inference_augmentations}+{self.scoring_augmentations} augmentations, "
+                f"{f'TTT {self.ttt.steps} steps' if self.test_time_training else 'no TTT'}, {self.aggregation}")
+
+
+@dataclass(frozen=True)
+class CompetitionSettings(Settings):
+    """The competition job's clock (``kaggle.run_competition``); the defaults are the competition's limits."""
+
+    hours: float = setting(12.0, "the limit, counted from the job's start")
+    safety_minutes: float = setting(45.0, "plan to end this long before the limit")
+    stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
+                                        "follows)")
+    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder")
+    job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
+                               "placeholder (its ids all among the evaluation or training ids), else every task; "
+                               "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "
+                               "every task", choices=("auto", "smoke", "full"))
+    workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
+                                      "measured peak memory allows, at most 8)")
