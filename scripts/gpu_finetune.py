@@ -48,9 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from arc_kit.model import bases  # noqa: E402
-
 from arc_kit.data import parts
+from arc_kit.model import bases  # noqa: E402
 
 WORK = ROOT / ".device"
 WHEELS = ROOT / ".whl"
@@ -173,9 +172,9 @@ def _built_base() -> Path:
 
 def train(args) -> None:
     """There: build the base (once), measure the speed, size the run to the minutes, train (resumes)."""
-    from arc_kit.settings import training_preset
     from arc_kit.model.training import pretrain
     from arc_kit.model.training_data import pretraining_data
+    from arc_kit.settings import training_preset
 
     _environment()
     started = time.monotonic()
@@ -240,12 +239,12 @@ def _evaluated_model(choice: str) -> tuple[str, Path]:
 def evaluate(args) -> None:
     """There: held-out NLL of the untuned base and the model, then the ablation on the first tasks by id."""
     from arc_kit.data.datasets import load_tasks
-    from arc_kit.run.evaluation import held_out
-    from arc_kit.model.loading import LoadSettings, load_model
-    from arc_kit.run.runs import CLAIMS_FOLDER
-    from arc_kit.settings import solve_preset
-    from arc_kit.run.tables import run_table
     from arc_kit.data.tasks import TaskSet
+    from arc_kit.model.loading import LoadSettings, load_model
+    from arc_kit.run.evaluation import held_out
+    from arc_kit.run.runs import CLAIMS_FOLDER
+    from arc_kit.run.tables import run_table
+    from arc_kit.settings import solve_preset
 
     _environment()
     started = time.monotonic()

@@ -65,8 +65,8 @@ def draw_all(run: Run, re_arc: str, model: str, progress: bool):
     from tqdm import tqdm
 
     from arc_kit.model.loading import load_encoder
-    from arc_kit.settings import training_preset
     from arc_kit.model.training_data import SequenceDataset, pretraining_data
+    from arc_kit.settings import training_preset
 
     settings = training_preset(run.preset)
     sequences = settings.sequences.replace(**run.changes)

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from arc_kit.run import bench
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.model.loading import load_model
+from arc_kit.run import bench
 from arc_kit.run.bench import BenchResult
 from arc_kit.search.decoding import AnswerSpace, Completion
 from arc_kit.search.dfs import DfsSettings, dfs_search
-from arc_kit.model.loading import load_model
 from arc_kit.text import TaskEncoder
 
 

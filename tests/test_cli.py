@@ -25,10 +25,10 @@ import pytest  # noqa: E402
 import arc_kit  # noqa: E402
 from arc_kit.cli import build_parser, main  # noqa: E402
 from arc_kit.data.datasets import load_challenges, load_dataset  # noqa: E402
-from arc_kit.locking import LOCK_FILE  # noqa: E402
 from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
 from arc_kit.data.tasks import Pair, Task, parse_tasks  # noqa: E402
+from arc_kit.locking import LOCK_FILE  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATASET = "arc-agi-1/evaluation"

@@ -12,10 +12,10 @@ import torch
 from conftest import bigram_model
 
 from arc_kit.data.datasets import load_tasks
-from arc_kit.search.decoding import AnswerSpace, sequence_nll
-from arc_kit.run.evaluation import answer_measures, compare, held_out
-from arc_kit.model.loading import create_model
 from arc_kit.data.tasks import Pair, Task, TaskSet
+from arc_kit.model.loading import create_model
+from arc_kit.run.evaluation import answer_measures, compare, held_out
+from arc_kit.search.decoding import AnswerSpace, sequence_nll
 from arc_kit.text import TaskEncoder, Vocabulary
 
 

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from arc_kit.data.augmentation import apply_symmetry, balanced_symmetries
-from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
 from arc_kit.data.tasks import Pair
-from arc_kit.text import EOS, TaskEncoder, Vocabulary
 from arc_kit.model.training_data import SequenceDataset
+from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
+from arc_kit.text import EOS, TaskEncoder, Vocabulary
 
 OUTPUT_MARKER = "+/-=O"
 

@@ -25,21 +25,20 @@ import pytest
 
 import arc_kit
 from arc_kit import __version__
-from arc_kit.kaggle import dataset_build
-from arc_kit.kaggle import competition as kaggle
-from arc_kit.kaggle import wheelhouse
-from arc_kit.run import workers
 from arc_kit.cli import main
 from arc_kit.data.datasets import find_competition_files, load_challenges, load_tasks
 from arc_kit.data.grids import grid_to_json
+from arc_kit.data.submission import build_submission, submission_problems
+from arc_kit.data.tasks import TaskSet
+from arc_kit.kaggle import competition as kaggle
+from arc_kit.kaggle import dataset_build, wheelhouse
 from arc_kit.model.loading import default_model_path, load_model
+from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.records import TaskRecord, read_records
 from arc_kit.run.runs import SolveRun, solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
 from arc_kit.run.solver import Solver
-from arc_kit.data.submission import build_submission, submission_problems
-from arc_kit.data.tasks import TaskSet
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps

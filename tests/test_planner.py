@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from arc_kit import load_dataset
+from arc_kit.data.submission import submission_problems
 from arc_kit.model.loading import load_model
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
 from arc_kit.run.solver import Solver
-from arc_kit.data.submission import submission_problems
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
@@ -208,8 +208,8 @@ def write_measured_run(folder, kaggle_files, task_ids):
 def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path, kaggle_files, small_task_set,
                                                                        model_folder):
     from arc_kit.model.loading import load_encoder, token_budget_of
-    from arc_kit.run.planner import speeds_from_records
     from arc_kit.run.estimates import estimate_from_folder
+    from arc_kit.run.planner import speeds_from_records
 
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
@@ -231,8 +231,8 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
 def test_the_estimate_command_prints_the_estimate_shared_by_the_workers(tmp_path, kaggle_files, small_task_set,
                                                                         model_folder, capsys):
     from arc_kit.cli import main
-    from arc_kit.run.planner import hours
     from arc_kit.run.estimates import estimate_from_folder
+    from arc_kit.run.planner import hours
 
     write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),

@@ -47,9 +47,9 @@ from arc_kit.run.runs import (
     run_records,
     task_ids_digest,
 )
+from arc_kit.run.tables import ABLATION_STAGES, run_ablation, run_table
 from arc_kit.search.scoring import Candidate
 from arc_kit.settings import SOLVE_PRESETS, SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.run.tables import ABLATION_STAGES, run_ablation, run_table
 
 LATER = {"from_a_later_kit": {"nested": [1, 2]}}  # a field no kit knows yet
 
@@ -248,8 +248,8 @@ def test_choose_tasks_takes_ids_or_the_first_by_id_and_keeps_every_task_without_
 
 
 def test_the_deadline_of_a_budget_and_the_training_preset_a_model_calls_for():
-    from arc_kit.settings import TRAINING_PRESETS
     from arc_kit.model.training import training_settings_for
+    from arc_kit.settings import TRAINING_PRESETS
 
     assert deadline_from(None, 30) is None
     assert deadline_from(2, 30, now=1000.0) == 1000.0 + 2 * 3600 - 30 * 60

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from arc_kit.data.tasks import Pair
 from arc_kit.run.records import TaskRecord, TestResult
 from arc_kit.search.scoring import Candidate
 from arc_kit.sudoku.puzzles import (
@@ -29,7 +30,6 @@ from arc_kit.sudoku.puzzles import (
     solve,
     write_csv,
 )
-from arc_kit.data.tasks import Pair
 
 SOLUTION = grid_from_text("534678912672195348198342567859761423426853791713924856961537284287419635345286179")
 PUZZLE = grid_from_text("53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79")
@@ -222,9 +222,9 @@ def test_the_greedy_diagnostic_counts_empty_cells_right():
 
 def test_one_puzzle_per_training_sequence():
     """Through the trainer's own dataset (``pretrain`` draws from it), whatever the kit's default sampler."""
+    from arc_kit.model.training_data import SequenceDataset
     from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
     from arc_kit.text import TaskEncoder, Vocabulary
-    from arc_kit.model.training_data import SequenceDataset
 
     encoder = TaskEncoder(Vocabulary())
     pool = SudokuPool([Pair(PUZZLE, SOLUTION), Pair(SOLUTION, SOLUTION)], copies=10)

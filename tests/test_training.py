@@ -26,12 +26,9 @@ import torch
 
 import arc_kit
 from arc_kit.data.datasets import load_tasks
+from arc_kit.data.tasks import Pair, TaskSet
 from arc_kit.model.loading import create_model, load_model, token_budget_of
 from arc_kit.model.optimization import embedding_module_names, parameter_groups
-from arc_kit.provenance import git_commit
-from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
-from arc_kit.data.tasks import Pair, TaskSet
-from arc_kit.text import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 from arc_kit.model.training import (
     BatchOrder,
     prepare_for_training,
@@ -48,6 +45,9 @@ from arc_kit.model.training_data import (
 )
 from arc_kit.model.training_log import LOG_COLUMNS
 from arc_kit.model.ttt import TestTimeTrainer
+from arc_kit.provenance import git_commit
+from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
+from arc_kit.text import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OUTPUT_MARKER = "+/-=O"

@@ -115,8 +115,8 @@ def setup_estimate(parser):
                         help="estimate with the measured run's settings, or with a preset's (default: %(default)s)")
 
     def run(args):
-        from arc_kit.run.planner import hours
         from arc_kit.run.estimates import estimate_from_folder
+        from arc_kit.run.planner import hours
 
         target = None if args.settings == "run" else solve_preset(args.settings)
         tasks = select_tasks(args)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.data.grids import COLOURS, freeze
-from arc_kit.settings import SolveSettings
 from arc_kit.data.tasks import Pair, Task
+from arc_kit.settings import SolveSettings
 
 SYMMETRY_NAMES = ("identity", "rot90", "rot180", "rot270",
                   "transpose", "transpose+rot90", "transpose+rot180", "transpose+rot270")

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from arc_kit.names import shown
 from arc_kit.data.tasks import InvalidDataError
+from arc_kit.names import shown
 
 MAX_FILE_BYTES = 2**30  # the most a JSON file the kit reads may hold (ARC's largest files hold tens of MB)
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.names import file_name, shown
 from arc_kit.data.tasks import Task
+from arc_kit.names import file_name, shown
 
 # The palette of the ARC testing interface: black, blue, red, green, yellow, grey, magenta,
 # orange, sky blue, maroon.

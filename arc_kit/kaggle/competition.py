@@ -21,16 +21,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arc_kit.provenance import __version__
-from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
+from arc_kit.data.submission import build_submission, load_submission, write_submission
+from arc_kit.data.tasks import TaskSet
 from arc_kit.locking import holding_folder
 from arc_kit.model.loading import token_budget_of
+from arc_kit.provenance import __version__
+from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.run.records import answers_from_records, read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
-from arc_kit.data.submission import build_submission, load_submission, write_submission
-from arc_kit.data.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")

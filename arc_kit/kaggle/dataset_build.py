@@ -22,10 +22,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arc_kit.provenance import __version__
+from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
 from arc_kit.model.bases import locate_wheel
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
-from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
+from arc_kit.provenance import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_MANIFEST = ROOT / "kaggle_dataset" / "kaggle-image.json"  # made by `arc-kit kaggle image` from Kaggle's list

@@ -41,11 +41,11 @@ from arc_kit.model.optimization import (
     enable_activation_checkpointing,
     parameter_groups,
 )
+from arc_kit.model.training_data import PaddingCollator, SequenceDataset
+from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
 from arc_kit.provenance import run_info
 from arc_kit.settings import TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
-from arc_kit.model.training_data import PaddingCollator, SequenceDataset
-from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
 
 logger = logging.getLogger(__name__)
 

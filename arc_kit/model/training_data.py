@@ -38,9 +38,9 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.datasets import load_re_arc, load_tasks
 from arc_kit.data.difficulty import drop_easiest
 from arc_kit.data.grids import MAX_SIDE
+from arc_kit.data.tasks import Pair, TaskSet
 from arc_kit.names import shown
 from arc_kit.settings import DataSettings, SequenceSettings
-from arc_kit.data.tasks import Pair, TaskSet
 from arc_kit.text import Encoded, TaskEncoder, TaskTooLongError
 
 logger = logging.getLogger(__name__)

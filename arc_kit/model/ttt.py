@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.data.augmentation import balanced_symmetries
+from arc_kit.data.tasks import Pair
 from arc_kit.model.optimization import (
     add_lora,
     build_optimizer,
@@ -28,10 +29,9 @@ from arc_kit.model.optimization import (
     enable_activation_checkpointing,
     parameter_groups,
 )
-from arc_kit.settings import TestTimeSettings
-from arc_kit.data.tasks import Pair
-from arc_kit.text import TaskEncoder, TaskTooLongError
 from arc_kit.model.training_data import PaddingCollator, sample_leave_one_out
+from arc_kit.settings import TestTimeSettings
+from arc_kit.text import TaskEncoder, TaskTooLongError
 
 ADAPTER = "ttt"
 

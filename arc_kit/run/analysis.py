@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from arc_kit.data.grids import grid_key
+from arc_kit.data.tasks import TaskSet
 from arc_kit.run.records import TaskRecord
 from arc_kit.search.scoring import Candidate, select
-from arc_kit.data.tasks import TaskSet
 
 
 def _answers(solutions: TaskSet | Mapping[str, Sequence]) -> dict[str, list[np.ndarray]]:

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.tasks import Task
+from arc_kit.model.optimization import add_lora
 from arc_kit.search.decoding import AnswerSpace
 from arc_kit.search.engine import make_engine
-from arc_kit.model.optimization import add_lora
 from arc_kit.settings import SolveSettings, TestTimeSettings
-from arc_kit.data.tasks import Task
 from arc_kit.text import TaskEncoder
 
 # Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch

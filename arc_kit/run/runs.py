@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
+from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
+from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
 from arc_kit.locking import hold_folder
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
@@ -43,10 +45,8 @@ from arc_kit.run.records import (
     read_records,
     record_table,
 )
-from arc_kit.settings import SolveSettings, ladder
 from arc_kit.run.solver import Solver
-from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
-from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
+from arc_kit.settings import SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
 

@@ -37,20 +37,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.grids import grid_key
+from arc_kit.data.tasks import Pair, Task
+from arc_kit.model.ttt import TestTimeTrainer
+from arc_kit.names import encoded, shown
+from arc_kit.run.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decode_engine import DecodeEngine
 from arc_kit.search.decoding import AnswerSpace, deadline_passed, earliest
 from arc_kit.search.dfs import DfsSettings
 from arc_kit.search.engine import make_engine
-from arc_kit.data.grids import grid_key
-from arc_kit.names import encoded, shown
-from arc_kit.run.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.search.samplers import generate
 from arc_kit.search.scoring import Candidate, augmented_nlls, select
 from arc_kit.settings import SamplerSettings, SolveSettings, ladder
-from arc_kit.data.tasks import Pair, Task
 from arc_kit.text import NotAGridError, TaskEncoder, TextFormat
-from arc_kit.model.ttt import TestTimeTrainer
 
 logger = logging.getLogger(__name__)
 

@@ -35,16 +35,16 @@ import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
+from arc_kit.data.submission import any_attempt_right, attempt_is_right
+from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.locking import hold_folder, holding_folder
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
 from arc_kit.run.records import AblationRecord, SamplerRecord, SamplerResult, append_record
 from arc_kit.run.runs import CLAIMS_FOLDER, RunFolderError, check_run, claim_task, open_run, records_file, run_records
+from arc_kit.run.solver import Solver, task_rng
 from arc_kit.search.scoring import AGGREGATIONS, Candidate, select
 from arc_kit.settings import SamplerSettings, SolveSettings
-from arc_kit.run.solver import Solver, task_rng
-from arc_kit.data.submission import any_attempt_right, attempt_is_right
-from arc_kit.data.tasks import Task, TaskSet
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
 PAPER_ABLATION = {  # two-attempt accuracy on the 400 ARC-AGI-1 evaluation tasks, paper Table 1

@@ -20,8 +20,8 @@ import logging
 from arc_kit.search.decode_engine import DecodeEngine
 from arc_kit.search.decode_weights import unsupported_reason
 from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS
 from arc_kit.search.static_engine import StaticEngine
+from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS
 
 logger = logging.getLogger(__name__)
 

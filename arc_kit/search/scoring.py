@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.search.decoding import AnswerSpace, BatchLimit
-from arc_kit.search.engine import as_engine
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.data.tasks import Pair
+from arc_kit.search.decoding import AnswerSpace, BatchLimit
+from arc_kit.search.engine import as_engine
 from arc_kit.text import TaskEncoder
 
 

@@ -25,14 +25,21 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_kit.run.analysis import threshold_curve
 from arc_kit.data.grids import grid_key, grid_to_json
 from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.data.tasks import Pair
+from arc_kit.run.analysis import threshold_curve
 from arc_kit.run.records import TaskRecord, TestResult
 from arc_kit.search.scoring import select
 from arc_kit.settings import SequenceSettings, Settings, SolveSettings, TrainingSettings, setting
-from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool, clue_count, is_valid_solution, keeps_clues, score_answer
-from arc_kit.data.tasks import Pair
+from arc_kit.sudoku.puzzles import (
+    SudokuAugmentation,
+    SudokuPool,
+    clue_count,
+    is_valid_solution,
+    keeps_clues,
+    score_answer,
+)
 
 logger = logging.getLogger(__name__)
 
