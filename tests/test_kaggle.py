@@ -553,8 +553,6 @@ def make_wheel_with_requirements(folder: Path, name: str, version: str, requirem
 
 
 def test_a_wheel_that_cannot_be_downloaded_is_one_clear_line(tmp_path, monkeypatch):
-    from packaging.requirements import Requirement
-
     empty = tmp_path / "empty"
     empty.mkdir()
     for name, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(empty)}.items():

@@ -12,7 +12,7 @@ import sys
 import filelock
 import pytest
 
-from arc_kit.locking import HOLDER_FILE, FolderInUseError, hold_folder, holding_folder
+from arc_kit.locking import HOLDER_FILE, hold_folder, holding_folder
 
 TRY = ("import sys\nfrom arc_kit.locking import hold_folder, FolderInUseError\ntry:\n    with hold_folder(sys.argv[1]):"
        "\n        print('took it')\nexcept FolderInUseError as error:\n    print(error)\n")

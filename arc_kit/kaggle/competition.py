@@ -13,10 +13,8 @@ knows Kaggle's folders and files; the solving is ``workers``' and the planning `
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,6 @@ from arc_kit.data.submission import build_submission, load_submission, write_sub
 from arc_kit.data.tasks import TaskSet
 from arc_kit.locking import holding_folder
 from arc_kit.model.loading import token_budget_of
-from arc_kit.provenance import __version__
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.run.records import answers_from_records, read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
