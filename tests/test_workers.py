@@ -3,7 +3,7 @@
 The workers are real subprocesses (``python -m arc_kit worker PLAN``) on the CPU, running the bigram
 micro model of conftest.py (it writes small grids, so every task has real candidates and the
 comparison of two runs means something) on four small ARC-AGI-1 evaluation tasks. The watchdog's
-tests start the real worker loop (``workers.run_worker``) with a fake solve that dies, hangs or
+tests start the real worker loop (``worker_process.run_worker``) with a fake solve that dies, hangs or
 answers [[7]], so that what the parent does about a dead or hung worker takes seconds.
 """
 

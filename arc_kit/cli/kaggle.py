@@ -123,7 +123,7 @@ def _kaggle_image(args) -> int:
 
 
 def _kaggle_settings(args) -> SolveSettings:
-    """``kaggle run``'s settings: a file's (``run.read_settings_file``) or a preset's, then the options given."""
+    """``kaggle run``'s settings: a file's (``runs.read_settings_file``) or a preset's, then the options given."""
     from arc_kit.run.runs import read_settings_file
 
     return settings_from_options(args, read_settings_file(args.settings_file) if args.settings_file

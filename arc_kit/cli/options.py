@@ -79,7 +79,7 @@ def load_given_tasks(args):
 
 
 def select_tasks(args, tasks=None):
-    """The tasks a command works on (``run.choose_tasks``): ``tasks`` (default: ``--dataset`` loaded) narrowed by
+    """The tasks a command works on (``runs.choose_tasks``): ``tasks`` (default: ``--dataset`` loaded) narrowed by
     --task-ids or --tasks and --pick."""
     from arc_kit.run.runs import choose_tasks
 

@@ -251,7 +251,7 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: 
 
     The folder moved between years (``/kaggle/input/arc-prize-2024``,
     ``/kaggle/input/competitions/<slug>``...), so it is found by its files. Where several folders
-    qualify: one named ``competition`` (the current competition's slug, ``kaggle.COMPETITION``)
+    qualify: one named ``competition`` (the current competition's slug, ``competition.COMPETITION``)
     wins over every other, an older year's competition included, however many files that has;
     then a competition's own folder (below a ``competitions`` folder, or named ``arc-prize*``) over
     copies in attached datasets, however new those are; then the one with a test file, the most of

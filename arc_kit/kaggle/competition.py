@@ -62,7 +62,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     The limit is ``hours`` after ``started``: the planner plans to end ``safety_minutes`` before it,
     and workers still running ``stop_minutes`` before it are stopped, so the last write comes first.
     An earlier run of the same settings in ``working`` is resumed (its records kept); one of other
-    settings is refused (``run.RunFolderError``) before anything is written, unless ``restart``
+    settings is refused (``runs.RunFolderError``) before anything is written, unless ``restart``
     discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past that nothing
     raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """

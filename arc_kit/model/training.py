@@ -165,7 +165,7 @@ def token_budget_after_training(from_scratch: bool, trained_length: int, max_pos
     A model trained from scratch has seen no position past its training sequences; a fine-tuned
     pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
     what it was fine-tuned on. A record for the reader: the budget at inference is the authors' cap
-    for every model, bounded by the maximum positions only (``models.token_budget_of``).
+    for every model, bounded by the maximum positions only (``loading.token_budget_of``).
     """
     if from_scratch or not max_positions:
         return trained_length

@@ -91,7 +91,7 @@ class Solver:
     @classmethod
     def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(),
                     text_format: TextFormat = TextFormat()) -> Solver:
-        """A solver for a ``models.LoadedModel``; the token budget is cut to what the model takes."""
+        """A solver for a ``loading.LoadedModel``; the token budget is cut to what the model takes."""
         settings = settings.replace(max_len=loaded.token_budget(settings.max_len))
         return cls(loaded.model, loaded.encoder(text_format, settings.max_len), settings)
 

@@ -19,7 +19,7 @@ records name it). Timings are per task.
 A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
 each task's record (``records.AblationRecord`` or ``records.SamplerRecord``) is appended to
 ``<table>_records.jsonl`` as it finishes. A rerun resumes; a folder that ran other settings or
-another data set is refused (``run.RunFolderError``), as a solve's is. This module knows the
+another data set is refused (``runs.RunFolderError``), as a solve's is. This module knows the
 solver's pieces and the run layer; it writes no record layout of its own.
 """
 
@@ -207,7 +207,7 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
                info: dict | None = None, worker: int | None = None, stop_at: float | None = None) -> dict:
     """Run ``work`` on every task without a record in run folder ``out``; a rerun resumes.
 
-    A single process opens the run (``run.open_run``: refused when the folder ran other settings or
+    A single process opens the run (``runs.open_run``: refused when the folder ran other settings or
     another data set). As one of several workers (``worker`` = its number) the parent has opened
     it and holds its lock; a task goes to whichever worker claims it first and its record into
     ``out/worker-N``; no task is started after ``stop_at`` (monotonic). A single process holds the
@@ -247,7 +247,7 @@ def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progr
 def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, progress: bool = True, info: dict | None = None,
                  worker: int | None = None, stop_at: float | None = None) -> TableRun:
     """The ablation on every task (its +DFS stage at the solver's threshold); writes ablation.md and ablation.csv
-    into the run folder ``out`` (``info`` goes into a new ``run.json``, see ``run.open_run``)."""
+    into the run folder ``out`` (``info`` goes into a new ``run.json``, see ``runs.open_run``)."""
     out = Path(out)
     records = _run_tasks(tasks, solver, out, "ablation", AblationRecord, lambda task: ablation_task(solver, task),
                          progress, info=info, worker=worker, stop_at=stop_at)
@@ -379,7 +379,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
     fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
     rerun resumes, one that ran other settings or another data set (``info``'s, see
-    ``run.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
+    ``runs.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
     that lack a ``run.json``. The run holds ``out``'s lock throughout (``locking``). The ablation can run
     in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
     ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is

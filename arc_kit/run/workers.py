@@ -19,7 +19,7 @@ fallback answers, and the last merge and write follow, so they happen before the
 task's result depends only on the seed and the task, so two workers give the same submission as
 one. A rerun resumes: tasks already recorded by any worker (also of an earlier run with more
 workers) are not queued again; a folder whose ``run.json`` holds other settings is refused, as
-``run.solve`` refuses it.
+``runs.solve`` refuses it.
 
 This module is the parent's loop (``solve_in_workers``) and ``solve_job``; each worker process's
 own loop is ``worker_process``' (``run_worker``, importable here too), the parent's view of one
@@ -110,7 +110,7 @@ def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSe
     deadline nothing is capped and only a silent worker counts as hung. The submission
     (``out/submission.json`` unless ``submission_path`` says otherwise) covers every task of
     ``submission_tasks`` (default ``tasks``), solved or not (skipped ones of a lenient load included),
-    and is rewritten as records come in. ``info`` goes into ``run.json`` (see ``run.open_run``).
+    and is rewritten as records come in. ``info`` goes into ``run.json`` (see ``runs.open_run``).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

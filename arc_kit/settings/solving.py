@@ -117,7 +117,7 @@ class SolveSettings(Settings):
 
 @dataclass(frozen=True)
 class CompetitionSettings(Settings):
-    """The competition job's clock (``kaggle.run_competition``); the defaults are the competition's limits."""
+    """The competition job's clock (``competition.run_competition``); the defaults are the competition's limits."""
 
     hours: float = setting(12.0, "the limit, counted from the job's start")
     safety_minutes: float = setting(45.0, "plan to end this long before the limit")

@@ -1,7 +1,7 @@
 """The Sudoku experiment (paper, section 5.5): fine-tune on puzzles, then DFS + product of experts, top-1.
 
 - ``train``: the kit's trainer (``training.pretrain``) on one pool of puzzles under fresh Sudoku
-  augmentations (``sudoku.SudokuPool``). One puzzle per training sequence: the rules never change,
+  augmentations (``puzzles.SudokuPool``). One puzzle per training sequence: the rules never change,
   so examples in the context tell the model nothing (the paper uses no test-time training here for
   the same reason), and a puzzle alone is ~230 tokens instead of ~900 for four.
 - ``evaluate``: per puzzle, DFS at T (1%) under each of the inference augmentations, answers mapped
