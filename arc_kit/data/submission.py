@@ -110,6 +110,20 @@ def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[s
     return submission
 
 
+def _task_id_problems(mapping: dict, challenges) -> tuple[list[str], dict[str, str], dict[str, int] | None]:
+    """A submission's or solutions' problems with its task ids (repeated, unreadable, missing, unknown),
+    its unreadable ids, and the test counts the challenges expect (None without challenges)."""
+    problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
+                for task_id, times in repeated_keys(mapping).items()]
+    unreadable = unreadable_keys(mapping)
+    problems += [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable.items()]
+    expected = None if challenges is None else _expected(challenges)
+    if expected is not None:
+        problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in mapping]
+        problems += [f"task {shown(task_id)}: not in the challenges" for task_id in mapping if task_id not in expected]
+    return problems, unreadable, expected
+
+
 def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None, *,
                         max_side: int | None = None) -> list[str]:
     """Every problem with a submission; checked against the challenges (ids and test counts) if given.
@@ -119,15 +133,7 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
     limit = side_limit(challenges, max_side)
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
-    problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
-                for task_id, times in repeated_keys(submission).items()]
-    unreadable = unreadable_keys(submission)
-    problems += [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable.items()]
-    expected = None if challenges is None else _expected(challenges)
-    if expected is not None:
-        problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in submission]
-        problems += [f"task {shown(task_id)}: not in the challenges"
-                     for task_id in submission if task_id not in expected]
+    problems, unreadable, expected = _task_id_problems(submission, challenges)
     for task_id, entries in submission.items():
         prefix = f"task {shown(task_id)}:"
         if task_id in unreadable:
@@ -161,15 +167,7 @@ def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] |
     limit = side_limit(challenges, max_side)
     if not isinstance(solutions, dict):
         return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
-    problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
-                for task_id, times in repeated_keys(solutions).items()]
-    unreadable = unreadable_keys(solutions)
-    problems += [f"task {shown(task_id)}: cannot be read: {why}" for task_id, why in unreadable.items()]
-    expected = None if challenges is None else _expected(challenges)
-    if expected is not None:
-        problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in solutions]
-        problems += [f"task {shown(task_id)}: not in the challenges"
-                     for task_id in solutions if task_id not in expected]
+    problems, unreadable, expected = _task_id_problems(solutions, challenges)
     for task_id, grids in solutions.items():
         if task_id in unreadable:
             continue
