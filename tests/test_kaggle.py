@@ -176,7 +176,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     # the wheel holds the package as it is in the checkout: every module, nothing else
     with zipfile.ZipFile(out / "wheels" / wheels[0]) as archive:
         packaged = {name: archive.read(name) for name in archive.namelist() if not name.startswith("arc_kit-")}
-    assert packaged == {f"arc_kit/{path.name}": path.read_bytes() for path in (ROOT / "arc_kit").glob("*.py")}
+    assert packaged == {path.relative_to(ROOT).as_posix(): path.read_bytes() for path in (ROOT / "arc_kit").rglob("*.py")}
     # ...built elsewhere: a build/ folder in the checkout would keep (and ship) modules deleted since
     assert snapshot(ROOT / "build") == build_folder
 
