@@ -33,6 +33,7 @@ from filelock import FileLock, Timeout
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.json"
+RECORD_WAIT_SECONDS = 2.0  # how long a refused process waits for a holder that has just taken the lock to say who it is
 
 _held: dict[Path, tuple[FileLock | None, int]] = {}  # folder -> (its filelock, how many holds of this process are open)
 
@@ -48,14 +49,20 @@ def holder_record() -> dict:
             "command": command[:200]}
 
 
-def describe_holder(folder: Path) -> str:
-    """Who holds ``folder``'s lock, as its record says (or that it left none)."""
-    try:
-        record = json.loads((folder / HOLDER_FILE).read_text(encoding="utf-8"))
-        pid, host, since = int(record["pid"]), str(record["host"]), str(record["since"])
-        command = str(record.get("command", ""))
-    except (OSError, ValueError, TypeError, KeyError):
-        return "another process (it has not recorded which yet)"
+def describe_holder(folder: Path, wait_seconds: float = RECORD_WAIT_SECONDS) -> str:
+    """Who holds ``folder``'s lock, as its record says (or that it left none). A holder writes its record just
+    after it takes the lock, so a record not there yet is waited for, up to ``wait_seconds``."""
+    give_up = time.monotonic() + wait_seconds
+    while True:
+        try:
+            record = json.loads((folder / HOLDER_FILE).read_text(encoding="utf-8"))
+            pid, host, since = int(record["pid"]), str(record["host"]), str(record["since"])
+            command = str(record.get("command", ""))
+            break
+        except (OSError, ValueError, TypeError, KeyError):
+            if time.monotonic() >= give_up:
+                return "another process (it has not recorded which yet)"
+            time.sleep(0.05)
     return (f"process {pid} on {host!r} since {since}" + (f" ({command!r})" if command else ""))
 
 
@@ -130,5 +137,5 @@ def holding_folder(parameter: str, below: str = "") -> Callable:
     return decorate
 
 
-__all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "describe_holder", "hold_folder", "holder_record",
+__all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "RECORD_WAIT_SECONDS", "describe_holder", "hold_folder", "holder_record",
            "holding_folder"]

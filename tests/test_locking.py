@@ -8,11 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import filelock
 import pytest
 
-from arc_kit.locking import HOLDER_FILE, hold_folder, holding_folder
+from arc_kit.locking import HOLDER_FILE, LOCK_FILE, describe_holder, hold_folder, holder_record, holding_folder
 
 TRY = ("import sys\nfrom arc_kit.locking import hold_folder, FolderInUseError\ntry:\n    with hold_folder(sys.argv[1]):"
        "\n        print('took it')\nexcept FolderInUseError as error:\n    print(error)\n")
@@ -34,6 +35,20 @@ def test_the_holder_takes_its_lock_again_and_another_process_is_refused_until_th
         assert refusal.startswith(f"{folder} is in use by process {os.getpid()} on ") and "use another folder" in refusal
     assert not (folder / HOLDER_FILE).exists()
     assert another_process_tries(folder) == "took it"
+
+
+def test_a_refused_process_waits_for_a_holder_that_has_not_written_its_record_yet(tmp_path):
+    """Two runs started together: the loser may look before the winner, which has just taken the lock, has
+    written who it is; it waits for the record (a moment), then names the holder."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with filelock.FileLock(str(folder / LOCK_FILE)):  # the lock taken, the record not yet written
+        writer = threading.Timer(0.3, lambda: (folder / HOLDER_FILE).write_text(json.dumps(holder_record())))
+        writer.start()
+        holder = describe_holder(folder)
+        writer.join()
+    assert holder.startswith(f"process {os.getpid()} on "), holder
+    assert describe_holder(tmp_path / "elsewhere", wait_seconds=0.1) == "another process (it has not recorded which yet)"
 
 
 def test_a_decorated_function_holds_the_folder_its_argument_names_for_the_call(tmp_path):
