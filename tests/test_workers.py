@@ -372,13 +372,15 @@ def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_
 
 # -- a simulated Kaggle machine: two workers on each of two fake GPUs, one killed and one stopped ------------
 
-def worker_pid(folder: Path, wait_for_task: bool = True, timeout: float = 120.0) -> int:
-    """The pid of the worker in ``folder`` once its model is loaded (and it has been given a task)."""
+def worker_pid(folder: Path, wait_for_task: bool = True, timeout: float = 120.0, not_task: str | None = None) -> int:
+    """The pid of the worker in ``folder`` once its model is loaded (and it has been given a task, other than
+    ``not_task`` when given)."""
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
         try:
             pid = int((folder / worker_process.READY_FILE).read_text())
-            if not wait_for_task or "task_id" in read_json(folder / worker_process.ASSIGNMENT_FILE):
+            task = read_json(folder / worker_process.ASSIGNMENT_FILE).get("task_id") if wait_for_task else None
+            if not wait_for_task or (task is not None and task != not_task):
                 return pid
         except (OSError, ValueError):
             pass
@@ -400,8 +402,11 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
 
     def strike() -> None:
         killed = worker_pid(out / "worker-1")
+        lost = read_json(out / "worker-1" / worker_process.ASSIGNMENT_FILE)["task_id"]
         os.kill(killed, signal.SIGKILL)
-        stopped = worker_pid(out / "worker-2")
+        # the killed worker's task goes back to the queue; were worker 2 stopped on that same task, the task would
+        # have lost two workers and rightly get a fallback: stop worker 2 on another one
+        stopped = worker_pid(out / "worker-2", not_task=lost)
         os.kill(stopped, signal.SIGSTOP)  # its threads stop too: no heartbeat, no progress
         events.update(killed=killed, stopped=stopped, stopped_at=time.time())
 
