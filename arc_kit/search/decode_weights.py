@@ -11,14 +11,22 @@ every LoRA layer, the trained copies of ``modules_to_save`` (embeddings, head) w
 on, the base weights where it is disabled (``PeftModel.disable_adapter``). Merging is done in
 float32 and stored in the model's dtype (bfloat16 on a GPU), on the model's device.
 
+Layers held in bitsandbytes 4 bits (``BitsAndBytesConfig(load_in_4bit=True)``: nf4 or fp4, double
+quantization or not) cannot be merged into or folded without re-quantizing: each such group
+(query/key/value, gate/up, output, down, a 4-bit head) is a ``four_bit.FourBitProjection`` instead,
+which reads the model's own packed weights through bitsandbytes' matmul and applies the norm weight,
+the attention scale, the biases and the LoRA (as a low-rank pair) itself; no matrix is copied,
+dequantized or not. Embeddings are never 4-bit (transformers does not quantize them).
+
 ``refresh()`` reads the model again and copies into the same tensors, layer by layer (the peak is
 one layer more): compiled steps and CUDA graphs that hold these tensors stay valid. Training keeps
-the adapter; only decoding reads this copy, which costs a second copy of the weights' memory.
+the adapter; only decoding reads this copy, which costs a second copy of the weights' memory (over
+4-bit weights, only the norms, biases and LoRA pairs are copied).
 
 ``unsupported_reason(model)`` says in a few words why a model cannot be read this way (another
-architecture or activation, quantized weights, unsloth's patched forward, a LoRA variant such as
-DoRA, a rope whose frequencies change with the length); None when it can. Sliding-window layers
-are supported: each layer's window is kept (``LayerWeights.window``).
+architecture or activation, 8-bit or another quantizer's weights, unsloth's patched forward, a LoRA
+variant such as DoRA, a rope whose frequencies change with the length); None when it can.
+Sliding-window layers are supported: each layer's window is kept (``LayerWeights.window``).
 
 Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of
 caches, searches or tasks.

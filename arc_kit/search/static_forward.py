@@ -18,7 +18,8 @@ It returns the last hidden states before the final norm; ``logits`` finishes the
 
 The RMS norms before attention, before the MLP and before the head have their weights folded into
 the matrices that follow, and the attention scale into the queries (``decode_weights``); what is
-left here of a norm is ``x * rsqrt(mean(x^2) + eps)``.
+left here of a norm is ``x * rsqrt(mean(x^2) + eps)``. Over 4-bit weights a projection is a
+``four_bit.FourBitProjection``, which applies its norm weight, scale and LoRA itself (``linear``).
 
 Cache layout: per layer (2, rows, kv heads, capacity, head dim), keys then values: the grouped-query
 layout, with a row's positions contiguous. Knows the decoder's arithmetic; knows nothing of lanes,
