@@ -106,7 +106,8 @@ SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize("family, quantization", [
-    ("qwen2", "nf4-f32"), ("mistral-window", "fp4-f32"), pytest.param("llama", "nf4-double-f32", marks=SLOW),
+    ("qwen2", "nf4-f32"), pytest.param("mistral-window", "fp4-f32", marks=SLOW),
+    pytest.param("llama", "nf4-double-f32", marks=SLOW),
     pytest.param("qwen3", "fp4-double-f32", marks=SLOW),
     pytest.param("llama-biases-tied-head-dim", "nf4-double-bf16", marks=SLOW),
     pytest.param("qwen3", "fp4-f16", marks=SLOW)])
@@ -128,7 +129,8 @@ def test_every_step_of_a_4_bit_dfs_with_rewinds_matches_the_transformers_forward
         assert_same_searches(results, reference, tolerance(quantization))
 
 
-@pytest.mark.parametrize("family, quantization", [("qwen2", "nf4-double-f32"), ("mistral-window", "nf4-double-bf16")])
+@pytest.mark.parametrize("family, quantization", [("qwen2", "nf4-double-f32"),
+                                                   pytest.param("mistral-window", "nf4-double-bf16", marks=SLOW)])
 def test_scoring_on_the_fast_engine_in_4_bits_equals_one_full_forward_per_answer(family, quantization, four_bit):
     model = four_bit(family, quantization)
     answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
@@ -195,6 +197,7 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     assert_rows_match(peft, recorder.rows, atol)
 
 
+@pytest.mark.slow
 def test_dfs_and_product_of_experts_choose_the_same_candidates_on_both_engines_in_4_bits(four_bit):
     model = seeded_adapter(four_bit("qwen3", "nf4-double-f32", fresh=True))
     chosen, tables = {}, {}
