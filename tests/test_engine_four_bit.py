@@ -6,9 +6,11 @@ quantization, compute dtype float32, bfloat16 or float16. Both engines then run 
 bitsandbytes operation (``matmul_4bit``: on the CPU, the weight dequantized and one matmul) on the
 same inputs, so in a float32 compute dtype they agree to float rounding: the dense tests' 1e-4 on
 the NLLs holds. In a 16-bit compute dtype each matmul's input is rounded to 16 bits, and two inputs
-that differ in float32 rounding (the fast engine folds the attention scale into the queries and
-adds the LoRA and the bias in another order) can round to neighbouring 16-bit values: 2**-8
-relative on a bfloat16 element, a few 1e-3 on the NLLs of these tiny random models; held to 2e-2.
+that differ in float32 rounding (the fast engine folds the attention scale into the queries, runs
+the RMS norm as one call and sums the LoRA of a group in one product) can round to neighbouring
+16-bit values: 2**-8 relative on a bfloat16 element, which reaches the logits at about that relative
+size. These tiny random models' logits reach about 5.6, so one such step moves an NLL by up to
+about 2e-2 (2.1e-2 seen once); held to 5e-2, two steps.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ QUANTIZATIONS = {  # name: (quant type, double quantization, compute dtype)
 
 
 def tolerance(quantization: str) -> float:
-    """The NLLs' tolerance (module docstring): float rounding in float32, a 16-bit rounding flip otherwise."""
-    return 1e-4 if QUANTIZATIONS[quantization][2] == torch.float32 else 2e-2
+    """The NLLs' tolerance (module docstring): float rounding in float32, two 16-bit rounding steps otherwise."""
+    return 1e-4 if QUANTIZATIONS[quantization][2] == torch.float32 else 5e-2
 
 
 def load_four_bit(folder, quantization: str):
