@@ -11,18 +11,19 @@ out from it below, not chosen:
 
 - the reference engine's decode step: 83.3 ms for the 30 layers of SmolLM2-135M's shape on the H100, of
   which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a scoring forward is priced the same;
-- a test-time training step: 0.300 s on 110-token sequences on the H100 (its arithmetic is 0.1 microseconds),
-  so 10 ms of overhead a layer;
-- training arithmetic: the shipped model's fine-tune on the H100 (37,325 tokens a step in two passes of 8
-  sequences, 0.748 s a step): the step less two passes' overhead is ``COMPUTE_RATIO`` times its floor.
+- training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
+  fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
+  plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
+  layer, 4.5); a scoring forward's arithmetic takes the same ratio.
 
 Not measured: how close a GPU's decode gets to its bandwidth floor (the 135M model's step is almost all
 overhead), so the ratio is 1, the floor itself; and the fast engine's step on a GPU (its CUDA graph replays
 a step as one launch, so most of the overhead should go): it is priced as the reference engine's, an upper
-bound. On the CPU the first speeds are those the dry run measured on the CPU machine, scaled by the model's
-parameters. The first worker's calibration, then every finished task, replace all of these.
+bound. On the CPU the first speeds are those the dry run measured on the CPU machine (the reference engine,
+2026-11-24), scaled by the model's parameters. The first worker's calibration, then every finished task, replace all of these.
 
-This module knows shapes, devices and the planner's units; it loads no model (``from_folder`` reads a config).
+This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
+config).
 """
 
 from __future__ import annotations

@@ -103,10 +103,11 @@ def ratio_lines() -> list[str]:
              for name, measurement in MEASUREMENTS.items() if name != "cpu_speeds"]
     return lines + [
         f"- decode overhead: {DECODE_OVERHEAD * 1e3:.2f} ms a layer a step (decode_step less its bandwidth floor, "
-        "over 30 layers); scoring forwards are priced the same",
-        f"- training overhead: {TRAINING_OVERHEAD * 1e3:.2f} ms a layer a step (ttt_step, over 30 layers)",
-        f"- compute ratio: {COMPUTE_RATIO:.2f} x the arithmetic floor (finetune_step less two passes' training "
-        "overhead, over its arithmetic at the H100's 989 TFLOP/s)",
+        "over 30 layers); a scoring forward's overhead is priced the same",
+        f"- training overhead: {TRAINING_OVERHEAD * 1e3:.2f} ms a layer a step, and compute ratio: "
+        f"{COMPUTE_RATIO:.2f} x the arithmetic floor at the GPU's peak (ttt_step and finetune_step, each a step's "
+        "overhead plus the ratio times its arithmetic at the H100's 989 TFLOP/s, solved together); scoring "
+        "forwards' arithmetic takes the same ratio",
         f"- bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M model's step is all "
         "overhead); the fast engine's GPU step is not measured either, so every cell prices the reference engine"]
 
