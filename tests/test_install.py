@@ -143,7 +143,7 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
     assert done.returncode == 0, printed[-3000:] + done.stderr[-3000:]
     assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
     assert "ready: True" in printed and "submission.json: valid" in printed, printed[-3000:]
-    assert "base smollm2-135m: built once by the parent" in printed
+    assert "base smollm2-135m: built once by the parent" in printed, printed[-3000:]
     tasks = load_challenges(competition / "arc-agi_test_challenges.json")
     submission = json.loads((working / "submission.json").read_text())
     assert submission_problems(submission, tasks) == []
