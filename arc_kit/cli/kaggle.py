@@ -88,9 +88,8 @@ def _kaggle_run(args) -> int:
     result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
                                     working=args.working, **clock.to_json(), workers=args.workers,
                                     force_full=args.full, restart=args.restart, adopt=args.adopt)
-    print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
-          f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
-          + (f"; stopped early: {result.error}" if result.error else ""))
+    end, *score = result.lines()
+    print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
     return 0
 
 
