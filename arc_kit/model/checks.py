@@ -126,7 +126,7 @@ def weight_files(folder: str | os.PathLike, stem: str = "model") -> WeightFiles:
         if not files and kind == "safetensors" and stem == "model":
             files = sorted(path for path in folder.glob("*.safetensors") if not path.name.startswith("adapter_"))
         if files:
-            read = _safetensors_tensors if kind == "safetensors" else _pickled_tensors
+            read = safetensors_tensors if kind == "safetensors" else _pickled_tensors
             tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
             for path in files:
                 tensors.update(read(path))
@@ -152,7 +152,7 @@ def _listed_files(folder: Path, single: str, index: str) -> list[Path]:
     return [folder / name for name in shards]
 
 
-def _safetensors_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+def safetensors_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Every tensor's (dtype, shape) from a safetensors header; a cut or damaged file in one line."""
     from safetensors import SafetensorError, safe_open
 
@@ -210,7 +210,7 @@ def check_against_weights(architecture: Architecture, weights: WeightFiles, wher
         return  # another naming: transformers will say
     rows, width = embedding
     if (rows, width) != (architecture.vocab, architecture.hidden):
-        raise ModelFolderError(f"{where}: config.json says vocab_size {architecture.vocab:,} and hidden_size "
+        raise ModelFolderError(f"{where} says vocab_size {architecture.vocab:,} and hidden_size "
                                f"{architecture.hidden:,}, the weights' embeddings are {rows:,} x {width:,}: the "
                                "config belongs to another model (copy the folder's own config.json)")
 
@@ -237,22 +237,26 @@ def check_fits_machine(needed: int, what: str, device: str = "cpu") -> None:
                                     "or choose a smaller model (arc-kit check-model shows what it needs)")
 
 
-def check_before_load(folder: Path, adapter: Path | None = None, device: str = "cpu", value_bytes: int = 4,
-                      four_bit: bool = False) -> Architecture:
+def check_before_load(folder: Path, adapter: Path | None = None, device: str | None = "cpu", value_bytes: int = 4,
+                      four_bit: bool = False) -> tuple[Architecture, WeightFiles]:
     """Everything ``load_model`` checks before it allocates (one line each): the config's sizes, a quantization
     the kit loads, the weights there and whole (pickles as plain tensors only), the config against the
-    weights, an adapter's weights, and the weights (``value_bytes`` each) against ``device``'s memory."""
+    weights, an adapter's weights, and the weights (``value_bytes`` each) against ``device``'s memory (not
+    when ``device`` is None: ``arc-kit check-model`` weighs them against the GPUs instead)."""
     architecture = read_architecture(folder)
     if architecture.quantization and not architecture.four_bit:
         raise UnsupportedSetupError(f"{folder} holds {architecture.quantization} weights; the kit loads unquantized "
                                     "or bitsandbytes 4-bit weights")
-    check_against_weights(architecture, weight_files(folder), folder / "config.json")
+    weights = weight_files(folder)
+    check_against_weights(architecture, weights, folder / "config.json")
     if adapter is not None:
         weight_files(adapter, stem="adapter_model")
-    needed = weight_bytes(architecture, value_bytes, four_bit or architecture.four_bit)
-    check_fits_machine(needed, f"the model in {folder} ({value_bytes} bytes a weight)", device)
-    return architecture
+    if device is not None:
+        needed = weight_bytes(architecture, value_bytes, four_bit or architecture.four_bit)
+        check_fits_machine(needed, f"the model in {folder} ({value_bytes} bytes a weight)", device)
+    return architecture, weights
 
 
 __all__ = ["MAX_SIZES", "PLAIN_TENSORS_ONLY", "WeightFiles", "architecture_of", "check_against_weights",
-           "check_before_load", "check_fits_machine", "machine_memory", "read_architecture", "weight_files"]
+           "check_before_load", "check_fits_machine", "machine_memory", "read_architecture", "safetensors_tensors",
+           "weight_files"]

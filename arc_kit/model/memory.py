@@ -170,15 +170,23 @@ def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(),
 def memory_table(needs_: MemoryNeeds) -> list[str]:
     """The needs as a table: a row per part in GiB, then the total against each card of ``GPUS``."""
     cards = [f"{name} {NOMINAL[name]}" for name in GPUS]
-    width = max(len(what) for what, _ in needs_.rows) + 2
-    lines = [f"{'memory (GiB, estimated from config.json)':<{width}}{'':>8}" + "".join(f"{c:>14}" for c in cards)]
-    for what, size in needs_.rows:
-        lines.append(f"{what:<{width}}{size / GIB:8.2f}")
+    title = "memory, GiB (estimated from config.json)"
+    width = max(len(title), *(len(what) for what, _ in needs_.rows)) + 2
+    lines = [f"{title:<{width}}{'need':>7}" + "".join(f"{card:>13}" for card in cards)]
+    lines += [f"{what:<{width}}{size / GIB:7.2f}" for what, size in needs_.rows]
     spare = [(GPUS[name] - needs_.total) / GIB for name in GPUS]
-    lines.append(f"{'total':<{width}}{needs_.total / GIB:8.2f}" + "".join(
-        f"{('fits, ' if left >= 0 else 'short ') + f'{abs(left):.1f}':>14}" for left in spare))
+    lines.append(f"{'total (left on the card)':<{width}}{needs_.total / GIB:7.2f}"
+                 + "".join(f"{left:>13.1f}" for left in spare))
     return lines
 
 
-__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "kv_cache_bytes", "lora_parameters",
+def count_text(count: int) -> str:
+    """A parameter count in words a reader takes in at once: 8.03 B, 135 M, 84 K."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return str(count)
+
+
+__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "count_text", "kv_cache_bytes", "lora_parameters",
            "memory_table", "needs", "parameters", "training_bytes", "weight_bytes"]
