@@ -65,10 +65,12 @@ class ModelCheck:
 
 
 def check_model(path: str | os.PathLike, *, quantization: str | None = None,
-                settings: SolveSettings = SolveSettings(), gpu: str = "L4") -> ModelCheck:
+                settings: SolveSettings = SolveSettings(), gpu: str | int = "L4", strict_memory: bool = True) -> ModelCheck:
     """The report on model folder ``path`` run with ``settings`` (``quantization="4bit"``: quantized as it
-    loads) on ``gpu`` (a name of ``GPUS``). Never raises for what it finds: a problem is the no-go."""
-    if gpu not in GPUS:
+    loads) on ``gpu`` (a name of ``GPUS``, or the bytes of the card at hand). ``strict_memory=False`` (a
+    build, which cannot know the notebook's settings): memory that another setting would make fit is a
+    warning saying which, not a no-go. Never raises for what it finds: a problem is the no-go."""
+    if not isinstance(gpu, int) and gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     check = ModelCheck(Path(path))
     try:
@@ -76,7 +78,7 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None,
         tokenizer_folder, config = _weights(check, folder, quantization)
         _tokenizer(check, tokenizer_folder)
         fast = _engine(check, folder, config)
-        _memory(check, settings, gpu, fast)
+        _memory(check, settings, gpu, fast, strict_memory)
     except FAILURES as failure:
         check.problem = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
     return check
@@ -196,16 +198,21 @@ def _meta_model(folder: Path, config: dict):
     return model
 
 
-def _memory(check: ModelCheck, settings: SolveSettings, gpu: str, fast: bool) -> None:
+def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bool, strict: bool) -> None:
     """The memory table, and a no-go (saying what would fit) when the weights and the training do not fit ``gpu``."""
     if check.architecture is None:
         return
-    card = GPUS[gpu]
+    card = gpu if isinstance(gpu, int) else GPUS[gpu]
+    gpu = "GPU here" if isinstance(gpu, int) else gpu
     needed = needs(check.architecture, settings, four_bit=check.four_bit, fast_engine=fast)
     check.lines.extend(memory_table(needed))
     if needed.to_run > card:
-        raise UnsupportedSetupError(f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and an "
-                                    f"{gpu} has {card / GIB:.1f}: {_what_fits(check, settings, card)}")
+        short = f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and an {gpu} has " \
+                f"{card / GIB:.1f}"
+        advice = _what_fits(check, settings, card)
+        if strict or advice is None:
+            raise UnsupportedSetupError(f"{short}: {advice or 'choose a smaller model, or a shorter --max-len'}")
+        check.lines.append(f"warning: at these settings {short}: in the notebook, {advice}")
     if needed.total > card:
         check.lines.append(f"warning: with the KV cache at the full budget it needs {needed.total / GIB:.1f} GiB, "
                            f"more than an {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
@@ -215,9 +222,9 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str, fast: bool) ->
                      f"train on an {gpu} of {card / GIB:.1f})")
 
 
-def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str:
-    """The first change that makes the weights and the training fit ``card``: checkpointed training, 4 bits,
-    both; else a smaller model."""
+def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str | None:
+    """The first change that makes the weights and the training fit ``card`` (checkpointed training, 4 bits,
+    both), or None when none does."""
     checkpointed = settings.replace(ttt=settings.ttt.replace(gradient_checkpointing=True))
     checkpointing = ("recompute test-time training's activations (CHANGES = {'ttt.gradient_checkpointing': True}, "
                      "--ttt-checkpointing)")
@@ -228,7 +235,7 @@ def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str:
             continue
         if needs(check.architecture, changed, four_bit=packed).to_run <= card:
             return advice
-    return "choose a smaller model, or a shorter --max-len"
+    return None
 
 
 __all__ = ["ModelCheck", "check_model"]
