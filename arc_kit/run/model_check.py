@@ -238,4 +238,12 @@ def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str | N
     return None
 
 
-__all__ = ["ModelCheck", "check_model"]
+def card_here() -> str | int:
+    """The memory of this machine's first GPU in bytes, for ``check_model(gpu=...)``; "L4" (the competition's
+    card) where there is none."""
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else "L4"
+
+
+__all__ = ["ModelCheck", "card_here", "check_model"]
