@@ -324,8 +324,8 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
-    elif plan.is_adapter:
-        model = _with_adapter(model, plan.path)
+    elif plan.is_adapter:  # merged into 16- or 32-bit weights; kept apart on 4-bit ones (rounding would lose it)
+        model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
     if keep is not None:  # a full vocabulary: cut to the authors' set in memory, nothing written
         model, tokenizer = shrink_both(model, tokenizer, keep)
         logger.info("%s: vocabulary shrunk at load to %d tokens (the authors' set)", plan.path, len(keep))
@@ -348,15 +348,17 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
     return arguments
 
 
-def _with_adapter(model, path: Path):
-    """The peft adapter of folder ``path`` on ``model``, for inference."""
+def _with_adapter(model, path: Path, merge: bool = True):
+    """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
+    which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
     import warnings
 
     from peft import PeftModel
 
     with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return PeftModel.from_pretrained(model, path, is_trainable=False)
+        adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
+    return adapted.merge_and_unload() if merge else adapted
 
 
 # ---------------------------------------------------------------------------------------------

@@ -275,9 +275,6 @@ def shrink_both(model, tokenizer, keep: list[int], drop_normalizer: bool = True,
     return model, new_tokenizer
 
 
-SHRUNK_AT_MOST = 1024  # tokens: a vocabulary this small that writes the format is taken as shrunk already
-
-
 def format_problem(tokenizer, text_format: TextFormat = TextFormat()) -> str | None:
     """Why ``tokenizer`` cannot write the format's grids one token a cell (rows of digits and their
     separators); None when it can."""
@@ -291,13 +288,13 @@ def format_problem(tokenizer, text_format: TextFormat = TextFormat()) -> str | N
 
 def kept_at_load(folder: str | os.PathLike, tokenizer, text_format: TextFormat = TextFormat()) -> list[int] | None:
     """The ids to keep when the model of ``folder`` is to be shrunk as it loads (the authors' set, its
-    config's ids kept), or None when it needs no shrinking: its vocabulary writes the format and is small.
+    config's ids kept), or None when it needs no shrinking: it holds no more than that set already (the
+    authors' releases, the kit's bases), or it writes the format and cannot be shrunk (the kit's own
+    64-symbol vocabulary, whose output prefix is one token).
 
     ValueError in one line when the tokenizer can neither write the format nor be shrunk to it.
     """
     problem = format_problem(tokenizer, text_format)
-    if problem is None and len(tokenizer) <= SHRUNK_AT_MOST:
-        return None
     configs = tuple(_json_object(Path(folder) / name) for name in ("config.json", "generation_config.json"))
     try:
         keep = tokens_to_keep(tokenizer, text_format, "authors", configs=configs)

@@ -192,7 +192,7 @@ def _meta_model(folder: Path, config: dict):
         from peft import LoraConfig, get_peft_model
 
         adapter = json.loads((folder / "adapter_config.json").read_text())
-        known = {f.name for f in dataclasses.fields(LoraConfig)}
+        known = {f.name for f in dataclasses.fields(LoraConfig)} - {"base_model_name_or_path", "revision"}
         with torch.device("meta"):
             model = get_peft_model(model, LoraConfig(**{k: v for k, v in adapter.items() if k in known}))
     return model
@@ -217,9 +217,10 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bo
         check.lines.append(f"warning: with the KV cache at the full budget it needs {needed.total / GIB:.1f} GiB, "
                            f"more than an {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
                            "(fewer --augmentations, a shorter --max-len)")
+    fits = "of" if needed.to_run <= card else "at these settings, more than"
     check.summary = (f"({check.architecture.model_type}, {count_text(parameters(check.architecture).total)} "
                      f"parameters{', 4-bit' if check.four_bit else ''}; {needed.to_run / GIB:.1f} GiB to load and "
-                     f"train on an {gpu} of {card / GIB:.1f})")
+                     f"train, {fits} an {gpu}'s {card / GIB:.1f})")
 
 
 def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str | None:
