@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_kaggle import make_wheel
 from test_shrinking import ENGLISH, FORMAT, train_byte_level_bpe
 from transformers import (
     AutoModelForCausalLM,
@@ -31,9 +32,11 @@ from transformers import (
     Qwen3Config,
 )
 
+from arc_kit import __version__
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
+from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle, find_model_input, notebook_model
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.loading import load_model
 from arc_kit.model.memory import parameters
@@ -317,3 +320,79 @@ def test_the_parameter_count_from_the_config_is_the_models(kind, tied):
         model = AutoModelForCausalLM.from_config(config)
     counted = sum(parameter.numel() for parameter in model.parameters())  # tied: one tensor, counted once
     assert parameters(architecture_of(config.to_dict())).total == counted
+
+
+# -- a Kaggle Model as the notebook's input ------------------------------------------------------------------
+
+def test_a_kaggle_model_handle_reads_and_a_bad_one_is_refused_in_one_line():
+    handle = ModelHandle.parse("someone/arc-model/Transformers/nemo-8b-4bit/3")
+    assert (handle.owner, handle.model, handle.framework, handle.variation, handle.version) == \
+        ("someone", "arc-model", "Transformers", "nemo-8b-4bit", 3)
+    assert str(handle) == "someone/arc-model/Transformers/nemo-8b-4bit/3"
+    assert handle.mount_parts == ("arc-model", "transformers", "nemo-8b-4bit", "3")
+    assert ModelHandle.parse("someone/arc-model/transformers/tiny").version is None
+    for bad in ("someone/arc-model", "a/b/c/d/e/f", "someone/arc-model/transformers/tiny/latest", "a/b c/d/e"):
+        with pytest.raises(ValueError) as error:
+            ModelHandle.parse(bad)
+        assert "\n" not in str(error.value) and bad in str(error.value)
+
+
+def mount(root: Path, parts: str, source: Path) -> Path:
+    """A model folder where Kaggle mounts a Kaggle Model (``/kaggle/input/MODEL/FRAMEWORK/VARIATION/VERSION``)."""
+    return Path(shutil.copytree(source, root / parts))
+
+
+def test_the_notebook_finds_its_model_below_the_input(good_folder, tmp_path):
+    root = tmp_path / "input"
+    (root / "competitions" / "arc-prize-2026-arc-agi-2").mkdir(parents=True)
+    dataset = root / "datasets" / "someone" / "arc-kit"
+    (dataset / "wheels").mkdir(parents=True)
+    first = mount(root, "arc-model/transformers/tiny/1", good_folder)
+    assert notebook_model(None, dataset, root) == first  # the one model below the input
+    newest = mount(root, "arc-model/transformers/tiny/2", good_folder)
+    with pytest.raises(FileNotFoundError, match="2 models below .*: set MODEL"):
+        notebook_model(None, dataset, root)
+    (dataset / MODEL_SOURCE_FILE).write_text(json.dumps({"model_source": "someone/arc-model/transformers/tiny"}))
+    assert notebook_model(None, dataset, root) == newest  # the dataset's handle, no version: the newest
+    assert notebook_model("someone/arc-model/transformers/tiny/1", dataset, root) == first
+    assert notebook_model(str(first), dataset, root) == first  # a folder
+    with pytest.raises(FileNotFoundError, match=r"the Kaggle Model someone/arc-model/transformers/big is not below"):
+        notebook_model("someone/arc-model/transformers/big", dataset, root)
+    shutil.copytree(good_folder, dataset / "model")
+    assert notebook_model(None, dataset, root) == dataset / "model"  # a model in the dataset comes first
+    deeper = mount(tmp_path / "newer", "models/someone/arc-model/transformers/tiny/4", good_folder)
+    assert find_model_input(tmp_path / "newer", ModelHandle.parse("someone/arc-model/transformers/tiny")) == deeper
+
+
+def test_kaggle_build_of_a_no_go_model_stops_before_writing_anything(good_folder, tmp_path, capsys):
+    folder = Path(shutil.copytree(good_folder, tmp_path / "model"))
+    absurd_layers(folder)
+    assert main(["kaggle", "build", "--out", str(tmp_path / "dataset"), "--model", str(folder), "--owner", "a"]) == 1
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("no-go: ") and "num_hidden_layers is 100,000" in printed[-1]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]  # no dataset, no notebook folder
+
+
+@pytest.mark.slow
+def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kernel_metadata(good_folder, tmp_path,
+                                                                                            capsys):
+    local = Path(shutil.copytree(good_folder, tmp_path / "local-copy"))
+    config = json.loads((local / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
+    (local / "config.json").write_text(json.dumps(config))  # its weights said to be 4-bit: bitsandbytes must ship
+    extra = tmp_path / "extra"
+    gguf, bitsandbytes = make_wheel(extra, "gguf", "0.19.0"), make_wheel(extra, "bitsandbytes", "0.50.2")
+    out = tmp_path / "arc-kit"
+    handle = "someone/arc-model/transformers/tiny-4bit/2"
+    assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--model-source", handle, "--model",
+                 str(local), "--extra-wheels", str(extra)]) == 0
+    printed = capsys.readouterr().out
+    assert f"go: {local} (llama" in printed and "bitsandbytes 4-bit nf4" in printed
+    assert f"  {bitsandbytes.name}: not on the image (needed by the model's 4-bit weights)\n" in printed
+    assert not (out / "model").exists() and json.loads((out / MODEL_SOURCE_FILE).read_text()) == {"model_source": handle}
+    assert sorted(path.name for path in (out / "wheels").iterdir()) == sorted(
+        [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, bitsandbytes.name])  # no base package
+    kernel = json.loads((tmp_path / "arc-kit-notebook" / "kernel-metadata.json").read_text())
+    assert kernel["model_sources"] == [handle] and kernel["dataset_sources"] == ["someone/arc-kit"]
+    assert f"the notebook reads the Kaggle Model `{handle}`" in (out / "README.md").read_text()
+    assert files_of(local)  # the local copy: checked, never shipped
