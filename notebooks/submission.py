@@ -16,16 +16,16 @@
 # %% [markdown]
 # # ARC Prize submission with arc_kit
 #
-# Attach the competition and the `arc-kit` dataset (see kaggle_dataset/README.md), and your Kaggle Model if the
-# dataset carries none; set what you want in the settings cell below, then run all.
+# Attach the competition and the `arc-kit` dataset (see kaggle_dataset/README.md), and your Kaggle Model if
+# the dataset carries none; set what you want in the settings cell below, then run all.
 # Before anything is installed the notebook writes a complete fallback `submission.json` with the
 # standard library alone; then it installs every wheel of the dataset at once, offline, and checks that
 # the kit imports. It finds the model (the dataset's, or a Kaggle Model attached as an input) and checks
 # it as `arc-kit check-model` does (weights, tokenizer, memory on this GPU). If anything of that fails it
 # says why and the cells below do nothing: the fallback stands and the notebook still ends without an
-# error (a notebook that raises is not scored). Then it solves every test task (test-time training, DFS under 16 augmentations, product-of-experts selection)
-# on all GPUs within the time budget, keeping the submission valid after every task and printing a line
-# per task and the progress. When the test file is the public placeholder (an interactive session, or
+# error (a notebook that raises is not scored). Then it solves every test task (test-time training, DFS
+# under 16 augmentations, product-of-experts selection) on all GPUs within the time budget, keeping the
+# submission valid after every task and printing a line per task and the progress. When the test file is the public placeholder (an interactive session, or
 # the first run after a commit) it runs a short smoke job instead.
 
 # %%

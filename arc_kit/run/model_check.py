@@ -64,8 +64,8 @@ class ModelCheck:
         return "\n".join([*self.lines, self.verdict])
 
 
-def check_model(path: str | os.PathLike, *, quantization: str | None = None,
-                settings: SolveSettings = SolveSettings(), gpu: str | int = "L4", strict_memory: bool = True) -> ModelCheck:
+def check_model(path: str | os.PathLike, *, quantization: str | None = None, settings: SolveSettings = SolveSettings(),
+                gpu: str | int = "L4", strict_memory: bool = True) -> ModelCheck:
     """The report on model folder ``path`` run with ``settings`` (``quantization="4bit"``: quantized as it
     loads) on ``gpu`` (a name of ``GPUS``, or the bytes of the card at hand). ``strict_memory=False`` (a
     build, which cannot know the notebook's settings): memory that another setting would make fit is a
