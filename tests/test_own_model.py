@@ -39,7 +39,7 @@ from arc_kit.data.submission import submission_problems
 from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle, find_model_input, notebook_model
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.loading import load_model
-from arc_kit.model.memory import parameters
+from arc_kit.model.memory import parameters, weight_bytes
 from arc_kit.model.shrinking import save_shrunk
 from arc_kit.run.model_check import check_model
 from arc_kit.run.runs import solve
@@ -168,6 +168,9 @@ def test_the_authors_4bit_release_loads_on_the_cpu_and_solves(kind, bpe, tasks, 
     assert json.loads((folder / "config.json").read_text())["quantization_config"]["quant_method"] == "bitsandbytes"
     loaded = load_model(folder, device="cpu")
     assert type(loaded.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    stored = sum(tensor.numel() * tensor.element_size() for tensor in loaded.model.state_dict().values())
+    estimated = weight_bytes(architecture_of(json.loads((folder / "config.json").read_text())), 4)  # float32 here
+    assert abs(estimated - stored) < 0.05 * stored, (estimated, stored)  # check-model's weights, from the config
     solves_two_tasks(folder, tasks, tmp_path / "run")
     check = check_model(folder)
     assert check.go and check.four_bit and "fast engine: " in check.report(), check.report()
@@ -398,3 +401,17 @@ def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kern
     assert kernel["model_sources"] == [handle] and kernel["dataset_sources"] == ["someone/arc-kit"]
     assert f"the notebook reads the Kaggle Model `{handle}`" in (out / "README.md").read_text()
     assert files_of(local)  # the local copy: checked, never shipped
+
+
+def test_every_notebook_setting_and_its_environment_variable_is_in_the_readme_and_no_other():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    notebook = (root / "notebooks" / "submission.py").read_text()
+    declared = re.findall(r'^([A-Z_]+) = setting\("([A-Z_]+)", ', notebook, flags=re.MULTILINE)
+    readme = (root / "kaggle_dataset" / "README.md").read_text()
+    table = readme[readme.index("| setting | environment variable |"):]
+    table = table[:table.index("\n\n")]
+    documented = [tuple(cell.strip().strip("`") for cell in line.split("|")[1:3]) for line in table.splitlines()[2:]]
+    assert documented == [(name, f"ARC_KIT_{variable}") for name, variable in declared]
+    assert len(declared) >= 10 and notebook.index("def setting(") < notebook.index("import glob")  # the top cell

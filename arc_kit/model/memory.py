@@ -26,6 +26,7 @@ GIB = 1 << 30
 GPUS = {"L4": 23034 * (1 << 20), "T4": 15360 * (1 << 20), "H100": 81559 * (1 << 20)}
 NOMINAL = {"L4": "24 GB", "T4": "16 GB", "H100": "80 GB"}
 FOUR_BIT_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # nf4 values, double-quantized 8-bit absmax per 64, fp32 per 256 blocks
+FOUR_BIT_MATRIX_BYTES = 4 * (256 + 16)  # and per matrix its two code tables (the nested one's 256, nf4's 16 floats)
 ADAMW_BYTES = 4 + 4 + 8  # a trained float32 parameter: itself, its gradient, two moments
 
 
@@ -95,7 +96,10 @@ def weight_bytes(architecture: Architecture, value_bytes: int = 2, four_bit: boo
     """The weights as loaded: ``value_bytes`` each (2 on a GPU), the linear layers packed when 4-bit."""
     count = parameters(architecture)
     packed = architecture.four_bit if four_bit is None else four_bit
-    return int(count.linear * (FOUR_BIT_BYTES if packed else value_bytes) + count.other * value_bytes)
+    if not packed:
+        return count.total * value_bytes
+    matrices = architecture.layers * len(layer_linear_shapes(architecture))
+    return int(count.linear * FOUR_BIT_BYTES + matrices * FOUR_BIT_MATRIX_BYTES + count.other * value_bytes)
 
 
 def lora_parameters(architecture: Architecture, rank: int) -> int:
