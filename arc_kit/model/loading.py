@@ -223,10 +223,16 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
 
     settings = dataclasses.replace(settings, **overrides)
     plan = _plan_load(path, settings)
+    tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
+    plain = not (plan.is_delta or plan.is_adapter)
+    keep = kept_at_load(plan.path, tokenizer) if plain else None  # a tokenizer that cannot be made to fit: now
     if plan.backend == "unsloth":
         model, tokenizer = _load_with_unsloth(plan, settings)
     else:
-        model, tokenizer = _load_with_transformers(plan, settings)
+        model = _load_with_transformers(plan, settings)
+    if keep is not None:  # a full vocabulary: cut to the authors' set in memory, nothing written
+        model, tokenizer = shrink_both(model, tokenizer, keep)
+        logger.info("%s: vocabulary shrunk as it loaded, to %d tokens (the authors' set)", plan.path, len(keep))
     model.eval()
     return LoadedModel(model, tokenizer, plan.path, plan.device, plan.dtype, plan.backend, plan.is_adapter)
 
@@ -314,24 +320,18 @@ def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
 
 
 def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
-    """(model, tokenizer) through transformers, with a delta merged in or an adapter put on, on the plan's device."""
+    """The model through transformers, with a delta merged in or an adapter put on, on the plan's device."""
     from transformers import AutoModelForCausalLM
 
     arguments = _from_pretrained_arguments(plan, settings)
-    tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
-    plain = not (plan.is_delta or plan.is_adapter)
-    keep = kept_at_load(plan.path, tokenizer) if plain else None  # a tokenizer that cannot be made to fit: now
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
     elif plan.is_adapter:  # merged into 16- or 32-bit weights; kept apart on 4-bit ones (rounding would lose it)
         model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
-    if keep is not None:  # a full vocabulary: cut to the authors' set in memory, nothing written
-        model, tokenizer = shrink_both(model, tokenizer, keep)
-        logger.info("%s: vocabulary shrunk at load to %d tokens (the authors' set)", plan.path, len(keep))
     if "device_map" not in arguments:
         model = model.to(plan.device)
-    return model, tokenizer
+    return model
 
 
 def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[str, Any]:
