@@ -115,7 +115,8 @@ def _kaggle_build(args) -> int:
             return 1
     else:
         print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work "
-              "(pass --model with a local copy to check it now)")
+              "(pass --model with a local copy to check it now, which also ships bitsandbytes for 4-bit weights; "
+              "else --quantization 4bit does)")
     built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
                           gpu_extras=args.gpu_extras, model_source=args.model_source,

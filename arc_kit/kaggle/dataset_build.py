@@ -167,7 +167,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     shipped += resolve_wheels(requirements, wheels, image)
     if gpu_extras:
         shipped += resolve_wheels(list(GPU_EXTRAS), wheels, image, asked_by="--gpu-extras")
-    elif check is not None and check.four_bit:
+    elif (check is not None and check.four_bit) or quantization == "4bit":
         shipped += resolve_wheels(list(FOUR_BIT_WHEELS), wheels, image, asked_by="the model's 4-bit weights")
     named = {wheel.path.name for wheel in shipped}
     shipped += [ShippedWheel(wheels / name, "from --extra-wheels") for name in sorted(extras - named)]

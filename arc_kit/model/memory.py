@@ -9,7 +9,9 @@ sequence of the token budget, activations kept unless checkpointing); ``kv_cache
 engine's static cache (layers x 2 x lanes x key-value heads x capacity x head width). ``needs`` puts
 them together, with the fast engine's merged copy of the weights, and ``GPUS`` holds what the
 competition's and the usual cards offer. Estimates, not measurements: the activations are the
-tensors a layer's backward keeps, counted once; allocator slack is not counted.
+tensors the backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md);
+the backward's passing buffers and allocator slack are not counted (on the CPU the step's peak was
+about twice the estimate without checkpointing, more with it).
 
 Knows sizes and bytes; knows nothing of files (``checks``), devices or tasks.
 """
@@ -165,7 +167,7 @@ def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(),
     if fast_engine:
         rows.append(("fast engine's copy of the weights", weights))
     if settings.test_time_training:
-        rows.append((f"test-time training (LoRA r{settings.ttt.lora_rank}, {budget} tokens)",
+        rows.append((f"test-time training (r{settings.ttt.lora_rank}, {budget} tokens, kept for backward)",
                      training_bytes(architecture, settings.ttt, budget)))
     rows.append((f"KV cache ({lanes} lanes x {budget} tokens)", kv_cache_bytes(architecture, lanes, budget)))
     return MemoryNeeds(tuple(rows))
