@@ -8,9 +8,13 @@
   the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
   shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
   load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-This module knows how to build, save and load models; the folder's files, and the one-line errors
-that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on
-from here). It knows nothing of tasks beyond the vocabulary, nor of training.
+Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang
+(absurd sizes, weights missing or cut short, a pickle that is not plain tensors, weights larger than
+the machine). A full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``:
+nothing written); a plain LoRA adapter is merged into its base; weights stored in 4 bits load on the
+CPU too. This module knows how to build, save and load models; the folder's files, and the one-line
+errors that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed
+on from here). It knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
