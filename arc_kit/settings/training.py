@@ -152,7 +152,7 @@ class TestTimeSettings(Settings):
     optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: what a large model "
                                            "needs on a small GPU (arc-kit check-model says when)",
-                                           flag="--ttt-checkpointing")
+                                           flag="--ttt-checkpointing", neutral=True)
     mask_first_output: bool = setting(True, "the first output of a sequence carries no loss", command_line=False)
     seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False)
 
