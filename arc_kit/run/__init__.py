@@ -7,8 +7,9 @@ into its time, ``expectations`` guesses its first speeds from the model's size a
 GPU); ``workers`` spreads tasks over processes and GPUs (``worker_process`` is the worker's side,
 ``worker_slots`` the parent's view of one worker, ``calibration`` the first measured solve,
 ``pool_report`` the parent's log lines); ``tables``, ``bench``, ``engine_bench``, ``analysis`` and
-``evaluation`` measure. It may import ``model``, ``search`` and everything below; it knows nothing of
-Kaggle's files or the command line.
+``evaluation`` measure; ``model_check`` says whether a model folder is ready for the competition
+(``arc-kit check-model``). It may import ``model``, ``search`` and everything below; it knows nothing
+of Kaggle's files or the command line.
 """
 
 from arc_kit.lazy import lazy_exports
