@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import bigram_model
 from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
-                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration)
+                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration, slow_but)
 
 import arc_kit.search.decoding as decoding_module
 import arc_kit.search.dfs as dfs_module
@@ -46,7 +46,11 @@ def assert_same_results(batched: SearchResult, single: SearchResult):
     assert batched.dropped == single.dropped and batched.capped == single.capped
 
 
-@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
+# the quick inner loop (-m "not slow") takes each engine under one measure; the full run takes every case
+QUICK_CASES = ("seed0-x10-len8-full-fast", "seed0-x5-len12-answer-mask-reference")
+
+
+@pytest.fixture(scope="module", params=slow_but(QUICK_CASES), ids=ENGINE_CASE_NAMES)
 def case(request):
     """(engine, space, enumerations), as test_dfs's ``case``."""
     (allowed, max_length, seed, scale), mode, kind = request.param

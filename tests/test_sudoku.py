@@ -82,6 +82,7 @@ def test_generated_puzzles_are_unique_and_reproducible():
     assert generate_puzzles(1, seed=4, clues=(24, 40)) != pairs[:1]
 
 
+@pytest.mark.slow
 def test_generator_reaches_the_low_twenties():
     """A target of 22 clues is reached by retrying removal orders (one pass gets there ~1 time in 27)."""
     pairs = [generate_puzzle(np.random.default_rng((9, i)), (22, 22)) for i in range(2)]
@@ -96,6 +97,7 @@ def test_generator_reaches_the_low_twenties():
     assert all(count_solutions(grid, limit=2) == 2 for grid in blanked)  # no clue can go: minimal
 
 
+@pytest.mark.slow
 def test_default_clues_follow_sudoku_3m():
     weights = clue_weights(DEFAULT_CLUES)
     assert min(weights) == 19 and max(weights) == 31 and max(weights, key=weights.get) == 24
@@ -236,6 +238,7 @@ def test_one_puzzle_per_training_sequence():
         assert text.count("I") == 1 and len(encoded) < 256
 
 
+@pytest.mark.slow
 def test_the_whole_command_on_a_micro_model(tmp_path):
     from arc_kit.cli import main
 
