@@ -268,6 +268,21 @@ def test_the_whole_command_on_a_micro_model(tmp_path):
                  "--threshold", "0.2"]) != 0  # other settings: refused, not mixed in
 
 
+def test_evaluate_on_the_quickest_model_writes_a_record_and_the_metrics(fallback_model, tmp_path):
+    """The quick loop's run of ``sudoku evaluate`` (the whole command, training and resuming, is the slow test above):
+    a model that writes <eos> at once answers nothing, so the search, scoring and metrics take a moment."""
+    from arc_kit.cli import main
+
+    puzzles = tmp_path / "puzzles.csv"
+    assert main(["sudoku", "generate", "--count", "1", "--seed", "5", "--clues", "45-50", "--out", str(puzzles)]) == 0
+    out = tmp_path / "eval"
+    assert main(["sudoku", "evaluate", "--model", str(fallback_model), "--puzzles", str(puzzles), "--out", str(out),
+                 "--threshold", "0.3", "--augmentations", "1", "--scoring-augmentations", "1"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    assert metrics["puzzles"] == 1 and metrics["answered"] == 0.0 and metrics["top1_accuracy_poe"] == 0.0
+    assert len((out / "records.jsonl").read_text().splitlines()) == 1
+    assert (out / "threshold_curve.png").stat().st_size > 0
+
 def test_evaluation_follows_the_solver_defaults():
     from dataclasses import fields
 
