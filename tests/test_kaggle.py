@@ -203,6 +203,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
 
 # -- the competition run ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model_folder, simulated, tmp_path,
                                                                            quick_polls):
     working = tmp_path / "working"
@@ -362,6 +363,7 @@ SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentatio
                                   ttt=TestTimeSettings(steps=2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failures", [1, 2], ids=["once", "repeatedly"])
 def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_folder, tmp_path, monkeypatch, failures):
     tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS)
@@ -407,6 +409,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
 
 # -- the commands ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_model, tmp_path, capsys):
     hours = 0.002  # 7.2 seconds for six tasks: too little for the settings below on this machine
     out = tmp_path / "run"
@@ -582,6 +585,7 @@ def make_wheel_with_requirements(folder: Path, name: str, version: str, requirem
     return wheel
 
 
+@pytest.mark.slow
 def test_a_wheel_that_cannot_be_downloaded_is_one_clear_line(tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -631,6 +635,7 @@ def competition_input(root: Path) -> Path:
     return current
 
 
+@pytest.mark.slow
 def test_a_broken_wheels_folder_leaves_the_fallback_and_the_notebook_ends_without_an_error(tmp_path):
     input_root, working = tmp_path / "input", tmp_path / "working"
     current = competition_input(input_root)
