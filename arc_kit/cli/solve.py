@@ -25,6 +25,7 @@ from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 
 
 def _run_solve(args) -> int:
+    from arc_kit.run.records import draft_share
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
 
@@ -40,6 +41,7 @@ def _run_solve(args) -> int:
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
+    print(draft_share(run.records.values()))
     if run.score is not None:
         print(shown_table(run.score.table))
         print(run.score)

@@ -10,7 +10,7 @@ live lane a run of tokens at consecutive positions from its own (a DFS branch's 
 draft) and returns an NLL row after each token of each run, all lanes in one model call (``step``
 is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in order, so feeding
 a token at position p forgets everything the lane held at p and after: that is the DFS's rewind. ``keep_lanes(lanes)`` keeps the given live lanes (increasing),
-which become lanes 0.. in that order; ``release()`` ends the search. NLLs are ``-answer_log_probs``
+which become lanes 0.. in that order; ``release()`` ends the search. ``steps`` counts the steps made. NLLs are ``-answer_log_probs``
 under the space given to ``start`` (``decoding.answer_log_probs``), as float64 numpy rows.
 
 Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
@@ -43,6 +43,7 @@ class DecodeEngine(ABC):
 
     kind: str = ""
     model = None
+    steps: int = 0  # the steps made (calls of ``step`` or ``step_runs``, whatever the lanes or runs): a search's cost
 
     # -- lanes ---------------------------------------------------------------------------------
     @abstractmethod

@@ -65,6 +65,11 @@ class DfsSettings:
         if self.draft_tokens < 0:
             raise ValueError(f"draft_tokens must be at least 0, got {self.draft_tokens}")
 
+    @classmethod
+    def of(cls, sampler: SamplerSettings) -> DfsSettings:
+        """The bounds a sampler's settings give the search."""
+        return cls(sampler.threshold, sampler.max_forward_calls, sampler.draft_tokens)
+
 
 class Frontier:
     """One search's open branches, current path and finds; the part of DFS that never touches the model.

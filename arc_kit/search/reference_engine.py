@@ -100,6 +100,7 @@ class ReferenceEngine(DecodeEngine):
     def step_runs(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         import torch
 
+        self.steps += 1
         if not isinstance(self._cache, LaneCache):
             rewind_cache(self._cache, int(positions[0]))
             with torch.no_grad():

@@ -269,6 +269,7 @@ class StaticEngine(DecodeEngine):
                            type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
             self.compiled, self._step = False, decode_step
             return self.step_runs(runs, positions)
+        self.steps += 1
         nlls = nlls.numpy()
         return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(lanes.rows, runs)]
 
