@@ -24,7 +24,7 @@ from arc_kit.run.solver import Solver
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decoding import AnswerSpace
 from arc_kit.search.dfs import DfsSettings, dfs_search
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, FirstOf, PromptLookup
+from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -37,8 +37,8 @@ class Constant(DraftSource):
     def __init__(self, tokens):
         self.tokens = list(tokens)
 
-    def propose(self, path, limit):
-        return self.tokens[:limit]
+    def supported(self, path, limit):
+        return self.tokens[:limit], 0
 
 
 def draft_kinds(model, space: AnswerSpace, answers: list[tuple[int, ...]]) -> dict[str, object]:
@@ -58,8 +58,9 @@ def draft_kinds(model, space: AnswerSpace, answers: list[tuple[int, ...]]) -> di
         "longer than any answer (no eos)": lambda: Constant([space.allowed_ids[0]] * (space.max_length + 5)),
         "an answer, then past its eos": lambda: Constant([*best, *best, *best]),
         "prompt lookup": lambda: PromptLookup(PROMPT, min_length=1),
-        "first of several": lambda: FirstOf([DraftSource(), Constant([unlikely]),
-                                             AlignedAnswers([best], structure)]),
+        "the most supported of several": lambda: MostSupported([DraftSource(), Constant([unlikely]),
+                                                                 AlignedAnswers([best], structure),
+                                                                 PromptLookup(PROMPT, min_length=1)]),
     }
 
 
@@ -192,16 +193,21 @@ def test_a_capped_search_with_drafts_finds_only_true_answers_within_its_cap(kind
 
 def test_prompt_lookup_proposes_what_follows_the_longest_suffix_at_its_latest_occurrence():
     prompt = [1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 3, 8, 0]
-    lookup = PromptLookup(prompt, min_length=1)
+    lookup = PromptLookup(prompt, min_length=1, in_path=False)
     assert lookup.propose([2, 3], 3) == [5, 6, 7]  # (2, 3) twice: the later one
     assert lookup.propose([1, 2, 3], 2) == [4, 9]  # the longer suffix wins over the later (2, 3)
     assert lookup.propose([3], 2) == [8, 0]  # the latest 3
     assert lookup.propose([8, 0], 4) == []  # the prompt's end: nothing follows
     assert lookup.propose([42], 4) == [] and lookup.propose([], 4) == [] and lookup.propose([2, 3], 0) == []
-    strict = PromptLookup(prompt, min_length=3)
+    strict = PromptLookup(prompt, min_length=3, in_path=False)
     assert strict.propose([7, 2, 3], 2) == [] and strict.propose([9, 2, 3], 2) == [5, 6]
     # the suffix reaches back into the prompt: after the prompt's last tokens (8, 0) and a path (1)
     assert PromptLookup([8, 0, 1, 5, 5, 8, 0], min_length=3).propose([1], 2) == [5, 5]
+    # in the path too: a path that repeats itself is read on from its latest repetition
+    in_path = PromptLookup(prompt, min_length=2)
+    assert in_path.propose([4, 4, 7, 6, 4, 4], 3) == [7, 6, 4]
+    assert in_path.propose([8, 0], 4) == [8, 0]  # the prompt's (3) 8 0 then the path's 8 0
+    assert in_path.propose([2, 3], 3) == [5, 6, 7]  # nothing in the path: the prompt as before
 
 
 def test_aligned_answers_read_the_reference_whose_shape_and_cells_fit_the_path():
@@ -221,7 +227,23 @@ def test_aligned_answers_read_the_reference_whose_shape_and_cells_fit_the_path()
     source.found([1, 2, 3, newline, 4, 5, 0, EOS])
     assert len(source.references) == 3  # known already
     assert AlignedAnswers([wide], [newline], learn=False).found(narrow) is None
-    assert FirstOf([DraftSource(), source]).propose([1, 2], 1) == [3]
+    assert MostSupported([DraftSource(), source]).propose([1, 2], 1) == [3]
+
+
+def test_a_proposals_support_is_how_much_of_the_path_its_source_saw_coming():
+    newline = 10
+    aligned = AlignedAnswers([[1, 2, 3, newline, 4, 5, 6, newline, 7, 8, 9, EOS]], [newline, EOS])
+    assert aligned.supported([1, 2], 2) == ([3, newline], 2)
+    assert aligned.supported([1, 8, 3], 1) == ([newline], 1)  # the run since the last cell it got wrong
+    assert aligned.supported([1, 2, 3, newline, 0], 1) == ([5], 4)  # a branch away from it: read on
+    lookup = PromptLookup([5, 5, 6, 0, 5, 6, 7, newline], min_length=1, in_path=False)
+    assert lookup.supported([5, 6], 2) == ([7, newline], 2)
+    assert lookup.supported([6], 1) == ([7], 1)  # the suffix matched the prompt's end too: only the path counts
+    assert DraftSource().supported([1], 3) == ([], 0)
+    both = MostSupported([aligned, lookup])
+    assert both.propose([1, 2, 3, newline, 5, 6], 2) == [7, newline]  # lookup saw 2 coming, the reference 0
+    assert both.propose([1, 2, 3, newline, 4, 6], 3) == [6, newline, 7]  # the reference saw 5 coming
+    assert both.propose([1, 2], 2) == [3, newline]  # a tie: the earlier source
 
 
 def test_the_solvers_sources_follow_the_setting():

@@ -23,7 +23,7 @@ from arc_kit import progress
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decoding import AnswerSpace, answer_log_probs
 from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, FirstOf, PromptLookup
+from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
 from arc_kit.search.engine import make_engine
 from arc_kit.model.optimization import add_lora
 from arc_kit.search.reference_engine import ReferenceEngine
@@ -106,8 +106,8 @@ class Constant(DraftSource):
     def __init__(self, tokens):
         self.tokens = list(tokens)
 
-    def propose(self, path, limit):
-        return self.tokens[:limit]
+    def supported(self, path, limit):
+        return self.tokens[:limit], 0
 
 
 def transformers_nlls(model, sequence, space: AnswerSpace) -> np.ndarray:
@@ -175,7 +175,7 @@ class RunRecorder:
 
 def drafts_for_the_search():
     """Sources of long drafts, right and wrong: runs of every length, rewinds into them."""
-    return [FirstOf([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]), PromptLookup(PROMPTS[0], min_length=1)]),
+    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]), PromptLookup(PROMPTS[0], min_length=1)]),
             Constant([3, 3, 1, 0, 2, 1])]
 
 

@@ -9,7 +9,8 @@ augmentation its source, as ``SamplerSettings.drafts`` names it:
   the other augmentations, best first) mapped into this augmentation's frame, then the augmented
   test input itself; each written as an answer, so that while the path's rows have a reference's
   width, its cells are read one for one (the answers the search finds join them as it finds them);
-  where none fits the path's shape, prompt lookup.
+  and prompt lookup in the prompt and the path; of the two proposals, the one that saw more of the
+  path's latest tokens coming (``MostSupported``).
 
 A row separator, the end of example and the eos are the structure tokens that give an answer its
 shape. Knows the text format and the augmentations; knows nothing of how the search walks a draft.
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, FirstOf, PromptLookup
+from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
 from arc_kit.settings import DRAFT_SOURCES
 from arc_kit.text import TaskEncoder
 
@@ -40,4 +41,4 @@ def draft_source(kind: str, encoder: TaskEncoder, prompt_ids: Sequence[int], tes
     references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids]
     references.append(encoder.encode_answer(augmentation.apply_grid(test_input)))
     structure = [*encoder.row_separator.tolist(), *encoder.end_of_example.tolist(), encoder.eos_id]
-    return FirstOf([AlignedAnswers(references, structure), lookup])
+    return MostSupported([AlignedAnswers(references, structure), lookup])
