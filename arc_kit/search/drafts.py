@@ -53,7 +53,7 @@ class PromptLookup(DraftSource):
     to mean anything); suffixes are matched up to ``max_length`` tokens.
     """
 
-    def __init__(self, prompt: Sequence[int], min_length: int = 3, max_length: int = 64, in_path: bool = True):
+    def __init__(self, prompt: Sequence[int], min_length: int = 2, max_length: int = 64, in_path: bool = True):
         self.prompt = np.asarray([int(token) for token in prompt], dtype=np.int64)
         self.min_length, self.max_length, self.in_path = min_length, max_length, in_path
 

@@ -38,7 +38,8 @@ class SamplerSettings(Settings):
                           "follows while it stays within the threshold (the same answers; ours). none: one token "
                           "per step; prompt: prompt lookup; all: also the test input cell by cell and the answers "
                           "found under other augmentations and by the search itself", choices=DRAFT_SOURCES)
-    draft_tokens: int = setting(15, "DFS: the most draft tokens fed with a branch's token in one step (ours)")
+    draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
+                                "CPU, 7 took as few steps as 15 and less time, docs/results.md)")
 
     def __post_init__(self):
         if self.kind not in SAMPLER_KINDS:
