@@ -19,7 +19,8 @@ from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THR
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
 from arc_kit.run.drafting import draft_source
-from arc_kit.run.records import SearchStats, TaskRecord, TestResult, draft_share
+from arc_kit.run.analysis import draft_share
+from arc_kit.run.records import SearchStats, TaskRecord, TestResult
 from arc_kit.run.solver import Solver
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decoding import AnswerSpace
@@ -307,7 +308,7 @@ def test_the_draft_counts_are_kept_in_the_records_and_summed_for_the_end_line():
     again = TestResult.from_json(test.to_json())
     assert (again.search.engine_steps, again.search.draft_tokens, again.search.draft_accepted) == (7, 40, 30)
     record = TaskRecord("t", tests=[test, TestResult([], [], [], [], SearchStats(draft_tokens=10, draft_accepted=0))])
-    assert draft_share([record]) == "drafts: 60% of 50 tokens accepted"
+    assert draft_share([record]) == "drafts: 60% of 50 tokens followed"
     assert draft_share([TaskRecord("u")]) == "drafts: none fed"
     assert SearchStats.from_json({}).draft_tokens == 0  # records of an earlier kit
 

@@ -25,7 +25,7 @@ from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 
 
 def _run_solve(args) -> int:
-    from arc_kit.run.records import draft_share
+    from arc_kit.run.analysis import draft_share
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
 

@@ -423,15 +423,6 @@ def answers_from_records(records: Mapping[str, TaskRecord]) -> dict[str, list[li
     return {task_id: record.attempts for task_id, record in records.items()}
 
 
-def draft_share(records: Iterable[TaskRecord]) -> str:
-    """``drafts: 71% of 5120 tokens accepted`` over the records' searches (``drafts: none fed`` without drafts)."""
-    fed = accepted = 0
-    for record in records:
-        for test in record.tests:
-            fed, accepted = fed + test.search.draft_tokens, accepted + test.search.draft_accepted
-    return f"drafts: {accepted / fed:.0%} of {fed} tokens accepted" if fed else "drafts: none fed"
-
-
 def record_table(records: Iterable[TaskRecord]):
     """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
     import pandas as pd
@@ -451,5 +442,5 @@ def record_table(records: Iterable[TaskRecord]):
 
 
 __all__ = ["AblationRecord", "FALLBACK_RUNG", "SamplerRecord", "SamplerResult", "SearchStats", "TaskRecord",
-           "TestResult", "TrainingSummary", "answers_from_records", "append_record", "draft_share", "fallback_record",
-           "read_records", "record_table", "write_records"]
+           "TestResult", "TrainingSummary", "answers_from_records", "append_record", "fallback_record", "read_records",
+           "record_table", "write_records"]

@@ -34,7 +34,7 @@ def batched_dfs_search(engine, prompts: Sequence[Sequence[int]], space: AnswerSp
                        guesses: Sequence[Sequence[int] | None] | None = None, *,
                        deadline: float | None = None, limit: BatchLimit | None = None,
                        drafts: Sequence[DraftSource | None] | None = None) -> list[SearchResult]:
-    """``dfs_search`` of each prompt (with its guess and its draft source), all searched together; one result per prompt.
+    """``dfs_search`` of each prompt (its guess, its draft source), all searched together; one result per prompt.
 
     ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). ``seconds`` of a result is
     the time from the start until its lane left the batch; ``settings.max_forward_calls`` caps each

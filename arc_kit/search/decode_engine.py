@@ -9,9 +9,11 @@ at its position and returns each lane's next-token NLLs; ``step_runs(runs, posit
 live lane a run of tokens at consecutive positions from its own (a DFS branch's token and its
 draft) and returns an NLL row after each token of each run, all lanes in one model call (``step``
 is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in order, so feeding
-a token at position p forgets everything the lane held at p and after: that is the DFS's rewind. ``keep_lanes(lanes)`` keeps the given live lanes (increasing),
-which become lanes 0.. in that order; ``release()`` ends the search. ``steps`` counts the steps made. NLLs are ``-answer_log_probs``
-under the space given to ``start`` (``decoding.answer_log_probs``), as float64 numpy rows.
+a token at position p forgets everything the lane held at p and after: that is the DFS's rewind.
+``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that
+order; ``release()`` ends the search; ``steps`` counts the steps made. NLLs are
+``-answer_log_probs`` under the space given to ``start`` (``decoding.answer_log_probs``), as
+float64 numpy rows.
 
 Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
 prompt run once and its keys and values reused by all its answers, in as few batched calls as

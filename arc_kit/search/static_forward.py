@@ -121,7 +121,8 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
     # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each token's key and value
     device = tokens.device
     layer_index = torch.arange(len(weights.layers), device=device)
-    where = (torch.arange(2, device=device)[None, None, :, None], torch.arange(rows, device=device)[:, None, None, None],
+    where = (torch.arange(2, device=device)[None, None, :, None],
+             torch.arange(rows, device=device)[:, None, None, None],
              torch.arange(kv_heads, device=device)[None, None, None, :], token_positions[:, :, None, None])
     keys, values = cache[:, 0, :, :, :used].unbind(0), cache[:, 1, :, :, :used].unbind(0)  # per layer: views
     hidden = weights.embed[tokens.reshape(count)]
