@@ -271,6 +271,7 @@ def is_running(pid: int) -> bool:
     return not Path(f"/proc/{pid}/status").exists() or "zombie" not in Path(f"/proc/{pid}/status").read_text()
 
 
+@pytest.mark.slow
 def test_gpu_ids_come_from_the_parents_list_and_speeds_are_measured_from_every_worker(model_folder, tasks, tmp_path,
                                                                                       monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # physical ids: a child given "1" would see the wrong GPU
@@ -290,6 +291,7 @@ def test_gpu_ids_come_from_the_parents_list_and_speeds_are_measured_from_every_w
     assert speeds["generation"] != workers.Speeds().generation  # measured, not assumed
 
 
+@pytest.mark.slow
 def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the_rest(model_folder, tasks, tmp_path,
                                                                                       monkeypatch, caplog):
     once, always = TASK_IDS[0], TASK_IDS[1]
@@ -310,6 +312,7 @@ def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the
     assert all(submission[task_id][0]["attempt_1"] == [[7]] for task_id in TASK_IDS if task_id != always)
 
 
+@pytest.mark.slow
 def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(model_folder, tasks, tmp_path,
                                                                                     monkeypatch, caplog):
     from arc_kit.run.planner import BudgetSettings
@@ -336,6 +339,7 @@ def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallb
     assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
 
 
+@pytest.mark.slow
 def test_at_the_stop_time_a_hung_worker_is_stopped_and_the_submission_is_complete(model_folder, tasks, tmp_path,
                                                                                   monkeypatch):
     from arc_kit.run.planner import BudgetSettings
@@ -354,6 +358,7 @@ def test_at_the_stop_time_a_hung_worker_is_stopped_and_the_submission_is_complet
     assert submission_problems(submission, tasks) == [] and list(submission) == TASK_IDS
 
 
+@pytest.mark.slow
 def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_tasks_get_fallbacks(
         model_folder, tasks, tmp_path, monkeypatch, caplog):
     fake_workers(monkeypatch, tmp_path / "marks", {}, FAKE_SILENT="1")
