@@ -74,14 +74,15 @@ def case(request):
     return engine_for(seed, scale, kind), space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
 
 
-def assert_exact(result, enumeration, name: str, threshold: float, guess_followed: int = 0):
+def assert_exact(result, enumeration, name: str, threshold: float, guess_followed: int = 0, guess_length: int = 0):
     try:
         assert_same_as_reference(result, enumeration)
         assert result.dropped.get("max length", 0) == enumeration.dropped
         # every explored prefix: a step's branch, a followed draft token, or a followed guess token
         assert result.forward_calls + result.draft_accepted + guess_followed == len(enumeration.prefixes)
         assert result.draft_accepted <= result.draft_tokens
-        assert result.tokens_processed == len(PROMPT) + result.forward_calls + result.draft_tokens
+        # the prompt and the guess in the first pass, then every step's tokens
+        assert result.tokens_processed == len(PROMPT) + guess_length + result.forward_calls + result.draft_tokens
         assert result.capped is None
     except AssertionError as error:
         raise AssertionError(f"drafts {name!r} at T={threshold:.4f}: {error}") from error
@@ -148,7 +149,7 @@ def test_drafts_and_a_guess_together_return_the_enumerated_answers(case):
             followed += 1
         for name, make in draft_kinds(engine.model, space, answers).items():
             result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), guess=guess, drafts=make())
-            assert_exact(result, enumeration, f"{name}, guess {guess}", threshold, followed)
+            assert_exact(result, enumeration, f"{name}, guess {guess}", threshold, followed, len(guess))
 
 
 def assert_same_search(lane, single):
@@ -261,7 +262,11 @@ def test_the_solvers_sources_follow_the_setting():
     assert source.propose([digit[5]], 4) == expected[1:5]  # the candidate, cell by cell
     assert source.propose([digit[0], digit[6], encoder.row_separator[0], digit[3]], 3) == expected[4:7]
     test_as_answer = encoder.encode_answer(grid).tolist()
-    assert source.propose([digit[1], digit[0]], 3) == test_as_answer[2:5]  # the test input agrees more
+    # "1 0" is in the prompt (its first output), followed by a row "4 3": the lookup saw the whole path coming,
+    # the test input only its first cell
+    assert source.propose([digit[1], digit[0]], 3) == [encoder.row_separator[0], digit[4], digit[3]]
+    # the test input's first row: it saw the whole path coming, as the lookup did; a tie goes to the answers
+    assert source.propose([digit[1], digit[2]], 3) == test_as_answer[2:5]
     assert source.propose([digit[1], digit[0], digit[0]], 3) == []  # no row of 3: prompt lookup finds no 3-gram
     swapped = Augmentation(colours=(0, 1, 2, 3, 4, 6, 5, 7, 8, 9))
     source = draft_source("all", encoder, prompt, grid, swapped, [candidate])
