@@ -180,8 +180,10 @@ def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatc
                                                         "compile": "auto"})
     received.clear()
     list(bench.run_benchmarks(str(model_folder), small_task_set, count=1, device="cpu"))
-    assert set(received) == set(bench.BENCHMARKS) >= {"batched-search", "batched-scoring", "engine"}  # all by default
-    assert list(bench.BENCHMARKS)[-1] == "engine"  # its last line ends the output
+    # all by default, but drafts (hours on a CPU: asked for by name)
+    assert set(received) == set(bench.DEFAULT_BENCHMARKS) >= {"batched-search", "batched-scoring", "engine"}
+    assert set(bench.BENCHMARKS) - set(bench.DEFAULT_BENCHMARKS) == {"drafts"}
+    assert list(bench.DEFAULT_BENCHMARKS)[-1] == "engine"  # its last line ends the output
 
 
 def test_the_bench_command_offers_every_benchmark_and_runs_all_by_default(monkeypatch, model_folder, capsys):
@@ -194,7 +196,7 @@ def test_the_bench_command_offers_every_benchmark_and_runs_all_by_default(monkey
         yield "ran"
     monkeypatch.setattr(bench, "run_benchmarks", fake_run)
     assert main(["bench", "--model", str(model_folder), "--device", "cpu"]) == 0
-    assert seen["which"] == list(bench.BENCHMARKS)
+    assert seen["which"] == list(bench.DEFAULT_BENCHMARKS)
     assert main(["bench", "--model", str(model_folder), "--which", "batched-search", "batched-scoring"]) == 0
     assert seen["which"] == ["batched-search", "batched-scoring"]
     with pytest.raises(SystemExit):
@@ -380,3 +382,46 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
     unknown = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "a card nobody has heard of")
     assert len(unknown) == 2 and not any("floor" in line for line in unknown)
     assert "1 lane(s)" in unknown[0] and "16 lane(s)" in unknown[1]
+
+
+def test_the_drafts_benchmark_compares_every_setting_with_none_on_the_same_views(loaded, small_task_set, monkeypatch):
+    from arc_kit.run import drafts_bench
+
+    calls = []
+    sample = drafts_bench.Solver.sample
+
+    def recorded(self, model, train, test_input, views, sampler, rng, **options):
+        calls.append((sampler.drafts, tuple(view.key for view in views)))
+        return sample(self, model, train, test_input, views, sampler, rng, **options)
+
+    monkeypatch.setattr(drafts_bench.Solver, "sample", recorded)
+    tasks = list(small_task_set.tasks())[:2]
+    result = drafts_bench.bench_drafts(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3)
+    inputs = sum(len(task.test_inputs) for task in tasks)
+    assert result.inputs == inputs and len(calls) == 3 * inputs
+    for start in range(0, len(calls), 3):  # every setting on the same views; which goes first rotates
+        assert len({views for _, views in calls[start:start + 3]}) == 1 and len(calls[start][1]) == 3
+    assert [drafts for drafts, _ in calls[:3]] == ["none", "prompt", "all"]
+    assert [drafts for drafts, _ in calls[3:6]] == ["prompt", "all", "none"]
+    lines = result.lines()
+    plain, best = result.totals["none"], result.totals["all"]
+    assert plain.fed == 0 and 0 < best.accepted <= best.fed and 0 < best.steps < plain.steps
+    assert not best.differing and not result.totals["prompt"].differing
+    assert lines[-1] == f"drafts: {plain.steps / best.steps:.2f}x fewer steps, {plain.seconds / best.seconds:.2f}x wall"
+    assert "same candidates" in lines[-2] and "3 augmentations" in lines[0]
+
+
+def test_the_drafts_benchmark_takes_the_shortest_tasks_and_its_augmentations(monkeypatch, model_folder,
+                                                                            small_task_set):
+    received = {}
+
+    def fake(model, encoder, tasks, **options):
+        received.update(tasks=[task.id for task in tasks], **options)
+        return BenchResult("drafts", 1.0, 2.0, "")
+
+    monkeypatch.setitem(bench.BENCHMARKS, "drafts", fake)
+    list(bench.run_benchmarks(str(model_folder), small_task_set, which=("drafts",), count=2, device="cpu",
+                              augmentations=5))
+    encoder = load_model(model_folder, device="cpu").encoder()
+    assert received["tasks"] == list(bench.shortest_tasks(small_task_set, encoder, 2).ids)
+    assert received["augmentations"] == 5 and received["threshold"] == 0.09

@@ -23,6 +23,7 @@ from arc_kit import progress
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decoding import AnswerSpace, answer_log_probs
 from arc_kit.search.dfs import DfsSettings
+from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
 from arc_kit.search.engine import make_engine
 from arc_kit.model.optimization import add_lora
 from arc_kit.search.reference_engine import ReferenceEngine
@@ -99,6 +100,16 @@ class Recorder:
         monkeypatch.setattr(engine, "keep_lanes", recorded_keep)
 
 
+class Constant(DraftSource):
+    """Proposes the same tokens after every path."""
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+
+    def supported(self, path, limit):
+        return self.tokens[:limit], 0
+
+
 def transformers_nlls(model, sequence, space: AnswerSpace) -> np.ndarray:
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([sequence])).logits[0, -1]
@@ -128,6 +139,73 @@ def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(famil
         np.testing.assert_allclose([c.nll for c in fast.completions], [c.nll for c in slow.completions],
                                    rtol=0, atol=1e-4)
         assert fast.forward_calls == slow.forward_calls
+
+
+class RunRecorder:
+    """As ``Recorder``, through ``step_runs`` (which the one-token ``step`` of both engines goes through too)."""
+
+    def __init__(self, engine, monkeypatch):
+        self.sequences: list[list[int]] = []
+        self.rows: list[tuple[list[int], np.ndarray]] = []
+        self.runs: list[int] = []  # the length of every run fed
+        prefill, step_runs, keep = engine.prefill, engine.step_runs, engine.keep_lanes
+
+        def recorded_prefill(lane, ids, logits_from):
+            nlls = prefill(lane, ids, logits_from)
+            self.sequences += [[] for _ in range(lane + 1 - len(self.sequences))]
+            self.sequences[lane] = list(ids)
+            return nlls
+
+        def recorded_step_runs(runs, positions):
+            found = step_runs(runs, positions)
+            for lane, (run, position, rows) in enumerate(zip(runs, positions, found)):
+                assert rows.shape == (len(run), engine.vocab_size)
+                self.sequences[lane] = self.sequences[lane][:position] + list(run)  # the rewind, then the run
+                self.rows += [(self.sequences[lane][:position + offset + 1], row) for offset, row in enumerate(rows)]
+                self.runs.append(len(run))
+            return found
+
+        def recorded_keep(lanes):
+            keep(lanes)
+            self.sequences = [self.sequences[lane] for lane in lanes]
+
+        monkeypatch.setattr(engine, "prefill", recorded_prefill)
+        monkeypatch.setattr(engine, "step_runs", recorded_step_runs)
+        monkeypatch.setattr(engine, "keep_lanes", recorded_keep)
+
+
+def drafts_for_the_search():
+    """Sources of long drafts, right and wrong: runs of every length, rewinds into them."""
+    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]), PromptLookup(PROMPTS[0], min_length=1)]),
+            Constant([3, 3, 1, 0, 2, 1])]
+
+
+QUICK_RUN_CASES = {("fast", "llama"), ("fast", "llama-biases-tied-head-dim"), ("fast", "mistral-window"),
+                   ("fast", "qwen3"), ("reference", "llama"), ("reference", "qwen3")}  # the rest: slow
+
+
+@pytest.mark.parametrize("kind, family", [
+    (kind, family) if (kind, family) in QUICK_RUN_CASES else pytest.param(kind, family, marks=pytest.mark.slow)
+    for kind in ("fast", "reference") for family in FAMILIES
+    if (kind, family) != ("reference", "mistral-window")])  # the reference's caches hold no sliding window
+def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family, kind, monkeypatch):
+    model = family_model(family)
+    engine = make_engine(model, kind)
+    recorder = RunRecorder(engine, monkeypatch)
+    guesses = [None, [1, 2, 4]]
+    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02, draft_tokens=5), guesses,
+                                 drafts=drafts_for_the_search())
+    assert len(set(recorder.runs)) > 3 and sum(result.draft_accepted for result in results) > 5  # guard: real runs
+    for sequence, row in recorder.rows:
+        expected = transformers_nlls(model, sequence, SEARCH_SPACE)
+        assert np.array_equal(np.isinf(row), np.isinf(expected))
+        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
+    plain = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), guesses)
+    for drafted, single in zip(results, plain):
+        assert [c.ids for c in drafted.completions] == [c.ids for c in single.completions]
+        np.testing.assert_allclose([c.nll for c in drafted.completions], [c.nll for c in single.completions],
+                                   rtol=0, atol=1e-4)
+        assert drafted.forward_calls + drafted.draft_accepted == single.forward_calls  # the same positions explored
 
 
 @pytest.mark.parametrize("family", ["llama-biases-tied-head-dim", "mistral-window", "qwen3"])
@@ -295,6 +373,47 @@ def test_the_step_compiles_whole_and_equals_the_eager_step():
     for fast, slow in zip(*found):
         np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
     assert counters["stats"]["unique_graphs"] == 2  # one per lane bucket: none from step to step or per capacity
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eager_step():
+    """Runs of several lengths (rewinds into them included): the compiled step pads them to a power of two and
+    gives the eager step's NLLs; no more than one graph per (lane bucket, run bucket). (Their padding differs,
+    which no position a DFS feeds can see.)"""
+    from torch._dynamo.utils import counters
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    prompts = [*PROMPTS, PROMPTS[0][:9]]
+    ends = [len(prompt) for prompt in prompts]
+    steps = [  # (runs, positions) of the live lanes; then (lanes kept,)
+        ([[1, 2, 3], [0], [2, 2]], ends),  # runs bucket 4
+        ([[3], [1], [0]], [ends[0] + 1, ends[1] + 1, ends[2] + 2]),  # lane 0 rewound into its run; bucket 1
+        ([[2, 0], [1, 1, 1, 1, 1], [3]], [ends[0] + 2, ends[1] + 2, ends[2] + 3]),  # bucket 8
+        ((0, 2),),  # a lane bucket of 2
+        ([[0, 1, 2], [1]], [ends[0] + 3, ends[2] + 4]),
+        ([[2, 1], [0, 0, 0]], [ends[0] + 6, ends[2] + 4]),  # every position fed follows the lane's path, as in a DFS
+    ]
+    found = []
+    for engine in (eager, compiled):
+        engine.start(3, 40, SPACE)  # a lane bucket of 4
+        rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
+        for step in steps:
+            if len(step) == 1:
+                engine.keep_lanes(step[0])
+                continue
+            rows += engine.step_runs(*step)
+        engine.release()
+        found.append(rows)
+    for fast, slow in zip(*found):
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
+    assert 0 < counters["stats"]["unique_graphs"] <= 4  # (4, 4), (4, 1), (4, 8), (2, 4)
     torch._dynamo.reset()
 
 

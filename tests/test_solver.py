@@ -74,7 +74,7 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     assert len({a.key for a in augmentations}) == 5
     calls = []
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None):
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None, drafts=None):
         augmentation = augmentations[len(calls)]
         expected_prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
                                                 max_len=solver.settings.max_len)
@@ -693,6 +693,7 @@ def test_solve_command_runs_end_to_end(model_folder, tasks, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert status == 0
     assert "score " in printed and "test outputs" in printed and f"wrote {out / 'submission.json'}" in printed
+    assert "\ndrafts: " in printed  # the share of the draft tokens that the searches followed
     submission = read_json(out / "submission.json")
     assert submission_problems(submission, tasks.select(TASK_IDS[:2])) == []
     assert list(read_records(out / "records.jsonl")) == TASK_IDS[:2]
@@ -762,7 +763,7 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     solver = make_solver(model_folder, SETTINGS.replace(sampler=SamplerSettings("greedy")))
     encoder = solver.encoder
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None):
+    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None, drafts=None):
         # the decoy is the likelier single sample everywhere: only the scoring can rescue the right answer
         view = next(a for a in current["views"] if np.array_equal(
             prompt_ids, encoder.encode_prompt(a.apply_pairs(task.train), a.apply_grid(task.test[0].input),

@@ -1,5 +1,5 @@
 """The ``arc-kit bench`` command: benchmarks that print ratios (DFS vs greedy decoding, prefix-reusing scoring,
-the decode engines).
+the decode engines, the speculative DFS's drafts).
 
 It parses and prints the lines ``run.bench`` yields; it knows nothing of how each benchmark measures.
 """
@@ -17,16 +17,20 @@ def setup_bench(parser):
     parser.add_argument("--llama-3b-shaped", action="store_true",
                         help="a Llama-3.2-3B-shaped random model (bf16, GPU) instead of --model, for per-token costs")
     tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=5, help="the first N tasks by id (default: %(default)s)")
+    parser.add_argument("--tasks", type=int, default=None,
+                        help="the first N tasks by id (default: 5); --which drafts: the N shortest by prompt tokens "
+                             "(default: 30)")
     parser.add_argument("--max-prompt", type=int, default=4096,
                         help="skip tasks whose prompt is longer than this many tokens (default: %(default)s)")
-    from arc_kit.run.bench import BENCHMARKS
+    from arc_kit.run.bench import BENCHMARKS, DEFAULT_BENCHMARKS
 
-    parser.add_argument("--which", nargs="*", default=list(BENCHMARKS), choices=list(BENCHMARKS),
-                        help="benchmarks to run (default: all)")
+    parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
+                        help="benchmarks to run (default: all but drafts)")
     parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
                         help="DFS: minimum probability of a returned answer (default: %(default)s)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--augmentations", type=int, default=SolveSettings().inference_augmentations,
+                        help="--which drafts: inference augmentations per test input (default: %(default)s)")
     parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
                         help="the decode engine the searches and scorings run on (default: %(default)s; "
                              "--which engine runs both)")
@@ -40,7 +44,7 @@ def setup_bench(parser):
         for line in bench.run_benchmarks(model, load_given_tasks(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
                                          threshold=args.threshold, device=args.device, engine=args.engine,
-                                         engine_compile=args.engine_compile):
+                                         engine_compile=args.engine_compile, augmentations=args.augmentations):
             print(line, flush=True)
         return 0
     return run

@@ -25,7 +25,8 @@ from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 
 
 def _run_solve(args) -> int:
-    from arc_kit.run.outcome import outcome_line
+    from arc_kit.run.analysis import draft_share
+    from arc_kit.run.outcome import outcome_parts
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
 
@@ -41,7 +42,7 @@ def _run_solve(args) -> int:
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
-    print(outcome_line(run.records, run.score))
+    print(", ".join(outcome_parts(run.records, run.score) + [draft_share(run.records.values())]))
     if run.score is not None:
         print(shown_table(run.score.table))
         print(run.score)

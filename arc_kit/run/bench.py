@@ -17,7 +17,10 @@
 - batched-scoring: every candidate under 16 scoring augmentations in batched forwards
   (``score_prompts``) against one augmentation after another (``score_answers``);
 - engine: the fast decode engine's step against the reference engine's, 16 lanes, at the model's
-  width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``).
+  width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``);
+- drafts (only when asked for): the speculative DFS against one token per step, engine steps and
+  wall time, on the 30 shortest tasks by prompt tokens (``drafts_bench``; it ends with the line
+  ``drafts: N.NNx fewer steps, M.MMx wall``).
 Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
 and every search and scoring runs on the decode engine ``engine`` names (``engine.make_engine``;
 fast by default), the baselines it is held against (transformers' ``generate``, one full forward per
@@ -41,10 +44,12 @@ from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decoding import AnswerSpace, SearchResult, sequence_nll
 from arc_kit.search.dfs import DfsSettings, dfs_search
 from arc_kit.search.engine import make_engine
+from arc_kit.run.drafts_bench import bench_drafts
 from arc_kit.run.engine_bench import (PEAK_BANDWIDTH, bench_engine, decode_floor_seconds, device_bandwidth,  # noqa: F401
                                   kv_bytes_per_token, weight_bytes)
 from arc_kit.data.grids import grid_key
 from arc_kit.model.loading import LoadSettings, create_model, load_model
+from arc_kit.run.planner import shortest_tasks
 from arc_kit.search.scoring import augmented_nlls
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.run.solver import Solver
@@ -341,16 +346,21 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
 
 BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
               "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring,
-              "engine": bench_engine}  # the engine's last: its line ends the output
+              "engine": bench_engine, "drafts": bench_drafts}
+DEFAULT_BENCHMARKS = tuple(name for name in BENCHMARKS if name != "drafts")  # the engine's last: its line ends them
+DRAFT_BENCH_TASKS = 30  # the drafts benchmark's tasks: the shortest by prompt tokens
 
 
-def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tuple(BENCHMARKS), count: int = 5,
-                   max_prompt: int = 4096, threshold: float = THRESHOLD, device: str = "auto",
-                   probabilities: str = PROBABILITIES, engine: str = ENGINE, engine_compile: str = "auto"):
-    """Lines to print: the environment, then the lines of each benchmark in ``which`` (all by default).
+def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFAULT_BENCHMARKS,
+                   count: int | None = None, max_prompt: int = 4096, threshold: float = THRESHOLD,
+                   device: str = "auto", probabilities: str = PROBABILITIES, engine: str = ENGINE,
+                   engine_compile: str = "auto", augmentations: int = DEFAULTS.inference_augmentations):
+    """Lines to print: the environment, then the lines of each benchmark in ``which`` (all but drafts by default).
 
     ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
-    ``tasks`` (a TaskSet) gives the first ``count`` tasks by id whose prompts fit ``max_prompt`` tokens.
+    ``tasks`` (a TaskSet) gives the first ``count`` (5 unless given) tasks by id whose prompts fit
+    ``max_prompt`` tokens; the drafts benchmark takes the ``count`` (30 unless given) with the fewest
+    prompt tokens (``planner.shortest_tasks``), each test input under ``augmentations`` views.
     ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
     fast one compiled as ``engine_compile`` says).
     """
@@ -361,11 +371,15 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = tupl
         model, encoder, label = loaded.model, loaded.encoder(), model_path
     chosen = [task for task in tasks.tasks()
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
-    chosen = sorted(chosen, key=lambda task: task.id)[:count]
+    chosen = sorted(chosen, key=lambda task: task.id)[:count or 5]
     yield f"{environment()} | model {label} | {engine} engine"
     for name in which:
         keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
         keywords["probabilities"] = probabilities
         keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
-        result = BENCHMARKS[name](model, encoder, chosen, **keywords)
+        picked = chosen
+        if name == "drafts":
+            keywords["augmentations"] = augmentations
+            picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
+        result = BENCHMARKS[name](model, encoder, picked, **keywords)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]

@@ -88,7 +88,8 @@ def _grids(values: list, where: str) -> list[np.ndarray]:
 
 _SEARCH = {"forward_calls": "integer", "tokens": "integer", "answers": "integer", "not_grids": "integer",
            "capped": "list of string", "dropped": "object of integer", "prompt_tokens": "list of integer",
-           "dropped_train_pairs": "integer"}
+           "dropped_train_pairs": "integer", "engine_steps": "integer", "draft_tokens": "integer",
+           "draft_accepted": "integer"}
 _CANDIDATE = {"grid": "list", "generation_nlls": "object of number", "scoring_nlls": "list of number",
               "aggregates": "object of number"}
 _TEST = {"attempts": "list of list", "candidates": "list of object", "inference_augmentations": "list of string",
@@ -127,14 +128,17 @@ def _flat_json(record) -> dict:
 class SearchStats:
     """What candidate generation did for one test input, over all its inference augmentations."""
 
-    forward_calls: int = 0  # model calls after each prompt's
-    tokens: int = 0  # tokens fed to the model, prompts included
+    forward_calls: int = 0  # model calls after each prompt's, per search (lanes stepped together count each)
+    tokens: int = 0  # tokens fed to the model, prompts (and guesses, and drafts) included
     answers: int = 0  # completions returned by the sampler
     not_grids: int = 0  # completions that did not spell a grid
     capped: list[str] = field(default_factory=list)  # searches stopped by a cap, and why
     dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
     prompt_tokens: list[int] = field(default_factory=list)  # per augmentation
     dropped_train_pairs: int = 0  # train pairs left out of prompts to fit the budget
+    engine_steps: int = 0  # the engine's steps (one feeds every lane searched together; a draft rides along)
+    draft_tokens: int = 0  # draft tokens fed after the searches' branch tokens
+    draft_accepted: int = 0  # of them, those the searches followed (each saved a step of its lane)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     def to_json(self) -> dict:

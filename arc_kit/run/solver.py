@@ -41,6 +41,7 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
 from arc_kit.model.ttt import TestTimeTrainer
 from arc_kit.names import encoded, shown
+from arc_kit.run.drafting import draft_source
 from arc_kit.run.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.search.batched_dfs import batched_dfs_search
 from arc_kit.search.decode_engine import DecodeEngine
@@ -153,9 +154,11 @@ class Solver:
 
         One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
         (default: ``settings.batched``) and with DFS, the first alone and then all the others together
-        (``batched_dfs``), each guided by the first one's best answer. The same candidates either way
-        unless a forward-call cap (per search) is hit. Each search (the batched lanes together count as
-        one) stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes first.
+        (``batched_dfs``), each guided by the first one's best answer. Each DFS gets the draft source
+        ``sampler.drafts`` names (``drafting.draft_source``: the candidates so far are among its drafts).
+        The same candidates either way unless a forward-call cap (per search) is hit. Each search (the
+        batched lanes together count as one) stops at ``deadline`` or ``search_seconds`` after it starts,
+        whichever comes first. The stats count the engine's steps and the drafts fed and followed.
         """
         batched = self.settings.batched if batched is None else batched
         engine = self.engine(model)
@@ -170,6 +173,7 @@ class Solver:
             stats.dropped_train_pairs += len(prompt.dropped)
             prompts.append(prompt.ids)
         seeds = [int(rng.integers(2**31)) for _ in augmentations]  # drawn up front: the same in both modes
+        steps_before = engine.steps
 
         def search_deadline() -> float | None:
             return earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
@@ -180,20 +184,26 @@ class Solver:
             best = min(merged.values(), key=lambda c: c.best_generation_nll)
             return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
 
+        def drafts_for(augmentation: Augmentation, prompt_ids):
+            grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]
+            return draft_source(sampler.drafts, self.encoder, prompt_ids, test_input, augmentation, grids)
+
         if batched and sampler.kind == "dfs" and len(augmentations) > 1:
-            first = generate(engine, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline())
+            first = generate(engine, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline(),
+                             drafts=drafts_for(augmentations[0], prompts[0]))
             self._merge(first, augmentations[0], merged, stats)
             guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
-            results = batched_dfs_search(engine, prompts[1:], self.space,
-                                         DfsSettings(sampler.threshold, sampler.max_forward_calls), guesses,
-                                         deadline=search_deadline())
+            drafts = [drafts_for(a, prompt_ids) for a, prompt_ids in zip(augmentations[1:], prompts[1:])]
+            results = batched_dfs_search(engine, prompts[1:], self.space, DfsSettings.of(sampler), guesses,
+                                         deadline=search_deadline(), drafts=drafts)
             for augmentation, result in zip(augmentations[1:], results):
                 self._merge(result, augmentation, merged, stats)
         else:
             for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
                 result = generate(engine, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
-                                  deadline=search_deadline())
+                                  deadline=search_deadline(), drafts=drafts_for(augmentation, prompt_ids))
                 self._merge(result, augmentation, merged, stats)
+        stats.engine_steps = engine.steps - steps_before
         candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
         return candidates, stats
 
@@ -201,6 +211,8 @@ class Solver:
         """Count one search in ``stats``; decode its answers, map them back and merge them into ``merged``."""
         stats.forward_calls += result.forward_calls
         stats.tokens += result.tokens_processed
+        stats.draft_tokens += result.draft_tokens
+        stats.draft_accepted += result.draft_accepted
         if result.capped:
             stats.capped.append(f"{augmentation.key}: {result.capped}")
         for reason, count in result.dropped.items():

@@ -1,9 +1,9 @@
 """Depth-first search over several prompts at once: one engine lane per prompt, one decode step for all live lanes.
 
 Each lane is the search of ``dfs.dfs_search`` (the same ``dfs.Frontier``: same threshold, same
-pruning, same order of exploration, its own optional guess), so each lane returns what
-``dfs_search`` returns for its prompt, NLLs equal up to float rounding. What is shared is the
-model call: every step feeds the next token of every live lane in one engine step
+pruning, same order of exploration, its own optional guess and draft source), so each lane returns
+what ``dfs_search`` returns for its prompt, NLLs equal up to float rounding. What is shared is the
+model call: every step feeds the next token (and its draft) of every live lane in one engine step
 (``dfs.search_lanes``). How the lanes' keys and values are held, rewound and compacted is the
 engine's business (``decode_engine``). A ``deadline`` (``time.monotonic()``) is the whole call's:
 once it has passed no model call starts, and every lane returns what it found so far, saying so in
@@ -25,25 +25,32 @@ from collections.abc import Sequence
 
 from arc_kit.search.decoding import AnswerSpace, BatchLimit, SearchResult, with_halving
 from arc_kit.search.dfs import DfsSettings, clean_guess, search_lanes
+from arc_kit.search.drafts import DraftSource
 from arc_kit.search.engine import as_engine
 
 
 def batched_dfs_search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace,
                        settings: DfsSettings = DfsSettings(),
                        guesses: Sequence[Sequence[int] | None] | None = None, *,
-                       deadline: float | None = None, limit: BatchLimit | None = None) -> list[SearchResult]:
-    """``dfs_search`` of each prompt (with its guess), all searched together; one result per prompt.
+                       deadline: float | None = None, limit: BatchLimit | None = None,
+                       drafts: Sequence[DraftSource | None] | None = None) -> list[SearchResult]:
+    """``dfs_search`` of each prompt (its guess, its draft source), all searched together; one result per prompt.
 
     ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). ``seconds`` of a result is
     the time from the start until its lane left the batch; ``settings.max_forward_calls`` caps each
     lane's own steps. Past ``deadline`` no model call starts (a lane whose first pass never ran
     returns no answers, ``capped`` saying why). ``limit``: the most lanes held and fed together
-    (none at first), halved on out-of-memory errors; it ends as the size that fitted.
+    (none at first), halved on out-of-memory errors; it ends as the size that fitted. ``drafts``: one
+    source (or None) per prompt; a group started again after an out-of-memory error keeps what its
+    sources learnt (proposals only: the answers are the same).
     """
     started = time.monotonic()
     guesses = list(guesses) if guesses is not None else [None] * len(prompts)
     if len(guesses) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(guesses)} guesses")
+    drafts = list(drafts) if drafts is not None else [None] * len(prompts)
+    if len(drafts) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(drafts)} draft sources")
     if not prompts:
         return []
     engine = as_engine(engine)
@@ -54,5 +61,5 @@ def batched_dfs_search(engine, prompts: Sequence[Sequence[int]], space: AnswerSp
         done = len(results)
         results += with_halving(limit, len(prompts) - done, lambda size, start=done: search_lanes(
             engine, prompts[start:start + size], guesses[start:start + size], space, settings, started, deadline,
-            limit))
+            limit, drafts[start:start + size]))
     return results

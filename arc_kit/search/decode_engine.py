@@ -5,11 +5,15 @@ A search holds *lanes*, one per prompt, numbered 0.. in the order they were star
 an engine grows it when a position needs more); ``prefill(lane, ids, logits_from)`` runs a lane's
 prompt (and guess) and returns the next-token NLLs after each of ``ids[:logits_from]``,
 ``ids[:logits_from + 1]``, ... ``ids``; ``step(tokens, positions)`` feeds every live lane one token
-at its position and returns each lane's next-token NLLs. A lane's tokens occupy positions
-0, 1, ... in order, so feeding a token at position p forgets everything the lane held at p and
-after: that is the DFS's rewind. ``keep_lanes(lanes)`` keeps the given live lanes (increasing),
-which become lanes 0.. in that order; ``release()`` ends the search. NLLs are ``-answer_log_probs``
-under the space given to ``start`` (``decoding.answer_log_probs``), as float64 numpy rows.
+at its position and returns each lane's next-token NLLs; ``step_runs(runs, positions)`` feeds each
+live lane a run of tokens at consecutive positions from its own (a DFS branch's token and its
+draft) and returns an NLL row after each token of each run, all lanes in one model call (``step``
+is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in order, so feeding
+a token at position p forgets everything the lane held at p and after: that is the DFS's rewind.
+``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that
+order; ``release()`` ends the search; ``steps`` counts the steps made. NLLs are
+``-answer_log_probs`` under the space given to ``start`` (``decoding.answer_log_probs``), as
+float64 numpy rows.
 
 Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
 prompt run once and its keys and values reused by all its answers, in as few batched calls as
@@ -41,6 +45,7 @@ class DecodeEngine(ABC):
 
     kind: str = ""
     model = None
+    steps: int = 0  # the steps made (calls of ``step`` or ``step_runs``, whatever the lanes or runs): a search's cost
 
     # -- lanes ---------------------------------------------------------------------------------
     @abstractmethod
@@ -57,6 +62,11 @@ class DecodeEngine(ABC):
     @abstractmethod
     def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """Feed live lane i ``tokens[i]`` at ``positions[i]``; NLL rows (live lanes, vocab)."""
+
+    @abstractmethod
+    def step_runs(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
+        """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
+        per lane its NLL rows (len(runs[i]), vocab), row j after ``runs[i][:j + 1]``."""
 
     @abstractmethod
     def keep_lanes(self, lanes: Sequence[int]) -> None:

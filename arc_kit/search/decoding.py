@@ -156,11 +156,13 @@ class SearchResult:
     """What a sampler returns for one prompt."""
 
     completions: list[Completion]  # sorted by NLL, best first; distinct
-    forward_calls: int = 0  # model calls after the prompt's
-    tokens_processed: int = 0  # tokens fed to the model, prompt included
+    forward_calls: int = 0  # model calls after the prompt's (a DFS step with a draft is one)
+    tokens_processed: int = 0  # tokens fed to the model, prompt (and guess, and drafts) included
     seconds: float = 0.0
     capped: str | None = None  # why the search stopped early, if it did (a cap or its deadline was hit)
     dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
+    draft_tokens: int = 0  # DFS: draft tokens fed after branch tokens
+    draft_accepted: int = 0  # DFS: of them, those followed (each saved a step)
 
     def __post_init__(self):
         unique = {completion.ids: completion for completion in sorted(self.completions, key=lambda c: c.nll)}

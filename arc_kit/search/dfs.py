@@ -13,7 +13,15 @@ one-lane case. Each lane has its own ``Frontier``, so every lane explores exactl
 
 An optional *guess* (the best answer found so far under another augmentation, mapped into this
 one's frame) is fed together with the prompt in one forward pass, which yields the cache and the
-distribution at every position of the guess at once; its path is explored first. Only answer tokens
+distribution at every position of the guess at once; its path is explored first. An optional
+*draft source* per prompt (``drafts.DraftSource``) makes the search speculative: each step feeds a
+lane its branch's token and a draft of at most ``settings.draft_tokens`` tokens (``DecodeEngine.step_runs``),
+and the draft is walked as the guess is (``Frontier.walk``): each token followed while it keeps the
+path within the threshold, the siblings at every position pushed as ``expand`` pushes them. Every
+position walked is one the search explores anyway, so the answers and their NLLs are the same as
+without drafts; only the order of exploration changes (which matters only where a cap or the
+deadline cuts the search short: a step with a draft counts as one forward call). The positions after
+the first refused draft token are wasted; the next step at the lane overwrites them. Only answer tokens
 are walked (a path through any other token can never spell a grid, so pruning it is exact); their
 NLLs are the space's (``decoding.answer_log_probs``: the full softmax by default). Caps on the answer
 length and on the number of forward calls bound the work, and so does an optional ``deadline`` (a
@@ -36,6 +44,7 @@ import numpy as np
 
 from arc_kit.search.decode_engine import DecodeEngine
 from arc_kit.search.decoding import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
+from arc_kit.search.drafts import DraftSource
 from arc_kit.search.engine import as_engine
 from arc_kit.settings import SamplerSettings
 
@@ -47,11 +56,19 @@ class DfsSettings:
     """The search's bounds; the defaults are the sampler's (``settings.SamplerSettings``: the paper's T = 9%)."""
 
     threshold: float = SamplerSettings().threshold  # minimum probability of a returned answer
-    max_forward_calls: int = SamplerSettings().max_forward_calls  # single-token model calls before it stops
+    max_forward_calls: int = SamplerSettings().max_forward_calls  # steps of a lane before it stops (a draft's too)
+    draft_tokens: int = SamplerSettings().draft_tokens  # the most draft tokens fed after a branch's token in a step
 
     def __post_init__(self):
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be at least 0, got {self.draft_tokens}")
+
+    @classmethod
+    def of(cls, sampler: SamplerSettings) -> DfsSettings:
+        """The bounds a sampler's settings give the search."""
+        return cls(sampler.threshold, sampler.max_forward_calls, sampler.draft_tokens)
 
 
 class Frontier:
@@ -63,6 +80,7 @@ class Frontier:
 
     def __init__(self, space: AnswerSpace, max_nll: float):
         self.space, self.max_nll = space, max_nll
+        self.allowed = frozenset(space.allowed_ids)
         self.completions: list[Completion] = []
         self.stack: list[tuple[int, int, float]] = []  # (depth of the parent, token, NLL with the token)
         self.dropped: Counter = Counter()
@@ -86,23 +104,32 @@ class Frontier:
         children.sort(reverse=True)  # worst first, so the most probable child is popped next
         self.stack.extend((depth, token, total) for total, token in children)
 
+    def walk(self, tokens: Sequence[int], increments: Sequence[np.ndarray], depth: int = 0, nll: float = 0.0) -> int:
+        """Expand along ``tokens`` (a guess or a draft) from ``depth``; how many of its tokens were followed.
+
+        ``increments[j]``: the distribution after the path's first ``depth`` tokens and ``tokens[:j]``
+        (one more row than tokens: they are known already); ``nll``: the path's NLL at ``depth``. A
+        token is followed while it keeps the path within the threshold (and room is left for an eos
+        after it), the siblings waiting on the stack; the path ends as the followed part.
+        """
+        for followed, increment in enumerate(increments):
+            token = tokens[followed] if followed < len(tokens) else None
+            follow = (token is not None and token != self.space.eos_id and nll + increment[token] <= self.max_nll
+                      and depth + 1 < self.space.max_length)
+            self.expand(depth, nll, increment, skip=token if follow else None)
+            if not follow:
+                return followed
+            self.path.append(token)
+            nll += float(increment[token])
+            depth += 1
+        return len(increments)
+
     def walk_guess(self, guess: Sequence[int], increments: np.ndarray) -> int:
         """Expand along the guess, whose distributions ``increments[d]`` are known; the depth followed.
 
         Siblings wait on the stack; the path ends as the followed part of the guess.
         """
-        nll, depth = 0.0, 0
-        while True:
-            increment = increments[depth]
-            token = guess[depth] if depth < len(guess) else None
-            follow = (token is not None and token != self.space.eos_id and nll + increment[token] <= self.max_nll
-                      and depth + 1 < self.space.max_length)
-            self.expand(depth, nll, increment, skip=token if follow else None)
-            if not follow:
-                return depth
-            self.path.append(token)
-            nll += float(increment[token])
-            depth += 1
+        return self.walk(guess, increments)
 
     def pop(self) -> tuple[int, int, float]:
         """The next branch (depth of its parent, token, NLL); the path is cut back to its parent."""
@@ -128,46 +155,77 @@ def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
 
 
 def dfs_search(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: DfsSettings = DfsSettings(),
-               guess: Sequence[int] | None = None, *, deadline: float | None = None) -> SearchResult:
+               guess: Sequence[int] | None = None, *, deadline: float | None = None,
+               drafts: DraftSource | None = None) -> SearchResult:
     """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first.
 
     ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). Past ``deadline``
     (``time.monotonic()``) no model call starts: the answers found so far come back, ``capped``
-    says so (with no call at all when it had passed before the search began).
+    says so (with no call at all when it had passed before the search began). ``drafts``: where
+    each step's draft comes from (none: one token per step); the same answers either way.
     """
     return search_lanes(as_engine(engine), [prompt_ids], [clean_guess(guess, space)], space, settings,
-                        time.monotonic(), deadline)[0]
+                        time.monotonic(), deadline, drafts=[drafts])[0]
 
 
 class _Lane:
     """One prompt's search among the lanes: its frontier and its counts."""
 
-    def __init__(self, prompt_length: int, sequence_length: int, frontier: Frontier):
+    def __init__(self, prompt_length: int, sequence_length: int, frontier: Frontier, drafts: DraftSource | None):
         self.prompt_length = prompt_length  # the path's token at depth d is fed at position prompt_length + d
         self.sequence_length = sequence_length  # prompt and guess, as fed in the first pass
         self.frontier = frontier
-        self.forward_calls = 0
+        self.drafts = drafts
+        self.forward_calls = 0  # steps
+        self.draft_tokens = 0  # draft tokens fed
+        self.draft_accepted = 0  # draft tokens followed: positions that cost no step of their own
         self.capped: str | None = None
         self.seconds = 0.0
-        self.pending: tuple[int, float] = (0, 0.0)  # (depth of the parent, NLL) of the token being fed
+        self.pending: tuple[int, float, list[int]] = (0, 0.0, [])  # (depth, NLL) of the branch fed, and its draft
+        self.answers_told = 0  # completions the draft source has been told of
+
+    def draft(self, depth: int, limit: int) -> list[int]:
+        """The draft after the path (its branch at ``depth`` just taken), cut to what a walk could follow:
+        answer tokens before any eos, at most ``limit``, none past the room left for an eos."""
+        space = self.frontier.space
+        room = min(limit, space.max_length - depth - 2)
+        if self.drafts is None or room <= 0:
+            return []
+        draft = []
+        for token in self.drafts.propose(self.frontier.path, room)[:room]:
+            token = int(token)
+            if token == space.eos_id or token not in self.frontier.allowed:
+                break
+            draft.append(token)
+        return draft
+
+    def tell_answers(self) -> None:
+        """Tell the draft source of the answers found since it was last told."""
+        completions = self.frontier.completions
+        if self.drafts is not None:
+            for completion in completions[self.answers_told:]:
+                self.drafts.found(completion.ids)
+        self.answers_told = len(completions)
 
 
 def search_lanes(engine: DecodeEngine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
                  settings: DfsSettings, started: float, deadline: float | None,
-                 limit: BatchLimit | None = None) -> list[SearchResult]:
-    """``dfs_search`` of each prompt (with its cleaned guess), all on one engine's lanes; one result per prompt.
+                 limit: BatchLimit | None = None,
+                 drafts: Sequence[DraftSource | None] | None = None) -> list[SearchResult]:
+    """``dfs_search`` of each prompt (with its cleaned guess and its draft source), all on one engine's lanes.
 
-    Each lane's first pass (prompt and guess in one forward) is made alone, as a single search
-    makes it; then every step feeds each live lane its next branch's token. A lane whose stack is
-    empty, or which reached its forward-call cap, leaves (``keep_lanes``). ``deadline`` is the whole
-    call's; ``seconds`` of a result is the time from ``started`` until its lane left. ``limit``
-    goes to the engine (``DecodeEngine.start``).
+    One result per prompt. Each lane's first pass (prompt and guess in one forward) is made alone,
+    as a single search makes it; then every step feeds each live lane its next branch's token and
+    that branch's draft. A lane whose stack is empty, or which reached its forward-call cap, leaves
+    (``keep_lanes``). ``deadline`` is the whole call's; ``seconds`` of a result is the time from
+    ``started`` until its lane left. ``limit`` goes to the engine (``DecodeEngine.start``).
     """
     max_nll = -math.log(settings.threshold)
+    drafts = list(drafts) if drafts is not None else [None] * len(prompts)
     width = max(len(prompt) + len(guess) for prompt, guess in zip(prompts, guesses))
     engine.start(len(prompts), width + SPARE_POSITIONS, space, limit)
     try:
-        lanes = _first_passes(engine, prompts, guesses, space, max_nll, deadline)
+        lanes = _first_passes(engine, prompts, guesses, drafts, space, max_nll, deadline)
         if len(lanes) < len(prompts):  # the deadline came during the first passes: no step is taken
             for lane in lanes:
                 _still_searching(lane, settings, started, out_of_time=True)
@@ -179,18 +237,19 @@ def search_lanes(engine: DecodeEngine, prompts: Sequence[Sequence[int]], guesses
     return [_result(lane) for lane in lanes]
 
 
-def _first_passes(engine: DecodeEngine, prompts, guesses, space: AnswerSpace, max_nll: float,
+def _first_passes(engine: DecodeEngine, prompts, guesses, drafts, space: AnswerSpace, max_nll: float,
                   deadline: float | None) -> list[_Lane]:
     """Each lane's prompt and guess in one pass, lane by lane, until the deadline; the lanes made."""
     lanes = []
-    for lane_index, (prompt_ids, guess) in enumerate(zip(prompts, guesses)):
+    for lane_index, (prompt_ids, guess, source) in enumerate(zip(prompts, guesses, drafts)):
         if deadline_passed(deadline):
             break
         ids = [*map(int, prompt_ids), *guess]
         # increments[d][t]: NLL of token t after the prompt and guess[:d]
         increments = engine.prefill(lane_index, ids, len(prompt_ids))
-        lane = _Lane(len(prompt_ids), len(ids), Frontier(space, max_nll))
+        lane = _Lane(len(prompt_ids), len(ids), Frontier(space, max_nll), source)
         lane.frontier.walk_guess(guess, increments)  # its distributions are already computed
+        lane.tell_answers()
         lanes.append(lane)
     return lanes
 
@@ -207,26 +266,33 @@ def _steps(engine: DecodeEngine, lanes: list[_Lane], settings: DfsSettings, star
                 return
             engine.keep_lanes(keep)
             live = [live[row] for row in keep]
-        tokens, positions = [], []
+        runs, positions = [], []
         for index in live:
             lane = lanes[index]
             depth, token, total = lane.frontier.pop()
             lane.frontier.path.append(token)
+            draft = lane.draft(depth, settings.draft_tokens)
             lane.forward_calls += 1
-            tokens.append(token)
+            lane.draft_tokens += len(draft)
+            runs.append([token, *draft])
             positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
-            lane.pending = (depth, total)
-        increments = engine.step(tokens, positions)
+            lane.pending = (depth, total, draft)
+        if all(len(run) == 1 for run in runs):  # no drafts: the one-token step
+            increments = [row[None] for row in engine.step([run[0] for run in runs], positions)]
+        else:  # each lane's distributions after its branch's token and after each draft token
+            increments = engine.step_runs(runs, positions)
         for row, index in enumerate(live):
             lane = lanes[index]
-            depth, total = lane.pending
-            lane.frontier.expand(depth + 1, total, increments[row])
+            depth, total, draft = lane.pending
+            lane.draft_accepted += lane.frontier.walk(draft, increments[row], depth + 1, total)
+            lane.tell_answers()
 
 
 def _result(lane: _Lane) -> SearchResult:
     return SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
-                        tokens_processed=lane.sequence_length + lane.forward_calls, seconds=lane.seconds,
-                        capped=lane.capped, dropped=dict(lane.frontier.dropped))
+                        tokens_processed=lane.sequence_length + lane.forward_calls + lane.draft_tokens,
+                        seconds=lane.seconds, capped=lane.capped, dropped=dict(lane.frontier.dropped),
+                        draft_tokens=lane.draft_tokens, draft_accepted=lane.draft_accepted)
 
 
 def _still_searching(lane: _Lane, settings: DfsSettings, started: float, out_of_time: bool) -> bool:

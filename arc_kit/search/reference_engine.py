@@ -96,47 +96,55 @@ class ReferenceEngine(DecodeEngine):
         return increments
 
     def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        return np.stack(self.step_runs([[token] for token in tokens], positions))[:, 0]
+
+    def step_runs(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         import torch
 
+        self.steps += 1
         if not isinstance(self._cache, LaneCache):
             rewind_cache(self._cache, int(positions[0]))
             with torch.no_grad():
-                output, self._cache = call_with_cache(self.model, self._cache,
-                                                      input_ids=torch.tensor([[int(tokens[0])]], device=self.device))
-            return self._nlls(output.logits[:, -1])
-        return self._step_lanes(tokens, positions)
+                output, self._cache = call_with_cache(self.model, self._cache, input_ids=torch.tensor(
+                    [[int(token) for token in runs[0]]], device=self.device))
+            return [self._nlls(output.logits[0])]
+        return self._step_lanes(runs, positions)
 
-    def _step_lanes(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+    def _step_lanes(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         import torch
 
-        cache = self._cache
+        cache, width = self._cache, max(len(run) for run in runs)
         if self._valid is None:  # the first step: every first pass is in
             self._valid, self._width = self._valid_columns(), cache.length
-        if cache.length == cache.capacity:  # no column left for this step
-            self._compact()
+        if cache.length + width > cache.capacity:  # no room left for this step's columns
+            self._compact(width)
         length, valid = cache.length, self._valid
-        for row, (lane, position) in enumerate(zip(self._lanes, positions)):
+        for row, (lane, run, position) in enumerate(zip(self._lanes, runs, positions)):
             valid[row, lane.columns[position:]] = False  # the rewind: the abandoned branch is hidden
             del lane.columns[position:]
-            lane.columns.append(length)
-        valid[:, length] = True
-        step = (torch.tensor([[int(t)] for t in tokens], device=self.device),
-                torch.tensor([[int(p)] for p in positions], device=self.device),
-                valid[:, :length + 1].to(device=self.device, dtype=torch.long))
+            lane.columns += range(length, length + len(run))
+            valid[row, length:length + len(run)] = True  # a shorter run's padding columns stay hidden
+        padded = [[int(token) for token in run] + [0] * (width - len(run)) for run in runs]
+        step = (torch.tensor(padded, device=self.device),
+                torch.tensor([[int(p) + offset for offset in range(width)] for p in positions], device=self.device),
+                valid[:, :length + width].to(device=self.device, dtype=torch.long))
         with torch.no_grad():
-            increments = with_halving(self._limit, len(tokens), lambda size: self._step_rows(step, size))
-        cache.length += 1
-        return increments
+            rows = with_halving(self._limit, len(runs), lambda size: self._step_rows(step, size))
+        cache.length += width
+        return [lane_rows[:len(run)] for lane_rows, run in zip(rows, runs)]
 
     def _step_rows(self, step: tuple, size: int) -> np.ndarray:
-        """The step of every live lane, ``size`` lanes per model call; safe to repeat (it writes the same column)."""
+        """The step of every live lane, ``size`` lanes per model call; safe to repeat (it writes the same columns).
+
+        (lanes, run width, vocab) NLLs. A padding token sees the lane's run before it (its own column is
+        hidden): its row is computed, never read."""
         tokens, positions, attention = step
         pieces = []
         for start in range(0, tokens.shape[0], size):
             rows = slice(start, min(start + size, tokens.shape[0]))
             output = call_with_cache(self.model, self._cache.view(self.model, rows), input_ids=tokens[rows],
                                      attention_mask=attention[rows], position_ids=positions[rows])[0]
-            pieces.append(self._nlls(output.logits[:, -1]))
+            pieces.append(self._nlls(output.logits))
             del output
         return np.concatenate(pieces)
 
@@ -149,17 +157,17 @@ class ReferenceEngine(DecodeEngine):
             valid[row, lane.columns] = True
         return valid
 
-    def _compact(self) -> None:
+    def _compact(self, needed: int = 1) -> None:
         """Each lane's path (positions from its prompt's end) moved to the columns right after the longest
-        first pass, the room doubled first if the paths would fill half of it."""
+        first pass, the room doubled first if the paths and ``needed`` more columns would fill half of it."""
         import torch
 
         cache, width = self._cache, self._width
         paths = [lane.columns[lane.prompt_length:] for lane in self._lanes]
         longest = max(len(path) for path in paths)
         room = cache.capacity - width
-        if 2 * longest >= room:  # one layer at a time; the finished lanes' rows are dropped on the way
-            cache.grow(width + max(2 * room, longest + 1), rows=len(self._lanes))
+        if 2 * (longest + needed - 1) >= room:  # one layer at a time; the finished lanes' rows are dropped on the way
+            cache.grow(width + max(2 * room, longest + needed), rows=len(self._lanes))
         columns = torch.zeros((len(self._lanes), longest), dtype=torch.long)  # short paths padded with column 0
         for row, (lane, path) in enumerate(zip(self._lanes, paths)):
             columns[row, :len(path)] = torch.tensor(path, dtype=torch.long)

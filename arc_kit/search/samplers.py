@@ -27,6 +27,7 @@ import numpy as np
 from arc_kit.search.decode_engine import DecodeEngine
 from arc_kit.search.decoding import AnswerSpace, Completion, SearchResult, deadline_passed
 from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.search.drafts import DraftSource
 from arc_kit.search.engine import as_engine
 from arc_kit.settings import SamplerSettings
 
@@ -44,13 +45,14 @@ class _AllowedTokens:
 
 
 def generate(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: SamplerSettings = SamplerSettings(),
-             guess: Sequence[int] | None = None, seed: int = 0, *, deadline: float | None = None) -> SearchResult:
-    """Answers to a prompt from the chosen sampler (``guess`` is used by DFS only), found by ``deadline``."""
+             guess: Sequence[int] | None = None, seed: int = 0, *, deadline: float | None = None,
+             drafts: DraftSource | None = None) -> SearchResult:
+    """Answers to a prompt from the chosen sampler (``guess`` and ``drafts`` are used by DFS only), found by
+    ``deadline``."""
     engine = as_engine(engine)
     if settings.kind == "dfs":
-        return dfs_search(engine, prompt_ids, space,
-                          DfsSettings(settings.threshold, settings.max_forward_calls),
-                          guess if settings.use_guess else None, deadline=deadline)
+        return dfs_search(engine, prompt_ids, space, DfsSettings.of(settings),
+                          guess if settings.use_guess else None, deadline=deadline, drafts=drafts)
     if settings.kind == "greedy":
         return greedy_search(engine, prompt_ids, space, deadline=deadline)
     return _generate_baseline(engine, prompt_ids, space, settings, seed, deadline)

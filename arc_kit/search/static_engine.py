@@ -1,4 +1,4 @@
-"""The fast decode engine: merged weights, a static KV cache per lane bucket, one fixed-shape step.
+"""The fast decode engine: merged weights, a static KV cache per lane bucket, fixed-shape steps.
 
 The model's weights are read once into ``decode_weights.DecodeWeights`` (LoRA merged, projections
 fused; over bitsandbytes 4-bit weights, the packed weights read in place with the LoRA beside them)
@@ -16,11 +16,17 @@ per compaction, never per token), and once they fit the next smaller lane bucket
 bucket's own cache (one copy). A step computes eagerly exactly the live lanes' rows; compiled, its
 bucket's whole cache (the rows past the live ones feed token 0 at position 0 of their own row:
 computed, never read). When a position passes the capacity, the cache moves into the next capacity
-bucket (one copy). Each step makes one small device-to-host copy, the (rows, vocab) NLLs.
+bucket (one copy). Each step makes one small device-to-host copy, the (rows, run, vocab) NLLs.
+
+A step feeds each live lane a run of tokens at consecutive positions (``step_runs``: a DFS branch's
+token and its draft; ``step`` is the run of one token) and returns an NLL row per token. Runs
+shorter than the step's longest are padded with token 0 at the positions after them: written to
+the lane's cache past its path, never read before a later step writes them again. Compiled, runs
+are padded to a power of two (``run_bucket``); eagerly, to the step's longest run.
 
 Eagerly, attention reads only the columns some row can see. Compiled (``compile=True``, the default
-on a GPU), the step is ``torch.compile(fullgraph=True)``, one graph per lane bucket with the
-capacity a dynamic dimension, on CUDA with CUDA graphs (``mode="reduce-overhead"``, recorded per
+on a GPU), the step is ``torch.compile(fullgraph=True)``, one graph per lane bucket and run
+bucket with the capacity a dynamic dimension, on CUDA with CUDA graphs (``mode="reduce-overhead"``, recorded per
 shape; cache and weight tensors at fixed addresses, outputs copied out before the next step); if
 compiling fails (a GPU the compiler does not support, say), the engine logs one line and goes on
 eagerly. Prompts (a lane's prompt and guess, the scorer's prompts and answers) run eagerly through
@@ -54,6 +60,11 @@ POOL_BYTES = 4 * 2**30  # caches kept for later searches, least recently used dr
 def lane_bucket(lanes: int) -> int:
     """The rows of the cache that holds ``lanes`` lanes: the next power of two."""
     return 1 << max(0, int(lanes) - 1).bit_length()
+
+
+def run_bucket(length: int) -> int:
+    """The run length a compiled step feeds each row for runs of up to ``length`` tokens: the next power of two."""
+    return lane_bucket(length)
 
 
 def capacity_bucket(positions: int) -> int:
@@ -119,13 +130,13 @@ class StaticEngine(DecodeEngine):
     def _compiled_step(self):
         """``decode_step`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU.
 
-        The capacity is a dynamic dimension (``_fixed``): one graph per lane bucket serves every
-        capacity (CUDA graphs are still recorded per shape, which is cheap), instead of a compilation
+        The capacity is a dynamic dimension (``_fixed``): one graph per lane bucket and run bucket
+        serves every capacity (CUDA graphs are still recorded per shape, which is cheap), instead of a compilation
         per (bucket, capacity).
         """
         import torch
 
-        config = torch._dynamo.config  # a graph per lane bucket, more than the default limit allows in a long run
+        config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
         setattr(config, limit, max(getattr(config, limit), 64))
         if self.device.type == "cuda":
@@ -219,17 +230,25 @@ class StaticEngine(DecodeEngine):
             return self._nlls(logits(self.weights, hidden[0, logits_from - 1:]))
 
     def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        return np.stack(self.step_runs([[token] for token in tokens], positions))[:, 0]
+
+    def step_runs(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         import torch
 
         lanes = self._lanes
-        furthest = max(int(position) for position in positions) + 1
+        longest = max(len(run) for run in runs)
+        width = run_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
+        furthest = max(int(position) for position in positions) + width  # padding tokens are written too
         if furthest > lanes.capacity:
             self._grow(furthest)
-        # compiled: the whole bucket's cache (fixed shapes, fixed addresses); eager: just the live rows
+        # compiled: the whole bucket's cache (fixed shapes, fixed addresses); eager: just the live rows. Rows past
+        # the live lanes feed token 0 from position 0; a run shorter than the width is padded with token 0 at the
+        # positions after it, which no later step reads before writing them again (the search's next token for the
+        # lane is at or before the run's end)
         rows = lanes.cache.shape[2] if self.compiled else len(lanes.rows)
-        row_tokens, row_positions = [0] * rows, [0] * rows  # rows past the live lanes: token 0 at position 0
-        for row, token, position in zip(lanes.rows, tokens, positions):
-            row_tokens[row], row_positions[row] = int(token), int(position)
+        row_tokens, row_positions = [[0] * width for _ in range(rows)], [0] * rows
+        for row, run, position in zip(lanes.rows, runs, positions):
+            row_tokens[row][:len(run)], row_positions[row] = [int(token) for token in run], int(position)
         cos, sin = self._rope_tables(lanes.capacity)
         used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
         cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
@@ -250,8 +269,10 @@ class StaticEngine(DecodeEngine):
             logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
                            type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
             self.compiled, self._step = False, decode_step
-            return self.step(tokens, positions)
-        return nlls.numpy()[lanes.rows].astype(np.float64)
+            return self.step_runs(runs, positions)
+        self.steps += 1
+        nlls = nlls.numpy()
+        return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(lanes.rows, runs)]
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:
         import torch

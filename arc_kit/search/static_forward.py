@@ -1,15 +1,17 @@
 """The decoder's forward pass in plain PyTorch over ``DecodeWeights``: one decode step, and a multi-token pass.
 
-``decode_step`` is the fixed-shape step of the fast engine: every row of a lane bucket feeds one
-token at its own position; per layer it normalises, projects query, key and value with one matmul,
-rotates queries and keys by their position (one batched matmul with a per-row rotation matrix made
-once per step from the model's own rope tables), writes the row's key and value at its position
-into the static cache with one ``index_put_``, attends with the query heads grouped over their key
-and value head (never expanded) under a mask ``column <= position`` (and the layer's sliding
-window), and runs the MLP with one matmul for gate and up. It ends with the next-token NLLs
-of every row under ``decoding.answer_log_probs``. It has no Python branches on values, no host
-synchronisation and no allocation that depends on the data, so ``torch.compile(fullgraph=True)``
-takes it whole; eagerly, ``used`` (the columns any row can see) limits attention to the columns in use.
+``decode_step`` is the fixed-shape step of the fast engine: every row of a lane bucket feeds a run of
+tokens (one in a plain DFS step; a branch token and its draft in a speculative one) at consecutive
+positions from its own start; per layer it normalises, projects query, key and value with one
+matmul, rotates queries and keys by their position (one batched matmul with a per-token rotation
+matrix made once per step from the model's own rope tables), writes each token's key and value at
+its position into the static cache with one ``index_put_``, attends with the query heads grouped
+over their key and value head (never expanded) under a mask ``column <= position`` (and the
+layer's sliding window), and runs the MLP with one matmul for gate and up. It ends with the
+next-token NLLs of every token under ``decoding.answer_log_probs``. It has no Python branches on
+values, no host synchronisation and no allocation that depends on the data, so
+``torch.compile(fullgraph=True)`` takes it whole (one graph per rows and run length); eagerly,
+``used`` (the columns any token can see) limits attention to the columns in use.
 
 ``forward_tokens`` is the eager multi-token pass of prompts (the DFS's first pass, the scorer's
 prompts) and answers: tokens at given positions, optionally after a stored prefix (rows of a
@@ -77,64 +79,75 @@ def rotate_half(states):
 
 
 def _step_biases(weights, positions, used: int, dtype) -> dict:
-    """{window: (rows, used) additive mask}: 0 where column <= position (and within the window), else -inf."""
+    """{window: (rows, run, used) additive mask}: 0 where column <= the token's position (and within the window)."""
     import torch
 
-    columns = torch.arange(used, device=positions.device)[None, :]
+    columns = torch.arange(used, device=positions.device)[None, None, :]
     biases = {}
     for window in weights.windows:
-        visible = columns <= positions[:, None]
+        visible = columns <= positions[:, :, None]
         if window is not None:
-            visible = visible & (columns > positions[:, None] - window)
+            visible = visible & (columns > positions[:, :, None] - window)
         biases[window] = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
             ~visible, float("-inf"))
     return biases
 
 
 def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None):
-    """Next-token NLLs (rows, vocab; float32) after each row feeds ``tokens[row]`` at ``positions[row]``.
+    """Next-token NLLs (rows, run, vocab; float32) after each row feeds ``tokens[row]`` from ``positions[row]`` on.
 
-    ``cache``: (layers, 2, rows, kv heads, capacity, head dim) (a view of the first rows of a larger
-    one is fine), written in place at each row's position; ``cos``/``sin``: rope tables of at least
-    ``capacity`` positions; ``swap``: ``half_swap``; ``allowed``: the answer mask over the
-    vocabulary; ``used``: attend to columns [0, used), which must hold every row's position (None:
-    every column of the cache; compiled, so that one graph serves every capacity).
+    ``tokens``: (rows, run), a row's run fed at positions ``positions[row]``, ``positions[row] + 1``,
+    ...; ``positions``: (rows,). ``cache``: (layers, 2, rows, kv heads, capacity, head dim) (a view
+    of the first rows of a larger one is fine), written in place at each token's position;
+    ``cos``/``sin``: rope tables of at least ``capacity`` positions; ``swap``: ``half_swap``;
+    ``allowed``: the answer mask over the vocabulary; ``used``: attend to columns [0, used), which
+    must hold every token's position (None: every column of the cache; compiled, so that one graph
+    serves every capacity). A token sees the cache up to its own position: the run's earlier tokens,
+    never its later ones.
     """
     import torch
     import torch.nn.functional as F
 
-    rows, used = tokens.shape[0], cache.shape[4] if used is None else used
+    (rows, run), used = tokens.shape, cache.shape[4] if used is None else used
+    count = rows * run  # the step's tokens, row by row: the matmuls take them as one batch
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
-    rotation = torch.diag_embed(cos[positions]) + swap * sin[positions][:, None, :]  # x @ rotation: rope at position
-    biases = {window: bias[:, None, None, :]
-              for window, bias in _step_biases(weights, positions, used, cos.dtype).items()}
+    token_positions = positions[:, None] + torch.arange(run, device=positions.device)[None, :]  # (rows, run)
+    flat_positions = token_positions.reshape(count)
+    rotation = torch.diag_embed(cos[flat_positions]) + swap * sin[flat_positions][:, None, :]  # x @ rotation: rope
+    # per row, the queries of a key-value head are its group's heads at each token of the run: (run * group) queries
+    biases = {window: bias[:, None, :, None, :].expand(rows, 1, run, group, used).reshape(rows, 1, run * group, used)
+              for window, bias in _step_biases(weights, token_positions, used, cos.dtype).items()}
     # (layer, key or value, row, kv head, position): one index_put_ per layer on the cache itself (not on a
-    # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each row's key and value
+    # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each token's key and value
     device = tokens.device
     layer_index = torch.arange(len(weights.layers), device=device)
-    where = (torch.arange(2, device=device)[None, :, None], torch.arange(rows, device=device)[:, None, None],
-             torch.arange(kv_heads, device=device)[None, None, :], positions[:, None, None])
+    where = (torch.arange(2, device=device)[None, None, :, None],
+             torch.arange(rows, device=device)[:, None, None, None],
+             torch.arange(kv_heads, device=device)[None, None, None, :], token_positions[:, :, None, None])
     keys, values = cache[:, 0, :, :, :used].unbind(0), cache[:, 1, :, :, :used].unbind(0)  # per layer: views
-    hidden = weights.embed[tokens]
+    hidden = weights.embed[tokens.reshape(count)]
     for index, layer in enumerate(weights.layers):
-        mixed = linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
-        query_key = mixed[:, :rotated_heads * head_dim].view(rows, rotated_heads, head_dim)
+        mixed = linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (count, (H + 2K) * D)
+        query_key = mixed[:, :rotated_heads * head_dim].view(count, rotated_heads, head_dim)
         if layer.query_norm is not None:
             query_key = torch.cat((head_normalized(query_key[:, :heads], layer.query_norm, weights.eps),
                                    head_normalized(query_key[:, heads:], layer.key_norm, weights.eps)), dim=1)
         rotated = torch.bmm(query_key, rotation)
-        mixed[:, query_width:rotated_heads * head_dim] = rotated[:, heads:].reshape(rows, -1)  # keys, rotated
-        cache.index_put_((layer_index[index], *where), mixed[:, query_width:].view(rows, 2, kv_heads, head_dim))
-        # a row's query heads grouped by their key-value head (head h reads h // group): the group plays the
-        # queries of one attention over that head's keys and values, never expanded; queries carry the scale
-        query = rotated[:, :heads].view(rows, kv_heads, group, head_dim)
+        mixed[:, query_width:rotated_heads * head_dim] = rotated[:, heads:].reshape(count, -1)  # keys, rotated
+        cache.index_put_((layer_index[index], *where), mixed[:, query_width:].view(rows, run, 2, kv_heads, head_dim))
+        # a row's query heads grouped by their key-value head (head h reads h // group): the group, at every token
+        # of the run, plays the queries of one attention over that head's keys and values, never expanded; queries
+        # carry the scale
+        query = rotated[:, :heads].reshape(rows, run, kv_heads, group, head_dim).transpose(1, 2).reshape(
+            rows, kv_heads, run * group, head_dim)
         attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
                                                   scale=1.0)
-        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output, layer.output_bias)
+        attended = attended.view(rows, kv_heads, run, group, head_dim).transpose(1, 2).reshape(count, query_width)
+        hidden = _plus_linear(hidden, attended, layer.output, layer.output_bias)
         gate, up = linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
         hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down, layer.down_bias)
-    return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
+    return -answer_log_probs(logits(weights, hidden), allowed, probabilities).view(rows, run, -1)
 
 
 def linear(inputs, weight, bias):

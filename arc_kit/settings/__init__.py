@@ -37,6 +37,7 @@ from arc_kit.settings.presets import (
 from arc_kit.settings.solving import (
     AGGREGATION_NAMES,
     DECODING_MODES,
+    DRAFT_SOURCES,
     ENGINE_COMPILE_MODES,
     ENGINE_KINDS,
     PROBABILITY_MODES,
@@ -51,6 +52,7 @@ __all__ = [
     "AGGREGATION_NAMES",
     "DECODING_MODES",
     "DEFAULT_TOKEN_BUDGET",
+    "DRAFT_SOURCES",
     "DRY_RUN_TASKS",
     "ENGINE_COMPILE_MODES",
     "ENGINE_KINDS",

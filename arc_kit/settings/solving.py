@@ -20,6 +20,7 @@ PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs impleme
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
 ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
+DRAFT_SOURCES = ("none", "prompt", "all")  # run.solver's draft sources implement exactly these
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,15 @@ class SamplerSettings(Settings):
     threshold: float = setting(0.09, "DFS: minimum probability of a returned answer")
     count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)")
     temperature: float = setting(1.0, "sample: softmax temperature")
-    max_forward_calls: int = setting(20_000, "DFS: cap on single-token model calls per search (reported when hit)")
+    max_forward_calls: int = setting(20_000, "DFS: cap on model calls (steps) per search, a step with a draft "
+                                     "counting one (reported when hit)")
     use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
+    drafts: str = setting("all", "DFS: speculative steps, each branch's token fed with a draft that the search "
+                          "follows while it stays within the threshold (the same answers; ours). none: one token "
+                          "per step; prompt: prompt lookup; all: also the test input cell by cell and the answers "
+                          "found under other augmentations and by the search itself", choices=DRAFT_SOURCES)
+    draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
+                                "CPU, 7 took as few steps as 15 and less time, docs/results.md)")
 
     def __post_init__(self):
         if self.kind not in SAMPLER_KINDS:
@@ -40,6 +48,10 @@ class SamplerSettings(Settings):
             raise ValueError("count must be at least 1")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
+        if self.drafts not in DRAFT_SOURCES:
+            raise ValueError(f"unknown drafts {self.drafts!r}; expected one of {DRAFT_SOURCES}")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be at least 0, got {self.draft_tokens}")
 
     @property
     def name(self) -> str:

@@ -1,0 +1,112 @@
+"""The drafts benchmark (``arc-kit bench --which drafts``): the speculative DFS against one token per step.
+
+Each test input of the given tasks (the bench command gives the 30 shortest by prompt tokens) is
+searched under its inference augmentations, drawn as the solver draws them (``Solver.views``), by
+the solver's candidate generation as a run makes it (``Solver.sample``: batched lanes after the
+first search), once for each setting of ``SamplerSettings.drafts``, in turns (which goes first
+rotates by test input, so that none always finds the machine's caches warm). The engine's steps
+(``SearchStats.engine_steps``), the wall time and the draft tokens fed and followed are summed per
+setting, and every setting's candidates (their grids, and their NLL under each augmentation, to
+1e-4) are compared with those of "none". The last line is ``drafts: N.NNx fewer steps, M.MMx wall``
+for "all" against "none" (the wall figure is the speed-up: below 1, slower).
+
+Knows the solver's interface and the settings; knows nothing of how drafts are made or walked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arc_kit.data.grids import grid_key
+from arc_kit.data.tasks import Task
+from arc_kit.run.solver import Solver
+from arc_kit.settings import DRAFT_SOURCES, SamplerSettings, SolveSettings
+from arc_kit.text import TaskEncoder
+
+NLL_TOLERANCE = 1e-4
+
+
+@dataclass
+class _Totals:
+    steps: int = 0
+    seconds: float = 0.0
+    fed: int = 0
+    accepted: int = 0
+    differing: list[str] = field(default_factory=list)  # test inputs whose candidates differ from "none"'s
+    largest: float = 0.0  # the largest NLL difference from "none" on the same candidates
+
+
+@dataclass
+class DraftsBench:
+    """What the benchmark measured, per setting of the drafts."""
+
+    totals: dict[str, _Totals]
+    inputs: int
+    note: str
+
+    def lines(self) -> list[str]:
+        plain = self.totals["none"]
+        lines = [f"drafts bench: {self.inputs} test inputs, {self.note}"]
+        for name, total in self.totals.items():
+            share = f"{total.accepted / total.fed:.0%} of {total.fed} draft tokens followed" if total.fed else \
+                "no drafts"
+            same = "" if name == "none" else ("; same candidates, largest NLL difference "
+                                              f"{total.largest:.1e}" if not total.differing else
+                                              f"; candidates differ on {len(total.differing)} test input(s): "
+                                              f"{', '.join(total.differing[:3])}")
+            lines.append(f"  {name:<7} {total.steps:8d} engine steps {total.seconds:9.1f} s  {share}{same}")
+        best = self.totals.get("all", plain)
+        lines.append(f"drafts: {plain.steps / max(best.steps, 1):.2f}x fewer steps, "
+                     f"{plain.seconds / best.seconds if best.seconds else float('nan'):.2f}x wall")
+        return lines
+
+
+def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
+    """Fold one test input's candidates (grid key -> NLL per augmentation) against "none"'s into ``total``."""
+    if found.keys() != plain.keys() or any(found[key].keys() != plain[key].keys() for key in plain):
+        total.differing.append(label)
+        return
+    largest = max((abs(found[key][view] - nll) for key, nlls in plain.items() for view, nll in nlls.items()),
+                  default=0.0)
+    total.largest = max(total.largest, largest)
+    if largest > NLL_TOLERANCE:
+        total.differing.append(label)
+
+
+def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
+                 probabilities: str = "full", engine: str = "fast", modes: Sequence[str] = DRAFT_SOURCES,
+                 seed: int = 0) -> DraftsBench:
+    """Every test input of ``tasks`` under ``augmentations`` views, searched with each setting in ``modes``."""
+    if "none" not in modes:
+        raise ValueError("the drafts benchmark compares with 'none': it must be among the modes")
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
+                                                  engine=engine, inference_augmentations=augmentations, seed=seed))
+    totals = {mode: _Totals() for mode in modes}
+    inputs = 0
+    for task in tasks:
+        for index, test_input in enumerate(task.test_inputs):
+            views, _, _ = solver.views(task, index)
+            order = list(modes[inputs % len(modes):]) + list(modes[:inputs % len(modes)])
+            found = {}
+            for mode in order:
+                sampler = SamplerSettings("dfs", threshold=threshold, drafts=mode)
+                started = time.perf_counter()
+                candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler,
+                                                  np.random.default_rng(seed), task_id=task.id)
+                total = totals[mode]
+                total.seconds += time.perf_counter() - started
+                total.steps += stats.engine_steps
+                total.fed += stats.draft_tokens
+                total.accepted += stats.draft_accepted
+                found[mode] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+            for mode in modes:
+                if mode != "none":
+                    _compare(found[mode], found["none"], totals[mode], f"{task.id}[{index}]")
+            inputs += 1
+    note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, {solver.engine().kind} engine, "
+            f"at most {SamplerSettings().draft_tokens} draft tokens per step")
+    return DraftsBench(totals, inputs, note)

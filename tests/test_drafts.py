@@ -1,0 +1,329 @@
+"""The speculative DFS against brute force and against itself without drafts: the same answers, whatever the drafts.
+
+A draft only changes which positions a step computes: every position it walks is one the search
+explores anyway. So with drafts that are right, wrong, empty, outside the alphabet, longer than any
+answer, or learnt from the search's own finds, on both engines, single and batched, each search must
+return exactly the enumerated answers (NLLs within 1e-4) and the drops, and every explored prefix
+is either a step's branch or a followed draft token. The draft sources themselves (prompt lookup,
+answers read position by position) are checked on their own, and so is the solver's use of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import bigram_model
+from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, assert_same_as_reference,
+                      engine_for, full_log_probs, model_for, safe_enumeration)
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.tasks import Pair
+from arc_kit.run.drafting import draft_source
+from arc_kit.run.analysis import draft_share
+from arc_kit.run.records import SearchStats, TaskRecord, TestResult
+from arc_kit.run.solver import Solver
+from arc_kit.search.batched_dfs import batched_dfs_search
+from arc_kit.search.decoding import AnswerSpace
+from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
+from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
+from arc_kit.text import TaskEncoder, Vocabulary
+
+OTHER_PROMPTS = [PROMPT[:-3] + [5, 6, 12], [13, 16, 17, 11, 2, 12], PROMPT[:20] + [11, 7, 10, 8, 9, 12]]
+
+
+class Constant(DraftSource):
+    """Proposes the same tokens after every path (cut to the limit)."""
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+
+    def supported(self, path, limit):
+        return self.tokens[:limit], 0
+
+
+def draft_kinds(model, space: AnswerSpace, answers: list[tuple[int, ...]]) -> dict[str, object]:
+    """A factory of a fresh draft source (sources may learn) for every kind of draft."""
+    best = list(answers[0]) if answers else [space.allowed_ids[0], EOS]
+    log_probs = full_log_probs(model, PROMPT, space)
+    unlikely = min((t for t in space.allowed_ids if t != EOS), key=lambda t: float(log_probs[t]))
+    structure = [EOS, 10]  # 10: the row separator of the WITH_NEWLINE alphabet
+    return {
+        "empty": DraftSource,
+        "right (the answers, read position by position)": lambda: AlignedAnswers([list(a) for a in answers], structure,
+                                                                                  learn=False),
+        "the best answer only": lambda: AlignedAnswers([best], structure, learn=False),
+        "learnt from the search's own finds": lambda: AlignedAnswers([], structure),
+        "wrong: the least likely token again and again": lambda: Constant([unlikely] * 40),
+        "junk outside the alphabet": lambda: Constant([11, 40, space.allowed_ids[0]]),
+        "longer than any answer (no eos)": lambda: Constant([space.allowed_ids[0]] * (space.max_length + 5)),
+        "an answer, then past its eos": lambda: Constant([*best, *best, *best]),
+        "prompt lookup": lambda: PromptLookup(PROMPT, min_length=1),
+        "the most supported of several": lambda: MostSupported([DraftSource(), Constant([unlikely]),
+                                                                 AlignedAnswers([best], structure),
+                                                                 PromptLookup(PROMPT, min_length=1)]),
+    }
+
+
+@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
+def case(request):
+    """(engine, space, [(threshold, enumeration)] for each of THRESHOLDS), as test_dfs's ``case``."""
+    (allowed, max_length, seed, scale), mode, kind = request.param
+    space = AnswerSpace(allowed, EOS, max_length, mode)
+    model = model_for(seed, scale)
+    return engine_for(seed, scale, kind), space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
+
+
+def assert_exact(result, enumeration, name: str, threshold: float, guess_followed: int = 0, guess_length: int = 0):
+    try:
+        assert_same_as_reference(result, enumeration)
+        assert result.dropped.get("max length", 0) == enumeration.dropped
+        # every explored prefix: a step's branch, a followed draft token, or a followed guess token
+        assert result.forward_calls + result.draft_accepted + guess_followed == len(enumeration.prefixes)
+        assert result.draft_accepted <= result.draft_tokens
+        # the prompt and the guess in the first pass, then every step's tokens
+        assert result.tokens_processed == len(PROMPT) + guess_length + result.forward_calls + result.draft_tokens
+        assert result.capped is None
+    except AssertionError as error:
+        raise AssertionError(f"drafts {name!r} at T={threshold:.4f}: {error}") from error
+
+
+@pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
+                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
+def test_every_kind_of_draft_returns_exactly_the_enumerated_answers(case):
+    engine, space, enumerations = case
+    for threshold, enumeration in enumerations:
+        answers = [ids for ids, _ in enumeration.answers]
+        for name, make in draft_kinds(engine.model, space, answers).items():
+            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), drafts=make())
+            assert_exact(result, enumeration, name, threshold)
+
+
+def test_right_drafts_save_steps_and_wrong_ones_cost_none(case):
+    engine, space, enumerations = case
+    threshold, enumeration = enumerations[-1]
+    answers = [ids for ids, _ in enumeration.answers]
+    kinds = draft_kinds(engine.model, space, answers)
+    plain = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
+    right = dfs_search(engine, PROMPT, space, DfsSettings(threshold), drafts=kinds["the best answer only"]())
+    assert plain.draft_tokens == 0 and plain.forward_calls == len(enumeration.prefixes)
+    assert right.draft_accepted >= len(answers[0]) - 2  # the best answer's path, but for its first token and eos
+    assert right.forward_calls == plain.forward_calls - right.draft_accepted
+    wrong = dfs_search(engine, PROMPT, space, DfsSettings(threshold),
+                       drafts=kinds["wrong: the least likely token again and again"]())
+    assert wrong.draft_tokens > 0 and wrong.forward_calls == plain.forward_calls - wrong.draft_accepted
+    assert_exact(wrong, enumeration, "wrong", threshold)
+
+
+def test_no_draft_longer_than_the_setting_is_fed(case):
+    engine, space, enumerations = case
+    threshold, enumeration = enumerations[-1]
+    fed = []
+    step_runs = engine.step_runs
+
+    def recorded(runs, positions):
+        fed.extend(len(run) - 1 for run in runs)
+        return step_runs(runs, positions)
+
+    engine.step_runs = recorded
+    try:
+        for limit in (0, 1, 3):
+            fed.clear()
+            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold, draft_tokens=limit),
+                                drafts=Constant([space.allowed_ids[0]] * 40))
+            assert_exact(result, enumeration, f"constant, at most {limit}", threshold)
+            assert max(fed, default=0) <= limit and sum(fed) == result.draft_tokens
+            assert (max(fed, default=0) > 0) == (limit > 0)  # guard: drafts were fed where allowed
+    finally:
+        del engine.step_runs
+
+
+@pytest.mark.slow
+def test_drafts_and_a_guess_together_return_the_enumerated_answers(case):
+    engine, space, enumerations = case
+    for threshold, enumeration in enumerations:
+        answers = [ids for ids, _ in enumeration.answers]
+        guess = list(answers[-1]) if answers else [EOS]
+        followed = 0
+        while followed < len(guess) - 1 and tuple(guess[:followed + 1]) in enumeration.prefixes:
+            followed += 1
+        for name, make in draft_kinds(engine.model, space, answers).items():
+            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), guess=guess, drafts=make())
+            assert_exact(result, enumeration, f"{name}, guess {guess}", threshold, followed, len(guess))
+
+
+def assert_same_search(lane, single):
+    assert [c.ids for c in lane.completions] == [c.ids for c in single.completions]
+    np.testing.assert_allclose([c.nll for c in lane.completions], [c.nll for c in single.completions], rtol=0,
+                               atol=1e-4)
+    assert (lane.forward_calls, lane.draft_tokens, lane.draft_accepted, lane.dropped) == (
+        single.forward_calls, single.draft_tokens, single.draft_accepted, single.dropped)
+
+
+@pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
+                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
+def test_batched_lanes_with_every_kind_of_draft_equal_brute_force_and_single_searches(case):
+    engine, space, enumerations = case
+    for threshold, enumeration in enumerations:
+        answers = [ids for ids, _ in enumeration.answers]
+        makers = list(draft_kinds(engine.model, space, answers).values())
+        prompts = [PROMPT] * len(makers) + OTHER_PROMPTS
+        makers += makers[1:1 + len(OTHER_PROMPTS)]  # other prompts, with drafts of answers to PROMPT
+        lanes = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), drafts=[make() for make in makers])
+        for prompt, make, lane in zip(prompts, makers, lanes):
+            if prompt is PROMPT:
+                assert_same_as_reference(lane, enumeration)
+            assert_same_search(lane, dfs_search(engine, prompt, space, DfsSettings(threshold), drafts=make()))
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_capped_search_with_drafts_finds_only_true_answers_within_its_cap(kind):
+    allowed, max_length, seed, scale = CONFIGS[3]
+    space = AnswerSpace(allowed, EOS, max_length)
+    engine = engine_for(seed, scale, kind)
+    threshold, enumeration = safe_enumeration(model_for(seed, scale), space, 0.01)
+    reference = dict(enumeration.answers)
+    for cap in (1, 3, 6):
+        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold, max_forward_calls=cap),
+                            drafts=AlignedAnswers([], [EOS, 10]))
+        assert result.forward_calls == cap and result.capped.startswith(f"forward-call cap of {cap}")
+        for completion in result.completions:
+            assert completion.nll == pytest.approx(reference[completion.ids], abs=1e-4)
+
+
+# -- the sources -----------------------------------------------------------------------------------
+
+def test_prompt_lookup_proposes_what_follows_the_longest_suffix_at_its_latest_occurrence():
+    prompt = [1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 3, 8, 0]
+    lookup = PromptLookup(prompt, min_length=1, in_path=False)
+    assert lookup.propose([2, 3], 3) == [5, 6, 7]  # (2, 3) twice: the later one
+    assert lookup.propose([1, 2, 3], 2) == [4, 9]  # the longer suffix wins over the later (2, 3)
+    assert lookup.propose([3], 2) == [8, 0]  # the latest 3
+    assert lookup.propose([8, 0], 4) == []  # the prompt's end: nothing follows
+    assert lookup.propose([42], 4) == [] and lookup.propose([], 4) == [] and lookup.propose([2, 3], 0) == []
+    strict = PromptLookup(prompt, min_length=3, in_path=False)
+    assert strict.propose([7, 2, 3], 2) == [] and strict.propose([9, 2, 3], 2) == [5, 6]
+    # the suffix reaches back into the prompt: after the prompt's last tokens (8, 0) and a path (1)
+    assert PromptLookup([8, 0, 1, 5, 5, 8, 0], min_length=3).propose([1], 2) == [5, 5]
+    # in the path too: a path that repeats itself is read on from its latest repetition
+    in_path = PromptLookup(prompt, min_length=2)
+    assert in_path.propose([4, 4, 7, 6, 4, 4], 3) == [7, 6, 4]
+    assert in_path.propose([8, 0], 4) == [8, 0]  # the prompt's (3) 8 0 then the path's 8 0
+    assert in_path.propose([2, 3], 3) == [5, 6, 7]  # nothing in the path: the prompt as before
+
+
+def test_aligned_answers_read_the_reference_whose_shape_and_cells_fit_the_path():
+    newline = 10
+    wide = [1, 2, 3, newline, 4, 5, 6, EOS]
+    narrow = [7, 8, newline, 9, 9, newline, 1, 1, EOS]
+    source = AlignedAnswers([wide, narrow], [newline, EOS])
+    assert source.propose([1, 2], 10) == [3, newline, 4, 5, 6, EOS]
+    assert source.propose([7, 8], 3) == [newline, 9, 9]
+    assert source.propose([1, 8, 3], 2) == [newline, 4]  # a row of 3: the wide one, a cell changed
+    assert source.propose([7, 8, 3], 2) == [newline, 4]  # the narrow one wants its row break here
+    assert source.propose([1, 2, newline], 2) == [9, 9]  # a row of 2: the narrow one
+    assert source.propose([1, 2, 3, 4], 2) == []  # no reference has a row of 4
+    assert source.propose(wide, 3) == []  # past every reference's end
+    source.found([1, 2, 3, newline, 4, 5, 0, EOS])
+    assert source.propose([1, 2, 3, newline, 4], 2) == [5, 0]  # the found answer first among equals
+    source.found([1, 2, 3, newline, 4, 5, 0, EOS])
+    assert len(source.references) == 3  # known already
+    assert AlignedAnswers([wide], [newline], learn=False).found(narrow) is None
+    assert MostSupported([DraftSource(), source]).propose([1, 2], 1) == [3]
+
+
+def test_a_proposals_support_is_how_much_of_the_path_its_source_saw_coming():
+    newline = 10
+    aligned = AlignedAnswers([[1, 2, 3, newline, 4, 5, 6, newline, 7, 8, 9, EOS]], [newline, EOS])
+    assert aligned.supported([1, 2], 2) == ([3, newline], 2)
+    assert aligned.supported([1, 8, 3], 1) == ([newline], 1)  # the run since the last cell it got wrong
+    assert aligned.supported([1, 2, 3, newline, 0], 1) == ([5], 4)  # a branch away from it: read on
+    lookup = PromptLookup([5, 5, 6, 0, 5, 6, 7, newline], min_length=1, in_path=False)
+    assert lookup.supported([5, 6], 2) == ([7, newline], 2)
+    assert lookup.supported([6], 1) == ([7], 1)  # the suffix matched the prompt's end too: only the path counts
+    assert DraftSource().supported([1], 3) == ([], 0)
+    both = MostSupported([aligned, lookup])
+    assert both.propose([1, 2, 3, newline, 5, 6], 2) == [7, newline]  # lookup saw 2 coming, the reference 0
+    assert both.propose([1, 2, 3, newline, 4, 6], 3) == [6, newline, 7]  # the reference saw 5 coming
+    assert both.propose([1, 2], 2) == [3, newline]  # a tie: the earlier source
+
+
+def test_the_solvers_sources_follow_the_setting():
+    encoder = TaskEncoder(Vocabulary())
+    grid = np.array([[1, 2], [3, 4]], dtype=np.uint8)
+    identity = Augmentation()
+    prompt = encoder.encode_prompt(TRAIN, grid).ids
+    assert draft_source("none", encoder, prompt, grid, identity) is None
+    assert isinstance(draft_source("prompt", encoder, prompt, grid, identity), PromptLookup)
+    candidate = np.array([[5, 6], [7, 8]], dtype=np.uint8)
+    source = draft_source("all", encoder, prompt, grid, identity, [candidate])
+    digit = encoder.digit_ids
+    expected = encoder.encode_answer(candidate).tolist()
+    assert source.propose([digit[5]], 4) == expected[1:5]  # the candidate, cell by cell
+    assert source.propose([digit[0], digit[6], encoder.row_separator[0], digit[3]], 3) == expected[4:7]
+    test_as_answer = encoder.encode_answer(grid).tolist()
+    # "1 0" is in the prompt (its first output), followed by a row "4 3": the lookup saw the whole path coming,
+    # the test input only its first cell
+    assert source.propose([digit[1], digit[0]], 3) == [encoder.row_separator[0], digit[4], digit[3]]
+    # the test input's first row: it saw the whole path coming, as the lookup did; a tie goes to the answers
+    assert source.propose([digit[1], digit[2]], 3) == test_as_answer[2:5]
+    assert source.propose([digit[1], digit[0], digit[0]], 3) == []  # no row of 3: prompt lookup finds no 3-gram
+    swapped = Augmentation(colours=(0, 1, 2, 3, 4, 6, 5, 7, 8, 9))
+    source = draft_source("all", encoder, prompt, grid, swapped, [candidate])
+    assert source.propose([digit[6]], 1) == [digit[5]]  # the candidate, in the augmentation's frame
+    with pytest.raises(ValueError, match="unknown drafts"):
+        draft_source("every", encoder, prompt, grid, identity)
+
+
+# -- the solver ------------------------------------------------------------------------------------
+
+TRAIN = (Pair([[1, 2, 0], [3, 4, 0]], [[2, 1, 0], [4, 3, 0]]), Pair([[5, 6], [7, 8]], [[6, 5], [8, 7]]))
+TEST_INPUT = np.array([[4, 0, 7], [2, 2, 9]], dtype=np.uint8)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts(batched):
+    model, _ = bigram_model()
+    solver = Solver(model, TaskEncoder(Vocabulary()), SolveSettings(test_time_training=False))
+    augmentations = Augmentation.inference_set(np.random.default_rng(4), len(TRAIN), 4)
+    found = {}
+    for drafts in ("none", "prompt", "all"):
+        sampler = SamplerSettings("dfs", threshold=0.02, drafts=drafts)
+        candidates, stats = solver.sample(solver.model, TRAIN, TEST_INPUT, augmentations, sampler,
+                                          np.random.default_rng(0), batched=batched)
+        found[drafts] = ({c.grid.tobytes() + bytes(c.grid.shape): c.generation_nlls for c in candidates}, stats)
+    plain, plain_stats = found["none"]
+    assert len(plain) > 3 and plain_stats.draft_tokens == 0 and plain_stats.engine_steps > 0
+    for drafts in ("prompt", "all"):
+        nlls, stats = found[drafts]
+        assert nlls.keys() == plain.keys()
+        for key, by_view in nlls.items():
+            assert by_view.keys() == plain[key].keys()
+            for view, nll in by_view.items():
+                assert nll == pytest.approx(plain[key][view], abs=1e-4)
+        assert stats.draft_accepted <= stats.draft_tokens
+        assert stats.engine_steps == stats.forward_calls if not batched else stats.engine_steps < stats.forward_calls
+        assert stats.answers == plain_stats.answers
+    assert 0 < found["all"][1].draft_accepted and found["all"][1].engine_steps < plain_stats.engine_steps
+
+
+def test_the_draft_counts_are_kept_in_the_records_and_summed_for_the_end_line():
+    stats = SearchStats(forward_calls=9, engine_steps=7, draft_tokens=40, draft_accepted=30)
+    test = TestResult([], [], [], [], stats)
+    again = TestResult.from_json(test.to_json())
+    assert (again.search.engine_steps, again.search.draft_tokens, again.search.draft_accepted) == (7, 40, 30)
+    record = TaskRecord("t", tests=[test, TestResult([], [], [], [], SearchStats(draft_tokens=10, draft_accepted=0))])
+    assert draft_share([record]) == "drafts: 60% of 50 tokens followed"
+    assert draft_share([TaskRecord("u")]) == "drafts: none fed"
+    assert SearchStats.from_json({}).draft_tokens == 0  # records of an earlier kit
+
+
+def test_the_drafts_setting_is_checked_and_kept_through_json():
+    assert SamplerSettings().drafts in ("none", "prompt", "all")
+    assert SolveSettings.from_json(SolveSettings().replace(
+        sampler=SamplerSettings(drafts="prompt", draft_tokens=7)).to_json()).sampler.draft_tokens == 7
+    with pytest.raises(ValueError, match="unknown drafts"):
+        SamplerSettings(drafts="some")
+    with pytest.raises(ValueError, match="draft_tokens"):
+        SamplerSettings(draft_tokens=-1)
+    assert DfsSettings.of(SamplerSettings(threshold=0.2, draft_tokens=3)) == DfsSettings(0.2, 20_000, 3)
