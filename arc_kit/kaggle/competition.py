@@ -21,12 +21,13 @@ from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.data.submission import build_submission, load_submission, write_submission
-from arc_kit.data.tasks import TaskSet
+from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.locking import holding_folder
 from arc_kit.model.loading import token_budget_of
+from arc_kit.outputs import claim_file
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.run.records import answers_from_records, read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,8 @@ class CompetitionRun:
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
 
 
-@holding_folder("working", RUN_FOLDER)  # one job at a time in a working folder: its lock, from the start
+@holding_folder("working", RUN_FOLDER, kind=RUN_KIND, command="kaggle run", option="--working")  # one job at a time in
+# a working folder (its lock, from the start), in a run folder that is new, empty or a run's
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, hours: float = CompetitionSettings.hours,
@@ -67,9 +69,11 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started
-    if not 0 <= stop_minutes <= safety_minutes:
-        raise ValueError(f"stop_minutes ({stop_minutes}) must lie between 0 and safety_minutes ({safety_minutes})")
+    if not 0 <= stop_minutes <= safety_minutes < 60 * hours:
+        raise ValueError(f"stop_minutes ({stop_minutes:g}) must lie between 0 and safety_minutes ({safety_minutes:g}), "
+                         f"and that below the limit ({hours:g} hours)")
     working = Path(working)
+    claim_file(working / "submission.json", "kaggle run", own=_is_submission, option="--working")
     files, tasks = _test_tasks(input_root, competition)
     placeholder, chosen, run_settings = _choose_job(job, force_full, files, tasks, smoke_tasks, settings)
     run_folder = working / RUN_FOLDER
@@ -120,13 +124,23 @@ def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: 
                       adopt: bool) -> None:
     """Clear the run folder on ``restart``; refuse an earlier run of other settings in it."""
     if restart:
-        clear_run(run_folder)
+        clear_run(run_folder, "kaggle run", "--working")
     if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
         try:
             check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
                       adopt=adopt)
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
+
+
+def _is_submission(path: Path) -> bool:
+    """True when ``path`` holds a submission (the notebook's fallback, an earlier job's): the one file of its
+    name this job replaces; any other file of that name is kept (``outputs.claim_file``)."""
+    try:
+        load_submission(path)
+    except InvalidDataError:
+        return False
+    return True
 
 
 def _write_first_submission(submission_path: Path, run_folder: Path, tasks: TaskSet, attempts: int) -> dict:

@@ -7,7 +7,10 @@ from the list Kaggle publishes), a base's package when the model is a base plus 
 and unsloth on request (``gpu_extras``), any extra wheels, a model, ``dataset-metadata.json`` and a
 README; beside it, a notebook folder (``submission.ipynb`` and ``kernel-metadata.json``) that
 ``kaggle kernels push`` takes as it is. Both name their owner: given, else the user's Kaggle
-configuration; never a placeholder. Every wheel comes with the reason it is there. This module
+configuration; never a placeholder. Every wheel comes with the reason it is there. Both folders are
+new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``), and the model
+never lies inside the dataset folder: the build never deletes or overwrites what it did not make, the
+shipped ``kaggle_dataset/`` included. This module
 knows files, wheels and Kaggle's metadata; the competition run is ``kaggle``'s.
 """
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
 from arc_kit.model.bases import locate_wheel
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
+from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, inside
 from arc_kit.provenance import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +42,13 @@ LICENCE = "other"  # Kaggle's name for "other (specified in description)": the p
 DATASET_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every other wheel keeps its own "
                     "licence (in its metadata); the model's weights derive from its base model and keep that "
                     "model's licence (SmolLM2-135M-Instruct: Apache-2.0).")
+
+
+# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces
+DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels", "model", "dataset-metadata.json", "README.md",
+                                                   "submission.ipynb"), kept="a dataset folder, maybe incomplete")
+NOTEBOOK_KIND = FolderKind("Kaggle notebook", owned=("submission.ipynb", "kernel-metadata.json"),
+                           kept="a notebook folder, maybe incomplete")
 
 
 @dataclass
@@ -108,20 +119,34 @@ def build_wheel(destination: str | os.PathLike) -> Path:
 
 def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, owner: str | None = None,
                   slug: str = "arc-kit", title: str = "arc-kit", extra_wheels: str | os.PathLike | None = None,
-                  image_manifest: str | os.PathLike | None = None, gpu_extras: bool = False) -> DatasetBuild:
+                  image_manifest: str | os.PathLike | None = None, gpu_extras: bool = False,
+                  overwrite: bool = False) -> DatasetBuild:
     """Assemble the Kaggle dataset folder ``out`` (wheels/, model/, metadata, README) and its notebook folder.
 
     ``wheels/`` holds the kit, the wheels in ``extra_wheels``, the base's package for a base-plus-delta
     model, and every package the kit (and, with ``gpu_extras``, bitsandbytes and unsloth) needs that
     the image of ``image_manifest`` (default ``IMAGE_MANIFEST``) lacks or has too old, with theirs.
-    The notebook folder is ``out`` with ``-notebook`` appended. ``owner``: see ``kaggle_owner``.
+    The notebook folder is ``out`` with ``-notebook`` appended. ``owner``: see ``kaggle_owner``. Both folders
+    are new, empty, or (with ``overwrite``) an earlier build's, whose own files are replaced; else, or when
+    the model lies inside either, OutputRefused before anything is written.
     """
     out, owner = Path(out), kaggle_owner(owner)
     model = Path(model) if model is not None else default_model_path()
+    notebook_folder = out.parent / f"{out.name}-notebook"
     delta = is_delta_folder(model)
     if not (model / "config.json").exists() and not delta:
         raise FileNotFoundError(f"{model} is not a model folder")
+    for folder in (out, notebook_folder):
+        if inside(model, folder) or inside(folder, model):
+            raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
+                                "model it copies; build into another --out, or copy the model elsewhere first")
     image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
+    check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
+    check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
+                 option=f"--out (its notebook folder, {notebook_folder.name})")
+    claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
+    claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
+                 option=f"--out (its notebook folder, {notebook_folder.name})")
     wheels = out / "wheels"
     kit = build_wheel(wheels)
     shipped = [ShippedWheel(kit, "the kit itself")]
@@ -142,7 +167,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     shipped += [ShippedWheel(wheels / name, "from --extra-wheels") for name in sorted(extras - named)]
     _copy_model(model, out / "model")
     _write_metadata(out, owner, slug, title, kit, model)
-    notebook = _write_notebook_folder(out.parent / f"{out.name}-notebook", owner, slug)
+    notebook = _write_notebook_folder(notebook_folder, owner, slug)
     return DatasetBuild(out, notebook, shipped, image.source)
 
 
