@@ -134,8 +134,8 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
         raise OutputRefused(f"{path} holds files that arc-kit did not make ({_some(foreign)}): it writes only into "
                             f"a new or empty folder, or one it made; give {option} another folder")
     if marker["kind"] != kind.name:
-        raise OutputRefused(f"{path} is a {marker['kind']} folder that `arc-kit {marker['command']}` made, not a "
-                            f"{kind.name} folder: give {option} another folder")
+        raise OutputRefused(f"{path} is {_a(marker['kind'])} folder that `arc-kit {marker['command']}` made, not "
+                            f"{_a(kind.name)} folder: give {option} another folder")
     if kind.resumable:
         return marker
     if not overwrite:
@@ -252,6 +252,10 @@ def _entries(folder: Path) -> list[Path]:
 def _is_marker_draft(entry: Path) -> bool:
     """A marker half written by another process claiming the same new folder (its temporary file)."""
     return entry.name.startswith(f"{MARKER}.") and entry.name.endswith(".tmp")
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def _some(entries: list[Path]) -> str:

@@ -63,7 +63,7 @@ def _an_earlier_kits_run(folder: Path) -> bool:
     """A run folder that a kit made before output folders had markers: its ``run.json`` holds the settings, or it
     holds nothing but the lock's files (a run stopped before it wrote one)."""
     names = {entry.name for entry in folder.iterdir()}
-    if names <= {LOCK_FILE, HOLDER_FILE}:
+    if names and names <= {LOCK_FILE, HOLDER_FILE}:
         return True
     try:
         return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
