@@ -34,7 +34,7 @@ from arc_kit.data.parts import sha256_of
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.model.shrinking import save_shrunk
-from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, small_json
+from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, remove_owned, small_json
 
 BUILD_FORMAT = 2  # bumped when a built folder from an older kit must be rebuilt
 
@@ -379,9 +379,12 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
         provenance = {**asdict(spec), "build_format": BUILD_FORMAT, "weights_file": str(path)}
         claim_folder(staging, BASE_KIND, "base build")  # its marker: a later build may replace it
         save_shrunk(model, tokenizer, staging, kept=kept, info={"base": provenance})
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        if out.exists():  # an earlier build's folder: its files replaced, a user's file beside them kept
+            remove_owned(out, BASE_KIND)
+            for entry in staging.iterdir():
+                os.replace(entry, out / entry.name)
+        else:
+            os.replace(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
