@@ -14,6 +14,10 @@ The model's work is replaced by fallback records (``no_model_work``): what the r
 reading of input and the writing of output. ``ARC_KIT_FUZZ_INPUTS`` sets how many inputs (the
 suite's default keeps the file to seconds); the counts go to stdout (``pytest -s``) and, for a full
 fuzz, into docs/results.md.
+
+The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``, issue 35) turns it round:
+every command with an output path is pointed at places holding a user's files, and no byte of what
+the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below).
 """
 
 from __future__ import annotations

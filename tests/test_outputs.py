@@ -189,7 +189,7 @@ def test_a_run_inside_the_folder_it_reads_never_reads_its_own_files_as_tasks(tmp
     (["estimate", "--records", "r", "--speedup", "nan"], "--speedup"),
     (["solve", "--out", "o", "--threshold", "inf"], "--threshold"),
     (["solve", "--out", "o", "--ttt-lr", "-1"], "--ttt-lr"),
-    (["pretrain", "--model", "micro", "--out", "o", "--minutes", "0"], "--minutes"),
+    (["pretrain", "--model", "micro", "--out", "o", "--minutes", "-1"], "--minutes"),
     (["kaggle", "run", "--hours", "1e309"], "--hours"),
 ])
 def test_a_number_out_of_its_range_is_a_usage_error_naming_the_flag(capsys, argv, flag, tmp_path, monkeypatch):
@@ -280,8 +280,11 @@ def test_an_out_that_links_to_a_users_folder_or_to_nothing_is_refused(tmp_path, 
 
 def test_sigterm_ends_a_run_in_one_line_saying_what_it_kept_and_how_to_resume(tmp_path, capsys, monkeypatch,
                                                                              tasks_file, micro_model):
-    monkeypatch.setattr(Solver, "solve_with_retry",
-                        lambda self, task, *_, **__: os.kill(os.getpid(), signal.SIGTERM) or fallback_record(task.id, ""))
+    def stopped(self, task, *_, **__):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler or `kill` sends it, mid-run
+        return fallback_record(task.id, "")
+
+    monkeypatch.setattr(Solver, "solve_with_retry", stopped)
     out, before = tmp_path / "run", signal.getsignal(signal.SIGTERM)
     status, _, err = run(capsys, "solve", "--dataset", tasks_file, "--out", out, "--model", micro_model, *QUICK)
     assert status == 143

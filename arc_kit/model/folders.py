@@ -128,4 +128,5 @@ def read_weights(auto_class, folder: Path, arguments: dict):
 
 
 __all__ = ["DELTA_INDEX", "MODEL_KIND", "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder",
-           "default_model_path", "first_line", "is_delta_folder", "load_tokenizer", "read_json", "read_weights", "save_model"]
+           "default_model_path", "first_line", "is_delta_folder", "load_tokenizer", "read_json", "read_weights",
+           "save_model"]

@@ -11,8 +11,9 @@ another data set (the digest of its task ids, ``task_ids_digest``; its name with
 refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
 empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
 only the run's own files there. Tasks that a lenient load skipped get fallback answers in the
-submission and count in the score wherever their solutions are known. The single-process ``solve`` here, the worker processes
-(``workers``), the Kaggle job, the tables and the notebooks all use these pieces.
+submission and count in the score wherever their solutions are known. The single-process ``solve``
+here, the worker processes (``workers``), the Kaggle job, the tables and the notebooks all use these
+pieces.
 
 This module knows the solver, the planner and the record layout; it knows nothing of models
 beyond what the solver holds.
