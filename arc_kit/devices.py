@@ -30,7 +30,7 @@ def stay_offline() -> None:
 
 stay_offline()
 # bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
-# arc_kit never runs 4-bit on a CPU, so the warning only misleads.
+# its plain CPU kernels serve the kit's 4-bit folders on a CPU (tests, dry runs), so the warning only misleads.
 logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
@@ -69,9 +69,9 @@ def resolve_dtype(dtype: str, device: str):
 
 
 @lru_cache(maxsize=1)
-def bitsandbytes_works() -> bool:
-    """True when bitsandbytes imports and a CUDA GPU is there for its 4-bit and 8-bit kernels."""
-    if importlib.util.find_spec("bitsandbytes") is None or not cuda_available():
+def bitsandbytes_imports() -> bool:
+    """True when bitsandbytes is installed and imports (its CPU kernels then run 4-bit weights)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
         return False
     try:
         import bitsandbytes  # noqa: F401
@@ -80,7 +80,20 @@ def bitsandbytes_works() -> bool:
     return True
 
 
-def require_4bit() -> None:
+def bitsandbytes_works() -> bool:
+    """True when bitsandbytes imports and a CUDA GPU is there for its 4-bit and 8-bit kernels."""
+    return cuda_available() and bitsandbytes_imports()
+
+
+def require_4bit(on_cpu: bool = False) -> None:
+    """4-bit can run here: quantizing as a model loads needs a GPU; ``on_cpu``, weights already stored in 4
+    bits, needs bitsandbytes alone."""
+    if on_cpu:
+        if not bitsandbytes_imports():
+            raise UnsupportedSetupError("this model's weights are stored in 4 bits (bitsandbytes), which is not "
+                                        "installed or does not work here (pip install bitsandbytes; arc-kit kaggle "
+                                        "build ships it for such a model)")
+        return
     if not cuda_available():
         raise UnsupportedSetupError("4-bit loading needs a CUDA GPU (bitsandbytes); this machine has none. "
                                     "Load without quantization (quantization=None) on the CPU.")

@@ -16,49 +16,73 @@
 # %% [markdown]
 # # ARC Prize submission with arc_kit
 #
-# Attach the competition and the `arc-kit` dataset (see kaggle_dataset/README.md), then run all.
+# Attach the competition and the `arc-kit` dataset (see kaggle_dataset/README.md), and your Kaggle Model if
+# the dataset carries none; set what you want in the settings cell below, then run all.
 # Before anything is installed the notebook writes a complete fallback `submission.json` with the
 # standard library alone; then it installs every wheel of the dataset at once, offline, and checks that
-# the kit imports. If anything of that fails it says why and the cells below do nothing: the fallback
-# stands and the notebook still ends without an error (a notebook that raises is not scored). Then it
-# solves every test task (test-time training, DFS under 16 augmentations, product-of-experts selection)
-# on all GPUs within the time budget, keeping the submission valid after every task and printing a line
-# per task and the progress. When the test file is the public placeholder (an interactive session, or
+# the kit imports. It finds the model (the dataset's, or a Kaggle Model attached as an input) and checks
+# it as `arc-kit check-model` does (weights, tokenizer, memory on this GPU). If anything of that fails it
+# says why and the cells below do nothing: the fallback stands and the notebook still ends without an
+# error (a notebook that raises is not scored). Then it solves every test task (test-time training, DFS
+# under 16 augmentations, product-of-experts selection) on all GPUs within the time budget, keeping the
+# submission valid after every task and printing a line per task and the progress. When the test file is the public placeholder (an interactive session, or
 # the first run after a commit) it runs a short smoke job instead.
 
 # %%
-MODEL = None  # a model folder; None: the model/ folder of the attached arc-kit dataset
-PRESET = "paper"  # the method's settings (arc_kit.settings.SOLVE_PRESETS): the paper's DFS at T = 9%, 16 + 16
-# augmentations and 64 test-time training steps
-CHANGES = {}  # fields changed from the preset, nested ones by a dotted path: {"inference_augmentations": 8,
-# "sampler.threshold": 0.05, "ttt.steps": 32}
-HOURS = 12.0  # the competition's limit
-SAFETY_MINUTES = 45  # plan to end this long before the limit
-STOP_MINUTES = 15  # stop workers still running this long before the limit; the last write follows
-SMOKE_TASKS = 3  # tasks solved when the test file is the placeholder
-JOB = "auto"  # "auto": a smoke job when the test file is the public placeholder; "smoke": always (public data
-# elsewhere); "full": every task
-WORKERS_PER_GPU = 0  # worker processes sharing each GPU; 0: as many as the first worker's measured memory allows
-QUANTIZATION = None  # "4bit" for large models on small GPUs
+# The notebook's settings. Change them here, in the editor; a run that is not edited (CI, a check on your own
+# machine) sets them instead by environment variables named ARC_KIT_ and the setting's name (ARC_KIT_HOURS=2,
+# ARC_KIT_CHANGES='{"ttt.steps": 8}'), listed in kaggle_dataset/README.md. A value that does not read is said and
+# its default kept: a notebook that raises is not scored.
+import json
+import os
+
+
+def setting(name: str, default, kind=str):
+    """``ARC_KIT_<name>`` read as ``kind`` when it is set, else ``default``."""
+    text = os.environ.get(f"ARC_KIT_{name}", "")
+    if not text:
+        return default
+    try:
+        return kind(text)
+    except ValueError as error:
+        print(f"ARC_KIT_{name}={text!r} does not read ({error}): {name} stays {default!r}")
+        return default
+
+
+MODEL = setting("MODEL", None)  # a model folder, or a Kaggle Model's handle OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION];
+# None: the attached arc-kit dataset's model/, else the Kaggle Model it was built for (kaggle build --model-source),
+# else the one model folder below /kaggle/input
+QUANTIZATION = setting("QUANTIZATION", None)  # "4bit": a 16-bit model loaded in 4 bits (a large model on an L4);
+# weights stored in 4 bits (the authors' releases) load in 4 bits whatever this says
+CHECK_MODEL = setting("CHECK_MODEL", True, lambda text: text != "0")  # arc-kit check-model before any work: on a
+# no-go the run is skipped and the fallback stands; False runs anyway (its memory estimate is the worst case)
+PRESET = setting("PRESET", "paper")  # the method's settings (arc_kit.settings.SOLVE_PRESETS): the paper's DFS at
+# T = 9%, 16 + 16 augmentations and 64 test-time training steps
+CHANGES = setting("CHANGES", {}, json.loads)  # fields changed from the preset, nested ones by a dotted path:
+# {"inference_augmentations": 8, "sampler.threshold": 0.05, "ttt.steps": 32, "ttt.gradient_checkpointing": True}
+HOURS = setting("HOURS", 12.0, float)  # the competition's limit
+SAFETY_MINUTES = setting("SAFETY_MINUTES", 45.0, float)  # plan to end this long before the limit
+STOP_MINUTES = setting("STOP_MINUTES", 15.0, float)  # stop workers still running this long before the limit
+SMOKE_TASKS = setting("SMOKE_TASKS", 3, int)  # tasks solved when the test file is the placeholder
+JOB = setting("JOB", "auto")  # "auto": a smoke job when the test file is the public placeholder; "smoke": always
+# (public data elsewhere); "full": every task
+WORKERS_PER_GPU = setting("WORKERS_PER_GPU", 0, int)  # worker processes sharing each GPU; 0: as many as the first
+# worker's measured memory allows
+INPUT_ROOT = setting("INPUT", "/kaggle/input")  # where the competition, the dataset and any Kaggle Model are
+WORKING_ROOT = setting("WORKING", "/kaggle/working")  # where submission.json goes
+SMOKE = setting("SMOKE", False, lambda text: text == "1")  # CI: a CPU run on a simulated input folder
 
 # %%
 import glob
 import importlib
-import json
-import os
 import subprocess
 import sys
 import time
 
 STARTED = time.time()  # the budget counts from here
-SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"  # CI: a CPU run on a simulated input folder
-INPUT_ROOT = os.environ.get("ARC_KIT_INPUT", "/kaggle/input")  # tests point these at stand-ins
-WORKING_ROOT = os.environ.get("ARC_KIT_WORKING", "/kaggle/working")
 COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.competition.COMPETITION (a test keeps them equal)
 KIT_IMPORTS = "arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors, gguf"
 VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy")
-CHANGES = {**CHANGES, **json.loads(os.environ.get("ARC_KIT_CHANGES") or "{}")}  # tests: a cheaper method
-SMOKE_TASKS = int(os.environ.get("ARC_KIT_SMOKE_TASKS") or SMOKE_TASKS)
 
 
 def preference(path: str) -> tuple:
@@ -152,24 +176,36 @@ if READY:
     from pathlib import Path
 
     from arc_kit.kaggle import competition as kaggle
+    from arc_kit.kaggle.model_input import notebook_model
     from arc_kit.model.loading import default_model_path
+    from arc_kit.run.model_check import card_here, check_model
     from arc_kit.settings import replace_path, solve_preset
 
-    if ON_KAGGLE:
-        INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
-        model = MODEL or Path(DATASET) / "model"
-    else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)
-        import tempfile
+    try:
+        if ON_KAGGLE:
+            INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
+            model = notebook_model(MODEL, DATASET, INPUT)
+        else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)
+            import tempfile
 
-        scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
-        INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
-        model = MODEL or default_model_path()
-    settings = solve_preset(PRESET)
-    for name, value in CHANGES.items():
-        settings = replace_path(settings, tuple(name.split(".")), value)
-    if SMOKE:
-        settings = settings.replace(max_len=2048, sampler=settings.sampler.replace(max_forward_calls=500))
-    print(f"model {model}; input {INPUT}; output {WORKING}")
+            scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
+            INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
+            model = MODEL or default_model_path()
+        settings = solve_preset(PRESET)
+        for name, value in CHANGES.items():
+            settings = replace_path(settings, tuple(name.split(".")), value)
+        if SMOKE:
+            settings = settings.replace(max_len=2048, sampler=settings.sampler.replace(max_forward_calls=500))
+        print(f"model {model}; input {INPUT}; output {WORKING}")
+        check = check_model(model, quantization=QUANTIZATION, settings=settings, gpu=card_here())
+        print(check.report())
+        if not check.go and CHECK_MODEL:
+            print("the model's check says no-go: nothing is run, the fallback submission stands (CHECK_MODEL = False "
+                  "runs anyway)")
+            READY = False
+    except Exception as error:  # noqa: BLE001 - a model not found, a bad setting: said, and the fallback stands
+        print(f"cannot start ({type(error).__name__}: {error}): the fallback submission stands")
+        READY = False
 
 # %%
 result = None
@@ -179,9 +215,7 @@ if READY:
                                         hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
                                         smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB,
                                         workers_per_gpu=WORKERS_PER_GPU, load_options={"quantization": QUANTIZATION})
-        print(f"{result.tasks} tasks; {result.solved_tasks} solved by the model; placeholder test file: "
-              f"{result.placeholder}; {result.seconds / 60:.1f} minutes"
-              + (f"; stopped early: {result.error}" if result.error else ""))
+        print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score
     except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly
         print(f"the run failed ({type(error).__name__}: {error}); the submission on disk stands")
 

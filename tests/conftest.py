@@ -1,10 +1,12 @@
-"""Shared fixtures: tiny ARC tasks built in the test, and the Kaggle files that hold them.
+"""Shared fixtures: tiny ARC tasks built in the test, the Kaggle files that hold them, and micro models; and the
+garbage collector kept off what lives for the whole session (``_freeze_what_lives``).
 
 Everything here is made from a seed on the CPU; nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +16,32 @@ import numpy as np
 import pytest
 
 from arc_kit.data.tasks import TaskSet, parse_tasks
+
+
+def _freeze_what_lives() -> None:
+    """What is alive now (torch, transformers and every other module imported, the test items, the session's
+    models) is frozen out of the garbage collector: a full collection (the kit's own after an out-of-memory error
+    or a failed task, or Python's own every so often) then walks only what was made since, not half a million
+    objects, a second or so each. Nothing a test checks changes; what is frozen is never collected."""
+    gc.collect()
+    gc.freeze()
+
+
+# no automatic collection while the test files are imported: torch, transformers and peft set off a full collection
+# over an ever larger heap again and again (seconds in all); one at the end of collecting, then the freeze
+gc.disable()
+
+
+def pytest_collection_finish(session):
+    _freeze_what_lives()
+    gc.enable()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def frozen_after_each_module():
+    """After each test file, what outlives it (the session's fixtures, modules its tests imported) is frozen too."""
+    yield
+    _freeze_what_lives()
 
 
 def _grid(rng: np.random.Generator, height: int, width: int) -> list[list[int]]:

@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Pr
 from arc_kit.data.parts import sha256_of
 from arc_kit.model import bases
 from arc_kit.model.bases import BaseSpec, BaseUnavailableError, build_base, locate_weights, read_gguf
+from arc_kit.model.deltas import OLDEST_PEFT_LORA_KEYS, portable_adapter_config
 from arc_kit.model.loading import ModelFolderError, is_delta_folder, load_model, merge_delta, save_delta
 from arc_kit.model.optimization import add_lora
 from arc_kit.model.shrinking import AUTHORS_CHARACTERS
@@ -657,6 +658,30 @@ def test_save_delta_writes_small_shards_that_name_the_base(adapted, delta):
     assert adapter_config["base_model_name_or_path"] is None
     assert json.loads((delta / "arc_kit.json").read_text()) == {"training": {"steps": 0}, "base": NAME}
     assert (delta / "tokenizer_config.json").exists()
+
+
+def test_the_adapter_config_holds_only_keys_the_oldest_supported_peft_knows(delta):
+    """peft 0.18.1 (Kaggle's image) warns 'upgrade the PEFT version' on a key it lacks: none is written."""
+    from peft import LoraConfig
+
+    written = json.loads((delta / "adapter_config.json").read_text())
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "kaggle_dataset/model/adapter_config.json").read_text())
+    for config in (written, shipped):
+        assert set(config) <= OLDEST_PEFT_LORA_KEYS and "peft_version" not in config
+        assert {"r", "lora_alpha", "target_modules", "modules_to_save", "use_rslora", "peft_type"} <= set(config)
+    assert LoraConfig.from_pretrained(str(delta)).r == written["r"]  # this peft reads it back whole
+    assert shipped["r"] == 32 and shipped["lora_alpha"] == 16 and shipped["use_rslora"] is True
+
+
+def test_a_newer_peft_feature_in_use_is_refused_rather_than_dropped():
+    from peft import LoraConfig
+
+    defaults = LoraConfig().to_dict()
+    newer = next(key for key in defaults if key not in OLDEST_PEFT_LORA_KEYS and key != "peft_version")
+    saved = {**defaults, "peft_version": "9.9.9"}
+    assert newer not in portable_adapter_config(saved, defaults)  # at its default: left out, meaning the same
+    with pytest.raises(ValueError, match=f"sets {newer}, which peft 0.17.0"):
+        portable_adapter_config({**saved, newer: "something else"}, defaults)
 
 
 def test_is_delta_folder_tells_a_delta_from_other_folders(delta, built, tmp_path):

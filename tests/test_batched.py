@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import bigram_model
 from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
-                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration)
+                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration, slow_but)
 
 import arc_kit.search.decoding as decoding_module
 import arc_kit.search.dfs as dfs_module
@@ -46,7 +46,12 @@ def assert_same_results(batched: SearchResult, single: SearchResult):
     assert batched.dropped == single.dropped and batched.capped == single.capped
 
 
-@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
+# the quick inner loop (-m "not slow") takes each engine under one measure (cases test_dfs enumerates in its quick
+# loop too); the full run takes every case
+QUICK_CASES = ("seed0-x10-len8-full-reference", "seed2-x10-len6-answer-mask-fast")
+
+
+@pytest.fixture(scope="module", params=slow_but(QUICK_CASES), ids=ENGINE_CASE_NAMES)
 def case(request):
     """(engine, space, enumerations), as test_dfs's ``case``."""
     (allowed, max_length, seed, scale), mode, kind = request.param
@@ -253,11 +258,19 @@ def lanes_case():
     return model, space, prompts, [None, [1, 1, EOS], None, [2, EOS]]
 
 
+_SINGLE_SEARCHES: dict[tuple, SearchResult] = {}
+
+
 def assert_same_as_single_searches(model, space, prompts, lane_guesses, results, threshold=0.01):
+    """Each lane's result is its single search's on the reference engine, searched once per session (the model is
+    ``lanes_case``'s, one of test_dfs's ``model_for``: never changed, never freed)."""
     assert len(results) == len(prompts)
     for prompt, guess, result in zip(prompts, lane_guesses, results):
-        assert_same_results(result, dfs_search(ReferenceEngine(model), prompt, space, DfsSettings(threshold),
-                                               guess=guess))
+        key = (id(model), tuple(prompt), None if guess is None else tuple(guess), space, threshold)
+        if key not in _SINGLE_SEARCHES:
+            _SINGLE_SEARCHES[key] = dfs_search(ReferenceEngine(model), prompt, space, DfsSettings(threshold),
+                                               guess=guess)
+        assert_same_results(result, _SINGLE_SEARCHES[key])
 
 
 def test_lanes_out_of_memory_are_fed_in_halves_and_the_limit_is_kept(lanes_case, caplog):

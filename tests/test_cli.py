@@ -478,6 +478,7 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     assert scores["task_id"].tolist() == tasks.ids
     assert scores["test_outputs"].tolist() == [len(task.test) for task in tasks.tasks()]
     assert "score" in printed.splitlines()[-1]
+    assert ", correct: 0 (of 3 with known solutions)" in printed and "answered by the model: " in printed
 
 
 def test_dry_run_without_a_model_says_where_to_get_one(capsys, tmp_path, monkeypatch):

@@ -123,8 +123,25 @@ def brute_force(model, prompt, space: AnswerSpace, threshold: float) -> Enumerat
     return Enumeration(answers, prefixes, dropped, margin)
 
 
+_ENUMERATIONS: dict[tuple, tuple[float, Enumeration]] = {}
+
+
 def safe_enumeration(model, space: AnswerSpace, threshold: float) -> tuple[float, Enumeration]:
-    """The threshold (``threshold`` or one a little below it) whose enumeration has no NLL near the boundary."""
+    """The threshold (``threshold`` or one a little below it) whose enumeration has no NLL near the boundary.
+
+    Enumerated once per session for a model of ``model_for`` (test_batched shares it; those models are never
+    changed), afresh for any other model.
+    """
+    made_by = next((key for key, made in _MODELS.items() if made is model), None)
+    if made_by is None:
+        return _safe_enumeration(model, space, threshold)
+    key = (made_by, space, threshold)
+    if key not in _ENUMERATIONS:
+        _ENUMERATIONS[key] = _safe_enumeration(model, space, threshold)
+    return _ENUMERATIONS[key]
+
+
+def _safe_enumeration(model, space: AnswerSpace, threshold: float) -> tuple[float, Enumeration]:
     for step in range(20):
         candidate = threshold * 0.93 ** step
         enumeration = brute_force(model, PROMPT, space, candidate)
@@ -159,9 +176,19 @@ CASES = [(config, mode) for config in CONFIGS for mode in MODES]
 CASE_NAMES = [f"seed{c[2]}-x{c[3]:g}-len{c[1]}-{mode}" for c, mode in CASES]
 ENGINE_CASES = [(*case, kind) for case in CASES for kind in ENGINE_KINDS]  # every case on both engines
 ENGINE_CASE_NAMES = [f"{name}-{kind}" for name in CASE_NAMES for kind in ENGINE_KINDS]
+# the quick inner loop (-m "not slow") takes each engine under each measure, over three configurations; the
+# full run takes every case
+QUICK_CASES = ("seed0-x10-len8-full-fast", "seed0-x10-len8-full-reference", "seed2-x10-len6-answer-mask-fast",
+               "seed0-x5-len12-answer-mask-reference")
 
 
-@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
+def slow_but(quick: tuple[str, ...]) -> list:
+    """ENGINE_CASES as parameters, each not named in ``quick`` marked slow."""
+    return [case if name in quick else pytest.param(case, marks=pytest.mark.slow)
+            for case, name in zip(ENGINE_CASES, ENGINE_CASE_NAMES)]
+
+
+@pytest.fixture(scope="module", params=slow_but(QUICK_CASES), ids=ENGINE_CASE_NAMES)
 def case(request):
     """(engine, space, [(threshold, enumeration)] for each of THRESHOLDS): the engine's ``model`` is enumerated."""
     (allowed, max_length, seed, scale), mode, kind = request.param
@@ -190,7 +217,8 @@ def test_the_configurations_cover_answers_and_drops(case):
     assert len(enumerations[-1][1].answers) >= 2
 
 
-@pytest.mark.parametrize("mode, threshold", [("answer-mask", 0.01), ("full", 0.003)])
+@pytest.mark.parametrize("mode, threshold", [pytest.param("answer-mask", 0.01, marks=pytest.mark.slow),
+                                             ("full", 0.003)])
 def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
     space = AnswerSpace(SMALL, EOS, 8, mode)
     threshold, enumeration = safe_enumeration(model_for(1, 20.0), space, threshold)
@@ -266,6 +294,7 @@ def test_prompt_and_guess_may_be_numpy_arrays(case):
         assert [c.ids for c in via_generate.completions] == [c.ids for c in result.completions]
 
 
+@pytest.mark.slow
 def test_every_kind_of_guess_is_exercised():
     """Guard of the setup: the guess kinds named in the tests really occur, midway exits included."""
     kinds = set()
@@ -292,7 +321,7 @@ def test_a_guess_of_the_best_answer_saves_forward_calls(case):
         assert [c.ids for c in guided.completions] == [c.ids for c in plain.completions]
 
 
-@pytest.mark.parametrize("kind", ENGINE_KINDS)
+@pytest.mark.parametrize("kind", ["fast", pytest.param("reference", marks=pytest.mark.slow)])
 def test_the_forward_call_cap_stops_the_search_and_says_so(kind):
     space = AnswerSpace(SMALL, EOS, 8)
     model = engine_for(1, 10.0, kind)
@@ -482,6 +511,7 @@ def assert_nlls_are_measured(model, result, space: AnswerSpace):
     np.testing.assert_allclose([c.nll for c in result.completions], expected, rtol=0, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_two_measures_differ_for_these_models():
     """Guard of the setup: the answer tokens hold most, not all, of the probability, so the full
     softmax and the renormalised one give other NLLs and DFS other answers."""

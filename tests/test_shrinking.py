@@ -129,10 +129,16 @@ def test_the_trained_bpe_merges_digits(bpe):
     assert encoder.encode_grid(grid).tolist() != bpe("0000\n1111", add_special_tokens=False)["input_ids"]
 
 
-def test_an_unshrunk_model_folder_refuses_to_make_an_encoder(pretrained_folder):
+def test_an_unshrunk_model_folder_is_shrunk_as_it_loads_as_arc_kit_shrink_would(pretrained_folder, tmp_path, tasks):
+    before = {path.name: path.read_bytes() for path in pretrained_folder.iterdir()}
     loaded = load_model(pretrained_folder, device="cpu")
-    with pytest.raises(ValueError, match="not one per digit.*arc-kit shrink"):
-        loaded.encoder()
+    shrunk = load_model(shrink_model_folder(pretrained_folder, tmp_path / "shrunk"), device="cpu")
+    assert len(loaded.tokenizer) == len(shrunk.tokenizer) == loaded.model.config.vocab_size < 100
+    grid = np.array([[1, 2], [3, 4]])
+    assert loaded.encoder().encode_grid(grid).tolist() == shrunk.encoder().encode_grid(grid).tolist()
+    for ids in sample_sequences(tasks, shrunk.encoder(), count=2):
+        torch.testing.assert_close(logits(loaded.model, ids), logits(shrunk.model, ids), rtol=0, atol=1e-6)
+    assert {path.name: path.read_bytes() for path in pretrained_folder.iterdir()} == before  # nothing written
 
 
 def test_needed_characters_are_what_the_format_writes():

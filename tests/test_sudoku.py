@@ -82,6 +82,7 @@ def test_generated_puzzles_are_unique_and_reproducible():
     assert generate_puzzles(1, seed=4, clues=(24, 40)) != pairs[:1]
 
 
+@pytest.mark.slow
 def test_generator_reaches_the_low_twenties():
     """A target of 22 clues is reached by retrying removal orders (one pass gets there ~1 time in 27)."""
     pairs = [generate_puzzle(np.random.default_rng((9, i)), (22, 22)) for i in range(2)]
@@ -96,6 +97,7 @@ def test_generator_reaches_the_low_twenties():
     assert all(count_solutions(grid, limit=2) == 2 for grid in blanked)  # no clue can go: minimal
 
 
+@pytest.mark.slow
 def test_default_clues_follow_sudoku_3m():
     weights = clue_weights(DEFAULT_CLUES)
     assert min(weights) == 19 and max(weights) == 31 and max(weights, key=weights.get) == 24
@@ -236,6 +238,7 @@ def test_one_puzzle_per_training_sequence():
         assert text.count("I") == 1 and len(encoded) < 256
 
 
+@pytest.mark.slow
 def test_the_whole_command_on_a_micro_model(tmp_path):
     from arc_kit.cli import main
 
@@ -264,6 +267,21 @@ def test_the_whole_command_on_a_micro_model(tmp_path):
     assert main(["sudoku", "evaluate", "--model", str(model), "--puzzles", str(puzzles), "--out", str(out),
                  "--threshold", "0.2"]) != 0  # other settings: refused, not mixed in
 
+
+def test_evaluate_on_the_quickest_model_writes_a_record_and_the_metrics(fallback_model, tmp_path):
+    """The quick loop's run of ``sudoku evaluate`` (the whole command, training and resuming, is the slow test above):
+    a model that writes <eos> at once answers nothing, so the search, scoring and metrics take a moment."""
+    from arc_kit.cli import main
+
+    puzzles = tmp_path / "puzzles.csv"
+    assert main(["sudoku", "generate", "--count", "1", "--seed", "5", "--clues", "45-50", "--out", str(puzzles)]) == 0
+    out = tmp_path / "eval"
+    assert main(["sudoku", "evaluate", "--model", str(fallback_model), "--puzzles", str(puzzles), "--out", str(out),
+                 "--threshold", "0.3", "--augmentations", "1", "--scoring-augmentations", "1"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
+    assert metrics["puzzles"] == 1 and metrics["answered"] == 0.0 and metrics["top1_accuracy_poe"] == 0.0
+    assert len((out / "records.jsonl").read_text().splitlines()) == 1
+    assert (out / "threshold_curve.png").stat().st_size > 0
 
 def test_evaluation_follows_the_solver_defaults():
     from dataclasses import fields

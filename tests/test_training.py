@@ -27,6 +27,7 @@ import torch
 import arc_kit
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import Pair, TaskSet
+from arc_kit.model.deltas import OLDEST_PEFT_LORA_KEYS
 from arc_kit.model.loading import create_model, load_model, token_budget_of
 from arc_kit.model.optimization import embedding_module_names, parameter_groups
 from arc_kit.model.training import (
@@ -576,6 +577,7 @@ def test_lora_run_saves_a_merged_model_and_its_adapter(fine_tuned, trained, task
     adapter = folder / "adapter"
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 24 and config["use_rslora"] is True
+    assert set(config) <= OLDEST_PEFT_LORA_KEYS  # what Kaggle's older peft reads without a warning
     assert set(config["modules_to_save"]) == {"embed_tokens", "lm_head"}
     assert list(adapter.glob("adapter_model.safetensors"))
     merged = load_model(folder, device="cpu")

@@ -49,7 +49,13 @@ def _add_build_arguments(actions) -> None:
                                        "~/.kaggle/kaggle.json)")
     build.add_argument("--slug", default="arc-kit", help="the dataset's slug, its id being OWNER/SLUG "
                                                          "(default: %(default)s)")
-    build.add_argument("--model", help="model folder (default: the shipped model)")
+    build.add_argument("--model", help="model folder, copied into the dataset (default: the shipped model); with "
+                                       "--model-source, a local copy of that model: checked, not shipped")
+    build.add_argument("--model-source", metavar="OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]",
+                       help="a Kaggle Model the notebook reads from /kaggle/input instead of a shipped model: no model "
+                            "and no base package in the dataset, the handle in the kernel metadata's model_sources")
+    build.add_argument("--quantization", choices=["4bit"], help="the model is loaded in 4 bits (the notebook's "
+                                                                "QUANTIZATION): for the check, and ships bitsandbytes")
     build.add_argument("--extra-wheels", help="a folder of further wheels to include")
     build.add_argument("--gpu-extras", action="store_true", help="also ship bitsandbytes and unsloth with what they "
                                                                  "need, for a large model in 4 bits")
@@ -99,18 +105,32 @@ def _kaggle_run(args) -> int:
     result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
                                     working=args.working, **clock.to_json(), workers=args.workers,
                                     force_full=args.full, restart=args.restart, adopt=args.adopt)
-    print(f"wrote {result.submission_path}: {result.tasks} tasks, {result.solved_tasks} solved by the model"
-          f"{' (placeholder test file: smoke job)' if result.placeholder else ''}, {result.seconds:.0f} s"
-          + (f"; stopped early: {result.error}" if result.error else ""))
+    end, *score = result.lines()
+    print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
     return 0
 
 
 def _kaggle_build(args) -> int:
     from arc_kit.kaggle.dataset_build import build_dataset
+    from arc_kit.kaggle.model_input import ModelHandle
+    from arc_kit.run.model_check import check_model
 
+    if args.model_source:
+        ModelHandle.parse(args.model_source)  # a bad handle: one line, before the check
+    check = None
+    if args.model or not args.model_source:  # before any work: a no-go stops here, nothing written
+        check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
+        print(check.report())
+        if not check.go:
+            return 1
+    else:
+        print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work "
+              "(pass --model with a local copy to check it now, which also ships bitsandbytes for 4-bit weights; "
+              "else --quantization 4bit does)")
     built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
-                          gpu_extras=args.gpu_extras, overwrite=args.overwrite)
+                          gpu_extras=args.gpu_extras, model_source=args.model_source,
+                          check=check, quantization=args.quantization, overwrite=args.overwrite)
     print(f"wheels shipped ({len(built.wheels)}; the image: {built.image}):")
     for wheel in built.wheels:
         print(f"  {wheel.path.name}: {wheel.reason}")

@@ -1,5 +1,5 @@
-"""The ``arc-kit`` commands on models: pretrain, create-model, shrink, base, and held-out (how well models know
-held-out answers).
+"""The ``arc-kit`` commands on models: pretrain, create-model, shrink, base, check-model (ready for the competition?)
+and held-out (how well models know held-out answers).
 
 Each parses, makes one call into ``arc_kit.model`` (or ``run.evaluation``) and prints; how a model is trained,
 built or measured lives there, not here.
@@ -12,6 +12,7 @@ import time
 from arc_kit.cli.options import (
     add_settings_options,
     max_side_argument,
+    model_path,
     number_argument,
     overwrite_argument,
     select_tasks,
@@ -20,7 +21,14 @@ from arc_kit.cli.options import (
 )
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import PROBABILITY_MODES, TRAINING_PRESETS, SolveSettings, TrainingSettings
+from arc_kit.settings import (
+    PROBABILITY_MODES,
+    SOLVE_PRESETS,
+    TRAINING_PRESETS,
+    SolveSettings,
+    TrainingSettings,
+    solve_preset,
+)
 
 
 @command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC, and task sets if asked")
@@ -95,6 +103,31 @@ def setup_shrink(parser):
         path = shrink_model_folder(args.source, args.destination, kept=args.kept, overwrite=args.overwrite)
         print(f"wrote {path}")
         return 0
+    return run
+
+
+@command("check-model", "is a model folder ready for the competition: its weights, architecture, tokenizer, the "
+                        "fast engine, the memory it needs on an L4, a T4 and an H100; go or no-go (exit 1)")
+def setup_check_model(parser):
+    from arc_kit.model.memory import GPUS
+
+    parser.add_argument("model", nargs="?", help="the model folder (default: the shipped model)")
+    parser.add_argument("--quantization", choices=["4bit"], help="loaded in 4 bits (bitsandbytes), as the notebook's "
+                                                                 "QUANTIZATION = '4bit' does")
+    parser.add_argument("--gpu", choices=list(GPUS), default="L4", help="the GPU it must fit for a go (default: "
+                                                                        "%(default)s, the competition's)")
+    parser.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
+                        help="the settings it will run with (default: %(default)s); the options below change them")
+    add_settings_options(parser, solve_preset("paper"), "the method (defaults: the 'paper' preset): the memory "
+                                                        "table follows --augmentations, --max-len and --ttt-rank")
+
+    def run(args):
+        from arc_kit.run.model_check import check_model
+
+        settings = settings_from_options(args, solve_preset(args.preset))
+        check = check_model(model_path(args), quantization=args.quantization, settings=settings, gpu=args.gpu)
+        print(check.report())
+        return 0 if check.go else 1
     return run
 
 

@@ -28,6 +28,7 @@ from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 
 
 def _run_solve(args) -> int:
+    from arc_kit.run.outcome import outcome_line
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
 
@@ -43,6 +44,7 @@ def _run_solve(args) -> int:
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
+    print(outcome_line(run.records, run.score))
     if run.score is not None:
         print(shown_table(run.score.table))
         print(run.score)
@@ -105,33 +107,53 @@ def setup_samplers(parser):
     return _table("samplers")
 
 
-@command("estimate", "the planner's estimate of a run's time, from speeds measured by an earlier run")
+@command("estimate", "the planner's estimate of a run's time, from speeds an earlier run measured or guessed for a "
+                     "model and GPU; --table: what to expect per model size and GPU")
 def setup_estimate(parser):
-    parser.add_argument("--records", required=True, help="the run folder (records.jsonl, run.json) to take speeds from")
+    from arc_kit.run.expectations import GPUS
+
+    parser.add_argument("--records", help="the run folder (records.jsonl, run.json) to take measured speeds from "
+                                          "(default: none, every speed guessed)")
     tasks_argument(parser)
     number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0, default=0)
     number_argument(parser, "--workers", int, "processes sharing the work (default: %(default)s)", at_least=1,
                     at_most=MAX_WORKERS, default=1)
     number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
                     "(default: 1)", above=0, at_most=1e6, default=1.0)
-    parser.add_argument("--model", help="the model whose tokenizer counts tokens (default: the shipped model)")
+    parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
+                                        "speeds (default: the shipped model)")
+    parser.add_argument("--gpu", choices=[device.name for device in GPUS],
+                        help="the GPU the guessed speeds are for (default: the CPU machine)")
     parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",
-                        help="estimate with the measured run's settings, or with a preset's (default: %(default)s)")
+                        help="estimate with the measured run's settings (the paper's without --records), or with "
+                             "a preset's (default: %(default)s)")
+    parser.add_argument("--table", action="store_true",
+                        help="print the hours to expect per model size (135M to 8B, bf16 and 4-bit) and GPU (4x L4, "
+                             "T4, H100) for the tasks at the settings, and the ratios they rest on")
 
     def run(args):
-        from arc_kit.run.estimates import estimate_from_folder
+        from arc_kit.run.estimates import estimate_from_folder, expectations_for
+        from arc_kit.run.expectations import gpu_named
         from arc_kit.run.planner import hours
 
         target = None if args.settings == "run" else solve_preset(args.settings)
         tasks = select_tasks(args)
+        what = f"{len(tasks)} tasks of {tasks.name or args.dataset}"
+        if args.table:
+            print("\n".join(expectations_for(tasks, model_path(args), target or solve_preset("paper"), what)))
+            return 0
         estimate = estimate_from_folder(args.records, tasks, model_path(args), target, workers=args.workers,
-                                        speedup=args.speedup)
+                                        speedup=args.speedup, device=gpu_named(args.gpu) if args.gpu else None)
         speeds = estimate.speeds
-        print(f"speeds from {speeds.measured_tasks} tasks of {args.records}: training {speeds.training:.3g} "
-              f"s/token-step, generation {speeds.generation:.3g} s/unit, scoring {speeds.scoring:.3g} s/prompt token")
+        if args.records is not None and not speeds.measured_tasks:
+            print(f"warning: {args.records} recorded no speeds (no task finished with the model): every speed "
+                  "below is guessed")
+        print(f"speeds{f' from {speeds.measured_tasks} tasks of {args.records}' if args.records else ''}: training "
+              f"{speeds.training:.3g} s/token-step, generation {speeds.generation:.3g} s/unit, scoring "
+              f"{speeds.scoring:.3g} s/prompt token", *(f"  {line}" for line in speeds.sources()), sep="\n")
         parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
-        print(f"{estimate.tasks} tasks of {tasks.name or args.dataset} with the {args.settings} settings: "
-              f"TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
+        print(f"{what} with the {'paper' if args.settings == 'run' and not args.records else args.settings} "
+              f"settings: TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
               f"total {parts['total']} (h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
         return 0
     return run

@@ -1,7 +1,8 @@
 """Kaggle glue: the competition run (all GPUs, inside the time limit, always a submission) and the dataset build.
 
 ``competition`` runs the hidden test set on Kaggle; ``dataset_build`` and ``wheelhouse`` make the
-offline dataset (model, kit wheel, the wheels the image lacks). It may import ``run`` and below.
+offline dataset (model, kit wheel, the wheels the image lacks); ``model_input`` finds a Kaggle Model
+attached to the notebook. It may import ``run`` and below.
 """
 
 from arc_kit.lazy import lazy_exports

@@ -4,7 +4,10 @@
 ``/kaggle/input`` (the current competition's folder, ``COMPETITION``, first), write a complete
 fallback ``submission.json`` at once, notice when the test file is the public placeholder (then run
 a short smoke job), otherwise solve every test task within the time budget on all GPUs, keeping the
-submission complete and valid after every task and stopping the workers before the limit.
+submission complete and valid after every task and stopping the workers before the limit. Where the
+test tasks are public ones whose solutions sit beside them (a smoke run on the placeholder, or the
+evaluation set given as the test file), the run is scored: its end line (``CompetitionRun.lines``) says
+how many tasks the model answered and how many of them are right, and the score follows.
 
 The dataset that carries the kit is ``dataset_build``'s; ``simulate_competition_input`` builds a
 stand-in for ``/kaggle/input`` from public data, so the whole path runs on any machine. This module
@@ -15,19 +18,21 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
-from arc_kit.data.submission import build_submission, load_submission, write_submission
+from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.locking import holding_folder
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import claim_file, is_made_folder
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
+from arc_kit.run.outcome import answered_by_model, outcome_parts
 from arc_kit.run.records import answers_from_records, read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
@@ -44,9 +49,22 @@ class CompetitionRun:
     submission_path: Path
     placeholder: bool
     tasks: int  # every task id of the test file, malformed ones included
-    solved_tasks: int  # tasks that got model work (the rest have fallback answers)
+    answered: int  # tasks whose attempts are the model's (the rest have fallback answers)
     seconds: float
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
+    score: Score | None = None  # on the tasks whose solutions are public (a smoke run, the evaluation set as test)
+    outcome: list[str] = field(default_factory=list)  # the end line's parts (``outcome.outcome_parts``)
+
+    def lines(self) -> list[str]:
+        """The run's end line (tasks, what the model answered and got right, the job, the minutes, an early
+        stop), then the score where the solutions are known."""
+        parts = [f"{self.tasks} tasks", ", ".join(self.outcome) or f"answered by the model: {self.answered}"]
+        if self.placeholder:
+            parts.append("placeholder test file: smoke job")
+        parts.append(f"{self.seconds / 60:.1f} minutes")
+        if self.error:
+            parts.append(f"stopped early: {self.error}")
+        return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else [])
 
 
 def _keeping_a_users_submission(function):
@@ -103,7 +121,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
     limit = started + 3600 * hours
     deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
-    solutions = _public_solutions(files, chosen) if placeholder else None
+    solutions = _public_solutions(files, chosen)
     if progress:
         _announce(files, tasks, chosen, job, placeholder, deadline)
     records, error = _solve_keeping_records(run_folder, earlier, lambda: worker_pool.solve_in_workers(
@@ -111,8 +129,10 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
         submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)
     error = _write_final_submission(submission_path, tasks, records, attempts, error)
-    solved = sum(1 for record in records.values() if record.got_model_work)
-    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), solved, time.time() - started, error)
+    score = _score(submission_path, solutions, attempts)
+    answered = sum(1 for record in records.values() if answered_by_model(record))
+    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), answered, time.time() - started,
+                          error, score, outcome_parts(records, score))
 
 
 def _test_tasks(input_root: str | os.PathLike, competition: str):
@@ -218,14 +238,26 @@ def time_left(deadline: float) -> str:
 
 
 def _public_solutions(files, chosen: TaskSet) -> TaskSet | None:
-    """The solutions of the placeholder's tasks where the competition ships them (its evaluation files)."""
+    """The solutions of the tasks to solve where the competition ships them: its evaluation files hold a task of
+    the same id, train pairs and test inputs (the placeholder's tasks, or the evaluation set given as test file)."""
     if files.evaluation_challenges is None or files.evaluation_solutions is None:
         return None
     try:
         public = load_challenges(files.evaluation_challenges, files.evaluation_solutions, strict=False)
-        known = [task_id for task_id in chosen.ids if task_id in public]
+        known = [task_id for task_id in chosen.ids if task_id in public and public[task_id].has_solutions
+                 and public[task_id].without_solutions() == chosen[task_id].without_solutions()]
         return public.select(known) if known else None
     except Exception:  # noqa: BLE001 - progress is a nicety: never a reason to stop
+        return None
+
+
+def _score(submission_path: Path, solutions: TaskSet | None, attempts: int) -> Score | None:
+    """The submission's score on the tasks whose solutions are known; None when none are (or it cannot be read)."""
+    if solutions is None:
+        return None
+    try:
+        return score_submission(json.loads(submission_path.read_text()), solutions, attempts=attempts)
+    except Exception:  # noqa: BLE001 - a score is a nicety: the submission on disk stands
         return None
 
 

@@ -4,18 +4,25 @@
 wheels of whatever the kit needs that the competition image lacks or holds too old (resolved by
 ``wheelhouse`` against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made
 from the list Kaggle publishes), a base's package when the model is a base plus a delta, bitsandbytes
-and unsloth on request (``gpu_extras``), any extra wheels, a model, ``dataset-metadata.json`` and a
-README; beside it, a notebook folder (``submission.ipynb`` and ``kernel-metadata.json``) that
-``kaggle kernels push`` takes as it is. Both name their owner: given, else the user's Kaggle
-configuration; never a placeholder. Every wheel comes with the reason it is there. Both folders are
-new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``), and the model
-never lies inside the dataset folder: the build never deletes or overwrites what it did not make, the
-shipped ``kaggle_dataset/`` included. This module
-knows files, wheels and Kaggle's metadata; the competition run is ``kaggle``'s.
+when its weights are stored in 4 bits, bitsandbytes and unsloth on request (``gpu_extras``), any
+extra wheels, a model (every file a model folder is read with: weights, config, each tokenizer
+file), ``dataset-metadata.json`` and a README; beside it, a notebook folder (``submission.ipynb``
+and ``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
+(``run.model_check``): a no-go stops the build before it writes anything. With a Kaggle Model as the
+model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``) no model and no base
+package is shipped: the kernel metadata lists it in ``model_sources``, the dataset names it in
+``model-source.json``, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local
+copy given as ``model`` is checked, not shipped. Both name their owner: given, else the user's
+Kaggle configuration; never a placeholder. Every wheel comes with the reason it is there. Both
+folders are new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``),
+and the model never lies inside them: the build never deletes or overwrites what it did not make,
+the shipped ``kaggle_dataset/`` included. This module knows files, wheels and Kaggle's metadata; the
+competition run is ``kaggle``'s.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -25,19 +32,25 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle
 from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
 from arc_kit.model.bases import locate_wheel
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
 from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, inside
 from arc_kit.provenance import __version__
+from arc_kit.run.model_check import ModelCheck, check_model
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_MANIFEST = ROOT / "kaggle_dataset" / "kaggle-image.json"  # made by `arc-kit kaggle image` from Kaggle's list
 KERNEL_TEMPLATE = ROOT / "kaggle_dataset" / "kernel-metadata.json"
 OWNER_FIELD = "OWNER"  # what the template holds where the build writes the owner
-MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "arc_kit.json", "training_log.csv", "loss_curve.png",
-               "adapter_config.json", "delta.json", "plan.json", "training_call.log")
+# What a model folder is read with (weights, configs, every kind of tokenizer file) and what tells its story; a
+# training run's other files (optimizer states, checkpoint folders, a pickled training_args.bin) stay behind.
+MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
+               "adapter_model.bin", "*.json", "tokenizer.model", "*.tiktoken", "vocab.txt", "vocab.json",
+               "merges.txt", "*.jinja", "training_log.csv", "loss_curve.png", "training_call.log", "README.md",
+               "LICENSE*", "NOTICE*", "USE_POLICY*")
+FOUR_BIT_WHEELS = ("bitsandbytes>=0.45",)  # what 4-bit weights need on an image that lacks it
 LICENCE = "other"  # Kaggle's name for "other (specified in description)": the parts have their own licences
 DATASET_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every other wheel keeps its own "
                     "licence (in its metadata); the model's weights derive from its base model and keep that "
@@ -59,6 +72,8 @@ class DatasetBuild:
     notebook: Path
     wheels: list[ShippedWheel] = field(default_factory=list)
     image: str = ""  # where the image manifest came from
+    check: ModelCheck | None = None  # the model's check (None: a Kaggle Model with no local copy to check)
+    model_source: str | None = None  # the Kaggle Model the notebook reads, when no model is shipped
 
 
 def kaggle_owner(given: str | None = None) -> str:
@@ -120,26 +135,39 @@ def build_wheel(destination: str | os.PathLike) -> Path:
 def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, owner: str | None = None,
                   slug: str = "arc-kit", title: str = "arc-kit", extra_wheels: str | os.PathLike | None = None,
                   image_manifest: str | os.PathLike | None = None, gpu_extras: bool = False,
-                  overwrite: bool = False) -> DatasetBuild:
+                  model_source: str | None = None, check: ModelCheck | None = None,
+                  quantization: str | None = None, overwrite: bool = False) -> DatasetBuild:
     """Assemble the Kaggle dataset folder ``out`` (wheels/, model/, metadata, README) and its notebook folder.
 
     ``wheels/`` holds the kit, the wheels in ``extra_wheels``, the base's package for a base-plus-delta
-    model, and every package the kit (and, with ``gpu_extras``, bitsandbytes and unsloth) needs that
-    the image of ``image_manifest`` (default ``IMAGE_MANIFEST``) lacks or has too old, with theirs.
-    The notebook folder is ``out`` with ``-notebook`` appended. ``owner``: see ``kaggle_owner``. Both folders
-    are new, empty, or (with ``overwrite``) an earlier build's, whose own files are replaced; else, or when
-    the model lies inside either, OutputRefused before anything is written.
+    model, bitsandbytes for 4-bit weights, and every package the kit (and, with ``gpu_extras``,
+    bitsandbytes and unsloth) needs that the image of ``image_manifest`` (default ``IMAGE_MANIFEST``)
+    lacks or has too old, with theirs. ``model_source``: a Kaggle Model the notebook reads instead of a
+    shipped model (``model``, if given, is its local copy: checked, not shipped). The model is checked
+    first (``check``: done already; ``quantization``: as the notebook will load it): a no-go is a
+    ValueError with its one line, before anything is written. The notebook folder is ``out`` with
+    ``-notebook`` appended. ``owner``: see ``kaggle_owner``. Both folders are new, empty, or (with
+    ``overwrite``) an earlier build's, whose own files are replaced; else, or when the model lies inside
+    either, OutputRefused before anything is written.
     """
     out, owner = Path(out), kaggle_owner(owner)
-    model = Path(model) if model is not None else default_model_path()
     notebook_folder = out.parent / f"{out.name}-notebook"
-    delta = is_delta_folder(model)
-    if not (model / "config.json").exists() and not delta:
+    handle = ModelHandle.parse(model_source) if model_source else None
+    if handle is None:
+        model = Path(model) if model is not None else default_model_path()
+    else:
+        model = Path(model) if model is not None else None
+    if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
-    for folder in (out, notebook_folder):
+    for folder in (out, notebook_folder) if model is not None else ():
         if inside(model, folder) or inside(folder, model):
             raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
                                 "model it copies; build into another --out, or copy the model elsewhere first")
+    check = check if check is not None or model is None else check_model(model, quantization=quantization,
+                                                                        strict_memory=False)
+    if check is not None and not check.go:
+        raise ValueError(check.verdict)
+    delta = handle is None and is_delta_folder(model)
     image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
     check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
     check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
@@ -163,24 +191,36 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     shipped += resolve_wheels(requirements, wheels, image)
     if gpu_extras:
         shipped += resolve_wheels(list(GPU_EXTRAS), wheels, image, asked_by="--gpu-extras")
+    elif (check is not None and check.four_bit) or quantization == "4bit":
+        shipped += resolve_wheels(list(FOUR_BIT_WHEELS), wheels, image, asked_by="the model's 4-bit weights")
     named = {wheel.path.name for wheel in shipped}
     shipped += [ShippedWheel(wheels / name, "from --extra-wheels") for name in sorted(extras - named)]
-    _copy_model(model, out / "model")
-    _write_metadata(out, owner, slug, title, kit, model)
-    notebook = _write_notebook_folder(notebook_folder, owner, slug)
-    return DatasetBuild(out, notebook, shipped, image.source)
+    if handle is None:
+        copy_model_files(model, out / "model")
+    else:
+        (out / MODEL_SOURCE_FILE).write_text(json.dumps({"model_source": str(handle)}) + "\n")
+    _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
+    notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
+    return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None)
 
 
-def _copy_model(model: Path, target: Path) -> None:
+def is_model_file(name: str) -> bool:
+    """True for a file a model folder is read with, or that tells how it was made (``MODEL_FILES``)."""
+    return any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES)
+
+
+def copy_model_files(model: Path, target: Path) -> None:
+    """Every model file of ``model`` (``is_model_file``; subfolders stay behind) into a fresh ``target``."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     for path in model.iterdir():
-        if path.suffix == ".safetensors" or path.name in MODEL_FILES or path.name.endswith(".safetensors.index.json"):
+        if path.is_file() and is_model_file(path.name):
             shutil.copy2(path, target / path.name)
 
 
-def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path) -> None:
+def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
+                    handle: ModelHandle | None = None) -> None:
     """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
     notebook = ROOT / "notebooks" / "submission.ipynb"
     if notebook.exists():
@@ -189,16 +229,19 @@ def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, mod
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
                 "description": DATASET_LICENCES, "keywords": ["arc-prize", "abstraction-and-reasoning"]}
     (out / "dataset-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    (out / "README.md").write_text(DATASET_README.format(version=__version__, wheel=kit.name, model=model.name,
+    shipped = MODEL_SHIPPED.format(model=model.name) if handle is None else MODEL_INPUT.format(handle=handle)
+    (out / "README.md").write_text(DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
                                                          licences=DATASET_LICENCES) + "\n")
 
 
-def _write_notebook_folder(folder: Path, owner: str, slug: str) -> Path:
-    """The folder ``kaggle kernels push -p`` takes: the notebook and its metadata, the owner filled in."""
+def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHandle | None = None) -> Path:
+    """The folder ``kaggle kernels push -p`` takes: the notebook and its metadata, the owner filled in (and the
+    Kaggle Model in ``model_sources``)."""
     folder.mkdir(parents=True, exist_ok=True)
     metadata = json.loads(KERNEL_TEMPLATE.read_text())
     metadata["id"] = metadata["id"].replace(OWNER_FIELD, owner)
     metadata["dataset_sources"] = [f"{owner}/{slug}"]
+    metadata["model_sources"] = [str(handle)] if handle is not None else []
     metadata["code_file"] = "submission.ipynb"
     shutil.copy2(ROOT / "notebooks" / "submission.ipynb", folder / "submission.ipynb")
     (folder / "kernel-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
@@ -212,12 +255,15 @@ The arc_kit package and a model, for ARC Prize notebooks that run without intern
 - `wheels/{wheel}`: the package, plus every package it needs that the competition image lacks (resolved
   against the image's package list) and any extra wheels added when the dataset was built; the notebook
   installs them all at once, offline (`pip install --no-index --no-deps --find-links wheels wheels/*.whl`).
-- `model/`: the model (from `{model}`): config and safetensors weights, or a named base plus the trained
-  delta (`delta.json`, `adapter_config.json`, `delta-*.safetensors`; the base is built on first use from
-  its package's wheel in `wheels/`), the tokenizer, and how it was trained (`arc_kit.json`,
-  `training_log.csv`, `loss_curve.png`).
+{model}
 - `submission.ipynb`: the competition notebook; attach this dataset and the competition, then run it.
 
 {licences}
 
 Made with `arc-kit kaggle build`; see kaggle_dataset/README.md in the arc_kit repository."""
+MODEL_SHIPPED = """- `model/`: the model (from `{model}`): config and weights, or a named base plus the trained delta
+  (`delta.json`, `adapter_config.json`, `delta-*.safetensors`; the base is built on first use from its
+  package's wheel in `wheels/`), every tokenizer file, and how it was trained where that was recorded
+  (`arc_kit.json`, `training_log.csv`, `loss_curve.png`)."""
+MODEL_INPUT = """- no model: the notebook reads the Kaggle Model `{handle}` (`model-source.json` names it; the
+  notebook's `kernel-metadata.json` lists it in `model_sources`), mounted below `/kaggle/input/`."""

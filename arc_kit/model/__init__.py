@@ -1,6 +1,7 @@
 """Models and their training: loading a model folder, building a shrunk base, the fine-tune and test-time training.
 
-``loading`` (model folders, base + delta), ``bases`` and ``gguf_tokenizer`` (pretrained bases read
+``loading`` (model folders, base + delta), ``checks`` (a folder checked before anything is allocated),
+``memory`` (what a model needs, from its config), ``bases`` and ``gguf_tokenizer`` (pretrained bases read
 from GGUF), ``shrinking`` (the vocabulary cut to the grid alphabet), ``training_data``, ``training``
 and ``optimization`` (the fine-tune), ``ttt`` (test-time training). It may import ``text``,
 ``data`` and the floors below; it knows nothing of decoding, search or runs.

@@ -3,8 +3,10 @@
 ``save_delta`` writes what a peft model adds to a base of ``bases.BASES`` (the LoRA adapter and the
 fully trained embedding and head rows) as a peft adapter config and safetensors shards of under
 16 MiB, with ``delta.json`` naming the base and the shards; ``apply_delta`` puts them back on the
-built base. This module knows the delta's files; it knows nothing of where the base comes from
-(``bases``, ``loading``), of devices, nor of training.
+built base. The adapter config holds only the keys that the oldest peft the kit supports knows
+(``portable_adapter_config``): a newer peft writes keys of its own features, which an older one (Kaggle's
+image has 0.18.1) reads with a warning to upgrade. This module knows the delta's files; it knows nothing
+of where the base comes from (``bases``, ``loading``), of devices, nor of training.
 """
 
 from __future__ import annotations
@@ -16,6 +18,20 @@ from pathlib import Path
 from arc_kit.model.folders import DELTA_INDEX, ModelFolderError
 
 DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
+ADAPTER_CONFIG = "adapter_config.json"
+# LoraConfig's fields in peft 0.17.0, the oldest peft the kit supports (pyproject: peft>=0.17), read from
+# its source (peft/tuners/lora/config.py and peft/config.py), less runtime_config, which peft never saves.
+# peft 0.18.1 (Kaggle's image) knows all of them and adds alora_invocation_tokens, arrow_config,
+# ensure_weight_tying and peft_version; 0.21 adds kasa_config, lora_ga_config, monteclora_config,
+# use_bdlora and velora_config.
+OLDEST_PEFT = "0.17.0"
+OLDEST_PEFT_LORA_KEYS = frozenset((
+    "alpha_pattern", "auto_mapping", "base_model_name_or_path", "bias", "corda_config", "eva_config",
+    "exclude_modules", "fan_in_fan_out", "inference_mode", "init_lora_weights", "layer_replication",
+    "layers_pattern", "layers_to_transform", "loftq_config", "lora_alpha", "lora_bias", "lora_dropout",
+    "megatron_config", "megatron_core", "modules_to_save", "peft_type", "qalora_group_size", "r", "rank_pattern",
+    "revision", "target_modules", "target_parameters", "task_type", "trainable_token_indices", "use_dora",
+    "use_qalora", "use_rslora"))
 
 
 def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict | None = None,
@@ -55,11 +71,36 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
     config = model.peft_config[model.active_adapter]
     config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
     config.save_pretrained(str(path))
+    make_adapter_config_portable(path)
     tokenizer.save_pretrained(path)
     (path / DELTA_INDEX).write_text(json.dumps({"base": base, "shards": names}, indent=2) + "\n")
     if info is not None:
         (path / "arc_kit.json").write_text(json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
     return path
+
+
+def portable_adapter_config(saved: dict, defaults: dict) -> dict:
+    """``saved`` (a LoraConfig's dict) with only the keys peft ``OLDEST_PEFT`` knows, sorted; ``defaults`` are
+    the installed peft's default values. ValueError when a key left out is set otherwise than its default:
+    an older peft would then read an adapter of another kind without a word."""
+    dropped = {key: value for key, value in saved.items() if key not in OLDEST_PEFT_LORA_KEYS}
+    changed = sorted(key for key, value in dropped.items() if key != "peft_version" and value != defaults.get(key))
+    if changed:
+        raise ValueError(f"the adapter sets {', '.join(changed)}, which peft {OLDEST_PEFT} (the oldest the kit "
+                         "supports) cannot read: train without it, or raise the kit's peft requirement")
+    return {key: sorted(value) if isinstance(value, (set, frozenset)) else value
+            for key, value in sorted(saved.items()) if key in OLDEST_PEFT_LORA_KEYS}
+
+
+def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
+    """Rewrite the ``adapter_config.json`` that peft saved in ``folder`` so that peft ``OLDEST_PEFT`` and every
+    later one read it without a warning (``portable_adapter_config``); the weights beside it are not touched."""
+    from peft import LoraConfig
+
+    target = Path(folder) / ADAPTER_CONFIG
+    saved = portable_adapter_config(json.loads(target.read_text()), LoraConfig().to_dict())
+    target.write_text(json.dumps(saved, indent=2) + "\n")
+    return target
 
 
 def apply_delta(model, path: str | os.PathLike, merge: bool = True):
@@ -96,4 +137,5 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
     return wrapped.merge_and_unload() if merge else wrapped
 
 
-__all__ = ["DELTA_SHARD_BYTES", "apply_delta", "save_delta"]
+__all__ = ["ADAPTER_CONFIG", "DELTA_SHARD_BYTES", "OLDEST_PEFT", "OLDEST_PEFT_LORA_KEYS", "apply_delta",
+           "make_adapter_config_portable", "portable_adapter_config", "save_delta"]

@@ -8,9 +8,13 @@
   the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
   shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
   load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-This module knows how to build, save and load models; the folder's files, and the one-line errors
-that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on
-from here). It knows nothing of tasks beyond the vocabulary, nor of training.
+Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang
+(absurd sizes, weights missing or cut short, a pickle that is not plain tensors, weights larger than
+the machine). A full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``:
+nothing written); a plain LoRA adapter is merged into its base; weights stored in 4 bits load on the
+CPU too. This module knows how to build, save and load models; the folder's files, and the one-line
+errors that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed
+on from here). It knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from arc_kit import devices
 from arc_kit.model.bases import build_base, built_folder
+from arc_kit.model.checks import check_before_load
 from arc_kit.model.deltas import apply_delta, save_delta
 from arc_kit.model.folders import (
     DELTA_INDEX,
@@ -39,6 +44,7 @@ from arc_kit.model.folders import (
     save_model,
 )
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
+from arc_kit.model.shrinking import format_problem, kept_at_load, shrink_both
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.text import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
@@ -158,16 +164,11 @@ class LoadedModel:
 
         Fails clearly if the tokenizer is not vocabulary-shrunk.
         """
-        tokenizer = self.grid_tokenizer
         # The encoder writes grids cell by cell; a tokenizer that merges digits would read them otherwise.
-        rows = ["0123456789", "9876543210", "00112233445566778899"]
-        sample = text_format.row_separator.join(rows)
-        expected = sum(map(len, rows)) + (len(rows) - 1) * len(tokenizer.encode(text_format.row_separator))
-        found = len(tokenizer.encode(sample))
-        if found != expected:
-            raise ValueError(f"the tokenizer of {self.path} writes {sample!r} as {found} tokens, not one per digit; "
-                             "shrink its vocabulary first (arc-kit shrink)")
-        return TaskEncoder(tokenizer, text_format, self.token_budget() if max_len is None else max_len)
+        problem = format_problem(self.tokenizer, text_format)
+        if problem is not None:
+            raise ValueError(f"the tokenizer of {self.path}: {problem}; shrink its vocabulary first (arc-kit shrink)")
+        return TaskEncoder(self.grid_tokenizer, text_format, self.token_budget() if max_len is None else max_len)
 
 
 def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) -> int | None:
@@ -209,9 +210,15 @@ def _warn_cut(budget: int, limit: int, model: str) -> None:
 
 def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat(),
                  max_len: int | None = None) -> TaskEncoder:
-    """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens."""
+    """A TaskEncoder from a model folder's tokenizer alone (no weights): for counting tokens.
+
+    A full vocabulary is shrunk as ``load_model`` shrinks it, so that both count and number tokens alike.
+    """
     path = checked_model_folder(path)
     tokenizer = load_tokenizer(path)
+    keep = None if is_delta_folder(path) or (path / "adapter_config.json").exists() else kept_at_load(path, tokenizer)
+    if keep is not None:
+        _, tokenizer = shrink_both(None, tokenizer, keep)
     return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
                        token_budget_of(path) if max_len is None else max_len)
 
@@ -225,10 +232,16 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
 
     settings = dataclasses.replace(settings, **overrides)
     plan = _plan_load(path, settings)
+    tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
+    plain = not (plan.is_delta or plan.is_adapter)
+    keep = kept_at_load(plan.path, tokenizer) if plain else None  # a tokenizer that cannot be made to fit: now
     if plan.backend == "unsloth":
         model, tokenizer = _load_with_unsloth(plan, settings)
     else:
-        model, tokenizer = _load_with_transformers(plan, settings)
+        model = _load_with_transformers(plan, settings)
+    if keep is not None:  # a full vocabulary: cut to the authors' set in memory, nothing written
+        model, tokenizer = shrink_both(model, tokenizer, keep)
+        logger.info("%s: vocabulary shrunk as it loaded, to %d tokens (the authors' set)", plan.path, len(keep))
     model.eval()
     return LoadedModel(model, tokenizer, plan.path, plan.device, plan.dtype, plan.backend, plan.is_adapter)
 
@@ -266,7 +279,10 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     elif adapter_config:
         base_path = _adapter_base(path, adapter_config, settings)
     quantized_on_disk = "quantization_config" in read_json(base_path / "config.json")
-    _check_quantization(path, delta, quantized_on_disk, settings)
+    _check_quantization(path, delta, quantized_on_disk, settings, device)
+    if not delta:  # a delta's base is the kit's own build
+        check_before_load(base_path, path if adapter_config else None, device, dtype.itemsize,
+                          four_bit=quantized_on_disk or settings.quantization == "4bit")
     if not device.startswith("cuda") and backend == "unsloth":
         raise devices.UnsupportedSetupError("unsloth runs on a GPU only; use device='cuda' or backend='transformers'")
     tokenizer_path = path if (path / "tokenizer_config.json").exists() else base_path
@@ -286,14 +302,20 @@ def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> P
     return base_path
 
 
-def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings) -> None:
-    """Refuse an unknown quantization and a 4-bit delta; check that 4-bit can run here when it is asked for."""
+def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings,
+                        device: str) -> None:
+    """Refuse an unknown quantization and a 4-bit delta; check that 4-bit can run here when it is asked for.
+
+    Quantizing as it loads needs a GPU; weights stored in 4 bits load on the CPU too (bitsandbytes runs there).
+    """
     if settings.quantization not in (None, "4bit"):
         raise ValueError(f"unknown quantization {settings.quantization!r}; expected '4bit' or None")
     if delta and (settings.quantization or quantized_on_disk):
         raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, merged on load; 4-bit needs a merged "
                                             "folder first (arc-kit base merge)")
-    if settings.quantization == "4bit" or quantized_on_disk:
+    if quantized_on_disk:
+        devices.require_4bit(on_cpu=not device.startswith("cuda"))
+    elif settings.quantization == "4bit":
         devices.require_4bit()
 
 
@@ -307,19 +329,18 @@ def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
 
 
 def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
-    """(model, tokenizer) through transformers, with a delta merged in or an adapter put on, on the plan's device."""
+    """The model through transformers, with a delta merged in or an adapter put on, on the plan's device."""
     from transformers import AutoModelForCausalLM
 
     arguments = _from_pretrained_arguments(plan, settings)
-    tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
-    elif plan.is_adapter:
-        model = _with_adapter(model, plan.path)
-    if not plan.device.startswith("cuda"):
+    elif plan.is_adapter:  # merged into 16- or 32-bit weights; kept apart on 4-bit ones (rounding would lose it)
+        model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
+    if "device_map" not in arguments:
         model = model.to(plan.device)
-    return model, tokenizer
+    return model
 
 
 def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[str, Any]:
@@ -331,20 +352,22 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
         arguments["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=plan.dtype)
-    if plan.device.startswith("cuda"):
+    if plan.device.startswith("cuda") or plan.quantized_on_disk:  # 4-bit weights are placed as they load
         arguments["device_map"] = {"": plan.device}
     return arguments
 
 
-def _with_adapter(model, path: Path):
-    """The peft adapter of folder ``path`` on ``model``, for inference."""
+def _with_adapter(model, path: Path, merge: bool = True):
+    """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
+    which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
     import warnings
 
     from peft import PeftModel
 
     with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return PeftModel.from_pretrained(model, path, is_trainable=False)
+        adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
+    return adapted.merge_and_unload() if merge else adapted
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ and the paper's recipe trains the embeddings and the head as separate modules.
 Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
 Qwen, GPT-2, SmolLM2) or WordLevel, where each needed character is one token. Anything else fails
 with a message naming the characters that could not be kept. The authors' released checkpoints are
-already shrunk and need none of this. Knows nothing of training or tasks.
+already shrunk and need none of this. ``kept_at_load`` says whether a folder's vocabulary is to be
+shrunk as it loads (``loading`` then cuts the model and tokenizer in memory, writing nothing), and
+``format_problem`` whether a tokenizer writes grids one token a cell. Knows nothing of training or tasks.
 """
 
 from __future__ import annotations
@@ -261,11 +263,57 @@ def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat(), 
     """Shrink a model and its tokenizer in one go; returns ``(model, new_tokenizer, kept_old_ids)``."""
     keep = tokens_to_keep(tokenizer, text_format, kept,
                           configs=(model.config, getattr(model, "generation_config", None)))
-    new_tokenizer = shrink_tokenizer(tokenizer, keep, drop_normalizer=kept == "authors")
-    shrink_model(model, keep, untie=untie)
+    model, new_tokenizer = shrink_both(model, tokenizer, keep, drop_normalizer=kept == "authors", untie=untie)
+    return model, new_tokenizer, keep
+
+
+def shrink_both(model, tokenizer, keep: list[int], drop_normalizer: bool = True, untie: bool = True):
+    """``(model, tokenizer)`` cut to the ``keep`` ids (the model in place; ``model`` None: the tokenizer alone)."""
+    new_tokenizer = shrink_tokenizer(tokenizer, keep, drop_normalizer=drop_normalizer)
+    if model is not None:
+        shrink_model(model, keep, untie=untie)
     if new_tokenizer.pad_token is None and new_tokenizer.eos_token is not None:
         new_tokenizer.pad_token = new_tokenizer.eos_token
-    return model, new_tokenizer, keep
+    return model, new_tokenizer
+
+
+def format_problem(tokenizer, text_format: TextFormat = TextFormat()) -> str | None:
+    """Why ``tokenizer`` cannot write the format's grids one token a cell (rows of digits and their
+    separators); None when it can."""
+    rows = ["0123456789", "9876543210", "00112233445566778899"]
+    sample = text_format.row_separator.join(rows)
+    separator = len(tokenizer(text_format.row_separator, add_special_tokens=False)["input_ids"])
+    expected = sum(map(len, rows)) + (len(rows) - 1) * separator
+    found = len(tokenizer(sample, add_special_tokens=False)["input_ids"])
+    return None if found == expected else f"it writes {sample!r} as {found} tokens, not one per digit"
+
+
+def kept_at_load(folder: str | os.PathLike, tokenizer, text_format: TextFormat = TextFormat()) -> list[int] | None:
+    """The ids to keep when the model of ``folder`` is to be shrunk as it loads (the authors' set, its
+    config's ids kept), or None when it needs no shrinking: it holds no more than that set already (the
+    authors' releases, the kit's bases), or it writes the format and cannot be shrunk (the kit's own
+    64-symbol vocabulary, whose output prefix is one token).
+
+    ValueError in one line when the tokenizer can neither write the format nor be shrunk to it.
+    """
+    problem = format_problem(tokenizer, text_format)
+    configs = tuple(_json_object(Path(folder) / name) for name in ("config.json", "generation_config.json"))
+    try:
+        keep = tokens_to_keep(tokenizer, text_format, "authors", configs=configs)
+    except ValueError as error:
+        if problem is None:
+            return None  # a large vocabulary that writes the format: used as it is
+        raise ValueError(f"the tokenizer of {folder} cannot write the text format ({problem}) and cannot be shrunk "
+                         f"to it ({str(error).removeprefix('cannot shrink this tokenizer: ')})") from None
+    return keep if len(keep) < len(tokenizer) else None
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLike,

@@ -33,7 +33,7 @@ from typing import Any
 
 from arc_kit import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
-from arc_kit.model.deltas import save_delta
+from arc_kit.model.deltas import make_adapter_config_portable, save_delta
 from arc_kit.model.folders import save_model
 from arc_kit.model.loading import PRESETS, LoadSettings, create_model, cut_to_limit, load_model
 from arc_kit.model.optimization import (
@@ -387,6 +387,7 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
     else:
         if not settings.full_finetune:
             trained.save_pretrained(out / "adapter")
+            make_adapter_config_portable(out / "adapter")  # readable by the oldest peft the kit supports
             trained = trained.merge_and_unload()
         trained.config.use_cache = True
         save_model(trained, source.tokenizer, out, record)

@@ -55,10 +55,11 @@ def calibrate(folder: Path, planner: Planner, task_id: str, settings: SolveSetti
     except (OSError, ValueError):
         measured = {"error": "no calibration.json (the worker died first?)"}
     if measured.get("error") or not measured.get("timings"):
-        report.note(f"calibration failed ({measured.get('error')}): the planner starts from assumed speeds")
+        report.note(f"calibration failed ({measured.get('error')}): the planner keeps its guessed speeds "
+                    f"({planner.speeds.guess or 'the fixed assumption'})")
         return None
-    speeds = Speeds()
-    speeds.update(planner.sizes[task_id], settings, measured["timings"])
+    speeds = Speeds.from_json({**planner.speeds.to_json(), "measured_tasks": 0, "measured_parts": {}})
+    speeds.update(planner.sizes[task_id], settings, measured["timings"])  # a part it did not run keeps the guess
     speeds.measured_tasks, speeds.measured_parts = 0, {}  # a first estimate: the first real task replaces it
     planner.calibrate(speeds)
     per_gpu = None

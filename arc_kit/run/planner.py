@@ -2,10 +2,9 @@
 
 A task's cost is estimated from its token counts, in three parts that the solver times separately:
 test-time training (steps x tokens of a leave-one-out sequence), generation (augmentations x
-(prompt + expected answer tokens)) and scoring (augmentations x prompt tokens). Until tasks have
-run, assumed speeds give the first estimates; each finished task's measured timings refine them.
-
-The first estimates come from assumed speeds, or from a short measurement on the machine at the
+(prompt + expected answer tokens)) and scoring (augmentations x prompt tokens). The first estimates
+come from guessed speeds (``expectations``: the model's size against the device's floors, times ratios
+measured on real runs; ``Speeds.guess`` says which), or from a short measurement on the machine at the
 start (``calibrate``: the worker pool times one short solve); each finished task refines them.
 
 Before each task the planner picks the first rung of a ladder of cheaper settings (fewer TTT steps,
@@ -91,6 +90,7 @@ class Speeds:
     scoring: float = 1e-5  # per prompt token of a scoring pass (the answers ride on its cache)
     measured_tasks: int = 0
     measured_parts: dict[str, int] = field(default_factory=dict)  # per part, the tasks that measured it
+    guess: str = ""  # where the speeds of the parts not measured come from ("": the fixed values above)
 
     def update(self, size: TaskSize, settings: SolveSettings, timings: Mapping[str, float]) -> None:
         """Fold one finished task's timings in (a part that did not run is left alone, and so is its count)."""
@@ -110,7 +110,15 @@ class Speeds:
 
     def to_json(self) -> dict:
         return {"training": self.training, "generation": self.generation, "scoring": self.scoring,
-                "measured_tasks": self.measured_tasks, "measured_parts": dict(self.measured_parts)}
+                "measured_tasks": self.measured_tasks, "measured_parts": dict(self.measured_parts), "guess": self.guess}
+
+    def sources(self) -> list[str]:
+        """Which parts' speeds were measured (on how many tasks) and which guessed (and from what), a line each."""
+        measured = [f"{part} on {self.measured_parts[part]} task(s)" for part, _ in PARTS
+                    if self.measured_parts.get(part)]
+        guessed = [part for part, _ in PARTS if not self.measured_parts.get(part)]
+        return ([f"measured: {', '.join(measured)}"] if measured else []) + \
+            ([f"guessed: {', '.join(guessed)}, for {self.guess or 'the fixed assumption'}"] if guessed else [])
 
     @classmethod
     def from_json(cls, data: Mapping) -> Speeds:
@@ -123,6 +131,7 @@ class Speeds:
                 setattr(speeds, part, float(data[part]))
         speeds.measured_tasks = int(data.get("measured_tasks", 0))
         speeds.measured_parts = {str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()}
+        speeds.guess = str(data.get("guess") or "")
         return speeds
 
 
@@ -256,10 +265,12 @@ def hours(seconds: float) -> str:
 
 
 def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encoder: TaskEncoder,
-                        settings: SolveSettings) -> Speeds:
-    """Speeds measured by a finished run (its records and the settings it ran with)."""
+                        settings: SolveSettings, guessed: Speeds | None = None) -> Speeds:
+    """Speeds measured by a finished run (its records and the settings it ran with); a part no record measured
+    keeps ``guessed``'s speed (default: the fixed assumption)."""
     rungs = ladder(settings)
-    speeds = Speeds()
+    speeds = Speeds.from_json(guessed.to_json()) if guessed is not None else Speeds()
+    speeds.measured_tasks, speeds.measured_parts = 0, {}
     for task_id, record in records.items():
         if record.failed or record.rung < 0 or task_id not in tasks:
             continue

@@ -38,6 +38,7 @@ from arc_kit.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
 from arc_kit.outputs import FolderKind, check_folder, claim_folder
+from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
 from arc_kit.run.records import (
     FALLBACK_RUNG,
@@ -362,7 +363,7 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
     planner = None
     if deadline is not None:
         sizes = [measure(tasks[task_id], solver.encoder, solver.settings.max_len) for task_id in todo]
-        planner = Planner(sizes, solver.settings, deadline)
+        planner = Planner(sizes, solver.settings, deadline, speeds_for_model(solver.model, solver.settings, sizes))
         todo = planner.order()
 
     def write() -> None:

@@ -55,6 +55,7 @@ from arc_kit.model.loading import (
 )
 from arc_kit.provenance import run_info
 from arc_kit.run.calibration import calibrate, calibration_settings, calibration_task
+from arc_kit.run.expectations import first_speeds, visible_gpu_name
 from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, measure
 from arc_kit.run.pool_report import PoolReport
 from arc_kit.run.records import TaskRecord, answers_from_records, fallback_record, write_records
@@ -187,10 +188,11 @@ class _Pool:
         if answers is not None and not answers.known_outputs():
             answers = None
         todo = [task_id for task_id in tasks.ids if task_id not in records]
-        speeds = _stored_speeds(out)
-        planner = Planner(_sizes(tasks, todo, model, settings), settings,
-                          deadline if deadline is not None else math.inf, speeds, workers=workers, longest_first=True,
-                          budget=budget)
+        sizes = _sizes(tasks, todo, model, settings)
+        speeds = _stored_speeds(out) or first_speeds(model, settings, sizes,
+                                                     visible_gpu_name() if options.get("devices") else None)
+        planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
+                          longest_first=True, budget=budget)
         submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
         covered = submission_tasks if submission_tasks is not None else tasks
         mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
@@ -366,12 +368,12 @@ def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettin
     return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
 
 
-def _stored_speeds(out: Path) -> Speeds:
-    """The speeds an earlier run in ``out`` measured, or the assumed ones."""
+def _stored_speeds(out: Path) -> Speeds | None:
+    """The speeds an earlier run in ``out`` measured, or None."""
     try:
         return Speeds.from_json(json.loads((out / SPEEDS_FILE).read_text()))
     except (FileNotFoundError, ValueError, TypeError):
-        return Speeds()
+        return None
 
 
 def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:

@@ -11,14 +11,22 @@ every LoRA layer, the trained copies of ``modules_to_save`` (embeddings, head) w
 on, the base weights where it is disabled (``PeftModel.disable_adapter``). Merging is done in
 float32 and stored in the model's dtype (bfloat16 on a GPU), on the model's device.
 
+Layers held in bitsandbytes 4 bits (``BitsAndBytesConfig(load_in_4bit=True)``: nf4 or fp4, double
+quantization or not) cannot be merged into or folded without re-quantizing: each such group
+(query/key/value, gate/up, output, down, a 4-bit head) is a ``four_bit.FourBitProjection`` instead,
+which reads the model's own packed weights through bitsandbytes' matmul and applies the norm weight,
+the attention scale, the biases and the LoRA (as a low-rank pair) itself; no matrix is copied,
+dequantized or not. Embeddings are never 4-bit (transformers does not quantize them).
+
 ``refresh()`` reads the model again and copies into the same tensors, layer by layer (the peak is
 one layer more): compiled steps and CUDA graphs that hold these tensors stay valid. Training keeps
-the adapter; only decoding reads this copy, which costs a second copy of the weights' memory.
+the adapter; only decoding reads this copy, which costs a second copy of the weights' memory (over
+4-bit weights, only the norms, biases and LoRA pairs are copied).
 
 ``unsupported_reason(model)`` says in a few words why a model cannot be read this way (another
-architecture or activation, quantized weights, unsloth's patched forward, a LoRA variant such as
-DoRA, a rope whose frequencies change with the length); None when it can. Sliding-window layers
-are supported: each layer's window is kept (``LayerWeights.window``).
+architecture or activation, 8-bit or another quantizer's weights, unsloth's patched forward, a LoRA
+variant such as DoRA, a rope whose frequencies change with the length); None when it can.
+Sliding-window layers are supported: each layer's window is kept (``LayerWeights.window``).
 
 Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of
 caches, searches or tasks.
@@ -27,6 +35,8 @@ caches, searches or tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from arc_kit.search.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
@@ -55,8 +65,9 @@ def _lora_reason(module) -> str | None:
         return "LoRA with its own bias"
     if getattr(module, "merged", False):
         return "an adapter merged into the base weights by peft"
-    if type(module.get_base_layer()).__name__ not in ("Linear", "Embedding"):
-        return f"a LoRA layer around {type(module.get_base_layer()).__name__}"
+    base = module.get_base_layer()
+    if type(base).__name__ not in ("Linear", "Embedding") and not is_four_bit(base):
+        return f"a LoRA layer around {type(base).__name__}"
     return None
 
 
@@ -79,6 +90,38 @@ def _missing_part(core) -> str | None:
     return None
 
 
+def _quantization_reason(config) -> str | None:
+    """Why the config's quantization is not one the fast engine runs (bitsandbytes 4-bit is), or None."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return None
+    read = quantization.get if isinstance(quantization, dict) else lambda key: getattr(quantization, key, None)
+    method = read("quant_method")
+    method = getattr(method, "value", method)  # an enum in transformers' config classes
+    if method != "bitsandbytes":
+        return f"{method} quantized weights (the fast engine runs bitsandbytes 4-bit)"
+    if not (read("load_in_4bit") or read("_load_in_4bit")):
+        return "8-bit bitsandbytes weights (the fast engine runs bitsandbytes 4-bit)"
+    return None
+
+
+def _four_bit_reason(core) -> str | None:
+    """Why the model's 4-bit layers cannot run as ``four_bit`` runs them, or None (also when it has none)."""
+    for module in core.modules():
+        if _is_saved_copy(module) and is_four_bit(base_of(module.original_module)):
+            return "a trained copy of a 4-bit layer"
+        if is_four_bit(module) and quant_state_reason(module):
+            return quant_state_reason(module)
+    embed = core.model.embed_tokens
+    if is_four_bit(base_of(embed.original_module if _is_saved_copy(embed) else embed)):
+        return "4-bit embeddings"
+    for layer in core.model.layers:
+        for owner, names in (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj"))):
+            if len({is_four_bit(base_of(getattr(getattr(layer, owner), name))) for name in names}) > 1:
+                return f"{'/'.join(names)} mixing 4-bit and plain layers"
+    return None
+
+
 def unsupported_reason(model) -> str | None:
     """Why ``model`` cannot run on the fast engine, in a few words; None when it can."""
     core = core_model(model)
@@ -90,8 +133,8 @@ def unsupported_reason(model) -> str | None:
         return f"architecture {kind!r} (the fast engine runs {', '.join(SUPPORTED_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} (the fast engine runs silu)"
-    if getattr(config, "quantization_config", None) is not None:
-        return "quantized weights"
+    if _quantization_reason(config):
+        return _quantization_reason(config)
     missing = _missing_part(core)
     if missing is not None:
         return f"{type(core).__name__} has no {missing}"
@@ -107,9 +150,10 @@ def unsupported_reason(model) -> str | None:
     for module in core.modules():
         if _is_lora(module) and _lora_reason(module):
             return _lora_reason(module)
-        if getattr(module, "weight", None) is not None and not module.weight.is_floating_point():
+        if (getattr(module, "weight", None) is not None and not module.weight.is_floating_point()
+                and not is_four_bit(module)):
             return "quantized weights"
-    return None
+    return _four_bit_reason(core)
 
 
 def effective_weights(module):
@@ -146,7 +190,12 @@ def _window(config, index: int) -> int | None:
 
 @dataclass
 class LayerWeights:
-    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D)."""
+    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D).
+
+    Each of ``qkv``, ``output``, ``gate_up``, ``down`` is a matrix (LoRA merged, norm and scale folded)
+    or, over 4-bit weights, a ``four_bit.FourBitProjection`` that applies its norm, scale and LoRA itself;
+    the biases are tensors either way.
+    """
 
     qkv: object  # ((H + 2K) * D, hidden): query (times the attention scale), key, value rows, the input norm
     # folded into the columns
@@ -161,20 +210,35 @@ class LayerWeights:
     down_bias: object | None
     window: int | None  # sliding window (positions), None: full attention
 
+    def parts(self) -> list:
+        return [self.qkv, self.qkv_bias, self.query_norm, self.key_norm, self.output, self.output_bias, self.gate_up,
+                self.gate_up_bias, self.down, self.down_bias]
+
     def tensors(self) -> list:
-        return [tensor for tensor in (self.qkv, self.qkv_bias, self.query_norm, self.key_norm, self.output,
-                                      self.output_bias, self.gate_up, self.gate_up_bias, self.down, self.down_bias)
-                if tensor is not None]
+        """The tensors this copy owns, in a fixed order: what ``refresh`` writes into."""
+        return owned_tensors(self.parts())
 
 
-def _stacked_biases(pairs):
-    """The biases of (weight, bias) pairs stacked in float32; None when none has one (zeros for one without)."""
+def owned_tensors(parts) -> list:
+    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own."""
+    found = []
+    for part in parts:
+        if isinstance(part, FourBitProjection):
+            found += part.tensors()
+        elif part is not None:
+            found.append(part)
+    return found
+
+
+def _stacked_biases(weights, biases, scales, device):
+    """The biases of a group's layers, each times its scale, stacked in float32 (zeros for a layer without);
+    None when none has one."""
     import torch
 
-    if all(bias is None for _, bias in pairs):
+    if all(bias is None for bias in biases):
         return None
-    return torch.cat([torch.zeros(weight.shape[0], device=weight.device) if bias is None else bias
-                      for weight, bias in pairs])
+    return torch.cat([torch.zeros(weight.shape[0], device=device) if bias is None else bias * scale
+                      for weight, bias, scale in zip(weights, biases, scales)])
 
 
 def _in(dtype, tensor):
@@ -182,30 +246,39 @@ def _in(dtype, tensor):
     return None if tensor is None else tensor.to(dtype, copy=True)
 
 
-def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
-    """Layer ``index`` of the model as the step reads it (fresh tensors in ``dtype``)."""
+def _group(modules, norm, dtype, scales=None):
+    """(weight, bias) of layers that read one input: over 4-bit layers a ``FourBitProjection``, else their
+    merged matrices (each times its scale) stacked, with the RMS-norm weight ``norm`` folded into the columns."""
     import torch
 
+    scales = scales or [1.0] * len(modules)
+    if is_four_bit(base_of(modules[0])):  # the projection adds the biases, as bitsandbytes does
+        return FourBitProjection(modules, norm, dtype, scales), None
+    pairs = [effective_weights(module) for module in modules]
+    weight = torch.cat([pair[0] if scale == 1.0 else pair[0] * scale for pair, scale in zip(pairs, scales)])
+    weight = weight if norm is None else weight * norm
+    return weight.to(dtype), _in(dtype, _stacked_biases(*zip(*pairs), scales, weight.device))
+
+
+def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
+    """Layer ``index`` of the model as the step reads it (fresh tensors in ``dtype``)."""
     attention, mlp = layer.self_attn, layer.mlp
     input_norm = layer.input_layernorm.weight.detach().float()
     post_norm = layer.post_attention_layernorm.weight.detach().float()
-    qkv = [effective_weights(getattr(attention, name)) for name in ("q_proj", "k_proj", "v_proj")]
-    gate_up = [effective_weights(mlp.gate_proj), effective_weights(mlp.up_proj)]
-    output, down = effective_weights(attention.o_proj), effective_weights(mlp.down_proj)
     norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm")]
     scaling = float(getattr(attention, "scaling", attention.head_dim ** -0.5))
-    if norms[0] is None:  # the attention scale goes into the query rows (or after Qwen3's query norm, into it)
-        qkv[0] = (qkv[0][0] * scaling, None if qkv[0][1] is None else qkv[0][1] * scaling)
+    # the attention scale goes into the query rows (or after Qwen3's query norm, into it)
+    qkv, qkv_bias = _group([attention.q_proj, attention.k_proj, attention.v_proj], input_norm, dtype,
+                           [scaling if norms[0] is None else 1.0, 1.0, 1.0])
+    gate_up, gate_up_bias = _group([mlp.gate_proj, mlp.up_proj], post_norm, dtype)
+    output, output_bias = _group([attention.o_proj], None, dtype)
+    down, down_bias = _group([mlp.down_proj], None, dtype)
     return LayerWeights(
-        qkv=(torch.cat([weight for weight, _ in qkv]) * input_norm).to(dtype),
-        qkv_bias=_in(dtype, _stacked_biases(qkv)),
+        qkv=qkv, qkv_bias=qkv_bias,
         query_norm=None if norms[0] is None else (norms[0].weight.detach().float() * scaling).to(dtype),
         key_norm=None if norms[1] is None else norms[1].weight.detach().to(dtype).clone(),
-        output=_in(dtype, output[0]), output_bias=_in(dtype, output[1]),
-        gate_up=(torch.cat([weight for weight, _ in gate_up]) * post_norm).to(dtype),
-        gate_up_bias=_in(dtype, _stacked_biases(gate_up)),
-        down=_in(dtype, down[0]), down_bias=_in(dtype, down[1]),
-        window=_window(config, index))
+        output=output, output_bias=output_bias, gate_up=gate_up, gate_up_bias=gate_up_bias, down=down,
+        down_bias=down_bias, window=_window(config, index))
 
 
 class DecodeWeights:
@@ -229,12 +302,11 @@ class DecodeWeights:
         self.refreshes = 0  # how many times ``refresh`` re-read the model
 
     def _read_outer(self):
-        """(embedding, head with the final norm folded in, head bias): fresh tensors."""
+        """(embedding, head with the final norm folded in (or applied by it, over 4 bits), head bias): fresh."""
         core = core_model(self.model)
         embed, _ = effective_weights(core.model.embed_tokens)
-        head, head_bias = effective_weights(core.lm_head)
-        final_norm = core.model.norm.weight.detach().float()
-        return _in(self.dtype, embed), (head * final_norm).to(self.dtype), _in(self.dtype, head_bias)
+        head, head_bias = _group([core.lm_head], core.model.norm.weight.detach().float(), self.dtype)
+        return _in(self.dtype, embed), head, head_bias
 
     def _read(self):
         import torch
@@ -252,9 +324,9 @@ class DecodeWeights:
 
         core = core_model(self.model)
         with torch.no_grad():
-            for target, source in zip((self.embed, self.head, self.head_bias), self._read_outer()):
-                if target is not None:
-                    target.copy_(source)
+            for target, source in zip(owned_tensors((self.embed, self.head, self.head_bias)),
+                                      owned_tensors(self._read_outer())):
+                target.copy_(source)
             for index, (layer, held) in enumerate(zip(core.model.layers, self.layers)):
                 fresh = _read_layer(layer, self.config, index, self.dtype)
                 for target, source in zip(held.tensors(), fresh.tensors()):
@@ -262,6 +334,8 @@ class DecodeWeights:
         self.refreshes += 1
 
     def tensors(self) -> list:
-        """Every tensor a step reads (for marking their addresses static under CUDA graphs)."""
-        outer = [tensor for tensor in (self.embed, self.head, self.head_bias) if tensor is not None]
-        return outer + [tensor for layer in self.layers for tensor in layer.tensors()]
+        """Every tensor a step reads (for marking their addresses static under CUDA graphs): the copies this
+        holds, and the model's own packed 4-bit weights and their quant states."""
+        parts = [self.embed, self.head, self.head_bias, *(part for layer in self.layers for part in layer.parts())]
+        shared = [tensor for part in parts if isinstance(part, FourBitProjection) for tensor in part.shared()]
+        return owned_tensors(parts) + shared

@@ -1,7 +1,8 @@
 """The reference decode engine: transformers' own forward and caches behind ``DecodeEngine``.
 
-Slow and trusted; also what runs any model the fast engine does not support (4-bit weights,
-unsloth, other architectures). It is the kit's earlier decoding, moved behind the interface:
+Slow and trusted; also what runs any model the fast engine does not support (8-bit or other
+quantizers' weights, unsloth, other architectures). It is the kit's earlier decoding, moved behind
+the interface:
 
 - one lane (``start(1, ...)``): a ``DynamicCache``; a step at position p first rewinds the cache to
   p (``caches.rewind_cache``), then feeds the token: what ``dfs_search`` always did;

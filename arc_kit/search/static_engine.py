@@ -1,7 +1,8 @@
 """The fast decode engine: merged weights, a static KV cache per lane bucket, one fixed-shape step.
 
 The model's weights are read once into ``decode_weights.DecodeWeights`` (LoRA merged, projections
-fused) and re-read in place by ``refresh``. A search's lanes live in a static cache allocated once
+fused; over bitsandbytes 4-bit weights, the packed weights read in place with the LoRA beside them)
+and re-read in place by ``refresh``. A search's lanes live in a static cache allocated once
 per (lane bucket, capacity bucket) and kept in a pool for the next search: lane buckets are powers
 of two (16, 8, 4, 2, 1 for the solver's searches); capacities are rounded up to 256, 512 or 1024,
 then to a multiple of 1024 (attention reads the whole capacity when compiled: a short prompt gets a

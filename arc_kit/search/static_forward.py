@@ -18,7 +18,8 @@ It returns the last hidden states before the final norm; ``logits`` finishes the
 
 The RMS norms before attention, before the MLP and before the head have their weights folded into
 the matrices that follow, and the attention scale into the queries (``decode_weights``); what is
-left here of a norm is ``x * rsqrt(mean(x^2) + eps)``.
+left here of a norm is ``x * rsqrt(mean(x^2) + eps)``. Over 4-bit weights a projection is a
+``four_bit.FourBitProjection``, which applies its norm weight, scale and LoRA itself (``linear``).
 
 Cache layout: per layer (2, rows, kv heads, capacity, head dim), keys then values: the grouped-query
 layout, with a row's positions contiguous. Knows the decoder's arithmetic; knows nothing of lanes,
@@ -117,7 +118,7 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
     keys, values = cache[:, 0, :, :, :used].unbind(0), cache[:, 1, :, :, :used].unbind(0)  # per layer: views
     hidden = weights.embed[tokens]
     for index, layer in enumerate(weights.layers):
-        mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
+        mixed = linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (rows, (H + 2K) * D)
         query_key = mixed[:, :rotated_heads * head_dim].view(rows, rotated_heads, head_dim)
         if layer.query_norm is not None:
             query_key = torch.cat((head_normalized(query_key[:, :heads], layer.query_norm, weights.eps),
@@ -130,25 +131,36 @@ def decode_step(weights, cache, tokens, positions, cos, sin, swap, allowed, prob
         query = rotated[:, :heads].view(rows, kv_heads, group, head_dim)
         attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
                                                   scale=1.0)
-        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output.t(), layer.output_bias)
-        gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down.t(), layer.down_bias)
+        hidden = _plus_linear(hidden, attended.reshape(rows, query_width), layer.output, layer.output_bias)
+        gate, up = linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+        hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down, layer.down_bias)
     return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
 
 
-def _plus_linear(hidden, inputs, transposed, bias):
-    """``hidden + inputs @ transposed (+ bias)``: one addmm (the residual added by the matmul)."""
+def linear(inputs, weight, bias):
+    """``inputs @ weight.T (+ bias)``: ``weight`` a matrix, or a 4-bit projection (``four_bit``) that applies itself."""
+    import torch
+    import torch.nn.functional as F
+
+    if isinstance(weight, torch.Tensor):
+        return F.linear(inputs, weight, bias)
+    result = weight(inputs)
+    return result if bias is None else result + bias
+
+
+def _plus_linear(hidden, inputs, weight, bias):
+    """``hidden + inputs @ weight.T (+ bias)``: one addmm for a matrix (the residual added by the matmul)."""
     import torch
 
-    result = torch.addmm(hidden, inputs, transposed)
+    if not isinstance(weight, torch.Tensor):
+        return hidden + linear(inputs, weight, bias)
+    result = torch.addmm(hidden, inputs, weight.t())
     return result if bias is None else result + bias
 
 
 def logits(weights, hidden):
     """The output head's logits of hidden states (before the final norm, which is folded into the head)."""
-    import torch.nn.functional as F
-
-    return F.linear(normalized(hidden, weights.eps), weights.head, weights.head_bias)
+    return linear(normalized(hidden, weights.eps), weights.head, weights.head_bias)
 
 
 def _attention_mask(weights, positions, prefix_valid, window):
@@ -189,7 +201,7 @@ def forward_tokens(weights, ids, positions, cos, sin, *, prefix=None, prefix_val
              for window in weights.windows}
     hidden = weights.embed[ids]
     for index, layer in enumerate(weights.layers):
-        mixed = F.linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)
+        mixed = linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)
         query = mixed[..., :query_width].view(rows, count, heads, head_dim)
         keys = mixed[..., query_width:query_width + key_width].view(rows, count, kv_heads, head_dim)
         values = mixed[..., query_width + key_width:].view(rows, count, kv_heads, head_dim).transpose(1, 2)
@@ -207,8 +219,8 @@ def forward_tokens(weights, ids, positions, cos, sin, *, prefix=None, prefix_val
         mask = masks[layer.window]
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=mask is None,
                                                   scale=1.0, enable_gqa=True)  # queries carry the attention scale
-        hidden = hidden + F.linear(attended.transpose(1, 2).reshape(rows, count, query_width), layer.output,
-                                   layer.output_bias)
-        gate, up = F.linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-        hidden = hidden + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        hidden = hidden + linear(attended.transpose(1, 2).reshape(rows, count, query_width), layer.output,
+                                 layer.output_bias)
+        gate, up = linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+        hidden = hidden + linear(F.silu(gate) * up, layer.down, layer.down_bias)
     return hidden

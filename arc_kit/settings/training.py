@@ -155,7 +155,9 @@ class TestTimeSettings(Settings):
     train_embeddings: bool = setting(True, "train the embeddings and head too", command_line=False)
     max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False, above=0)
     optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
-    gradient_checkpointing: bool = setting(False, "on for large models on small GPUs", command_line=False)
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: what a large model "
+                                           "needs on a small GPU (arc-kit check-model says when)",
+                                           flag="--ttt-checkpointing", neutral=True)
     mask_first_output: bool = setting(True, "the first output of a sequence carries no loss", command_line=False)
     seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False,
                         at_least=0, below=2**63)

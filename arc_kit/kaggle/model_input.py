@@ -1,0 +1,147 @@
+"""A Kaggle Model as the notebook's model: its handle, and finding the folder Kaggle mounts it in.
+
+A Kaggle Model is addressed ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION`` (the kaggle client's
+``model_sources``: ``username/model-slug/framework/variation-slug/version-number``); a notebook that
+has it as an input sees its files below ``/kaggle/input/`` as ``MODEL/FRAMEWORK/VARIATION/VERSION/``
+(lower case). ``ModelHandle.parse`` reads a handle (the version may be left out: the newest is
+taken); ``find_model_input`` finds the model folder below an input root: by the handle (the folder
+whose path ends in its parts, below it the one holding ``config.json`` or ``adapter_config.json``),
+or, without one, the one folder there that holds a model; ``notebook_model`` is the notebook's rule
+(a folder given, else the attached arc-kit dataset's ``model/``, else the Kaggle Model the dataset was
+built for, named in its ``model-source.json``, else the one model below the input). Mount paths are
+those Kaggle documents and public notebooks show; they were not tried from here (no Kaggle account
+is reachable from the kit's machines), so the search also looks deeper than the documented layout.
+
+Knows Kaggle's model handles and folders; knows nothing of loading or checking a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_SOURCE_FILE = "model-source.json"  # in the dataset: the Kaggle Model it was built for
+MODEL_MARKERS = ("config.json", "adapter_config.json")
+SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MOST_DEPTH = 8  # folders below the input root searched for a model
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """``OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``."""
+
+    owner: str
+    model: str
+    framework: str
+    variation: str
+    version: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelHandle:
+        """The handle in ``text``; ValueError in one line that shows the expected form."""
+        parts = str(text).strip().strip("/").split("/")
+        if len(parts) not in (4, 5) or not all(SLUG.match(part) for part in parts[:4]):
+            raise ValueError(f"{text!r} is no Kaggle Model handle: expected OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
+                             "(as on the model's page, e.g. someone/arc-model/transformers/8b-4bit/1)")
+        version = None
+        if len(parts) == 5:
+            if not parts[4].isdigit() or int(parts[4]) < 1:
+                raise ValueError(f"{text!r}: the version ({parts[4]!r}) must be a whole number from 1")
+            version = int(parts[4])
+        return cls(*parts[:4], version)
+
+    def __str__(self) -> str:
+        return "/".join([self.owner, self.model, self.framework, self.variation]
+                        + ([str(self.version)] if self.version else []))
+
+    @property
+    def mount_parts(self) -> tuple[str, ...]:
+        """The folder names Kaggle mounts it under, lower case: model, framework, variation (and version)."""
+        return tuple(part.lower() for part in (self.model, self.framework, self.variation)) + \
+            ((str(self.version),) if self.version else ())
+
+
+def is_handle(text: str) -> bool:
+    """True when ``text`` reads as a Kaggle Model handle (and so is not taken for a folder)."""
+    try:
+        ModelHandle.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+def model_folders(root: str | os.PathLike, skip: Path | None = None) -> list[Path]:
+    """Every folder below ``root`` (``MOST_DEPTH`` deep) that holds a model's config, ``skip`` and below left out."""
+    root, found = Path(root), []
+    for folder, subfolders, files in os.walk(root):
+        here = Path(folder)
+        depth = len(here.relative_to(root).parts)
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith(".") and depth < MOST_DEPTH
+                               and (skip is None or here / name != skip))
+        if any(marker in files for marker in MODEL_MARKERS):
+            found.append(here)
+    return found
+
+
+def _ends_with(folder: Path, root: Path, parts: tuple[str, ...]) -> int | None:
+    """Where in ``folder``'s path (below ``root``) the run of ``parts`` starts, or None when it has none."""
+    names = [name.lower() for name in folder.relative_to(root).parts]
+    for start in range(len(names) - len(parts) + 1):
+        if tuple(names[start:start + len(parts)]) == parts:
+            return start
+    return None
+
+
+def find_model_input(root: str | os.PathLike, handle: ModelHandle | None = None, skip: Path | None = None) -> Path:
+    """The model folder below ``root``: the Kaggle Model of ``handle`` (its newest version when it names none),
+    or the one folder holding a model; FileNotFoundError in one line when there is none or, without a handle,
+    several."""
+    root = Path(root)
+    candidates = model_folders(root, skip)
+    if handle is None:
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise FileNotFoundError(f"no model below {root} (no folder there holds a config.json): attach your "
+                                    "Kaggle Model to the notebook, or set MODEL")
+        shown = ", ".join(str(path) for path in candidates[:3])
+        raise FileNotFoundError(f"{len(candidates)} models below {root} ({shown}, ...): set MODEL to the folder or "
+                                "to the Kaggle Model's handle")
+    matching = [path for path in candidates if _ends_with(path, root, handle.mount_parts) is not None]
+    if not matching:
+        raise FileNotFoundError(f"the Kaggle Model {handle} is not below {root} (no folder "
+                                f"{'/'.join(handle.mount_parts)}/ holding a config.json): add it to the notebook's "
+                                "inputs (Add Input > Models), or check the handle")
+    return max(matching, key=lambda path: (_version_of(path, root, handle), -len(path.parts)))
+
+
+def _version_of(folder: Path, root: Path, handle: ModelHandle) -> int:
+    """The version folder's number in ``folder``'s path (0 when there is none)."""
+    start = _ends_with(folder, root, handle.mount_parts)
+    names = folder.relative_to(root).parts
+    after = start + 3
+    return int(names[after]) if after < len(names) and names[after].isdigit() else 0
+
+
+def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike | None,
+                   input_root: str | os.PathLike) -> Path:
+    """The model the submission notebook runs: ``given`` (a folder, or a Kaggle Model handle); else the
+    dataset's ``model/``; else the Kaggle Model named in the dataset's ``model-source.json``; else the one
+    model folder below ``input_root``."""
+    dataset = Path(dataset) if dataset is not None else None
+    if given:
+        if Path(given).exists() or not is_handle(str(given)):
+            return Path(given)
+        return find_model_input(input_root, ModelHandle.parse(str(given)))
+    if dataset is not None and any((dataset / "model" / marker).exists() for marker in MODEL_MARKERS):
+        return dataset / "model"
+    handle = None
+    if dataset is not None and (dataset / MODEL_SOURCE_FILE).is_file():
+        handle = ModelHandle.parse(json.loads((dataset / MODEL_SOURCE_FILE).read_text())["model_source"])
+    return find_model_input(input_root, handle, skip=dataset)
+
+
+__all__ = ["MODEL_SOURCE_FILE", "ModelHandle", "find_model_input", "is_handle", "model_folders", "notebook_model"]

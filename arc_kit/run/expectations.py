@@ -1,0 +1,324 @@
+"""What to expect before anything is measured: the planner's first speeds, from the model's size and the device.
+
+Each part of a solve (``planner.PARTS``) calls the model in its own way: a test-time training step on one
+sequence, a decode step of all of a search's lanes, a scoring forward of one prompt. A call costs a host
+overhead that grows with the model's layers (Python, kernel launches: the framework's, not the GPU's)
+plus the least time the GPU needs for it times a ratio: for a decode step its memory-bandwidth floor
+(``engine_bench.decode_floor_seconds``: the weights and the lanes' cache read once), for training and
+scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead and ratio comes from a
+measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
+out from it below, not chosen:
+
+- the reference engine's decode step: 83.3 ms for the 30 layers of SmolLM2-135M's shape on the H100, of
+  which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a scoring forward is priced the same;
+- training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
+  fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
+  plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
+  layer, 4.5); a scoring forward's arithmetic takes the same ratio.
+
+Not measured: how close a GPU's decode gets to its bandwidth floor (the 135M model's step is almost all
+overhead), so the ratio is 1, the floor itself; and the fast engine's step on a GPU (its CUDA graph replays
+a step as one launch, so most of the overhead should go): it is priced as the reference engine's, an upper
+bound. On the CPU the first speeds are those the dry run measured on the CPU machine (the reference engine,
+2026-11-24), scaled by the model's parameters. The first worker's calibration, then every finished task, replace all of these.
+
+This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
+config).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from arc_kit.model.bases import built_folder
+from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
+from arc_kit.run.engine_bench import decode_floor_seconds, device_bandwidth
+from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
+from arc_kit.settings import SolveSettings
+
+# bitsandbytes NF4: 4 bits a weight and a float32 scale a block of 64 (less when doubly quantized)
+NF4_BYTES = 0.5 + 4 / 64
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a model's cost depends on: its layers' sizes, its vocabulary, and how its weights are stored."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocabulary: int = 76  # the kit's shrunk alphabet
+    tied: bool = True  # the head shares the embeddings' weights
+    bits: int = 16  # 16: bf16 or fp16; 4: the layers' linear weights in bitsandbytes NF4
+
+    @property
+    def layer_weights(self) -> int:
+        """The linear weights of one layer: q, k, v, o and the gated MLP."""
+        attention = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
+        return attention + 3 * self.hidden * self.intermediate
+
+    @property
+    def parameters(self) -> int:
+        """Every parameter: the layers (with their two norms), the embeddings and head, the final norm."""
+        return self.layers * (self.layer_weights + 2 * self.hidden) + self.vocabulary * self.hidden * \
+            (1 if self.tied else 2) + self.hidden
+
+    @property
+    def weight_bytes(self) -> float:
+        linear = self.layers * self.layer_weights
+        return linear * (NF4_BYTES if self.bits == 4 else 2) + (self.parameters - linear) * 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token adds to a 16-bit KV cache (as ``engine_bench.kv_bytes_per_token``)."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * 2
+
+    def forward_flops(self, context: float) -> float:
+        """Arithmetic of one token's forward pass with ``context`` tokens before it: the matrix products (head
+        included, embeddings are a lookup) and attention's scores and sums."""
+        return 2 * (self.layers * self.layer_weights + self.vocabulary * self.hidden) + \
+            4 * self.layers * context * self.heads * self.head_dim
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}, {'4-bit' if self.bits == 4 else 'bf16'}"
+
+    @property
+    def sized(self) -> str:
+        return f"{self.name} ({self.parameters / 1e6:,.0f}M parameters), {'4-bit' if self.bits == 4 else 'bf16'}"
+
+    def with_bits(self, bits: int) -> ModelShape:
+        return replace(self, bits=bits)
+
+    @classmethod
+    def from_config(cls, config, name: str = "", bits: int = 16) -> ModelShape:
+        """The shape of a transformers config (an object or its dict); 4 bits when it says it was quantized so."""
+        get = config.get if isinstance(config, Mapping) else lambda key, default=None: getattr(config, key, default)
+        heads = get("num_attention_heads")
+        quantization = get("quantization_config") or {}
+        if not isinstance(quantization, Mapping):
+            quantization = quantization.to_dict()
+        if quantization.get("load_in_4bit") or quantization.get("_load_in_4bit"):
+            bits = 4
+        return cls(name or get("model_type") or "model", get("num_hidden_layers"), get("hidden_size"),
+                   get("intermediate_size"), heads, get("num_key_value_heads") or heads,
+                   get("head_dim") or get("hidden_size") // heads, get("vocab_size"),
+                   bool(get("tie_word_embeddings", False)), bits)
+
+
+# The table's models, shrunk to the kit's alphabet; the shapes are their published config.json's.
+SMOLLM2_135M = ModelShape("SmolLM2-135M", 30, 576, 1536, 9, 3, 64)
+LLAMA_1B = ModelShape("Llama-3.2-1B", 16, 2048, 8192, 32, 8, 64)
+LLAMA_3B = ModelShape("Llama-3.2-3B", 28, 3072, 8192, 24, 8, 128)
+NEMO_8B = ModelShape("Mistral-NeMo-Minitron-8B", 40, 4096, 11520, 32, 8, 128, tied=False)
+TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_bits(4), LLAMA_3B, LLAMA_3B.with_bits(4), NEMO_8B,
+                NEMO_8B.with_bits(4))
+NAMED_BASES = {"smollm2-135m": SMOLLM2_135M}  # a delta's base, when it is not built on this machine
+
+
+def shape_of_folder(path: str | os.PathLike, bits: int = 16) -> ModelShape | None:
+    """The shape of a model folder (its config, a delta's base's, or a named base's); None when none says."""
+    path = Path(path)
+    config, name = read_json(path / "config.json"), path.name
+    if not config and is_delta_folder(path):
+        name = json.loads((path / DELTA_INDEX).read_text())["base"]
+        config = read_json(built_folder(name) / "config.json")
+        if not config and name in NAMED_BASES:
+            return NAMED_BASES[name].with_bits(bits)
+    return ModelShape.from_config(config, name, bits) if config.get("num_hidden_layers") else None
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU as its data sheet gives it: memory, dense 16-bit tensor arithmetic, memory bandwidth."""
+
+    name: str  # a part of the name torch gives it
+    memory: float  # bytes
+    flops: float  # FLOP/s: bf16, or fp16 where it has no bf16 (T4), dense (no sparsity)
+    bandwidth: float  # bytes per second
+
+
+def _gpu(name: str, memory_gb: float, tflops: float, bandwidth: float | None = None) -> Device:
+    return Device(name, memory_gb * 1e9, tflops * 1e12, bandwidth or device_bandwidth(name))
+
+
+# The makers' data sheets; the more specific names first. Bandwidth: engine_bench.PEAK_BANDWIDTH.
+GPUS = (_gpu("H200", 141, 989), _gpu("H100 PCIe", 80, 756), _gpu("H100", 80, 989), _gpu("A100", 80, 312),
+        _gpu("L4", 24, 121), _gpu("T4", 16, 65), _gpu("RTX 4090", 24, 165, 1.008e12))
+
+
+def gpu_named(name: str) -> Device | None:
+    """The device whose name is part of ``name`` (as torch or nvidia-smi gives it), or None."""
+    return next((device for device in GPUS if device.name.lower() in name.lower()), None)
+
+
+def visible_gpu_name() -> str | None:
+    """The first GPU's name by nvidia-smi (which, unlike torch, opens no CUDA context here); None without one."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
+    return names[0].strip() if names else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A figure measured on a real run, and where it is recorded."""
+
+    value: float
+    what: str
+    source: str  # the section of docs/results.md, the machine, the date
+
+
+H100 = gpu_named("H100")
+MEASUREMENTS = {
+    "decode_step": Measurement(1 / 12.0, "seconds a decode step (1 lane, 1,024-token prompt) of a model of "
+                               "SmolLM2-135M's shape in bf16, transformers 5.17 (the reference engine's path)",
+                               "docs/results.md 'Decoding on the H100' (scripts/decode_bench.py), the H100, "
+                               "2026-11-22"),
+    "ttt_step": Measurement(19.2 / 64, "seconds a test-time training step on 110-token sequences, the shipped "
+                            "model (64 steps on task 00576224, 19.2 s)",
+                            "docs/results.md 'The ablation on the H100', 2026-11-22"),
+    "finetune_step": Measurement(341 / 456, "seconds a fine-tuning step of 37,325 tokens (17,020,212 tokens in 456 "
+                                 "steps of 2 x 8 sequences, 2,333 tokens a sequence), the shipped model",
+                                 "docs/results.md 'The shipped default model', the H100, 2026-11-22"),
+    "cpu_speeds": Measurement(SMOLLM2_135M.parameters, "parameters of the shipped model, whose dry run measured "
+                              f"{0.00802:g} s a training token-step, {0.153:g} s a generation unit, {0.0118:g} s a "
+                              "scored prompt token (2 threads)",
+                              "docs/results.md 'The planner's estimates', the CPU machine (2 cores), 2026-11-24"),
+}
+CPU_SPEEDS = Speeds(0.00802, 0.153, 0.0118)  # the dry run's, for MEASUREMENTS["cpu_speeds"].value parameters
+
+
+def _training_floor(shape: ModelShape, device: Device, tokens: float) -> float:
+    """Seconds of one training step's arithmetic (forward and backward: three forwards) on ``tokens`` tokens."""
+    return 3 * shape.forward_flops(tokens / 2) * tokens / device.flops
+
+
+BANDWIDTH_RATIO = 1.0  # not measured: no GPU decode of a model large enough for its floor to show
+DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_floor_seconds(
+    SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, H100.bandwidth)) / SMOLLM2_135M.layers
+# The two training measurements, each a step's overhead plus the ratio times its arithmetic floor (the fine-tune's
+# step being two passes): two equations, two unknowns.
+_TTT_FLOOR = _training_floor(SMOLLM2_135M, H100, 110)
+_FINETUNE_FLOOR = 2 * 8 * _training_floor(SMOLLM2_135M, H100, 2_333)
+COMPUTE_RATIO = (MEASUREMENTS["finetune_step"].value - 2 * MEASUREMENTS["ttt_step"].value) / \
+    (_FINETUNE_FLOOR - 2 * _TTT_FLOOR)
+TRAINING_OVERHEAD = (MEASUREMENTS["ttt_step"].value - COMPUTE_RATIO * _TTT_FLOOR) / SMOLLM2_135M.layers
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """Seconds a unit of one part (``planner.work_units``) costs: the host's overhead, and the device's floor
+    (bandwidth or arithmetic) times its measured ratio."""
+
+    overhead: float
+    floor: float
+    ratio: float
+
+    @property
+    def seconds(self) -> float:
+        return self.overhead + self.ratio * self.floor
+
+    def with_workers(self, workers: int) -> float:
+        """Seconds a unit with ``workers`` processes sharing one device: their overheads overlap, the device's
+        own time does not (8 processes decoded 7.7 times as fast as one on the H100, where overhead is all)."""
+        return max(self.seconds / workers, self.ratio * self.floor)
+
+
+@dataclass(frozen=True)
+class Typical:
+    """The token counts a unit's cost depends on: a test input's prompt and answer, a training sequence, the
+    lanes a decode step runs together."""
+
+    prompt: float
+    answer: float
+    training: float
+    lanes: float
+
+    @classmethod
+    def of(cls, sizes: Sequence[TaskSize], settings: SolveSettings) -> Typical:
+        tests = sum(size.tests for size in sizes) or 1
+        trained = [min(size.training_tokens, settings.max_len or size.training_tokens) for size in sizes
+                   if size.training_tokens]
+        lanes = settings.inference_augmentations / searches_per_test(settings) if settings.batched else 1
+        return cls(sum(size.prompt_tokens for size in sizes) / tests or 1.0,
+                   sum(size.answer_tokens for size in sizes) / tests, sum(trained) / len(trained) if trained else 1.0,
+                   max(1.0, lanes))
+
+
+def part_costs(shape: ModelShape, device: Device, typical: Typical) -> dict[str, PartCost]:
+    """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model)."""
+    context = typical.prompt + typical.answer / 2
+    decode_floor = decode_floor_seconds(shape.weight_bytes, typical.lanes * context, shape.kv_bytes_per_token,
+                                        device.bandwidth)
+    scoring_floor = shape.forward_flops(typical.prompt / 2) * typical.prompt / device.flops
+    return {"training": PartCost(shape.layers * TRAINING_OVERHEAD / typical.training,
+                                 _training_floor(shape, device, typical.training) / typical.training, COMPUTE_RATIO),
+            "generation": PartCost(shape.layers * DECODE_OVERHEAD / typical.lanes, decode_floor / typical.lanes,
+                                   BANDWIDTH_RATIO),
+            "scoring": PartCost(shape.layers * DECODE_OVERHEAD / typical.prompt, scoring_floor / typical.prompt,
+                                COMPUTE_RATIO)}
+
+
+def guessed_speeds(shape: ModelShape | None, device: Device | None, settings: SolveSettings,
+                   sizes: Sequence[TaskSize]) -> Speeds:
+    """The planner's first speeds for ``shape`` on ``device`` (None: the CPU), said in ``Speeds.guess``; the
+    kit's fixed assumption when the shape is unknown."""
+    if shape is None:
+        return Speeds(guess="the kit's fixed assumption (the model's shape is unknown)")
+    if device is None:
+        scale = shape.parameters / MEASUREMENTS["cpu_speeds"].value
+        return Speeds(CPU_SPEEDS.training * scale, CPU_SPEEDS.generation * scale, CPU_SPEEDS.scoring * scale,
+                      guess=f"{shape.sized} on a CPU: the CPU machine's dry-run speeds (2 cores, 2026-11-24) scaled "
+                            "by the parameters")
+    costs = part_costs(shape, device, Typical.of(sizes, settings))
+    return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
+                  guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 "
+                        "(the reference engine; the fast engine's GPU ratio is not measured)")
+
+
+def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],
+                 device_name: str | None, bits: int = 16) -> Speeds:
+    """``guessed_speeds`` for a model folder on the named GPU (None: the CPU; a GPU not on record: fixed)."""
+    device = gpu_named(device_name) if device_name else None
+    if device_name and device is None:
+        return Speeds(guess=f"the kit's fixed assumption ({device_name} is not on record)")
+    try:
+        shape = shape_of_folder(model, bits)
+    except (OSError, ValueError, KeyError, TypeError) as error:  # a first guess never stops a run
+        return Speeds(guess=f"the kit's fixed assumption (the model's config: {type(error).__name__})")
+    return guessed_speeds(shape, device, settings, sizes)
+
+
+def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) -> Speeds:
+    """``guessed_speeds`` for a loaded model (transformers or peft), on the device its weights are on."""
+    config, parameter = getattr(model, "config", None), next(iter(model.parameters()), None)
+    if config is None or parameter is None or not getattr(config, "num_hidden_layers", None):
+        return Speeds(guess="the kit's fixed assumption (the model has no transformers config)")
+    device = None
+    if parameter.device.type == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name(parameter.device)
+        device = gpu_named(name)
+        if device is None:
+            return Speeds(guess=f"the kit's fixed assumption ({name} is not on record)")
+    bits = 4 if getattr(model, "is_loaded_in_4bit", False) else 16
+    return guessed_speeds(ModelShape.from_config(config, bits=bits), device, settings, sizes)
+
+
+__all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "Device", "GPUS", "MEASUREMENTS", "Measurement",
+           "ModelShape", "NF4_BYTES", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical", "first_speeds",
+           "gpu_named", "guessed_speeds", "part_costs", "shape_of_folder", "speeds_for_model", "visible_gpu_name"]

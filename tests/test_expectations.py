@@ -1,0 +1,172 @@
+"""What to expect before anything is measured: shapes, floors, the measured ratios, the planner's first speeds,
+the estimate's sources and the model size x GPU table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+from arc_kit.run import expectations
+from arc_kit.run.engine_bench import decode_floor_seconds, kv_bytes_per_token
+from arc_kit.run.expectations import (
+    COMPUTE_RATIO,
+    MEASUREMENTS,
+    NEMO_8B,
+    SMOLLM2_135M,
+    TABLE_SHAPES,
+    ModelShape,
+    Typical,
+    gpu_named,
+    guessed_speeds,
+    part_costs,
+    shape_of_folder,
+    speeds_for_model,
+)
+from arc_kit.run.expectations_table import TABLE_MACHINES, Machine, expected_cell, expectations_table
+from arc_kit.run.planner import Speeds, TaskSize
+from arc_kit.settings import SolveSettings, solve_preset
+
+PAPER = solve_preset("paper")
+SIZES = [TaskSize(f"t{i}", training_tokens=1500 + 100 * i, prompt_tokens=2000 + 300 * i, answer_tokens=300,
+                  train_pairs=3) for i in range(6)]
+H100 = gpu_named("NVIDIA H100 80GB HBM3")
+
+
+def transformers_config(shape: ModelShape):
+    """The config of ``shape`` as transformers writes it (Mistral for an untied head, as NeMo-Minitron is)."""
+    kind = LlamaConfig if shape.tied else MistralConfig
+    return kind(vocab_size=shape.vocabulary, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                head_dim=shape.head_dim, tie_word_embeddings=shape.tied)
+
+
+@pytest.mark.parametrize("shape", [SMOLLM2_135M, NEMO_8B, expectations.LLAMA_3B], ids=lambda shape: shape.name)
+def test_a_shapes_parameters_and_cache_are_what_transformers_builds(shape):
+    config = transformers_config(shape)
+    with torch.device("meta"):  # no memory: the 8B model's parameters are counted, never allocated
+        model = (LlamaForCausalLM if shape.tied else MistralForCausalLM)(config)
+    assert shape.parameters == sum(parameter.numel() for parameter in model.parameters())
+    assert shape.kv_bytes_per_token == kv_bytes_per_token(config, 2)
+    assert ModelShape.from_config(config, shape.name) == shape == ModelShape.from_config(config.to_dict(), shape.name)
+    assert shape.weight_bytes == 2 * shape.parameters
+    assert ModelShape.from_config({**config.to_dict(), "quantization_config": {"load_in_4bit": True}}).bits == 4
+    quantized = shape.with_bits(4)  # the linear weights at 4.5 bits, the rest (embeddings, norms) at 16
+    linear = shape.layers * shape.layer_weights
+    assert quantized.weight_bytes == pytest.approx(linear * 0.5625 + (shape.parameters - linear) * 2)
+
+
+def test_the_overheads_and_ratio_reproduce_the_measurements_they_come_from():
+    """Each derived figure, put back into the cost model, gives back the H100 measurement it was taken from."""
+    one_lane = Typical(prompt=1024, answer=0, training=110, lanes=1)
+    costs = part_costs(SMOLLM2_135M, H100, one_lane)
+    assert costs["generation"].seconds == pytest.approx(MEASUREMENTS["decode_step"].value)  # 1 / 12 tokens a second
+    assert costs["generation"].floor == pytest.approx(decode_floor_seconds(
+        SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, 3.35e12))
+    assert costs["training"].seconds * 110 == pytest.approx(MEASUREMENTS["ttt_step"].value)  # 19.2 s / 64 steps
+    finetune = part_costs(SMOLLM2_135M, H100, Typical(prompt=1024, answer=0, training=2_333, lanes=1))["training"]
+    step = 2 * finetune.overhead * 2_333 + 16 * finetune.ratio * finetune.floor * 2_333  # 2 passes of 8 sequences
+    assert step == pytest.approx(MEASUREMENTS["finetune_step"].value) and 1 < COMPUTE_RATIO < 30
+
+
+def test_first_speeds_grow_with_the_model_and_shrink_with_the_gpu():
+    def speeds(shape, name):
+        return guessed_speeds(shape, gpu_named(name), PAPER, SIZES)
+
+    shapes = (SMOLLM2_135M, expectations.LLAMA_1B, expectations.LLAMA_3B, NEMO_8B)
+    typical = Typical.of(SIZES, PAPER)
+    for part in ("training", "generation", "scoring"):
+        floors = [part_costs(shape, gpu_named("L4"), typical)[part].floor for shape in shapes]
+        assert floors == sorted(floors) and floors[0] < floors[-1], part  # the device's time grows with the size
+        # the host's overhead grows with the layers: 30 for the 135M model, 16, 28 and 40 for the others
+        ladder = [getattr(speeds(shape, "L4"), part) for shape in shapes[1:]]
+        assert ladder == sorted(ladder) and getattr(speeds(SMOLLM2_135M, "L4"), part) < ladder[-1], part
+        assert getattr(speeds(NEMO_8B, "H100"), part) < getattr(speeds(NEMO_8B, "T4"), part), part
+    # decoding reads the weights: 4 bits decode faster than 16 on the same GPU
+    assert speeds(NEMO_8B.with_bits(4), "L4").generation < speeds(NEMO_8B, "L4").generation
+    guessed = speeds(NEMO_8B, "L4")
+    assert guessed.measured_parts == {} and "on L4" in guessed.guess and "not measured" in guessed.guess
+    assert Speeds.from_json(guessed.to_json()) == guessed  # the guess travels in speeds.json
+
+
+def test_on_the_cpu_the_dry_runs_speeds_scale_with_the_parameters():
+    small = guessed_speeds(SMOLLM2_135M, None, PAPER, SIZES)
+    assert (small.training, small.generation, small.scoring) == pytest.approx((0.00802, 0.153, 0.0118))
+    large = guessed_speeds(NEMO_8B, None, PAPER, SIZES)
+    assert large.generation / small.generation == pytest.approx(NEMO_8B.parameters / SMOLLM2_135M.parameters)
+    assert guessed_speeds(None, H100, PAPER, SIZES).guess.startswith("the kit's fixed assumption")
+
+
+def test_a_loaded_model_and_a_model_folder_are_priced_by_their_own_shape(model_folder):
+    from arc_kit.model.loading import load_model
+
+    loaded = load_model(model_folder, device="cpu").model
+    shape = shape_of_folder(model_folder)
+    assert shape == ModelShape.from_config(loaded.config, shape.name)
+    speeds, from_folder = speeds_for_model(loaded, PAPER, SIZES), guessed_speeds(shape, None, PAPER, SIZES)
+    assert (speeds.training, speeds.generation, speeds.scoring) == \
+        (from_folder.training, from_folder.generation, from_folder.scoring)
+    assert "on a CPU" in speeds.guess and speeds.generation == pytest.approx(
+        0.153 * shape.parameters / SMOLLM2_135M.parameters)
+
+
+def test_a_cell_halves_its_lanes_to_fit_and_says_when_nothing_fits():
+    l4, t4 = (Machine(gpu_named(name), 1, name) for name in ("L4", "T4"))
+    assert expected_cell(SIZES, PAPER, NEMO_8B, t4).unfit.startswith("14.7 GB of weights")
+    fitted = expected_cell(SIZES, PAPER, NEMO_8B, l4)
+    assert not fitted.unfit and fitted.lanes < PAPER.inference_augmentations and fitted.workers == 1
+    small = expected_cell(SIZES, PAPER, SMOLLM2_135M, l4)
+    assert small.lanes == PAPER.inference_augmentations and small.workers == 8  # the most a GPU is given
+    assert 0 < small.least < small.seconds["total"]
+    four = expected_cell(SIZES, PAPER, SMOLLM2_135M, Machine(l4.device, 4, "4x L4"))
+    assert four.seconds["total"] == pytest.approx(small.seconds["total"] / 4)
+
+
+def test_the_table_has_a_derived_cell_for_every_model_and_machine_and_names_its_ratios():
+    lines = expectations_table(SIZES, PAPER, "six tasks")
+    rows = [line for line in lines if line.startswith("| ") and "parameters" not in line]
+    assert len(rows) == len(TABLE_SHAPES)
+    for row in rows:
+        cells = row.split(" | ")[2:]
+        assert len(cells) == len(TABLE_MACHINES)
+        assert all(" h d (" in cell or cell.startswith("does not fit") for cell in cells), row
+    text = "\n".join(lines)
+    assert "no cell measured" in text and "2026-11-22" in text and "not measured" in text
+    assert "Mistral-NeMo-Minitron-8B, 4-bit" in text and "4x L4 (Kaggle)" in text
+
+
+def test_estimate_says_what_is_guessed_and_warns_when_a_run_recorded_no_speeds(tmp_path, model_folder, kaggle_files,
+                                                                               capsys):
+    from arc_kit.cli import main
+    from arc_kit.run.runs import open_run
+
+    open_run(tmp_path / "run", SolveSettings(max_len=2048), {"dataset": str(kaggle_files.challenges)})
+    assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),
+                 "--model", str(model_folder), "--gpu", "H100"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"warning: {tmp_path / 'run'} recorded no speeds (no task finished with the model): every " \
+                         "speed below is guessed"
+    assert printed[2].startswith("  guessed: training, generation, scoring, for ") and "on H100" in printed[2]
+    assert main(["estimate", "--dataset", str(kaggle_files.challenges), "--model", str(model_folder)]) == 0
+    printed = capsys.readouterr().out
+    assert "warning" not in printed and "on a CPU" in printed and "with the paper settings" in printed
+
+
+def test_the_calibration_replaces_the_parts_it_measured_and_keeps_the_guess_for_the_others(tmp_path):
+    import json
+
+    from arc_kit.run.calibration import CALIBRATION_FILE, calibrate, calibration_settings
+    from arc_kit.run.planner import Planner, work_units
+
+    guessed = guessed_speeds(NEMO_8B, gpu_named("L4"), PAPER, SIZES)
+    planner = Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed)
+    settings = calibration_settings(PAPER)
+    units = work_units(SIZES[0], settings)
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps({"timings": {"generation": 2.0 * units["generation"],
+                                                                     "scoring": 3.0 * units["scoring"]}}))
+    notes = []
+    report = type("Report", (), {"note": lambda self, line: notes.append(line)})()
+    calibrate(tmp_path, planner, "t0", settings, report, 1)
+    assert (planner.speeds.generation, planner.speeds.scoring) == pytest.approx((2.0, 3.0))
+    assert planner.speeds.training == guessed.training  # no training in the measurement: the guess stands
+    assert planner.speeds.guess == guessed.guess and notes[0].startswith("calibrated on task t0")
