@@ -111,13 +111,15 @@ def _kaggle_run(args) -> int:
 
 
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import build_dataset
+    from arc_kit.kaggle.dataset_build import build_dataset, check_build_folders
     from arc_kit.kaggle.model_input import ModelHandle
     from arc_kit.run.model_check import check_model
 
     if args.model_source:
         ModelHandle.parse(args.model_source)  # a bad handle: one line, before the check
     check = None
+    check_build_folders(args.out, model_path(args) if args.model or not args.model_source else None,
+                        overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
     if args.model or not args.model_source:  # before any work: a no-go stops here, nothing written
         check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
         print(check.report())

@@ -159,19 +159,13 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
         model = Path(model) if model is not None else None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
-    for folder in (out, notebook_folder) if model is not None else ():
-        if inside(model, folder) or inside(folder, model):
-            raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
-                                "model it copies; build into another --out, or copy the model elsewhere first")
+    check_build_folders(out, model, overwrite=overwrite)
     check = check if check is not None or model is None else check_model(model, quantization=quantization,
                                                                         strict_memory=False)
     if check is not None and not check.go:
         raise ValueError(check.verdict)
     delta = handle is None and is_delta_folder(model)
     image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
-    check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
-    check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
-                 option=f"--out (its notebook folder, {notebook_folder.name})")
     claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
     claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
                  option=f"--out (its notebook folder, {notebook_folder.name})")
@@ -202,6 +196,20 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
     notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
     return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None)
+
+
+def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None, *, overwrite: bool = False) -> None:
+    """OutputRefused, before anything is read or written, unless ``out`` and its notebook folder are the build's to
+    write (new, empty, or with ``overwrite`` an earlier build's) and neither overlaps ``model``."""
+    out = Path(out)
+    notebook_folder = out.parent / f"{out.name}-notebook"
+    for folder in (out, notebook_folder) if model is not None else ():
+        if inside(Path(model), folder) or inside(folder, Path(model)):
+            raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
+                                "model it copies; build into another --out, or copy the model elsewhere first")
+    check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
+    check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
+                 option=f"--out (its notebook folder, {notebook_folder.name})")
 
 
 def is_model_file(name: str) -> bool:
