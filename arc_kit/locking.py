@@ -9,7 +9,9 @@ host, command and since when), never a wait. The lock is the operating system's 
 ends: the lock of a process killed with ``kill -9`` is taken over by the next run, and what the
 dead holder's record said is replaced. A process takes a lock it already holds again at once (the
 owner of a run calls functions that take it too); the worker processes it starts never ask for it.
-Where the file system cannot lock at all, a warning says so and the run goes on unguarded.
+Where the file system cannot lock at all, a warning says so and the run goes on unguarded. Given a
+``kind``, the folder is claimed first (``outputs.claim_folder``: new, empty or the kit's own, else refused
+before the lock file is made), so that no lock is ever taken in a folder the kit may not write.
 
 The lock file ``.lock`` and the record of its holder ``.lock.json`` sit inside the folder. This
 module knows processes and files; it knows nothing of runs.
@@ -30,6 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+
+from arc_kit.outputs import FolderKind, claim_folder
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.json"
@@ -101,13 +105,18 @@ def _give_back(folder: Path, lock: FileLock | None) -> None:
 
 
 @contextmanager
-def hold_folder(folder: str | os.PathLike) -> Iterator[Path]:
+def hold_folder(folder: str | os.PathLike, kind: FolderKind | None = None, command: str = "",
+                option: str = "--out") -> Iterator[Path]:
     """Hold ``folder``'s lock (made if missing) while the block runs; FolderInUseError when another process
-    holds it. Taking it again in the same process, inside the block, is allowed and costs nothing."""
-    folder = Path(folder).absolute()
+    holds it. Taking it again in the same process, inside the block, is allowed and costs nothing. With a
+    ``kind``, the first hold claims the folder for ``command`` first (``outputs.claim_folder``; ``option``
+    names it in a refusal)."""
+    given, folder = Path(folder), Path(folder).absolute()
     key = Path(os.path.realpath(folder))
     lock, count = _held.get(key, (None, 0))
     if count == 0:
+        if kind is not None:
+            claim_folder(given, kind, command, option=option)
         lock = _take(folder)
     _held[key] = (lock, count + 1)
     try:
@@ -121,9 +130,10 @@ def hold_folder(folder: str | os.PathLike) -> Iterator[Path]:
             _give_back(folder, lock)
 
 
-def holding_folder(parameter: str, below: str = "") -> Callable:
+def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = None, command: str = "",
+                   option: str = "--out") -> Callable:
     """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names
-    (joined with ``below``, when given), as ``hold_folder`` does."""
+    (joined with ``below``, when given), as ``hold_folder`` does (claimed as ``kind`` for ``command``, if given)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
 
@@ -131,7 +141,7 @@ def holding_folder(parameter: str, below: str = "") -> Callable:
         def holding(*arguments, **options):
             bound = signature.bind(*arguments, **options)
             bound.apply_defaults()
-            with hold_folder(Path(bound.arguments[parameter]) / below):
+            with hold_folder(Path(bound.arguments[parameter]) / below, kind, command, option):
                 return function(*arguments, **options)
         return holding
     return decorate

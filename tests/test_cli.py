@@ -29,6 +29,7 @@ from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
 from arc_kit.data.tasks import Pair, Task, parse_tasks  # noqa: E402
 from arc_kit.locking import LOCK_FILE  # noqa: E402
+from arc_kit.outputs import MARKER  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATASET = "arc-agi-1/evaluation"
@@ -265,7 +266,8 @@ def test_export_writes_kaggle_files_that_load_back(capsys, tmp_path):
     status, out, _ = run(capsys, "export", "--dataset", DATASET, "--out", tmp_path / "kaggle", "--limit", 3)
     assert status == 0
     folder = tmp_path / "kaggle"
-    names = {"arc-agi_evaluation_challenges.json", "arc-agi_evaluation_solutions.json", "sample_submission.json"}
+    names = {"arc-agi_evaluation_challenges.json", "arc-agi_evaluation_solutions.json", "sample_submission.json",
+             MARKER}
     assert {path.name for path in folder.iterdir()} == names
     assert "3 tasks" in out
 
@@ -303,7 +305,7 @@ def test_export_of_a_challenges_file_without_solutions(capsys, files):
                          "--out", files / "out")
     assert status == 0
     assert {path.name for path in (files / "out").iterdir()} == {"arc-agi_evaluation_challenges.json",
-                                                                 "sample_submission.json"}
+                                                                 "sample_submission.json", MARKER}
     assert "2 tasks, 3 test inputs" in out
 
 
@@ -464,7 +466,7 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
-                                                     "run.json", LOCK_FILE}  # no temporary files
+                                                     "run.json", LOCK_FILE, MARKER}  # no temporary files
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
     submission = json.loads((out / "submission.json").read_text())
@@ -491,7 +493,7 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
     assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json",
-                                                                    LOCK_FILE}
+                                                                    LOCK_FILE, MARKER}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 

@@ -33,6 +33,7 @@ from arc_kit.data.datasets import (
 from arc_kit.data.grids import grid_problems, to_grid
 from arc_kit.data.jsonio import parse_json, read_json_lines
 from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks, unreadable_keys
+from arc_kit.outputs import MARKER
 
 TASK_ID = "007bbfb7"
 DELETE = object()  # marks a key to remove in a malformed-task case
@@ -774,7 +775,7 @@ def test_load_re_arc_without_examples(tmp_path, re_arc_root):
 def test_export_kaggle_round_trip(tmp_path, small_task_set):
     written = export_kaggle(small_task_set, tmp_path / "out")
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
-        "arc-agi_evaluation_challenges.json", "arc-agi_evaluation_solutions.json", "sample_submission.json"]
+        MARKER, "arc-agi_evaluation_challenges.json", "arc-agi_evaluation_solutions.json", "sample_submission.json"]
     loaded = load_challenges(written["challenges"], written["solutions"])
     assert loaded.ids == small_task_set.ids
     assert loaded.tasks() == small_task_set.tasks()

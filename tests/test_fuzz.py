@@ -38,9 +38,10 @@ from arc_kit.data.submission import ATTEMPTS, submission_problems, validate_file
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.locking import HOLDER_FILE
+from arc_kit.outputs import claim_folder
 from arc_kit.run import workers
 from arc_kit.run.records import TaskRecord, fallback_record, read_records
-from arc_kit.run.runs import CLAIMS_FOLDER, SolveRun, claim_task
+from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
 from arc_kit.run.solver import Solver
 from arc_kit.run.workers import solve_in_workers
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
@@ -468,8 +469,8 @@ def test_a_fifo_given_as_any_file_is_refused_in_one_line_not_waited_on(capsys, t
             "score solutions": ["score", "--submission", tmp_path / "s.json", "--solutions", fifo],
             "settings": ["kaggle", "run", "--settings", fifo, "--input", tmp_path, "--working", out],
             "records": [*solve, dataset], "task file": [*solve, tmp_path]}[given]
-    if given == "records":
-        out.mkdir()
+    if given == "records":  # a run's folder (the kit's marker: else it is refused before its records are read)
+        claim_folder(out, RUN_KIND, "solve")
         os.mkfifo(out / "records.jsonl")
     status, printed, err = run_watched(capsys, [fifo, out / "records.jsonl"], *argv)
     assert status == 1 and "Traceback" not in err and "named pipe (FIFO)" in printed + err, (printed, err)

@@ -14,6 +14,10 @@ The model's work is replaced by fallback records (``no_model_work``): what the r
 reading of input and the writing of output. ``ARC_KIT_FUZZ_INPUTS`` sets how many inputs (the
 suite's default keeps the file to seconds); the counts go to stdout (``pytest -s``) and, for a full
 fuzz, into docs/results.md.
+
+The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``, issue 35) turns it round:
+every command with an output path is pointed at places holding a user's files, and no byte of what
+the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 import pytest
 
 import arc_kit.run.tables as tables
+import arc_kit.sudoku.puzzles as sudoku
 from arc_kit.cli import main
 from arc_kit.run.records import AblationRecord, SamplerRecord, fallback_record
 from arc_kit.run.solver import Solver
@@ -329,3 +334,317 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
              "raw": tally.raw}, indent=1, default=str))
     assert not tally.tracebacks and not tally.hung and not tally.outside and not tally.raw, (
         tally.line(), tally.tracebacks[:3], tally.hung[:3], tally.outside[:3], tally.raw[:3])
+
+
+# -- the fuzz over output places: no byte of what the kit did not make changes -----------------------------------
+#
+# Every command with an output path is pointed at a place holding a user's files: a folder of theirs (with
+# names the kit uses too: run.json, records.jsonl, worker-0/, config.json, README.md, a broken .arc-kit.json),
+# a link to one, a link to nothing, a file of theirs, the input's own folder (a folder dataset, the model
+# folder it reads), a copy of the checkout's kaggle_dataset/ layout, a new folder inside theirs, a folder the
+# kit made for this command or for another (with the user's files added to it), with --restart, --adopt,
+# --overwrite or --no-resume where the command has them. Whatever it does, every entry that was there and
+# that the kit did not make keeps its bytes (a link its target). ``ARC_KIT_FUZZ_OUTPUTS`` sets how many runs.
+
+OUTPUT_RUNS = int(os.environ.get("ARC_KIT_FUZZ_OUTPUTS", "20"))  # each command once
+USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scores.csv", "score.json", "config.json",
+              "model.safetensors", "README.md", "tokenizer.json", "arc_kit.json", "training_log.csv",
+              "evaluation.json", "sample_submission.json", "arc-agi_test_challenges.json", "t1.png", ".lock",
+              ".arc-kit.json", "worker-0/records.jsonl", "claims/t1", "checkpoints/step-1/progress.json",
+              "wheels/x-1.0-py3-none-any.whl", "model/config.json", "adapter/adapter_config.json", "deep/a/b.txt",
+              "dataset-metadata.json", "kernel-metadata.json", "tasks.json", "ablation.md"]
+# what a user adds to a folder the kit made: names outside every layout of the kit's (there, a name of its layout is
+# its own: a run's scores.csv, a model's config.json)
+USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jsonl", "README.user.md"]
+TINY_TRAINING = ["--steps", "1", "--batch-size", "1", "--accumulation", "1", "--save-every", "1", "--max-len", "256",
+                 "--device", "cpu"]
+
+
+def user_bytes(rng: random.Random) -> bytes:
+    return rng.choice([b"", b"{}", b'{"settings": 3}', b"not json\n", bytes(rng.randrange(256) for _ in range(64)),
+                       json.dumps({"t1": PLAIN}).encode()])
+
+
+def add_user_files(rng: random.Random, folder: Path, names: list[str] = USER_NAMES) -> None:
+    """A user's files in ``folder`` (made if missing): ``names`` (by default names the kit uses too, a broken
+    marker among them), and a link to a file of theirs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in rng.sample(names, rng.randint(1, min(5, len(names)))):
+        path = folder / name
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(user_bytes(rng))
+    if rng.random() < 0.3:
+        outside = folder.parent / f"{folder.name}-theirs.txt"
+        outside.write_text("the user's, outside")
+        link = folder / rng.choice(["linked.txt", "records.jsonl", "worker-1", "model"] if names is USER_NAMES
+                                   else ["linked.txt", "mine.txt"])
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(outside)
+
+
+def entries(root: Path) -> dict[str, tuple]:
+    """Every entry below ``root``: a file's bytes, a link's target, a folder as such (links not followed)."""
+    found = {}
+    for folder, folders, names in os.walk(root):
+        for name in folders + names:
+            path = Path(folder) / name
+            found[str(path.relative_to(root))] = (("link", os.readlink(path)) if path.is_symlink() else
+                                                  ("folder",) if path.is_dir() else ("file", path.read_bytes()))
+    return found
+
+
+@dataclass
+class OutputCase:
+    """One command run on one place: its name, the place's kind and the flag given."""
+
+    command: str
+    place: str
+    flag: str
+
+
+@dataclass
+class OutputTally:
+    runs: int = 0
+    cases: set = field(default_factory=set)
+    statuses: dict = field(default_factory=dict)
+    tracebacks: list = field(default_factory=list)
+    lost: list = field(default_factory=list)  # an entry of the user's gone
+    changed: list = field(default_factory=list)  # an entry of the user's with other bytes (or another target)
+    refusals: list = field(default_factory=list)  # (case, the line it ended with), for a person to read
+
+    def line(self) -> str:
+        return (f"output fuzz: {self.runs} runs, {len(self.cases)} cases (command x place x flag), exit statuses "
+                f"{dict(sorted(self.statuses.items()))}, {len(self.tracebacks)} tracebacks, {len(self.lost)} files "
+                f"lost, {len(self.changed)} files changed")
+
+
+class OutputPlaces:
+    """Builds the places a command's output is pointed at, and the inputs every command reads, below ``root``."""
+
+    def __init__(self, root: Path, rng: random.Random, model: Path):
+        self.root, self.rng, self.model = root, rng, root / "model"
+        shutil.copytree(model, self.model)  # the model every command reads: a user's folder, below root
+        self.good = good_files(root / "good")
+        self.tasks_folder = root / "good" / "tasks"
+        self.tasks_folder.mkdir()
+        for task_id in ("t1", "t2"):
+            (self.tasks_folder / f"{task_id}.json").write_text(json.dumps(PLAIN))
+        self.kaggle_input = root / "good" / "kaggle"
+        (self.kaggle_input / "competition").mkdir(parents=True)
+        (self.kaggle_input / "competition" / "arc-agi_test_challenges.json").write_text(
+            json.dumps({"t1": PLAIN, "t2": PLAIN}))
+        self.freeze = root / "good" / "freeze.txt"
+        self.freeze.write_text("torch==2.10.0\nnumpy==2.0.0\n")
+        self.sudoku = root / "good" / "sudoku.csv"
+        sudoku.write_csv(self.sudoku, sudoku.generate_puzzles(1, 0))
+
+    def place(self, kind: str, folder: Path, made) -> Path:
+        """The path to give as output for a place of ``kind`` in ``folder``; ``made(path)`` makes the kit's own."""
+        rng = self.rng
+        if kind in ("users", "link", "inside"):
+            add_user_files(rng, folder / "theirs")
+            if kind == "link":
+                (folder / "link").symlink_to(folder / "theirs")
+                return folder / "link"
+            return folder / "theirs" / ("new" if kind == "inside" else "")
+        if kind == "dangling":
+            (folder / "link").symlink_to(folder / "nowhere")
+            return folder / "link"
+        if kind == "file":
+            (folder / "theirs.txt").write_bytes(user_bytes(rng) or b"x")
+            return folder / "theirs.txt"
+        if kind == "kaggle":
+            shipped = folder / "kaggle_dataset"
+            shutil.copytree(ROOT / "kaggle_dataset", shipped, ignore=shutil.ignore_patterns("*.safetensors"))
+            for name in ("delta-00001-of-00002.safetensors", "delta-00002-of-00002.safetensors"):
+                (shipped / "model" / name).write_bytes(b"stand-in weights")
+            return shipped
+        if kind == "empty":
+            (folder / "empty").mkdir(parents=True)
+            return folder / "empty"
+        return made(folder / "made")  # "made" (this command's kind) or "other" (another kind's)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ITSELF = "itself"  # a place the command makes by running once, as it is given
+
+
+def output_commands(places: OutputPlaces) -> dict:
+    """Each command with an output path: (its argv for an output, its flags, what makes its own kind of place)."""
+    good, model = places.good, str(places.model)
+    solve_like = ["--model", model, *QUICK]
+
+    def via(*argv):  # a place made by the command itself, run as a user would
+        def make(path: Path) -> Path:
+            assert main([*(str(arg) for arg in argv), str(path)]) == 0, argv
+            return path
+        return make
+
+    def kind_only(module: str, name: str, command: str):
+        def make(path: Path) -> Path:
+            import importlib
+
+            from arc_kit.outputs import claim_folder
+
+            return claim_folder(path, getattr(importlib.import_module(module), name), command)
+        return make
+
+    def picture(path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        assert main(["show", "t1", "--dataset", str(good["tasks"]), "--out", str(path / "t1.png")]) == 0
+        return path / "t1.png"
+
+    return {
+        "solve": (lambda out: ["solve", "--dataset", places.tasks_folder, "--out", out, *solve_like],
+                  ["", "--restart", "--adopt"], ITSELF),
+        "dry-run": (lambda out: ["dry-run", "--dataset", good["tasks"], "--tasks", "1", "--out", out, *solve_like],
+                    ["", "--restart"], ITSELF),
+        "ablation": (lambda out: ["ablation", "--dataset", good["tasks"], "--solutions", good["solutions"], "--out",
+                                  out, *solve_like], ["", "--restart"], ITSELF),
+        "samplers": (lambda out: ["samplers", "--dataset", good["tasks"], "--solutions", good["solutions"], "--out",
+                                  out, *solve_like], ["", "--adopt"], ITSELF),
+        "kaggle run": (lambda out: ["kaggle", "run", "--input", places.kaggle_input, "--working", out, "--model",
+                                    model, "--job", "smoke", "--smoke-tasks", "1", *QUICK[:-2]],
+                       ["", "--restart", "--adopt"], ITSELF),
+        "kaggle build": (lambda out: ["kaggle", "build", "--out", out, "--owner", "someone"],
+                         ["", "--overwrite"], kind_only("arc_kit.kaggle.dataset_build", "DATASET_KIND",
+                                                        "kaggle build")),
+        "create-model": (lambda out: ["create-model", "--preset", "micro", "--out", out], ["", "--overwrite"],
+                         via("create-model", "--preset", "micro", "--out")),
+        "pretrain": (lambda out: ["pretrain", "--model", "micro", "--out", out, "--tasks", good["tasks"],
+                                  *TINY_TRAINING], ["", "--no-resume"],
+                     kind_only("arc_kit.model.training", "TRAINING_KIND", "pretrain")),
+        "base merge": (lambda out: ["base", "merge", model, out], ["", "--overwrite"],
+                       via("base", "merge", model)),
+        "shrink": (lambda out: ["shrink", model, out], ["", "--overwrite"],  # the micro model's tokenizer cannot
+                   kind_only("arc_kit.model.folders", "MODEL_KIND", "shrink")),  # be shrunk: refused after the check
+        "base build": (lambda out: ["base", "build", "smollm2-135m", "--offline", "--out", out], [""],
+                       kind_only("arc_kit.model.bases", "BASE_KIND", "base build")),
+        "export": (lambda out: ["export", "--dataset", good["tasks"], "--out", out], [""],
+                   via("export", "--dataset", good["tasks"], "--out")),
+        "show": (lambda out: ["show", "t1", "--dataset", good["tasks"], "--out", out], [""], picture),
+        "sudoku generate": (lambda out: ["sudoku", "generate", "--count", "1", "--out", out], [""], None),
+        "sudoku train": (lambda out: ["sudoku", "train", "--model", "micro", "--puzzles", places.sudoku, "--out", out,
+                                      *TINY_TRAINING], ["", "--no-resume"],
+                         kind_only("arc_kit.model.training", "TRAINING_KIND", "sudoku train")),
+        "sudoku evaluate": (lambda out: ["sudoku", "evaluate", "--model", model, "--puzzles", places.sudoku, "--out",
+                                         out, "--limit", "1", "--max-forward-calls", "5", "--augmentations", "1",
+                                         "--scoring-augmentations", "1", "--no-greedy-check"], ["", "--no-resume"],
+                            kind_only("arc_kit.sudoku.experiment", "EVALUATION_KIND", "sudoku evaluate")),
+        "held-out": (lambda out: ["held-out", f"m={model}", "--dataset", good["tasks"], "--tasks", "1", "--out", out],
+                     [""], None),
+        "score": (lambda out: ["score", "--submission", good["submission"], "--solutions", good["solutions"],
+                               "--table", out], [""], None),
+        "kaggle image": (lambda out: ["kaggle", "image", places.freeze, "--out", out], [""], None),
+    }
+
+
+def made_by(argv_for):
+    """What makes a place by running the command itself on it (a run folder, with its records)."""
+    def make(path: Path) -> Path:
+        assert main([str(arg) for arg in argv_for(path)]) == 0, argv_for(path)
+        return path
+    return make
+
+
+FILE_OUTPUTS = ("show", "sudoku generate", "held-out", "score", "kaggle image")
+
+
+def input_place(argv: list, name: str, places: OutputPlaces) -> Path:
+    """The input's own place as the output: the file a file-writing command reads, else the folder it reads
+    from (a folder dataset, the one holding its input file, the model folder)."""
+    inputs = [Path(arg) for arg in map(str, argv) if places.root in Path(arg).parents and Path(arg).exists()]
+    first = inputs[0] if inputs else places.model
+    if name in FILE_OUTPUTS:
+        return first if first.is_file() else places.good["tasks"]
+    return first if first.is_dir() else first.parent
+
+
+@pytest.fixture
+def no_wheel_built(monkeypatch):
+    """kaggle build stops where it would build the kit's wheel (pip, minutes, a network): its folders are claimed
+    by then, which is what the fuzz checks."""
+    import errno
+
+    from arc_kit.kaggle import dataset_build
+
+    def no_wheel(destination):
+        raise OSError(errno.ENOSPC, "fuzz: no wheel is built")
+    monkeypatch.setattr(dataset_build, "build_wheel", no_wheel)
+
+
+@pytest.fixture
+def workers_in_process(monkeypatch):
+    """kaggle run's worker pool replaced by fallback records written in this process (no worker processes)."""
+    from arc_kit.model.loading import token_budget_of
+    from arc_kit.run import workers
+    from arc_kit.run.runs import SolveRun, open_run
+
+    def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **_):
+        settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
+        open_run(out, settings, {}, adopt=adopt, command="kaggle run")
+        return SolveRun(Path(out), {task_id: fallback_record(task_id, "fuzz") for task_id in tasks.ids},
+                        Path(submission_path))
+    monkeypatch.setattr(workers, "solve_in_workers", in_process)
+
+
+@pytest.mark.slow
+def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, monkeypatch, micro_model, no_model_work,
+                                                           no_wheel_built, workers_in_process):
+    rng = random.Random(SEED + 35)
+    places = OutputPlaces(tmp_path / "common", rng, micro_model)
+    commands_by_name = output_commands(places)
+    kinds = ["users", "link", "dangling", "file", "input", "kaggle", "inside", "empty", "made", "other"]
+    monkeypatch.chdir(tmp_path)
+    tally = OutputTally()
+    for number in range(OUTPUT_RUNS):
+        name = list(commands_by_name)[number % len(commands_by_name)] if number < len(commands_by_name) else \
+            rng.choice(list(commands_by_name))
+        argv_for, flags, made = commands_by_name[name]
+        if made == ITSELF:
+            made = made_by(argv_for)
+        place, flag = rng.choice(kinds), rng.choice(flags)
+        folder = tmp_path / f"case-{number}"
+        folder.mkdir()
+        if place == "made" and made is None:
+            place = "users"
+        other_name = rng.choice([n for n in commands_by_name if commands_by_name[n][2] is not None and n != name])
+        other = commands_by_name[other_name][2]
+        other = made_by(commands_by_name[other_name][0]) if other == ITSELF else other
+        if place == "input":
+            out = input_place(argv_for(Path("x")), name, places)
+        else:
+            out = places.place(place, folder, made if place == "made" else other)
+        kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")} \
+            if place in ("made", "other") else set()  # what the kit made for the place: its to change
+        if place in ("made", "other") and out.is_dir():  # the user's files added to a folder the kit made
+            add_user_files(rng, out, USER_ONLY_NAMES if place == "made" else USER_NAMES)
+        else:
+            add_user_files(rng, folder / "beside")
+        protected = {key: value for key, value in entries(tmp_path).items() if key not in kit_made}
+        argv = [str(arg) for arg in argv_for(out)] + ([flag] if flag else [])
+        if place == "kaggle" and name == "kaggle build":
+            monkeypatch.setenv("ARC_KIT_MODEL", str(out / "model"))  # the shipped model is the default one
+        status, stdout, stderr, hung = run_once(argv, capsys)
+        monkeypatch.setenv("ARC_KIT_MODEL", str(places.model))
+        tally.runs += 1
+        tally.cases.add((name, place, flag))
+        key = str(status if isinstance(status, int) else type(status).__name__)
+        tally.statuses[key] = tally.statuses.get(key, 0) + 1
+        where = (number, name, place, flag)
+        if not isinstance(status, int) or status not in (0, 1, 2) or "Traceback" in stdout + stderr or hung:
+            tally.tracebacks.append((where, repr(status), stderr[-400:]))
+        tally.refusals.append((where, status, (stderr.strip().splitlines() or [""])[-1][-300:]))
+        after = entries(tmp_path)
+        tally.lost += [(where, path) for path in protected if path not in after]
+        tally.changed += [(where, path) for path, value in protected.items() if path in after and after[path] != value]
+    print(tally.line())
+    if os.environ.get("ARC_KIT_FUZZ_REPORT"):
+        Path(os.environ["ARC_KIT_FUZZ_REPORT"]).with_suffix(".outputs.json").write_text(json.dumps(
+            {"line": tally.line(), "tracebacks": tally.tracebacks, "lost": tally.lost, "changed": tally.changed,
+             "runs": tally.refusals},
+            indent=1, default=str))
+    assert not tally.tracebacks and not tally.lost and not tally.changed, (
+        tally.line(), tally.tracebacks[:3], tally.lost[:5], tally.changed[:5])

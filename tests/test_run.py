@@ -21,6 +21,7 @@ import pytest
 import arc_kit.run.tables as tables
 from arc_kit.cli import main
 from arc_kit.locking import LOCK_FILE
+from arc_kit.outputs import MARKER
 from arc_kit.run.records import (
     AblationRecord,
     SamplerRecord,
@@ -177,7 +178,7 @@ def test_clearing_a_run_discards_tables_claims_and_workers_but_nothing_else(tmp_
         (tmp_path / name).write_text("{}\n")
     assert claim_task(tmp_path, "t1") and not claim_task(tmp_path, "t1")
     clear_run(tmp_path)
-    assert sorted(path.name for path in tmp_path.iterdir()) == [LOCK_FILE, "notes.txt"]  # the folder's lock stays
+    assert sorted(path.name for path in tmp_path.iterdir()) == [MARKER, LOCK_FILE, "notes.txt"]  # its marker, lock
 
 
 def test_settings_from_json_strictly_names_unknown_fields_at_any_depth(tmp_path):
@@ -311,7 +312,7 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
                        "--max-len", "2048", "--ttt-steps", "1", "--device", "cpu"])
         err = capsys.readouterr().err
         assert status == 1 and "other settings (ttt.steps 64 -> 1)" in err and "--restart" in err
-    assert sorted(path.name for path in out.iterdir()) == [LOCK_FILE, RUN_FILE]
+    assert sorted(path.name for path in out.iterdir()) == [MARKER, LOCK_FILE, RUN_FILE]
 
 
 @pytest.mark.slow

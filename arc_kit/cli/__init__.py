@@ -2,8 +2,12 @@
 
 The method's options are generated from the settings dataclasses (``settings.options``), so
 ``--help`` shows the defaults a command really uses (its preset's). Errors in the user's input
-(bad files, unknown names, a run folder that cannot be resumed) end with a one-line message and
-exit status 1, never a traceback; ``--debug`` shows the traceback of anything unexpected.
+(bad files, unknown names, a run folder that cannot be resumed, an output folder the kit did not make)
+end with a one-line message and exit status 1, never a traceback; an error of the operating system
+names the file and what to do (``outputs.describe_os_error``); ``--debug`` shows the traceback of
+anything unexpected. SIGINT (Ctrl-C) and SIGTERM end a command with one line saying what it kept and how
+to go on (exit status 130 and 143, as the signals' own), after every ``finally`` has run: locks are
+given back, worker processes stopped.
 
 This module holds the top parser, ``main`` (the ``arc-kit`` console script) and how errors and warnings are
 shown; the commands live in one module per group (``data``, ``solve``, ``bench``, ``kaggle``, ``model``,
@@ -13,8 +17,11 @@ shown; the commands live in one module per group (``data``, ``solve``, ``bench``
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 
 # Each group's module registers its commands (``registry.COMMANDS``) as it is imported: ``--help`` lists the
 # commands in this order.
@@ -22,7 +29,12 @@ import warnings
 from arc_kit.cli import data, solve, bench, kaggle, model, sudoku  # noqa: F401
 # isort: on
 from arc_kit.cli.registry import COMMANDS
+from arc_kit.outputs import Claim, claimed, describe_os_error
 from arc_kit.provenance import __version__
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that it unwinds cleanly."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     formatting, warnings.formatwarning = warnings.formatwarning, _one_line_warnings(args.command)
+    earlier = len(claimed())
     try:
         if getattr(args, "max_side", None) is not None:  # up front, before any file or model is read
             check_max_side(args.max_side, "--max-side")
-        return args.run(args) or 0
+        with _terminate_raises(args.command != "worker"):  # a worker is stopped by its parent, as before
+            return args.run(args) or 0
     except InvalidDataError as error:
         print(f"arc-kit {args.command}: {error}", file=sys.stderr)
         return 1
@@ -65,13 +79,46 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        message = describe_os_error(error) if isinstance(error, OSError) else message
         print(f"arc-kit {args.command}: error: {message}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"arc-kit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        signal_name, status = ("SIGTERM", 143) if isinstance(stop, Terminated) else ("SIGINT", 130)
+        print(f"arc-kit {args.command}: stopped by {signal_name}; {_what_was_kept(claimed()[earlier:])}",
+              file=sys.stderr)
+        return status
     finally:
         warnings.formatwarning = formatting
+
+
+@contextmanager
+def _terminate_raises(wanted: bool):
+    """While the block runs, SIGTERM raises ``Terminated`` (in the main thread only: Python allows no other)."""
+    if not wanted or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(number, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _what_was_kept(claims: list[Claim]) -> str:
+    """What a stopped command leaves behind and how to go on from there, in a few words."""
+    if not claims:
+        return "nothing was written"
+    last = claims[-1]  # the output it was writing (a command claims its output again as it goes)
+    if last.kind is None:
+        return f"{last.path} may be incomplete: delete it, then run the same command again"
+    if last.kind.resumable:
+        return (f"kept {last.path} ({last.kind.kept}): run the same command again (without --restart) to go on "
+                "from there")
+    return f"{last.path} holds {last.kind.kept}: run the same command with --overwrite to make it again"
 
 
 def _one_line_warnings(command: str):

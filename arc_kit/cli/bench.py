@@ -6,7 +6,14 @@ It parses and prints the lines ``run.bench`` yields; it knows nothing of how eac
 
 from __future__ import annotations
 
-from arc_kit.cli.options import load_given_tasks, model_path, tasks_argument
+from arc_kit.cli.options import (
+    load_given_tasks,
+    model_path,
+    number_argument,
+    number_type,
+    option_bounds,
+    tasks_argument,
+)
 from arc_kit.cli.registry import command
 from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS, SamplerSettings, SolveSettings
 
@@ -17,20 +24,21 @@ def setup_bench(parser):
     parser.add_argument("--llama-3b-shaped", action="store_true",
                         help="a Llama-3.2-3B-shaped random model (bf16, GPU) instead of --model, for per-token costs")
     tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=None,
-                        help="the first N tasks by id (default: 5); --which drafts: the N shortest by prompt tokens "
-                             "(default: 30)")
-    parser.add_argument("--max-prompt", type=int, default=4096,
-                        help="skip tasks whose prompt is longer than this many tokens (default: %(default)s)")
+    number_argument(parser, "--tasks", int, "the first N tasks by id (default: 5); --which drafts: the N shortest by "
+                    "prompt tokens (default: 30)", at_least=1, default=None)
+    number_argument(parser, "--max-prompt", int, "skip tasks whose prompt is longer than this many tokens (default: "
+                    "%(default)s)", at_least=1, default=4096)
     from arc_kit.run.bench import BENCHMARKS, DEFAULT_BENCHMARKS
 
     parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
                         help="benchmarks to run (default: all but drafts)")
-    parser.add_argument("--threshold", type=float, default=SamplerSettings().threshold,
-                        help="DFS: minimum probability of a returned answer (default: %(default)s)")
+    parser.add_argument("--threshold", type=number_type(float, option_bounds(SamplerSettings, "threshold")),
+                        default=SamplerSettings().threshold,
+                        help="DFS: minimum probability of a returned answer (default: %(default)s) "
+                             f"[{option_bounds(SamplerSettings, 'threshold').text}]")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--augmentations", type=int, default=SolveSettings().inference_augmentations,
-                        help="--which drafts: inference augmentations per test input (default: %(default)s)")
+    number_argument(parser, "--augmentations", int, "--which drafts: inference augmentations per test input (default: "
+                    "%(default)s)", at_least=1, at_most=1024, default=SolveSettings().inference_augmentations)
     parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
                         help="the decode engine the searches and scorings run on (default: %(default)s; "
                              "--which engine runs both)")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from arc_kit.cli.options import load_given_tasks, max_side_argument, shown_table, tasks_argument
+from arc_kit.cli.options import load_given_tasks, max_side_argument, number_argument, shown_table, tasks_argument
 from arc_kit.cli.registry import command
 from arc_kit.names import shown
+from arc_kit.outputs import claim_file
 
 
 @command("validate", "check a challenges, solutions or submission file (or a folder of task files) and list every "
@@ -63,10 +64,10 @@ def _validate_folder(args) -> int:
 @command("export", "write a task set as Kaggle challenges/solutions files, to dry-run it the Kaggle way")
 def setup_export(parser):
     tasks_argument(parser, default=None)
-    parser.add_argument("--out", required=True, help="folder to write into")
+    parser.add_argument("--out", required=True, help="folder to write into: new, empty or an earlier export's")
     parser.add_argument("--split", default=None, help="the name in arc-agi_<split>_challenges.json (default: the "
                                                       "dataset's split, e.g. evaluation; 'test' mimics a Kaggle run)")
-    parser.add_argument("--limit", type=int, help="only the first N tasks by id")
+    number_argument(parser, "--limit", int, "only the first N tasks by id (0: all)", at_least=0)
 
     def run(args):
         from arc_kit.data.datasets import export_kaggle
@@ -89,13 +90,15 @@ def setup_score(parser):
     parser.add_argument("--submission", required=True)
     parser.add_argument("--solutions", required=True, help="a Kaggle solutions JSON (or a dataset name)")
     parser.add_argument("--challenges", help="also check the submission against this challenges file")
-    parser.add_argument("--table", help="write the per-task table to this CSV file")
+    parser.add_argument("--table", help="write the per-task table to this CSV file (a new file)")
     max_side_argument(parser, "a grid's side, the answers' too")
 
     def run(args):
         from arc_kit.data.datasets import load_challenges, load_solutions
         from arc_kit.data.submission import score_file
 
+        if args.table:  # before any work: a file of the user's is never replaced
+            claim_file(args.table, "score", option="--table")
         challenges = (load_challenges(args.challenges, strict=False, max_side=args.max_side) if args.challenges
                       else None)
         score, problems = score_file(args.submission, load_solutions(args.solutions, max_side=args.max_side),
@@ -118,8 +121,9 @@ def setup_score(parser):
 def setup_show(parser):
     parser.add_argument("task", help="task id (or its position in the set)")
     tasks_argument(parser)
-    parser.add_argument("--out", help="PNG file to write (default: <task>.png in the working folder; an id that is "
-                                      "no safe file name gets a readable part and a hash)")
+    parser.add_argument("--out", help="PNG file to write, new or one show wrote, or a folder to write <task>.png into "
+                                      "(default: <task>.png in the working folder; an id that is no safe file name "
+                                      "gets a readable part and a hash)")
     parser.add_argument("--augmentation", help="an augmentation key such as s5-c3012456789")
 
     def run(args):

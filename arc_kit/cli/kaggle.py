@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arc_kit.cli.options import add_settings_options, model_path, restart_arguments, settings_from_options
+from arc_kit.cli.options import (
+    MAX_WORKERS,
+    add_settings_options,
+    model_path,
+    number_argument,
+    overwrite_argument,
+    restart_arguments,
+    settings_from_options,
+)
 from arc_kit.cli.registry import command
+from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, solve_preset
 
 
@@ -54,6 +63,7 @@ def _add_build_arguments(actions) -> None:
                                                 "(the default, made by `arc-kit kaggle image` from Kaggle's list) or "
                                                 "one recorded on Kaggle with the recipe in kaggle_dataset/README.md")
     build.add_argument("--title", default="arc-kit")
+    overwrite_argument(build, "a dataset folder and notebook folder that an earlier kaggle build made")
 
 
 def _add_image_arguments(actions) -> None:
@@ -75,7 +85,8 @@ def _add_run_arguments(actions) -> None:
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
     run.add_argument("--working", default="/kaggle/working", help="where submission.json goes")
     add_settings_options(run, CompetitionSettings(), "the competition job's clock")
-    run.add_argument("--workers", type=int)
+    number_argument(run, "--workers", int, "worker processes in all (default: one per GPU, else this process)",
+                    at_least=1, at_most=MAX_WORKERS)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
     restart_arguments(run, "--working")
     given = run.add_mutually_exclusive_group()
@@ -100,13 +111,15 @@ def _kaggle_run(args) -> int:
 
 
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import build_dataset
+    from arc_kit.kaggle.dataset_build import build_dataset, check_build_folders
     from arc_kit.kaggle.model_input import ModelHandle
     from arc_kit.run.model_check import check_model
 
     if args.model_source:
         ModelHandle.parse(args.model_source)  # a bad handle: one line, before the check
     check = None
+    check_build_folders(args.out, model_path(args) if args.model or not args.model_source else None,
+                        overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
     if args.model or not args.model_source:  # before any work: a no-go stops here, nothing written
         check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
         print(check.report())
@@ -119,7 +132,7 @@ def _kaggle_build(args) -> int:
     built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
                           gpu_extras=args.gpu_extras, model_source=args.model_source,
-                          check=check, quantization=args.quantization)
+                          check=check, quantization=args.quantization, overwrite=args.overwrite)
     print(f"wheels shipped ({len(built.wheels)}; the image: {built.image}):")
     for wheel in built.wheels:
         print(f"  {wheel.path.name}: {wheel.reason}")
@@ -135,11 +148,18 @@ def _kaggle_image(args) -> int:
     from arc_kit.data.jsonio import write_json_atomically
     from arc_kit.kaggle.wheelhouse import manifest_from_freeze
 
+    claim_file(args.out, "kaggle image", own=_is_image_manifest)
     image = manifest_from_freeze(args.freeze, args.python, gpu=not args.cpu, recorded=args.recorded)
     write_json_atomically(Path(args.out), image.to_json(), indent=1)
     print(f"{args.out}: {len(image.packages)} packages, Python {image.python}, torch {image.packages.get('torch')} "
           f"({image.source})")
     return 0
+
+
+def _is_image_manifest(path: Path) -> bool:
+    """True for a file that ``kaggle image`` wrote (an image manifest): the one kind of file it replaces."""
+    manifest = small_json(path, limit=2**24)
+    return isinstance(manifest, dict) and {"python", "platforms", "packages"} <= set(manifest)
 
 
 def _kaggle_settings(args) -> SolveSettings:

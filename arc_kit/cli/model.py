@@ -13,11 +13,14 @@ from arc_kit.cli.options import (
     add_settings_options,
     max_side_argument,
     model_path,
+    number_argument,
+    overwrite_argument,
     select_tasks,
     settings_from_options,
     tasks_argument,
 )
 from arc_kit.cli.registry import command
+from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import (
     PROBABILITY_MODES,
     SOLVE_PRESETS,
@@ -71,13 +74,15 @@ def setup_pretrain(parser):
 @command("create-model", "write a fresh, untrained from-scratch model folder (config, weights, tokenizer)")
 def setup_create_model(parser):
     parser.add_argument("--preset", required=True, help="micro, tiny, small or base")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="the model folder to write: new or empty")
+    number_argument(parser, "--seed", int, "seeds the initial weights (default: %(default)s)", at_least=0,
+                    below=2**63, default=0)
+    overwrite_argument(parser, "a model folder that an earlier create-model made")
 
     def run(args):
         from arc_kit.model.loading import create_model_folder
 
-        count = create_model_folder(args.preset, args.out, seed=args.seed)
+        count = create_model_folder(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
         print(f"wrote {args.out} ({args.preset}, {count:,} parameters)")
         return 0
     return run
@@ -86,7 +91,8 @@ def setup_create_model(parser):
 @command("shrink", "shrink a pretrained model's vocabulary to the tokens of the text format")
 def setup_shrink(parser):
     parser.add_argument("source", help="a pretrained model folder (Hugging Face layout)")
-    parser.add_argument("destination", help="where to write the shrunk model folder")
+    parser.add_argument("destination", help="where to write the shrunk model folder: new or empty")
+    overwrite_argument(parser, "a model folder that an earlier shrink made")
     parser.add_argument("--kept", choices=["authors", "minimal"], default="authors",
                         help="which tokens to keep: the authors' set (id-compatible with their adapters) or only "
                              "what the format writes (default: %(default)s)")
@@ -94,7 +100,7 @@ def setup_shrink(parser):
     def run(args):
         from arc_kit.model.shrinking import shrink_model_folder
 
-        path = shrink_model_folder(args.source, args.destination, kept=args.kept)
+        path = shrink_model_folder(args.source, args.destination, kept=args.kept, overwrite=args.overwrite)
         print(f"wrote {path}")
         return 0
     return run
@@ -139,7 +145,8 @@ def setup_base(parser):
     build.add_argument("--offline", action="store_true", help="never download the package")
     merge = actions.add_parser("merge", help="write a base-plus-delta folder as one ordinary model folder")
     merge.add_argument("source", help="a base-plus-delta model folder (kaggle_dataset/model, say)")
-    merge.add_argument("destination")
+    merge.add_argument("destination", help="the merged model folder to write: new or empty")
+    overwrite_argument(merge, "a model folder that an earlier base merge made")
 
     def run(args):
         from arc_kit.model.bases import build_base, built_folder, is_built
@@ -155,7 +162,7 @@ def setup_base(parser):
         if args.action == "build":
             path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
         else:
-            path = merge_delta(args.source, args.destination)
+            path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
         print(f"{path} ({time.monotonic() - started:.0f} s)")
         return 0
     return run
@@ -166,13 +173,14 @@ def setup_held_out(parser):
     parser.add_argument("models", nargs="+", metavar="NAME=FOLDER",
                         help="the models to compare, each a folder (or name=folder); a base name works too")
     tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=100, help="the first N tasks by id (default: %(default)s; 0: all)")
-    parser.add_argument("--max-len", type=int, help="token budget (default: the authors' 8192, cut to what each model "
-                                                    "takes)")
+    number_argument(parser, "--tasks", int, "the first N tasks by id (default: %(default)s; 0: all)", at_least=0,
+                    default=100)
+    number_argument(parser, "--max-len", int, "token budget (default: the authors' 8192, cut to what each model "
+                    "takes)", at_least=64)
     parser.add_argument("--probabilities", choices=PROBABILITY_MODES, default=SolveSettings().probabilities,
                         help="full: the model's whole softmax; answer-mask: renormalised over the answer tokens "
                              "(default: %(default)s)")
-    parser.add_argument("--out", help="also write the results as JSON here")
+    parser.add_argument("--out", help="also write the results as JSON here (a new file, or one held-out wrote)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
 
@@ -180,6 +188,8 @@ def setup_held_out(parser):
         from arc_kit.data.jsonio import write_json_atomically
         from arc_kit.run.evaluation import compare_models, markdown_table
 
+        if args.out:  # before the models run: a file of the user's is never replaced
+            claim_file(args.out, "held-out", own=_is_held_out_file)
         named = dict(item.split("=", 1) if "=" in item else (item, item) for item in args.models)
         tasks = select_tasks(args)
         results = compare_models(named, tasks, max_len=args.max_len, probabilities=args.probabilities,
@@ -195,3 +205,9 @@ def setup_held_out(parser):
             print(f"wrote {args.out}")
         return 0
     return run
+
+
+def _is_held_out_file(path) -> bool:
+    """True for a file that held-out wrote (its results as JSON): the one kind of file its --out replaces."""
+    found = small_json(path, limit=2**28)
+    return isinstance(found, dict) and {"dataset", "tasks", "probabilities", "results"} <= set(found)

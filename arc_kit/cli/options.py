@@ -9,11 +9,14 @@ any one command (each lives in its group's module) nor of the top parser (``cli.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from arc_kit.names import shown
 from arc_kit.settings import (
+    ANY_NUMBER,
     SOLVE_PRESETS,
+    Bounds,
     Settings,
     SolveSettings,
     get_path,
@@ -30,12 +33,46 @@ def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, ti
         default = get_path(defaults, option.path)
         dest = "setting__" + "__".join(option.path)
         shown = "unset" if default is None else ("on" if default is True else "off" if default is False else default)
-        text = f"{option.help} (default: {shown})".replace("%", "%%")
+        numeric = option.kind in (int, float) and not option.choices
+        text = (f"{option.help} (default: {shown})" + (f" [{(option.bounds or ANY_NUMBER).text}]" if numeric else "")
+                ).replace("%", "%%")
         if option.kind is bool:
             group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            group.add_argument(option.flag, dest=dest, type=option.kind, default=None, choices=option.choices,
+            kind = number_type(option.kind, option.bounds) if numeric else option.kind
+            group.add_argument(option.flag, dest=dest, type=kind, default=None, choices=option.choices,
                                metavar=None if option.choices else option.path[-1].upper(), help=text)
+
+
+def number_type(kind: type, bounds: Bounds | None = None):
+    """An argparse ``type`` that reads a number of ``kind`` and refuses it outside ``bounds`` (always when not
+    finite), so that a bad number is a usage error naming its flag, before any work."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected a {'whole number' if kind is int else 'number'}, got "
+                                             f"{shown(text)}") from None
+        problem = (bounds or ANY_NUMBER).problem(value, kind)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type by it in messages
+    return parse
+
+
+def option_bounds(cls: type, name: str) -> Bounds:
+    """The range declared on field ``name`` of settings class ``cls`` (for a command's option that sets it)."""
+    return next(field.metadata.get("bounds") for field in dataclasses.fields(cls) if field.name == name) or ANY_NUMBER
+
+
+def number_argument(parser, flag: str, kind: type, help: str, *, at_least: float | None = None,
+                    above: float | None = None, at_most: float | None = None, below: float | None = None,
+                    **options) -> None:
+    """A numeric option of a command's own (not a setting): read and range-checked by ``number_type``, its range
+    shown in ``--help``."""
+    bounds = Bounds.of(at_least, above, at_most, below) or ANY_NUMBER
+    parser.add_argument(flag, type=number_type(kind, bounds), help=f"{help} [{bounds.text}]", **options)
 
 
 def settings_from_options(args: argparse.Namespace, defaults: Settings) -> Settings:
@@ -103,33 +140,37 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     """The options of solving: model, tasks, output, machine, time budget, and the method's settings."""
     parser.add_argument("--model", help="model folder (default: the model the kit ships, kaggle_dataset/model)")
     tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=tasks_default,
-                        help=f"only N tasks, the {'shortest by prompt tokens' if pick == 'shortest' else 'first by id'}"
-                             " unless --pick says otherwise (default: %(default)s; 0 for all)")
+    number_argument(parser, "--tasks", int, f"only N tasks, the "
+                    f"{'shortest by prompt tokens' if pick == 'shortest' else 'first by id'} unless --pick says "
+                    "otherwise (default: %(default)s; 0 for all)", at_least=0, default=tasks_default)
     parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
                         help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
                              "(default: %(default)s)")
     parser.add_argument("--task-ids", nargs="*", help="only these task ids")
     parser.add_argument("--out", default=out_default, required=out_default is None,
-                        help="output folder: records.jsonl, submission.json, scores (default: %(default)s)")
+                        help="the run folder (records.jsonl, submission.json, scores): new or empty, or an earlier "
+                             "run's, which this one resumes; never a folder of yours (default: %(default)s)")
     restart_arguments(parser, "--out")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
-    parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes in all (default: --workers-per-gpu on each GPU when there is one, "
-                             "else this process)")
-    parser.add_argument("--workers-per-gpu", type=int, default=None,
-                        help="worker processes sharing each GPU (default: as many as the first worker's measured "
-                             "peak memory allows when --hours is given, else one)")
-    parser.add_argument("--hours", type=float, default=None,
-                        help="time budget: plan the run to end this many hours from now (minus --safety-minutes)")
-    parser.add_argument("--safety-minutes", type=float, default=30.0,
-                        help="margin kept before the end of --hours (default: %(default)s)")
+    number_argument(parser, "--workers", int, "worker processes in all (default: --workers-per-gpu on each GPU when "
+                    "there is one, else this process)", at_least=1, at_most=MAX_WORKERS)
+    number_argument(parser, "--workers-per-gpu", int, "worker processes sharing each GPU (default: as many as the "
+                    "first worker's measured peak memory allows when --hours is given, else one)", at_least=1,
+                    at_most=8)
+    number_argument(parser, "--hours", float, "time budget: plan the run to end this many hours from now (minus "
+                    "--safety-minutes, which must leave some)", above=0, at_most=MAX_HOURS)
+    number_argument(parser, "--safety-minutes", float, "margin kept before the end of --hours (default: "
+                    "%(default)s)", at_least=0, default=30.0)
     parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
                         help="named settings the options below start from (default: %(default)s)")
     add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
+
+
+MAX_WORKERS = 256  # worker processes: more than any machine the kit runs on has GPUs or cores for
+MAX_HOURS = 8760  # a time budget of at most a year
 
 
 def restart_arguments(parser, out: str) -> None:
@@ -139,6 +180,12 @@ def restart_arguments(parser, out: str) -> None:
     given.add_argument("--adopt", action="store_true",
                        help=f"keep records in {out} that have no run.json (it was deleted) as this run's, under the "
                             "settings given now, instead of refusing them")
+
+
+def overwrite_argument(parser, what: str) -> None:
+    """``--overwrite``: replace what the same command made there before (and only that: ``outputs``)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} (never a folder of yours, nor what another command made)")
 
 
 def solve_settings(args) -> SolveSettings:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from arc_kit.cli.options import (
+    MAX_HOURS,
+    MAX_WORKERS,
     load_given_tasks,
     load_options,
     model_path,
+    number_argument,
     select_tasks,
     shown_table,
     solve_arguments,
@@ -92,10 +95,10 @@ def _table(which: str):
 @command("ablation", "the paper's Table 1: baseline, +TTT, +16xAug, +PoE, +DFS on tasks with solutions")
 def setup_ablation(parser):
     solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
-    parser.add_argument("--table-workers", type=int, default=1,
-                        help="processes sharing the tasks on one device (a small model leaves a GPU mostly idle)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="start no task after this long; the table covers the finished tasks from the first on")
+    number_argument(parser, "--table-workers", int, "processes sharing the tasks on one device (a small model leaves "
+                    "a GPU mostly idle)", at_least=1, at_most=MAX_WORKERS, default=1)
+    number_argument(parser, "--minutes", float, "start no task after this long; the table covers the finished tasks "
+                    "from the first on", above=0, at_most=60 * MAX_HOURS)
     return _table("ablation")
 
 
@@ -113,10 +116,11 @@ def setup_estimate(parser):
     parser.add_argument("--records", help="the run folder (records.jsonl, run.json) to take measured speeds from "
                                           "(default: none, every speed guessed)")
     tasks_argument(parser)
-    parser.add_argument("--tasks", type=int, default=0, help="only the first N tasks by id (default: all)")
-    parser.add_argument("--workers", type=int, default=1, help="processes sharing the work (default: %(default)s)")
-    parser.add_argument("--speedup", type=float, default=1.0,
-                        help="how many times faster the target machine is than the measuring one (default: 1)")
+    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0, default=0)
+    number_argument(parser, "--workers", int, "processes sharing the work (default: %(default)s)", at_least=1,
+                    at_most=MAX_WORKERS, default=1)
+    number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
+                    "(default: 1)", above=0, at_most=1e6, default=1.0)
     parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
                                         "speeds (default: the shipped model)")
     parser.add_argument("--gpu", choices=[device.name for device in GPUS],

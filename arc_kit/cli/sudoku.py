@@ -7,8 +7,9 @@ there, not here.
 
 from __future__ import annotations
 
-from arc_kit.cli.options import add_settings_options, settings_from_options
+from arc_kit.cli.options import add_settings_options, number_argument, settings_from_options
 from arc_kit.cli.registry import command
+from arc_kit.outputs import claim_file
 from arc_kit.settings import TrainingSettings
 
 
@@ -35,13 +36,14 @@ def _add_generate_arguments(actions) -> None:
     """``sudoku generate``: how many puzzles, from which seed, with how many clues, avoiding which."""
     generate = actions.add_parser("generate", help="puzzles with a unique solution, from a seed, as a CSV "
                                                    "(puzzle,solution,clues; the Sudoku 3M layout)")
-    generate.add_argument("--count", type=int, required=True)
-    generate.add_argument("--seed", type=int, default=0, help="names the set: puzzle i comes from (seed, i)")
+    number_argument(generate, "--count", int, "how many puzzles", at_least=1, at_most=10**8, required=True)
+    number_argument(generate, "--seed", int, "names the set: puzzle i comes from (seed, i)", at_least=0, below=2**63,
+                    default=0)
     generate.add_argument("--clues", default="sudoku-3m", help="target clue counts: sudoku-3m (that set's "
                           "histogram, 22-27 nearly all) or a range like 22-27, drawn uniformly (default: %(default)s)")
     generate.add_argument("--exclude", nargs="*", default=[], metavar="CSV",
                           help="puzzle files whose solution grids must not recur (keeps a test set disjoint)")
-    generate.add_argument("--out", required=True, help="the CSV file to write")
+    generate.add_argument("--out", required=True, help="the CSV file to write (a new file)")
 
 
 def _add_train_arguments(actions) -> None:
@@ -49,9 +51,9 @@ def _add_train_arguments(actions) -> None:
     train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
     train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
     train.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
-    train.add_argument("--limit", type=int, help="only the first N puzzles")
-    train.add_argument("--copies", type=int, default=1000, help="augmented views per puzzle in the pool "
-                                                                "(default: %(default)s)")
+    number_argument(train, "--limit", int, "only the first N puzzles", at_least=1)
+    number_argument(train, "--copies", int, "augmented views per puzzle in the pool (default: %(default)s)",
+                    at_least=1, default=1000)
     train.add_argument("--out", required=True)
     train.add_argument("--no-resume", action="store_true")
     train.add_argument("--device", default="auto")
@@ -66,13 +68,13 @@ def _add_evaluate_arguments(actions) -> None:
     evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
-    evaluate.add_argument("--limit", type=int, help="only the first N puzzles")
+    number_argument(evaluate, "--limit", int, "only the first N puzzles", at_least=1)
     evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot; "
                                                        "puzzles already there are kept (resumes)")
     evaluate.add_argument("--no-resume", action="store_true", help="solve every puzzle again")
     evaluate.add_argument("--device", default="cpu")
-    evaluate.add_argument("--minutes", type=float, help="start no new puzzle after this long; the metrics cover "
-                                                        "the puzzles done")
+    number_argument(evaluate, "--minutes", float, "start no new puzzle after this long; the metrics cover the puzzles "
+                    "done", above=0, at_most=525600)
     add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
 
 
@@ -80,6 +82,7 @@ def _generate(args) -> int:
     """``sudoku generate``: write the puzzles and say how many clues they have."""
     from arc_kit.sudoku import puzzles as sudoku
 
+    claim_file(args.out, "sudoku generate")  # before any work: a file of the user's is never replaced
     excluded = [pair for path in args.exclude for pair in sudoku.load_csv(path, check=False)]
     pairs = sudoku.generate_puzzles(args.count, args.seed, sudoku.parse_clues(args.clues), progress=True,
                                     exclude=excluded)

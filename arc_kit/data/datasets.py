@@ -7,6 +7,8 @@ Sources:
 - a folder of per-task JSON files in the ARC layout, searched recursively;
 - RE-ARC: a folder (or ``.tar.gz``) of per-task JSON lists of generated ``{input, output}`` pairs.
 
+A folder of task files never yields the kit's own outputs as tasks: a folder below it that the kit
+made (a run's, with its ``run.json`` and ``submission.json``; ``outputs.is_made_folder``) is skipped.
 ``load_tasks(source)`` accepts any of these. ``export_kaggle`` writes a set back out as the
 competition ships it, sample submission included (made by ``submission``). Every loader takes
 ``max_side``: the competition's 30 cells a side unless data meant only for exploration or training
@@ -31,6 +33,7 @@ from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task, parse_tasks
 from arc_kit.names import file_name, shown
+from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
 
 KAGGLE_INPUT = Path("/kaggle/input")
 
@@ -107,13 +110,36 @@ def _task_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     """(the first ``*.json`` file below ``folder`` for each task id, the later files whose id was taken)."""
     if not folder.is_dir():
         raise InvalidDataError([f"no such folder: {folder}"])
-    paths = sorted(folder.rglob("*.json"))
+    if _holds_outputs(folder):
+        raise InvalidDataError([f"{folder} holds arc-kit's outputs (a run, a model...), not task files: give the "
+                                "folder of task files"])
+    outputs: dict[Path, bool] = {}
+    paths = sorted(path for path in folder.rglob("*.json") if not _below_outputs(path.parent, folder, outputs))
     if not paths:
         raise InvalidDataError([f"no .json files below {folder}"])
     first: dict[str, Path] = {}
     for path in paths:
         first.setdefault(path.stem, path)
     return first, [path for path in paths if first[path.stem] != path]
+
+
+def _holds_outputs(folder: Path) -> bool:
+    """True for a folder the kit made (its marker), or a run folder of a kit from before markers (its run.json)."""
+    if is_made_folder(folder):
+        return True
+    run = small_json(folder / "run.json")
+    return isinstance(run, dict) and isinstance(run.get("settings"), dict)
+
+
+def _below_outputs(folder: Path, root: Path, known: dict[Path, bool]) -> bool:
+    """True when ``folder`` (below ``root``) or a folder between them holds the kit's outputs (``known``: a cache)."""
+    while folder != root and root in folder.parents:
+        if folder not in known:
+            known[folder] = _holds_outputs(folder)
+        if known[folder]:
+            return True
+        folder = folder.parent
+    return False
 
 
 def folder_problems(folder: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list[str]]:
@@ -284,13 +310,20 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: 
     return CompetitionFiles(folder=best, sample_submission=sample if sample.exists() else None, **found[best])
 
 
+# an export's folder: further exports go into it (each replaces only its own split's files)
+EXPORT_KIND = FolderKind("export", owned=("arc-agi_*_challenges.json", "arc-agi_*_solutions.json",
+                                          "sample_submission.json"), resumable=True, kept="the files written")
+
+
 def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evaluation") -> dict[str, Path]:
     """Write ``arc-agi_<split>_challenges.json`` (and ``_solutions.json`` when known) into ``folder``.
 
     With ``split="test"`` the challenges file is the one a Kaggle run reads. A
-    ``sample_submission.json`` (every attempt the test input) is written too.
+    ``sample_submission.json`` (every attempt the test input) is written too. ``folder`` is new, empty or
+    an earlier export's (``outputs.claim_folder``).
     """
     folder, split = Path(folder), file_name(split)  # a name given: never a path out of ``folder``
+    claim_folder(folder, EXPORT_KIND, "export")
     written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
                                                    tasks.challenges_json())}
     if tasks.has_solutions:

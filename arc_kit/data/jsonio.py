@@ -15,6 +15,7 @@ module knows JSON and files; it knows nothing of what the files hold.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -245,13 +246,24 @@ def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES, what: str = 
     return data
 
 
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError of the block that names no file (a full disk on ``write``) names ``path``."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
 def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) -> Path:
     """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        with _naming(path), open(temporary, "w", encoding="utf-8") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -281,7 +293,7 @@ def append_json_line(path: str | os.PathLike, data: Any) -> None:
         with open(path, "rb") as handle:
             handle.seek(-1, os.SEEK_END)
             torn = handle.read(1) != b"\n"
-    with open(path, "a", encoding="utf-8") as handle:
+    with _naming(path), open(path, "a", encoding="utf-8") as handle:
         handle.write(("\n" if torn else "") + json.dumps(data) + "\n")
         handle.flush()
         os.fsync(handle.fileno())

@@ -7,13 +7,18 @@ nothing of models; it draws grids it is given.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Task
 from arc_kit.names import file_name, shown
+from arc_kit.outputs import claim_file
+
+PICTURE_SOFTWARE = "arc-kit show"  # in every picture ``save_task_picture`` writes (PNG text): how it knows its own
 
 # The palette of the ARC testing interface: black, blue, red, green, yellow, grey, magenta,
 # orange, sky blue, maroon.
@@ -188,12 +193,14 @@ def draw_loss_curve(log):
     return figure
 
 
-def save_task_picture(task: Task, out: str | None = None, augmentation_key: str | None = None,
+def save_task_picture(task: Task, out: str | os.PathLike | None = None, augmentation_key: str | None = None,
                       dpi: int = 100) -> str:
     """Draw ``task`` (under the augmentation with that key, if given) to a PNG file; its path.
 
     The default file name is the task id's ``names.file_name`` with ``.png``, in the working folder
-    (``<task id>.png`` for an ordinary id; an id such as ``../x`` never names a file elsewhere). Uses
+    (``<task id>.png`` for an ordinary id; an id such as ``../x`` never names a file elsewhere); an ``out``
+    that is a folder gets that name inside it, and one without a suffix gets ``.png``. The file is new, or
+    a picture this function wrote (``outputs.claim_file``): any other file is never replaced. Uses
     matplotlib's file backend, so it works without a screen.
     """
     import matplotlib
@@ -205,8 +212,37 @@ def save_task_picture(task: Task, out: str | None = None, augmentation_key: str 
     if augmentation_key:
         augmentation = Augmentation.from_key(augmentation_key)
         task, title = augmentation.apply(task), f"{shown(task.id)} under {augmentation.key}"
+    out = picture_path(task.id, out)
+    claim_file(out, "show", own=is_task_picture)
     figure = draw_task(task, title=title)
-    out = out or file_name(task.id, ".png")
-    figure.savefig(out, dpi=dpi)
-    plt.close(figure)
-    return out
+    try:
+        figure.savefig(out, dpi=dpi, format="png", metadata={"Software": PICTURE_SOFTWARE})
+    finally:
+        plt.close(figure)
+    return str(out)
+
+
+def picture_path(task_id: str, out: str | os.PathLike | None = None) -> Path:
+    """Where ``save_task_picture`` writes the picture of ``task_id`` for ``out`` (see there)."""
+    if out is None or Path(out).is_dir():
+        return Path(out or ".") / file_name(task_id, ".png")
+    out = Path(out)
+    return out if out.suffix else out.with_name(out.name + ".png")
+
+
+def is_task_picture(path: Path) -> bool:
+    """True when ``path`` is a PNG that ``save_task_picture`` wrote: its text chunk names ``PICTURE_SOFTWARE``."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    if not head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return False
+    position = 8
+    while position + 8 <= len(head):  # chunks: length, type, data, CRC; the text ones come before the pixels
+        length = int.from_bytes(head[position:position + 4], "big")
+        kind, data = head[position + 4:position + 8], head[position + 8:position + 8 + length]
+        if kind == b"tEXt" and data == b"Software\x00" + PICTURE_SOFTWARE.encode():
+            return True
+        if kind == b"IDAT":
+            return False
+        position += 12 + length
+    return False

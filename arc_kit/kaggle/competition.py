@@ -16,6 +16,8 @@ knows Kaggle's folders and files; the solving is ``workers``' and the planning `
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import os
@@ -25,13 +27,14 @@ from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
-from arc_kit.data.tasks import TaskSet
+from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.locking import holding_folder
 from arc_kit.model.loading import token_budget_of
+from arc_kit.outputs import claim_file, is_made_folder
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
 from arc_kit.run.outcome import answered_by_model, outcome_parts
 from arc_kit.run.records import answers_from_records, read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, check_run, clear_run, has_records
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
@@ -64,7 +67,26 @@ class CompetitionRun:
         return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else [])
 
 
-@holding_folder("working", RUN_FOLDER)  # one job at a time in a working folder: its lock, from the start
+def _keeping_a_users_submission(function):
+    """Decorate the job so that, before anything is claimed or written, ``working/submission.json`` is checked to be
+    the job's to replace (``outputs.claim_file``): absent, written by an earlier job (its run folder is the
+    kit's), or the notebook's fallback. Any other file of that name is a user's: refused in one line."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def checked(*arguments, **options):
+        bound = signature.bind(*arguments, **options)
+        bound.apply_defaults()
+        working = Path(bound.arguments["working"])
+        claim_file(working / "submission.json", "kaggle run", option="--working",
+                   own=lambda path: _jobs_submission(path, working / RUN_FOLDER))
+        return function(*arguments, **options)
+    return checked
+
+
+@_keeping_a_users_submission  # first: a user's submission.json refused before the run folder is claimed
+@holding_folder("working", RUN_FOLDER, kind=RUN_KIND, command="kaggle run", option="--working")  # one job at a time
+# in a working folder (its lock, from the start), in a run folder that is new, empty or a run's
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, hours: float = CompetitionSettings.hours,
@@ -85,8 +107,9 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started
-    if not 0 <= stop_minutes <= safety_minutes:
-        raise ValueError(f"stop_minutes ({stop_minutes}) must lie between 0 and safety_minutes ({safety_minutes})")
+    if not 0 <= stop_minutes <= safety_minutes < 60 * hours:
+        raise ValueError(f"stop_minutes ({stop_minutes:g}) must lie between 0 and safety_minutes ({safety_minutes:g}), "
+                         f"and that below the limit ({hours:g} hours)")
     working = Path(working)
     files, tasks = _test_tasks(input_root, competition)
     placeholder, chosen, run_settings = _choose_job(job, force_full, files, tasks, smoke_tasks, settings)
@@ -140,13 +163,26 @@ def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: 
                       adopt: bool) -> None:
     """Clear the run folder on ``restart``; refuse an earlier run of other settings in it."""
     if restart:
-        clear_run(run_folder)
+        clear_run(run_folder, "kaggle run", "--working")
     if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
         try:
             check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
                       adopt=adopt)
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
+
+
+def _jobs_submission(path: Path, run_folder: Path) -> bool:
+    """True when ``path`` is a submission this job may replace: an earlier job's (its run folder is the kit's,
+    ``runs.RUN_KIND``) or the notebook's fallback (every attempt ``[[0]]``, written before the kit is installed)."""
+    if is_made_folder(run_folder) or (run_folder.is_dir() and RUN_KIND.legacy(run_folder)):
+        return True
+    try:
+        submission = load_submission(path)
+    except InvalidDataError:
+        return False
+    return bool(submission) and all(entry == {"attempt_1": [[0]], "attempt_2": [[0]]}
+                                    for entries in submission.values() for entry in entries)
 
 
 def _write_first_submission(submission_path: Path, run_folder: Path, tasks: TaskSet, attempts: int) -> dict:

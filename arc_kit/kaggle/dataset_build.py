@@ -13,8 +13,11 @@ model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``) no
 package is shipped: the kernel metadata lists it in ``model_sources``, the dataset names it in
 ``model-source.json``, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local
 copy given as ``model`` is checked, not shipped. Both name their owner: given, else the user's
-Kaggle configuration; never a placeholder. Every wheel comes with the reason it is there. This
-module knows files, wheels and Kaggle's metadata; the competition run is ``kaggle``'s.
+Kaggle configuration; never a placeholder. Every wheel comes with the reason it is there. Both
+folders are new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``),
+and the model never lies inside them: the build never deletes or overwrites what it did not make,
+the shipped ``kaggle_dataset/`` included. This module knows files, wheels and Kaggle's metadata; the
+competition run is ``kaggle``'s.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle
 from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
 from arc_kit.model.bases import locate_wheel
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
+from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, inside
 from arc_kit.provenance import __version__
 from arc_kit.run.model_check import ModelCheck, check_model
 
@@ -51,6 +55,13 @@ LICENCE = "other"  # Kaggle's name for "other (specified in description)": the p
 DATASET_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every other wheel keeps its own "
                     "licence (in its metadata); the model's weights derive from its base model and keep that "
                     "model's licence (SmolLM2-135M-Instruct: Apache-2.0).")
+
+
+# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces
+DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels", "model", "dataset-metadata.json", "README.md",
+                                                   "submission.ipynb"), kept="a dataset folder, maybe incomplete")
+NOTEBOOK_KIND = FolderKind("Kaggle notebook", owned=("submission.ipynb", "kernel-metadata.json"),
+                           kept="a notebook folder, maybe incomplete")
 
 
 @dataclass
@@ -125,7 +136,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
                   slug: str = "arc-kit", title: str = "arc-kit", extra_wheels: str | os.PathLike | None = None,
                   image_manifest: str | os.PathLike | None = None, gpu_extras: bool = False,
                   model_source: str | None = None, check: ModelCheck | None = None,
-                  quantization: str | None = None) -> DatasetBuild:
+                  quantization: str | None = None, overwrite: bool = False) -> DatasetBuild:
     """Assemble the Kaggle dataset folder ``out`` (wheels/, model/, metadata, README) and its notebook folder.
 
     ``wheels/`` holds the kit, the wheels in ``extra_wheels``, the base's package for a base-plus-delta
@@ -135,9 +146,12 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     shipped model (``model``, if given, is its local copy: checked, not shipped). The model is checked
     first (``check``: done already; ``quantization``: as the notebook will load it): a no-go is a
     ValueError with its one line, before anything is written. The notebook folder is ``out`` with
-    ``-notebook`` appended. ``owner``: see ``kaggle_owner``.
+    ``-notebook`` appended. ``owner``: see ``kaggle_owner``. Both folders are new, empty, or (with
+    ``overwrite``) an earlier build's, whose own files are replaced; else, or when the model lies inside
+    either, OutputRefused before anything is written.
     """
     out, owner = Path(out), kaggle_owner(owner)
+    notebook_folder = out.parent / f"{out.name}-notebook"
     handle = ModelHandle.parse(model_source) if model_source else None
     if handle is None:
         model = Path(model) if model is not None else default_model_path()
@@ -145,12 +159,16 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
         model = Path(model) if model is not None else None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
+    check_build_folders(out, model, overwrite=overwrite)
     check = check if check is not None or model is None else check_model(model, quantization=quantization,
                                                                         strict_memory=False)
     if check is not None and not check.go:
         raise ValueError(check.verdict)
     delta = handle is None and is_delta_folder(model)
     image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
+    claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
+    claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
+                 option=f"--out (its notebook folder, {notebook_folder.name})")
     wheels = out / "wheels"
     kit = build_wheel(wheels)
     shipped = [ShippedWheel(kit, "the kit itself")]
@@ -176,8 +194,22 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     else:
         (out / MODEL_SOURCE_FILE).write_text(json.dumps({"model_source": str(handle)}) + "\n")
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
-    notebook = _write_notebook_folder(out.parent / f"{out.name}-notebook", owner, slug, handle)
+    notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
     return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None)
+
+
+def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None, *, overwrite: bool = False) -> None:
+    """OutputRefused, before anything is read or written, unless ``out`` and its notebook folder are the build's to
+    write (new, empty, or with ``overwrite`` an earlier build's) and neither overlaps ``model``."""
+    out = Path(out)
+    notebook_folder = out.parent / f"{out.name}-notebook"
+    for folder in (out, notebook_folder) if model is not None else ():
+        if inside(Path(model), folder) or inside(folder, Path(model)):
+            raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
+                                "model it copies; build into another --out, or copy the model elsewhere first")
+    check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
+    check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
+                 option=f"--out (its notebook folder, {notebook_folder.name})")
 
 
 def is_model_file(name: str) -> bool:

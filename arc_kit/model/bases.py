@@ -32,7 +32,9 @@ from filelock import FileLock
 
 from arc_kit.data.parts import sha256_of
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
+from arc_kit.model.folders import MODEL_KIND
 from arc_kit.model.shrinking import save_shrunk
+from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, remove_owned, small_json
 
 BUILD_FORMAT = 2  # bumped when a built folder from an older kit must be rebuilt
 
@@ -345,10 +347,22 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
         return _build(spec, out, weights, download, kept, progress)
 
 
+def _an_earlier_kits_base(folder: Path) -> bool:
+    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base."""
+    record = small_json(folder / "arc_kit.json")
+    return isinstance(record, dict) and isinstance(record.get("base"), dict)
+
+
+# a built base: replaced (by a fresh build) only where base build made it, never a model trained or shrunk since
+BASE_KIND = FolderKind("base", owned=MODEL_KIND.owned, legacy=_an_earlier_kits_base, kept="nothing (built aside)")
+
+
 def _refuse_foreign(out: Path) -> None:
     """A one-line error when ``out`` holds files but no base the kit built (a user's folder is never wiped)."""
-    if out.exists() and any(out.iterdir()) and not (out / "arc_kit.json").exists():
-        raise BaseUnavailableError(f"{out} is not empty and holds no base built by the kit: choose another --out")
+    try:
+        check_folder(out, BASE_KIND, "base build", overwrite=True)
+    except OutputRefused as refusal:
+        raise BaseUnavailableError(str(refusal)) from None
 
 
 def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progress: bool) -> Path:
@@ -363,10 +377,14 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         provenance = {**asdict(spec), "build_format": BUILD_FORMAT, "weights_file": str(path)}
+        claim_folder(staging, BASE_KIND, "base build")  # its marker: a later build may replace it
         save_shrunk(model, tokenizer, staging, kept=kept, info={"base": provenance})
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        if out.exists():  # an earlier build's folder: its files replaced, a user's file beside them kept
+            remove_owned(out, BASE_KIND)
+            for entry in staging.iterdir():
+                os.replace(entry, out / entry.name)
+        else:
+            os.replace(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -4,8 +4,10 @@ A model folder is an ordinary Hugging Face folder (``config.json``, safetensors 
 files), a peft adapter folder (``adapter_config.json``), or a named base plus a delta (``delta.json``
 beside an adapter config, written by ``loading.save_delta``); ``arc_kit.json`` records what the kit
 knows of it. This module reads and writes those files, names the one to blame when a folder is
-broken (``ModelFolderError``), and finds the model the kit ships. It knows nothing of how a model is
-built, merged or placed on a device (``loading``), nor of tasks.
+broken (``ModelFolderError``), and finds the model the kit ships. ``MODEL_KIND`` is a model folder
+as an output (``outputs``): what the commands that write one (create-model, shrink, base merge) may
+replace. It knows nothing of how a model is built, merged or placed on a device (``loading``), nor
+of tasks.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ import os
 from pathlib import Path
 
 from arc_kit import devices
+from arc_kit.outputs import FolderKind
 
 DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+# what a command that writes a model folder writes there: what --overwrite replaces (a user's file beside it stays)
+MODEL_KIND = FolderKind("model", owned=("*.safetensors", "*.safetensors.index.json", "config.json",
+                                        "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json",
+                                        "merges.txt", "chat_template.jinja", "arc_kit.json", "adapter",
+                                        "adapter_config.json", DELTA_INDEX), kept="a model folder, maybe incomplete")
 
 
 class ModelFolderError(ValueError):
@@ -119,5 +127,6 @@ def read_weights(auto_class, folder: Path, arguments: dict):
         raise ModelFolderError(f"cannot load the model in {folder}: {first_line(error)}") from None
 
 
-__all__ = ["DELTA_INDEX", "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder", "default_model_path",
-           "first_line", "is_delta_folder", "load_tokenizer", "read_json", "read_weights", "save_model"]
+__all__ = ["DELTA_INDEX", "MODEL_KIND", "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder",
+           "default_model_path", "first_line", "is_delta_folder", "load_tokenizer", "read_json", "read_weights",
+           "save_model"]

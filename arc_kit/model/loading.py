@@ -33,6 +33,7 @@ from arc_kit.model.checks import check_before_load
 from arc_kit.model.deltas import apply_delta, save_delta
 from arc_kit.model.folders import (
     DELTA_INDEX,
+    MODEL_KIND,
     ModelFolderError,
     checked_model_folder,
     default_model_path,
@@ -42,6 +43,7 @@ from arc_kit.model.folders import (
     read_weights,
     save_model,
 )
+from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
 from arc_kit.model.shrinking import format_problem, kept_at_load, shrink_both
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
 from arc_kit.text import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
@@ -110,9 +112,12 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
     return model, build_tokenizer(vocabulary)
 
 
-def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0) -> int:
-    """Write a fresh, untrained from-scratch model folder; its number of parameters."""
+def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0, overwrite: bool = False) -> int:
+    """Write a fresh, untrained from-scratch model folder; its number of parameters. ``out`` is new, empty, or
+    (with ``overwrite``) a folder create-model made (``outputs.claim_folder``): never a model trained since."""
+    check_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)  # before any work
     model, tokenizer = create_model(preset, seed=seed)
+    claim_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)
     save_model(model, tokenizer, out, {"preset": preset, "seed": seed, "trained": False})
     return parameter_count(model)
 
@@ -376,9 +381,15 @@ def _delta_base(path: Path, settings: LoadSettings) -> Path:
     return build_base(index["base"], weights=settings.base_weights, download=settings.download_base)
 
 
-def merge_delta(path: str | os.PathLike, out: str | os.PathLike, **load_options) -> Path:
-    """Write a base-plus-delta folder as an ordinary, merged model folder."""
+def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False, **load_options) -> Path:
+    """Write a base-plus-delta folder as an ordinary, merged model folder ``out``: new, empty, or (with
+    ``overwrite``) one that base merge made (``outputs.claim_folder``); never the source's own folder."""
+    if inside(path, out):
+        raise OutputRefused(f"{path} lies inside {out}: writing there would replace the model being merged; give "
+                            "another destination")
+    check_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
     loaded = load_model(path, **{"device": "cpu", **load_options})
+    claim_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
     info = read_json(Path(path) / "arc_kit.json")
     return save_model(loaded.model, loaded.tokenizer, out, {**info, "merged_from": str(path)})
 

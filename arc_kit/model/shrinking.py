@@ -34,6 +34,8 @@ from typing import Any
 from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
 from arc_kit.data.jsonio import check_regular_file, read_json
 from arc_kit.data.tasks import InvalidDataError
+from arc_kit.model.folders import MODEL_KIND
+from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
 from arc_kit.text import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
@@ -316,9 +318,15 @@ def _json_object(path: Path) -> dict:
 
 def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLike,
                         text_format: TextFormat = TextFormat(), dtype: str = "auto", kept: str = "authors",
-                        untie: bool = True) -> Path:
-    """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder."""
+                        untie: bool = True, overwrite: bool = False) -> Path:
+    """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder: ``destination``
+    is new, empty, or (with ``overwrite``) one that shrink made (``outputs.claim_folder``), never the source's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if inside(source, destination):
+        raise OutputRefused(f"{source} lies inside {destination}: writing there would replace the model being shrunk; "
+                            "give another destination")
+    check_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
 
     config = read_json(check_regular_file(Path(source) / "config.json", "model's config.json"))
     if not isinstance(config, dict):  # transformers would fail on it with a traceback
@@ -326,6 +334,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
+    claim_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
     return save_shrunk(model, tokenizer, destination, text_format, kept, untie, {"shrunk_from": str(source)})
 
 

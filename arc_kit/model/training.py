@@ -13,8 +13,10 @@ learning rates, the kit's random sampler, 1000 steps: not in the paper).
 
 A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
 per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
-and ``checkpoints/`` that a rerun resumes from. This module knows how to train; what it trains on
-comes from ``training_data``, and the log's file and its plot are ``training_log``'s.
+and ``checkpoints/`` that a rerun resumes from; it is new, empty or a training run's
+(``TRAINING_KIND``, ``outputs``): never a folder of the user's, nor a model another command made.
+This module knows how to train; what it trains on comes from ``training_data``, and the log's file
+and its plot are ``training_log``'s.
 """
 
 from __future__ import annotations
@@ -43,11 +45,24 @@ from arc_kit.model.optimization import (
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
 from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
+from arc_kit.outputs import FolderKind, claim_folder, small_json
 from arc_kit.provenance import run_info
 from arc_kit.settings import TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
 
 logger = logging.getLogger(__name__)
+
+
+def _an_earlier_kits_training(folder: Path) -> bool:
+    """A training run that a kit made before output folders had markers: a checkpoint, or its record."""
+    if any((folder / "checkpoints").glob("step-*/progress.json")):
+        return True
+    record = small_json(folder / "arc_kit.json")
+    return isinstance(record, dict) and isinstance(record.get("training"), dict)
+
+
+TRAINING_KIND = FolderKind("training", owned=("checkpoints", "training_log.csv", "loss_curve.png"), resumable=True,
+                           legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
 
 
 def resolve_precision(precision: str, device: str) -> str:
@@ -382,7 +397,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
              repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
-             progress: bool = True) -> PretrainResult:
+             progress: bool = True, command: str = "pretrain") -> PretrainResult:
     """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
 
     ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
@@ -392,7 +407,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     """
     if settings.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
-    out = Path(out)
+    out = claim_folder(out, TRAINING_KIND, command)  # ``command`` (pretrain, sudoku train) names it in its marker
     started = time.monotonic()
     device = devices.resolve_device(device)
     accelerator = _start_accelerator(settings, device, out / "checkpoints")

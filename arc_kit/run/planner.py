@@ -155,11 +155,12 @@ class BudgetSettings(Settings):
     """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
 
     task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
-                                      "short (it keeps what it found)")
-    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough")
+                                      "short (it keeps what it found)", at_least=0)
+    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
+                                  at_least=0)
     search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
-                                        "generation seconds")
-    search_minimum: float = setting(30.0, "seconds no search is cut short before")
+                                        "generation seconds", at_least=0)
+    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0)
 
 
 @dataclass(frozen=True)

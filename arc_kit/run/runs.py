@@ -8,9 +8,12 @@ instead (``records_file``), and processes sharing a run each write into a ``work
 (``run_records`` reads them all). A rerun on the same folder resumes; a folder that ran other
 settings (compared on the fields that change results, older files read with today's defaults) or
 another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
-refused. Tasks that a lenient load skipped get fallback answers in the submission and count in the
-score wherever their solutions are known. The single-process ``solve`` here, the worker processes
-(``workers``), the Kaggle job, the tables and the notebooks all use these pieces.
+refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
+empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
+only the run's own files there. Tasks that a lenient load skipped get fallback answers in the
+submission and count in the score wherever their solutions are known. The single-process ``solve``
+here, the worker processes (``workers``), the Kaggle job, the tables and the notebooks all use these
+pieces.
 
 This module knows the solver, the planner and the record layout; it knows nothing of models
 beyond what the solver holds.
@@ -22,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,9 +34,10 @@ from typing import Any
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
 from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
-from arc_kit.locking import hold_folder
+from arc_kit.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
+from arc_kit.outputs import FolderKind, check_folder, claim_folder
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
 from arc_kit.run.records import (
@@ -56,6 +59,22 @@ RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
+
+
+def _an_earlier_kits_run(folder: Path) -> bool:
+    """A run folder that a kit made before output folders had markers: its ``run.json`` holds the settings, or it
+    holds nothing but the lock's files (a run stopped before it wrote one)."""
+    names = {entry.name for entry in folder.iterdir()}
+    if names and names <= {LOCK_FILE, HOLDER_FILE}:
+        return True
+    try:
+        return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
+    except (InvalidDataError, AttributeError):
+        return False
+
+
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, f"*_{RECORDS_FILE}", CLAIMS_FOLDER, "worker-*"), resumable=True,
+                        legacy=_an_earlier_kits_run, kept="the records of the tasks done and a complete submission")
 
 
 class RunFolderError(ValueError):
@@ -86,25 +105,19 @@ def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
     return {"dataset": str(name), "max_side": loaded.max_side, "task_ids_digest": task_ids_digest(loaded)}
 
 
-def clear_run(out: str | os.PathLike) -> None:
+def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--out") -> None:
     """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders.
 
-    Under the folder's lock (``locking.hold_folder``): a run that another process is writing is never cleared.
+    Only in a folder a run made (``RUN_KIND``; OutputRefused for any other, nothing deleted); a user's
+    file beside the run's stays. Under the folder's lock (``locking.hold_folder``): a run that another
+    process is writing is never cleared.
     """
     out = Path(out)
     if not out.exists():
         return
-    with hold_folder(out):
-        _clear_run(out)
-
-
-def _clear_run(out: Path) -> None:
-    for name in RUN_FILES:
-        (out / name).unlink(missing_ok=True)
-    for path in out.glob(f"*_{RECORDS_FILE}"):
-        path.unlink(missing_ok=True)
-    for folder in [out / CLAIMS_FOLDER, *out.glob("worker-*")]:
-        shutil.rmtree(folder, ignore_errors=True)
+    check_folder(out, RUN_KIND, command, option=option)  # refused before the lock file is made
+    with hold_folder(out, RUN_KIND, command, option):
+        claim_folder(out, RUN_KIND, command, clear=True, option=option)
 
 
 def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord) -> dict[str, Any]:
@@ -164,8 +177,9 @@ def read_settings_file(path: str | os.PathLike) -> SolveSettings:
 
 
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-             restart: bool = False, adopt: bool = False) -> Path:
-    """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError).
+             restart: bool = False, adopt: bool = False, command: str = "solve") -> Path:
+    """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError; OutputRefused
+    for a folder that no run made, see ``RUN_KIND``).
 
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
@@ -175,9 +189,9 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
     that owns the run holds it for the whole run.
     """
     out = Path(out)
-    with hold_folder(out):
+    with hold_folder(out, RUN_KIND, command):
         if restart:
-            clear_run(out)
+            clear_run(out, command)
         if not check_run(out, settings, info, adopt=adopt):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
@@ -321,7 +335,7 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     if not write_outputs:
         out.mkdir(parents=True, exist_ok=True)
         return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
-    with hold_folder(out):
+    with hold_folder(out, RUN_KIND, "solve"):
         open_run(out, solver.settings, info, restart=restart, adopt=adopt)
         return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
 
@@ -388,9 +402,12 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
 
 def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: float | None = None) -> float | None:
     """The planner's deadline (seconds since the epoch) for a budget of ``hours`` from ``now``, ``safety_minutes``
-    before its end; None without a budget."""
+    before its end; None without a budget. ValueError when the margin leaves no time (or a number is not finite)."""
     if hours is None:
         return None
+    if not 0 <= 60 * safety_minutes < 3600 * hours < float("inf"):
+        raise ValueError(f"--safety-minutes ({safety_minutes:g}) leaves nothing of --hours ({hours:g}): give more "
+                         "hours or fewer safety minutes")
     return (time.time() if now is None else now) + 3600 * hours - 60 * safety_minutes
 
 
@@ -419,7 +436,7 @@ def task_line(record: TaskRecord) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["CLAIMS_FOLDER", "RECORDS_FILE", "RUN_FILE", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
+__all__ = ["CLAIMS_FOLDER", "RECORDS_FILE", "RUN_FILE", "RUN_KIND", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
            "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
            "mark_correct", "open_run", "read_run_info", "read_run_settings",
            "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",

@@ -41,7 +41,16 @@ from arc_kit.locking import hold_folder, holding_folder
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
 from arc_kit.run.records import AblationRecord, SamplerRecord, SamplerResult, append_record
-from arc_kit.run.runs import CLAIMS_FOLDER, RunFolderError, check_run, claim_task, open_run, records_file, run_records
+from arc_kit.run.runs import (
+    CLAIMS_FOLDER,
+    RUN_KIND,
+    RunFolderError,
+    check_run,
+    claim_task,
+    open_run,
+    records_file,
+    run_records,
+)
 from arc_kit.run.solver import Solver, task_rng
 from arc_kit.search.scoring import AGGREGATIONS, Candidate, select
 from arc_kit.settings import SamplerSettings, SolveSettings
@@ -217,8 +226,8 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
         if not check_run(out, solver.settings, info):
             raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
         return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
-    with hold_folder(out):
-        open_run(out, solver.settings, info)
+    with hold_folder(out, RUN_KIND, table):
+        open_run(out, solver.settings, info, command=table)
         return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
 
 
@@ -369,7 +378,7 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
     run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
 
-@holding_folder("out")
+@holding_folder("out", kind=RUN_KIND, command="ablation")
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
               load_options: dict | None = None, progress: bool = True, workers: int = 1,
               minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
@@ -398,7 +407,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     # what the model takes
     settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
     info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
-    open_run(out, settings, info, restart=restart, adopt=adopt)
+    open_run(out, settings, info, restart=restart, adopt=adopt, command=which)
     stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
     if which == "ablation" and (workers > 1 or minutes is not None):
         import multiprocessing

@@ -40,18 +40,19 @@ class WatchdogSettings(Settings):
     """When the parent gives up on a worker, and what it does then."""
 
     hang_seconds: float = setting(300.0, "a task this long past its own deadline is hung (the solver checks its "
-                                         "deadline between steps, so a healthy one stops well within this)")
+                                         "deadline between steps, so a healthy one stops well within this)", at_least=0)
     stall_seconds: float = setting(120.0, "a worker whose model is loaded and whose step counter (every forward "
                                           "pass, and every turn of its idle loop, counts) has not moved for this "
-                                          "long is hung: stopped, deadlocked, or stuck in a loop")
-    silence_seconds: float = setting(900.0, "a worker still loading its model whose heartbeat is this old is hung")
-    heartbeat_seconds: float = setting(5.0, "how often a worker writes its step counter")
+                                          "long is hung: stopped, deadlocked, or stuck in a loop", at_least=0)
+    silence_seconds: float = setting(900.0, "a worker still loading its model whose heartbeat is this old is hung",
+                                    at_least=0)
+    heartbeat_seconds: float = setting(5.0, "how often a worker writes its step counter", above=0)
     stop_seconds: float = setting(120.0, "with a deadline but no stop time, workers still running this long "
-                                         "after the deadline are stopped")
-    terminate_seconds: float = setting(15.0, "between asking a worker to stop (SIGTERM) and killing it")
-    restarts: int = setting(2, "times a GPU whose worker died or hung gets a fresh one")
+                                         "after the deadline are stopped", at_least=0)
+    terminate_seconds: float = setting(15.0, "between asking a worker to stop (SIGTERM) and killing it", at_least=0)
+    restarts: int = setting(2, "times a GPU whose worker died or hung gets a fresh one", at_least=0)
     retries: int = setting(1, "times the task of a worker that died or hung goes back to the queue before it "
-                              "gets fallback answers")
+                              "gets fallback answers", at_least=0)
 
 
 def gpu_count() -> int:

@@ -61,6 +61,7 @@ from arc_kit.run.pool_report import PoolReport
 from arc_kit.run.records import TaskRecord, answers_from_records, fallback_record, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
+    RUN_KIND,
     SolveRun,
     clear_run,
     mark_correct,
@@ -88,7 +89,8 @@ logger = logging.getLogger(__name__)
 SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
 
 
-@holding_folder("out")  # the parent holds the run folder's lock; its workers never ask for it
+@holding_folder("out", kind=RUN_KIND, command="solve")  # the parent holds the run folder's lock (its workers
+# never ask for it), in a folder a run may write (``runs.RUN_KIND``)
 def solve_in_workers(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
                      workers: int | None = None, gpus: Sequence[int | str] | None = None,
                      deadline: float | None = None, stop_at: float | None = None,
@@ -391,7 +393,7 @@ def prepare_model(model: str | os.PathLike, load_options: dict | None, progress:
     return {**options, "base_model": str(folder)}
 
 
-@holding_folder("out")
+@holding_folder("out", kind=RUN_KIND, command="solve")
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
               workers: int | None = None, restart: bool = False, deadline: float | None = None,
               load_options: dict | None = None, info: dict | None = None, progress: bool = True,

@@ -17,7 +17,9 @@ This package needs only the standard library; it knows nothing of models, tasks 
 """
 
 from arc_kit.settings.base import (
+    ANY_NUMBER,
     DEFAULT_TOKEN_BUDGET,
+    Bounds,
     Option,
     Settings,
     get_path,
@@ -50,6 +52,7 @@ from arc_kit.settings.training import DataSettings, SequenceSettings, TestTimeSe
 
 __all__ = [
     "AGGREGATION_NAMES",
+    "ANY_NUMBER",
     "DECODING_MODES",
     "DEFAULT_TOKEN_BUDGET",
     "DRAFT_SOURCES",
@@ -60,6 +63,7 @@ __all__ = [
     "SAMPLER_KINDS",
     "SOLVE_PRESETS",
     "TRAINING_PRESETS",
+    "Bounds",
     "CompetitionSettings",
     "DataSettings",
     "Option",

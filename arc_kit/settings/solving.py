@@ -28,30 +28,25 @@ class SamplerSettings(Settings):
     """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
 
     kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
-    threshold: float = setting(0.09, "DFS: minimum probability of a returned answer")
-    count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)")
-    temperature: float = setting(1.0, "sample: softmax temperature")
+    threshold: float = setting(0.09, "DFS: minimum probability of a returned answer", above=0, at_most=1)
+    count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)", at_least=1, at_most=4096)
+    temperature: float = setting(1.0, "sample: softmax temperature", above=0, at_most=100)
     max_forward_calls: int = setting(20_000, "DFS: cap on model calls (steps) per search, a step with a draft "
-                                     "counting one (reported when hit)")
+                                     "counting one (reported when hit)", at_least=1)
     use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
     drafts: str = setting("all", "DFS: speculative steps, each branch's token fed with a draft that the search "
                           "follows while it stays within the threshold (the same answers; ours). none: one token "
                           "per step; prompt: prompt lookup; all: also the test input cell by cell and the answers "
                           "found under other augmentations and by the search itself", choices=DRAFT_SOURCES)
     draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
-                                "CPU, 7 took as few steps as 15 and less time, docs/results.md)")
+                                "CPU, 7 took as few steps as 15 and less time, docs/results.md)", at_least=0, at_most=64)
 
     def __post_init__(self):
+        super().__post_init__()  # the numbers, in their ranges
         if self.kind not in SAMPLER_KINDS:
             raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLER_KINDS}")
-        if self.count < 1:
-            raise ValueError("count must be at least 1")
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
         if self.drafts not in DRAFT_SOURCES:
             raise ValueError(f"unknown drafts {self.drafts!r}; expected one of {DRAFT_SOURCES}")
-        if self.draft_tokens < 0:
-            raise ValueError(f"draft_tokens must be at least 0, got {self.draft_tokens}")
 
     @property
     def name(self) -> str:
@@ -68,8 +63,8 @@ class SolveSettings(Settings):
 
     sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
     inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
-                                           flag="--augmentations")
-    scoring_augmentations: int = setting(16, "fresh ones, for the product of experts")
+                                           flag="--augmentations", at_least=1, at_most=1024)
+    scoring_augmentations: int = setting(16, "fresh ones, for the product of experts", at_least=0, at_most=1024)
     aggregation: str = setting("product", "product | min | max | sum | generation (no scoring pass)",
                                choices=(*AGGREGATION_NAMES, "generation"))
     probabilities: str = setting("full", "full: an answer's probability under the model's whole softmax (the "
@@ -82,18 +77,19 @@ class SolveSettings(Settings):
     max_len: int | None = setting(DEFAULT_TOKEN_BUDGET, "token budget of a prompt plus its longest answer, and of "
                                   "test-time training sequences, for every model (authors: max_tokens=8192 in every "
                                   "NeMo-8B run; their Llama-3B evaluation 16384); cut to what the model takes (its "
-                                  "positions); unset (older run files): this default")
+                                  "positions); unset (older run files): this default", at_least=64)
     decoding: str = setting("authors", "how generated text becomes a grid. authors: theirs (arc_loader.py decode): "
                             "rows split at newlines, every non-digit dropped, empty rows skipped, no eos needed; "
                             "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
     scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
-                                      "per forward, and rows per answer forward)", neutral=True, command_line=False)
+                                      "per forward, and rows per answer forward)", neutral=True, command_line=False,
+                                      at_least=1)
     batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
                             "which gives their guess) and score all scoring augmentations together; the same "
                             "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
-    seed: int = setting(0, "seeds every augmentation and sample (with the task id)")
+    seed: int = setting(0, "seeds every augmentation and sample (with the task id)", at_least=0, below=2**63)
     engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
                           "token; models it cannot run fall back to the reference, logged); reference: "
                           "transformers' forward and caches. The same answers up to float rounding",
@@ -102,6 +98,7 @@ class SolveSettings(Settings):
                                   "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
+        super().__post_init__()  # the numbers, in their ranges
         if self.engine not in ENGINE_KINDS:
             raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
         if self.engine_compile not in ENGINE_COMPILE_MODES:
@@ -113,10 +110,6 @@ class SolveSettings(Settings):
             raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
         if self.attempts not in (1, 2):
             raise ValueError(f"attempts must be 1 or 2, got {self.attempts}")
-        if self.inference_augmentations < 1:
-            raise ValueError("inference_augmentations must be at least 1")
-        if self.max_len is not None and self.max_len < 64:
-            raise ValueError(f"max_len must be at least 64 tokens, got {self.max_len}")
         if self.decoding not in DECODING_MODES:
             raise ValueError(f"unknown decoding {self.decoding!r}; expected one of {DECODING_MODES}")
 
@@ -131,14 +124,14 @@ class SolveSettings(Settings):
 class CompetitionSettings(Settings):
     """The competition job's clock (``competition.run_competition``); the defaults are the competition's limits."""
 
-    hours: float = setting(12.0, "the limit, counted from the job's start")
-    safety_minutes: float = setting(45.0, "plan to end this long before the limit")
+    hours: float = setting(12.0, "the limit, counted from the job's start", above=0, at_most=8760)
+    safety_minutes: float = setting(45.0, "plan to end this long before the limit", at_least=0)
     stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
-                                        "follows)")
-    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder")
+                                        "follows)", at_least=0)
+    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder", at_least=1)
     job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
                                "placeholder (its ids all among the evaluation or training ids), else every task; "
                                "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "
                                "every task", choices=("auto", "smoke", "full"))
     workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
-                                      "measured peak memory allows, at most 8)")
+                                      "measured peak memory allows, at most 8)", at_least=0, at_most=8)

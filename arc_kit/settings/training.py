@@ -31,31 +31,30 @@ class SequenceSettings(Settings):
                            "model's (min-max pairs drawn afresh for every sequence)", flag="--sequence-sampler",
                            choices=("passes", "random"))
     pairs: int = setting(7, "passes: pairs per sequence, the last one playing the test (authors: 6 shown + 1, "
-                         "sizes=[6] in finetune_NemoReArc1200.py)")
+                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1)
     sequences_per_task: int = setting(1200, "passes: sequences drawn from each task (paper App. B: 1200 epochs for "
                                       "NeMo-8B, 368 for Llama-3B; authors: n=1200); fewer where --max-passes runs a "
-                                      "task out of examples; weighted pools scale it")
+                                      "task out of examples; weighted pools scale it", at_least=1)
     max_passes: int = setting(1, "passes: most passes over a task's examples, each example at most once per pass "
                               "(authors: 1, every example used once in the whole run, their loader stops when a task "
                               "runs short); more reuse examples to reach --sequences-per-task (ours). Whole tasks "
-                              "mixed in with --tasks are repeated without this limit, as the authors repeat theirs")
-    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)")
-    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)")
+                              "mixed in with --tasks are repeated without this limit, as the authors repeat theirs",
+                              at_least=1)
+    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1)
+    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1)
     max_len: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
                            "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
-                           "model's positions")
+                           "model's positions", at_least=64)
     mask_first_output: bool = setting(True, "the first output carries no loss: it cannot be predicted without an "
                                       "example (paper, section 5.2; authors: mask_first_n_examples=1)")
     keep_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)")
 
     def __post_init__(self):
+        super().__post_init__()  # the numbers, in their ranges
         if self.sampler not in ("passes", "random"):  # training_data.SequenceDataset implements exactly these
             raise ValueError(f"unknown sequence sampler {self.sampler!r}; expected passes or random")
-        if not 1 <= self.min_pairs <= self.max_pairs:
-            raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
-        if self.pairs < 1 or self.sequences_per_task < 1 or self.max_passes < 1:
-            raise ValueError(f"pairs, sequences_per_task and max_passes must be at least 1, got {self.pairs}, "
-                             f"{self.sequences_per_task}, {self.max_passes}")
+        if not self.min_pairs <= self.max_pairs:
+            raise ValueError(f"need min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
 
 
 @dataclass(frozen=True)
@@ -70,19 +69,16 @@ class DataSettings(Settings):
     task_sets: tuple[str, ...] = setting((), "task sets whose tasks are mixed in whole beside RE-ARC (paper: none)",
                                          command_line=False)  # the command line's --tasks
     re_arc_weight: float = setting(0.8, "share of sequences drawn from RE-ARC when task sets (--tasks) are mixed in "
-                                   "(ours; without --tasks, the paper's: RE-ARC alone)")
+                                   "(ours; without --tasks, the paper's: RE-ARC alone)", at_least=0, at_most=1)
     drop_easiest: float = setting(0.0, "share of each RE-ARC task's examples left out, easiest first by RE-ARC's own "
                                   "PSO difficulty (pixels, colours, objects), recomputed from the grids since our "
                                   "RE-ARC has no metadata.json (authors: 0.5, remove_easiest in "
                                   "finetune_NemoReArc1200.py; off by default: ours has 138-500 examples a task, not "
-                                  "the thousands they generated)")
+                                  "the thousands they generated)", at_least=0, below=1)
 
     def __post_init__(self):
+        super().__post_init__()  # the numbers, in their ranges
         object.__setattr__(self, "task_sets", tuple(str(name) for name in self.task_sets))  # a list from JSON
-        if not 0 <= self.re_arc_weight <= 1:
-            raise ValueError(f"re_arc_weight must be in [0, 1], got {self.re_arc_weight}")
-        if not 0 <= self.drop_easiest < 1:
-            raise ValueError(f"drop_easiest must be in [0, 1), got {self.drop_easiest}")
 
 
 @dataclass(frozen=True)
@@ -95,19 +91,23 @@ class TrainingSettings(Settings):
     """
 
     steps: int | None = setting(None, "optimizer steps; unset: one epoch over every sequence the passes sampler "
-                                "plans (authors: num_train_epochs=1; needed with the random sampler)")
-    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B)")
-    gradient_accumulation: int = setting(2, "micro-batches per optimizer step (paper App. B)", flag="--accumulation")
+                                "plans (authors: num_train_epochs=1; needed with the random sampler)", at_least=1)
+    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B)", at_least=1)
+    gradient_accumulation: int = setting(2, "micro-batches per optimizer step (paper App. B)", flag="--accumulation",
+                                         at_least=1)
     learning_rate: float = setting(1e-4, "LoRA adapters, or every non-embedding weight when training fully (paper "
-                                   "table)", flag="--lr")
+                                   "table)", flag="--lr", at_least=0, at_most=10)
     embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
-                                             flag="--embedding-lr")
+                                             flag="--embedding-lr", at_least=0, at_most=10)
     warmup_ratio: float = setting(0.25, "share of the steps spent warming up linearly (paper App. B: 25%; the "
-                                  "authors' finetune_NemoReArc1200.py uses 10%: preset paper-code)", flag="--warmup")
-    weight_decay: float = setting(0.0, "paper App. B: off")
-    max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)")
-    lora_rank: int = setting(256, "LoRA rank (paper App. B), rank-stabilised, no dropout, no bias", flag="--rank")
-    lora_alpha: int = setting(24, "LoRA alpha (paper App. B)", flag="--alpha")
+                                  "authors' finetune_NemoReArc1200.py uses 10%: preset paper-code)", flag="--warmup",
+                                  at_least=0, at_most=1)
+    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0)
+    max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)",
+                                   above=0)
+    lora_rank: int = setting(256, "LoRA rank (paper App. B), rank-stabilised, no dropout, no bias", flag="--rank",
+                             at_least=1, at_most=65536)
+    lora_alpha: int = setting(24, "LoRA alpha (paper App. B)", flag="--alpha", at_least=1)
     full_finetune: bool = setting(False, "train every weight instead of LoRA adapters (ours: models from scratch)",
                                   flag="--full")
     train_embeddings: bool = setting(True, "train the input embeddings and output head too, at their own rate "
@@ -124,11 +124,14 @@ class TrainingSettings(Settings):
     sequences: SequenceSettings = setting(default_factory=SequenceSettings, help="how sequences are drawn")
     data: DataSettings = setting(default_factory=DataSettings, help="what is trained on")
     seed: int = setting(0, "seeds the LoRA initialisation and every drawn sequence (ours; authors: 42 for the "
-                        "global generators)")
-    save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True)
-    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True)
-    minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long", neutral=True)
-    data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True)
+                        "global generators)", at_least=0, below=2**63)
+    save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True,
+                              at_least=1)
+    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1)
+    minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long (0: at the "
+                                    "first step)", neutral=True, at_least=0, at_most=525600)
+    data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True,
+                                at_least=0, at_most=256)
 
 
 @dataclass(frozen=True)
@@ -138,22 +141,25 @@ class TestTimeSettings(Settings):
     The sequences' token budget is the solve budget (``SolveSettings.max_len``), never a second one.
     """
 
-    steps: int = setting(64, "optimizer steps per task (paper App. B; authors: the 8 symmetries x 8 copies)", flag="--ttt-steps")
-    batch_size: int = setting(1, "sequences per step (paper App. B)", flag="--ttt-batch-size")
-    learning_rate: float = setting(1e-4, "LoRA adapters (paper App. B)", flag="--ttt-lr")
+    steps: int = setting(64, "optimizer steps per task (paper App. B; authors: the 8 symmetries x 8 copies)", flag="--ttt-steps",
+                         at_least=1)
+    batch_size: int = setting(1, "sequences per step (paper App. B)", flag="--ttt-batch-size", at_least=1)
+    learning_rate: float = setting(1e-4, "LoRA adapters (paper App. B)", flag="--ttt-lr", at_least=0, at_most=10)
     embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
-                                             flag="--ttt-embedding-lr")
+                                             flag="--ttt-embedding-lr", at_least=0, at_most=10)
     warmup_ratio: float = setting(0.5, "share of the steps spent warming up (paper App. B: 50%; authors: "
-                                  "warmup_steps=32 of 64)", flag="--ttt-warmup")
-    lora_rank: int = setting(32, "rank of the per-task LoRA (paper App. B)", flag="--ttt-rank")
-    lora_alpha: int = setting(16, "alpha of the per-task LoRA (paper App. B)", flag="--ttt-alpha")
+                                  "warmup_steps=32 of 64)", flag="--ttt-warmup", at_least=0, at_most=1)
+    lora_rank: int = setting(32, "rank of the per-task LoRA (paper App. B)", flag="--ttt-rank", at_least=1,
+                             at_most=65536)
+    lora_alpha: int = setting(16, "alpha of the per-task LoRA (paper App. B)", flag="--ttt-alpha", at_least=1)
     train_embeddings: bool = setting(True, "train the embeddings and head too", command_line=False)
-    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False)
+    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False, above=0)
     optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: what a large model "
                                            "needs on a small GPU (arc-kit check-model says when)",
                                            flag="--ttt-checkpointing", neutral=True)
     mask_first_output: bool = setting(True, "the first output of a sequence carries no loss", command_line=False)
-    seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False)
+    seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False,
+                        at_least=0, below=2**63)
 
     __test__ = False  # not a pytest test class despite the name

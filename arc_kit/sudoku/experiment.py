@@ -28,6 +28,7 @@ import numpy as np
 from arc_kit.data.grids import grid_key, grid_to_json
 from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
+from arc_kit.outputs import FolderKind, claim_folder, small_json
 from arc_kit.run.analysis import threshold_curve
 from arc_kit.run.records import TaskRecord, TestResult
 from arc_kit.search.scoring import select
@@ -62,7 +63,17 @@ def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: T
     description = (f"Sudoku: {len(pairs)} puzzles ({min(clues)}-{max(clues)} clues, mean {np.mean(clues):.1f}), "
                    f"each under {copies} random Sudoku augmentations, one puzzle per sequence")
     return pretrain(model, out, {"sudoku": pool}, settings, data_description=description, resume=resume,
-                    device=device, progress=progress)
+                    device=device, progress=progress, command="sudoku train")
+
+
+def _an_earlier_kits_evaluation(folder: Path) -> bool:
+    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json``."""
+    identity = small_json(folder / "evaluation.json")
+    return isinstance(identity, dict) and set(identity) == {"model", "settings"}
+
+
+EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl",), resumable=True,
+                             legacy=_an_earlier_kits_evaluation, kept="the records of the puzzles done")
 
 
 # The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
@@ -79,23 +90,19 @@ class SudokuEvalSettings(Settings):
     (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes.
     """
 
-    threshold: float = setting(0.01, "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)")
+    threshold: float = setting(0.01, "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)", above=0,
+                               at_most=1)
     inference_augmentations: int = setting(8, "views DFS runs under, the identity first (the paper: 8)",
-                                           flag="--augmentations")
-    scoring_augmentations: int = setting(8, "fresh views the product of experts multiplies over")
+                                           flag="--augmentations", at_least=1, at_most=1024)
+    scoring_augmentations: int = setting(8, "fresh views the product of experts multiplies over", at_least=0,
+                                         at_most=1024)
     max_forward_calls: int = setting(20_000, "cap on single-token calls per search; a capped search is counted "
-                                     "in the metrics")
+                                     "in the metrics", at_least=1)
     batched: bool = setting(False, "DFS lanes of the views after the first together, and scoring views "
                             "together: the same candidates unless a cap is hit", neutral=True)
     greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
                                  "count the empty cells it gets right: a diagnostic, not the paper's recipe")
-    seed: int = setting(0, "with the puzzle id, seeds the augmentations")
-
-    def __post_init__(self):
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
-        if self.inference_augmentations < 1 or self.scoring_augmentations < 0:
-            raise ValueError("need at least one inference augmentation and no negative count of scoring ones")
+    seed: int = setting(0, "with the puzzle id, seeds the augmentations", at_least=0, below=2**63)
 
     def solve_settings(self) -> SolveSettings:
         default = SolveSettings()
@@ -237,8 +244,7 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     from arc_kit.run.records import append_record, read_records
     from arc_kit.run.solver import Solver
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
     records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
     if resume and records_path.exists():
