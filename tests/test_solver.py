@@ -693,7 +693,7 @@ def test_solve_command_runs_end_to_end(model_folder, tasks, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert status == 0
     assert "score " in printed and "test outputs" in printed and f"wrote {out / 'submission.json'}" in printed
-    assert "\ndrafts: " in printed  # the share of the draft tokens that the searches followed
+    assert ", drafts: " in printed  # the end line: the share of the draft tokens that the searches followed
     submission = read_json(out / "submission.json")
     assert submission_problems(submission, tasks.select(TASK_IDS[:2])) == []
     assert list(read_records(out / "records.jsonl")) == TASK_IDS[:2]
