@@ -87,11 +87,11 @@ print(encoder.text(prompt.ids[-40:]))
 # %%
 import os
 
-from arc_kit.search.decoding import AnswerSpace
-from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.dfs import DfsSettings, dfs_search
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.data.plotting import draw_nll_heatmap
-from arc_kit.search.scoring import augmented_nlls, product_of_probabilities
+from arc_kit.method.scoring import augmented_nlls, product_of_probabilities
 
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"

@@ -16,20 +16,20 @@ from conftest import bigram_model
 from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
                       assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration, slow_but)
 
-import arc_kit.search.decoding as decoding_module
-import arc_kit.search.dfs as dfs_module
-import arc_kit.search.static_engine as static_engine_module
+import arc_kit.method.answers as decoding_module
+import arc_kit.method.dfs as dfs_module
+import arc_kit.method.fast.static_engine as static_engine_module
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, SearchResult, score_answers, sequence_nll
-from arc_kit.search.caches import LaneCache, new_cache, prefix_cache
-from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.search.engine import make_engine
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import score_prompts
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace, BatchLimit, SearchResult, score_answers, sequence_nll
+from arc_kit.method.reference.caches import LaneCache, new_cache, prefix_cache
+from arc_kit.method.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.method.engines import make_engine
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import score_prompts
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
-from arc_kit.search.static_engine import StaticEngine
-from arc_kit.run.solver import Solver
+from arc_kit.method.fast.static_engine import StaticEngine
+from arc_kit.method.solver import Solver
 from arc_kit.data.tasks import Pair
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -307,10 +307,10 @@ def test_one_lane_out_of_memory_raises(lanes_case):
 
 def test_a_model_the_fast_engine_cannot_read_falls_back_to_the_reference_with_one_line(lanes_case, caplog):
     model, space, prompts, lane_guesses = lanes_case
-    with caplog.at_level("WARNING", logger="arc_kit.search.engine"):
+    with caplog.at_level("WARNING", logger="arc_kit.method.engines"):
         engine = make_engine(OutOfMemoryPast(model), "fast")
     assert isinstance(engine, ReferenceEngine)
-    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.search.engine"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.method.engines"]
     assert lines == ["the fast decode engine cannot run this model (OutOfMemoryPast has no model.embed_tokens); "
                      "using the reference engine"]
 

@@ -18,14 +18,13 @@ from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THR
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
-from arc_kit.run.drafting import draft_source
-from arc_kit.run.analysis import draft_share
-from arc_kit.run.records import SearchStats, TaskRecord, TestResult
-from arc_kit.run.solver import Solver
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace
-from arc_kit.search.dfs import DfsSettings, dfs_search
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
+from arc_kit.experiments.analysis import draft_share
+from arc_kit.method.records import SearchStats, TaskRecord, TestResult
+from arc_kit.method.solver import Solver
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.dfs import DfsSettings, dfs_search
+from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup, draft_source
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 

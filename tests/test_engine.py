@@ -20,15 +20,15 @@ import torch
 from conftest import bigram_model
 
 from arc_kit import progress
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace, answer_log_probs
-from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
-from arc_kit.search.engine import make_engine
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
+from arc_kit.method.dfs import DfsSettings
+from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
+from arc_kit.method.engines import make_engine
 from arc_kit.model.optimization import add_lora
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import score_prompts
-from arc_kit.search.static_engine import StaticEngine, capacity_bucket, lane_bucket
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import score_prompts
+from arc_kit.method.fast.static_engine import StaticEngine, capacity_bucket, lane_bucket
 
 VOCABULARY = 48
 SHAPE = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -258,7 +258,7 @@ def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
     other = GPT2LMHeadModel(GPT2Config(vocab_size=VOCABULARY, n_embd=16, n_layer=1, n_head=2))
     for model, reason in ((gelu, "activation 'gelu'"), (other, "architecture 'gpt2'")):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.search.engine"):
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
             engine = make_engine(model, "fast")
         assert isinstance(engine, ReferenceEngine)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
@@ -316,7 +316,7 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
     from arc_kit.settings import SolveSettings, TestTimeSettings
-    from arc_kit.run.solver import Solver
+    from arc_kit.method.solver import Solver
     from arc_kit.data.tasks import Pair, Task
     from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -438,7 +438,7 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
         raise RuntimeError("triton: this GPU is too old\nmore detail")
 
     monkeypatch.setattr(compiled, "_step", broken)
-    with caplog.at_level(logging.WARNING, logger="arc_kit.search.static_engine"):
+    with caplog.at_level(logging.WARNING, logger="arc_kit.method.fast.static_engine"):
         found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
     expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
     assert calls == [1] and not compiled.compiled

@@ -23,14 +23,14 @@ import torch
 from test_engine import (PROMPTS, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, trained_adapter,
                          transformers_nlls)
 
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decode_weights import unsupported_reason
-from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.engine import make_engine
-from arc_kit.search.four_bit import FourBitProjection
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import Candidate, score_prompts, select
-from arc_kit.search.static_engine import StaticEngine
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.fast.decode_weights import unsupported_reason
+from arc_kit.method.dfs import DfsSettings
+from arc_kit.method.engines import make_engine
+from arc_kit.method.fast.four_bit import FourBitProjection
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import Candidate, score_prompts, select
+from arc_kit.method.fast.static_engine import StaticEngine
 
 pytest.importorskip("bitsandbytes")
 
@@ -227,7 +227,7 @@ def test_quantizations_the_fast_engine_cannot_run_fall_back_with_one_line(caplog
         model = family_model("llama")
         model.config.quantization_config = quantization
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.search.engine"):
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
             engine = make_engine(model, "fast")
         assert isinstance(engine, ReferenceEngine)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()

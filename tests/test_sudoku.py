@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from arc_kit.data.tasks import Pair
-from arc_kit.run.records import TaskRecord, TestResult
-from arc_kit.search.scoring import Candidate
+from arc_kit.method.records import TaskRecord, TestResult
+from arc_kit.method.scoring import Candidate
 from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,

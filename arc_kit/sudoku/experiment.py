@@ -28,10 +28,10 @@ import numpy as np
 from arc_kit.data.grids import grid_key, grid_to_json
 from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
+from arc_kit.experiments.analysis import threshold_curve
+from arc_kit.method.records import TaskRecord, TestResult
+from arc_kit.method.scoring import select
 from arc_kit.outputs import FolderKind, claim_folder, small_json
-from arc_kit.run.analysis import threshold_curve
-from arc_kit.run.records import TaskRecord, TestResult
-from arc_kit.search.scoring import select
 from arc_kit.settings import SequenceSettings, Settings, SolveSettings, TrainingSettings, setting
 from arc_kit.sudoku.puzzles import (
     SudokuAugmentation,
@@ -118,7 +118,7 @@ CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
 
 def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEvalSettings) -> TaskRecord:
     """Candidates by DFS under the inference views, PoE scores under the scoring views, one attempt."""
-    from arc_kit.run.solver import task_rng
+    from arc_kit.method.solver import task_rng
 
     started = time.monotonic()
     rng = task_rng(settings.seed, puzzle_id, "sudoku")
@@ -239,10 +239,10 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     from tqdm.auto import tqdm
 
     from arc_kit.data.jsonio import read_json
+    from arc_kit.method.records import append_record, read_records
+    from arc_kit.method.solver import Solver
     from arc_kit.model.loading import LoadSettings, load_model
     from arc_kit.provenance import run_info
-    from arc_kit.run.records import append_record, read_records
-    from arc_kit.run.solver import Solver
 
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}

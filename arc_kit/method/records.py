@@ -28,8 +28,8 @@ import numpy as np
 
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, json_type_name, to_grid
 from arc_kit.data.jsonio import append_json_line, read_json_lines, write_json_lines_atomically
+from arc_kit.method.scoring import Candidate
 from arc_kit.names import shown
-from arc_kit.search.scoring import Candidate
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
 

@@ -3,7 +3,7 @@
 The search works in negative log-probabilities: a branch is pruned as soon as its summed NLL
 exceeds ``-ln(threshold)``, so every answer with probability >= threshold is returned, and nothing
 else (at most ``1 / threshold`` answers). It runs on an explicit stack, not recursion, on a decode
-engine (``decode_engine.DecodeEngine``) whose lane holds the current path only (the memory of
+engine (``engine.DecodeEngine``) whose lane holds the current path only (the memory of
 greedy decoding): going back to a branch point feeds the next token at the branch's position,
 which is the engine's rewind; the prompt is never recomputed.
 
@@ -23,7 +23,7 @@ without drafts; only the order of exploration changes (which matters only where 
 deadline cuts the search short: a step with a draft counts as one forward call). The positions after
 the first refused draft token are wasted; the next step at the lane overwrites them. Only answer tokens
 are walked (a path through any other token can never spell a grid, so pruning it is exact); their
-NLLs are the space's (``decoding.answer_log_probs``: the full softmax by default). Caps on the answer
+NLLs are the space's (``answers.answer_log_probs``: the full softmax by default). Caps on the answer
 length and on the number of forward calls bound the work, and so does an optional ``deadline`` (a
 ``time.monotonic()`` value: no model call starts after it); hitting one is reported in the result
 (``capped``), which holds what was found until then.
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
-from arc_kit.search.drafts import DraftSource
-from arc_kit.search.engine import as_engine
+from arc_kit.method.answers import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
+from arc_kit.method.drafts import DraftSource
+from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.engines import as_engine
 from arc_kit.settings import SamplerSettings
 
 SPARE_POSITIONS = 256  # room asked of the engine after the longest prompt and guess (it grows when paths need more)
@@ -159,7 +159,7 @@ def dfs_search(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: 
                drafts: DraftSource | None = None) -> SearchResult:
     """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first.
 
-    ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). Past ``deadline``
+    ``engine``: a ``DecodeEngine`` (or a model: ``engines.as_engine``). Past ``deadline``
     (``time.monotonic()``) no model call starts: the answers found so far come back, ``capped``
     says so (with no call at all when it had passed before the search began). ``drafts``: where
     each step's draft comes from (none: one token per step); the same answers either way.

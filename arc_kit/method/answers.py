@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from arc_kit.search.caches import call_with_cache, full_attention_tensors, new_cache, prefix_cache
+from arc_kit.method.reference.caches import call_with_cache, full_attention_tensors, new_cache, prefix_cache
 from arc_kit.settings import PROBABILITY_MODES
 from arc_kit.text import TaskEncoder
 

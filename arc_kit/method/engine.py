@@ -12,21 +12,21 @@ is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in
 a token at position p forgets everything the lane held at p and after: that is the DFS's rewind.
 ``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that
 order; ``release()`` ends the search; ``steps`` counts the steps made. NLLs are
-``-answer_log_probs`` under the space given to ``start`` (``decoding.answer_log_probs``), as
+``-answer_log_probs`` under the space given to ``start`` (``answers.answer_log_probs``), as
 float64 numpy rows.
 
 Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
 prompt run once and its keys and values reused by all its answers, in as few batched calls as
 memory allows (out of memory, the answers per call and then the prompts per call are halved,
-``decoding.with_halving``); an engine supplies the two calls it is made of, ``prompt_prefixes``
+``answers.with_halving``); an engine supplies the two calls it is made of, ``prompt_prefixes``
 and ``nlls_after``.
 
 ``refresh()`` makes an engine read its model's weights again after they changed (a test-time
 adapter trained, reset, enabled or disabled). ``model`` is the transformers model the engine reads
 (the reference-only samplers, stochastic sampling and beam search, call its ``generate``).
 
-Implementations: ``reference_engine.ReferenceEngine`` (transformers' forward and caches, the
-trusted reference) and ``static_engine.StaticEngine`` (the fast one); ``engine.make_engine``
+Implementations: ``reference.engine.ReferenceEngine`` (transformers' forward and caches, the
+trusted reference) and ``fast.static_engine.StaticEngine`` (the fast one); ``engines.make_engine``
 chooses. Knows nothing of tasks, grids or which model family runs underneath.
 """
 
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, with_halving
+from arc_kit.method.answers import AnswerSpace, BatchLimit, with_halving
 
 
 class DecodeEngine(ABC):
