@@ -21,7 +21,9 @@ import arc_kit.method.dfs as dfs_module
 import arc_kit.method.fast.static_engine as static_engine_module
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.method.batched_dfs import batched_dfs_search
-from arc_kit.method.answers import AnswerSpace, BatchLimit, SearchResult, score_answers, sequence_nll
+from arc_kit.method.answers import AnswerSpace, SearchResult
+from arc_kit.method.engine import BatchLimit
+from arc_kit.method.reference.nlls import score_answers, sequence_nll
 from arc_kit.method.reference.caches import LaneCache, new_cache, prefix_cache
 from arc_kit.method.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
 from arc_kit.method.engines import make_engine

@@ -21,10 +21,11 @@ import torch
 from conftest import bigram_model
 
 import arc_kit.method.answers as decoding_module
-from arc_kit.method.answers import AnswerSpace, answer_log_probs, sequence_nll
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
 from arc_kit.method.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
 from arc_kit.method.engines import make_engine
 from arc_kit.method.reference.caches import new_cache, rewind_cache
+from arc_kit.method.reference.nlls import sequence_nll
 from arc_kit.method.samplers import SamplerSettings, generate
 from arc_kit.model.loading import create_model
 from arc_kit.settings import ENGINE_KINDS

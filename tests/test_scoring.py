@@ -20,7 +20,8 @@ import torch
 from arc_kit.data.augmentation import Augmentation
 import arc_kit.method.samplers as samplers_module
 import arc_kit.method.scoring as scoring_module
-from arc_kit.method.answers import AnswerSpace, score_answers, sequence_nll
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.reference.nlls import score_answers, sequence_nll
 from arc_kit.model.loading import create_model
 from arc_kit.method.scoring import (
     AGGREGATIONS,

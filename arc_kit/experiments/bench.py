@@ -5,7 +5,7 @@
   on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
   (``decode_floor_seconds``: every weight and every cached key and value read once per step);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
-- scoring: ``answers.score_answers`` (one prompt pass, batched answers on its cache) against one full
+- scoring: ``reference.nlls.score_answers`` (one prompt pass, batched answers on its cache) against one full
   forward pass per answer (goal >= 5x);
 - batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
   (``Solver.sample`` with ``batched``: the first search alone, its best answer the others' guess,
@@ -44,10 +44,11 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
 from arc_kit.experiments.drafts_bench import bench_drafts
 from arc_kit.experiments.engine_bench import bench_engine
-from arc_kit.method.answers import AnswerSpace, SearchResult, sequence_nll
+from arc_kit.method.answers import AnswerSpace, SearchResult
 from arc_kit.method.batched_dfs import batched_dfs_search
 from arc_kit.method.dfs import DfsSettings, dfs_search
 from arc_kit.method.engines import make_engine
+from arc_kit.method.reference.nlls import sequence_nll
 from arc_kit.method.scoring import augmented_nlls
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import LoadSettings, create_model, load_model

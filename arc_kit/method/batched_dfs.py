@@ -10,7 +10,7 @@ once it has passed no model call starts, and every lane returns what it found so
 ``capped``.
 
 Memory: the lanes of one call are searched in groups of at most ``limit.size`` (all at first), one
-group after another. An out-of-memory error halves the limit (``answers.with_halving``): an engine
+group after another. An out-of-memory error halves the limit (``engine.with_halving``): an engine
 that splits its steps (the reference) first makes the step again in smaller calls; an error
 anywhere else, or with one lane per call, starts the group again as smaller groups, down to one
 lane (a sequential search). The results are the same whatever the sizes.
@@ -23,9 +23,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from arc_kit.method.answers import AnswerSpace, BatchLimit, SearchResult, with_halving
+from arc_kit.method.answers import AnswerSpace, SearchResult
 from arc_kit.method.dfs import DfsSettings, clean_guess, search_lanes
 from arc_kit.method.drafts import DraftSource
+from arc_kit.method.engine import BatchLimit, with_halving
 from arc_kit.method.engines import as_engine
 
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.method.answers import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
+from arc_kit.method.answers import AnswerSpace, Completion, SearchResult, deadline_passed
 from arc_kit.method.drafts import DraftSource
-from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.engine import BatchLimit, DecodeEngine
 from arc_kit.method.engines import as_engine
 from arc_kit.settings import SamplerSettings
 

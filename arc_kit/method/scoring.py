@@ -22,7 +22,8 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.data.tasks import Pair
-from arc_kit.method.answers import AnswerSpace, BatchLimit
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.engine import BatchLimit
 from arc_kit.method.engines import as_engine
 from arc_kit.text import TaskEncoder
 
@@ -35,7 +36,7 @@ def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Se
     Up to ``prompt_batch_size`` (default ``batch_size``) prompts share one call, up to
     ``batch_size`` (prompt, answer) rows each answer call; out of memory, the answer rows per call
     (``answer_limit``) and then the prompts per call (``prompt_limit``) are halved
-    (``DecodeEngine.score``). Equal to ``answers.score_answers`` of each prompt up to float rounding.
+    (``DecodeEngine.score``). Equal to ``reference.nlls.score_answers`` of each prompt up to float rounding.
     """
     return as_engine(engine).score(prompts, answers, space, batch_size, prompt_batch_size, prompt_limit=prompt_limit,
                                    answer_limit=answer_limit)

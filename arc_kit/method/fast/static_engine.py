@@ -47,15 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit import progress
-from arc_kit.method.answers import (
-    AnswerSpace,
-    BatchLimit,
-    answer_log_probs,
-    answer_targets,
-    out_of_memory_errors,
-    summed_nlls,
-)
-from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.answers import AnswerSpace, answer_log_probs, answer_targets, summed_nlls
+from arc_kit.method.engine import BatchLimit, DecodeEngine, out_of_memory_errors
 from arc_kit.method.fast.decode_weights import DecodeWeights
 from arc_kit.method.fast.static_forward import decode_step, forward_tokens, half_swap, logits, rope_tables
 
