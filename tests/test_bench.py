@@ -16,7 +16,8 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.experiments import bench
 from arc_kit.experiments.bench import BenchResult
 from arc_kit.method.answers import AnswerSpace, Completion
-from arc_kit.method.dfs import DfsSettings, dfs_search
+from arc_kit.method.dfs import dfs_search
+from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import load_model
 from arc_kit.run import bandwidth
 from arc_kit.text import TaskEncoder
@@ -65,7 +66,7 @@ def test_decode_subtracts_the_prefill_from_both_sides(monkeypatch, loaded, small
     ours, reference = [], []
     for task, (dfs_seconds, greedy_seconds) in zip(tasks, [(2.0, 3.0), (2.5, 4.0), (1.5, 3.5)]):
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
-        calls = dfs_search(model, prompt, space, DfsSettings(0.05)).forward_calls
+        calls = dfs_search(model, prompt, space, SamplerSettings(threshold=0.05)).forward_calls
         assert calls > 0
         ours.append((dfs_seconds - engine_prefill[len(prompt)]) / calls)
         reference.append((greedy_seconds - prefill[len(prompt)]) / 8)

@@ -2,8 +2,8 @@
 
 ``Task`` and ``TaskSet`` are plain, immutable containers of numpy grids. Parsing a task from its
 JSON form (``{"train": [...], "test": [...]}``) collects every problem with the exact place it
-sits, so that a file can be fixed in one pass (a whole file's mapping: ``task_files.parse_tasks``). This module knows nothing of files (see
-``datasets``), text, models or augmentations.
+sits, so that a file can be fixed in one pass (a whole file's mapping: ``task_files.parse_tasks``).
+This module knows nothing of files (see ``datasets``), text, models or augmentations.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from arc_kit.experiments.drafts_bench import bench_drafts
 from arc_kit.experiments.engine_bench import bench_engine
 from arc_kit.method.answers import AnswerSpace, SearchResult
 from arc_kit.method.batched_dfs import batched_dfs_search
-from arc_kit.method.dfs import DfsSettings, dfs_search
+from arc_kit.method.dfs import dfs_search
 from arc_kit.method.engines import make_engine
 from arc_kit.method.reference.nlls import sequence_nll
 from arc_kit.method.scoring import augmented_nlls
@@ -137,7 +137,8 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
         prompt_lengths.append(len(prompt))
         prefill = _prefill_seconds(model, prompt, repeats)
         engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
-        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, DfsSettings(threshold)), repeats)
+        settings = SamplerSettings(threshold=threshold)
+        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, settings), repeats)
         if result.forward_calls:
             dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
         tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
@@ -260,7 +261,7 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
                        f"first search {share:.0%} of the batched time")
 
 
-def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
+def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: SamplerSettings, batched: bool
                       ) -> list[SearchResult]:
     if batched:
         return batched_dfs_search(engine, prompts, space, settings)
@@ -277,7 +278,7 @@ def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold
     """
     space = AnswerSpace.from_encoder(encoder, probabilities)
     decoder = make_engine(model, engine)
-    settings = DfsSettings(threshold)
+    settings = SamplerSettings(threshold=threshold)
     totals = {True: 0.0, False: 0.0}
     differing, largest = [], 0.0
     for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):

@@ -16,7 +16,7 @@ from arc_kit.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "answers": ("AnswerSpace",),
-    "dfs": ("DfsSettings", "dfs_search"),
+    "dfs": ("dfs_search",),
     "engines": ("make_engine",),
     "scoring": ("augmented_nlls", "product_of_probabilities"),
     "solver": ("Solver",),

@@ -24,14 +24,15 @@ import time
 from collections.abc import Sequence
 
 from arc_kit.method.answers import AnswerSpace, SearchResult
-from arc_kit.method.dfs import DfsSettings, clean_guess, search_lanes
+from arc_kit.method.dfs import clean_guess, search_lanes
 from arc_kit.method.drafts import DraftSource
 from arc_kit.method.engine import BatchLimit, with_halving
 from arc_kit.method.engines import as_engine
+from arc_kit.settings import SamplerSettings
 
 
 def batched_dfs_search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace,
-                       settings: DfsSettings = DfsSettings(),
+                       settings: SamplerSettings = SamplerSettings(),
                        guesses: Sequence[Sequence[int] | None] | None = None, *,
                        deadline: float | None = None, limit: BatchLimit | None = None,
                        drafts: Sequence[DraftSource | None] | None = None) -> list[SearchResult]:

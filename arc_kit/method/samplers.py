@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from arc_kit.method.answers import AnswerSpace, Completion, SearchResult, deadline_passed
-from arc_kit.method.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
+from arc_kit.method.dfs import DEADLINE_BEFORE_START, dfs_search
 from arc_kit.method.drafts import DraftSource
 from arc_kit.method.engine import DecodeEngine
 from arc_kit.method.engines import as_engine
@@ -51,7 +51,7 @@ def generate(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: Sa
     ``deadline``."""
     engine = as_engine(engine)
     if settings.kind == "dfs":
-        return dfs_search(engine, prompt_ids, space, DfsSettings.of(settings),
+        return dfs_search(engine, prompt_ids, space, settings,
                           guess if settings.use_guess else None, deadline=deadline, drafts=drafts)
     if settings.kind == "greedy":
         return greedy_search(engine, prompt_ids, space, deadline=deadline)

@@ -41,7 +41,6 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
 from arc_kit.method.answers import AnswerSpace, deadline_passed, earliest
 from arc_kit.method.batched_dfs import batched_dfs_search
-from arc_kit.method.dfs import DfsSettings
 from arc_kit.method.drafts import draft_source
 from arc_kit.method.engine import DecodeEngine
 from arc_kit.method.engines import make_engine
@@ -140,7 +139,7 @@ class Solver:
         if not settings.test_time_training:
             self.trainer.reset()
             return TrainingSummary(skipped="off")
-        result = self.trainer.train(task.train, task_rng(self.settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
+        result = self.trainer.train(task.train, task_rng(settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
                                     deadline=deadline)
         return TrainingSummary(result.steps, round(result.seconds, 3), result.skipped,
                                result.losses[0] if result.losses else None,
@@ -194,7 +193,7 @@ class Solver:
             self._merge(first, augmentations[0], merged, stats)
             guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
             drafts = [drafts_for(a, prompt_ids) for a, prompt_ids in zip(augmentations[1:], prompts[1:])]
-            results = batched_dfs_search(engine, prompts[1:], self.space, DfsSettings.of(sampler), guesses,
+            results = batched_dfs_search(engine, prompts[1:], self.space, sampler, guesses,
                                          deadline=search_deadline(), drafts=drafts)
             for augmentation, result in zip(augmentations[1:], results):
                 self._merge(result, augmentation, merged, stats)

@@ -1,4 +1,4 @@
-"""The memory-bandwidth floor of a decode step: the GPUs' peak bandwidth, the bytes of weights and cache, the least time.
+"""The memory-bandwidth floor of a decode step: GPUs' peak bandwidth, the bytes of weights and cache, the least time.
 
 A memory-bound decode step reads every weight and every cached key and value once; at a GPU's peak
 bandwidth that takes ``decode_floor_seconds``. The planner's first guesses (``expectations``) and
