@@ -298,7 +298,7 @@ def evaluate(args) -> None:
 
 def collect(args) -> None:
     """Here: unpack what an ``evaluate`` brought back; its ablation run becomes the one the next call carries."""
-    from arc_kit.method.records import AblationRecord
+    from arc_kit.experiments.table_records import AblationRecord
     from arc_kit.run.runs import records_file, run_records
 
     returned = Path(args.files_at)

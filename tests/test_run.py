@@ -20,11 +20,10 @@ import pytest
 
 import arc_kit.experiments.tables as tables
 from arc_kit.cli import main
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.experiments.tables import ABLATION_STAGES, run_ablation, run_table
 from arc_kit.locking import LOCK_FILE
 from arc_kit.method.records import (
-    AblationRecord,
-    SamplerRecord,
     SearchStats,
     TaskRecord,
     TestResult,

@@ -30,7 +30,8 @@ from arc_kit.method.answers import Completion, SearchResult
 from arc_kit.method.dfs import DEADLINE_BEFORE_START
 from arc_kit.data.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.model.loading import load_model
-from arc_kit.method.records import AblationRecord, SamplerRecord, TaskRecord, read_records
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
+from arc_kit.method.records import TaskRecord, read_records
 from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.method.solver import Solver

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_kit.method.records import AblationRecord, SamplerRecord
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
@@ -33,7 +33,7 @@ PAPER_SAMPLERS = {  # NeMo-Minitron-8B, paper Table 2: solutions found, candidat
 class TableRun:
     table: object  # pandas.DataFrame
     markdown: str
-    records: dict  # task id -> records.AblationRecord or records.SamplerRecord
+    records: dict  # task id -> table_records.AblationRecord or table_records.SamplerRecord
 
 
 def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSettings, out: str | Path) -> TableRun:

@@ -8,8 +8,9 @@ probability threshold, rewinding the cache) and ``batched_dfs`` (the augmentatio
 lanes of one engine), ``drafts`` (the speculative DFS's proposals), ``samplers`` (the paper's other
 samplers), ``scoring`` (the product of experts over augmented views), ``ttt`` (test-time training's
 entry point), ``solver`` (the method on one task) and ``records`` (what it returns, as the run
-folders keep it). It may import ``model``, ``text``, ``data`` and the floors below; it knows
-nothing of runs, workers, tables, Kaggle or the command line.
+folders keep it; ``record_json`` reads a record's JSON with its kinds checked). It may import
+``model``, ``text``, ``data`` and the floors below; it knows nothing of runs, workers, tables,
+Kaggle or the command line.
 """
 
 from arc_kit.lazy import lazy_exports

@@ -4,15 +4,14 @@
 frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
 statistics; the test-time training summary, timings, the ladder rung it ran at, the stage its
 deadline cut short (if it did), an error if it failed, and (when the answers were known) which
-test outputs it got right. The paper's tables keep one record per task too: ``AblationRecord``
-(per stage, the attempts and whether they were right) and ``SamplerRecord`` (per sampler, a
-``SamplerResult``). ``to_json`` writes the layout the kit has always written; ``from_json`` reads
-it back tolerantly at every level (a record, a test, a candidate, the search statistics, the
-training summary, a sampler's result): fields a later kit adds are kept aside (``extra``) and
-written again, fields an earlier kit lacked take their defaults. ``read_records``,
-``append_record`` and ``write_records`` are the record files' only readers and writers.
+test outputs it got right. ``to_json`` writes the layout the kit has always written; ``from_json``
+reads it back tolerantly at every level (a record, a test, a candidate, the search statistics, the
+training summary; ``record_json`` checks the kinds): fields a later kit adds are kept aside
+(``extra``) and written again, fields an earlier kit lacked take their defaults. ``read_records``,
+``append_record`` and ``write_records`` are the record files' only readers and writers, for these
+records and the tables' (``experiments.table_records``).
 
-This module is the only place that knows the record layouts. It knows grids and candidates; it
+This module is the only place that knows a task record's layout. It knows grids and candidates; it
 knows nothing of models, settings or how the records were made.
 """
 
@@ -20,70 +19,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, json_type_name, to_grid
+from arc_kit.data.grids import grid_to_json
 from arc_kit.data.jsonio import append_json_line, read_json_lines, write_json_lines_atomically
+from arc_kit.method.record_json import checked, flat_json, known_fields, record_grids, record_task_id
 from arc_kit.method.scoring import Candidate
-from arc_kit.names import shown
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
-
-
-_TESTS = {
-    "string": lambda value: isinstance(value, str),
-    "integer": lambda value: type(value) is int,  # `type is`: True and False are no integers here
-    "number": lambda value: type(value) in (int, float),
-    "boolean": lambda value: type(value) is bool,
-    "object": lambda value: isinstance(value, Mapping),
-    "list": lambda value: isinstance(value, list),
-}
-
-
-def _check(value: Any, kind: str, where: str) -> None:
-    """ValueError naming ``where`` unless ``value`` is of ``kind``: ``integer``, ``string or null``, ``list of
-    number``, ``object of list of boolean`` (an object's keys are strings in JSON)... A loop, no recursion."""
-    pending = [(value, kind, where)]
-    while pending:
-        value, kind, where = pending.pop()
-        if kind.endswith(" or null"):
-            if value is None:
-                continue
-            kind = kind[:-len(" or null")]
-        outer, _, inner = kind.partition(" of ")
-        if not _TESTS[outer](value):
-            raise ValueError(f"{where} is {json_type_name(value)}, expected {_phrase(kind)}")
-        if inner and outer == "list":
-            pending.extend((item, inner, f"{where}[{index}]") for index, item in enumerate(value))
-        elif inner:
-            pending.extend((item, inner, f"{where}.{shown(str(key))}") for key, item in value.items())
-
-
-def _phrase(kind: str) -> str:
-    """``list of integer`` as a message says it: a list of integers."""
-    words = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
-             "object": "an object", "list": "a list"}
-    parts = kind.split(" of ")
-    return " of ".join([words[part] for part in parts[:1]] + [words[part].split(" ", 1)[1] + "s" for part in parts[1:]])
-
-
-def _checked(data: Any, schema: Mapping[str, str], where: str) -> Mapping:
-    """``data`` when it is an object whose fields in ``schema`` (those it holds: an earlier kit may lack some)
-    are of the kinds there, as strictly as ``to_json`` writes them; ValueError naming the first that is not."""
-    _check(data, "object", where)
-    for key, kind in schema.items():
-        if key in data:
-            _check(data[key], kind, f"{where}.{key}")
-    return data
-
-
-def _grids(values: list, where: str) -> list[np.ndarray]:
-    """Grids of a record (any side up to ``LARGEST_SIDE``: a run of a wide set has wide answers)."""
-    return [to_grid(value, f"{where}[{index}]", LARGEST_SIDE) for index, value in enumerate(values)]
 
 
 _SEARCH = {"forward_calls": "integer", "tokens": "integer", "answers": "integer", "not_grids": "integer",
@@ -100,30 +47,6 @@ _TASK = {"task_id": "string", "test": "list of object", "timings": "object of nu
          "traceback": "string or null", "rung": "integer", "ttt": "object or null",
          "correct": "list of boolean or null", "skipped": "string or null", "retried_after": "string or null",
          "deadline_hit": "string or null"}
-_ABLATION = {"task_id": "string", "stages": "object of list of list", "correct": "object of list of boolean",
-             "correct_top1": "object of list of boolean or null", "candidates": "object of list of integer",
-             "dfs_capped": "list of string", "ttt": "object or null", "seconds": "object of number",
-             "peak_memory_gb": "object of number", "probabilities": "string or null"}
-_SAMPLER_RESULT = {"seconds": "number", "candidates": "list of integer", "found": "list of boolean",
-                   "correct": "object of list of boolean", "correct_top1": "object of list of boolean or null",
-                   "peak_memory_gb": "number or null", "capped": "integer"}
-_SAMPLER = {"task_id": "string", "ttt": "object or null", "samplers": "object of object",
-            "probabilities": "string or null", "scoring_seconds": "number"}
-
-
-def _known(cls, data: Mapping) -> tuple[dict, dict]:
-    """(the fields of ``cls`` found in ``data``, everything else); ``extra`` is never read as a field."""
-    names = {item.name for item in fields(cls)} - {"extra"}
-    return ({key: value for key, value in data.items() if key in names},
-            {key: value for key, value in data.items() if key not in names})
-
-
-def _flat_json(record) -> dict:
-    """Every field of a flat record dataclass by name, then the fields of a later kit it kept (``extra``)."""
-    return {**{item.name: getattr(record, item.name) for item in fields(record) if item.name != "extra"},
-            **record.extra}
-
-
 @dataclass
 class SearchStats:
     """What candidate generation did for one test input, over all its inference augmentations."""
@@ -142,11 +65,11 @@ class SearchStats:
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     def to_json(self) -> dict:
-        return _flat_json(self)
+        return flat_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping | None, where: str = "search") -> SearchStats:
-        known, extra = _known(cls, _checked(data or {}, _SEARCH, where))
+        known, extra = known_fields(cls, checked(data or {}, _SEARCH, where))
         return cls(**known, extra=extra)
 
 
@@ -172,12 +95,12 @@ class TestResult:
 
     @classmethod
     def from_json(cls, data: Mapping, where: str = "test") -> TestResult:
-        _, extra = _known(cls, _checked(data, _TEST, where))
+        _, extra = known_fields(cls, checked(data, _TEST, where))
         candidates = data.get("candidates", [])
         for index, candidate in enumerate(candidates):
-            _grids([_checked(candidate, _CANDIDATE, f"{where}.candidates[{index}]").get("grid")],
+            record_grids([checked(candidate, _CANDIDATE, f"{where}.candidates[{index}]").get("grid")],
                    f"{where}.candidates[{index}].grid")
-        return cls(_grids(data.get("attempts", []), f"{where}.attempts"),
+        return cls(record_grids(data.get("attempts", []), f"{where}.attempts"),
                    [Candidate.from_json(candidate) for candidate in candidates],
                    list(data.get("inference_augmentations", [])), list(data.get("scoring_augmentations", [])),
                    SearchStats.from_json(data.get("search"), f"{where}.search"), extra)
@@ -196,13 +119,13 @@ class TrainingSummary:
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     def to_json(self) -> dict:
-        return _flat_json(self)
+        return flat_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping | None, where: str = "ttt") -> TrainingSummary | None:
         if data is None:
             return None
-        known, extra = _known(cls, _checked(data, _TRAINING, where))
+        known, extra = known_fields(cls, checked(data, _TRAINING, where))
         return cls(**known, extra=extra)
 
 
@@ -256,8 +179,8 @@ class TaskRecord:
     def from_json(cls, data: Any) -> TaskRecord:
         """Read a record line; ValueError saying what is missing or of the wrong kind when it is no record
         ``to_json`` could have written (it is then never taken for one)."""
-        _task_id(data)
-        known, extra = _known(cls, _checked(data, _TASK, "the record"))
+        record_task_id(data)
+        known, extra = known_fields(cls, checked(data, _TASK, "the record"))
         extra.pop("test", None)
         tests = [TestResult.from_json(test, f"test[{index}]") for index, test in enumerate(data.get("test", []))]
         known.pop("tests", None)
@@ -268,127 +191,13 @@ class TaskRecord:
                       "timings": dict(data.get("timings") or {})}, extra=extra)
 
 
-def _task_id(data: Any) -> str:
-    """The task id of a record line; ValueError when it is no record at all."""
-    if not isinstance(data, Mapping):
-        raise ValueError(f"a record is an object, found {type(data).__name__}")
-    if not isinstance(data.get("task_id"), str):
-        raise ValueError("a record needs a task_id (a string)")
-    return data["task_id"]
-
-
-def _flags(data: Mapping | None) -> dict[str, list[bool]]:
-    return {str(name): [bool(value) for value in values] for name, values in (data or {}).items()}
-
-
-@dataclass
-class AblationRecord:
-    """One task's row of the ablation (``tables.ablation_task``): per stage and test output, the attempts."""
-
-    task_id: str
-    stages: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)  # stage -> per test output, attempts
-    correct: dict[str, list[bool]] = field(default_factory=dict)  # stage -> per test output: either attempt right
-    correct_top1: dict[str, list[bool]] | None = None  # the first attempt right (None: a record of an earlier kit)
-    candidates: dict[str, list[int]] = field(default_factory=dict)  # "+16xAug", "+DFS" -> per test output
-    dfs_capped: list[str] = field(default_factory=list)  # the +DFS searches stopped by a cap, and why
-    ttt: TrainingSummary | None = None
-    seconds: dict[str, float] = field(default_factory=dict)  # per stage, and "ttt"
-    peak_memory_gb: dict[str, float] = field(default_factory=dict)  # per stage (CUDA only)
-    probabilities: str | None = None  # how every NLL was measured (``SolveSettings.probabilities``)
-    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
-
-    def to_json(self) -> dict:
-        data = {"task_id": self.task_id,
-                "stages": {stage: [[grid_to_json(grid) for grid in attempts] for attempts in tests]
-                           for stage, tests in self.stages.items()},
-                "candidates": {stage: list(counts) for stage, counts in self.candidates.items()},
-                "probabilities": self.probabilities, "ttt": self.ttt.to_json() if self.ttt else None,
-                "dfs_capped": list(self.dfs_capped), "correct": dict(self.correct)}
-        if self.correct_top1 is not None:
-            data["correct_top1"] = dict(self.correct_top1)
-        return {**data, "seconds": dict(self.seconds), "peak_memory_gb": dict(self.peak_memory_gb), **self.extra}
-
-    @classmethod
-    def from_json(cls, data: Any) -> AblationRecord:
-        """Read a record line; ValueError when it is no record ``to_json`` could have written."""
-        task_id = _task_id(data)
-        known, extra = _known(cls, _checked(data, _ABLATION, "the record"))
-        top1 = known.get("correct_top1")
-        return cls(task_id, {str(stage): [_grids(attempts, f"stages.{shown(stage)}[{index}]")
-                                          for index, attempts in enumerate(tests)]
-                             for stage, tests in (known.get("stages") or {}).items()},
-                   _flags(known.get("correct")), None if top1 is None else _flags(top1),
-                   {str(stage): [int(count) for count in counts]
-                    for stage, counts in (known.get("candidates") or {}).items()},
-                   list(known.get("dfs_capped") or []), TrainingSummary.from_json(known.get("ttt")),
-                   dict(known.get("seconds") or {}), dict(known.get("peak_memory_gb") or {}),
-                   known.get("probabilities"), extra)
-
-
-@dataclass
-class SamplerResult:
-    """What one sampler did on one task (``tables.sampler_task``), per test output where a list."""
-
-    seconds: float = 0.0  # generation, all test inputs
-    candidates: list[int] = field(default_factory=list)  # distinct answers found
-    found: list[bool] = field(default_factory=list)  # the right answer among them
-    correct: dict[str, list[bool]] = field(default_factory=dict)  # aggregation -> either attempt right
-    correct_top1: dict[str, list[bool]] | None = None  # the first attempt right (None: a record of an earlier kit)
-    peak_memory_gb: float | None = None  # CUDA only
-    capped: int = 0  # searches stopped by a cap
-    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
-
-    def to_json(self) -> dict:
-        data = {"seconds": self.seconds, "candidates": list(self.candidates), "found": list(self.found),
-                "correct": dict(self.correct)}
-        if self.correct_top1 is not None:
-            data["correct_top1"] = dict(self.correct_top1)
-        return {**data, "peak_memory_gb": self.peak_memory_gb, "capped": self.capped, **self.extra}
-
-    @classmethod
-    def from_json(cls, data: Mapping, where: str = "sampler") -> SamplerResult:
-        known, extra = _known(cls, _checked(data, _SAMPLER_RESULT, where))
-        top1 = known.get("correct_top1")
-        return cls(float(known.get("seconds") or 0.0), [int(count) for count in known.get("candidates") or []],
-                   [bool(value) for value in known.get("found") or []], _flags(known.get("correct")),
-                   None if top1 is None else _flags(top1), known.get("peak_memory_gb"), int(known.get("capped") or 0),
-                   extra)
-
-
-@dataclass
-class SamplerRecord:
-    """One task's row of the sampler comparison: one test-time training, then every sampler's results."""
-
-    task_id: str
-    ttt: TrainingSummary | None = None
-    samplers: dict[str, SamplerResult] = field(default_factory=dict)  # by ``SamplerSettings.name``
-    probabilities: str | None = None  # how every NLL was measured (``SolveSettings.probabilities``)
-    scoring_seconds: float = 0.0  # scoring the candidates of all samplers together
-    extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
-
-    def to_json(self) -> dict:
-        return {"task_id": self.task_id, "ttt": self.ttt.to_json() if self.ttt else None,
-                "samplers": {name: result.to_json() for name, result in self.samplers.items()},
-                "probabilities": self.probabilities, "scoring_seconds": self.scoring_seconds, **self.extra}
-
-    @classmethod
-    def from_json(cls, data: Any) -> SamplerRecord:
-        """Read a record line; ValueError when it is no record ``to_json`` could have written."""
-        task_id = _task_id(data)
-        known, extra = _known(cls, _checked(data, _SAMPLER, "the record"))
-        return cls(task_id, TrainingSummary.from_json(known.get("ttt")),
-                   {str(name): SamplerResult.from_json(result, f"samplers.{shown(name)}")
-                    for name, result in (known.get("samplers") or {}).items()},
-                   known.get("probabilities"), float(known.get("scoring_seconds") or 0.0), extra)
-
-
 def fallback_record(task_id: str, reason: str) -> TaskRecord:
     """The record of a task that got no model work: fallback attempts only."""
     return TaskRecord(task_id, timings={"total": 0.0}, rung=FALLBACK_RUNG, skipped=reason)
 
 
 def read_records(path: str | Path, kind: type = TaskRecord) -> dict[str, Any]:
-    """Records of ``kind`` (``TaskRecord``, ``AblationRecord``, ``SamplerRecord``) by task id from a JSON-lines
+    """Records of ``kind`` (``TaskRecord``, or a table's: ``table_records``) by task id from a JSON-lines
     file (a later line for the same task wins).
 
     A torn line (a killed run) is skipped silently; a line that parses but is no record is skipped
@@ -441,6 +250,5 @@ def record_table(records: Iterable[TaskRecord]):
     return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
-__all__ = ["AblationRecord", "FALLBACK_RUNG", "SamplerRecord", "SamplerResult", "SearchStats", "TaskRecord",
-           "TestResult", "TrainingSummary", "answers_from_records", "append_record", "fallback_record", "read_records",
-           "record_table", "write_records"]
+__all__ = ["FALLBACK_RUNG", "SearchStats", "TaskRecord", "TestResult", "TrainingSummary", "answers_from_records",
+           "append_record", "fallback_record", "read_records", "record_table", "write_records"]
