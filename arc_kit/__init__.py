@@ -2,8 +2,9 @@
 
 The subpackages follow the method's stages, from the bottom up: ``data`` (tasks, loaders,
 augmentations, the submission), ``text`` (the format and vocabulary), ``model`` (loading, bases,
-training, test-time training) beside ``search`` (decode engines, DFS, PoE scoring), ``run`` (the
-solver, run folders, workers, tables), then ``kaggle`` and ``sudoku``, and ``cli`` on top. This top
+training), ``method`` (the method on one task: test-time training, the decode engines, DFS, PoE
+scoring, the solver), ``run`` (run folders, the planner, workers), ``experiments`` (the paper's
+tables, analysis, benchmarks), then ``kaggle`` and ``sudoku``, and ``cli`` on top. This top
 level hands on the numpy-only names the notebooks use; model code imports torch when it is used.
 """
 

@@ -1,8 +1,8 @@
 """Names a subpackage hands on without importing its modules until one is asked for (PEP 562).
 
-``model``, ``search``, ``run``, ``kaggle`` and ``sudoku`` import torch or transformers; their
+``model``, ``method``, ``run``, ``experiments``, ``kaggle`` and ``sudoku`` import torch or transformers; their
 ``__init__`` lists public names by module and gets a module ``__getattr__`` from ``lazy_exports``,
-so that ``import arc_kit.run.records`` stays as cheap as that one module. This module knows
+so that ``import arc_kit.method.records`` stays as cheap as that one module. This module knows
 nothing of what the subpackages hold.
 """
 

@@ -37,13 +37,13 @@ RESTART = False  # True: discard earlier results in OUT (needed after changing t
 import tempfile
 
 import arc_kit
-from arc_kit.run.analysis import rank_table, threshold_curve
+from arc_kit.experiments.analysis import rank_table, threshold_curve
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run.planner import shortest_tasks
 from arc_kit.data.plotting import draw_rank_improvement, draw_task, draw_threshold_curve
 from arc_kit.run.runs import solve
 from arc_kit.settings import smoke, solve_preset
-from arc_kit.run.solver import Solver
+from arc_kit.method.solver import Solver
 
 if SMOKE:
     OUT = tempfile.mkdtemp(prefix="arc-kit-dry-run-")

@@ -87,11 +87,12 @@ print(encoder.text(prompt.ids[-40:]))
 # %%
 import os
 
-from arc_kit.search.decoding import AnswerSpace
-from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.dfs import dfs_search
+from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.data.plotting import draw_nll_heatmap
-from arc_kit.search.scoring import augmented_nlls, product_of_probabilities
+from arc_kit.method.scoring import augmented_nlls, product_of_probabilities
 
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
@@ -100,7 +101,7 @@ model_encoder = loaded.encoder(max_len=2048 if SMOKE else loaded.token_budget())
 view = full_set[0]
 prompt = model_encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input))
 search = dfs_search(loaded.model, prompt.ids, AnswerSpace.from_encoder(model_encoder),
-                    DfsSettings(THRESHOLD, max_forward_calls=300 if SMOKE else 5000))
+                    SamplerSettings(threshold=THRESHOLD, max_forward_calls=300 if SMOKE else 5000))
 candidates = []
 for completion in search.completions:
     try:

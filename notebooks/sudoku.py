@@ -80,7 +80,7 @@ print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the los
 from pathlib import Path
 
 from arc_kit.model.loading import LoadSettings, create_model, load_model
-from arc_kit.run.solver import Solver
+from arc_kit.method.solver import Solver
 from arc_kit.sudoku.experiment import SudokuEvalSettings, solve_puzzle
 from arc_kit.text import HuggingFaceTokenizer
 

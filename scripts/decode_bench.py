@@ -26,7 +26,7 @@ def _decode(tokens: int, device: str, overhead_only: bool, queue, barrier) -> No
     import torch
     from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-    from arc_kit.search.caches import call_with_cache
+    from arc_kit.method.reference.caches import call_with_cache
 
     torch.set_num_threads(1)
     shape = (dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)

@@ -67,10 +67,10 @@ def fusion_lines(turns: int = 20) -> list[str]:
 
 def main() -> None:
     from arc_kit.data.datasets import load_tasks
+    from arc_kit.experiments.bench import environment
+    from arc_kit.experiments.engine_bench import bench_engine
     from arc_kit.model.folders import default_model_path
     from arc_kit.model.loading import LoadSettings, load_model
-    from arc_kit.run.bench import environment
-    from arc_kit.run.engine_bench import bench_engine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model folder (default: the shipped model)")

@@ -240,10 +240,10 @@ def evaluate(args) -> None:
     """There: held-out NLL of the untuned base and the model, then the ablation on the first tasks by id."""
     from arc_kit.data.datasets import load_tasks
     from arc_kit.data.tasks import TaskSet
+    from arc_kit.experiments.evaluation import held_out
+    from arc_kit.experiments.tables import run_table
     from arc_kit.model.loading import LoadSettings, load_model
-    from arc_kit.run.evaluation import held_out
     from arc_kit.run.runs import CLAIMS_FOLDER
-    from arc_kit.run.tables import run_table
     from arc_kit.settings import solve_preset
 
     _environment()
@@ -298,7 +298,7 @@ def evaluate(args) -> None:
 
 def collect(args) -> None:
     """Here: unpack what an ``evaluate`` brought back; its ablation run becomes the one the next call carries."""
-    from arc_kit.run.records import AblationRecord
+    from arc_kit.experiments.table_records import AblationRecord
     from arc_kit.run.runs import records_file, run_records
 
     returned = Path(args.files_at)

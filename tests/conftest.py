@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arc_kit.data.tasks import TaskSet, parse_tasks
+from arc_kit.data.task_files import parse_tasks
+from arc_kit.data.tasks import TaskSet
 
 
 def _freeze_what_lives() -> None:

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from arc_kit.experiments.analysis import rank_table, threshold_curve
+from arc_kit.method.records import TaskRecord, TestResult
+from arc_kit.method.scoring import AGGREGATIONS, Candidate
+from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
-from arc_kit.run.analysis import rank_table, threshold_curve
-from arc_kit.run.records import TaskRecord, TestResult
-from arc_kit.run.solver import Solver
-from arc_kit.search.scoring import AGGREGATIONS, Candidate
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 

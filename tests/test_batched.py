@@ -13,23 +13,25 @@ import numpy as np
 import pytest
 import torch
 from conftest import bigram_model
-from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock,
-                      assert_same_as_reference, engine_for, guesses, model_for, safe_enumeration, slow_but)
+from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, FakeClock, allowed_calls,
+                      assert_same_as_reference, dfs_at, engine_for, guesses, model_for, safe_enumeration, slow_but)
 
-import arc_kit.search.decoding as decoding_module
-import arc_kit.search.dfs as dfs_module
-import arc_kit.search.static_engine as static_engine_module
+import arc_kit.method.answers as decoding_module
+import arc_kit.method.dfs as dfs_module
+import arc_kit.method.fast.static_engine as static_engine_module
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, SearchResult, score_answers, sequence_nll
-from arc_kit.search.caches import LaneCache, new_cache, prefix_cache
-from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.search.engine import make_engine
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import score_prompts
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace, SearchResult
+from arc_kit.method.engine import BatchLimit
+from arc_kit.method.reference.nlls import score_answers, sequence_nll
+from arc_kit.method.reference.caches import LaneCache, new_cache, prefix_cache
+from arc_kit.method.dfs import DEADLINE_BEFORE_START, dfs_search
+from arc_kit.method.engines import make_engine
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import score_prompts
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
-from arc_kit.search.static_engine import StaticEngine
-from arc_kit.run.solver import Solver
+from arc_kit.method.fast.static_engine import StaticEngine
+from arc_kit.method.solver import Solver
 from arc_kit.data.tasks import Pair
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -66,11 +68,11 @@ def test_lanes_of_one_prompt_with_every_kind_of_guess_equal_brute_force(case):
     model, space, enumerations = case  # the case's engine
     for threshold, enumeration in enumerations:
         lane_guesses = [None, *guesses(model.model, space, enumeration, threshold).values()]
-        results = batched_dfs_search(model, [PROMPT] * len(lane_guesses), space, DfsSettings(threshold), lane_guesses)
+        results = batched_dfs_search(model, [PROMPT] * len(lane_guesses), space, dfs_at(threshold), lane_guesses)
         assert len(results) == len(lane_guesses)
         for guess, result in zip(lane_guesses, results):
             assert_same_as_reference(result, enumeration)
-            assert_same_results(result, dfs_search(model, PROMPT, space, DfsSettings(threshold), guess=guess))
+            assert_same_results(result, dfs_search(model, PROMPT, space, dfs_at(threshold), guess=guess))
 
 
 def test_lanes_of_prompts_of_different_lengths_equal_single_searches(case):
@@ -79,10 +81,10 @@ def test_lanes_of_prompts_of_different_lengths_equal_single_searches(case):
     for threshold, enumeration in enumerations:
         best = list(enumeration.answers[0][0]) if enumeration.answers else None
         lane_guesses = [best, None, best, [0, 0, EOS]]
-        results = batched_dfs_search(model, prompts, space, DfsSettings(threshold), lane_guesses)
+        results = batched_dfs_search(model, prompts, space, dfs_at(threshold), lane_guesses)
         assert_same_as_reference(results[0], enumeration)
         for prompt, guess, result in zip(prompts, lane_guesses, results):
-            assert_same_results(result, dfs_search(model, prompt, space, DfsSettings(threshold), guess=guess))
+            assert_same_results(result, dfs_search(model, prompt, space, dfs_at(threshold), guess=guess))
         # the guard of this test: lanes of different lengths of work, so lanes leave at different steps
         if threshold < 0.02:
             assert len({result.forward_calls for result in results}) > 1
@@ -111,10 +113,10 @@ def test_compacting_and_growing_the_reference_lane_cache_change_nothing(monkeypa
     prompts = [PROMPT, *OTHER_PROMPTS]
     lane_guesses = [None, [1, 1, EOS], None, None]
     engine = make_engine(model, "reference")
-    results = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), lane_guesses)
+    results = batched_dfs_search(engine, prompts, space, dfs_at(threshold), lane_guesses)
     assert len(compactions) > 3 and len(growths) > 1 and growths == sorted(growths)
     for prompt, guess, result in zip(prompts, lane_guesses, results):
-        assert_same_results(result, dfs_search(engine, prompt, space, DfsSettings(threshold), guess=guess))
+        assert_same_results(result, dfs_search(engine, prompt, space, dfs_at(threshold), guess=guess))
 
 
 def test_the_fast_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
@@ -142,11 +144,11 @@ def test_the_fast_engines_buckets_and_capacity_growth_change_nothing(monkeypatch
     prompts = [PROMPT, *OTHER_PROMPTS, PROMPT[:15] + [12]]  # five lanes: a bucket of 8 first
     lane_guesses = [None, [1, 1, EOS], None, None, [2, EOS]]
     engine, reference = make_engine(model, "fast"), make_engine(model, "reference")
-    results = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), lane_guesses)
+    results = batched_dfs_search(engine, prompts, space, dfs_at(threshold), lane_guesses)
     assert len(growths) > 2 and {4, 2, 1} <= set(buckets)  # guard: it grew, and lanes moved down every bucket
     assert len(engine._pool) > 3  # the caches are kept for the next search
     for prompt, guess, result in zip(prompts, lane_guesses, results):
-        assert_same_results(result, dfs_search(reference, prompt, space, DfsSettings(threshold), guess=guess))
+        assert_same_results(result, dfs_search(reference, prompt, space, dfs_at(threshold), guess=guess))
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
@@ -156,7 +158,7 @@ def test_the_forward_call_cap_holds_per_lane(kind):
     space = AnswerSpace(allowed, EOS, max_length)
     model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
-    settings = DfsSettings(0.01, max_forward_calls=7)
+    settings = dfs_at(0.01, max_forward_calls=7)
     results = batched_dfs_search(model, prompts, space, settings, [None, None, [2, EOS], None])
     assert any(result.capped for result in results)
     for prompt, guess, result in zip(prompts, [None, None, [2, EOS], None], results):
@@ -181,13 +183,13 @@ def test_a_deadline_stops_every_lane_where_a_call_cap_would(clock, kind):
     space = AnswerSpace(allowed, EOS, max_length)
     model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
-    full = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES)
+    full = batched_dfs_search(model, prompts, space, dfs_at(0.01), DEADLINE_GUESSES)
     for steps in (0, 1, 4, 9):
-        results = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES,
+        results = batched_dfs_search(model, prompts, space, dfs_at(0.01), DEADLINE_GUESSES,
                                      deadline=clock.now + len(prompts) + 1 + steps)
         assert [r.forward_calls for r in results] == [min(steps, f.forward_calls) for f in full]
         for prompt, guess, result, untimed in zip(prompts, DEADLINE_GUESSES, results, full):
-            single = dfs_search(model, prompt, space, DfsSettings(0.01, max_forward_calls=steps), guess=guess)
+            single = allowed_calls(model, prompt, space, 0.01, steps, clock, guess)
             assert [c.ids for c in result.completions] == [c.ids for c in single.completions]
             stopped_early = result.forward_calls < untimed.forward_calls
             assert (result.capped or "").startswith("deadline reached") == stopped_early
@@ -200,9 +202,9 @@ def test_a_deadline_during_the_first_passes_leaves_the_rest_unsearched(clock, ki
     space = AnswerSpace(allowed, EOS, max_length)
     model = engine_for(seed, scale, kind)
     prompts = [PROMPT, *OTHER_PROMPTS]
-    results = batched_dfs_search(model, prompts, space, DfsSettings(0.01), DEADLINE_GUESSES, deadline=clock.now + 3)
+    results = batched_dfs_search(model, prompts, space, dfs_at(0.01), DEADLINE_GUESSES, deadline=clock.now + 3)
     for prompt, guess, result in zip(prompts[:2], DEADLINE_GUESSES[:2], results[:2]):  # the first passes made
-        first_pass_only = dfs_search(model, prompt, space, DfsSettings(0.01, max_forward_calls=0), guess=guess)
+        first_pass_only = allowed_calls(model, prompt, space, 0.01, 0, clock, guess)
         assert [c.ids for c in result.completions] == [c.ids for c in first_pass_only.completions]
         assert result.forward_calls == 0 and result.capped.startswith("deadline reached")
     for result in results[2:]:
@@ -268,7 +270,7 @@ def assert_same_as_single_searches(model, space, prompts, lane_guesses, results,
     for prompt, guess, result in zip(prompts, lane_guesses, results):
         key = (id(model), tuple(prompt), None if guess is None else tuple(guess), space, threshold)
         if key not in _SINGLE_SEARCHES:
-            _SINGLE_SEARCHES[key] = dfs_search(ReferenceEngine(model), prompt, space, DfsSettings(threshold),
+            _SINGLE_SEARCHES[key] = dfs_search(ReferenceEngine(model), prompt, space, dfs_at(threshold),
                                                guess=guess)
         assert_same_results(result, _SINGLE_SEARCHES[key])
 
@@ -276,14 +278,14 @@ def assert_same_as_single_searches(model, space, prompts, lane_guesses, results,
 def test_lanes_out_of_memory_are_fed_in_halves_and_the_limit_is_kept(lanes_case, caplog):
     model, space, prompts, lane_guesses = lanes_case
     fake, limit = OutOfMemoryPast(model, largest=2), BatchLimit("lanes")
-    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, dfs_at(0.01), lane_guesses, limit=limit)
     assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
     assert limit.size == 2  # the size that fitted, reported
     assert [call for call in fake.calls if call[1]] == [(4, True)]  # one failed step, then calls of two lanes
     assert max(rows for rows, _ in fake.calls[fake.calls.index((4, True)):][1:]) == 2
     assert "out of memory with 4 lanes per model call; going on with 2" in caplog.text
     fake.calls.clear()
-    again = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    again = batched_dfs_search(ReferenceEngine(fake), prompts, space, dfs_at(0.01), lane_guesses, limit=limit)
     assert max(rows for rows, _ in fake.calls) == 2 and not any(raised for _, raised in fake.calls)
     assert_same_as_single_searches(model, space, prompts, lane_guesses, again)
 
@@ -292,7 +294,7 @@ def test_lanes_that_run_out_of_memory_one_at_a_time_are_searched_in_smaller_grou
     """Steps fail at 4, 2 and 1 lanes per call: the group of 4 starts again as groups of one (sequential)."""
     model, space, prompts, lane_guesses = lanes_case
     fake, limit = OutOfMemoryPast(model, failures=3, fails=a_step), BatchLimit("lanes")
-    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    results = batched_dfs_search(ReferenceEngine(fake), prompts, space, dfs_at(0.01), lane_guesses, limit=limit)
     assert [rows for rows, raised in fake.calls if raised] == [4, 2, 1]
     assert limit.size == 1
     assert_same_as_single_searches(model, space, prompts, lane_guesses, results)
@@ -301,16 +303,16 @@ def test_lanes_that_run_out_of_memory_one_at_a_time_are_searched_in_smaller_grou
 def test_one_lane_out_of_memory_raises(lanes_case):
     model, space, prompts, lane_guesses = lanes_case
     with pytest.raises(torch.OutOfMemoryError):
-        batched_dfs_search(ReferenceEngine(OutOfMemoryPast(model, largest=0)), prompts, space, DfsSettings(0.01),
+        batched_dfs_search(ReferenceEngine(OutOfMemoryPast(model, largest=0)), prompts, space, dfs_at(0.01),
                            lane_guesses)
 
 
 def test_a_model_the_fast_engine_cannot_read_falls_back_to_the_reference_with_one_line(lanes_case, caplog):
     model, space, prompts, lane_guesses = lanes_case
-    with caplog.at_level("WARNING", logger="arc_kit.search.engine"):
+    with caplog.at_level("WARNING", logger="arc_kit.method.engines"):
         engine = make_engine(OutOfMemoryPast(model), "fast")
     assert isinstance(engine, ReferenceEngine)
-    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.search.engine"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "arc_kit.method.engines"]
     assert lines == ["the fast decode engine cannot run this model (OutOfMemoryPast has no model.embed_tokens); "
                      "using the reference engine"]
 
@@ -329,7 +331,7 @@ def test_the_fast_engine_out_of_memory_searches_in_smaller_groups(lanes_case, mo
         return step(tokens, positions)
 
     monkeypatch.setattr(engine, "step", failing_step)
-    results = batched_dfs_search(engine, prompts, space, DfsSettings(0.01), lane_guesses, limit=limit)
+    results = batched_dfs_search(engine, prompts, space, dfs_at(0.01), lane_guesses, limit=limit)
     assert failed == [4] and limit.size == 2
     assert "out of memory with 4 lanes per model call; going on with 2" in caplog.text
     assert_same_as_single_searches(model, space, prompts, lane_guesses, results)

@@ -13,11 +13,13 @@ import pytest
 import torch
 
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.experiments import bench
+from arc_kit.experiments.bench import BenchResult
+from arc_kit.method.answers import AnswerSpace, Completion
+from arc_kit.method.dfs import dfs_search
+from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import load_model
-from arc_kit.run import bench
-from arc_kit.run.bench import BenchResult
-from arc_kit.search.decoding import AnswerSpace, Completion
-from arc_kit.search.dfs import DfsSettings, dfs_search
+from arc_kit.run import bandwidth
 from arc_kit.text import TaskEncoder
 
 
@@ -64,7 +66,7 @@ def test_decode_subtracts_the_prefill_from_both_sides(monkeypatch, loaded, small
     ours, reference = [], []
     for task, (dfs_seconds, greedy_seconds) in zip(tasks, [(2.0, 3.0), (2.5, 4.0), (1.5, 3.5)]):
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
-        calls = dfs_search(model, prompt, space, DfsSettings(0.05)).forward_calls
+        calls = dfs_search(model, prompt, space, SamplerSettings(threshold=0.05)).forward_calls
         assert calls > 0
         ours.append((dfs_seconds - engine_prefill[len(prompt)]) / calls)
         reference.append((greedy_seconds - prefill[len(prompt)]) / 8)
@@ -303,13 +305,13 @@ def test_the_bandwidth_floor_is_weights_and_cache_over_bandwidth():
 
     config = LlamaConfig(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
                          head_dim=128)
-    per_token = bench.kv_bytes_per_token(config, 2)
+    per_token = bandwidth.kv_bytes_per_token(config, 2)
     assert per_token == 114_688
-    floor = bench.decode_floor_seconds(6_425_000_000, 8192, per_token, bench.device_bandwidth("NVIDIA L4"))
+    floor = bandwidth.decode_floor_seconds(6_425_000_000, 8192, per_token, bandwidth.device_bandwidth("NVIDIA L4"))
     assert floor == pytest.approx((6_425_000_000 + 8192 * 114_688) / 300e9)  # about 24.5 ms a step
-    assert bench.device_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
-    assert bench.device_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and bench.device_bandwidth("Tesla T4") == 3.2e11
-    assert bench.device_bandwidth("a card nobody has heard of") is None
+    assert bandwidth.device_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert bandwidth.device_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and bandwidth.device_bandwidth("Tesla T4") == 3.2e11
+    assert bandwidth.device_bandwidth("a card nobody has heard of") is None
 
 
 def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
@@ -318,11 +320,11 @@ def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
     with torch.no_grad():
         cache = model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), use_cache=True).past_key_values
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-    assert bench.kv_bytes_per_token(model.config, 4) * 5 == held
+    assert bandwidth.kv_bytes_per_token(model.config, 4) * 5 == held
     unique = {tensor.data_ptr(): tensor.nbytes for tensor in model.state_dict().values() if tensor.is_floating_point()}
-    assert bench.weight_bytes(model) == sum(unique.values())
+    assert bandwidth.weight_bytes(model) == sum(unique.values())
     note = bench.floor_note(model, [100, 300, 200], 1e-3, "NVIDIA L4")
-    floor = (bench.weight_bytes(model) + 200 * bench.kv_bytes_per_token(model.config, 4)) / 300e9
+    floor = (bandwidth.weight_bytes(model) + 200 * bandwidth.kv_bytes_per_token(model.config, 4)) / 300e9
     assert f"bandwidth floor {floor * 1e3:.3f} ms/token at 300 GB/s (NVIDIA L4)" in note
     assert f"DFS token {1e-3 / floor:.1f}x the floor" in note
     assert bench.floor_note(model, [100], 1e-3, "Mystery GPU") == \
@@ -351,7 +353,7 @@ def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_
 
 
 def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, small_task_set):
-    from arc_kit.run.engine_bench import lane_prompts
+    from arc_kit.experiments.engine_bench import lane_prompts
 
     encoder, task = loaded.encoder(), small_task_set.tasks()[0]
     prompts = lane_prompts(encoder, task)
@@ -363,8 +365,8 @@ def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, sm
 
 def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_set, monkeypatch):
     """What the engine benchmark prints on a GPU, computed here on the CPU with a named card's bandwidth."""
-    from arc_kit.run import engine_bench
-    from arc_kit.search.engine import make_engine
+    from arc_kit.experiments import engine_bench
+    from arc_kit.method.engines import make_engine
 
     engine = make_engine(loaded.model, "fast")
     prompts = engine_bench.lane_prompts(loaded.encoder(), small_task_set.tasks()[0])
@@ -373,8 +375,8 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
     space = AnswerSpace.from_encoder(loaded.encoder())
     lines = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "NVIDIA H100 80GB HBM3")
     decode_bytes = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
-    per_token = bench.kv_bytes_per_token(loaded.model.config, 4)
-    floor = bench.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
+    per_token = bandwidth.kv_bytes_per_token(loaded.model.config, 4)
+    floor = bandwidth.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
     assert lines[0].startswith("engine on NVIDIA H100 80GB HBM3: 1 lane(s), 250 tokens/s per process (4.000 ms/step)")
     assert lines[1].startswith("engine on NVIDIA H100 80GB HBM3: 16 lane(s), 2000 tokens/s per process")
     assert f"{0.008 / floor:.1f}x the bandwidth floor" in lines[1]
@@ -385,7 +387,7 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
 
 
 def test_the_drafts_benchmark_compares_every_setting_with_none_on_the_same_views(loaded, small_task_set, monkeypatch):
-    from arc_kit.run import drafts_bench
+    from arc_kit.experiments import drafts_bench
 
     calls = []
     sample = drafts_bench.Solver.sample

@@ -27,7 +27,8 @@ from arc_kit.cli import build_parser, main  # noqa: E402
 from arc_kit.data.datasets import load_challenges, load_dataset  # noqa: E402
 from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
-from arc_kit.data.tasks import Pair, Task, parse_tasks  # noqa: E402
+from arc_kit.data.task_files import parse_tasks  # noqa: E402
+from arc_kit.data.tasks import Pair, Task  # noqa: E402
 from arc_kit.locking import LOCK_FILE  # noqa: E402
 from arc_kit.outputs import MARKER  # noqa: E402
 

@@ -32,7 +32,8 @@ from arc_kit.data.datasets import (
 )
 from arc_kit.data.grids import grid_problems, to_grid
 from arc_kit.data.jsonio import parse_json, read_json_lines
-from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, parse_tasks, unreadable_keys
+from arc_kit.data.task_files import parse_tasks
+from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet, parse_task, unreadable_keys
 from arc_kit.outputs import MARKER
 
 TASK_ID = "007bbfb7"

@@ -20,14 +20,15 @@ import pytest
 import torch
 from conftest import bigram_model
 
-import arc_kit.search.decoding as decoding_module
+import arc_kit.method.answers as decoding_module
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
+from arc_kit.method.dfs import DEADLINE_BEFORE_START, dfs_search
+from arc_kit.method.engines import make_engine
+from arc_kit.method.reference.caches import new_cache, rewind_cache
+from arc_kit.method.reference.nlls import sequence_nll
+from arc_kit.method.samplers import generate
 from arc_kit.model.loading import create_model
-from arc_kit.search.caches import new_cache, rewind_cache
-from arc_kit.search.decoding import AnswerSpace, answer_log_probs, sequence_nll
-from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.search.engine import make_engine
-from arc_kit.search.samplers import SamplerSettings, generate
-from arc_kit.settings import ENGINE_KINDS
+from arc_kit.settings import ENGINE_KINDS, SamplerSettings
 
 EOS = 14  # <eos> in the 64-symbol vocabulary
 PROMPT = [13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12]  # bos, pre-prompt letters, "I12\n34" and the output prefix
@@ -36,6 +37,11 @@ WITH_NEWLINE = (0, 1, 2, 10, EOS)
 BOUNDARY = 1e-3  # an NLL this close to -ln(T) could fall either side by rounding: pick another T
 MODES = ("full", "answer-mask")
 ANSWER_BOOST = 7.0  # added to the logits of WITH_NEWLINE: they then hold 63-99% of the first token's probability
+
+
+def dfs_at(threshold: float, **caps) -> SamplerSettings:
+    """The DFS's settings at ``threshold`` (``caps``: ``max_forward_calls``, ``draft_tokens``)."""
+    return SamplerSettings(threshold=threshold, **caps)
 
 
 def peaked_model(seed: int, scale: float, boost: float = 0.0):
@@ -202,7 +208,7 @@ def case(request):
 def test_dfs_returns_exactly_the_enumerated_answers(case):
     engine, space, enumerations = case
     for threshold, enumeration in enumerations:
-        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
+        result = dfs_search(engine, PROMPT, space, dfs_at(threshold))
         assert_same_as_reference(result, enumeration)
         # without a guess, one forward call per explored prefix, and the prompt's tokens
         assert result.forward_calls == len(enumeration.prefixes)
@@ -223,7 +229,7 @@ def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
     space = AnswerSpace(SMALL, EOS, 8, mode)
     threshold, enumeration = safe_enumeration(model_for(1, 20.0), space, threshold)
     assert enumeration.dropped > 0
-    result = dfs_search(model_for(1, 20.0), PROMPT, space, DfsSettings(threshold))
+    result = dfs_search(model_for(1, 20.0), PROMPT, space, dfs_at(threshold))
     assert result.dropped["max length"] == enumeration.dropped
     assert all(len(c.ids) <= space.max_length for c in result.completions)
 
@@ -231,7 +237,7 @@ def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
 def test_results_are_sorted_distinct_and_above_the_threshold(case):
     engine, space, enumerations = case
     for threshold, _ in enumerations:
-        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
+        result = dfs_search(engine, PROMPT, space, dfs_at(threshold))
         nlls = [c.nll for c in result.completions]
         assert nlls == sorted(nlls)
         assert len({c.ids for c in result.completions}) == len(result.completions)
@@ -270,7 +276,7 @@ def test_a_guess_never_changes_the_answers(case):
     engine, space, enumerations = case
     for threshold, enumeration in enumerations:
         for name, guess in guesses(engine.model, space, enumeration, threshold).items():
-            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), guess=guess)
+            result = dfs_search(engine, PROMPT, space, dfs_at(threshold), guess=guess)
             try:
                 assert_same_as_reference(result, enumeration)
                 # the guess path's distributions come from the first forward pass: no call is spent on it
@@ -287,7 +293,7 @@ def test_prompt_and_guess_may_be_numpy_arrays(case):
     model, space, enumerations = case
     threshold, enumeration = enumerations[-1]
     for guess in (np.array(enumeration.answers[0][0]), np.array([], dtype=np.int64), np.array([EOS, 3, 3])):
-        result = dfs_search(model, np.array(PROMPT), space, DfsSettings(threshold), guess=guess)
+        result = dfs_search(model, np.array(PROMPT), space, dfs_at(threshold), guess=guess)
         assert_same_as_reference(result, enumeration)
         via_generate = generate(model, np.array(PROMPT), space, SamplerSettings("dfs", threshold=threshold),
                                 guess=guess)
@@ -314,8 +320,8 @@ def test_a_guess_of_the_best_answer_saves_forward_calls(case):
         if not enumeration.answers or len(enumeration.answers[0][0]) < 2:
             continue
         best = list(enumeration.answers[0][0])
-        plain = dfs_search(model, PROMPT, space, DfsSettings(threshold))
-        guided = dfs_search(model, PROMPT, space, DfsSettings(threshold), guess=best)
+        plain = dfs_search(model, PROMPT, space, dfs_at(threshold))
+        guided = dfs_search(model, PROMPT, space, dfs_at(threshold), guess=best)
         assert guided.forward_calls == plain.forward_calls - (len(best) - 1)
         assert guided.forward_calls < plain.forward_calls
         assert [c.ids for c in guided.completions] == [c.ids for c in plain.completions]
@@ -328,11 +334,11 @@ def test_the_forward_call_cap_stops_the_search_and_says_so(kind):
     threshold, enumeration = safe_enumeration(model.model, space, 0.01)
     needed = len(enumeration.prefixes)
     assert needed > 10
-    exact = dfs_search(model, PROMPT, space, DfsSettings(threshold, max_forward_calls=needed))
+    exact = dfs_search(model, PROMPT, space, dfs_at(threshold, max_forward_calls=needed))
     assert exact.capped is None
     assert_same_as_reference(exact, enumeration)
-    for cap in (0, 1, needed // 2, needed - 1):
-        capped = dfs_search(model, PROMPT, space, DfsSettings(threshold, max_forward_calls=cap))
+    for cap in (1, needed // 2, needed - 1):  # 0 the settings refuse (at least 1)
+        capped = dfs_search(model, PROMPT, space, dfs_at(threshold, max_forward_calls=cap))
         assert capped.forward_calls == cap
         assert capped.capped and str(cap) in capped.capped and "cap" in capped.capped
         reference = dict(enumeration.answers)
@@ -344,13 +350,13 @@ def test_the_forward_call_cap_stops_the_search_and_says_so(kind):
 def test_threshold_must_be_a_probability():
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="threshold"):
-            DfsSettings(bad)
-    DfsSettings(1.0)
+            SamplerSettings(threshold=bad)
+    SamplerSettings(threshold=1.0)
 
 
 def test_threshold_one_keeps_only_a_certain_answer():
     space = AnswerSpace(SMALL, EOS, 6)
-    result = dfs_search(model_for(0, 10.0), PROMPT, space, DfsSettings(1.0))
+    result = dfs_search(model_for(0, 10.0), PROMPT, space, dfs_at(1.0))
     assert result.completions == []  # no answer of a random model has probability exactly 1
 
 
@@ -656,19 +662,28 @@ def clock(monkeypatch):
     return fake
 
 
+
+def allowed_calls(model, prompt, space: AnswerSpace, threshold: float, calls: int, clock: FakeClock, guess=None):
+    """The search allowed ``calls`` model calls after its first pass: the sampler's cap, or for none (a cap
+    the settings refuse) a deadline that passes right after the first pass (``clock`` ticks once a reading)."""
+    if calls:
+        return dfs_search(model, prompt, space, dfs_at(threshold, max_forward_calls=calls), guess=guess)
+    return dfs_search(model, prompt, space, dfs_at(threshold), guess=guess, deadline=clock.now + 2)
+
+
 def test_a_deadline_stops_the_search_where_a_call_cap_would(clock):
     space = AnswerSpace(SMALL, EOS, 8)
     model = model_for(1, 10.0)
     threshold, enumeration = safe_enumeration(model, space, 0.01)
-    full = dfs_search(model, PROMPT, space, DfsSettings(threshold))
+    full = dfs_search(model, PROMPT, space, dfs_at(threshold))
     reference = dict(enumeration.answers)
     calls = set()
     for seconds in (2, 3, 6, 12, len(enumeration.prefixes) // 2):
-        stopped = dfs_search(model, PROMPT, space, DfsSettings(threshold), deadline=clock.now + seconds)
+        stopped = dfs_search(model, PROMPT, space, dfs_at(threshold), deadline=clock.now + seconds)
         assert stopped.forward_calls < full.forward_calls
         assert stopped.capped.startswith("deadline reached with ") and "branches left" in stopped.capped
         # what it found is exactly what a search allowed as many model calls finds: right, just not all
-        same = dfs_search(model, PROMPT, space, DfsSettings(threshold, max_forward_calls=stopped.forward_calls))
+        same = allowed_calls(model, PROMPT, space, threshold, stopped.forward_calls, clock)
         assert [c.ids for c in stopped.completions] == [c.ids for c in same.completions]
         assert {c.ids for c in stopped.completions} <= set(reference)
         for completion in stopped.completions:

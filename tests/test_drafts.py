@@ -14,18 +14,17 @@ import numpy as np
 import pytest
 from conftest import bigram_model
 from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, assert_same_as_reference,
-                      engine_for, full_log_probs, model_for, safe_enumeration)
+                      dfs_at, engine_for, full_log_probs, model_for, safe_enumeration)
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
-from arc_kit.run.drafting import draft_source
-from arc_kit.run.analysis import draft_share
-from arc_kit.run.records import SearchStats, TaskRecord, TestResult
-from arc_kit.run.solver import Solver
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace
-from arc_kit.search.dfs import DfsSettings, dfs_search
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
+from arc_kit.experiments.analysis import draft_share
+from arc_kit.method.records import SearchStats, TaskRecord, TestResult
+from arc_kit.method.solver import Solver
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.dfs import dfs_search
+from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup, draft_source
 from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -95,7 +94,7 @@ def test_every_kind_of_draft_returns_exactly_the_enumerated_answers(case):
     for threshold, enumeration in enumerations:
         answers = [ids for ids, _ in enumeration.answers]
         for name, make in draft_kinds(engine.model, space, answers).items():
-            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), drafts=make())
+            result = dfs_search(engine, PROMPT, space, dfs_at(threshold), drafts=make())
             assert_exact(result, enumeration, name, threshold)
 
 
@@ -104,12 +103,12 @@ def test_right_drafts_save_steps_and_wrong_ones_cost_none(case):
     threshold, enumeration = enumerations[-1]
     answers = [ids for ids, _ in enumeration.answers]
     kinds = draft_kinds(engine.model, space, answers)
-    plain = dfs_search(engine, PROMPT, space, DfsSettings(threshold))
-    right = dfs_search(engine, PROMPT, space, DfsSettings(threshold), drafts=kinds["the best answer only"]())
+    plain = dfs_search(engine, PROMPT, space, dfs_at(threshold))
+    right = dfs_search(engine, PROMPT, space, dfs_at(threshold), drafts=kinds["the best answer only"]())
     assert plain.draft_tokens == 0 and plain.forward_calls == len(enumeration.prefixes)
     assert right.draft_accepted >= len(answers[0]) - 2  # the best answer's path, but for its first token and eos
     assert right.forward_calls == plain.forward_calls - right.draft_accepted
-    wrong = dfs_search(engine, PROMPT, space, DfsSettings(threshold),
+    wrong = dfs_search(engine, PROMPT, space, dfs_at(threshold),
                        drafts=kinds["wrong: the least likely token again and again"]())
     assert wrong.draft_tokens > 0 and wrong.forward_calls == plain.forward_calls - wrong.draft_accepted
     assert_exact(wrong, enumeration, "wrong", threshold)
@@ -129,7 +128,7 @@ def test_no_draft_longer_than_the_setting_is_fed(case):
     try:
         for limit in (0, 1, 3):
             fed.clear()
-            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold, draft_tokens=limit),
+            result = dfs_search(engine, PROMPT, space, dfs_at(threshold, draft_tokens=limit),
                                 drafts=Constant([space.allowed_ids[0]] * 40))
             assert_exact(result, enumeration, f"constant, at most {limit}", threshold)
             assert max(fed, default=0) <= limit and sum(fed) == result.draft_tokens
@@ -148,7 +147,7 @@ def test_drafts_and_a_guess_together_return_the_enumerated_answers(case):
         while followed < len(guess) - 1 and tuple(guess[:followed + 1]) in enumeration.prefixes:
             followed += 1
         for name, make in draft_kinds(engine.model, space, answers).items():
-            result = dfs_search(engine, PROMPT, space, DfsSettings(threshold), guess=guess, drafts=make())
+            result = dfs_search(engine, PROMPT, space, dfs_at(threshold), guess=guess, drafts=make())
             assert_exact(result, enumeration, f"{name}, guess {guess}", threshold, followed, len(guess))
 
 
@@ -169,11 +168,11 @@ def test_batched_lanes_with_every_kind_of_draft_equal_brute_force_and_single_sea
         makers = list(draft_kinds(engine.model, space, answers).values())
         prompts = [PROMPT] * len(makers) + OTHER_PROMPTS
         makers += makers[1:1 + len(OTHER_PROMPTS)]  # other prompts, with drafts of answers to PROMPT
-        lanes = batched_dfs_search(engine, prompts, space, DfsSettings(threshold), drafts=[make() for make in makers])
+        lanes = batched_dfs_search(engine, prompts, space, dfs_at(threshold), drafts=[make() for make in makers])
         for prompt, make, lane in zip(prompts, makers, lanes):
             if prompt is PROMPT:
                 assert_same_as_reference(lane, enumeration)
-            assert_same_search(lane, dfs_search(engine, prompt, space, DfsSettings(threshold), drafts=make()))
+            assert_same_search(lane, dfs_search(engine, prompt, space, dfs_at(threshold), drafts=make()))
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
@@ -184,7 +183,7 @@ def test_a_capped_search_with_drafts_finds_only_true_answers_within_its_cap(kind
     threshold, enumeration = safe_enumeration(model_for(seed, scale), space, 0.01)
     reference = dict(enumeration.answers)
     for cap in (1, 3, 6):
-        result = dfs_search(engine, PROMPT, space, DfsSettings(threshold, max_forward_calls=cap),
+        result = dfs_search(engine, PROMPT, space, dfs_at(threshold, max_forward_calls=cap),
                             drafts=AlignedAnswers([], [EOS, 10]))
         assert result.forward_calls == cap and result.capped.startswith(f"forward-call cap of {cap}")
         for completion in result.completions:
@@ -326,4 +325,3 @@ def test_the_drafts_setting_is_checked_and_kept_through_json():
         SamplerSettings(drafts="some")
     with pytest.raises(ValueError, match="draft_tokens"):
         SamplerSettings(draft_tokens=-1)
-    assert DfsSettings.of(SamplerSettings(threshold=0.2, draft_tokens=3)) == DfsSettings(0.2, 20_000, 3)

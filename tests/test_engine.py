@@ -20,15 +20,15 @@ import torch
 from conftest import bigram_model
 
 from arc_kit import progress
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace, answer_log_probs
-from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
-from arc_kit.search.engine import make_engine
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
+from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
+from arc_kit.method.engines import make_engine
 from arc_kit.model.optimization import add_lora
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import score_prompts
-from arc_kit.search.static_engine import StaticEngine, capacity_bucket, lane_bucket
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import score_prompts
+from arc_kit.method.fast.static_engine import StaticEngine, capacity_bucket, lane_bucket
+from arc_kit.settings import SamplerSettings
 
 VOCABULARY = 48
 SHAPE = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -63,6 +63,7 @@ def family_model(name: str):
 FAMILIES = ("llama", "llama-biases-tied-head-dim", "llama3-rope", "mistral", "mistral-window", "qwen2", "qwen3")
 SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "full")  # token 4 plays eos
 SEARCH_SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "answer-mask")  # renormalised: paths deep enough to search
+SEARCH = SamplerSettings(threshold=0.02)  # the searches' DFS on it
 PROMPTS = [[9, *range(20, 40), 5, 6], [9, 30, 31, 32, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
 
 
@@ -124,7 +125,7 @@ def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(famil
     assert isinstance(engine, StaticEngine)
     recorder = Recorder(engine, monkeypatch)
     guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), guesses)
+    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
     assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
     for sequence, row in recorder.rows:
         expected = transformers_nlls(model, sequence, SEARCH_SPACE)
@@ -132,7 +133,7 @@ def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(famil
         np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
     if family == "mistral-window":  # the reference's lane cache holds no sliding window: checked above instead
         return
-    reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, DfsSettings(0.02),
+    reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, SEARCH,
                                    guesses)
     for fast, slow in zip(results, reference):
         assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions]
@@ -193,14 +194,14 @@ def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family,
     engine = make_engine(model, kind)
     recorder = RunRecorder(engine, monkeypatch)
     guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02, draft_tokens=5), guesses,
+    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH.replace(draft_tokens=5), guesses,
                                  drafts=drafts_for_the_search())
     assert len(set(recorder.runs)) > 3 and sum(result.draft_accepted for result in results) > 5  # guard: real runs
     for sequence, row in recorder.rows:
         expected = transformers_nlls(model, sequence, SEARCH_SPACE)
         assert np.array_equal(np.isinf(row), np.isinf(expected))
         np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
-    plain = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), guesses)
+    plain = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
     for drafted, single in zip(results, plain):
         assert [c.ids for c in drafted.completions] == [c.ids for c in single.completions]
         np.testing.assert_allclose([c.nll for c in drafted.completions], [c.nll for c in single.completions],
@@ -228,7 +229,7 @@ def test_every_pass_of_either_engine_ticks_the_heartbeats_step_counter():
         counts = {}
         for name in ("fast", "reference"):
             before = progress.steps()
-            results = batched_dfs_search(make_engine(model, name), PROMPTS, SEARCH_SPACE, DfsSettings(0.02))
+            results = batched_dfs_search(make_engine(model, name), PROMPTS, SEARCH_SPACE, SEARCH)
             assert sum(result.forward_calls for result in results) > 5  # guard: a real search
             counts[name] = (progress.steps() - before,)
             before = progress.steps()
@@ -245,8 +246,8 @@ def test_the_reference_engine_calls_the_model_without_deprecated_keywords(recwar
     # asks the model's forward which one it takes; on the transformers installed here, no FutureWarning
     model = add_lora(family_model("llama"), 4, 8, False, adapter_name="ttt")
     engine = make_engine(model, "reference")
-    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), [None, [1, 2, 4]])
-    batched_dfs_search(engine, PROMPTS[:1], SEARCH_SPACE, DfsSettings(0.02))  # one lane: the dynamic cache
+    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, [None, [1, 2, 4]])
+    batched_dfs_search(engine, PROMPTS[:1], SEARCH_SPACE, SEARCH)  # one lane: the dynamic cache
     score_prompts(engine, PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
     assert not [warning for warning in recwarn if issubclass(warning.category, FutureWarning)]
 
@@ -258,7 +259,7 @@ def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
     other = GPT2LMHeadModel(GPT2Config(vocab_size=VOCABULARY, n_embd=16, n_layer=1, n_head=2))
     for model, reason in ((gelu, "activation 'gelu'"), (other, "architecture 'gpt2'")):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.search.engine"):
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
             engine = make_engine(model, "fast")
         assert isinstance(engine, ReferenceEngine)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
@@ -316,7 +317,7 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
     from arc_kit.settings import SolveSettings, TestTimeSettings
-    from arc_kit.run.solver import Solver
+    from arc_kit.method.solver import Solver
     from arc_kit.data.tasks import Pair, Task
     from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -438,9 +439,9 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
         raise RuntimeError("triton: this GPU is too old\nmore detail")
 
     monkeypatch.setattr(compiled, "_step", broken)
-    with caplog.at_level(logging.WARNING, logger="arc_kit.search.static_engine"):
-        found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
-    expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+    with caplog.at_level(logging.WARNING, logger="arc_kit.method.fast.static_engine"):
+        found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
+    expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
     assert calls == [1] and not compiled.compiled
     assert [record.getMessage() for record in caplog.records] == [
         "compiling the decode step failed (RuntimeError: triton: this GPU is too old); going on with the eager step"]
@@ -450,5 +451,5 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
     monkeypatch.setattr(out_of_memory, "_step", lambda *arguments: (_ for _ in ()).throw(
         torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
     with pytest.raises(torch.OutOfMemoryError):  # left to the search's halving, never taken for a compiler's failure
-        batched_dfs_search(out_of_memory, PROMPTS, SEARCH_SPACE, DfsSettings(0.05))
+        batched_dfs_search(out_of_memory, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
     assert out_of_memory.compiled

@@ -20,17 +20,17 @@ import logging
 import numpy as np
 import pytest
 import torch
-from test_engine import (PROMPTS, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, trained_adapter,
+from test_engine import (PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, trained_adapter,
                          transformers_nlls)
 
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decode_weights import unsupported_reason
-from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.engine import make_engine
-from arc_kit.search.four_bit import FourBitProjection
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.scoring import Candidate, score_prompts, select
-from arc_kit.search.static_engine import StaticEngine
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.fast.decode_weights import unsupported_reason
+from arc_kit.method.engines import make_engine
+from arc_kit.method.fast.four_bit import FourBitProjection
+from arc_kit.method.reference.engine import ReferenceEngine
+from arc_kit.method.scoring import Candidate, score_prompts, select
+from arc_kit.method.fast.static_engine import StaticEngine
+from arc_kit.settings import SamplerSettings
 
 pytest.importorskip("bitsandbytes")
 
@@ -122,11 +122,11 @@ def test_every_step_of_a_4_bit_dfs_with_rewinds_matches_the_transformers_forward
     assert any(isinstance(layer.qkv, FourBitProjection) for layer in engine.weights.layers)  # guard: 4-bit path
     recorder = Recorder(engine, monkeypatch)
     guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02), guesses)
+    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
     assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
     assert_rows_match(model, recorder.rows, tolerance(quantization))
     if family != "mistral-window":  # the reference's lane cache holds no sliding window: checked above instead
-        reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, DfsSettings(0.02),
+        reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, SEARCH,
                                        guesses)
         assert_same_searches(results, reference, tolerance(quantization))
 
@@ -194,7 +194,7 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     np.testing.assert_allclose(engine_nlls(PROMPTS[0]), changed, rtol=0, atol=atol)
     assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
     recorder = Recorder(engine, monkeypatch)  # a search with rewinds under the adapter, row by row
-    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.05), [None, [1, 2, 4]])
+    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05), [None, [1, 2, 4]])
     assert len(recorder.rows) > 10 and recorder.rewinds > 2
     assert_rows_match(peft, recorder.rows, atol)
 
@@ -205,7 +205,7 @@ def test_dfs_and_product_of_experts_choose_the_same_candidates_on_both_engines_i
     chosen, tables = {}, {}
     for kind in ("fast", "reference"):
         engine = make_engine(model, kind)
-        searches = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, DfsSettings(0.02))
+        searches = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH)
         answers = sorted({tuple(c.ids) for search in searches for c in search.completions})
         assert len(answers) >= 3  # guard: something to choose from
         views = score_prompts(engine, PROMPTS, [[list(answer) for answer in answers]] * len(PROMPTS), SPACE)
@@ -227,7 +227,7 @@ def test_quantizations_the_fast_engine_cannot_run_fall_back_with_one_line(caplog
         model = family_model("llama")
         model.config.quantization_config = quantization
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.search.engine"):
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
             engine = make_engine(model, "fast")
         assert isinstance(engine, ReferenceEngine)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()

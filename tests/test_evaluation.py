@@ -1,4 +1,4 @@
-"""Held-out NLL per output token and greedy exactness (arc_kit.run.evaluation), checked against one full forward
+"""Held-out NLL per output token and greedy exactness (arc_kit.experiments.evaluation), checked against one full forward
 per output and against real greedy decoding."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from conftest import bigram_model
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import Pair, Task, TaskSet
+from arc_kit.experiments.evaluation import answer_measures, compare, held_out
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.reference.nlls import sequence_nll
 from arc_kit.model.loading import create_model
-from arc_kit.run.evaluation import answer_measures, compare, held_out
-from arc_kit.search.decoding import AnswerSpace, sequence_nll
 from arc_kit.text import TaskEncoder, Vocabulary
 
 

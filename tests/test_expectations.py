@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from arc_kit.run import expectations
-from arc_kit.run.engine_bench import decode_floor_seconds, kv_bytes_per_token
+from arc_kit.run.bandwidth import decode_floor_seconds, kv_bytes_per_token
 from arc_kit.run.expectations import (
     COMPUTE_RATIO,
     MEASUREMENTS,

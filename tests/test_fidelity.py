@@ -410,7 +410,7 @@ TTT_TRAIN = [Pair(marked(3), marked(3, (4, 5, 6))), Pair(marked(4), marked(4, (7
 def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
     import torch
 
-    from arc_kit.model import ttt
+    from arc_kit.method import ttt
     from arc_kit.model.loading import create_model
 
     sequences = []

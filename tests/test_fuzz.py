@@ -38,11 +38,11 @@ from arc_kit.data.submission import ATTEMPTS, submission_problems, validate_file
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.locking import HOLDER_FILE
+from arc_kit.method.records import TaskRecord, fallback_record, read_records
+from arc_kit.method.solver import Solver
 from arc_kit.outputs import claim_folder
 from arc_kit.run import workers
-from arc_kit.run.records import TaskRecord, fallback_record, read_records
 from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
-from arc_kit.run.solver import Solver
 from arc_kit.run.workers import solve_in_workers
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 

@@ -34,11 +34,12 @@ from pathlib import Path
 
 import pytest
 
-import arc_kit.run.tables as tables
+import arc_kit.experiments.tables as tables
 import arc_kit.sudoku.puzzles as sudoku
 from arc_kit.cli import main
-from arc_kit.run.records import AblationRecord, SamplerRecord, fallback_record
-from arc_kit.run.solver import Solver
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
+from arc_kit.method.records import fallback_record
+from arc_kit.method.solver import Solver
 
 INPUTS = int(os.environ.get("ARC_KIT_FUZZ_INPUTS", "12"))  # about 14 runs each
 SEED = 26

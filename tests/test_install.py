@@ -38,7 +38,7 @@ from arc_kit.data.datasets import export_kaggle, load_challenges, load_dataset
 from arc_kit.data.submission import submission_problems
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.kaggle.dataset_build import IMAGE_MANIFEST, build_dataset
-from arc_kit.run.records import read_records
+from arc_kit.method.records import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the kit and the notebook run on; pip takes the rest of the image's versions as constraints

@@ -33,12 +33,12 @@ from arc_kit.data.submission import build_submission, submission_problems
 from arc_kit.data.tasks import TaskSet
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.kaggle import dataset_build, wheelhouse
+from arc_kit.method.records import TaskRecord, TestResult, read_records
+from arc_kit.method.solver import Solver
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
-from arc_kit.run.records import TaskRecord, TestResult, read_records
 from arc_kit.run.runs import SolveRun, solve
-from arc_kit.run.solver import Solver
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
 
 ROOT = Path(__file__).resolve().parents[1]

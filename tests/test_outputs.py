@@ -22,10 +22,10 @@ import pytest
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_folder
+from arc_kit.method.records import fallback_record
+from arc_kit.method.solver import Solver
 from arc_kit.outputs import MARKER, FolderKind, OutputRefused, claim_file, claim_folder, read_marker
 from arc_kit.provenance import git_commit
-from arc_kit.run.records import fallback_record
-from arc_kit.run.solver import Solver
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,13 +37,13 @@ from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle, find_model_input, notebook_model
+from arc_kit.method.solver import Solver
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.loading import load_model
 from arc_kit.model.memory import parameters, weight_bytes
 from arc_kit.model.shrinking import save_shrunk
 from arc_kit.run.model_check import check_model
 from arc_kit.run.runs import solve
-from arc_kit.run.solver import Solver
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 
 TASK_IDS = ["66e6c45b", "be03b35f"]  # two small ARC-AGI-1 evaluation tasks (one test input each)

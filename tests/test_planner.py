@@ -8,10 +8,10 @@ import pytest
 
 from arc_kit import load_dataset
 from arc_kit.data.submission import submission_problems
+from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
 from arc_kit.run.runs import solve
-from arc_kit.run.solver import Solver
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -142,7 +142,7 @@ MEASURED = SolveSettings(ttt=TestTimeSettings(steps=4), inference_augmentations=
 
 def measured_records(task_ids):
     """Records of a finished run: each task at some rung with its timings, plus ones the speeds must skip."""
-    from arc_kit.run.records import TaskRecord, fallback_record
+    from arc_kit.method.records import TaskRecord, fallback_record
 
     records = {task_id: TaskRecord(task_id, timings={"ttt": 60.0 + index, "generation": 200.0 + 30 * index,
                                                      "scoring": 5.0 + index, "total": 300.0}, rung=index % 2)
@@ -195,7 +195,7 @@ def test_a_part_that_did_not_run_on_the_first_task_is_the_mean_of_the_tasks_it_r
 
 
 def write_measured_run(folder, kaggle_files, task_ids):
-    from arc_kit.run.records import append_record
+    from arc_kit.method.records import append_record
     from arc_kit.run.runs import RECORDS_FILE, open_run
 
     open_run(folder, MEASURED, {"dataset": str(kaggle_files.challenges)})

@@ -18,13 +18,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import arc_kit.run.tables as tables
+import arc_kit.experiments.tables as tables
 from arc_kit.cli import main
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
+from arc_kit.experiments.tables import ABLATION_STAGES, run_ablation, run_table
 from arc_kit.locking import LOCK_FILE
-from arc_kit.outputs import MARKER
-from arc_kit.run.records import (
-    AblationRecord,
-    SamplerRecord,
+from arc_kit.method.records import (
     SearchStats,
     TaskRecord,
     TestResult,
@@ -33,6 +32,8 @@ from arc_kit.run.records import (
     read_records,
     write_records,
 )
+from arc_kit.method.scoring import Candidate
+from arc_kit.outputs import MARKER
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_FILE,
@@ -48,8 +49,6 @@ from arc_kit.run.runs import (
     run_records,
     task_ids_digest,
 )
-from arc_kit.run.tables import ABLATION_STAGES, run_ablation, run_table
-from arc_kit.search.scoring import Candidate
 from arc_kit.settings import SOLVE_PRESETS, SamplerSettings, SolveSettings, TestTimeSettings
 
 LATER = {"from_a_later_kit": {"nested": [1, 2]}}  # a field no kit knows yet
@@ -338,7 +337,7 @@ def test_two_solve_runs_started_together_on_one_folder_solve_each_task_once(tmp_
     """Two ``arc-kit solve`` processes on one ``--out``: one holds the folder, the other is refused naming it (or,
     started after the first ended, finds every task done); one complete submission, one record per task."""
     from arc_kit.data.submission import submission_problems
-    from arc_kit.data.tasks import parse_tasks
+    from arc_kit.data.task_files import parse_tasks
 
     challenges, _ = split_kaggle({f"task{index:02d}": make_task_json(seed=index) for index in range(8)})
     (tmp_path / "challenges.json").write_text(json.dumps(challenges))

@@ -18,11 +18,12 @@ import pytest
 import torch
 
 from arc_kit.data.augmentation import Augmentation
-import arc_kit.search.samplers as samplers_module
-import arc_kit.search.scoring as scoring_module
-from arc_kit.search.decoding import AnswerSpace, score_answers, sequence_nll
+import arc_kit.method.samplers as samplers_module
+import arc_kit.method.scoring as scoring_module
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.reference.nlls import score_answers, sequence_nll
 from arc_kit.model.loading import create_model
-from arc_kit.search.scoring import (
+from arc_kit.method.scoring import (
     AGGREGATIONS,
     Candidate,
     augmented_nlls,
@@ -152,7 +153,7 @@ def test_the_nll_primitive_lives_beside_its_reference_and_generation_does_not_im
     tree = ast.parse(Path(samplers_module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "arc_kit.search.decoding" in imported and not {"arc_kit.search.scoring", "scoring"} & imported
+    assert "arc_kit.method.answers" in imported and not {"arc_kit.method.scoring", "scoring"} & imported
 
 
 def test_scoring_leaves_the_model_and_global_state_alone(model, space):

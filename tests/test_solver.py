@@ -20,23 +20,24 @@ import pytest
 from conftest import bigram_model, eos_model
 from test_dfs import FakeClock, prefers_a_foreign_token
 
-import arc_kit.search.decoding as decoding_module
-import arc_kit.run.solver as solver_module
-import arc_kit.model.ttt as ttt_module
+import arc_kit.method.answers as decoding_module
+import arc_kit.method.solver as solver_module
+import arc_kit.method.ttt as ttt_module
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
-from arc_kit.search.decoding import Completion, SearchResult
-from arc_kit.search.dfs import DEADLINE_BEFORE_START
+from arc_kit.method.answers import Completion, SearchResult
+from arc_kit.method.dfs import DEADLINE_BEFORE_START
 from arc_kit.data.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.model.loading import load_model
-from arc_kit.run.records import AblationRecord, SamplerRecord, TaskRecord, read_records
+from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
+from arc_kit.method.records import TaskRecord, read_records
 from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.run.solver import Solver
-from arc_kit.search.scoring import augmented_nlls
+from arc_kit.method.solver import Solver
+from arc_kit.method.scoring import augmented_nlls
 from arc_kit.data.submission import build_submission, score_submission, submission_problems
-from arc_kit.run.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
+from arc_kit.experiments.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
 from arc_kit.data.tasks import Pair
 from arc_kit.text import NotAGridError, TaskEncoder, Vocabulary
 

@@ -28,7 +28,8 @@ from arc_kit.data.submission import (
     validate_file,
     write_submission,
 )
-from arc_kit.data.tasks import InvalidDataError, parse_tasks
+from arc_kit.data.task_files import parse_tasks
+from arc_kit.data.tasks import InvalidDataError
 
 ZERO = [[0]]
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from arc_kit.data.tasks import Pair
-from arc_kit.run.records import TaskRecord, TestResult
-from arc_kit.search.scoring import Candidate
+from arc_kit.method.records import TaskRecord, TestResult
+from arc_kit.method.scoring import Candidate
 from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,
@@ -300,3 +300,27 @@ def test_evaluation_follows_the_solver_defaults():
             assert getattr(solve, item.name) == getattr(default, item.name), item.name
     with pytest.raises(ValueError, match="threshold"):
         SudokuEvalSettings(threshold=0.0)
+
+
+def test_the_fields_sudoku_shares_with_the_solver_are_declared_once():
+    """Each shared field takes the solver's range, flag and check (``setting_like``), with Sudoku's own default."""
+    from dataclasses import fields
+
+    from arc_kit.settings import SamplerSettings, SolveSettings
+    from arc_kit.sudoku.experiment import SudokuEvalSettings
+
+    sources = {item.name: item for cls in (SamplerSettings, SolveSettings) for item in fields(cls)}
+    shared = {"threshold", "inference_augmentations", "scoring_augmentations", "max_forward_calls", "batched", "seed"}
+    for item in fields(SudokuEvalSettings):
+        if item.name not in shared:
+            continue
+        source = sources[item.name].metadata
+        assert item.metadata["bounds"] is source["bounds"] and item.metadata["flag"] == source["flag"], item.name
+        assert item.metadata["help"] != source["help"], item.name  # its own reason, for its own default
+    assert {item.name for item in fields(SudokuEvalSettings)} - shared == {"greedy_check"}
+    assert SudokuEvalSettings().inference_augmentations == 8 and SolveSettings().inference_augmentations == 16
+    assert SudokuEvalSettings().batched is False and sources["batched"].metadata["neutral"] is False
+    assert [item.metadata["neutral"] for item in fields(SudokuEvalSettings) if item.name == "batched"] == [True]
+    for field_name, bad in (("max_forward_calls", 0), ("scoring_augmentations", -1), ("seed", -1)):
+        with pytest.raises(ValueError, match=field_name):
+            SudokuEvalSettings(**{field_name: bad})

@@ -27,6 +27,7 @@ import torch
 import arc_kit
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import Pair, TaskSet
+from arc_kit.method.ttt import TestTimeTrainer
 from arc_kit.model.deltas import OLDEST_PEFT_LORA_KEYS
 from arc_kit.model.loading import create_model, load_model, token_budget_of
 from arc_kit.model.optimization import embedding_module_names, parameter_groups
@@ -45,7 +46,6 @@ from arc_kit.model.training_data import (
     sample_sequence,
 )
 from arc_kit.model.training_log import LOG_COLUMNS
-from arc_kit.model.ttt import TestTimeTrainer
 from arc_kit.provenance import git_commit
 from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
 from arc_kit.text import EOS, TaskEncoder, TaskTooLongError, Vocabulary
@@ -624,7 +624,7 @@ def ttt_task(training_set):
 
 
 def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
-    from arc_kit.model import ttt
+    from arc_kit.method import ttt
 
     loaded = load_model(trained.folder, device="cpu")
     encoder = loaded.encoder(max_len=PROMPT_BUDGET)

@@ -23,10 +23,10 @@ import pytest
 from arc_kit.run import calibration, worker_process, worker_slots, workers
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model.loading import load_model
-from arc_kit.run.records import read_records
+from arc_kit.method.records import read_records
 from arc_kit.run.runs import solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
-from arc_kit.run.solver import Solver
+from arc_kit.method.solver import Solver
 from arc_kit.data.submission import submission_problems
 from arc_kit.run.workers import WatchdogSettings, solve_in_workers
 
@@ -202,7 +202,7 @@ FAKE_WORKER = """
 import json, os, sys, time
 import numpy as np
 from arc_kit.run import worker_process
-from arc_kit.run.records import TaskRecord, TestResult
+from arc_kit.method.records import TaskRecord, TestResult
 
 behaviour = json.loads(os.environ["FAKE_BEHAVIOUR"])
 marks = os.environ["FAKE_MARKS"]  # one empty file per try of a task: <task>.<try>.<pid>

@@ -1,7 +1,7 @@
 """The ``arc-kit bench`` command: benchmarks that print ratios (DFS vs greedy decoding, prefix-reusing scoring,
 the decode engines, the speculative DFS's drafts).
 
-It parses and prints the lines ``run.bench`` yields; it knows nothing of how each benchmark measures.
+It parses and prints the lines ``experiments.bench`` yields; it knows nothing of how each benchmark measures.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def setup_bench(parser):
                     "prompt tokens (default: 30)", at_least=1, default=None)
     number_argument(parser, "--max-prompt", int, "skip tasks whose prompt is longer than this many tokens (default: "
                     "%(default)s)", at_least=1, default=4096)
-    from arc_kit.run.bench import BENCHMARKS, DEFAULT_BENCHMARKS
+    from arc_kit.experiments.bench import BENCHMARKS, DEFAULT_BENCHMARKS
 
     parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
                         help="benchmarks to run (default: all but drafts)")
@@ -46,7 +46,7 @@ def setup_bench(parser):
                         help="--which engine: compile the fast engine's step (default: %(default)s: on a GPU only)")
 
     def run(args):
-        from arc_kit.run import bench
+        from arc_kit.experiments import bench
 
         model = None if args.llama_3b_shaped else str(model_path(args))
         for line in bench.run_benchmarks(model, load_given_tasks(args),

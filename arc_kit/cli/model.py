@@ -1,7 +1,7 @@
 """The ``arc-kit`` commands on models: pretrain, create-model, shrink, base, check-model (ready for the competition?)
 and held-out (how well models know held-out answers).
 
-Each parses, makes one call into ``arc_kit.model`` (or ``run.evaluation``) and prints; how a model is trained,
+Each parses, makes one call into ``arc_kit.model`` (or ``experiments.evaluation``) and prints; how a model is trained,
 built or measured lives there, not here.
 """
 
@@ -186,7 +186,7 @@ def setup_held_out(parser):
 
     def run(args):
         from arc_kit.data.jsonio import write_json_atomically
-        from arc_kit.run.evaluation import compare_models, markdown_table
+        from arc_kit.experiments.evaluation import compare_models, markdown_table
 
         if args.out:  # before the models run: a file of the user's is never replaced
             claim_file(args.out, "held-out", own=_is_held_out_file)

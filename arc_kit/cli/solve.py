@@ -28,7 +28,7 @@ from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 
 
 def _run_solve(args) -> int:
-    from arc_kit.run.analysis import draft_share
+    from arc_kit.experiments.analysis import draft_share
     from arc_kit.run.outcome import outcome_parts
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
@@ -78,8 +78,8 @@ def setup_worker(parser):
 
 def _table(which: str):
     def run(args):
+        from arc_kit.experiments.tables import run_table
         from arc_kit.run.runs import dataset_info
-        from arc_kit.run.tables import run_table
 
         loaded = load_given_tasks(args)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,

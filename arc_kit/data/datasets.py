@@ -31,7 +31,8 @@ from typing import Any
 from arc_kit.data.grids import MAX_SIDE, grid_problems, json_type_name, to_grid
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
-from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task, parse_tasks
+from arc_kit.data.task_files import parse_tasks
+from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task
 from arc_kit.names import file_name, shown
 from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
 

@@ -37,7 +37,8 @@ from arc_kit.data.grids import (
     json_type_name,
 )
 from arc_kit.data.jsonio import read_json, write_json_atomically
-from arc_kit.data.tasks import InvalidDataError, TaskSet, parse_tasks, repeated_keys, unreadable_keys
+from arc_kit.data.task_files import parse_tasks
+from arc_kit.data.tasks import InvalidDataError, TaskSet, repeated_keys, unreadable_keys
 from arc_kit.names import shown
 
 if TYPE_CHECKING:

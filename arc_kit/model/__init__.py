@@ -3,8 +3,8 @@
 ``loading`` (model folders, base + delta), ``checks`` (a folder checked before anything is allocated),
 ``memory`` (what a model needs, from its config), ``bases`` and ``gguf_tokenizer`` (pretrained bases read
 from GGUF), ``shrinking`` (the vocabulary cut to the grid alphabet), ``training_data``, ``training``
-and ``optimization`` (the fine-tune), ``ttt`` (test-time training). It may import ``text``,
-``data`` and the floors below; it knows nothing of decoding, search or runs.
+and ``optimization`` (the fine-tune, whose pieces test-time training, ``method.ttt``, uses too). It
+may import ``text``, ``data`` and the floors below; it knows nothing of decoding, search or runs.
 """
 
 from arc_kit.lazy import lazy_exports
@@ -12,5 +12,4 @@ from arc_kit.lazy import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "loading": ("LoadSettings", "create_model", "default_model_path", "load_model"),
     "training": ("pretrain",),
-    "ttt": ("TestTimeTrainer",),
 })

@@ -156,7 +156,7 @@ class MemoryNeeds:
 def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(), four_bit: bool | None = None,
           tokens: int | None = None, fast_engine: bool = True) -> MemoryNeeds:
     """The memory of ``architecture`` on a GPU (16-bit values) at ``settings``: weights (4-bit when the config
-    says so or ``four_bit``), the fast engine's copy of them (counted at their size, when it runs the model),
+    says so or ``fast.four_bit``), the fast engine's copy of them (counted at their size, when it runs the model),
     test-time training at the token budget, and the KV cache of the default lanes (one per inference
     augmentation) at the token budget."""
     budget = min(tokens or settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)

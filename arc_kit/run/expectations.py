@@ -4,7 +4,7 @@ Each part of a solve (``planner.PARTS``) calls the model in its own way: a test-
 sequence, a decode step of all of a search's lanes, a scoring forward of one prompt. A call costs a host
 overhead that grows with the model's layers (Python, kernel launches: the framework's, not the GPU's)
 plus the least time the GPU needs for it times a ratio: for a decode step its memory-bandwidth floor
-(``engine_bench.decode_floor_seconds``: the weights and the lanes' cache read once), for training and
+(``bandwidth.decode_floor_seconds``: the weights and the lanes' cache read once), for training and
 scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead and ratio comes from a
 measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
 out from it below, not chosen:
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from arc_kit.model.bases import built_folder
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
-from arc_kit.run.engine_bench import decode_floor_seconds, device_bandwidth
+from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth
 from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
 from arc_kit.settings import SolveSettings
 
@@ -79,7 +79,7 @@ class ModelShape:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes one token adds to a 16-bit KV cache (as ``engine_bench.kv_bytes_per_token``)."""
+        """Bytes one token adds to a 16-bit KV cache (as ``bandwidth.kv_bytes_per_token``)."""
         return self.layers * 2 * self.kv_heads * self.head_dim * 2
 
     def forward_flops(self, context: float) -> float:
@@ -151,7 +151,7 @@ def _gpu(name: str, memory_gb: float, tflops: float, bandwidth: float | None = N
     return Device(name, memory_gb * 1e9, tflops * 1e12, bandwidth or device_bandwidth(name))
 
 
-# The makers' data sheets; the more specific names first. Bandwidth: engine_bench.PEAK_BANDWIDTH.
+# The makers' data sheets; the more specific names first. Bandwidth: bandwidth.PEAK_BANDWIDTH.
 GPUS = (_gpu("H200", 141, 989), _gpu("H100 PCIe", 80, 756), _gpu("H100", 80, 989), _gpu("A100", 80, 312),
         _gpu("L4", 24, 121), _gpu("T4", 16, 65), _gpu("RTX 4090", 24, 165, 1.008e12))
 

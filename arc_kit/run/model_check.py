@@ -12,7 +12,7 @@ competition's L4 by default). ``kaggle build`` stops on a no-go before it writes
 submission notebook runs the check before any work.
 
 Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
-sizes ``model.memory``'s, the engine's verdict ``search.decode_weights``'.
+sizes ``model.memory``'s, the engine's verdict ``method.fast.decode_weights``'.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _tokenizer(check: ModelCheck, folder: Path) -> None:
 
 def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
     """Whether the fast decode engine runs the model: its own verdict on the model built on the meta device."""
-    from arc_kit.search.decode_weights import unsupported_reason
+    from arc_kit.method.fast.decode_weights import unsupported_reason
 
     if not config:
         check.lines.append("fast engine: known once the base is built")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from arc_kit.data.submission import Score
-from arc_kit.run.records import TaskRecord
+from arc_kit.method.records import TaskRecord
 
 
 def answered_by_model(record: TaskRecord) -> bool:

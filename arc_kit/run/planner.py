@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from arc_kit.data.tasks import Task, TaskSet
-from arc_kit.run.records import FALLBACK_RUNG, TaskRecord
+from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET, Settings, SolveSettings, ladder, setting
 from arc_kit.text import TaskEncoder
 

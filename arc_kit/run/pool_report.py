@@ -9,8 +9,8 @@ import logging
 import math
 import time
 
+from arc_kit.method.records import TaskRecord
 from arc_kit.run.planner import Planner, hours
-from arc_kit.run.records import TaskRecord
 from arc_kit.run.runs import task_line
 from arc_kit.run.worker_slots import WorkerSlot
 

@@ -35,12 +35,7 @@ from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atom
 from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
 from arc_kit.locking import HOLDER_FILE, LOCK_FILE, hold_folder
-from arc_kit.model.loading import load_encoder
-from arc_kit.names import encoded, file_name, shown
-from arc_kit.outputs import FolderKind, check_folder, claim_folder
-from arc_kit.run.expectations import speeds_for_model
-from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
-from arc_kit.run.records import (
+from arc_kit.method.records import (
     FALLBACK_RUNG,
     TaskRecord,
     answers_from_records,
@@ -49,7 +44,12 @@ from arc_kit.run.records import (
     read_records,
     record_table,
 )
-from arc_kit.run.solver import Solver
+from arc_kit.method.solver import Solver
+from arc_kit.model.loading import load_encoder
+from arc_kit.names import encoded, file_name, shown
+from arc_kit.outputs import FolderKind, check_folder, claim_folder
+from arc_kit.run.expectations import speeds_for_model
+from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
 from arc_kit.settings import SolveSettings, ladder
 
 logger = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.method.records import TaskRecord, read_records
 from arc_kit.names import shown
 from arc_kit.run.calibration import CALIBRATION_FILE
-from arc_kit.run.records import TaskRecord, read_records
 from arc_kit.run.runs import RECORDS_FILE
 from arc_kit.run.worker_process import ASSIGNMENT_FILE, HEARTBEAT_FILE, READY_FILE
 from arc_kit.settings import Settings, setting

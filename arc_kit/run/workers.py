@@ -43,6 +43,8 @@ from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
 from arc_kit.locking import holding_folder
+from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record, write_records
+from arc_kit.method.solver import Solver
 from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.loading import (
     DELTA_INDEX,
@@ -58,7 +60,6 @@ from arc_kit.run.calibration import calibrate, calibration_settings, calibration
 from arc_kit.run.expectations import first_speeds, visible_gpu_name
 from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, measure
 from arc_kit.run.pool_report import PoolReport
-from arc_kit.run.records import TaskRecord, answers_from_records, fallback_record, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_KIND,
@@ -69,7 +70,6 @@ from arc_kit.run.runs import (
     solve,
     write_scores,
 )
-from arc_kit.run.solver import Solver
 from arc_kit.run.worker_process import run_worker
 from arc_kit.run.worker_slots import (
     WatchdogSettings,

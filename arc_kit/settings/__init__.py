@@ -26,6 +26,7 @@ from arc_kit.settings.base import (
     options,
     replace_path,
     setting,
+    setting_like,
 )
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
@@ -78,6 +79,7 @@ __all__ = [
     "options",
     "replace_path",
     "setting",
+    "setting_like",
     "smoke",
     "solve_preset",
     "training_preset",

@@ -1,12 +1,13 @@
 """What every settings dataclass shares: the ``setting`` field, the ``Settings`` base, and the paths and options of fields.
 
-``setting`` makes a dataclass field that carries its reason (``help``), which is also what ``--help``
-prints: the command line is generated from these fields (``options``), so it cannot disagree with
+``setting`` makes a dataclass field that carries its reason (``help``), which is also what
+``--help`` prints (``setting_like``: a field declared on another settings class, with a default of
+its own): the command line is generated from these fields (``options``), so it cannot disagree with
 what runs. A number's range is declared on its field too (``Bounds``: ``at_least``, ``above``,
 ``at_most``, ``below``): every settings object checks its numbers as it is made (finite, whole where
 the field is an int, within range), and the command line checks the same range as it parses, showing
-it in ``--help``. ``Settings`` gives every settings dataclass ``replace``, ``to_json``/``from_json`` and
-``result_json``. ``from_json`` reads what an older or newer kit wrote: fields it does not know
+it in ``--help``. ``Settings`` gives every settings dataclass ``replace``, ``to_json``/``from_json``
+and ``result_json``. ``from_json`` reads what an older or newer kit wrote: fields it does not know
 are dropped (or refused, with ``strict``), fields missing take their defaults.
 
 This module needs only the standard library; it knows nothing of any stage's settings, nor of models,
@@ -119,6 +120,14 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | N
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
 
+
+
+def setting_like(source: type, name: str, default: Any, help: str, **changes: Any):
+    """A field declared once elsewhere (field ``name`` of settings class ``source``), here with its own
+    ``default`` and ``help``: its range, flag, choices and neutrality are the source field's (``changes``
+    replaces some: ``neutral=True``, say), so that both check a value the same way."""
+    metadata = {**{item.name: item for item in dataclasses.fields(source)}[name].metadata, "help": help, **changes}
+    return field(default=default, metadata=metadata)
 
 class Settings:
     """What every settings dataclass can do: replace, to and from JSON, compare on what matters; its numbers are

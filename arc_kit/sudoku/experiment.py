@@ -28,11 +28,19 @@ import numpy as np
 from arc_kit.data.grids import grid_key, grid_to_json
 from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
+from arc_kit.experiments.analysis import threshold_curve
+from arc_kit.method.records import TaskRecord, TestResult
+from arc_kit.method.scoring import select
 from arc_kit.outputs import FolderKind, claim_folder, small_json
-from arc_kit.run.analysis import threshold_curve
-from arc_kit.run.records import TaskRecord, TestResult
-from arc_kit.search.scoring import select
-from arc_kit.settings import SequenceSettings, Settings, SolveSettings, TrainingSettings, setting
+from arc_kit.settings import (
+    SamplerSettings,
+    SequenceSettings,
+    Settings,
+    SolveSettings,
+    TrainingSettings,
+    setting,
+    setting_like,
+)
 from arc_kit.sudoku.puzzles import (
     SudokuAugmentation,
     SudokuPool,
@@ -87,22 +95,25 @@ class SudokuEvalSettings(Settings):
     """The paper's Sudoku setting: no test-time training, DFS at T = 1%, PoE over 8 augmentations, top-1.
 
     Everything else (the aggregation, how an answer's NLL is read) is the solver's default
-    (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes.
+    (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes. The fields it
+    shares with the solver's settings are theirs (``setting_like``: the same range, flag and check),
+    with the Sudoku experiment's defaults.
     """
 
-    threshold: float = setting(0.01, "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)", above=0,
-                               at_most=1)
-    inference_augmentations: int = setting(8, "views DFS runs under, the identity first (the paper: 8)",
-                                           flag="--augmentations", at_least=1, at_most=1024)
-    scoring_augmentations: int = setting(8, "fresh views the product of experts multiplies over", at_least=0,
-                                         at_most=1024)
-    max_forward_calls: int = setting(20_000, "cap on single-token calls per search; a capped search is counted "
-                                     "in the metrics", at_least=1)
-    batched: bool = setting(False, "DFS lanes of the views after the first together, and scoring views "
-                            "together: the same candidates unless a cap is hit", neutral=True)
+    threshold: float = setting_like(SamplerSettings, "threshold", 0.01,
+                                    "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)")
+    inference_augmentations: int = setting_like(SolveSettings, "inference_augmentations", 8,
+                                                "views DFS runs under, the identity first (the paper: 8)")
+    scoring_augmentations: int = setting_like(SolveSettings, "scoring_augmentations", 8,
+                                              "fresh views the product of experts multiplies over")
+    max_forward_calls: int = setting_like(SamplerSettings, "max_forward_calls", 20_000,
+                                          "cap on single-token calls per search; a capped search is counted in the "
+                                          "metrics")
+    batched: bool = setting_like(SolveSettings, "batched", False, "DFS lanes of the views after the first together, "
+                                 "and scoring views together: the same candidates unless a cap is hit", neutral=True)
     greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
                                  "count the empty cells it gets right: a diagnostic, not the paper's recipe")
-    seed: int = setting(0, "with the puzzle id, seeds the augmentations", at_least=0, below=2**63)
+    seed: int = setting_like(SolveSettings, "seed", 0, "with the puzzle id, seeds the augmentations")
 
     def solve_settings(self) -> SolveSettings:
         default = SolveSettings()
@@ -118,7 +129,7 @@ CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
 
 def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEvalSettings) -> TaskRecord:
     """Candidates by DFS under the inference views, PoE scores under the scoring views, one attempt."""
-    from arc_kit.run.solver import task_rng
+    from arc_kit.method.solver import task_rng
 
     started = time.monotonic()
     rng = task_rng(settings.seed, puzzle_id, "sudoku")
@@ -239,10 +250,10 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     from tqdm.auto import tqdm
 
     from arc_kit.data.jsonio import read_json
+    from arc_kit.method.records import append_record, read_records
+    from arc_kit.method.solver import Solver
     from arc_kit.model.loading import LoadSettings, load_model
     from arc_kit.provenance import run_info
-    from arc_kit.run.records import append_record, read_records
-    from arc_kit.run.solver import Solver
 
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}

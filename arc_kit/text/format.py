@@ -1,7 +1,7 @@
 """The text format of tasks: how a task is written as text, and how an answer's text is read back.
 
-The default ``TextFormat`` is the one the method's authors trained their released models with
-(``../shared/docs/method-notes.md``)::
+The default ``TextFormat`` is the one the method's authors trained their released models with (their
+code, da-fr/Product-of-Experts-ARC-Paper, is in the sources of ``docs/method.md``)::
 
     <bos>ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjklmnpqrstuvwxyz     pre-prompt, once
     I012\\n345\\n+/-=O678\\n901\\n<eos>                           a train pair

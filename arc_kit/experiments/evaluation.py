@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.data.tasks import TaskSet
-from arc_kit.search.decoding import AnswerSpace, answer_log_probs
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
 from arc_kit.text import TaskEncoder, TaskTooLongError
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.search.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
+from arc_kit.method.fast.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length

@@ -8,7 +8,7 @@ matrix made once per step from the model's own rope tables), writes each token's
 its position into the static cache with one ``index_put_``, attends with the query heads grouped
 over their key and value head (never expanded) under a mask ``column <= position`` (and the
 layer's sliding window), and runs the MLP with one matmul for gate and up. It ends with the
-next-token NLLs of every token under ``decoding.answer_log_probs``. It has no Python branches on
+next-token NLLs of every token under ``answers.answer_log_probs``. It has no Python branches on
 values, no host synchronisation and no allocation that depends on the data, so
 ``torch.compile(fullgraph=True)`` takes it whole (one graph per rows and run length); eagerly,
 ``used`` (the columns any token can see) limits attention to the columns in use.
@@ -30,7 +30,7 @@ buckets, searches or tasks.
 
 from __future__ import annotations
 
-from arc_kit.search.decoding import answer_log_probs
+from arc_kit.method.answers import answer_log_probs
 
 
 def normalized(hidden, eps: float):

@@ -16,8 +16,6 @@ tokens, the framework overhead line: what each engine costs beyond the arithmeti
 also gives the fast engine's tokens per second per process for 1 and 16 lanes and its time against
 the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache read
 once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
-
-Also home of the bandwidth floor's helpers, which ``bench`` shares.
 """
 
 from __future__ import annotations
@@ -32,41 +30,12 @@ import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Task
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.engines import make_engine
 from arc_kit.model.optimization import add_lora
-from arc_kit.search.decoding import AnswerSpace
-from arc_kit.search.engine import make_engine
+from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
 from arc_kit.settings import SolveSettings, TestTimeSettings
 from arc_kit.text import TaskEncoder
-
-# Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch
-# gives the device; the first match counts (the more specific names first).
-PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12),
-                  ("A100 80GB PCIe", 1.935e12), ("A100-SXM4-80GB", 2.039e12), ("A100", 1.555e12),
-                  ("A10G", 6.0e11), ("L4", 3.0e11), ("T4", 3.2e11), ("P100", 7.32e11))
-
-
-def device_bandwidth(name: str) -> float | None:
-    """The peak memory bandwidth of a GPU named ``name`` (bytes per second), or None if not in the table."""
-    return next((bandwidth for part, bandwidth in PEAK_BANDWIDTH if part in name), None)
-
-
-def weight_bytes(model) -> int:
-    """Bytes of the model's parameters (a tied embedding and head counted once)."""
-    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
-
-
-def kv_bytes_per_token(config, element_bytes: int) -> int:
-    """Bytes one token adds to a KV cache: layers x (keys and values) x KV heads x head dim x element size."""
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return config.num_hidden_layers * 2 * heads * head_dim * element_bytes
-
-
-def decode_floor_seconds(weights: int, cache_tokens: int, bytes_per_token: int, bandwidth: float) -> float:
-    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of
-    ``cache_tokens`` tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
-    return (weights + cache_tokens * bytes_per_token) / bandwidth
-
 
 LANES = 16
 OVERHEAD_PROMPT = 64  # the overhead line's prompts: short, so that the cache's reads do not hide the framework's
@@ -209,7 +178,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
                  compile: str = SolveSettings().engine_compile) -> EngineBenchResult:
     """The fast engine's step against the reference's, 16 lanes, at real width and at width 64 (module docstring).
 
-    ``compile``: the fast engine's ``engine.make_engine`` option (auto: compiled on a GPU only).
+    ``compile``: the fast engine's ``engines.make_engine`` option (auto: compiled on a GPU only).
     """
     if not tasks:
         raise ValueError("the engine benchmark needs a task (its prompts)")

@@ -12,32 +12,91 @@ is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in
 a token at position p forgets everything the lane held at p and after: that is the DFS's rewind.
 ``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that
 order; ``release()`` ends the search; ``steps`` counts the steps made. NLLs are
-``-answer_log_probs`` under the space given to ``start`` (``decoding.answer_log_probs``), as
+``-answer_log_probs`` under the space given to ``start`` (``answers.answer_log_probs``), as
 float64 numpy rows.
 
 Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
 prompt run once and its keys and values reused by all its answers, in as few batched calls as
-memory allows (out of memory, the answers per call and then the prompts per call are halved,
-``decoding.with_halving``); an engine supplies the two calls it is made of, ``prompt_prefixes``
+memory allows (out of memory, the answers per call and then the prompts per call are halved:
+``with_halving`` makes a call again with half the rows, ``BatchLimit``, down to one, and every
+batched call of the searches does the same); an engine supplies the two calls it is made of, ``prompt_prefixes``
 and ``nlls_after``.
 
 ``refresh()`` makes an engine read its model's weights again after they changed (a test-time
 adapter trained, reset, enabled or disabled). ``model`` is the transformers model the engine reads
 (the reference-only samplers, stochastic sampling and beam search, call its ``generate``).
 
-Implementations: ``reference_engine.ReferenceEngine`` (transformers' forward and caches, the
-trusted reference) and ``static_engine.StaticEngine`` (the fast one); ``engine.make_engine``
+Implementations: ``reference.engine.ReferenceEngine`` (transformers' forward and caches, the
+trusted reference) and ``fast.static_engine.StaticEngine`` (the fast one); ``engines.make_engine``
 chooses. Knows nothing of tasks, grids or which model family runs underneath.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, with_halving
+from arc_kit.method.answers import AnswerSpace
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def out_of_memory_errors() -> tuple[type, ...]:
+    """The errors of an allocation the accelerator could not make (``torch.OutOfMemoryError`` where it exists)."""
+    import torch
+
+    return tuple({torch.cuda.OutOfMemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)})
+
+
+def release_memory() -> None:
+    """Return what an interrupted model call left to the allocator (after an out-of-memory error)."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class BatchLimit:
+    """The most rows one batched model call may take: any number at first, halved after each out-of-memory error.
+
+    A caller that keeps one across calls never tries again a size that ran out of memory.
+    """
+
+    what: str  # what a row is, for the log: "lanes", "prompts", "answers"
+    size: int | None = None  # None: as many as asked
+
+    def take(self, wanted: int) -> int:
+        return wanted if self.size is None else max(1, min(wanted, self.size))
+
+    def halve(self, tried: int) -> None:
+        """After ``tried`` rows ran out of memory: at most half as many from now on."""
+        self.size = max(1, min(self.size or tried, tried // 2))
+        logger.warning("out of memory with %d %s per model call; going on with %d", tried, self.what, self.size)
+
+
+def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) -> T:
+    """``attempt(size)`` with ``size = limit.take(wanted)``, halved and tried again after an out-of-memory error.
+
+    ``attempt`` must be safe to repeat. An error with one row is raised: nothing smaller is left to try.
+    """
+    while True:
+        size = limit.take(wanted)
+        try:
+            return attempt(size)
+        except out_of_memory_errors():
+            if size <= 1:
+                raise
+        release_memory()  # outside the handler: the failed call's tensors are unreachable by now
+        limit.halve(size)
 
 
 class DecodeEngine(ABC):

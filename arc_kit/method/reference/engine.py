@@ -13,9 +13,9 @@ the interface:
   p and later invalid. Positions are given per lane, so a token sees the same keys at the same
   rotary positions as in a one-lane search. When the columns run out, each lane's path is moved
   behind the prompts (and the room doubled if the paths still fill half of it). A step is made in
-  calls of at most ``limit.size`` lanes, halved on out-of-memory errors (``decoding.with_halving``);
+  calls of at most ``limit.size`` lanes, halved on out-of-memory errors (``engine.with_halving``);
 - scoring: the prompts right-padded in one forward, and the answers through
-  ``decoding.nlls_after_prompts`` (each layer's prompt rows read only while that layer runs).
+  ``nlls.nlls_after_prompts`` (each layer's prompt rows read only while that layer runs).
 
 Knows transformers' caches; knows nothing of tasks, grids or the searches' bookkeeping.
 """
@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, answer_log_probs, nlls_after_prompts, with_halving
-from arc_kit.search.caches import LaneCache, cache_tensors, call_with_cache, new_cache, rewind_cache
+from arc_kit.method.answers import AnswerSpace, answer_log_probs
+from arc_kit.method.engine import BatchLimit, DecodeEngine, with_halving
+from arc_kit.method.reference.caches import LaneCache, cache_tensors, call_with_cache, new_cache, rewind_cache
+from arc_kit.method.reference.nlls import nlls_after_prompts
 
 
 @dataclass

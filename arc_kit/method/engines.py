@@ -1,8 +1,8 @@
 """Choosing a decode engine: ``make_engine(model, kind)``, and ``as_engine`` for callers that hold a model.
 
-``kind`` "fast" (the default) is ``static_engine.StaticEngine`` where the model is one it runs
-(``decode_weights.unsupported_reason`` is None), else the reference engine, with one logged line
-saying why; "reference" is ``reference_engine.ReferenceEngine``. ``compile``: "auto" compiles the
+``kind`` "fast" (the default) is ``fast.static_engine.StaticEngine`` where the model is one it runs
+(``fast.decode_weights.unsupported_reason`` is None), else the reference engine, with one logged line
+saying why; "reference" is ``reference.engine.ReferenceEngine``. ``compile``: "auto" compiles the
 fast engine's step on a GPU (CUDA graphs) and keeps it eager on the CPU, where compiling costs
 more than it saves in a short run; "on" and "off" force it. The two kinds give the same answers
 and NLLs up to float rounding (the tests hold them to 1e-4).
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decode_weights import unsupported_reason
-from arc_kit.search.reference_engine import ReferenceEngine
-from arc_kit.search.static_engine import StaticEngine
+from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.fast.decode_weights import unsupported_reason
+from arc_kit.method.fast.static_engine import StaticEngine
+from arc_kit.method.reference.engine import ReferenceEngine
 from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS
 
 logger = logging.getLogger(__name__)

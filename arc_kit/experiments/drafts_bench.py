@@ -23,7 +23,7 @@ import numpy as np
 
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
-from arc_kit.run.solver import Solver
+from arc_kit.method.solver import Solver
 from arc_kit.settings import DRAFT_SOURCES, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder
 

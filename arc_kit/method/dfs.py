@@ -3,7 +3,7 @@
 The search works in negative log-probabilities: a branch is pruned as soon as its summed NLL
 exceeds ``-ln(threshold)``, so every answer with probability >= threshold is returned, and nothing
 else (at most ``1 / threshold`` answers). It runs on an explicit stack, not recursion, on a decode
-engine (``decode_engine.DecodeEngine``) whose lane holds the current path only (the memory of
+engine (``engine.DecodeEngine``) whose lane holds the current path only (the memory of
 greedy decoding): going back to a branch point feeds the next token at the branch's position,
 which is the engine's rewind; the prompt is never recomputed.
 
@@ -23,7 +23,7 @@ without drafts; only the order of exploration changes (which matters only where 
 deadline cuts the search short: a step with a draft counts as one forward call). The positions after
 the first refused draft token are wasted; the next step at the lane overwrites them. Only answer tokens
 are walked (a path through any other token can never spell a grid, so pruning it is exact); their
-NLLs are the space's (``decoding.answer_log_probs``: the full softmax by default). Caps on the answer
+NLLs are the space's (``answers.answer_log_probs``: the full softmax by default). Caps on the answer
 length and on the number of forward calls bound the work, and so does an optional ``deadline`` (a
 ``time.monotonic()`` value: no model call starts after it); hitting one is reported in the result
 (``capped``), which holds what was found until then.
@@ -38,37 +38,16 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed
-from arc_kit.search.drafts import DraftSource
-from arc_kit.search.engine import as_engine
+from arc_kit.method.answers import AnswerSpace, Completion, SearchResult, deadline_passed
+from arc_kit.method.drafts import DraftSource
+from arc_kit.method.engine import BatchLimit, DecodeEngine
+from arc_kit.method.engines import as_engine
 from arc_kit.settings import SamplerSettings
 
 SPARE_POSITIONS = 256  # room asked of the engine after the longest prompt and guess (it grows when paths need more)
-
-
-@dataclass(frozen=True)
-class DfsSettings:
-    """The search's bounds; the defaults are the sampler's (``settings.SamplerSettings``: the paper's T = 9%)."""
-
-    threshold: float = SamplerSettings().threshold  # minimum probability of a returned answer
-    max_forward_calls: int = SamplerSettings().max_forward_calls  # steps of a lane before it stops (a draft's too)
-    draft_tokens: int = SamplerSettings().draft_tokens  # the most draft tokens fed after a branch's token in a step
-
-    def __post_init__(self):
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"threshold must be a probability in (0, 1], got {self.threshold}")
-        if self.draft_tokens < 0:
-            raise ValueError(f"draft_tokens must be at least 0, got {self.draft_tokens}")
-
-    @classmethod
-    def of(cls, sampler: SamplerSettings) -> DfsSettings:
-        """The bounds a sampler's settings give the search."""
-        return cls(sampler.threshold, sampler.max_forward_calls, sampler.draft_tokens)
 
 
 class Frontier:
@@ -154,15 +133,17 @@ def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     return guess
 
 
-def dfs_search(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: DfsSettings = DfsSettings(),
+def dfs_search(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: SamplerSettings = SamplerSettings(),
                guess: Sequence[int] | None = None, *, deadline: float | None = None,
                drafts: DraftSource | None = None) -> SearchResult:
     """Every answer with probability >= ``settings.threshold`` after ``prompt_ids``, best first.
 
-    ``engine``: a ``DecodeEngine`` (or a model: ``engine.as_engine``). Past ``deadline``
-    (``time.monotonic()``) no model call starts: the answers found so far come back, ``capped``
-    says so (with no call at all when it had passed before the search began). ``drafts``: where
-    each step's draft comes from (none: one token per step); the same answers either way.
+    ``settings``: the sampler's own (its ``threshold``, ``max_forward_calls`` and ``draft_tokens``
+    bound the search; the default is the paper's T = 9%). ``engine``: a ``DecodeEngine`` (or a
+    model: ``engines.as_engine``). Past ``deadline`` (``time.monotonic()``) no model call starts:
+    the answers found so far come back, ``capped`` says so (with no call at all when it had passed
+    before the search began). ``drafts``: where each step's draft comes from (none: one token per
+    step); the same answers either way.
     """
     return search_lanes(as_engine(engine), [prompt_ids], [clean_guess(guess, space)], space, settings,
                         time.monotonic(), deadline, drafts=[drafts])[0]
@@ -209,7 +190,7 @@ class _Lane:
 
 
 def search_lanes(engine: DecodeEngine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
-                 settings: DfsSettings, started: float, deadline: float | None,
+                 settings: SamplerSettings, started: float, deadline: float | None,
                  limit: BatchLimit | None = None,
                  drafts: Sequence[DraftSource | None] | None = None) -> list[SearchResult]:
     """``dfs_search`` of each prompt (with its cleaned guess and its draft source), all on one engine's lanes.
@@ -254,7 +235,7 @@ def _first_passes(engine: DecodeEngine, prompts, guesses, drafts, space: AnswerS
     return lanes
 
 
-def _steps(engine: DecodeEngine, lanes: list[_Lane], settings: DfsSettings, started: float,
+def _steps(engine: DecodeEngine, lanes: list[_Lane], settings: SamplerSettings, started: float,
            deadline: float | None) -> None:
     """Step every live lane until none is left (each lane's branch, the most probable first, per step)."""
     live = list(range(len(lanes)))  # the lane of each engine lane
@@ -295,7 +276,7 @@ def _result(lane: _Lane) -> SearchResult:
                         draft_tokens=lane.draft_tokens, draft_accepted=lane.draft_accepted)
 
 
-def _still_searching(lane: _Lane, settings: DfsSettings, started: float, out_of_time: bool) -> bool:
+def _still_searching(lane: _Lane, settings: SamplerSettings, started: float, out_of_time: bool) -> bool:
     """Whether the lane has a branch to explore within its cap and time; if not, it is finished (and timed)."""
     within_cap = lane.forward_calls < settings.max_forward_calls
     if lane.frontier.stack and within_cap and not out_of_time:

@@ -1,7 +1,7 @@
 """Candidate generation behind one interface: DFS (the default), greedy, stochastic sampling, beam search.
 
 ``generate(engine, prompt_ids, space, settings)`` returns a ``SearchResult`` whatever the sampler;
-``engine`` is a ``decode_engine.DecodeEngine`` (or a model: ``engine.as_engine``). DFS and greedy
+``engine`` is a ``engine.DecodeEngine`` (or a model: ``engines.as_engine``). DFS and greedy
 decoding run on the engine. Greedy takes the most probable token at each step: under the full
 softmax (``space.probabilities`` "full") over the whole vocabulary, so a completion may hold a token
 that is no answer token (its NLL is then infinite: it fails to decode, and the solver counts it as
@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import AnswerSpace, Completion, SearchResult, deadline_passed
-from arc_kit.search.dfs import DEADLINE_BEFORE_START, DfsSettings, dfs_search
-from arc_kit.search.drafts import DraftSource
-from arc_kit.search.engine import as_engine
+from arc_kit.method.answers import AnswerSpace, Completion, SearchResult, deadline_passed
+from arc_kit.method.dfs import DEADLINE_BEFORE_START, dfs_search
+from arc_kit.method.drafts import DraftSource
+from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.engines import as_engine
 from arc_kit.settings import SamplerSettings
 
 
@@ -51,7 +51,7 @@ def generate(engine, prompt_ids: Sequence[int], space: AnswerSpace, settings: Sa
     ``deadline``."""
     engine = as_engine(engine)
     if settings.kind == "dfs":
-        return dfs_search(engine, prompt_ids, space, DfsSettings.of(settings),
+        return dfs_search(engine, prompt_ids, space, settings,
                           guess if settings.use_guess else None, deadline=deadline, drafts=drafts)
     if settings.kind == "greedy":
         return greedy_search(engine, prompt_ids, space, deadline=deadline)

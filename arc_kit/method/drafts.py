@@ -19,8 +19,16 @@ source of each answer the search finds (a later branch often ends like an earlie
 - ``MostSupported``: of several sources' proposals, the one with the most support (the earlier
   source on ties).
 
-Knows nothing of grids, tasks or models: token ids only (which tokens are structure, and what the
-references are, is its caller's knowledge).
+``draft_source(kind, encoder, prompt_ids, test_input, augmentation, grids)`` makes the source of the
+DFS under one augmentation, as ``SamplerSettings.drafts`` names it: "none" (no source, one token per
+step), "prompt" (prompt lookup in the augmented prompt) or "all": the answers read position by
+position (``grids``, the candidates found so far under the other augmentations, best first, mapped
+into this augmentation's frame, then the augmented test input itself, each written as an answer) and
+prompt lookup in the prompt and the path, the better supported of the two (``MostSupported``). A row
+separator, the end of example and the eos are the structure tokens that give an answer its shape.
+
+The sources know token ids only; ``draft_source`` alone knows the text format and the augmentations.
+Nothing here knows models or how the search walks a draft.
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
+from arc_kit.data.augmentation import Augmentation
+from arc_kit.settings import DRAFT_SOURCES
+from arc_kit.text import TaskEncoder
 
 
 class DraftSource:
@@ -143,3 +155,19 @@ class MostSupported(DraftSource):
     def found(self, answer: Sequence[int]) -> None:
         for source in self.sources:
             source.found(answer)
+
+
+def draft_source(kind: str, encoder: TaskEncoder, prompt_ids: Sequence[int], test_input: np.ndarray,
+                 augmentation: Augmentation, grids: Sequence[np.ndarray] = ()) -> DraftSource | None:
+    """The draft source of ``kind`` for the search of ``prompt_ids`` (module docstring); None for "none"."""
+    if kind not in DRAFT_SOURCES:
+        raise ValueError(f"unknown drafts {kind!r}; expected one of {DRAFT_SOURCES}")
+    if kind == "none":
+        return None
+    lookup = PromptLookup(prompt_ids)
+    if kind == "prompt":
+        return lookup
+    references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids]
+    references.append(encoder.encode_answer(augmentation.apply_grid(test_input)))
+    structure = [*encoder.row_separator.tolist(), *encoder.end_of_example.tolist(), encoder.eos_id]
+    return MostSupported([AlignedAnswers(references, structure), lookup])

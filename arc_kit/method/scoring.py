@@ -1,11 +1,11 @@
 """Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
 
-Every NLL is measured on a decode engine (``decode_engine.DecodeEngine.score``: each prompt run
+Every NLL is measured on a decode engine (``engine.DecodeEngine.score``: each prompt run
 once, its keys and values reused by all its answers, answers right-padded in batched calls,
 out-of-memory errors answered by halving the rows per call). ``score_prompts`` scores many prompts'
 answers together; ``augmented_nlls`` scores candidates under each scoring augmentation (augmented
 prompt, augmented answer), one augmentation after another or, ``batched``, all together. An
-engine may be given as a model (``engine.as_engine``: the fast engine, made for the call).
+engine may be given as a model (``engines.as_engine``: the fast engine, made for the call).
 
 The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
 (lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
@@ -22,8 +22,9 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 from arc_kit.data.tasks import Pair
-from arc_kit.search.decoding import AnswerSpace, BatchLimit
-from arc_kit.search.engine import as_engine
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.engine import BatchLimit
+from arc_kit.method.engines import as_engine
 from arc_kit.text import TaskEncoder
 
 
@@ -35,7 +36,7 @@ def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Se
     Up to ``prompt_batch_size`` (default ``batch_size``) prompts share one call, up to
     ``batch_size`` (prompt, answer) rows each answer call; out of memory, the answer rows per call
     (``answer_limit``) and then the prompts per call (``prompt_limit``) are halved
-    (``DecodeEngine.score``). Equal to ``decoding.score_answers`` of each prompt up to float rounding.
+    (``DecodeEngine.score``). Equal to ``reference.nlls.score_answers`` of each prompt up to float rounding.
     """
     return as_engine(engine).score(prompts, answers, space, batch_size, prompt_batch_size, prompt_limit=prompt_limit,
                                    answer_limit=answer_limit)
@@ -49,7 +50,7 @@ def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_inp
 
     ``batched``: every augmentation's prompt and answers together; otherwise one augmentation after
     another. The same numbers up to float rounding. ``probabilities``: as
-    ``decoding.AnswerSpace.probabilities`` (the full softmax by default).
+    ``answers.AnswerSpace.probabilities`` (the full softmax by default).
     """
     engine = as_engine(engine)
     space = AnswerSpace.from_encoder(encoder, probabilities)

@@ -7,7 +7,7 @@ remove. The lanes and the scoring read stored caches through ``cache_tensors`` (
 reads a cache's per-layer keys and values) and two kinds of borrowed layer, so that no path ever
 holds a second copy of a whole batch's cache: ``prefix_cache`` serves a call after rows of stored
 prompts (one prompt: an expanded view), assembling each layer's rows only while that layer runs and
-keeping nothing (``decoding.nlls_after_prompts``); ``LaneCache`` holds many searches in preallocated
+keeping nothing (``nlls.nlls_after_prompts``); ``LaneCache`` holds many searches in preallocated
 buffers that each call writes in place. The layers need full attention (no sliding window), as in
 every model the kit makes.
 

@@ -5,7 +5,7 @@
   on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
   (``decode_floor_seconds``: every weight and every cached key and value read once per step);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
-- scoring: ``decoding.score_answers`` (one prompt pass, batched answers on its cache) against one full
+- scoring: ``reference.nlls.score_answers`` (one prompt pass, batched answers on its cache) against one full
   forward pass per answer (goal >= 5x);
 - batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
   (``Solver.sample`` with ``batched``: the first search alone, its best answer the others' guess,
@@ -22,7 +22,7 @@
   wall time, on the 30 shortest tasks by prompt tokens (``drafts_bench``; it ends with the line
   ``drafts: N.NNx fewer steps, M.MMx wall``).
 Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
-and every search and scoring runs on the decode engine ``engine`` names (``engine.make_engine``;
+and every search and scoring runs on the decode engine ``engine`` names (``engines.make_engine``;
 fast by default), the baselines it is held against (transformers' ``generate``, one full forward per
 answer) on the model itself.
 Each figure is the median of its repeats; the machine, versions and settings are printed with it.
@@ -40,20 +40,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decoding import AnswerSpace, SearchResult, sequence_nll
-from arc_kit.search.dfs import DfsSettings, dfs_search
-from arc_kit.search.engine import make_engine
-from arc_kit.run.drafts_bench import bench_drafts
-from arc_kit.run.engine_bench import (PEAK_BANDWIDTH, bench_engine, decode_floor_seconds, device_bandwidth,  # noqa: F401
-                                  kv_bytes_per_token, weight_bytes)
 from arc_kit.data.grids import grid_key
-from arc_kit.model.loading import LoadSettings, create_model, load_model
-from arc_kit.run.planner import shortest_tasks
-from arc_kit.search.scoring import augmented_nlls
-from arc_kit.settings import SamplerSettings, SolveSettings
-from arc_kit.run.solver import Solver
 from arc_kit.data.tasks import Task
+from arc_kit.experiments.drafts_bench import bench_drafts
+from arc_kit.experiments.engine_bench import bench_engine
+from arc_kit.method.answers import AnswerSpace, SearchResult
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.dfs import dfs_search
+from arc_kit.method.engines import make_engine
+from arc_kit.method.reference.nlls import sequence_nll
+from arc_kit.method.scoring import augmented_nlls
+from arc_kit.method.solver import Solver
+from arc_kit.model.loading import LoadSettings, create_model, load_model
+from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token, weight_bytes
+from arc_kit.run.planner import shortest_tasks
+from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 
 
@@ -136,7 +137,8 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
         prompt_lengths.append(len(prompt))
         prefill = _prefill_seconds(model, prompt, repeats)
         engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
-        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, DfsSettings(threshold)), repeats)
+        settings = SamplerSettings(threshold=threshold)
+        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, settings), repeats)
         if result.forward_calls:
             dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
         tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
@@ -259,7 +261,7 @@ def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, 
                        f"first search {share:.0%} of the batched time")
 
 
-def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: DfsSettings, batched: bool
+def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: SamplerSettings, batched: bool
                       ) -> list[SearchResult]:
     if batched:
         return batched_dfs_search(engine, prompts, space, settings)
@@ -276,7 +278,7 @@ def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold
     """
     space = AnswerSpace.from_encoder(encoder, probabilities)
     decoder = make_engine(model, engine)
-    settings = DfsSettings(threshold)
+    settings = SamplerSettings(threshold=threshold)
     totals = {True: 0.0, False: 0.0}
     differing, largest = [], 0.0
     for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):

@@ -15,7 +15,7 @@ call and keeps what it found, a search that would start late finds nothing, and 
 candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
 says which stage the deadline cut short (``deadline_hit``).
 
-Every model call goes through the solver's one decode engine (``engine.make_engine``, the kind
+Every model call goes through the solver's one decode engine (``engines.make_engine``, the kind
 ``settings.engine`` names), built on first use; after test-time training changes the adapter, and
 when ``base_model`` turns it off or on again, the engine re-reads the weights (once per state).
 
@@ -39,17 +39,16 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.model.ttt import TestTimeTrainer
+from arc_kit.method.answers import AnswerSpace, deadline_passed, earliest
+from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.drafts import draft_source
+from arc_kit.method.engine import DecodeEngine
+from arc_kit.method.engines import make_engine
+from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
+from arc_kit.method.samplers import generate
+from arc_kit.method.scoring import Candidate, augmented_nlls, select
+from arc_kit.method.ttt import TestTimeTrainer
 from arc_kit.names import encoded, shown
-from arc_kit.run.drafting import draft_source
-from arc_kit.run.records import SearchStats, TaskRecord, TestResult, TrainingSummary
-from arc_kit.search.batched_dfs import batched_dfs_search
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decoding import AnswerSpace, deadline_passed, earliest
-from arc_kit.search.dfs import DfsSettings
-from arc_kit.search.engine import make_engine
-from arc_kit.search.samplers import generate
-from arc_kit.search.scoring import Candidate, augmented_nlls, select
 from arc_kit.settings import SamplerSettings, SolveSettings, ladder
 from arc_kit.text import NotAGridError, TaskEncoder, TextFormat
 
@@ -140,7 +139,7 @@ class Solver:
         if not settings.test_time_training:
             self.trainer.reset()
             return TrainingSummary(skipped="off")
-        result = self.trainer.train(task.train, task_rng(self.settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
+        result = self.trainer.train(task.train, task_rng(settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
                                     deadline=deadline)
         return TrainingSummary(result.steps, round(result.seconds, 3), result.skipped,
                                result.losses[0] if result.losses else None,
@@ -155,7 +154,7 @@ class Solver:
         One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
         (default: ``settings.batched``) and with DFS, the first alone and then all the others together
         (``batched_dfs``), each guided by the first one's best answer. Each DFS gets the draft source
-        ``sampler.drafts`` names (``drafting.draft_source``: the candidates so far are among its drafts).
+        ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts).
         The same candidates either way unless a forward-call cap (per search) is hit. Each search (the
         batched lanes together count as one) stops at ``deadline`` or ``search_seconds`` after it starts,
         whichever comes first. The stats count the engine's steps and the drafts fed and followed.
@@ -194,7 +193,7 @@ class Solver:
             self._merge(first, augmentations[0], merged, stats)
             guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
             drafts = [drafts_for(a, prompt_ids) for a, prompt_ids in zip(augmentations[1:], prompts[1:])]
-            results = batched_dfs_search(engine, prompts[1:], self.space, DfsSettings.of(sampler), guesses,
+            results = batched_dfs_search(engine, prompts[1:], self.space, sampler, guesses,
                                          deadline=search_deadline(), drafts=drafts)
             for augmentation, result in zip(augmentations[1:], results):
                 self._merge(result, augmentation, merged, stats)

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit import progress
-from arc_kit.search.decode_engine import DecodeEngine
-from arc_kit.search.decode_weights import DecodeWeights
-from arc_kit.search.decoding import AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors, summed_nlls
-from arc_kit.search.static_forward import decode_step, forward_tokens, half_swap, logits, rope_tables
+from arc_kit.method.answers import AnswerSpace, answer_log_probs, answer_targets, summed_nlls
+from arc_kit.method.engine import BatchLimit, DecodeEngine, out_of_memory_errors
+from arc_kit.method.fast.decode_weights import DecodeWeights
+from arc_kit.method.fast.static_forward import decode_step, forward_tokens, half_swap, logits, rope_tables
 
 logger = logging.getLogger(__name__)
 

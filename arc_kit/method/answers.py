@@ -1,0 +1,133 @@
+"""What every sampler shares: the answer alphabet, its log-probabilities, a search's completions and result.
+
+An answer is the tokens a model writes after the output prefix: digits, row separators, the end
+of example and eos. ``AnswerSpace`` holds those ids, the longest answer (a 30x30 grid) and how an
+answer's probability is measured (``probabilities``): "full", the model's whole softmax (the
+paper's P(s|q), the default), or "answer-mask", the softmax renormalised over the answer tokens.
+``answer_log_probs`` gives the answer tokens' log-probabilities under either (every other token
+-inf: no path through one can spell a grid), so that all samplers and the scorer measure an
+answer's negative log-likelihood (NLL) the same way (``answer_targets`` and ``summed_nlls`` sum an
+answer's NLL from them). A search returns a ``SearchResult`` of ``Completion``s (token ids and NLL).
+``deadline_passed`` is the one clock check of every search: a deadline is a ``time.monotonic()``
+value, and no search starts a model call once it has passed.
+
+Knows nothing of tasks, augmentations or how a model is called; works on token ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arc_kit.settings import PROBABILITY_MODES
+from arc_kit.text import TaskEncoder
+
+
+@dataclass(frozen=True)
+class AnswerSpace:
+    """The tokens an answer may hold, its end (eos), its longest length in tokens, how it is measured."""
+
+    allowed_ids: tuple[int, ...]
+    eos_id: int
+    max_length: int  # tokens, eos included
+    probabilities: str = "full"  # "full": the model's whole softmax; "answer-mask": renormalised over allowed_ids
+
+    def __post_init__(self):
+        if self.probabilities not in PROBABILITY_MODES:
+            raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
+
+    @classmethod
+    def from_encoder(cls, encoder: TaskEncoder, probabilities: str = "full") -> AnswerSpace:
+        return cls(tuple(int(i) for i in encoder.answer_token_ids), int(encoder.eos_id), int(encoder.max_answer_len),
+                   probabilities)
+
+    def mask(self, vocab_size: int, device=None):
+        """A bool tensor over the vocabulary: True where a token may occur in an answer."""
+        import torch
+
+        mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+        mask[list(self.allowed_ids)] = True
+        return mask
+
+
+def answer_log_probs(logits, allowed_mask, probabilities: str = "full"):
+    """Log-probabilities of the allowed tokens (others -inf), in float32; logits (..., vocab).
+
+    "full": the log-softmax over the whole vocabulary, then every other token set to -inf (so the
+    allowed tokens' probabilities sum to less than 1); "answer-mask": the log-softmax over the
+    allowed tokens only (they sum to 1).
+    """
+    import torch
+
+    if probabilities == "full":
+        return torch.log_softmax(logits.float(), dim=-1).masked_fill(~allowed_mask, float("-inf"))
+    if probabilities == "answer-mask":
+        return torch.log_softmax(logits.float().masked_fill(~allowed_mask, float("-inf")), dim=-1)
+    raise ValueError(f"unknown probabilities {probabilities!r}; expected one of {PROBABILITY_MODES}")
+
+
+def deadline_passed(deadline: float | None) -> bool:
+    """Whether ``deadline`` (a ``time.monotonic()`` value; None: no deadline) has passed."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def earliest(*deadlines: float | None) -> float | None:
+    """The earliest of the given deadlines (None where none is set)."""
+    known = [deadline for deadline in deadlines if deadline is not None]
+    return min(known) if known else None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answer: its token ids (eos last) and summed NLL (under its ``AnswerSpace.probabilities``)."""
+
+    ids: tuple[int, ...]
+    nll: float
+
+    @property
+    def probability(self) -> float:
+        return float(np.exp(-self.nll))
+
+
+@dataclass
+class SearchResult:
+    """What a sampler returns for one prompt."""
+
+    completions: list[Completion]  # sorted by NLL, best first; distinct
+    forward_calls: int = 0  # model calls after the prompt's (a DFS step with a draft is one)
+    tokens_processed: int = 0  # tokens fed to the model, prompt (and guess, and drafts) included
+    seconds: float = 0.0
+    capped: str | None = None  # why the search stopped early, if it did (a cap or its deadline was hit)
+    dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
+    draft_tokens: int = 0  # DFS: draft tokens fed after branch tokens
+    draft_accepted: int = 0  # DFS: of them, those followed (each saved a step)
+
+    def __post_init__(self):
+        unique = {completion.ids: completion for completion in sorted(self.completions, key=lambda c: c.nll)}
+        self.completions = sorted(unique.values(), key=lambda c: (c.nll, c.ids))
+
+
+def answer_targets(answers: Sequence[Sequence[int]], pad: int):
+    """(targets, valid): the answers right-padded with ``pad`` into a (rows, longest) long tensor, and where real."""
+    import torch
+
+    tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
+    longest = max(len(answer) for answer in tokens)
+    targets = torch.full((len(tokens), longest), pad, dtype=torch.long)
+    valid = torch.zeros((len(tokens), longest), dtype=torch.bool)
+    for row, answer in enumerate(tokens):
+        targets[row, :len(answer)] = answer
+        valid[row, :len(answer)] = True
+    return targets, valid
+
+
+def summed_nlls(log_probs, targets, valid) -> np.ndarray:
+    """Minus the sum of ``log_probs`` (rows, length, vocab) at ``targets`` where ``valid``: float64, one per row."""
+    import torch
+
+    picked = log_probs.gather(-1, targets[..., None])[..., 0]
+    picked = torch.where(valid, picked, torch.zeros_like(picked))
+    return (-picked.sum(dim=1)).double().cpu().numpy()
