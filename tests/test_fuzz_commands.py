@@ -550,6 +550,8 @@ def made_by(argv_for):
     return make
 
 
+RUN_COMMANDS = {"solve", "dry-run", "ablation", "samplers"}  # their folders are of one kind, a run: each resumes in
+# another's (a records.jsonl there is the run's, whichever of them wrote the marker)
 FILE_OUTPUTS = ("show", "sudoku generate", "held-out", "score", "kaggle image")
 
 
@@ -621,7 +623,8 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
         kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")} \
             if place in ("made", "other") else set()  # what the kit made for the place: its to change
         if place in ("made", "other") and out.is_dir():  # the user's files added to a folder the kit made
-            add_user_files(rng, out, USER_ONLY_NAMES if place == "made" else USER_NAMES)
+            same_kind = place == "made" or {name, other_name} <= RUN_COMMANDS  # a run's folder: its names are the run's
+            add_user_files(rng, out, USER_ONLY_NAMES if same_kind else USER_NAMES)
         else:
             add_user_files(rng, folder / "beside")
         protected = {key: value for key, value in entries(tmp_path).items() if key not in kit_made}
