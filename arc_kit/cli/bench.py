@@ -39,6 +39,9 @@ def setup_bench(parser):
     parser.add_argument("--device", default="auto")
     number_argument(parser, "--augmentations", int, "--which drafts: inference augmentations per test input (default: "
                     "%(default)s)", at_least=1, at_most=1024, default=SolveSettings().inference_augmentations)
+    number_argument(parser, "--draft-tokens", int, "--which drafts: the most draft tokens fed with a branch's token in "
+                    "one step (default: %(default)s)", at_least=0, at_most=64,
+                    default=SolveSettings().sampler.draft_tokens)
     parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
                         help="the decode engine the searches and scorings run on (default: %(default)s; "
                              "--which engine runs both)")
@@ -52,7 +55,8 @@ def setup_bench(parser):
         for line in bench.run_benchmarks(model, load_given_tasks(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
                                          threshold=args.threshold, device=args.device, engine=args.engine,
-                                         engine_compile=args.engine_compile, augmentations=args.augmentations):
+                                         engine_compile=args.engine_compile, augmentations=args.augmentations,
+                                         draft_tokens=args.draft_tokens):
             print(line, flush=True)
         return 0
     return run

@@ -356,13 +356,15 @@ DRAFT_BENCH_TASKS = 30  # the drafts benchmark's tasks: the shortest by prompt t
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFAULT_BENCHMARKS,
                    count: int | None = None, max_prompt: int = 4096, threshold: float = THRESHOLD,
                    device: str = "auto", probabilities: str = PROBABILITIES, engine: str = ENGINE,
-                   engine_compile: str = "auto", augmentations: int = DEFAULTS.inference_augmentations):
+                   engine_compile: str = "auto", augmentations: int = DEFAULTS.inference_augmentations,
+                   draft_tokens: int = DEFAULTS.sampler.draft_tokens):
     """Lines to print: the environment, then the lines of each benchmark in ``which`` (all but drafts by default).
 
     ``model_path`` None benchmarks a random Llama-3.2-3B-shaped model (GPU); otherwise that folder.
     ``tasks`` (a TaskSet) gives the first ``count`` (5 unless given) tasks by id whose prompts fit
     ``max_prompt`` tokens; the drafts benchmark takes the ``count`` (30 unless given) with the fewest
-    prompt tokens (``planner.shortest_tasks``), each test input under ``augmentations`` views.
+    prompt tokens (``planner.shortest_tasks``), each test input under ``augmentations`` views, at most
+    ``draft_tokens`` fed with a branch's token.
     ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
     fast one compiled as ``engine_compile`` says).
     """
@@ -381,7 +383,7 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
         keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
         picked = chosen
         if name == "drafts":
-            keywords["augmentations"] = augmentations
+            keywords.update(augmentations=augmentations, draft_tokens=draft_tokens)
             picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
         result = BENCHMARKS[name](model, encoder, picked, **keywords)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]

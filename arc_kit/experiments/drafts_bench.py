@@ -79,7 +79,7 @@ def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
 
 def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
                  probabilities: str = "full", engine: str = "fast", modes: Sequence[str] = DRAFT_SOURCES,
-                 seed: int = 0) -> DraftsBench:
+                 seed: int = 0, draft_tokens: int = SamplerSettings().draft_tokens) -> DraftsBench:
     """Every test input of ``tasks`` under ``augmentations`` views, searched with each setting in ``modes``."""
     if "none" not in modes:
         raise ValueError("the drafts benchmark compares with 'none': it must be among the modes")
@@ -93,7 +93,7 @@ def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
             order = list(modes[inputs % len(modes):]) + list(modes[:inputs % len(modes)])
             found = {}
             for mode in order:
-                sampler = SamplerSettings("dfs", threshold=threshold, drafts=mode)
+                sampler = SamplerSettings("dfs", threshold=threshold, drafts=mode, draft_tokens=draft_tokens)
                 started = time.perf_counter()
                 candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler,
                                                   np.random.default_rng(seed), task_id=task.id)
@@ -108,5 +108,5 @@ def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
                     _compare(found[mode], found["none"], totals[mode], f"{task.id}[{index}]")
             inputs += 1
     note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, {solver.engine().kind} engine, "
-            f"at most {SamplerSettings().draft_tokens} draft tokens per step")
+            f"at most {draft_tokens} draft tokens per step")
     return DraftsBench(totals, inputs, note)
