@@ -39,7 +39,8 @@ class SamplerSettings(Settings):
                           "per step; prompt: prompt lookup; all: also the test input cell by cell and the answers "
                           "found under other augmentations and by the search itself", choices=DRAFT_SOURCES)
     draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
-                                "CPU, 7 took nearly as few steps as 15, 139 against 135, with a larger gain in time, docs/results.md)", at_least=0, at_most=64)
+                                "CPU, 7 took nearly as few steps as 15, 139 against 135, with a larger gain in time, "
+                                "docs/results.md)", at_least=0, at_most=64)
 
     def __post_init__(self):
         super().__post_init__()  # the numbers, in their ranges
