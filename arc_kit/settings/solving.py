@@ -20,7 +20,7 @@ PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs impleme
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
 ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
-DRAFT_SOURCES = ("none", "prompt", "all")  # run.solver's draft sources implement exactly these
+DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement exactly these
 
 
 @dataclass(frozen=True)
