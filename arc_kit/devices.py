@@ -1,7 +1,8 @@
 """What this machine can do: devices, data types, bitsandbytes, unsloth; and staying offline.
 
 Every question about the hardware goes through here, so that a request the machine cannot serve
-(4-bit without a GPU, unsloth without a GPU) fails early with a clear ``UnsupportedSetupError``
+(quantizing to 4 bits as a model loads without a GPU, unsloth without a GPU; weights already stored
+in 4 bits do run on a CPU, through bitsandbytes' CPU kernels) fails early with a clear ``UnsupportedSetupError``
 instead of a traceback from deep inside a library. Importing this module (``import arc_kit`` does)
 sets the Hugging Face variables that keep every library off the network.
 """
