@@ -377,20 +377,23 @@ def test_a_worker_that_shows_no_sign_of_life_is_replaced_and_with_none_left_the_
 
 # -- a simulated Kaggle machine: two workers on each of two fake GPUs, one killed and one stopped ------------
 
-def worker_pid(folder: Path, wait_for_task: bool = True, timeout: float = 120.0, not_task: str | None = None) -> int:
-    """The pid of the worker in ``folder`` once its model is loaded (and it has been given a task, other than
-    ``not_task`` when given)."""
+def busy_worker(out: Path, skip: int | None = None, not_task: str | None = None,
+                timeout: float = 120.0) -> tuple[int, int, str]:
+    """(index, pid, task) of the first of the 4 workers in ``out`` (but ``skip``) whose model is loaded and that
+    runs a task (other than ``not_task``) it has not recorded yet."""
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
-        try:
-            pid = int((folder / worker_process.READY_FILE).read_text())
-            task = read_json(folder / worker_process.ASSIGNMENT_FILE).get("task_id") if wait_for_task else None
-            if not wait_for_task or (task is not None and task != not_task):
-                return pid
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"no worker got going in {folder}")
+        for index in range(4):
+            folder = out / f"worker-{index}"
+            try:
+                pid = int((folder / worker_process.READY_FILE).read_text())
+                task = read_json(folder / worker_process.ASSIGNMENT_FILE).get("task_id")
+            except (OSError, ValueError):
+                continue
+            if index != skip and task is not None and task != not_task and not recorded(folder, task):
+                return index, pid, task
+        time.sleep(0.02)
+    raise AssertionError(f"no worker in {out} got going")
 
 
 def recorded(folder: Path, task_id: str) -> bool:
@@ -421,22 +424,22 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
     out, events = tmp_path / "out", {}
 
     def strike() -> None:
-        killed = worker_pid(out / "worker-1")
-        lost = read_json(out / "worker-1" / worker_process.ASSIGNMENT_FILE)["task_id"]
+        # whichever worker first runs a task is killed (were it a fixed one, the others could finish every task
+        # before it loads on a quick machine); its task goes back to the queue. Were the stopped worker stopped on
+        # that same task, the task would have lost two workers and rightly get a fallback: stop one on another task
+        killed_index, killed, lost = busy_worker(out)
         os.kill(killed, signal.SIGKILL)
-        # the killed worker's task goes back to the queue; were worker 2 stopped on that same task, the task would
-        # have lost two workers and rightly get a fallback: stop worker 2 on another one
         while True:
-            stopped = worker_pid(out / "worker-2", not_task=lost)
-            task = read_json(out / "worker-2" / worker_process.ASSIGNMENT_FILE).get("task_id")
+            stopped_index, stopped, task = busy_worker(out, skip=killed_index, not_task=lost)
             os.kill(stopped, signal.SIGSTOP)  # its threads stop too: no heartbeat, no progress
             # the assignment file still names a task the worker has just finished (on a slow machine it may have
             # finished its last one): stopped then, it would be idle, never hung; let it go and wait for the next
-            if not recorded(out / "worker-2", task):
+            if not recorded(out / f"worker-{stopped_index}", task):
                 break
             os.kill(stopped, signal.SIGCONT)
             time.sleep(0.05)
-        events.update(killed=killed, stopped=stopped, stopped_at=time.time())
+        events.update(killed=killed, killed_index=killed_index, stopped=stopped, stopped_index=stopped_index,
+                      stopped_at=time.time())
 
     spy = PopenSpy()
     watch_workers(monkeypatch, spy)
@@ -449,8 +452,10 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
     printed = capsys.readouterr().out
     assert "started 4 worker process(es) running (2 on GPU 0, 2 on GPU 1)" in printed
     warned = [record.getMessage() for record in caplog.records if record.name == "arc_kit.run.workers"]
-    assert any(message.startswith("worker 1 exited with status -9") for message in warned), warned
-    stalled = [record for record in caplog.records if record.getMessage().startswith("worker 2 hung: no progress on")]
+    killed_index, stopped_index = events["killed_index"], events["stopped_index"]
+    assert any(message.startswith(f"worker {killed_index} exited with status -9") for message in warned), warned
+    stalled = [record for record in caplog.records
+               if record.getMessage().startswith(f"worker {stopped_index} hung: no progress on")]
     assert len(stalled) == 1, warned
     assert stalled[0].created - events["stopped_at"] < watchdog.stall_seconds + 5  # noticed in about stall_seconds
     assert not is_running(events["stopped"]) and not is_running(events["killed"])
@@ -460,8 +465,9 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
         [(r.task_id, r.skipped, r.error) for r in run.records.values() if not r.got_model_work]
     assert submission_problems(read_json(out / "submission.json"), tasks) == []
     starts = [command[-1] for command, _ in spy.calls]
-    assert starts.count(str(out / "worker-2" / "plan.json")) == 2 and starts.count(str(out / "worker-1" / "plan.json")) \
-        == 2 and len(starts) == 6  # the killed and the stopped worker started again, the others once
+    assert starts.count(str(out / f"worker-{stopped_index}" / "plan.json")) == 2 and \
+        starts.count(str(out / f"worker-{killed_index}" / "plan.json")) == 2 and len(starts) == 6  # the killed
+    # and the stopped worker started again, the others once
 
 
 def test_the_parent_prepares_a_deltas_base_once_and_the_workers_get_its_folder(tmp_path, monkeypatch, capsys):
