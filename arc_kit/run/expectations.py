@@ -37,12 +37,10 @@ from pathlib import Path
 
 from arc_kit.model.bases import built_folder
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
+from arc_kit.model.memory import FOUR_BIT_BYTES
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth
 from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
 from arc_kit.settings import SolveSettings
-
-# bitsandbytes NF4: 4 bits a weight and a float32 scale a block of 64 (less when doubly quantized)
-NF4_BYTES = 0.5 + 4 / 64
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class ModelShape:
     @property
     def weight_bytes(self) -> float:
         linear = self.layers * self.layer_weights
-        return linear * (NF4_BYTES if self.bits == 4 else 2) + (self.parameters - linear) * 2
+        return linear * (FOUR_BIT_BYTES if self.bits == 4 else 2) + (self.parameters - linear) * 2
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -320,5 +318,5 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
 
 
 __all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "Device", "GPUS", "MEASUREMENTS", "Measurement",
-           "ModelShape", "NF4_BYTES", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical", "first_speeds",
+           "ModelShape", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical", "first_speeds",
            "gpu_named", "guessed_speeds", "part_costs", "shape_of_folder", "speeds_for_model", "visible_gpu_name"]
