@@ -284,6 +284,15 @@ def trained_adapter(model):
     return peft.eval()
 
 
+def prefilled_nlls(engine, ids) -> np.ndarray:
+    """The engine's next-token NLLs after each prompt token, from a lane of its own (released after)."""
+    engine.start(1, len(ids) + 8, SPACE)
+    try:
+        return engine.prefill(0, ids, len(ids))[0]
+    finally:
+        engine.release()
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
     base = family_model(family)
@@ -296,22 +305,15 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
     assert isinstance(engine, StaticEngine)
     tensors = [tensor.data_ptr() for tensor in engine.weights.tensors()]
 
-    def engine_nlls(ids):
-        engine.start(1, len(ids) + 8, SPACE)
-        try:
-            return engine.prefill(0, ids, len(ids))[0]
-        finally:
-            engine.release()
-
     adapted = transformers_nlls(peft, PROMPTS[0], SPACE)
     finite = np.isfinite(adapted)
     assert np.abs(adapted[finite] - untouched[finite]).max() > 1e-2  # guard: training moved it
-    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), adapted, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), adapted, rtol=0, atol=1e-4)
     with peft.disable_adapter():
         engine.refresh()
-        np.testing.assert_allclose(engine_nlls(PROMPTS[0]), untouched, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), untouched, rtol=0, atol=1e-4)
     engine.refresh()
-    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), adapted, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), adapted, rtol=0, atol=1e-4)
     assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
 
 

@@ -20,8 +20,8 @@ import logging
 import numpy as np
 import pytest
 import torch
-from test_engine import (PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, trained_adapter,
-                         transformers_nlls)
+from test_engine import (PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, prefilled_nlls,
+                         trained_adapter, transformers_nlls)
 
 from arc_kit.method.batched_dfs import batched_dfs_search
 from arc_kit.method.fast.decode_weights import unsupported_reason
@@ -170,20 +170,13 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     tensors = [tensor.data_ptr() for tensor in engine.weights.tensors()]
     atol = tolerance(quantization)
 
-    def engine_nlls(ids):
-        engine.start(1, len(ids) + 8, SPACE)
-        try:
-            return engine.prefill(0, ids, len(ids))[0]
-        finally:
-            engine.release()
-
     adapted = transformers_nlls(peft, PROMPTS[0], SPACE)
     finite = np.isfinite(adapted)
     assert np.abs(adapted[finite] - untouched[finite]).max() > 1e-2  # guard: training moved it
-    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), adapted, rtol=0, atol=atol)
+    np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), adapted, rtol=0, atol=atol)
     with peft.disable_adapter():
         engine.refresh()
-        np.testing.assert_allclose(engine_nlls(PROMPTS[0]), untouched, rtol=0, atol=atol)
+        np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), untouched, rtol=0, atol=atol)
     with torch.no_grad():  # the adapter changes (as a second task's training would): refresh reads it in place
         for name, parameter in peft.named_parameters():
             if "lora_B" in name:
@@ -191,7 +184,7 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     changed = transformers_nlls(peft, PROMPTS[0], SPACE)
     assert np.abs(changed[finite] - adapted[finite]).max() > 1e-2  # guard
     engine.refresh()
-    np.testing.assert_allclose(engine_nlls(PROMPTS[0]), changed, rtol=0, atol=atol)
+    np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), changed, rtol=0, atol=atol)
     assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
     recorder = Recorder(engine, monkeypatch)  # a search with rewinds under the adapter, row by row
     batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05), [None, [1, 2, 4]])
