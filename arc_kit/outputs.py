@@ -129,6 +129,8 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
     marker = read_marker(target)
     if marker is None:
         foreign = [entry for entry in _entries(target) if not _is_marker_draft(entry)]
+        if any(entry.name == MARKER for entry in foreign):  # another process claimed the folder since it was read
+            return check_folder(path, kind, command, overwrite=overwrite, option=option)
         if not foreign or (kind.legacy is not None and kind.legacy(target)):
             return None
         raise OutputRefused(f"{path} holds files that arc-kit did not make ({_some(foreign)}): it writes only into "

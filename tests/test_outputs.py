@@ -337,3 +337,23 @@ def test_a_kind_is_never_claimed_as_another_and_clearing_deletes_only_the_layout
     with pytest.raises(OutputRefused, match="symbolic link"):
         (tmp_path / "link.png").symlink_to(tmp_path / "elsewhere" / "keep.txt")
         claim_file(tmp_path / "link.png", "show")
+
+
+def test_a_marker_another_process_writes_between_the_reads_is_taken_as_the_kits(tmp_path, monkeypatch):
+    """Two runs started together on one new folder: the marker appears after the first read found none (seen on
+    CI as "holds files that arc-kit did not make (.arc-kit.json)"); it is read again, and the folder is a run's."""
+    import arc_kit.outputs as outputs
+
+    folder, kind, raced = tmp_path / "out", outputs.FolderKind("run", resumable=True), []
+    folder.mkdir()
+    listed = outputs._entries
+
+    def racing(target):
+        if not raced:  # the other process's whole claim, between this one's reading and listing
+            raced.append(target)
+            outputs.claim_folder(target, kind, "solve")
+        return listed(target)
+
+    monkeypatch.setattr(outputs, "_entries", racing)
+    marker = outputs.check_folder(folder, kind, "solve")
+    assert raced and marker["kind"] == "run" and marker["command"] == "solve"
