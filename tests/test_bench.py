@@ -427,3 +427,13 @@ def test_the_drafts_benchmark_takes_the_shortest_tasks_and_its_augmentations(mon
     encoder = load_model(model_folder, device="cpu").encoder()
     assert received["tasks"] == list(bench.shortest_tasks(small_task_set, encoder, 2).ids)
     assert received["augmentations"] == 5 and received["threshold"] == 0.09
+
+
+def test_candidates_differ_when_their_grids_or_views_do_and_otherwise_by_their_largest_nll_gap():
+    from arc_kit.experiments.drafts_bench import candidate_difference
+
+    plain = {"a": {"v1": 1.0, "v2": 2.0}, "b": {"v1": 3.0}}
+    assert candidate_difference({"a": {"v1": 1.0, "v2": 2.5}, "b": {"v1": 2.9}}, plain) == pytest.approx(0.5)
+    assert candidate_difference({"a": {"v1": 1.0, "v2": 2.0}}, plain) is None  # a grid missing
+    assert candidate_difference({"a": {"v1": 1.0}, "b": {"v1": 3.0}}, plain) is None  # a view missing
+    assert candidate_difference({}, {}) == 0.0

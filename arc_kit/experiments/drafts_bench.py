@@ -65,15 +65,20 @@ class DraftsBench:
         return lines
 
 
-def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
-    """Fold one test input's candidates (grid key -> NLL per augmentation) against "none"'s into ``total``."""
+def candidate_difference(found: dict, plain: dict) -> float | None:
+    """The largest NLL difference between two searches' candidates (grid key -> NLL per augmentation), or None
+    when they found different grids (or the same grids under different augmentations)."""
     if found.keys() != plain.keys() or any(found[key].keys() != plain[key].keys() for key in plain):
-        total.differing.append(label)
-        return
-    largest = max((abs(found[key][view] - nll) for key, nlls in plain.items() for view, nll in nlls.items()),
-                  default=0.0)
-    total.largest = max(total.largest, largest)
-    if largest > NLL_TOLERANCE:
+        return None
+    return max((abs(found[key][view] - nll) for key, nlls in plain.items() for view, nll in nlls.items()), default=0.0)
+
+
+def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
+    """Fold one test input's candidates against "none"'s into ``total``."""
+    largest = candidate_difference(found, plain)
+    if largest is not None:
+        total.largest = max(total.largest, largest)
+    if largest is None or largest > NLL_TOLERANCE:
         total.differing.append(label)
 
 

@@ -16,6 +16,10 @@ tokens, the framework overhead line: what each engine costs beyond the arithmeti
 also gives the fast engine's tokens per second per process for 1 and 16 lanes and its time against
 the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache read
 once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
+
+``engine_agreement`` compares what the two engines answer rather than their steps: the DFS's
+candidates (grids and NLLs) for every test input of some tasks, searched on each engine under the
+same views, the fast one compiled where asked (the GPU check, ``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
+from arc_kit.experiments.drafts_bench import candidate_difference
 from arc_kit.method.answers import AnswerSpace
 from arc_kit.method.engines import make_engine
+from arc_kit.method.solver import Solver
 from arc_kit.model.optimization import add_lora
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
-from arc_kit.settings import SolveSettings, TestTimeSettings
+from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
 from arc_kit.text import TaskEncoder
 
 LANES = 16
@@ -47,6 +54,8 @@ class EngineBenchResult:
 
     rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, fast, reference, note)
     cuda: list[str] = field(default_factory=list)
+    throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
+    largest_difference: float = 0.0  # the largest NLL difference between the engines on the model benchmarked
 
     def lines(self) -> list[str]:
         lines = [f"engine: {LANES} lanes, {name}: fast {fast * 1e3:.2f} ms/step, reference {reference * 1e3:.2f} "
@@ -54,7 +63,9 @@ class EngineBenchResult:
         (_, fast, reference, _), (_, overhead_fast, overhead_reference, _) = self.rows[0], self.rows[-1]
         lines.append(f"engine speed-up at real width: {reference / fast:.2f}x ({LANES} lanes)")
         lines += self.cuda
-        lines.append(f"engine speed-up: {overhead_reference / overhead_fast:.2f}x (overhead, width 64, {LANES} lanes)")
+        if len(self.rows) > 1:  # the width-64 rows were measured
+            lines.append(f"engine speed-up: {overhead_reference / overhead_fast:.2f}x (overhead, width 64, "
+                         f"{LANES} lanes)")
         return lines
 
 
@@ -139,7 +150,8 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
 
 
 def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
-    """(name, fast seconds, reference seconds, note) of one model's 16 lanes, and its fast engine."""
+    """(name, fast seconds, reference seconds, note) of one model's 16 lanes, its fast engine and the largest NLL
+    difference between the engines."""
     adapted = with_test_time_lora(model)
     engines = {"fast": make_engine(adapted, "fast", compile=compile), "reference": make_engine(adapted, "reference")}
     if engines["fast"].kind != "fast":
@@ -149,36 +161,69 @@ def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
             f"{TestTimeSettings().lora_rank} test-time LoRA attached, fast step "
             f"{'compiled' if engines['fast'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
-    return (name, seconds["fast"], seconds["reference"], note), engines["fast"]
+    return (name, seconds["fast"], seconds["reference"], note), engines["fast"], largest
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The fast engine's median step at ``lanes`` lanes, and the bandwidth floor of that step (None: unknown)."""
+
+    lanes: int
+    seconds: float  # per step
+    floor_seconds: float | None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.lanes / self.seconds
+
+    @property
+    def floor_ratio(self) -> float | None:
+        return None if self.floor_seconds is None else self.seconds / self.floor_seconds
+
+
+def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
+               bandwidth: float | None) -> list[Throughput]:
+    """The fast engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor)."""
+    import torch
+
+    decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())
+    per_token = kv_bytes_per_token(engine.weights.config, torch.finfo(engine.dtype).bits // 8)
+    found = []
+    for lanes in (1, LANES):
+        chosen = prompts[:lanes]
+        seconds = _timed_steps({"fast": engine}, chosen, space, steps, warmup)[0]["fast"]
+        floor = None if bandwidth is None else \
+            decode_floor_seconds(decode_bytes, sum(len(p) for p in chosen), per_token, bandwidth)
+        found.append(Throughput(lanes, seconds, floor))
+    return found
+
+
+def throughput_line(measured: Throughput, device_name: str, bandwidth: float | None) -> str:
+    line = f"engine on {device_name}: {measured.lanes} lane(s), {measured.tokens_per_second:.0f} tokens/s per " \
+           f"process ({measured.seconds * 1e3:.3f} ms/step)"
+    if measured.floor_seconds is not None:
+        line += f", {measured.floor_ratio:.1f}x the bandwidth floor ({measured.floor_seconds * 1e3:.3f} ms at " \
+                f"{bandwidth / 1e9:.0f} GB/s)"
+    return line
 
 
 def throughput_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int, device_name: str) -> list[str]:
     """Tokens per second per process of the fast engine for 1 and 16 lanes, against the bandwidth floor of
     ``device_name``'s memory (``PEAK_BANDWIDTH``; the ratio is left out for a device not on record)."""
-    import torch
-
     bandwidth = device_bandwidth(device_name)
-    decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())
-    per_token = kv_bytes_per_token(engine.weights.config, torch.finfo(engine.dtype).bits // 8)
-    lines = []
-    for lanes in (1, LANES):
-        chosen = prompts[:lanes]
-        seconds = _timed_steps({"fast": engine}, chosen, space, steps, warmup)[0]["fast"]
-        line = f"engine on {device_name}: {lanes} lane(s), {lanes / seconds:.0f} tokens/s per process " \
-               f"({seconds * 1e3:.3f} ms/step)"
-        if bandwidth is not None:
-            floor = decode_floor_seconds(decode_bytes, sum(len(p) for p in chosen), per_token, bandwidth)
-            line += f", {seconds / floor:.1f}x the bandwidth floor ({floor * 1e3:.3f} ms at {bandwidth / 1e9:.0f} GB/s)"
-        lines.append(line)
-    return lines
+    return [throughput_line(measured, device_name, bandwidth)
+            for measured in throughput(engine, prompts, space, steps, warmup, bandwidth)]
 
 
 def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: int = 24, warmup: int = 3,
                  probabilities: str = SolveSettings().probabilities, label: str = "the model",
-                 compile: str = SolveSettings().engine_compile) -> EngineBenchResult:
+                 compile: str = SolveSettings().engine_compile, bandwidth: float | None = None,
+                 overhead: bool = True) -> EngineBenchResult:
     """The fast engine's step against the reference's, 16 lanes, at real width and at width 64 (module docstring).
 
     ``compile``: the fast engine's ``engines.make_engine`` option (auto: compiled on a GPU only).
+    ``bandwidth`` (bytes/s): measure the throughput against this floor off CUDA too (on CUDA: the card's,
+    when on record). ``overhead``: also the width-64 rows.
     """
     if not tasks:
         raise ValueError("the engine benchmark needs a task (its prompts)")
@@ -186,16 +231,71 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
-    row, fast = _model_row(model, label, prompts, space, steps, warmup, compile)
+    row, fast, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
-    if fast.device.type == "cuda":
+    if fast.device.type == "cuda" or bandwidth is not None:
         import torch
 
-        result.cuda = throughput_lines(fast, prompts, space, steps, warmup, torch.cuda.get_device_name(fast.device))
+        name = torch.cuda.get_device_name(fast.device) if fast.device.type == "cuda" else fast.device.type
+        bandwidth = bandwidth if bandwidth is not None else device_bandwidth(name)
+        result.throughput = throughput(fast, prompts, space, steps, warmup, bandwidth)
+        result.cuda = [throughput_line(measured, name, bandwidth) for measured in result.throughput]
     del fast
+    if not overhead:
+        return result
     narrow = overhead_model(model)
     for name, chosen in ((f"width 64, {layers} layers", prompts),
                          (f"width 64, {layers} layers, prompts cut to {OVERHEAD_PROMPT} tokens",
                           [prompt[:OVERHEAD_PROMPT] for prompt in prompts])):
         result.rows.append(_model_row(narrow, name, chosen, space, steps, warmup, compile)[0])
+    return result
+
+
+@dataclass
+class EngineAgreement:
+    """The fast engine's DFS candidates against the reference engine's, test input by test input."""
+
+    inputs: int = 0
+    candidates: int = 0  # the reference's, all test inputs together
+    differing: list[str] = field(default_factory=list)  # test inputs whose candidate grids differ
+    largest: float = 0.0  # the largest NLL difference on the test inputs whose grids agree
+    seconds: dict[str, float] = field(default_factory=dict)  # per engine, its searches together
+    compiled: bool = False  # the fast engine's step was compiled
+
+    def line(self) -> str:
+        same = "the same candidates" if not self.differing else \
+            f"candidates differ on {len(self.differing)} test input(s): {', '.join(self.differing[:3])}"
+        return (f"engines agree: {self.inputs} test inputs, {self.candidates} candidates, {same}, largest NLL "
+                f"difference {self.largest:.1e}; fast{' (compiled)' if self.compiled else ''} "
+                f"{self.seconds.get('fast', 0):.1f} s, reference {self.seconds.get('reference', 0):.1f} s")
+
+
+def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
+                     compile: str = SolveSettings().engine_compile, probabilities: str = "full",
+                     seed: int = 0) -> EngineAgreement:
+    """Every test input of ``tasks`` searched (DFS at ``threshold``, drafts on, no test-time training) under the
+    same ``augmentations`` views on the fast engine and on the reference; their candidates compared."""
+    settings = SolveSettings(test_time_training=False, probabilities=probabilities,
+                             inference_augmentations=augmentations, seed=seed, engine_compile=compile)
+    solvers = {kind: Solver(model, encoder, settings.replace(engine=kind)) for kind in ("fast", "reference")}
+    sampler = SamplerSettings("dfs", threshold=threshold)
+    result = EngineAgreement(seconds={kind: 0.0 for kind in solvers})
+    for task in tasks:
+        for index, test_input in enumerate(task.test_inputs):
+            views, _, _ = solvers["reference"].views(task, index)
+            found = {}
+            for kind, solver in solvers.items():
+                started = time.perf_counter()
+                candidates, _ = solver.sample(solver.model, task.train, test_input, views, sampler,
+                                              np.random.default_rng(seed), task_id=task.id)
+                result.seconds[kind] += time.perf_counter() - started
+                found[kind] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+            difference = candidate_difference(found["fast"], found["reference"])
+            if difference is None:
+                result.differing.append(f"{task.id}[{index}]")
+            else:
+                result.largest = max(result.largest, difference)
+            result.inputs += 1
+            result.candidates += len(found["reference"])
+    result.compiled = bool(getattr(solvers["fast"].engine(), "compiled", False))
     return result
