@@ -16,11 +16,19 @@ out from it below, not chosen:
   plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
   layer, 4.5); a scoring forward's arithmetic takes the same ratio.
 
-Not measured: how close a GPU's decode gets to its bandwidth floor (the 135M model's step is almost all
-overhead), so the ratio is 1, the floor itself; and the fast engine's step on a GPU (its CUDA graph replays
-a step as one launch, so most of the overhead should go): it is priced as the reference engine's, an upper
-bound. On the CPU the first speeds are those the dry run measured on the CPU machine (the reference engine,
-2026-11-24), scaled by the model's parameters. The first worker's calibration, then every finished task, replace all of these.
+- the fast engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
+  for 28 layers of width 64 (almost no arithmetic: 0.07 ms of overhead a layer), and 5.51 ms for a
+  Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
+  times the floor once the overhead is taken off. A GPU cell whose settings decode on the compiled fast engine
+  (the default) is priced so, 4-bit models too (their step on a GPU is not measured: bitsandbytes' kernels
+  may take longer than the bf16 ratio says); one on the reference engine (or the fast engine kept eager) as
+  above.
+
+Not measured: how close the reference engine's decode gets to its bandwidth floor (the 135M model's step is
+almost all overhead), so its ratio is 1, the floor itself; and the fast engine's scoring forward, priced as
+the reference's. On the CPU the first speeds are those the dry run
+measured on the CPU machine (the reference engine, 2026-11-24), scaled by the model's parameters. The first
+worker's calibration, then every finished task, replace all of these.
 
 This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
 config).
@@ -191,6 +199,12 @@ MEASUREMENTS = {
     "finetune_step": Measurement(341 / 456, "seconds a fine-tuning step of 37,325 tokens (17,020,212 tokens in 456 "
                                  "steps of 2 x 8 sequences, 2,333 tokens a sequence), the shipped model",
                                  "docs/results.md 'The shipped default model', the H100, 2026-11-22"),
+    "fast_step": Measurement(5.506e-3, "seconds a step of the fast engine (compiled, CUDA graphs), 16 lanes of "
+                             "1,619-token prompts, a Llama-3.2-3B-shaped model with random weights in bf16",
+                             "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
+    "fast_overhead_step": Measurement(2.03e-3, "seconds a step of the fast engine (compiled, CUDA graphs), 16 lanes "
+                                      "of 64-token prompts, 28 layers of width 64 (the overhead: almost no arithmetic)",
+                                      "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
     "cpu_speeds": Measurement(SMOLLM2_135M.parameters, "parameters of the shipped model, whose dry run measured "
                               f"{0.00802:g} s a training token-step, {0.153:g} s a generation unit, {0.0118:g} s a "
                               "scored prompt token (2 threads)",
@@ -207,6 +221,15 @@ def _training_floor(shape: ModelShape, device: Device, tokens: float) -> float:
 BANDWIDTH_RATIO = 1.0  # not measured: no GPU decode of a model large enough for its floor to show
 DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_floor_seconds(
     SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, H100.bandwidth)) / SMOLLM2_135M.layers
+# The fast engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
+# model's floor is tiny): two equations, two unknowns.
+_WIDTH_64 = ModelShape("width 64", 28, 64, 128, 4, 2, 16, vocabulary=64, tied=False)
+_OVERHEAD_FLOOR = decode_floor_seconds(_WIDTH_64.weight_bytes, 16 * 64, _WIDTH_64.kv_bytes_per_token, H100.bandwidth)
+_FAST_FLOOR = decode_floor_seconds(LLAMA_3B.weight_bytes, 16 * 1619, LLAMA_3B.kv_bytes_per_token, H100.bandwidth)
+FAST_BANDWIDTH_RATIO = (MEASUREMENTS["fast_step"].value - MEASUREMENTS["fast_overhead_step"].value) / \
+    (_FAST_FLOOR - _OVERHEAD_FLOOR)
+FAST_DECODE_OVERHEAD = (MEASUREMENTS["fast_overhead_step"].value - FAST_BANDWIDTH_RATIO * _OVERHEAD_FLOOR) / \
+    _WIDTH_64.layers
 # The two training measurements, each a step's overhead plus the ratio times its arithmetic floor (the fine-tune's
 # step being two passes): two equations, two unknowns.
 _TTT_FLOOR = _training_floor(SMOLLM2_135M, H100, 110)
@@ -256,16 +279,23 @@ class Typical:
                    max(1.0, lanes))
 
 
-def part_costs(shape: ModelShape, device: Device, typical: Typical) -> dict[str, PartCost]:
-    """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model)."""
+def decodes_on_fast_engine(settings: SolveSettings) -> bool:
+    """Whether ``settings`` decode on a GPU as the fast engine's measured step does: compiled (for a 4-bit model an
+    assumption: only its bf16 step was measured)."""
+    return settings.engine == "fast" and settings.engine_compile != "off"
+
+
+def part_costs(shape: ModelShape, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
+    """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model); ``fast``: generation
+    decodes on the compiled fast engine (``decodes_on_fast_engine``), else on the reference engine."""
     context = typical.prompt + typical.answer / 2
     decode_floor = decode_floor_seconds(shape.weight_bytes, typical.lanes * context, shape.kv_bytes_per_token,
                                         device.bandwidth)
     scoring_floor = shape.forward_flops(typical.prompt / 2) * typical.prompt / device.flops
     return {"training": PartCost(shape.layers * TRAINING_OVERHEAD / typical.training,
                                  _training_floor(shape, device, typical.training) / typical.training, COMPUTE_RATIO),
-            "generation": PartCost(shape.layers * DECODE_OVERHEAD / typical.lanes, decode_floor / typical.lanes,
-                                   BANDWIDTH_RATIO),
+            "generation": PartCost(shape.layers * (FAST_DECODE_OVERHEAD if fast else DECODE_OVERHEAD) / typical.lanes,
+                                   decode_floor / typical.lanes, FAST_BANDWIDTH_RATIO if fast else BANDWIDTH_RATIO),
             "scoring": PartCost(shape.layers * DECODE_OVERHEAD / typical.prompt, scoring_floor / typical.prompt,
                                 COMPUTE_RATIO)}
 
@@ -281,10 +311,12 @@ def guessed_speeds(shape: ModelShape | None, device: Device | None, settings: So
         return Speeds(CPU_SPEEDS.training * scale, CPU_SPEEDS.generation * scale, CPU_SPEEDS.scoring * scale,
                       guess=f"{shape.sized} on a CPU: the CPU machine's dry-run speeds (2 cores, 2026-11-24) scaled "
                             "by the parameters")
-    costs = part_costs(shape, device, Typical.of(sizes, settings))
+    fast = decodes_on_fast_engine(settings)
+    costs = part_costs(shape, device, Typical.of(sizes, settings), fast)
+    engine = "decoding on the compiled fast engine" if fast else "the reference engine's decode"
     return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
-                  guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 "
-                        "(the reference engine; the fast engine's GPU ratio is not measured)")
+                  guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
+                        "scoring priced as the reference engine's, not measured)")
 
 
 def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],
@@ -317,6 +349,7 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
     return guessed_speeds(ModelShape.from_config(config, bits=bits), device, settings, sizes)
 
 
-__all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "Device", "GPUS", "MEASUREMENTS", "Measurement",
-           "ModelShape", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical", "first_speeds",
-           "gpu_named", "guessed_speeds", "part_costs", "shape_of_folder", "speeds_for_model", "visible_gpu_name"]
+__all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "FAST_BANDWIDTH_RATIO", "FAST_DECODE_OVERHEAD", "Device",
+           "GPUS", "MEASUREMENTS", "Measurement", "ModelShape", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD",
+           "Typical", "decodes_on_fast_engine", "first_speeds", "gpu_named", "guessed_speeds", "part_costs",
+           "shape_of_folder", "speeds_for_model", "visible_gpu_name"]
