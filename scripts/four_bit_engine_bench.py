@@ -20,17 +20,19 @@ import tempfile
 import time
 
 
-def quantized_copy(model, quant_type: str, double: bool):
-    """``model`` saved and loaded back in bitsandbytes 4 bits, as transformers quantizes it."""
+def quantized_copy(model, quant_type: str, double: bool, compute_dtype=None):
+    """``model`` saved and loaded back in bitsandbytes 4 bits, as transformers quantizes it (computing in
+    ``compute_dtype``, default float32)."""
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
+    compute_dtype = compute_dtype or torch.float32
     config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_use_double_quant=double,
-                                bnb_4bit_compute_dtype=torch.float32)
+                                bnb_4bit_compute_dtype=compute_dtype)
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         device = next(model.parameters()).device
-        return AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, dtype=torch.float32,
+        return AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, dtype=compute_dtype,
                                                     device_map=str(device)).eval()
 
 

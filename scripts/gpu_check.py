@@ -15,8 +15,9 @@ soon as it is measured (device, date, commit, versions, then a section per stage
   notebook runs), in this process, per task its seconds and score; then the planner's estimate for
   the 120 ARC-AGI-2 evaluation tasks on Kaggle's 4x L4, from the speeds this run measured: test-time
   training and scoring scaled by the cards' bf16 arithmetic, generation by their memory bandwidth.
-- fourbit: a Llama-3.2-3B-shaped model with random weights in bitsandbytes 4 bits through the fast
-  engine (skipped where bitsandbytes is missing, as on the device image).
+- fourbit: a Llama-3.2-3B-shaped model with random weights in bitsandbytes 4 bits (nf4, bf16 compute)
+  through the fast engine (skipped where bitsandbytes is missing: the device image lacks it, so the
+  runbook carries its CUDA 13 build, docs/gpu/README.md).
 
 The shipped model's base is too large to travel in one device call: ``scripts/gpu_base_parts.py``
 packs it in two parts, the first carried by a call of its own, the second with this script's; given
@@ -340,7 +341,9 @@ def stage_fourbit(check: Check, facts: dict) -> None:
     else:
         model, encoder, label = llama_3b_shaped(check.args.device), TaskEncoder(Vocabulary()), \
             "Llama-3.2-3B-shaped, random, 4 bits"
-    quantized = quantized_copy(model, "nf4", True)
+    import torch
+
+    quantized = quantized_copy(model, "nf4", True, torch.bfloat16 if check.on_gpu else torch.float32)
     tasks = check.tasks or list(load_tasks("arc-agi-1/evaluation").tasks())[:5]
     steps, warmup = (2, 1) if check.args.quick else (24, 3)
     result = bench_engine(quantized, encoder, tasks, steps=steps, warmup=warmup, label=label,
