@@ -147,9 +147,14 @@ def unpack(folder: Path, destination: Path | None = None) -> Path:
     if len(paths) != expected:
         raise SystemExit(f"{len(paths)} of the base's {expected} parts in {folder}: carry the others too")
     if destination is None:
-        from arc_kit.model.bases import built_folder
+        from arc_kit.model.bases import built_folder, is_built
 
-        destination = built_folder(json.loads(small["arc_kit.json"])["base"]["name"])
+        name = json.loads(small["arc_kit.json"])["base"]["name"]
+        destination = built_folder(name)
+        if is_built(destination, name):  # built here already, by the kit or an earlier unpack: kept as it is
+            return destination
+    if destination.exists() and any(destination.iterdir()):
+        raise SystemExit(f"{destination} is not empty: nothing unpacked into it")
     destination.mkdir(parents=True, exist_ok=True)
     save_file(tensors, destination / "model.safetensors", metadata={"format": "pt"})
     for name, text in small.items():

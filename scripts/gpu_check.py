@@ -73,10 +73,14 @@ def time_box(seconds: float):
 
 
 class Report:
-    """The JSON of everything measured, rewritten whole after each figure, and the log beside it."""
+    """The JSON of everything measured, rewritten whole after each figure, and the log beside it, in a folder
+    that is new, empty or an earlier check's (``overwrite``: replaced), as every command of the kit writes."""
 
-    def __init__(self, out: Path):
-        out.mkdir(parents=True, exist_ok=True)
+    def __init__(self, out: Path, overwrite: bool = False):
+        from arc_kit.outputs import FolderKind, claim_folder
+
+        kind = FolderKind("gpu check", owned=("gpu_check.json", "gpu_check.partial", "gpu_check.log", "records.jsonl"))
+        claim_folder(out, kind, "gpu-check", overwrite=overwrite)
         self.path, self.log_path, self.data = out / "gpu_check.json", out / "gpu_check.log", {}
 
     def save(self) -> None:
@@ -380,6 +384,7 @@ def parse(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_check_out",
                         help="folder for gpu_check.json, its log and the tasks' records (default: $OUT)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier check's files in --out")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--minutes", type=float, default=7.5, help="the whole check's wall time (default: 7.5)")
     parser.add_argument("--quick", action="store_true", help="every stage at its smallest: a test that it runs")
@@ -402,7 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     started = time.monotonic()
     deadline = started + args.minutes * 60
-    report = Report(Path(args.out))
+    try:
+        report = Report(Path(args.out), args.overwrite)
+    except ValueError as error:  # the kit's one-line refusal of a folder it did not make
+        print(f"gpu check: {error}", file=sys.stderr)
+        return 1
     report.data.update(header(args))
     report.save()
     check = Check(args, report)

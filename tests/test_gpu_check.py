@@ -53,6 +53,26 @@ def test_the_gpu_check_runs_every_stage_on_the_cpu_and_writes_every_figure(model
     assert (out / "records.jsonl").exists() and "== tasks: done" in (out / "gpu_check.log").read_text()
 
 
+def test_the_gpu_check_writes_only_into_a_new_or_empty_folder_or_its_own_and_replaces_only_when_asked(
+        model_folder, tmp_path, capsys, monkeypatch):
+    check = _script("gpu_check")
+    monkeypatch.setattr(check, "stage_engine", lambda check, facts: facts.update(measured=1))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    arguments = ["--device", "cpu", "--model", str(model_folder), "--stages", "engine", "--out"]
+    assert check.main([*arguments, str(mine)]) == 1
+    assert "holds files that arc-kit did not make (notes.txt)" in capsys.readouterr().err
+    assert sorted(path.name for path in mine.iterdir()) == ["notes.txt"]
+    out = tmp_path / "out"
+    assert check.main([*arguments, str(out)]) == 0
+    assert check.main([*arguments, str(out)]) == 1 and "pass --overwrite" in capsys.readouterr().err
+    (out / "kept.txt").write_text("a user's file beside the check's")
+    assert check.main([*arguments, str(out), "--overwrite"]) == 0
+    assert (out / "kept.txt").read_text() == "a user's file beside the check's"
+    assert json.loads((out / "gpu_check.json").read_text())["engine"]["measured"] == 1
+
+
 def test_a_stage_out_of_time_or_failing_is_said_and_the_next_one_starts(model_folder, tmp_path, monkeypatch):
     check = _script("gpu_check")
     monkeypatch.setattr(check, "MIN_STAGE_SECONDS", 0.1)
@@ -159,6 +179,10 @@ def test_the_base_parts_give_a_built_base_back_bit_for_bit_and_refuse_a_damaged_
         {name: value.tolist() for name, value in built.items()}
     assert json.loads((back / "arc_kit.json").read_text())["kept_token_ids"] == kept
 
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="is not empty: nothing unpacked"):
+        parts.unpack(tmp_path / "parts", tmp_path / "full")
     damaged = bytearray(written[0].read_bytes())
     damaged[-1] ^= 0xFF  # the last byte of the part's last tensor
     written[0].write_bytes(bytes(damaged))
