@@ -12,7 +12,9 @@ soon as it is measured (device, date, commit, versions, then a section per stage
   engines for 3 tasks in float32 (``engine_bench.engine_agreement``).
 - drafts: engine steps and wall time with and without the speculative DFS's drafts.
 - tasks: the 30 shortest ARC-AGI-1 evaluation tasks at the paper's preset (what the Kaggle
-  notebook runs), in this process, per task its seconds and score; then the planner's estimate for
+  notebook runs), in this process, shortest first until the time box runs out (the planner is given
+  no deadline, so no task's settings are stepped down), per task its seconds and score; then the
+  planner's estimate for
   the 120 ARC-AGI-2 evaluation tasks on Kaggle's 4x L4, from the speeds this run measured: test-time
   training and scoring scaled by the cards' bf16 arithmetic, generation by their memory bandwidth.
 - fourbit: a Llama-3.2-3B-shaped model with random weights in bitsandbytes 4 bits (nf4, bf16 compute)
@@ -51,6 +53,7 @@ TASKS = 30
 KAGGLE_GPUS = 4  # the ARC Prize notebook's machine: 4x L4
 ESTIMATE_SET = "arc-agi-2/evaluation"
 MIN_STAGE_SECONDS = 5.0
+TASKS_RESERVE = 20.0  # seconds of the tasks stage kept for reading its records and the estimate
 
 
 class StageTimeout(BaseException):  # not an Exception: the kit's own "except Exception" must not swallow it
@@ -298,6 +301,8 @@ def kaggle_estimate(check: Check, run: Path) -> dict:
 
 
 def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
+    """The shortest tasks at the paper's preset, one after another, until the stage's time box runs out (no
+    deadline for the kit's planner: it would step the settings down); then the finished tasks' records."""
     from arc_kit.cli import main as arc_kit
 
     if check.model_path is None:
@@ -306,24 +311,26 @@ def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
     run = Path(tempfile.mkdtemp(prefix="gpu-check-")) / "run"
     preset = "smoke" if args.quick else "paper"
     command = ["dry-run", "--model", check.model_path, "--tasks", str(args.tasks), "--preset", preset,
-               "--out", str(run), "--workers", "1", "--device", args.device,
-               "--hours", f"{max(seconds - 20, 10) / 3600:.5f}", "--safety-minutes", "0"]
+               "--out", str(run), "--workers", "1", "--device", args.device]
     facts.update(preset=preset, command="arc-kit " + " ".join(command), run=str(run))
     check.report.save()
-    with contextlib.redirect_stdout(_Tee(sys.stdout, check.report.log_path)):
-        status = arc_kit(command)
-    facts["exit_status"] = status
-    rows = task_rows(run)
-    facts["per_task"] = rows
+    solving = max(seconds - TASKS_RESERVE, MIN_STAGE_SECONDS)  # the rest: reading the records, the estimate
+    try:
+        with time_box(solving), contextlib.redirect_stdout(_Tee(sys.stdout, check.report.log_path)):
+            facts["exit_status"] = arc_kit(command)
+    except StageTimeout:
+        facts["stopped"] = f"the time box ({solving:.0f} s) ran out: the tasks after the last record were not run"
+    rows = task_rows(run) if (run / "records.jsonl").exists() else []
     solved = sum(bool(row["correct"]) and all(row["correct"]) for row in rows)
-    facts.update(tasks_run=len(rows), solved=solved, score=solved / args.tasks,
+    facts.update(per_task=rows, tasks_run=len(rows), solved=solved, score=solved / args.tasks,
                  seconds_total=sum(row["seconds"] or 0 for row in rows))
-    if (run / "records.jsonl").exists():
+    if rows:
         (Path(args.out) / "records.jsonl").write_bytes((run / "records.jsonl").read_bytes())
     check.report.save()
-    facts["kaggle_estimate"] = kaggle_estimate(check, run)
+    facts["kaggle_estimate"] = kaggle_estimate(check, run) if rows else "no task finished: nothing to estimate from"
+    estimate = facts["kaggle_estimate"]
     check.report.log(f"tasks: {solved} of {args.tasks} solved, {len(rows)} run; ARC-AGI-2 evaluation on "
-                     f"{KAGGLE_GPUS}x L4: {facts['kaggle_estimate'].get('total', facts['kaggle_estimate'])}")
+                     f"{KAGGLE_GPUS}x L4: {estimate.get('total', estimate) if isinstance(estimate, dict) else estimate}")
 
 
 def stage_fourbit(check: Check, facts: dict) -> None:
