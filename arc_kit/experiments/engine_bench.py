@@ -272,9 +272,10 @@ class EngineAgreement:
 
 def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
                      compile: str = SolveSettings().engine_compile, probabilities: str = "full",
-                     seed: int = 0) -> EngineAgreement:
+                     seed: int = 0, progress=None) -> EngineAgreement:
     """Every test input of ``tasks`` searched (DFS at ``threshold``, drafts on, no test-time training) under the
-    same ``augmentations`` views on the fast engine and on the reference; their candidates compared."""
+    same ``augmentations`` views on the fast engine and on the reference; their candidates compared.
+    ``progress``: called with the result so far after each test input."""
     settings = SolveSettings(test_time_training=False, probabilities=probabilities,
                              inference_augmentations=augmentations, seed=seed, engine_compile=compile)
     solvers = {kind: Solver(model, encoder, settings.replace(engine=kind)) for kind in ("fast", "reference")}
@@ -297,5 +298,7 @@ def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, thre
                 result.largest = max(result.largest, difference)
             result.inputs += 1
             result.candidates += len(found["reference"])
-    result.compiled = bool(getattr(solvers["fast"].engine(), "compiled", False))
+            result.compiled = bool(getattr(solvers["fast"].engine(), "compiled", False))
+            if progress is not None:
+                progress(result)
     return result
