@@ -218,9 +218,9 @@ def stage_engine(check: Check, facts: dict) -> None:
     def save(agreement) -> None:  # after each test input: a time box that runs out keeps what was compared
         agreement_facts.update(tasks=count, dtype=str(next(model.parameters()).dtype),
                                threshold=args.agreement_threshold, inputs=agreement.inputs,
-                               candidates=agreement.candidates, same_candidates=not agreement.differing, differing=agreement.differing,
-                               largest_nll_difference=agreement.largest, seconds=agreement.seconds,
-                               compiled=agreement.compiled)
+                               candidates=agreement.candidates, same_candidates=not agreement.differing,
+                               differing=agreement.differing, largest_nll_difference=agreement.largest,
+                               seconds=agreement.seconds, compiled=agreement.compiled)
         check.report.save()
 
     agreement = engine_agreement(model, encoder, tasks[:count], threshold=args.agreement_threshold,
