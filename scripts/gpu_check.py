@@ -135,7 +135,7 @@ def header(args) -> dict:
             "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
             "commit": os.environ.get("ARC_KIT_COMMIT") or git_commit() or "unknown", "arc_kit": __version__,
             "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "arguments": sys.argv[1:], "quick": args.quick,
+            "transformers": transformers.__version__, "arguments": args.argv, "quick": args.quick,
             "minutes": args.minutes}
 
 
@@ -410,6 +410,7 @@ def parse(argv: list[str] | None):
     parser.add_argument("--agreement-threshold", type=float, default=0.01,
                         help="DFS threshold of the engines' agreement (default: 0.01, the kit's for small models)")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.tasks = args.tasks or (2 if args.quick else TASKS)
     if args.minutes <= 0 or args.tasks < 1 or args.drafts_tasks < 1:
         parser.error("--minutes, --tasks and --drafts-tasks must be positive")
