@@ -88,7 +88,10 @@ def entries(base: Path, gguf_path: Path):
     tensors = {tensor.name: tensor for tensor in GGUFReader(gguf_path).tensors}
     built = load_file(base / "model.safetensors")
     for name, weight in built.items():
-        source = tensors[_gguf_name(name)]
+        try:
+            source = tensors[_gguf_name(name)]
+        except (KeyError, ValueError):
+            raise SystemExit(f"{name}: no GGUF tensor of {gguf_path.name} is known to hold it; nothing written") from None
         kind = source.tensor_type.name
         raw = np.asarray(source.data).view(np.uint8).reshape(-1)
         if source.name == "token_embd.weight":
