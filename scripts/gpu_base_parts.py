@@ -91,7 +91,7 @@ def entries(base: Path, gguf_path: Path):
         try:
             source = tensors[_gguf_name(name)]
         except (KeyError, ValueError):
-            raise SystemExit(f"{name}: no GGUF tensor of {gguf_path.name} is known to hold it; nothing written") from None
+            raise SystemExit(f"{name}: no tensor of {gguf_path.name} is known to hold it; nothing written") from None
         kind = source.tensor_type.name
         raw = np.asarray(source.data).view(np.uint8).reshape(-1)
         if source.name == "token_embd.weight":
