@@ -201,6 +201,7 @@ def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, f
 FAKE_WORKER = """
 import json, os, sys, time
 import numpy as np
+from arc_kit import progress
 from arc_kit.run import worker_process
 from arc_kit.method.records import TaskRecord, TestResult
 
@@ -222,6 +223,11 @@ def fake_solve_one(solver, task, rung, rungs, budget=None):
             time.sleep(60)
     if what == "die" or (what == "die-once" and tries == 0):
         os._exit(3)
+    if what == "work":  # a few seconds of steps, as a model's forward passes tick them, then the answer
+        ends = time.monotonic() + 2.0
+        while time.monotonic() < ends:
+            progress.tick()
+            time.sleep(0.01)
     record = TaskRecord(task.id, tests=[TestResult([np.array([[7]])], [], [], []) for _ in task.test_inputs],
                         timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
     record.extra = {"device": os.environ["CUDA_VISIBLE_DEVICES"],
@@ -414,13 +420,16 @@ def recorded(folder: Path, task_id: str) -> bool:
 @pytest.mark.slow
 def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_complete(model_folder, tmp_path,
                                                                                    monkeypatch, caplog, capsys):
+    """Real worker processes (the real worker loop, heartbeat and step counter) around a fake solve that ticks the
+    step counter for 2 s a task, as a model's forward passes do (a real model's workers: the two-worker tests)."""
     import signal
     import threading
 
     tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS + ["a8610ef7", "d4b1c2b1"])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two fake GPUs: the workers run on the CPU all the same
-    # a loaded machine may leave a healthy worker a few seconds between steps: 10 s keeps it from being taken for hung
-    watchdog = WatchdogSettings(stall_seconds=10.0, heartbeat_seconds=0.5, terminate_seconds=2.0)
+    # a loaded machine may leave a healthy worker a few seconds between steps (its fake solve ticks every 10 ms):
+    # 5 s keeps it from being taken for hung
+    watchdog = WatchdogSettings(stall_seconds=5.0, heartbeat_seconds=0.5, terminate_seconds=2.0)
     out, events = tmp_path / "out", {}
 
     def strike() -> None:
@@ -441,7 +450,9 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
         events.update(killed=killed, killed_index=killed_index, stopped=stopped, stopped_index=stopped_index,
                       stopped_at=time.time())
 
+    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(tasks.ids, "work"))
     spy = PopenSpy()
+    spy.real = worker_slots.subprocess.Popen  # the fake workers' start, the commands recorded
     watch_workers(monkeypatch, spy)
     striker = threading.Thread(target=strike, daemon=True)
     striker.start()
