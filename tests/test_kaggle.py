@@ -40,6 +40,7 @@ from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
+from test_workers import fake_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -252,8 +253,11 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
 
 
-@pytest.mark.slow
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls):
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
+    """Real worker processes (the real worker loop) around test_workers' fake solve, which answers [[7]]: the
+    model's own answers in a Kaggle run are the smoke run's above."""
+    fake_workers(monkeypatch, tmp_path / "marks", {})
+    monkeypatch.setattr(workers, "solve_in_workers", functools.partial(workers.solve_in_workers, poll_seconds=0.05))
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -267,6 +271,7 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     assert submission_problems(submission, tasks) == []
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
+        assert submission[task_id][0]["attempt_1"] == [[7]]  # the workers' answers, not the fallbacks
 
 
 def add_hidden_task(input_root: Path) -> str:

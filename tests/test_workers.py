@@ -3,8 +3,8 @@
 The workers are real subprocesses (``python -m arc_kit worker PLAN``) on the CPU, running the bigram
 micro model of conftest.py (it writes small grids, so every task has real candidates and the
 comparison of two runs means something) on four small ARC-AGI-1 evaluation tasks. The watchdog's
-tests start the real worker loop (``worker_process.run_worker``) with a fake solve that dies, hangs or
-answers [[7]], so that what the parent does about a dead or hung worker takes seconds.
+tests (and the simulated Kaggle machine's, whose workers are killed and stopped) start the real worker loop (``worker_process.run_worker``) with a fake solve that dies, hangs or
+answers [[7]] (then [[7, 7]]), so that what the parent does about a dead or hung worker takes seconds.
 """
 
 from __future__ import annotations
@@ -228,7 +228,8 @@ def fake_solve_one(solver, task, rung, rungs, budget=None):
         while time.monotonic() < ends:
             progress.tick()
             time.sleep(0.01)
-    record = TaskRecord(task.id, tests=[TestResult([np.array([[7]])], [], [], []) for _ in task.test_inputs],
+    record = TaskRecord(task.id, tests=[TestResult([np.array([[7]]), np.array([[7, 7]])], [], [], [])
+                                        for _ in task.test_inputs],
                         timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
     record.extra = {"device": os.environ["CUDA_VISIBLE_DEVICES"],
                     "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
