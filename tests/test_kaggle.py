@@ -684,6 +684,8 @@ QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augme
 def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(fallback_model, simulated,
                                                                                      tmp_path, capsys, quick_polls,
                                                                                      monkeypatch):
+    """Real worker processes (the real worker loop) around test_workers' fake solve."""
+    fake_workers(monkeypatch, tmp_path / "marks", {})
     working = tmp_path / "working"
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1", *QUICK_OPTIONS]
@@ -693,6 +695,7 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
     assert len(first.splitlines()) == 1
     assert main([*command, "1"]) == 0  # its own run: resumed, nothing solved again
     assert records.read_text() == first and (working / "submission.json").read_text() == submission
+    assert len(list((tmp_path / "marks").iterdir())) == 1  # one task, solved once
     capsys.readouterr()
     assert main([*command, "2"]) == 1  # other settings: refused, loudly
     error = capsys.readouterr().err

@@ -128,10 +128,10 @@ def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two
     assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"]["generation"] == len(TASK_IDS)
 
 
-@pytest.mark.slow
-def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, tasks, tmp_path, two_workers,
+def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, tasks, tmp_path, finished_run,
                                                                   monkeypatch):
-    source, run, _ = two_workers
+    """On the fake solve's run: that a worker recomputes a task as the first run did is the two-worker tests'."""
+    source = finished_run
     out = tmp_path / "resumed"
     shutil.copytree(source, out)
     def records_text(index):
@@ -143,18 +143,22 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     lost = json.loads(lines[-1])["task_id"]
     (out / f"worker-{killed}" / "records.jsonl").write_text("".join(line + "\n" for line in lines[:-1]))  # killed
     before = [records_text(index) for index in range(2)]
+    fake_workers(monkeypatch, tmp_path / "marks", {})
     spy = PopenSpy()
+    spy.real = worker_slots.subprocess.Popen  # the fake workers' start, the commands recorded
     watch_workers(monkeypatch, spy)
     resumed = solve_in_workers(tasks, model_folder, SETTINGS, out, workers=2, poll_seconds=POLL, progress=False)
     assert len(spy.calls) == 1  # one worker for one task: the first
+    assert sorted(path.name.split(".")[0] for path in (tmp_path / "marks").iterdir()) == [lost]  # it alone was solved
     after = [records_text(index) for index in range(2)]
     assert after[1] == before[1]
     assert after[0].startswith(before[0]) and len(after[0].splitlines()) == len(before[0].splitlines()) + 1
     assert json.loads(after[0].splitlines()[-1])["task_id"] == lost
     assert read_json(out / "submission.json") == read_json(source / "submission.json")
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
+    first = read_records(source / "records.jsonl")
     for task_id in TASK_IDS:
-        assert resumed.records[task_id].to_json()["test"] == run.records[task_id].to_json()["test"]
+        assert resumed.records[task_id].to_json()["test"] == first[task_id].to_json()["test"]
 
 
 @pytest.fixture(scope="module")
