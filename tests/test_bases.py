@@ -754,7 +754,7 @@ def test_a_delta_lacking_a_shard_in_its_index_is_refused_in_one_line(delta, tmp_
 # several processes building one base at once, and the GGUF tokenizer on its own
 
 CONCURRENT_BUILD = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 from arc_kit.model import bases
 
@@ -762,11 +762,22 @@ name, sha256, wheel, go = sys.argv[1:5]
 bases.BASES[name] = bases.BaseSpec(name=name, package="arc-kit-tiny-base", version="1.2.3",
                                    file="arc_kit_tiny_base/tiny-llama.gguf", sha256=sha256, licence="Apache-2.0",
                                    description="a tiny Llama written by the tests", wheel_size_mb=1)
+Path(f"{go}.ready.{os.getpid()}").touch()
 while not Path(go).exists():  # every process imported and waiting: then all start at once
     time.sleep(0.01)
 folder = bases.build_base(name, weights=wheel)
 print(folder, sorted(path.name for path in folder.iterdir()))
 """
+
+
+def release_together(go: Path, processes: list[subprocess.Popen], timeout: float = 120.0) -> None:
+    """Once every process has imported and waits on the ``go`` file (each writes ``go.ready.PID`` then), create it."""
+    ends = time.monotonic() + timeout
+    while len(list(go.parent.glob(f"{go.name}.ready.*"))) < len(processes):
+        assert time.monotonic() < ends and all(process.poll() is None for process in processes), \
+            [process.communicate() for process in processes if process.poll() is not None]
+        time.sleep(0.01)
+    go.touch()
 
 
 @pytest.mark.slow
@@ -778,8 +789,7 @@ def test_processes_that_build_one_base_at_once_take_turns_and_it_is_built_once(r
     processes = [subprocess.Popen([sys.executable, "-c", CONCURRENT_BUILD, NAME, registered.sha256,
                                    str(wheel), str(go)], env=environment, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    time.sleep(8)  # imports done (torch, transformers): the three wait on the go file
-    go.touch()
+    release_together(go, processes)
     results = [process.communicate(timeout=300) for process in processes]
     assert all(process.returncode == 0 for process in processes), [error[-2000:] for _, error in results]
     assert len({output for output, _ in results}) == 1  # every one got the same, complete folder
@@ -814,7 +824,7 @@ def test_a_gguf_tokenizer_of_another_kind_is_refused_in_one_line(tmp_path):
 
 
 CLI_BUILD = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 from arc_kit.model import bases
 from arc_kit.cli import main
@@ -823,6 +833,7 @@ name, sha256, go = sys.argv[1:4]
 bases.BASES[name] = bases.BaseSpec(name=name, package="arc-kit-tiny-base", version="1.2.3",
                                    file="arc_kit_tiny_base/tiny-llama.gguf", sha256=sha256, licence="Apache-2.0",
                                    description="a tiny Llama written by the tests", wheel_size_mb=1)
+Path(f"{go}.ready.{os.getpid()}").touch()
 while not Path(go).exists():
     time.sleep(0.01)
 sys.exit(main(["base", "build", name]))
@@ -842,8 +853,7 @@ def test_two_base_build_commands_on_a_fresh_cache_both_succeed_with_one_download
     processes = [subprocess.Popen([sys.executable, "-c", CLI_BUILD, NAME, registered.sha256, str(go)],
                                   env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
-    time.sleep(8)  # both imported and waiting on the go file
-    go.touch()
+    release_together(go, processes)
     results = [process.communicate(timeout=300) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], [error[-2000:] for _, error in results]
     folder = bases.built_folder(NAME)

@@ -45,6 +45,7 @@ from arc_kit.run import workers
 from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
 from arc_kit.run.workers import solve_in_workers
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from test_workers import fake_workers
 
 FILES = 300
 SEED = 20250101
@@ -359,8 +360,11 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
         status, _, err = run(capsys, "solve", "--dataset", challenges, "--lenient", "--out", tmp_path / "all",
                              "--model", fallback_model, *options)
         check_every_id(tmp_path / "all" / "submission.json", tasks)
-    elif path == "workers":
-        solve_in_workers(tasks, fallback_model, QUICK, tmp_path / "out", workers=1, poll_seconds=0.2, progress=False)
+    elif path == "workers":  # the real worker loop (it reads the tasks the parent wrote) around a fake solve
+        fake_workers(monkeypatch, tmp_path / "marks", {})
+        pooled = solve_in_workers(tasks, fallback_model, QUICK, tmp_path / "out", workers=1, poll_seconds=0.05,
+                                  progress=False)
+        assert sorted(pooled.records) == ["good1", "good2"] and all(r.got_model_work for r in pooled.records.values())
         check_every_id(tmp_path / "out" / "submission.json", tasks)
     else:  # the Kaggle job's own writes; the workers it starts are the case above
         monkeypatch.setattr(workers, "solve_in_workers", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))

