@@ -45,6 +45,19 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them: its own entries when it is set
+    (physical ids or UUIDs, which a pool's Ray hands on as they are), else ``0 .. n-1`` for the GPUs torch counts."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip()]
+    try:
+        import torch
+    except ImportError:
+        return []
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
 def resolve_device(device: str = "auto") -> str:
     """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU is an error."""
     if device == "auto":

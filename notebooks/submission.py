@@ -24,8 +24,9 @@
 # it as `arc-kit check-model` does (weights, tokenizer, memory on this GPU). If anything of that fails it
 # says why and the cells below do nothing: the fallback stands and the notebook still ends without an
 # error (a notebook that raises is not scored). Then it solves every test task (test-time training, DFS
-# under 16 augmentations, product-of-experts selection) on all GPUs within the time budget, keeping the
-# submission valid after every task and printing a line per task and the progress. When the test file is the public placeholder (an interactive session, or
+# under 16 augmentations, product-of-experts selection) on all GPUs within the time budget (a Ray actor per
+# worker, several sharing a GPU, on the image's own `ray`), keeping the submission valid after every task and
+# printing a line per task and the progress. When the test file is the public placeholder (an interactive session, or
 # the first run after a commit) it runs a short smoke job instead.
 
 # %%
@@ -66,8 +67,10 @@ STOP_MINUTES = setting("STOP_MINUTES", 15.0, float)  # stop workers still runnin
 SMOKE_TASKS = setting("SMOKE_TASKS", 3, int)  # tasks solved when the test file is the placeholder
 JOB = setting("JOB", "auto")  # "auto": a smoke job when the test file is the public placeholder; "smoke": always
 # (public data elsewhere); "full": every task
-WORKERS_PER_GPU = setting("WORKERS_PER_GPU", 0, int)  # worker processes sharing each GPU; 0: as many as the first
-# worker's measured memory allows
+WORKERS = setting("WORKERS", 0, int)  # workers in all, each a Ray actor; 0: one per GPU and as many more as
+# WORKERS_PER_GPU says, or one without a GPU (then in this process, without Ray)
+WORKERS_PER_GPU = setting("WORKERS_PER_GPU", 0, int)  # workers sharing each GPU; 0: as many as the first worker's
+# measured memory allows
 INPUT_ROOT = setting("INPUT", "/kaggle/input")  # where the competition, the dataset and any Kaggle Model are
 WORKING_ROOT = setting("WORKING", "/kaggle/working")  # where submission.json goes
 SMOKE = setting("SMOKE", False, lambda text: text == "1")  # CI: a CPU run on a simulated input folder
@@ -81,8 +84,10 @@ import time
 
 STARTED = time.time()  # the budget counts from here
 COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.competition.COMPETITION (a test keeps them equal)
-KIT_IMPORTS = "arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors, gguf"
-VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy")
+KIT_IMPORTS = ("arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors, "
+               "gguf, ray")
+VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy",
+            "ray")
 
 
 def preference(path: str) -> tuple:
@@ -213,7 +218,7 @@ if READY:
     try:  # a task log line each, and the progress, come from the run itself
         result = kaggle.run_competition(model, settings, input_root=INPUT, working=WORKING, started=STARTED,
                                         hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
-                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB,
+                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers=WORKERS or None,
                                         workers_per_gpu=WORKERS_PER_GPU, load_options={"quantization": QUANTIZATION})
         print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score
     except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly

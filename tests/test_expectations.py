@@ -155,24 +155,31 @@ def test_estimate_says_what_is_guessed_and_warns_when_a_run_recorded_no_speeds(t
     assert "warning" not in printed and "on a CPU" in printed and "with the paper settings" in printed
 
 
-def test_the_calibration_replaces_the_parts_it_measured_and_keeps_the_guess_for_the_others(tmp_path):
-    import json
-
-    from arc_kit.run.calibration import CALIBRATION_FILE, calibrate, calibration_settings
+def test_the_calibration_replaces_the_parts_it_measured_and_keeps_the_guess_for_the_others():
     from arc_kit.run.planner import Planner, work_units
+    from arc_kit.run.slots import calibration_settings, fold_calibration
 
     guessed = guessed_speeds(NEMO_8B, gpu_named("L4"), PAPER, SIZES)
     planner = Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed)
     settings = calibration_settings(PAPER)
     units = work_units(SIZES[0], settings)
-    (tmp_path / CALIBRATION_FILE).write_text(json.dumps({"timings": {"generation": 2.0 * units["generation"],
-                                                                     "scoring": 3.0 * units["scoring"]}}))
-    notes = []
-    report = type("Report", (), {"note": lambda self, line: notes.append(line)})()
-    calibrate(tmp_path, planner, "t0", settings, report, 1)
+    measured = {"timings": {"generation": 2.0 * units["generation"], "scoring": 3.0 * units["scoring"]}}
+    per_gpu, line = fold_calibration(planner, "t0", settings, measured, 1)
     assert (planner.speeds.generation, planner.speeds.scoring) == pytest.approx((2.0, 3.0))
     assert planner.speeds.training == guessed.training  # no training in the measurement: the guess stands
-    assert planner.speeds.guess == guessed.guess and notes[0].startswith("calibrated on task t0")
+    assert planner.speeds.guess == guessed.guess and line.startswith("calibrated on task t0") and per_gpu is None
+    gib = 2**30  # with the peak memory, how many share a GPU
+    per_gpu, line = fold_calibration(planner, "t0", settings, {**measured, "peak_bytes": 4 * gib,
+                                                               "total_bytes": 24 * gib}, 1)
+    assert per_gpu == slots_per_gpu(4 * gib, 24 * gib) and f"{per_gpu} worker(s) per GPU" in line
+    per_gpu, line = fold_calibration(planner, "t0", settings, {"error": "OutOfMemoryError: boom"}, 1)
+    assert per_gpu is None and line.startswith("calibration failed (OutOfMemoryError: boom)")
+
+
+def slots_per_gpu(peak: float, total: float) -> int:
+    from arc_kit.run.slots import workers_per_gpu_for
+
+    return workers_per_gpu_for(peak, total, 1)
 
 
 def test_the_fast_engines_overhead_and_ratio_reproduce_its_h100_measurements_and_price_the_default_settings():

@@ -41,11 +41,11 @@ from arc_kit.locking import HOLDER_FILE
 from arc_kit.method.records import TaskRecord, fallback_record, read_records
 from arc_kit.method.solver import Solver
 from arc_kit.outputs import claim_folder
-from arc_kit.run import workers
+from arc_kit.run import pool
 from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
-from arc_kit.run.workers import solve_in_workers
+from arc_kit.run.pool import solve_in_pool
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
-from test_workers import fake_workers
+from pool_helpers import fake_workers
 
 FILES = 300
 SEED = 20250101
@@ -360,14 +360,13 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
         status, _, err = run(capsys, "solve", "--dataset", challenges, "--lenient", "--out", tmp_path / "all",
                              "--model", fallback_model, *options)
         check_every_id(tmp_path / "all" / "submission.json", tasks)
-    elif path == "workers":  # the real worker loop (it reads the tasks the parent wrote) around a fake solve
+    elif path == "workers":  # a Ray actor (the tasks reach it through Ray) around a fake solve
         fake_workers(monkeypatch, tmp_path / "marks", {})
-        pooled = solve_in_workers(tasks, fallback_model, QUICK, tmp_path / "out", workers=1, poll_seconds=0.05,
-                                  progress=False)
+        pooled = solve_in_pool(tasks, fallback_model, QUICK, tmp_path / "out", workers=1, progress=False)
         assert sorted(pooled.records) == ["good1", "good2"] and all(r.got_model_work for r in pooled.records.values())
         check_every_id(tmp_path / "out" / "submission.json", tasks)
     else:  # the Kaggle job's own writes; the workers it starts are the case above
-        monkeypatch.setattr(workers, "solve_in_workers", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))
+        monkeypatch.setattr(pool, "solve_job", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))
         result = kaggle.run_competition(fallback_model, QUICK, input_root=tmp_path / "input", working=tmp_path / "working",
                                         workers=1, force_full=True)
         assert result.error is None and result.tasks == 4  # the two malformed tasks count too

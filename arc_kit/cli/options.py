@@ -155,11 +155,11 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
-    number_argument(parser, "--workers", int, "worker processes in all (default: --workers-per-gpu on each GPU when "
-                    "there is one, else this process)", at_least=1, at_most=MAX_WORKERS)
-    number_argument(parser, "--workers-per-gpu", int, "worker processes sharing each GPU (default: as many as the "
-                    "first worker's measured peak memory allows when --hours is given, else one)", at_least=1,
-                    at_most=8)
+    number_argument(parser, "--workers", int, "workers in all, each a Ray actor that loads the model once (default: "
+                    "--workers-per-gpu on each GPU when there is one, else one: this process, without Ray)",
+                    at_least=1, at_most=MAX_WORKERS)
+    number_argument(parser, "--workers-per-gpu", int, "workers sharing each GPU (default: as many as the first "
+                    "worker's measured peak memory allows when --hours is given, else one)", at_least=1, at_most=8)
     number_argument(parser, "--hours", float, "time budget: plan the run to end this many hours from now (minus "
                     "--safety-minutes, which must leave some)", above=0, at_most=MAX_HOURS)
     number_argument(parser, "--safety-minutes", float, "margin kept before the end of --hours (default: "
@@ -169,7 +169,7 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
 
 
-MAX_WORKERS = 256  # worker processes: more than any machine the kit runs on has GPUs or cores for
+MAX_WORKERS = 256  # workers: more than any machine the kit runs on has GPUs or cores for
 MAX_HOURS = 8760  # a time budget of at most a year
 
 

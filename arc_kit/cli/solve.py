@@ -1,5 +1,5 @@
-"""The ``arc-kit`` commands that solve: solve, dry-run, worker, the paper's tables (ablation, samplers), and the
-planner's estimate of a run's time.
+"""The ``arc-kit`` commands that solve: solve, dry-run, the paper's tables (ablation, samplers), and the planner's
+estimate of a run's time.
 
 Each parses, makes one call into ``arc_kit.run`` and prints; how a run is planned, split among workers and
 scored lives there, not here.
@@ -31,14 +31,14 @@ def _run_solve(args) -> int:
     from arc_kit.experiments.analysis import draft_share
     from arc_kit.run.outcome import outcome_parts
     from arc_kit.run.runs import dataset_info, deadline_from
-    from arc_kit.run.workers import solve_job
+    from arc_kit.run.pool import solve_job
 
     loaded = load_given_tasks(args)
     tasks, model, settings = select_tasks(args, loaded), model_path(args), solve_settings(args)
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                    restart=args.restart, adopt=args.adopt,
+                    address=args.address, shared_model=args.shared_model, restart=args.restart, adopt=args.adopt,
                     deadline=deadline_from(args.hours, args.safety_minutes), load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
@@ -52,9 +52,22 @@ def _run_solve(args) -> int:
     return 0
 
 
+def _cluster_arguments(parser) -> None:
+    """``--address`` and ``--shared-model``: a run's pool on a Ray cluster."""
+    parser.add_argument("--address", help="a Ray cluster to run the workers on, HOST:PORT of its head (`ray start "
+                                          "--head --port PORT` there, `ray start --address HOST:PORT` on each other "
+                                          "node; default: a Ray of this machine's own when there are several "
+                                          "workers, none for one)")
+    parser.add_argument("--shared-model", action="store_true",
+                        help="the model's folder (and its base's) is at the same path on every node of --address's "
+                             "cluster, a shared file system: workers load it from there instead of receiving it "
+                             "through Ray")
+
+
 @command("solve", "run the method (TTT, DFS, product of experts) on tasks; write records, submission and scores")
 def setup_solve(parser):
     solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
+    _cluster_arguments(parser)
     return _run_solve
 
 
@@ -62,18 +75,8 @@ def setup_solve(parser):
 def setup_dry_run(parser):
     solve_arguments(parser, preset="dry-run", tasks_default=DRY_RUN_TASKS, out_default="runs/dry-run",
                     pick="shortest")
+    _cluster_arguments(parser)
     return _run_solve
-
-
-@command("worker", "(internal) one worker process of a multi-GPU run: solve the tasks of a plan file")
-def setup_worker(parser):
-    parser.add_argument("plan", help="the plan.json written by the parent run")
-
-    def run(args):
-        from arc_kit.run.workers import run_worker
-
-        return run_worker(args.plan)
-    return run
 
 
 def _table(which: str):

@@ -3,15 +3,16 @@
 ``run_competition`` is what the submission notebook calls: find the competition files under
 ``/kaggle/input`` (the current competition's folder, ``COMPETITION``, first), write a complete
 fallback ``submission.json`` at once, notice when the test file is the public placeholder (then run
-a short smoke job), otherwise solve every test task within the time budget on all GPUs, keeping the
-submission complete and valid after every task and stopping the workers before the limit. Where the
+a short smoke job), otherwise solve every test task within the time budget on all GPUs (a pool of
+Ray actors, ``pool``; one worker solves in this process, without Ray), keeping the submission
+complete and valid after every task and stopping the workers before the limit. Where the
 test tasks are public ones whose solutions sit beside them (a smoke run on the placeholder, or the
 evaluation set given as the test file), the run is scored: its end line (``CompetitionRun.lines``) says
 how many tasks the model answered and how many of them are right, and the score follows.
 
 The dataset that carries the kit is ``dataset_build``'s; ``simulate_competition_input`` builds a
 stand-in for ``/kaggle/input`` from public data, so the whole path runs on any machine. This module
-knows Kaggle's folders and files; the solving is ``workers``' and the planning ``planner``'s.
+knows Kaggle's folders and files; the solving is ``pool``'s and the planning ``planner``'s.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from pathlib import Path
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
+from arc_kit.devices import visible_gpus
 from arc_kit.locking import holding_folder
 from arc_kit.method.records import answers_from_records, read_records
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import claim_file, is_made_folder
-from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
+from arc_kit.run import pool  # called through the module, so that a replaced solve_job is used
 from arc_kit.run.outcome import answered_by_model, outcome_parts
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records, \
+    run_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
@@ -124,7 +127,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     solutions = _public_solutions(files, chosen)
     if progress:
         _announce(files, tasks, chosen, job, placeholder, deadline)
-    records, error = _solve_keeping_records(run_folder, earlier, lambda: worker_pool.solve_in_workers(
+    records, error = _solve_keeping_records(run_folder, earlier, lambda: pool.solve_job(
         chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
         deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
         submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)
@@ -198,7 +201,7 @@ def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: boo
     what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
         if placeholder else f"solving all {len(chosen)}"
     skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
-    gpus = worker_pool.visible_gpus()
+    gpus = visible_gpus()
     print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
           f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
 
@@ -212,7 +215,7 @@ def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict
         error = f"{type(failure).__name__}: {failure}"
         logger.error("the solving run failed, the fallback submission stands: %s", error)
         try:
-            records.update(worker_pool.merged_records(run_folder))
+            records.update(run_records(run_folder))
         except Exception:  # noqa: BLE001 - the records on disk may be what broke
             pass
     return records, error

@@ -3,7 +3,7 @@
 Every cell is derived, none measured (no run of a whole task set on a GPU is on record): the tasks' work
 units (``planner.work_units``, from their token counts) priced by ``expectations.part_costs`` (host overhead
 plus floor times ratio, each from a measurement it names), as many worker processes a GPU as its memory
-holds at the weights and the lanes' KV cache (``calibration.workers_per_gpu_for``; their overheads overlap,
+holds at the weights and the lanes' KV cache (``slots.workers_per_gpu_for``; their overheads overlap,
 the GPU's own time does not), the work shared by the machine's GPUs. A cell also gives the least time, every
 part at its floor with no overhead. A model whose weights and cache do not fit one GPU says so.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from arc_kit.run.calibration import CUDA_CONTEXT_BYTES, MAX_WORKERS_PER_GPU, workers_per_gpu_for
 from arc_kit.run.expectations import (
     BANDWIDTH_RATIO,
     COMPUTE_RATIO,
@@ -37,6 +36,7 @@ from arc_kit.run.expectations import (
     part_costs,
 )
 from arc_kit.run.planner import PARTS, TaskSize, hours, work_units
+from arc_kit.run.slots import CUDA_CONTEXT_BYTES, MAX_WORKERS_PER_GPU, workers_per_gpu_for
 from arc_kit.settings import SolveSettings
 
 

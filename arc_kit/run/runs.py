@@ -4,15 +4,16 @@ A run folder holds ``run.json`` (the settings and where the run came from), ``re
 ``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
 (complete and valid from the first second, rewritten after every task) and, when the answers are
 known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
-instead (``records_file``), and processes sharing a run each write into a ``worker-N`` folder
-(``run_records`` reads them all). A rerun on the same folder resumes; a folder that ran other
+instead (``records_file``), the ablation's processes sharing a run each write into a ``worker-N``
+folder, as an earlier kit's worker processes did (``run_records`` reads them all), and a pool that
+started its own Ray keeps Ray's logs in ``ray-logs``. A rerun on the same folder resumes; a folder that ran other
 settings (compared on the fields that change results, older files read with today's defaults) or
 another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
 refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
 empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
 only the run's own files there. Tasks that a lenient load skipped get fallback answers in the
 submission and count in the score wherever their solutions are known. The single-process ``solve``
-here, the worker processes (``workers``), the Kaggle job, the tables and the notebooks all use these
+here, the pool of Ray actors (``pool``), the Kaggle job, the tables and the notebooks all use these
 pieces.
 
 This module knows the solver, the planner and the record layout; it knows nothing of models
@@ -73,7 +74,8 @@ def _an_earlier_kits_run(folder: Path) -> bool:
         return False
 
 
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, f"*_{RECORDS_FILE}", CLAIMS_FOLDER, "worker-*"), resumable=True,
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, f"*_{RECORDS_FILE}", CLAIMS_FOLDER, "worker-*", "ray-logs",
+                                    "speeds.json"), resumable=True,
                         legacy=_an_earlier_kits_run, kept="the records of the tasks done and a complete submission")
 
 

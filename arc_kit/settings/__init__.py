@@ -10,8 +10,8 @@ source in its help: the paper's appendix table, the authors' code, or ours and w
 are dropped (or refused, with ``strict``), fields missing take their defaults.
 
 ``base`` holds what every settings dataclass shares and the command-line options; ``training`` the
-training stages; ``solving`` the solver and the competition job; ``presets`` the named presets and
-the ladder. Import the names from here.
+training stages; ``solving`` the solver and the competition job; ``pool`` a run's pool of Ray actors
+(its watchdog's limits); ``presets`` the named presets and the ladder. Import the names from here.
 
 This package needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -28,6 +28,7 @@ from arc_kit.settings.base import (
     setting,
     setting_like,
 )
+from arc_kit.settings.pool import PoolSettings
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
     SOLVE_PRESETS,
@@ -68,6 +69,7 @@ __all__ = [
     "CompetitionSettings",
     "DataSettings",
     "Option",
+    "PoolSettings",
     "SamplerSettings",
     "SequenceSettings",
     "Settings",

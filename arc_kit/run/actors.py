@@ -1,0 +1,195 @@
+"""One actor of a pool: it loads the model once, then solves the tasks the driver hands it, one at a time.
+
+``SlotActor`` (made a Ray actor by ``pool``, placed by ``ray_session.actor_options``) answers four
+calls: ``load`` (the model, from this node's disk or received through Ray, see below, loaded by the
+loader the driver hands it: ``load_solver``), ``calibrate`` (one short solve, timed, with the peak
+GPU memory), ``solve`` (one task at the rung and within the caps the driver chose: its record, as
+JSON) and ``steps`` (the engine steps made so far; it answers while a solve runs, so the driver's
+watchdog can tell a working actor from a stopped one). ``count_engine_steps`` installs the count
+and ``engine_steps`` reads it: the one place that knows what an engine step is.
+
+Nothing assumes a shared file system. ``ModelServer``, an actor on the driver's node, hands out the
+model's files in pieces; an actor on another node writes them into that node's cache
+(``receive_model``: one folder per model, made once under a lock and shared by the node's actors).
+An actor on the driver's node, or any actor when the model's path is shared by every node, loads
+from the path itself. The tasks come with the calls.
+
+This module knows the solver and Ray's actor calls; the queue, the watchdog and the records are ``pool``'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arc_kit import progress
+from arc_kit.run.planner import TaskBudget
+from arc_kit.run.safe_writes import write_refusing_links
+from arc_kit.settings import SolveSettings, ladder
+
+MODEL_CACHE = "arc-kit-models"  # below a node's temporary folder: models received from the driver's node
+COMPLETE = ".complete"  # in a received model's folder: every file arrived
+
+
+def count_engine_steps(*models) -> None:
+    """Count every forward pass of ``models`` (torch modules; others are passed over) as an engine step."""
+    for model in {id(model): model for model in models if hasattr(model, "register_forward_hook")}.values():
+        progress.count_forward_calls(model)
+
+
+def engine_steps() -> int:
+    """The engine steps this process has made so far (what the driver's watchdog watches move)."""
+    return progress.steps()
+
+
+class SlotSolver:
+    """The model loaded for one slot: its solver and its ladder of cheaper settings."""
+
+    def __init__(self, solver):
+        self.solver, self.rungs = solver, ladder(solver.settings)
+
+    def solve(self, task, rung: int, budget: TaskBudget | None):
+        from arc_kit.run.runs import solve_one
+
+        return solve_one(self.solver, task, rung, self.rungs, budget)
+
+    def calibrate(self, task, settings: SolveSettings):
+        return self.solver.solve_task(task, settings=settings)
+
+
+def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
+    """The model in folder ``model`` loaded with ``load_options`` (``loading.LoadSettings``' fields) into a solver
+    with ``settings`` (``SolveSettings.to_json``); its forward passes counted as engine steps."""
+    from arc_kit.method.solver import Solver
+    from arc_kit.model.loading import LoadSettings, load_model
+
+    loaded = load_model(model, LoadSettings(**load_options))
+    solver = Solver.from_loaded(loaded, SolveSettings.from_json(settings))
+    count_engine_steps(loaded.model, solver.model)
+    return SlotSolver(solver)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where an actor finds the model: its folders by role (``model``, and ``base_model`` for the base it goes on),
+    the driver's node, and the server of their files for other nodes (None: the paths are good on every node)."""
+
+    folders: dict[str, str]
+    node: str
+    server: Any = None
+    chunk_bytes: int = 16 * 2**20
+
+    def here(self, node: str) -> dict[str, str]:
+        """The folders' paths on ``node``: the driver's own there (or with a shared path), else received."""
+        if self.server is None or node == self.node:
+            return dict(self.folders)
+        return {role: str(receive_model(self.server, role, self.chunk_bytes)) for role in self.folders}
+
+
+class SlotActor:
+    """One slot's actor (see the module's docstring); made by Ray, with no arguments."""
+
+    def __init__(self):
+        self.slot_solver, self.loaded = None, {}
+
+    def load(self, loader, source: ModelSource, settings: dict, load_options: dict) -> dict:
+        """Load the model with ``loader(model, settings, load_options)``; where this actor runs (pid, node, GPU)."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        paths = source.here(node)
+        options = {**load_options, **({"base_model": paths["base_model"]} if "base_model" in paths else {})}
+        self.slot_solver = loader(paths["model"], settings, options)
+        self.loaded = {"pid": os.getpid(), "node": node, "device": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                       "model": paths["model"]}
+        return self.loaded
+
+    def calibrate(self, task, settings: dict) -> dict:
+        """One short real solve of ``task`` at ``settings``, timed; this process's peak GPU memory (none on a CPU)."""
+        try:
+            record = self.slot_solver.calibrate(task, SolveSettings.from_json(settings))
+            return {"task_id": task.id, "timings": record.timings, "error": record.error, **gpu_memory()}
+        except Exception as error:  # noqa: BLE001 - a failed measurement leaves the guessed speeds, never the run
+            return {"error": f"{type(error).__name__}: {error}"}
+
+    def solve(self, task, rung: int, caps: tuple[float, float] | None) -> dict:
+        """``task`` at ``rung`` within ``caps`` (seconds from now for the task, seconds for each search; None:
+        uncapped): its record's JSON. The caps count from this node's clock, whatever the driver's says."""
+        budget = None if caps is None else TaskBudget(time.time() + caps[0], caps[1])
+        return self.slot_solver.solve(task, rung, budget).to_json()
+
+    def steps(self) -> int:
+        return engine_steps()
+
+
+def gpu_memory() -> dict:
+    """This process's peak reserved GPU memory and its GPU's total, in bytes ({} on the CPU)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return {}
+    return {"peak_bytes": torch.cuda.max_memory_reserved(),
+            "total_bytes": torch.cuda.get_device_properties(0).total_memory}
+
+
+def model_files(folder: Path) -> dict[str, Path]:
+    """A model folder's files by their names inside it: every file (links followed) but hidden ones and a training
+    folder's ``checkpoints/`` (optimizer states no load reads)."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        if path.is_file() and not any(part.startswith(".") or part == "checkpoints" for part in parts):
+            files["/".join(parts)] = path
+    return files
+
+
+class ModelServer:
+    """Hands out the files of a model's folders in pieces (an actor on the driver's node)."""
+
+    def __init__(self, folders: dict[str, str]):
+        self.folders = folders
+        self.files = {role: model_files(Path(folder)) for role, folder in folders.items()}
+
+    def listing(self, role: str) -> dict:
+        """The folder of ``role``: its path on the driver's node and its files' names, sizes and change times."""
+        return {"folder": self.folders[role],
+                "files": [[name, path.stat().st_size, path.stat().st_mtime_ns] for name, path in self.files[role].items()]}
+
+    def piece(self, role: str, name: str, offset: int, size: int) -> bytes:
+        with open(self.files[role][name], "rb") as handle:  # KeyError: a name it does not list
+            handle.seek(offset)
+            return handle.read(size)
+
+
+def receive_model(server, role: str, chunk_bytes: int) -> Path:
+    """The folder of ``role`` copied from the server into this node's cache (once: later actors find it there)."""
+    import ray
+    from filelock import FileLock
+
+    listing = ray.get(server.listing.remote(role))
+    digest = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / MODEL_CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    folder = cache / digest
+    with FileLock(str(cache / f"{digest}.lock")):
+        if (folder / COMPLETE).exists():
+            return folder
+        partial = cache / f"{digest}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        for name, size, _ in listing["files"]:
+            target = partial / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_refusing_links(target, b"")
+            for offset in range(0, size, chunk_bytes):
+                write_refusing_links(target, ray.get(server.piece.remote(role, name, offset, chunk_bytes)), append=True)
+        write_refusing_links(partial / COMPLETE, json.dumps(listing).encode())
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return folder

@@ -1,0 +1,586 @@
+"""A run's tasks on Ray: one actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
+
+``solve_job`` is what ``arc-kit solve`` and ``kaggle run`` call: one worker solves in this process
+(``runs.solve``, no Ray); several workers, several GPUs, one GPU with a deadline (whose calibration may
+find room for more), or a cluster's address make a pool (``solve_in_pool``).
+
+The pool's driver opens the run folder (``runs.open_run``: one of other settings is refused before
+Ray starts), takes the records already there (``runs.run_records``: an earlier kit's worker folders
+too) and queues the tasks left longest first (``planner.Planner``, priced with the speeds measured
+so far, ``speeds.json``). It starts Ray (``ray_session``) and an actor per slot (``slots``: round the
+cluster's GPUs, several sharing one, or on CPUs), each loading the model once (``actors``). Its loop:
+a loaded, idle actor gets the next task with the rung the time left allows and the task's caps; a
+finished task's record is appended to ``records.jsonl``, its timings refine the planner's speeds, and
+``submission.json`` is rewritten (complete and valid at all times). The watchdog gives up on an actor
+whose process died (or whose node went), that has not loaded its model after ``load_seconds``, whose
+task runs ``hang_seconds`` past its deadline, or whose engine made no step for ``stall_seconds`` (a
+SIGSTOP, a hang; ``actors.engine_steps``): it is killed, its task goes back to the queue once (then
+gets fallback answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at``
+every actor is stopped, the tasks left get fallback answers and the last writes follow. With a
+deadline and no speeds measured, the first actor first times a short solve (``slots.fold_calibration``):
+its speeds price the queue, its peak memory says how many more actors share each GPU. Every task's
+result depends only on the seed and the task, so a pool gives the submission one process gives; a
+rerun resumes.
+
+This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
+``ray_session``'s, an actor's side ``actors``', where actors go ``slots``'.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arc_kit.data.jsonio import read_json, write_json_atomically
+from arc_kit.data.submission import build_submission, write_submission
+from arc_kit.data.tasks import TaskSet
+from arc_kit.devices import visible_gpus
+from arc_kit.locking import holding_folder
+from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record, write_records
+from arc_kit.method.solver import Solver
+from arc_kit.model.bases import build_base, built_folder, is_built
+from arc_kit.model.loading import DELTA_INDEX, LoadSettings, is_delta_folder, load_encoder, load_model, model_info, \
+    token_budget_of
+from arc_kit.names import shown
+from arc_kit.provenance import run_info
+from arc_kit.run import actors
+from arc_kit.run.expectations import first_speeds, visible_gpu_name
+from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, hours, measure
+from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ray_session, this_node
+from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, clear_run, mark_correct, open_run, run_records, solve, \
+    task_line, write_scores
+from arc_kit.run.safe_writes import append_line_refusing_links
+from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, calibration_settings, calibration_task, fold_calibration, \
+    slot_layout
+from arc_kit.settings import PoolSettings, SolveSettings
+
+logger = logging.getLogger(__name__)
+
+SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
+
+
+def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:
+    """Whether a run needs a pool: an address, several workers, or GPUs a pool serves better than one process
+    (several of them, workers per GPU asked for, or one with a deadline, whose calibration may find room for more)."""
+    if address:
+        return True
+    if workers is not None:
+        return workers > 1
+    gpus = visible_gpus()
+    return bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
+
+
+@holding_folder("out", kind=RUN_KIND, command="solve")
+def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
+              workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
+              shared_model: bool = False, restart: bool = False, deadline: float | None = None,
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True, adopt: bool = False,
+              **pool_options) -> SolveRun:
+    """The method on a task set, in this process or in a pool (``uses_pool``): what ``arc-kit solve`` runs.
+
+    ``restart`` discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun
+    resumes. ``pool_options`` go to ``solve_in_pool`` (``stop_at``, ``solutions``, ``submission_path``...);
+    in this process only ``solutions`` applies (a deadline bounds each task, and nothing stops a hang).
+    """
+    if restart:
+        clear_run(out)
+    if uses_pool(workers, workers_per_gpu, address, deadline):
+        return solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
+                             address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
+                             progress=progress, info=info, adopt=adopt, **pool_options)
+    loaded = load_model(model, LoadSettings(**(load_options or {})))
+    solver = Solver.from_loaded(loaded, settings)
+    return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
+                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
+
+
+@holding_folder("out", kind=RUN_KIND, command="solve")  # the driver holds the run folder's lock; actors never write
+def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
+                  workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
+                  shared_model: bool = False, deadline: float | None = None, stop_at: float | None = None,
+                  solutions: TaskSet | None = None, load_options: dict | None = None, progress: bool = True,
+                  submission_path: str | os.PathLike | None = None, submission_tasks: TaskSet | None = None,
+                  info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
+                  pool: PoolSettings = PoolSettings(), adopt: bool = False) -> SolveRun:
+    """Solve ``tasks`` with a pool of Ray actors (the module's docstring): this machine's own Ray, or the cluster at
+    ``address`` (``shared_model``: the model's path is good on every node, so nothing of it is sent).
+
+    ``workers`` (a total; with ``address``, over the cluster's GPUs, and those beyond them on CPUs) wins
+    over ``workers_per_gpu``; with neither, one actor per GPU starts (one on a CPU without GPUs), and
+    with a deadline the first measures how many more fit. A base-plus-delta model's base is prepared
+    once, here. ``deadline`` (seconds since the epoch) is when the planner wants the work done;
+    ``stop_at`` (default: ``pool.stop_seconds`` after it) is when every actor is stopped, whatever it
+    does. The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
+    task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
+    started = time.monotonic()
+    load_options = prepare_model(model, load_options, progress)
+    if stop_at is None and deadline is not None:
+        stop_at = deadline + pool.stop_seconds
+    local_gpus = [] if address else visible_gpus()
+    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}),
+                                        "workers": workers or _count(len(local_gpus), workers_per_gpu),
+                                        **({"address": address} if address else {})}), adopt=adopt)
+    run = _Pool.opened(tasks, model, settings, out, workers=workers or 1, budget=budget, solutions=solutions,
+                       submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
+                       stop_at=stop_at, limits=pool, progress=progress)
+    run.write()
+    if run.planner.remaining:  # a rerun with nothing left to do needs no Ray
+        cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
+        with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as ray:
+            try:
+                run.begin(ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
+                          shared_model=shared_model)
+                run.watch()
+            finally:
+                run.stop_all()
+    return run.wind_up(started)
+
+
+def _count(gpus: int, workers_per_gpu: int | None) -> int:
+    """The workers when none are asked for: ``workers_per_gpu`` (or one) on each GPU, else one on a CPU."""
+    return gpus * (workers_per_gpu or 1) if gpus else 1
+
+
+@dataclass
+class _Slot:
+    """One slot's actor, seen from the driver."""
+
+    place: Slot
+    actor: Any = None
+    starts: int = 0
+    started_at: float = 0.0  # when its actor was asked to load
+    loaded: dict | None = None  # where it runs (pid, node, GPU), once its model is loaded
+    task: str | None = None  # the task it runs ("" while it calibrates)
+    task_started: float = 0.0
+    task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
+    steps: int = -1  # its engine steps as last read
+    moved_at: float = 0.0  # when they last moved
+    asked_at: float = 0.0  # when its steps were last asked for
+    asking: bool = False  # an answer about its steps is awaited
+
+    @property
+    def index(self) -> int:
+        return self.place.index
+
+    @property
+    def idle(self) -> bool:
+        return self.actor is not None and self.loaded is not None and self.task is None
+
+
+@dataclass
+class _Pool:
+    """The driver's state while its actors run: the queue (its planner), the slots, the records, the submission.
+
+    One call of ``solve_in_pool`` makes one; its methods are the steps of the driver's loop.
+    """
+
+    tasks: TaskSet
+    settings: SolveSettings
+    out: Path
+    planner: Planner
+    records: dict[str, TaskRecord]  # the run folder's, also of tasks this run does not solve
+    mine: dict[str, TaskRecord]  # this run's tasks' records
+    answers: TaskSet | None  # the known solutions, if any: tasks get marked as they finish
+    submission_path: Path
+    covered: TaskSet  # the tasks the submission covers
+    deadline: float | None
+    stop_at: float | None = None
+    limits: PoolSettings = field(default_factory=PoolSettings)
+    progress: bool = True
+    ray: Any = None
+    slots: list[_Slot] = field(default_factory=list)
+    waiting: dict = field(default_factory=dict)  # each awaited answer: (its slot, what it answers)
+    start_options: dict = field(default_factory=dict)  # how an actor is made and loaded
+    calibration: tuple[str, SolveSettings] | None = None  # (task id, settings) of the first actor's measurement
+    lost: dict[str, int] = field(default_factory=dict)  # task id -> times its actor died or hung on it
+    solved: float = 0.0
+    changed: bool = False  # a record came in since the last write
+    last_report: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def opened(cls, tasks: TaskSet, model, settings: SolveSettings, out: Path, *, workers: int,
+               budget: BudgetSettings, solutions: TaskSet | None, submission_path, submission_tasks: TaskSet | None,
+               deadline: float | None, **options) -> _Pool:
+        """The pool of an opened run folder: the records already there, the tasks left queued longest first."""
+        records = run_records(out)
+        answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+        if answers is not None and not answers.known_outputs():
+            answers = None
+        todo = [task_id for task_id in tasks.ids if task_id not in records]
+        sizes = _sizes(tasks, todo, model, settings)
+        speeds = _stored_speeds(out) or first_speeds(model, settings, sizes,
+                                                     visible_gpu_name() if visible_gpus() else None)
+        planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
+                          longest_first=True, budget=budget)
+        submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
+        mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+        pool = cls(tasks, settings, out, planner, records, mine, answers, submission_path,
+                   submission_tasks if submission_tasks is not None else tasks, deadline, **options)
+        pool.solved = sum(record.share_correct for record in mine.values())
+        return pool
+
+    # -- the start ------------------------------------------------------------------------------------------------
+
+    def begin(self, ray, model, load_options: dict, *, workers: int | None, workers_per_gpu: int | None,
+              shared_model: bool) -> None:
+        """The slots on the cluster's GPUs (or CPUs), the model's source, the first actors started."""
+        self.ray = ray
+        gpus = cluster_gpus(ray)
+        spread = workers is None  # slots go round the GPUs; else the first ones, then the CPUs
+        count = workers or _count(gpus, workers_per_gpu)
+        if self.deadline is not None and self.planner.remaining and not self.planner.speeds.measured_tasks:
+            self.calibration = (calibration_task(self.planner, bool(gpus)), calibration_settings(self.settings))
+        layout = slot_layout(count, gpus, spread)
+        used = gpus if spread else sum(slot.gpu is not None for slot in layout)
+        folders = model_folders(model, load_options)
+        several_nodes = sum(node["Alive"] for node in ray.nodes()) > 1
+        server = None
+        if several_nodes and not shared_model:
+            server = ray.remote(actors.ModelServer).options(num_cpus=0, **_on_this_node(ray)).remote(folders)
+        self.start_options = {
+            "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
+            "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
+            "workers_per_gpu": workers_per_gpu, "gpus": used, "node": this_node(ray),
+            "load": (actors.load_solver,  # read now: a test's replacement travels to the actors
+                     actors.ModelSource(folders, this_node(ray), server, self.limits.chunk_megabytes * 2**20),
+                     self.settings.to_json(), dict(load_options))}
+        self.add_slots(layout)
+
+    def add_slots(self, layout: list[Slot]) -> None:
+        """Make ``layout``'s slots and start their actors, no more of them than tasks queued."""
+        added = [_Slot(place) for place in layout]
+        self.slots += added
+        self.planner.workers = len(self.slots)
+        for slot in added[:len(self.planner.remaining)]:
+            self.start(slot)
+        running = [slot for slot in self.slots if slot.actor is not None]
+        where = [f"{sum(slot.place.gpu == gpu for slot in running)} on GPU {gpu}"
+                 for gpu in sorted({slot.place.gpu for slot in running if slot.place.gpu is not None})]
+        on_cpus = sum(slot.place.gpu is None for slot in running)
+        where += [f"{on_cpus} on CPUs"] if on_cpus else []
+        more = f"started {len(added)} more: " if len(self.slots) > len(added) else "started "
+        self.note(f"{more}{len(running)} worker(s) on Ray ({', '.join(where) or 'none'})")
+
+    def start(self, slot: _Slot) -> None:
+        """Start (or start again) ``slot``'s actor and ask it to load the model."""
+        options = self.start_options
+        actor = options["actor_class"].options(**actor_options(slot.place.gpu, options["bundles"],
+                                                               options["fraction"])).remote()
+        slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
+        slot.starts += 1
+        slot.started_at = time.time()
+        self.waiting[actor.load.remote(*options["load"])] = (slot, "load")
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """The driver's loop: answers in, the stop time, the watchdog, work for the idle, steps asked, writes."""
+        while True:
+            self.changed = False
+            self.take_answers()
+            now = time.time()
+            if self.stop_at is not None and now >= self.stop_at:
+                logger.warning("the run's stop time has come: stopping %d worker(s)",
+                               sum(slot.actor is not None for slot in self.slots))
+                break
+            for slot in self.slots:
+                why = self.trouble(slot, now)
+                if why is not None:
+                    self.give_up_on(slot, why)
+            for slot in self.slots:
+                self.feed(slot)
+            self.ask_steps(now)
+            if self.changed:
+                self.write()
+                self.write_speeds()
+            if self.is_over():
+                break
+            self.tick()
+
+    def take_answers(self) -> None:
+        """Wait up to ``poll_seconds`` for an answer, then take every answer in (a task's record, a load, steps)."""
+        pending = list(self.waiting)
+        if not pending:
+            time.sleep(self.limits.poll_seconds)
+            return
+        ready, _ = self.ray.wait(pending, num_returns=1, timeout=self.limits.poll_seconds)
+        if ready:
+            ready, _ = self.ray.wait(pending, num_returns=len(pending), timeout=0)
+        for reference in ready:
+            if reference in self.waiting:  # not dropped by a give-up on its slot since
+                self.take(reference, *self.waiting.pop(reference))
+
+    def take(self, reference, slot: _Slot, what: str) -> None:
+        """One answer of ``slot``'s actor; an actor that died (or raised) is given up on."""
+        try:
+            value = self.ray.get(reference)
+        except Exception as error:  # noqa: BLE001 - a dead actor, a lost node, a load that raised: all the same here
+            self.give_up_on(slot, f"died: {_first_line(error)}")
+            return
+        now = time.time()
+        if what == "steps":
+            slot.asking = False
+            if value != slot.steps:
+                slot.steps, slot.moved_at = value, now
+        elif what == "load":
+            slot.loaded, slot.moved_at = value, now
+            logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
+                        value["node"][:12], value["device"])
+            if self.calibration is not None and not any(other.task == "" for other in self.slots):
+                self.begin_task(slot, "", math.inf)
+                self.waiting[slot.actor.calibrate.remote(self.tasks[self.calibration[0]],
+                                                         self.calibration[1].to_json())] = (slot, "calibrate")
+        elif what == "calibrate":
+            slot.task = None
+            self.calibrate(value)
+        else:
+            task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
+            record = TaskRecord.from_json(value)
+            if task_id in self.tasks and task_id not in self.mine:
+                self.finish(task_id, record)
+
+    def begin_task(self, slot: _Slot, task_id: str, deadline: float) -> None:
+        slot.task, slot.task_started, slot.task_deadline = task_id, time.time(), deadline
+
+    def calibrate(self, measured: dict) -> None:
+        """Fold the first actor's measurement into the planner; start as many more actors as its memory allows."""
+        task_id, settings = self.calibration
+        self.calibration = None
+        options = self.start_options
+        per_gpu, line = fold_calibration(self.planner, task_id, settings, measured, options["gpus"])
+        self.note(line)
+        if per_gpu and options["spread"] and options["gpus"] and options["workers_per_gpu"] is None:
+            self.add_slots(slot_layout(options["gpus"] * (per_gpu - 1), options["gpus"], True, first=len(self.slots)))
+
+    def trouble(self, slot: _Slot, now: float) -> str | None:
+        """Why ``slot``'s actor must be given up on, or None while it is well (or was never started)."""
+        if slot.actor is None:
+            return None
+        if slot.loaded is None:
+            waited = now - slot.started_at
+            return f"hung: no model after {waited:.0f} s" if waited > self.limits.load_seconds else None
+        if slot.task is None:
+            return None
+        doing = f"task {shown(slot.task)}" if slot.task else "its calibration"
+        if now > slot.task_deadline + self.limits.hang_seconds:
+            return f"hung: {doing} is {now - slot.task_deadline:.0f} s past its deadline"
+        stalled = now - max(slot.moved_at, slot.task_started)
+        if stalled > self.limits.stall_seconds:
+            count = f"its count stands at {slot.steps}" if slot.steps >= 0 else "its count never came"
+            return f"hung: no engine step on {doing} for {stalled:.0f} s ({count})"
+        return None
+
+    def give_up_on(self, slot: _Slot, why: str) -> None:
+        """Kill a dead or hung actor; its task back to the queue (or fallback answers); a fresh actor."""
+        self.waiting = {reference: (owner, what) for reference, (owner, what) in self.waiting.items()
+                        if owner is not slot}
+        self.kill(slot)
+        pid = slot.loaded["pid"] if slot.loaded else None
+        logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
+                       f" (pid {pid})" if pid else "", why, pid or "PID")
+        task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
+        if task_id == "":
+            self.calibrate({"error": f"the worker {why}"})
+        elif task_id is not None:
+            self.lost[task_id] = self.lost.get(task_id, 0) + 1
+            if self.lost[task_id] <= self.limits.retries:
+                self.planner.requeue(task_id)
+            else:
+                self.finish(task_id, fallback_record(task_id, f"its worker died or hung {self.lost[task_id]} times"))
+        if self.planner.remaining and slot.starts <= self.limits.restarts:
+            self.start(slot)
+
+    def kill(self, slot: _Slot) -> None:
+        """Kill ``slot``'s actor; on this node its process at once too (Ray's kill waits on a stopped process, which
+        a Ray shut down meanwhile would leave behind)."""
+        if slot.actor is not None:
+            try:
+                self.ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
+                try:
+                    os.kill(slot.loaded["pid"], signal.SIGKILL)
+                except OSError:  # gone already
+                    pass
+        slot.actor, slot.asking = None, False
+
+    def feed(self, slot: _Slot) -> None:
+        """Work for a loaded, idle actor: the next task at the rung the time left allows, with its caps."""
+        while slot.idle and self.planner.remaining:
+            task_id = self.planner.remaining[0]
+            rung = self.planner.choose(task_id)
+            self.planner.start(task_id)
+            if rung == FALLBACK:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+                continue
+            caps = self.planner.budget(task_id, rung) if self.deadline is not None else None
+            self.begin_task(slot, task_id, caps.deadline if caps else math.inf)
+            seconds = None if caps is None else (caps.deadline - time.time(), caps.search_seconds)
+            self.waiting[slot.actor.solve.remote(self.tasks[task_id], rung, seconds)] = (slot, "solve")
+            if self.progress:
+                cap = "" if caps is None else f", capped at {hours(caps.deadline - time.time())}"
+                left = self.planner.estimate(self.planner.remaining, rung) / self.planner.workers
+                ends = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
+                print(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; {len(self.planner.remaining)} "
+                      f"task(s) queued, projected to finish in {hours(left)}{ends}", flush=True)
+
+    def ask_steps(self, now: float) -> None:
+        """Ask every loaded actor for its engine steps, at most once a poll (a stopped one never answers)."""
+        for slot in self.slots:
+            if slot.actor is not None and slot.loaded is not None and not slot.asking \
+                    and now - slot.asked_at >= self.limits.poll_seconds:
+                slot.asking, slot.asked_at = True, now
+                self.waiting[slot.actor.steps.remote()] = (slot, "steps")
+
+    def finish(self, task_id: str, record: TaskRecord) -> None:
+        """Take ``record`` as ``task_id``'s: the planner learns its speeds, the answers mark it, it is appended."""
+        self.planner.done(task_id, record.rung, None if record.failed else record.timings)
+        if self.answers is not None and task_id in self.answers:
+            mark_correct(record, self.tasks, self.answers, self.settings.attempts)
+            self.solved += record.share_correct
+        self.records[task_id] = self.mine[task_id] = record
+        append_line_refusing_links(self.out / RECORDS_FILE, json.dumps(record.to_json()))
+        if self.progress:
+            print(task_line(record), flush=True)
+        self.changed = True
+
+    def is_over(self) -> bool:
+        """Whether the loop ends: nothing queued or running, or tasks queued and no actor left (fallbacks for them)."""
+        running = [slot for slot in self.slots if slot.task is not None]
+        if not self.planner.remaining and not running:
+            return True
+        if self.planner.remaining and not any(slot.actor is not None for slot in self.slots):
+            logger.warning("no worker left: %d task(s) get fallback answers", len(self.planner.remaining))
+            for task_id in list(self.planner.remaining):
+                self.finish(task_id, fallback_record(task_id, "no worker left"))
+            return True
+        return False
+
+    # -- writes and the end ---------------------------------------------------------------------------------------
+
+    def write(self) -> None:
+        """The submission of every covered task, from the records so far (fallback answers for the others)."""
+        write_submission(self.submission_path, build_submission(self.covered, answers_from_records(self.mine),
+                                                                attempts=self.settings.attempts), self.covered)
+
+    def write_speeds(self) -> None:
+        write_json_atomically(self.out / SPEEDS_FILE, self.planner.speeds.to_json())
+
+    def note(self, message: str) -> None:
+        logger.info(message)
+        if self.progress:
+            print(message, flush=True)
+
+    def tick(self, force: bool = False) -> None:
+        """Every minute: tasks done, solved (when known) and the time left."""
+        if not self.progress or (not force and time.monotonic() - self.last_report < 60):
+            return
+        self.last_report = time.monotonic()
+        parts = [f"{len(self.mine)}/{len(self.tasks)} tasks done"]
+        parts += [f"{self.solved:g} solved"] if self.answers is not None else []
+        parts += [f"{hours(max(0.0, self.deadline - time.time()))} left"] if self.deadline is not None else []
+        print("progress: " + ", ".join(parts), flush=True)
+
+    def stop_all(self) -> None:
+        """Nothing outlives the loop: finished, stopped or failed, every actor (and the model's server) is killed."""
+        for slot in self.slots:
+            self.kill(slot)
+        self.waiting = {}
+        options = self.start_options
+        if options.get("server") is not None:
+            self.ray.kill(options["server"], no_restart=True)
+        if options.get("bundles") is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(options["bundles"])
+
+    def wind_up(self, started: float) -> SolveRun:
+        """Fallback answers for the tasks left, the records in task order, the last writes, the scores."""
+        running = [slot.task for slot in self.slots if slot.task]
+        for task_id in [*self.planner.remaining, *running]:
+            if task_id not in self.mine:
+                self.finish(task_id, fallback_record(task_id, "out of time"))
+        ordered = {task_id: self.mine[task_id] for task_id in self.tasks.ids if task_id in self.mine}
+        others = [record for task_id, record in self.records.items() if task_id not in ordered]
+        write_records(self.out / RECORDS_FILE, [*ordered.values(), *others])
+        self.mine = ordered
+        self.write()
+        self.write_speeds()
+        self.tick(force=True)
+        run = SolveRun(self.out, ordered, self.submission_path, seconds=time.monotonic() - started)
+        if self.answers is not None:
+            run.score = write_scores(self.out, self.submission_path, ordered, self.answers,
+                                     list(self.tasks.test_counts()), self.settings.attempts)
+        return run
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+
+
+def _on_this_node(ray) -> dict:
+    """Ray's options that keep an actor on the driver's node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)}
+
+
+def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
+    """Each task's token counts, for the planner; the tokenizer suffices."""
+    if not task_ids:
+        return []
+    encoder = load_encoder(model, max_len=settings.max_len)
+    return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
+
+
+def _stored_speeds(out: Path) -> Speeds | None:
+    """The speeds an earlier run in ``out`` measured, or None."""
+    try:
+        return Speeds.from_json(read_json(out / SPEEDS_FILE))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def model_folders(model: str | os.PathLike, load_options: dict) -> dict[str, str]:
+    """The folders an actor needs, by role: the model's, and the base it goes on when that is a local folder
+    (a base-plus-delta's, prepared by ``prepare_model``; an adapter's, given or named in its config)."""
+    folders = {"model": str(Path(model).resolve())}
+    base = load_options.get("base_model")
+    if base is None and (Path(model) / "adapter_config.json").is_file():
+        base = read_json(Path(model) / "adapter_config.json").get("base_model_name_or_path")
+    if isinstance(base, str) and (Path(base) / "config.json").is_file():
+        folders["base_model"] = str(Path(base).resolve())
+    return folders
+
+
+def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
+    """The load options the actors get: for a base-plus-delta model, its base built once here (or found built)."""
+    options = dict(load_options or {})
+    if not is_delta_folder(model) or options.get("base_model"):
+        return options
+    name = read_json(Path(model) / DELTA_INDEX)["base"]
+    started, built = time.monotonic(), is_built(built_folder(name), name)
+    folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
+                        progress=progress)
+    how = "found built" if built else f"built once by the driver in {time.monotonic() - started:.0f} s"
+    message = f"base {name}: {how}, {folder}; every worker loads it from there"
+    logger.info(message)
+    if progress:
+        print(message, flush=True)
+    return {**options, "base_model": str(folder)}
+
+
+__all__ = ["SPEEDS_FILE", "model_folders", "prepare_model", "solve_in_pool", "solve_job", "uses_pool"]

@@ -1,0 +1,200 @@
+"""Ray for a run: started quietly and bounded on this machine, or joined at an address; stopped, leaving nothing behind.
+
+``ray_session`` is what a pool runs inside. A Ray already started in this process (a notebook's own
+``ray.init``) is used as it is and left running. An ``address`` (``ray start --head`` on one node,
+``ray start --address HEAD:PORT`` on each other) is joined, once a Ray's GCS is seen to answer there:
+nothing listening, or another program on the port, is one line. Otherwise the run starts a Ray of
+this machine's own: no dashboard, no usage report, an object store of
+``PoolSettings.object_store_megabytes`` (in /dev/shm only when that has room for it, else on disk: a
+small /dev/shm never stops it), its processes tied to this one (they end with it, even when it is
+killed), its files in a short folder of its own (a Unix socket's path takes at most 107 bytes) whose
+logs are copied to the run folder's ``ray-logs/`` as the session ends. However the session ends (the
+run's end, an error, Ctrl-C, SIGTERM raised by the caller's handler), Ray is shut down and its folder
+removed. ``ray.init`` replaces the SIGTERM handler: the caller's is given back at once (where there
+was none, Ray's stays for the session, so that SIGTERM leaves through the same clean-up). A Ray that
+is not installed or cannot start is ``UnsupportedSetupError``, in one line.
+
+``gpu_bundles`` reserves the cluster's GPUs, one bundle each (a placement group), and
+``actor_options`` places an actor on a bundle's GPU or on a CPU: so the actors sharing a GPU share
+the one the pool chose (Ray alone packs fractional GPUs onto the first GPU that has room). This
+module knows Ray; nothing of tasks, models or records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from arc_kit.devices import UnsupportedSetupError
+from arc_kit.run.safe_writes import write_refusing_links
+from arc_kit.settings import PoolSettings
+
+RAY_FLOOR = "2.55.1"  # Kaggle's image's (requirements.txt and pyproject.toml say the same)
+LOGS_FOLDER = "ray-logs"  # in the run folder: the logs of a Ray the run started
+NAMESPACE = "arc-kit"
+# No usage report (nothing leaves the machine); CPU actors are told CUDA_VISIBLE_DEVICES="" by the pool itself, as
+# Ray's next versions expect (this also keeps Ray's warning about it quiet)
+QUIET_ENVIRONMENT = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+SOCKET_PATH_ROOM = 107 - len("/session_2026-11-27_15-05-16_925117_1234567/sockets/plasma_store")
+# what a gRPC server (Ray's GCS) answers a client's HTTP/2 preface with: a SETTINGS frame (type 4)
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+SETTINGS_FRAME = 4
+
+
+def import_ray():
+    """The ``ray`` module, quieted; UnsupportedSetupError when it is not installed."""
+    for name, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    try:
+        import ray
+    except ImportError as error:
+        raise UnsupportedSetupError(f"several workers run on Ray, which does not import here ({error}): "
+                                    f"pip install 'ray>={RAY_FLOOR}', or solve with one worker") from None
+    return ray
+
+
+@contextmanager
+def ray_session(out: Path, *, address: str | None = None, cpus: int = 1, gpus: int = 0,
+                settings: PoolSettings = PoolSettings()) -> Iterator:
+    """Ray for one run (see the module's docstring): joined at ``address``, or this machine's own with ``cpus`` and
+    ``gpus``; yields the ``ray`` module."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    folder = None if address else Path(tempfile.mkdtemp(prefix="arc-kit-ray-", dir=_short_temporary_folder()))
+    handler = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    try:
+        _start(ray, address, folder, cpus, gpus, settings)
+        if callable(handler) or handler is signal.SIG_IGN:  # the caller's own: given back at once
+            signal.signal(signal.SIGTERM, handler)
+        yield ray
+    finally:
+        try:
+            ray.shutdown()
+        finally:
+            if handler is not None:
+                signal.signal(signal.SIGTERM, handler)
+            if folder is not None:
+                _keep_logs(folder, out / LOGS_FOLDER)
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(ray, address: str | None, folder: Path | None, cpus: int, gpus: int, settings: PoolSettings) -> None:
+    """``ray.init``: joining ``address``, or starting this machine's own Ray in ``folder``."""
+    options = {"log_to_driver": False, "logging_level": logging.ERROR, "namespace": NAMESPACE}
+    if address:
+        check_address(address)
+        options["address"] = address
+    else:
+        store = settings.object_store_megabytes * 2**20
+        options.update(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False,
+                       object_store_memory=store, _temp_dir=str(folder),
+                       _plasma_directory=_plasma_directory(store, folder))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Ray's tips about its future defaults
+            ray.init(**options)
+    except Exception as error:  # noqa: BLE001 - whatever stops Ray is said in one line
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UnsupportedSetupError(f"Ray could not {'join ' + address if address else 'start'}: {reason}") from None
+
+
+def _short_temporary_folder() -> str:
+    """The system's temporary folder when Ray's sockets fit below it, else /tmp."""
+    folder = tempfile.gettempdir()
+    return folder if len(folder) + len("/arc-kit-ray-xxxxxxxx") <= SOCKET_PATH_ROOM else "/tmp"
+
+
+def _plasma_directory(store_bytes: int, folder: Path) -> str:
+    """/dev/shm when it has room for the object store (and a margin), else the session's folder on disk."""
+    try:
+        if shutil.disk_usage("/dev/shm").free >= 1.25 * store_bytes:
+            return "/dev/shm"
+    except OSError:
+        pass
+    return str(folder)
+
+
+def check_address(address: str, timeout: float = 5.0) -> None:
+    """UnsupportedSetupError in one line unless a Ray's GCS (a gRPC server) answers at ``address`` (HOST:PORT;
+    ``auto`` and ``ray://`` addresses are left to Ray)."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UnsupportedSetupError(f"--address {address!r}: expected HOST:PORT, the head's `ray start --head "
+                                    "--port PORT`")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as connection:
+            connection.settimeout(timeout)
+            connection.sendall(HTTP2_PREFACE)
+            reply = connection.recv(9)
+    except OSError as error:
+        raise UnsupportedSetupError(f"no Ray answers at {address} ({error.strerror or error}): start one there "
+                                    f"first (ray start --head --port {port})") from None
+    if len(reply) < 4 or reply[3] != SETTINGS_FRAME:
+        raise UnsupportedSetupError(f"something that is no Ray answers at {address}: is the port another "
+                                    "program's?")
+
+
+def _keep_logs(folder: Path, logs: Path) -> None:
+    """Copy the session's log files from Ray's ``folder`` to ``logs/<session>`` in the run folder (never through a
+    link); a failure is a warning, never the run's end."""
+    try:
+        session = (folder / "session_latest").resolve()
+        target = logs / session.name
+        if logs.is_symlink() or target.is_symlink():
+            raise OSError(f"{logs} is a link, which the kit never writes through")
+        target.mkdir(parents=True, exist_ok=True)
+        for path in sorted((session / "logs").glob("*")):
+            if path.is_file() and not path.is_symlink():
+                write_refusing_links(target / path.name, path.read_bytes())
+    except OSError as error:
+        logging.getLogger(__name__).warning("Ray's logs were not kept (%s); they are lost with %s", error, folder)
+
+
+def gpu_bundles(ray, gpus: int, timeout: float):
+    """A placement group holding one bundle of each of ``gpus`` GPUs (None without GPUs); UnsupportedSetupError
+    when the cluster does not grant them within ``timeout`` seconds (others hold them)."""
+    if not gpus:
+        return None
+    from ray.util.placement_group import placement_group
+
+    group = placement_group([{"GPU": 1}] * gpus, strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if not ready:
+        raise UnsupportedSetupError(f"Ray did not grant the pool the cluster's {gpus} GPU(s) within {timeout:.0f} s: "
+                                    "something else holds them")
+    return group
+
+
+def actor_options(gpu: int | None, bundles, fraction: float) -> dict:
+    """Ray's options for an actor on GPU ``gpu`` (a bundle of ``bundles``, ``fraction`` of it) or on one CPU."""
+    common = {"max_concurrency": 2, "max_restarts": 0}  # one call solves while another reads its steps
+    if gpu is None:
+        return {**common, "num_cpus": 1, "num_gpus": 0,
+                "runtime_env": {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}}
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {**common, "num_cpus": 0, "num_gpus": fraction,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(bundles, placement_group_bundle_index=gpu)}
+
+
+def cluster_gpus(ray) -> int:
+    """The GPUs of the cluster (of this machine's own Ray: those it was started with)."""
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
+def this_node(ray) -> str:
+    """The id of the node this process (the driver) runs on."""
+    return ray.get_runtime_context().get_node_id()

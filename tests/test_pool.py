@@ -1,0 +1,278 @@
+"""A run's tasks on a pool of Ray actors: the queue the driver owns, the watchdog, and a pool's run equal to one process's.
+
+Every test here shares one Ray of this machine (``shared_ray``, started once through the library's own
+``ray_session``; a pool finds it started and uses it). The first test's actors load the bigram micro model
+of conftest.py (it writes small grids, so every task has real candidates and comparing two runs means
+something) and solve four small ARC-AGI-1 evaluation tasks. The watchdog's tests run real actors around
+``pool_helpers``' fake solve, which dies, hangs or answers [[7]], so that what the driver does about a dead or
+hung actor takes seconds. Ray started by a run itself, its GPUs, its stop and two nodes: test_ray_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from pool_helpers import TASK_IDS, fake_workers, is_running, read_json, tries
+
+from arc_kit.data.datasets import load_tasks
+from arc_kit.data.submission import submission_problems
+from arc_kit.method.records import read_records
+from arc_kit.method.solver import Solver
+from arc_kit.model.loading import load_model
+from arc_kit.run import pool, slots
+from arc_kit.run.planner import BudgetSettings, Speeds
+from arc_kit.run.pool import solve_in_pool
+from arc_kit.run.ray_session import ray_session
+from arc_kit.run.runs import solve
+from arc_kit.settings import PoolSettings, SamplerSettings, SolveSettings, TestTimeSettings
+
+SETTINGS = SolveSettings(
+    sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
+    inference_augmentations=2, scoring_augmentations=2,
+    ttt=TestTimeSettings(steps=2), max_len=2048)
+QUICK = PoolSettings(hang_seconds=0.5, poll_seconds=0.05)  # the driver looks every 50 ms; a cap overrun is a hang
+LOGGER = "arc_kit.run.pool"
+
+
+@pytest.fixture(scope="module")
+def shared_ray(tmp_path_factory):
+    """One Ray for this module's pools (four CPUs: the fake actors mostly sleep)."""
+    with ray_session(tmp_path_factory.mktemp("shared_ray"), cpus=4) as ray:
+        yield ray
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_tasks("arc-agi-1/evaluation").select(TASK_IDS)
+
+
+def warnings_of(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == LOGGER]
+
+
+# -- a run over actors that load a real model ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def single_process(model_folder, tasks, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("single")
+    solve(tasks, Solver.from_loaded(load_model(model_folder, device="cpu"), SETTINGS), out, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_two_actors_give_the_same_submission_and_records_as_one_process(shared_ray, model_folder, tasks,
+                                                                        tmp_path, single_process):
+    run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "two", workers=2, progress=False, pool=QUICK)
+    submission = read_json(tmp_path / "two" / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    assert (tmp_path / "two" / "submission.json").read_bytes() == (single_process / "submission.json").read_bytes()
+    # not just the attempts: every candidate, NLL and augmentation is the same, whoever computed it
+    alone = read_records(single_process / "records.jsonl")
+    assert list(run.records) == TASK_IDS
+    for task_id in TASK_IDS:
+        assert run.records[task_id].error is None
+        assert run.records[task_id].to_json()["test"] == alone[task_id].to_json()["test"]
+    assert any(test.candidates for record in alone.values() for test in record.tests)  # a real comparison
+    assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
+    lines = (tmp_path / "two" / "records.jsonl").read_text().splitlines()  # the driver's file, in task order
+    assert [json.loads(line)["task_id"] for line in lines] == TASK_IDS and not list(tmp_path.glob("two/worker-*"))
+    assert read_json(tmp_path / "two" / "run.json")["workers"] == 2
+    speeds = read_json(tmp_path / "two" / "speeds.json")  # what the planner measured, for the tasks left and a rerun
+    assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"]["generation"] == len(TASK_IDS)
+
+
+# -- resuming -----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(shared_ray, model_folder, tasks, tmp_path_factory) -> Path:
+    """A run folder of two actors around the fake solve (seconds, not minutes)."""
+    out = tmp_path_factory.mktemp("finished")
+    with pytest.MonkeyPatch.context() as patch:
+        fake_workers(patch, out / "marks", {})
+        solve_in_pool(tasks, model_folder, SETTINGS, out / "run", workers=2, progress=False, pool=QUICK)
+    return out / "run"
+
+
+def no_ray(patch) -> None:
+    """Fail the test if a pool starts Ray."""
+    def refused(*arguments, **options):
+        raise AssertionError("Ray was started")
+    patch.setattr(pool, "ray_session", refused)
+
+
+def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, model_folder, tasks, tmp_path,
+                                                                  finished_run, monkeypatch):
+    """On the fake solve's run: that an actor recomputes a task as the first run did is the first test's."""
+    out = tmp_path / "resumed"
+    shutil.copytree(finished_run, out)
+    lines = (out / "records.jsonl").read_text().splitlines()
+    lost = json.loads(lines[1])["task_id"]
+    (out / "records.jsonl").write_text("".join(line + "\n" for line in lines if json.loads(line)["task_id"] != lost))
+    fake_workers(monkeypatch, tmp_path / "marks", {})
+    resumed = solve_in_pool(tasks, model_folder, SETTINGS, out, workers=2, progress=False, pool=QUICK)
+    assert sorted(path.name.split(".")[0] for path in (tmp_path / "marks").iterdir()) == [lost]  # it alone was solved
+    assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
+    assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
+    first = read_records(finished_run / "records.jsonl")
+    for task_id in TASK_IDS:
+        assert resumed.records[task_id].to_json()["test"] == first[task_id].to_json()["test"]
+
+
+def test_a_rerun_with_nothing_left_finds_every_record_without_ray_even_in_an_earlier_kits_worker_folders(
+        model_folder, tasks, tmp_path, finished_run, monkeypatch):
+    out = tmp_path / "earlier"
+    shutil.copytree(finished_run, out)
+    lines = (out / "records.jsonl").read_text().splitlines()
+    for index in range(2):  # as the home-made pool left them: each worker's records in its own folder
+        (out / f"worker-{index}").mkdir()
+        (out / f"worker-{index}" / "records.jsonl").write_text("".join(line + "\n" for line in lines[index::2]))
+    (out / "records.jsonl").unlink()
+    no_ray(monkeypatch)
+    again = solve_in_pool(tasks, model_folder, SETTINGS, out, workers=1, progress=False, pool=QUICK)
+    assert list(again.records) == TASK_IDS
+    assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
+
+
+def test_a_rerun_with_other_settings_is_refused_before_ray_starts(model_folder, tasks, tmp_path, finished_run,
+                                                                   monkeypatch):
+    out = tmp_path / "other"
+    shutil.copytree(finished_run, out)
+    no_ray(monkeypatch)
+    with pytest.raises(ValueError, match="other settings"):
+        solve_in_pool(tasks, model_folder, SETTINGS.replace(aggregation="min"), out, workers=2, progress=False)
+    assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
+    run_json = read_json(out / "run.json")
+    assert run_json["settings"] == json.loads(json.dumps(SETTINGS.to_json()))
+    assert {"arc_kit_version", "git_commit"} <= set(run_json)
+
+
+# -- the queue and the watchdog, around the fake solve --------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_dead_actors_task_goes_back_to_the_queue_once_and_the_others_take_the_rest(shared_ray, model_folder, tasks,
+                                                                                      tmp_path, monkeypatch, caplog):
+    once, always = TASK_IDS[0], TASK_IDS[1]
+    fake_workers(monkeypatch, tmp_path / "marks", {once: "die-once", always: "die"})
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, progress=False, pool=QUICK)
+    assert len(tries(tmp_path / "marks", once)) == 2 and run.records[once].got_model_work  # the second try did it
+    assert len(tries(tmp_path / "marks", always)) == 2  # back in the queue once, then no more
+    assert run.records[always].skipped == "its worker died or hung 2 times"
+    for task_id in TASK_IDS[2:]:
+        assert run.records[task_id].got_model_work and len(tries(tmp_path / "marks", task_id)) == 1
+    died = [message for message in warnings_of(caplog) if "died: The actor died unexpectedly" in message]
+    assert len(died) == 3, warnings_of(caplog)
+    submission = read_json(tmp_path / "out" / "submission.json")
+    assert submission_problems(submission, tasks) == []
+    assert submission[always][0]["attempt_1"] == tasks[always].test[0].input.tolist()  # the fallback
+    assert all(submission[task_id][0]["attempt_1"] == [[7]] for task_id in TASK_IDS if task_id != always)
+    speeds = read_json(tmp_path / "out" / "speeds.json")  # every actor's measured speeds reach the planner
+    assert speeds["measured_tasks"] == 3 and speeds["generation"] != Speeds().generation
+
+
+@pytest.mark.slow
+def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(shared_ray, model_folder, tasks,
+                                                                                    tmp_path, monkeypatch, caplog):
+    hanging = TASK_IDS[2]
+    fake_workers(monkeypatch, tmp_path / "marks", {hanging: "hang"})
+    caps = BudgetSettings(task_factor=0.0, task_minimum=1.0, search_factor=0.0, search_minimum=0.25)  # a second
+    started = time.time()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, progress=False,
+                            deadline=started + 3600, budget=caps, pool=QUICK)
+    assert time.time() - started < 60  # two caps and the kills, not the hour
+    assert run.records[hanging].skipped == "its worker died or hung 2 times"
+    assert sum(f"hung: task {hanging} is" in message for message in warnings_of(caplog)) == 2
+    for task_id in TASK_IDS:
+        if task_id != hanging:
+            task_deadline, search_seconds = run.records[task_id].extra["budget"]
+            assert started < task_deadline <= started + 60 and search_seconds == 0.25  # the planner's caps
+    assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
+    time.sleep(2)  # Ray kills a killed actor's process within a few seconds
+    assert not any(is_running(pid) for pid in tries(tmp_path / "marks", hanging))
+
+
+@pytest.mark.slow
+def test_at_the_stop_time_a_hung_actor_is_stopped_and_the_submission_is_complete(shared_ray, model_folder, tasks,
+                                                                                  tmp_path, monkeypatch):
+    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(TASK_IDS, "hang"))  # whatever it gets, it hangs
+    started = time.time()
+    stop_at = started + 6.0
+    run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, progress=False,
+                        deadline=started + 3600, stop_at=stop_at, budget=BudgetSettings(task_minimum=3000.0),
+                        pool=QUICK)
+    assert time.time() < stop_at + 5  # stopped, then written, promptly
+    (first,) = [task_id for task_id in TASK_IDS if tries(tmp_path / "marks", task_id)]  # the one it hung on
+    assert list(run.records) == TASK_IDS and all(record.skipped == "out of time" for record in run.records.values())
+    submission = read_json(tmp_path / "out" / "submission.json")
+    assert submission_problems(submission, tasks) == [] and list(submission) == TASK_IDS
+    time.sleep(2)
+    assert not is_running(tries(tmp_path / "marks", first)[0])
+
+
+@pytest.mark.slow
+def test_an_actor_that_never_loads_is_replaced_and_with_none_left_the_tasks_get_fallbacks(
+        shared_ray, model_folder, tasks, tmp_path, monkeypatch, caplog):
+    fake_workers(monkeypatch, tmp_path / "marks", {}, silent=True)
+    started = time.time()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, progress=False,
+                            pool=PoolSettings(load_seconds=1.5, restarts=1, poll_seconds=0.05))
+    assert time.time() - started < 30
+    warned = warnings_of(caplog)
+    assert sum("hung: no model after" in message for message in warned) == 2  # the first, and its one restart
+    assert any("no worker left: 4 task(s) get fallback answers" in message for message in warned)
+    assert list(run.records) == TASK_IDS and all(r.skipped == "no worker left" for r in run.records.values())
+    assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
+
+
+# -- what needs no Ray ------------------------------------------------------------------------------------------
+
+def test_the_driver_prepares_a_deltas_base_once_and_the_actors_get_its_folder(tmp_path, monkeypatch, capsys):
+    delta = tmp_path / "delta"
+    delta.mkdir()
+    (delta / "delta.json").write_text(json.dumps({"base": "smollm2-135m", "shards": []}))
+    (delta / "adapter_config.json").write_text("{}")
+    built = tmp_path / "cache" / "base"
+    built.mkdir(parents=True)
+    (built / "config.json").write_text("{}")
+    calls = []
+    monkeypatch.setattr(pool, "is_built", lambda folder, name: False)
+    monkeypatch.setattr(pool, "build_base", lambda name, **options: calls.append((name, options)) or built)
+    options = pool.prepare_model(delta, {"device": "cpu"})
+    assert options == {"device": "cpu", "base_model": str(built)} and [name for name, _ in calls] == ["smollm2-135m"]
+    assert f"base smollm2-135m: built once by the driver in 0 s, {built}; every worker loads it from there" in \
+        capsys.readouterr().out
+    assert pool.prepare_model(tmp_path, {"device": "cpu"}) == {"device": "cpu"} and len(calls) == 1  # no delta
+    # what an actor on another node receives: the delta's folder and its base's
+    assert pool.model_folders(delta, options) == {"model": str(delta.resolve()), "base_model": str(built.resolve())}
+
+
+def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
+    gib = 2**30
+    assert slots.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
+    assert slots.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
+    assert slots.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
+    assert slots.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
+
+
+def test_slots_go_round_the_gpus_or_fill_the_first_ones_then_the_cpus():
+    assert [slot.gpu for slot in slots.slot_layout(5, 2, spread=True)] == [0, 1, 0, 1, 0]
+    assert [slot.gpu for slot in slots.slot_layout(3, 2, spread=False)] == [0, 1, None]
+    assert [slot.gpu for slot in slots.slot_layout(2, 0, spread=True)] == [None, None]
+    assert [slot.index for slot in slots.slot_layout(2, 2, spread=True, first=4)] == [4, 5]
+
+
+def test_one_worker_solves_in_this_process_and_several_or_an_address_make_a_pool(monkeypatch):
+    monkeypatch.setattr(pool, "visible_gpus", lambda: [])
+    assert not pool.uses_pool(None, None, None, deadline=1e12) and not pool.uses_pool(1, None, None, None)
+    assert pool.uses_pool(2, None, None, None) and pool.uses_pool(None, None, "10.0.0.1:6379", None)
+    monkeypatch.setattr(pool, "visible_gpus", lambda: ["0"])
+    assert not pool.uses_pool(None, None, None, None)  # one GPU, no deadline: this process
+    assert pool.uses_pool(None, None, None, deadline=1e12)  # a deadline: the calibration may find room for more
+    assert pool.uses_pool(None, 2, None, None) and not pool.uses_pool(1, 2, None, None)
