@@ -41,7 +41,7 @@ from arc_kit.locking import HOLDER_FILE
 from arc_kit.method.records import TaskRecord, fallback_record, read_records
 from arc_kit.method.solver import Solver
 from arc_kit.outputs import claim_folder
-from arc_kit.run import pool
+from arc_kit.run import jobs
 from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
@@ -366,7 +366,7 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
         assert sorted(pooled.records) == ["good1", "good2"] and all(r.got_model_work for r in pooled.records.values())
         check_every_id(tmp_path / "out" / "submission.json", tasks)
     else:  # the Kaggle job's own writes; the workers it starts are the case above
-        monkeypatch.setattr(pool, "solve_job", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))
+        monkeypatch.setattr(jobs, "solve_job", lambda *arguments, **options: SolveRun(tmp_path, {}, tmp_path))
         result = kaggle.run_competition(fallback_model, QUICK, input_root=tmp_path / "input", working=tmp_path / "working",
                                         workers=1, force_full=True)
         assert result.error is None and result.tasks == 4  # the two malformed tasks count too

@@ -581,10 +581,10 @@ def no_wheel_built(monkeypatch):
 def workers_in_process(monkeypatch):
     """kaggle run's solving replaced by fallback records written in this process (no Ray, no model)."""
     from arc_kit.model.loading import token_budget_of
-    from arc_kit.run import pool
+    from arc_kit.run import jobs
     from arc_kit.run.runs import SolveRun, open_run
 
-    real = pool.solve_job
+    real = jobs.solve_job
 
     def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **options):
         if submission_path is None:  # solve's and dry-run's own call: as it is
@@ -593,7 +593,7 @@ def workers_in_process(monkeypatch):
         open_run(out, settings, {}, adopt=adopt, command="kaggle run")
         return SolveRun(Path(out), {task_id: fallback_record(task_id, "fuzz") for task_id in tasks.ids},
                         Path(submission_path))
-    monkeypatch.setattr(pool, "solve_job", in_process)
+    monkeypatch.setattr(jobs, "solve_job", in_process)
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from arc_kit.kaggle import dataset_build, wheelhouse
 from arc_kit.method.records import TaskRecord, TestResult, read_records
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import default_model_path, load_model
-from arc_kit.run import pool
+from arc_kit.run import jobs
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
@@ -239,7 +239,7 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -307,7 +307,7 @@ def fake_solve_in_workers(calls: list, *, fail: bool = False):
 def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch):
     hidden = add_hidden_task(simulated)
     calls = []
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
     started = time.time() - 600
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, started=started,
                                     hours=2.0, safety_minutes=30.0, smoke_tasks=1)
@@ -330,7 +330,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
     challenges[changed]["test"][0]["input"] = [[row[0] for row in challenges[changed]["test"][0]["input"]]]
     path.write_text(json.dumps(challenges))
     hidden = add_hidden_task(simulated)
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers([]))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers([]))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
     scored = sorted(result.score.table["task_id"])
     assert scored == sorted(set(challenges) - {changed}) and hidden not in scored and len(scored) == 3
@@ -340,7 +340,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
 
 def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls, fail=True))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls, fail=True))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
     assert "crashed" in result.error and result.answered == 0  # reported, never raised: the notebook goes on
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -443,7 +443,7 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
         records = {task_id: TaskRecord(task_id, [TestResult([pair.output], [], [], []) for pair in public[task_id].test])
                    for task_id in tasks.ids}
         return SolveRun(Path(out), records, Path(out))
-    monkeypatch.setattr(pool, "solve_job", one_record_each)
+    monkeypatch.setattr(jobs, "solve_job", one_record_each)
     working = tmp_path / "working"
     status = main(["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model",
                    str(fallback_model), "--smoke-tasks", "1", "--hours", "2", "--stop-minutes", "5"])
@@ -696,7 +696,7 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
     # and they get the new settings
     ran = SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"])
     calls = []
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
     assert main([*command, "2", "--restart"]) == 0
     (call,) = calls
     assert ran.ttt.steps == 1 and call["settings"] == ran.replace(ttt=ran.ttt.replace(steps=2))
@@ -708,7 +708,7 @@ def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fall
     """The settings the command hands the run (what its run.json records: the smoke run above reads a real run's
     back); the workers themselves are the library's, started for real above."""
     calls = []
-    monkeypatch.setattr(pool, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
                            ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from arc_kit.data.submission import submission_problems
 from arc_kit.method.records import read_records
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
-from arc_kit.run import pool, slots
+from arc_kit.run import actors, jobs, pool, slots
 from arc_kit.run.planner import BudgetSettings, Speeds
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.ray_session import ray_session
@@ -115,7 +116,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, mo
     (out / "records.jsonl").write_text("".join(line + "\n" for line in lines if json.loads(line)["task_id"] != lost))
     fake_workers(monkeypatch, tmp_path / "marks", {})
     resumed = solve_in_pool(tasks, model_folder, SETTINGS, out, workers=2, progress=False, pool=QUICK)
-    assert sorted(path.name.split(".")[0] for path in (tmp_path / "marks").iterdir()) == [lost]  # it alone was solved
+    assert [task_id for task_id in TASK_IDS if tries(tmp_path / "marks", task_id)] == [lost]  # it alone was solved
     assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     first = read_records(finished_run / "records.jsonl")
@@ -242,15 +243,15 @@ def test_the_driver_prepares_a_deltas_base_once_and_the_actors_get_its_folder(tm
     built.mkdir(parents=True)
     (built / "config.json").write_text("{}")
     calls = []
-    monkeypatch.setattr(pool, "is_built", lambda folder, name: False)
-    monkeypatch.setattr(pool, "build_base", lambda name, **options: calls.append((name, options)) or built)
-    options = pool.prepare_model(delta, {"device": "cpu"})
+    monkeypatch.setattr(actors, "is_built", lambda folder, name: False)
+    monkeypatch.setattr(actors, "build_base", lambda name, **options: calls.append((name, options)) or built)
+    options = actors.prepare_model(delta, {"device": "cpu"})
     assert options == {"device": "cpu", "base_model": str(built)} and [name for name, _ in calls] == ["smollm2-135m"]
     assert f"base smollm2-135m: built once by the driver in 0 s, {built}; every worker loads it from there" in \
         capsys.readouterr().out
-    assert pool.prepare_model(tmp_path, {"device": "cpu"}) == {"device": "cpu"} and len(calls) == 1  # no delta
+    assert actors.prepare_model(tmp_path, {"device": "cpu"}) == {"device": "cpu"} and len(calls) == 1  # no delta
     # what an actor on another node receives: the delta's folder and its base's
-    assert pool.model_folders(delta, options) == {"model": str(delta.resolve()), "base_model": str(built.resolve())}
+    assert actors.model_folders(delta, options) == {"model": str(delta.resolve()), "base_model": str(built.resolve())}
 
 
 def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
@@ -269,10 +270,19 @@ def test_slots_go_round_the_gpus_or_fill_the_first_ones_then_the_cpus():
 
 
 def test_one_worker_solves_in_this_process_and_several_or_an_address_make_a_pool(monkeypatch):
-    monkeypatch.setattr(pool, "visible_gpus", lambda: [])
-    assert not pool.uses_pool(None, None, None, deadline=1e12) and not pool.uses_pool(1, None, None, None)
-    assert pool.uses_pool(2, None, None, None) and pool.uses_pool(None, None, "10.0.0.1:6379", None)
-    monkeypatch.setattr(pool, "visible_gpus", lambda: ["0"])
-    assert not pool.uses_pool(None, None, None, None)  # one GPU, no deadline: this process
-    assert pool.uses_pool(None, None, None, deadline=1e12)  # a deadline: the calibration may find room for more
-    assert pool.uses_pool(None, 2, None, None) and not pool.uses_pool(1, 2, None, None)
+    monkeypatch.setattr(jobs, "visible_gpus", lambda: [])
+    assert not jobs.uses_pool(None, None, None, deadline=1e12) and not jobs.uses_pool(1, None, None, None)
+    assert jobs.uses_pool(2, None, None, None) and jobs.uses_pool(None, None, "10.0.0.1:6379", None)
+    monkeypatch.setattr(jobs, "visible_gpus", lambda: ["0"])
+    assert not jobs.uses_pool(None, None, None, None)  # one GPU, no deadline: this process
+    assert jobs.uses_pool(None, None, None, deadline=1e12)  # a deadline: the calibration may find room for more
+    assert jobs.uses_pool(None, 2, None, None) and not jobs.uses_pool(1, 2, None, None)
+
+
+def test_one_worker_solves_in_this_process_without_ray(fallback_model, tasks, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed: nothing may import it
+    monkeypatch.setattr(jobs, "visible_gpus", lambda: [])
+    quick = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,
+                          ttt=TestTimeSettings(steps=1), max_len=2048)
+    run = jobs.solve_job(tasks.select(TASK_IDS[:2]), fallback_model, quick, tmp_path / "out", progress=False)
+    assert list(run.records) == TASK_IDS[:2] and not (tmp_path / "out" / "ray-logs").exists()

@@ -31,7 +31,7 @@ def _run_solve(args) -> int:
     from arc_kit.experiments.analysis import draft_share
     from arc_kit.run.outcome import outcome_parts
     from arc_kit.run.runs import dataset_info, deadline_from
-    from arc_kit.run.pool import solve_job
+    from arc_kit.run.jobs import solve_job
 
     loaded = load_given_tasks(args)
     tasks, model, settings = select_tasks(args, loaded), model_path(args), solve_settings(args)

@@ -4,7 +4,7 @@
 ``/kaggle/input`` (the current competition's folder, ``COMPETITION``, first), write a complete
 fallback ``submission.json`` at once, notice when the test file is the public placeholder (then run
 a short smoke job), otherwise solve every test task within the time budget on all GPUs (a pool of
-Ray actors, ``pool``; one worker solves in this process, without Ray), keeping the submission
+Ray actors, ``jobs``; one worker solves in this process, without Ray), keeping the submission
 complete and valid after every task and stopping the workers before the limit. Where the
 test tasks are public ones whose solutions sit beside them (a smoke run on the placeholder, or the
 evaluation set given as the test file), the run is scored: its end line (``CompetitionRun.lines``) says
@@ -12,7 +12,7 @@ how many tasks the model answered and how many of them are right, and the score 
 
 The dataset that carries the kit is ``dataset_build``'s; ``simulate_competition_input`` builds a
 stand-in for ``/kaggle/input`` from public data, so the whole path runs on any machine. This module
-knows Kaggle's folders and files; the solving is ``pool``'s and the planning ``planner``'s.
+knows Kaggle's folders and files; the solving is ``jobs``' and the planning ``planner``'s.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from arc_kit.locking import holding_folder
 from arc_kit.method.records import answers_from_records, read_records
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import claim_file, is_made_folder
-from arc_kit.run import pool  # called through the module, so that a replaced solve_job is used
+from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
 from arc_kit.run.outcome import answered_by_model, outcome_parts
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records, \
     run_records
@@ -127,7 +127,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     solutions = _public_solutions(files, chosen)
     if progress:
         _announce(files, tasks, chosen, job, placeholder, deadline)
-    records, error = _solve_keeping_records(run_folder, earlier, lambda: pool.solve_job(
+    records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
         chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
         deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
         submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)

@@ -4,9 +4,10 @@
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds from the model's
 size and the device (``bandwidth``: a decode step's memory-bandwidth floor), and ``estimates``
 prices one from an earlier run's speeds (``expectations_table``: per model size and GPU);
-``pool`` spreads a run's tasks over Ray actors on this machine's GPUs and CPUs or a cluster's
-(``ray_session`` starts and stops Ray, ``actors`` is an actor's side, ``slots`` where actors go and
-the first one's calibration, ``safe_writes`` the pool's writes that never follow a link);
+``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
+on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
+an actor's side, ``slots`` where actors go and the first one's calibration, ``safe_writes`` the
+pool's writes that never follow a link);
 ``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``).
 The method on one task is ``method.solver``'s, and the records it returns are ``method.records``'.
 It may import ``method``, ``model`` and everything below; it knows nothing of the tables, Kaggle's
@@ -17,5 +18,6 @@ from arc_kit.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "runs": ("solve",),
-    "pool": ("solve_in_pool", "solve_job"),
+    "pool": ("solve_in_pool",),
+    "jobs": ("solve_job",),
 })

@@ -14,13 +14,16 @@ model's files in pieces; an actor on another node writes them into that node's c
 An actor on the driver's node, or any actor when the model's path is shared by every node, loads
 from the path itself. The tasks come with the calls.
 
-This module knows the solver and Ray's actor calls; the queue, the watchdog and the records are ``pool``'s.
+The driver prepares the model first: a base-plus-delta's base is built once, on its node
+(``prepare_model``), and ``model_folders`` names what an actor needs. This module knows the solver,
+model folders and Ray's actor calls; the queue, the watchdog and the records are ``pool``'s.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -30,9 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit import progress
+from arc_kit.data.jsonio import read_json
+from arc_kit.model.bases import build_base, built_folder, is_built
+from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.safe_writes import write_refusing_links
 from arc_kit.settings import SolveSettings, ladder
+
+logger = logging.getLogger(__name__)
 
 MODEL_CACHE = "arc-kit-models"  # below a node's temporary folder: models received from the driver's node
 COMPLETE = ".complete"  # in a received model's folder: every file arrived
@@ -193,3 +201,32 @@ def receive_model(server, role: str, chunk_bytes: int) -> Path:
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(partial, folder)
     return folder
+
+
+def model_folders(model: str | os.PathLike, load_options: dict) -> dict[str, str]:
+    """The folders an actor needs, by role: the model's, and the base it goes on when that is a local folder
+    (a base-plus-delta's, prepared by ``prepare_model``; an adapter's, given or named in its config)."""
+    folders = {"model": str(Path(model).resolve())}
+    base = load_options.get("base_model")
+    if base is None and (Path(model) / "adapter_config.json").is_file():
+        base = read_json(Path(model) / "adapter_config.json").get("base_model_name_or_path")
+    if isinstance(base, str) and (Path(base) / "config.json").is_file():
+        folders["base_model"] = str(Path(base).resolve())
+    return folders
+
+
+def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
+    """The load options the actors get: for a base-plus-delta model, its base built once here (or found built)."""
+    options = dict(load_options or {})
+    if not is_delta_folder(model) or options.get("base_model"):
+        return options
+    name = read_json(Path(model) / DELTA_INDEX)["base"]
+    started, built = time.monotonic(), is_built(built_folder(name), name)
+    folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
+                        progress=progress)
+    how = "found built" if built else f"built once by the driver in {time.monotonic() - started:.0f} s"
+    message = f"base {name}: {how}, {folder}; every worker loads it from there"
+    logger.info(message)
+    if progress:
+        print(message, flush=True)
+    return {**options, "base_model": str(folder)}

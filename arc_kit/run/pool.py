@@ -1,10 +1,6 @@
 """A run's tasks on Ray: one actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
 
-``solve_job`` is what ``arc-kit solve`` and ``kaggle run`` call: one worker solves in this process
-(``runs.solve``, no Ray); several workers, several GPUs, one GPU with a deadline (whose calibration may
-find room for more), or a cluster's address make a pool (``solve_in_pool``).
-
-The pool's driver opens the run folder (``runs.open_run``: one of other settings is refused before
+The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) opens the run folder (``runs.open_run``: one of other settings is refused before
 Ray starts), takes the records already there (``runs.run_records``: an earlier kit's worker folders
 too) and queues the tasks left longest first (``planner.Planner``, priced with the speeds measured
 so far, ``speeds.json``). It starts Ray (``ray_session``) and an actor per slot (``slots``: round the
@@ -45,18 +41,15 @@ from arc_kit.data.tasks import TaskSet
 from arc_kit.devices import visible_gpus
 from arc_kit.locking import holding_folder
 from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record, write_records
-from arc_kit.method.solver import Solver
-from arc_kit.model.bases import build_base, built_folder, is_built
-from arc_kit.model.loading import DELTA_INDEX, LoadSettings, is_delta_folder, load_encoder, load_model, model_info, \
-    token_budget_of
+from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
 from arc_kit.run.expectations import first_speeds, visible_gpu_name
 from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, hours, measure
 from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ray_session, this_node
-from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, clear_run, mark_correct, open_run, run_records, solve, \
-    task_line, write_scores
+from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, mark_correct, open_run, run_records, task_line, \
+    write_scores
 from arc_kit.run.safe_writes import append_line_refusing_links
 from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, calibration_settings, calibration_task, fold_calibration, \
     slot_layout
@@ -65,41 +58,6 @@ from arc_kit.settings import PoolSettings, SolveSettings
 logger = logging.getLogger(__name__)
 
 SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
-
-
-def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:
-    """Whether a run needs a pool: an address, several workers, or GPUs a pool serves better than one process
-    (several of them, workers per GPU asked for, or one with a deadline, whose calibration may find room for more)."""
-    if address:
-        return True
-    if workers is not None:
-        return workers > 1
-    gpus = visible_gpus()
-    return bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
-
-
-@holding_folder("out", kind=RUN_KIND, command="solve")
-def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
-              workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
-              shared_model: bool = False, restart: bool = False, deadline: float | None = None,
-              load_options: dict | None = None, info: dict | None = None, progress: bool = True, adopt: bool = False,
-              **pool_options) -> SolveRun:
-    """The method on a task set, in this process or in a pool (``uses_pool``): what ``arc-kit solve`` runs.
-
-    ``restart`` discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun
-    resumes. ``pool_options`` go to ``solve_in_pool`` (``stop_at``, ``solutions``, ``submission_path``...);
-    in this process only ``solutions`` applies (a deadline bounds each task, and nothing stops a hang).
-    """
-    if restart:
-        clear_run(out)
-    if uses_pool(workers, workers_per_gpu, address, deadline):
-        return solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
-                             address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
-                             progress=progress, info=info, adopt=adopt, **pool_options)
-    loaded = load_model(model, LoadSettings(**(load_options or {})))
-    solver = Solver.from_loaded(loaded, settings)
-    return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
-                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
 
 
 @holding_folder("out", kind=RUN_KIND, command="solve")  # the driver holds the run folder's lock; actors never write
@@ -125,7 +83,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     out.mkdir(parents=True, exist_ok=True)
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
     started = time.monotonic()
-    load_options = prepare_model(model, load_options, progress)
+    load_options = actors.prepare_model(model, load_options, progress)
     if stop_at is None and deadline is not None:
         stop_at = deadline + pool.stop_seconds
     local_gpus = [] if address else visible_gpus()
@@ -141,7 +99,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
         with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as ray:
             try:
                 run.begin(ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
-                          shared_model=shared_model)
+                          address=address, shared_model=shared_model)
                 run.watch()
             finally:
                 run.stop_all()
@@ -234,7 +192,7 @@ class _Pool:
     # -- the start ------------------------------------------------------------------------------------------------
 
     def begin(self, ray, model, load_options: dict, *, workers: int | None, workers_per_gpu: int | None,
-              shared_model: bool) -> None:
+              address: str | None, shared_model: bool) -> None:
         """The slots on the cluster's GPUs (or CPUs), the model's source, the first actors started."""
         self.ray = ray
         gpus = cluster_gpus(ray)
@@ -244,10 +202,10 @@ class _Pool:
             self.calibration = (calibration_task(self.planner, bool(gpus)), calibration_settings(self.settings))
         layout = slot_layout(count, gpus, spread)
         used = gpus if spread else sum(slot.gpu is not None for slot in layout)
-        folders = model_folders(model, load_options)
-        several_nodes = sum(node["Alive"] for node in ray.nodes()) > 1
+        folders = actors.model_folders(model, load_options)
+        cluster = address is not None or sum(node["Alive"] for node in ray.nodes()) > 1  # nodes may join later
         server = None
-        if several_nodes and not shared_model:
+        if cluster and not shared_model:
             server = ray.remote(actors.ModelServer).options(num_cpus=0, **_on_this_node(ray)).remote(folders)
         self.start_options = {
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
@@ -554,33 +512,4 @@ def _stored_speeds(out: Path) -> Speeds | None:
         return None
 
 
-def model_folders(model: str | os.PathLike, load_options: dict) -> dict[str, str]:
-    """The folders an actor needs, by role: the model's, and the base it goes on when that is a local folder
-    (a base-plus-delta's, prepared by ``prepare_model``; an adapter's, given or named in its config)."""
-    folders = {"model": str(Path(model).resolve())}
-    base = load_options.get("base_model")
-    if base is None and (Path(model) / "adapter_config.json").is_file():
-        base = read_json(Path(model) / "adapter_config.json").get("base_model_name_or_path")
-    if isinstance(base, str) and (Path(base) / "config.json").is_file():
-        folders["base_model"] = str(Path(base).resolve())
-    return folders
-
-
-def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
-    """The load options the actors get: for a base-plus-delta model, its base built once here (or found built)."""
-    options = dict(load_options or {})
-    if not is_delta_folder(model) or options.get("base_model"):
-        return options
-    name = read_json(Path(model) / DELTA_INDEX)["base"]
-    started, built = time.monotonic(), is_built(built_folder(name), name)
-    folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
-                        progress=progress)
-    how = "found built" if built else f"built once by the driver in {time.monotonic() - started:.0f} s"
-    message = f"base {name}: {how}, {folder}; every worker loads it from there"
-    logger.info(message)
-    if progress:
-        print(message, flush=True)
-    return {**options, "base_model": str(folder)}
-
-
-__all__ = ["SPEEDS_FILE", "model_folders", "prepare_model", "solve_in_pool", "solve_job", "uses_pool"]
+__all__ = ["SPEEDS_FILE", "solve_in_pool"]

@@ -1,0 +1,59 @@
+"""What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, in this process or in a pool.
+
+One worker solves in this process (``runs.solve``; Ray is neither started nor imported); several
+workers, several GPUs, one GPU with a deadline (whose calibration may find room for more workers on
+it) or a cluster's address make a pool of Ray actors (``pool.solve_in_pool``). This module knows
+which; how either runs is ``runs``' and ``pool``'s.
+"""
+
+from __future__ import annotations
+
+import os
+
+from arc_kit.data.tasks import TaskSet
+from arc_kit.devices import visible_gpus
+from arc_kit.locking import holding_folder
+from arc_kit.method.solver import Solver
+from arc_kit.model.loading import LoadSettings, load_model, model_info
+from arc_kit.provenance import run_info
+from arc_kit.run.pool import solve_in_pool
+from arc_kit.run.runs import RUN_KIND, SolveRun, clear_run, solve
+from arc_kit.settings import SolveSettings
+
+
+def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:
+    """Whether a run needs a pool: an address, several workers, or GPUs a pool serves better than one process
+    (several of them, workers per GPU asked for, or one with a deadline, whose calibration may find room for more)."""
+    if address:
+        return True
+    if workers is not None:
+        return workers > 1
+    gpus = visible_gpus()
+    return bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
+
+
+@holding_folder("out", kind=RUN_KIND, command="solve")
+def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
+              workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
+              shared_model: bool = False, restart: bool = False, deadline: float | None = None,
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True, adopt: bool = False,
+              **pool_options) -> SolveRun:
+    """The method on a task set, in this process or in a pool (``uses_pool``): what ``arc-kit solve`` runs.
+
+    ``restart`` discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun
+    resumes. ``pool_options`` go to ``solve_in_pool`` (``stop_at``, ``solutions``, ``submission_path``...);
+    in this process only ``solutions`` applies (a deadline bounds each task, and nothing stops a hang).
+    """
+    if restart:
+        clear_run(out)
+    if uses_pool(workers, workers_per_gpu, address, deadline):
+        return solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
+                             address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
+                             progress=progress, info=info, adopt=adopt, **pool_options)
+    loaded = load_model(model, LoadSettings(**(load_options or {})))
+    solver = Solver.from_loaded(loaded, settings)
+    return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
+                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
+
+
+__all__ = ["solve_job", "uses_pool"]
