@@ -3,8 +3,8 @@
 ``tick()`` adds one to a process-wide counter; ``steps()`` reads it. ``count_forward_calls(model)``
 hooks a torch module so that every forward pass (a search step, a scoring pass, a training step)
 ticks, whichever loop runs it, so the searches and test-time training need not know about it. A
-worker's heartbeat writes the counter to a file; a counter that stops moving means the worker's
-main thread is stuck or the process is stopped, even while a thread of it still runs.
+pool's actor tells the driver the counter when asked (``run.actors.engine_steps``); a counter that
+stops moving means the actor's solving is stuck or its process is stopped.
 
 This module knows nothing of models beyond ``register_forward_hook``, nor of files or processes.
 """

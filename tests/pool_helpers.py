@@ -32,9 +32,9 @@ def read_json(path: Path):
 
 
 def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool = False,
-                 wait_for_loads: int = 0) -> None:
+                 wait_for_loads: int = 0, broken: bool = False) -> None:
     """From now on (until ``patch`` undoes it) every pool's actors load the fake solve (``silent``: loading never
-    ends; ``wait_for_loads``: no answer before that many actors have loaded). Each load leaves a file in ``marks``
+    ends; ``broken``: it raises; ``wait_for_loads``: no answer before that many actors have loaded). Each load leaves a file in ``marks``
     (``load.<pid>.<CUDA_VISIBLE_DEVICES>``, holding the node, the model folder and its digest), each try of a task
     another."""
     import ray.cloudpickle
@@ -44,15 +44,17 @@ def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool 
     marks.mkdir(parents=True, exist_ok=True)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     patch.setattr(actors, "load_solver", functools.partial(fake_load, dict(behaviour), str(marks), silent,
-                                                           wait_for_loads))
+                                                           wait_for_loads, broken))
 
 
-def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, model: str, settings: dict,
-              load_options: dict):
+def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, broken: bool, model: str,
+              settings: dict, load_options: dict):
     from arc_kit.settings import SolveSettings
 
     if silent:
         time.sleep(3600)
+    if broken:
+        raise FileNotFoundError(f"{model}: no weights (a fake)")
     device = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     Path(marks, f"load.{os.getpid()}.{device}").write_text(json.dumps(
         {"node": _node(), "model": model, "model_digest": folder_digest(model)}))

@@ -232,6 +232,16 @@ def test_an_actor_that_never_loads_is_replaced_and_with_none_left_the_tasks_get_
     assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
 
 
+def test_a_model_that_does_not_load_is_said_in_one_line_and_the_tasks_get_fallbacks(shared_ray, model_folder, tasks,
+                                                                                   tmp_path, monkeypatch, caplog):
+    fake_workers(monkeypatch, tmp_path / "marks", {}, broken=True)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, progress=False,
+                            pool=PoolSettings(restarts=0, poll_seconds=0.05))
+    assert f"failed: FileNotFoundError: {model_folder}: no weights (a fake)" in warnings_of(caplog)[0]
+    assert all(record.skipped == "no worker left" for record in run.records.values())
+
+
 # -- what needs no Ray ------------------------------------------------------------------------------------------
 
 def test_the_driver_prepares_a_deltas_base_once_and_the_actors_get_its_folder(tmp_path, monkeypatch, capsys):

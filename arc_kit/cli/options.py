@@ -155,9 +155,9 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
-    number_argument(parser, "--workers", int, "workers in all, each a Ray actor that loads the model once (default: "
-                    "--workers-per-gpu on each GPU when there is one, else one: this process, without Ray)",
-                    at_least=1, at_most=MAX_WORKERS)
+    number_argument(parser, "--workers", int, "workers in all; more than one are Ray actors, each loading the model "
+                    "once (default: --workers-per-gpu on each GPU when there is one, else one: this process, "
+                    "without Ray)", at_least=1, at_most=MAX_WORKERS)
     number_argument(parser, "--workers-per-gpu", int, "workers sharing each GPU (default: as many as the first "
                     "worker's measured peak memory allows when --hours is given, else one)", at_least=1, at_most=8)
     number_argument(parser, "--hours", float, "time budget: plan the run to end this many hours from now (minus "

@@ -284,8 +284,8 @@ class _Pool:
         """One answer of ``slot``'s actor; an actor that died (or raised) is given up on."""
         try:
             value = self.ray.get(reference)
-        except Exception as error:  # noqa: BLE001 - a dead actor, a lost node, a load that raised: all the same here
-            self.give_up_on(slot, f"died: {_first_line(error)}")
+        except Exception as error:  # noqa: BLE001 - a dead actor, a lost node, a call that raised: all the same here
+            self.give_up_on(slot, _what_happened(error))
             return
         now = time.time()
         if what == "steps":
@@ -485,8 +485,12 @@ class _Pool:
         return run
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+def _what_happened(error: BaseException) -> str:
+    """One line on an actor's end: what its call raised, or how it died."""
+    cause = getattr(error, "cause", None)  # a call that raised: Ray's error wraps what it raised
+    if isinstance(cause, BaseException):
+        return f"failed: {type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"
+    return f"died: {(str(error).strip().splitlines() or [type(error).__name__])[0].rstrip('.')}"
 
 
 def _on_this_node(ray) -> dict:
