@@ -173,7 +173,7 @@ def test_the_authors_4bit_release_loads_on_the_cpu_and_solves(kind, bpe, tasks, 
     assert abs(estimated - stored) < 0.05 * stored, (estimated, stored)  # check-model's weights, from the config
     solves_two_tasks(folder, tasks, tmp_path / "run")
     check = check_model(folder)
-    assert check.go and check.four_bit and "fast engine: " in check.report(), check.report()
+    assert check.go and check.four_bit and "engine: " in check.report(), check.report()
 
 
 def test_a_base_plus_a_peft_adapter_folder_solves(bpe, tasks, tmp_path):
@@ -272,7 +272,7 @@ def test_check_model_of_a_good_folder_says_go_with_the_memory_table(good_folder,
     printed = capsys.readouterr().out.splitlines()
     assert printed[-1].startswith(f"go: {good_folder} (llama") and "of an T4's 15.0)" in printed[-1]
     assert any(line.startswith("tokenizer: writes the text format one token a symbol") for line in printed)
-    assert "fast engine: runs it" in printed
+    assert "engine: runs it" in printed
     header = next(line for line in printed if line.startswith("memory, GiB"))
     assert "L4 24 GB" in header and "T4 16 GB" in header and "H100 80 GB" in header
 

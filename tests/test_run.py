@@ -140,7 +140,7 @@ SETTINGS = SolveSettings(max_len=2048)
 
 def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_path):
     stored = SETTINGS.to_json()
-    for name in ("batched", "attempts", "probabilities"):  # fields later kits added, at today's defaults
+    for name in ("attempts", "probabilities"):  # fields later kits added, at today's defaults
         stored.pop(name)
     stored["ttt"].pop("gradient_checkpointing")
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))

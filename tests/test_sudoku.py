@@ -289,12 +289,12 @@ def test_evaluation_follows_the_solver_defaults():
     from arc_kit.settings import SolveSettings
     from arc_kit.sudoku.experiment import SudokuEvalSettings
 
-    solve = SudokuEvalSettings(threshold=0.05, batched=True).solve_settings()
+    solve = SudokuEvalSettings(threshold=0.05).solve_settings()
     default = SolveSettings()
-    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs" and solve.batched
+    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs"
     assert not solve.test_time_training and solve.inference_augmentations == solve.scoring_augmentations == 8
-    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "batched",
-                "seed", "max_len"}
+    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "seed",
+                "max_len"}
     for item in fields(SolveSettings):
         if item.name not in set_here:
             assert getattr(solve, item.name) == getattr(default, item.name), item.name
@@ -310,7 +310,7 @@ def test_the_fields_sudoku_shares_with_the_solver_are_declared_once():
     from arc_kit.sudoku.experiment import SudokuEvalSettings
 
     sources = {item.name: item for cls in (SamplerSettings, SolveSettings) for item in fields(cls)}
-    shared = {"threshold", "inference_augmentations", "scoring_augmentations", "max_forward_calls", "batched", "seed"}
+    shared = {"threshold", "inference_augmentations", "scoring_augmentations", "max_forward_calls", "seed"}
     for item in fields(SudokuEvalSettings):
         if item.name not in shared:
             continue
@@ -319,8 +319,6 @@ def test_the_fields_sudoku_shares_with_the_solver_are_declared_once():
         assert item.metadata["help"] != source["help"], item.name  # its own reason, for its own default
     assert {item.name for item in fields(SudokuEvalSettings)} - shared == {"greedy_check"}
     assert SudokuEvalSettings().inference_augmentations == 8 and SolveSettings().inference_augmentations == 16
-    assert SudokuEvalSettings().batched is False and sources["batched"].metadata["neutral"] is False
-    assert [item.metadata["neutral"] for item in fields(SudokuEvalSettings) if item.name == "batched"] == [True]
     for field_name, bad in (("max_forward_calls", 0), ("scoring_augmentations", -1), ("seed", -1)):
         with pytest.raises(ValueError, match=field_name):
             SudokuEvalSettings(**{field_name: bad})

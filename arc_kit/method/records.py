@@ -28,7 +28,7 @@ import numpy as np
 from arc_kit.data.grids import grid_to_json
 from arc_kit.data.jsonio import append_json_line, read_json_lines, write_json_lines_atomically
 from arc_kit.method.record_json import checked, flat_json, known_fields, record_grids, record_task_id
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
 

@@ -359,7 +359,7 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
 
 def _with_adapter(model, path: Path, merge: bool = True):
     """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
-    which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
+    which the engine runs and test-time training puts its own adapter on), or kept as a peft model."""
     import warnings
 
     from peft import PeftModel

@@ -15,10 +15,10 @@ from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
 from arc_kit.settings.training import TestTimeSettings
 
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
-SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")  # method.search runs dfs and greedy; the samplers table all four
+SEARCH_KINDS = ("dfs", "greedy")  # what a solve runs (method.search.SEARCH_KINDS)
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
-ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
 DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement exactly these
 
@@ -27,7 +27,8 @@ DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement ex
 class SamplerSettings(Settings):
     """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
 
-    kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
+    kind: str = setting("dfs", "dfs | greedy (sample | beam: the samplers table only, through transformers' "
+                        "generate)", flag="--sampler", choices=SAMPLER_KINDS)
     threshold: float = setting(0.09, "DFS: minimum probability of a returned answer", above=0, at_most=1)
     count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)", at_least=1, at_most=4096)
     temperature: float = setting(1.0, "sample: softmax temperature", above=0, at_most=100)
@@ -84,24 +85,17 @@ class SolveSettings(Settings):
                             "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
-    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
-                                      "per forward, and rows per answer forward)", neutral=True, command_line=False,
-                                      at_least=1)
-    batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
-                            "which gives their guess) and score all scoring augmentations together; the same "
-                            "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
+    scoring_batch_size: int = setting(16, "answers scored together after one prompt (its keys and values copied "
+                                      "into a lane per answer)", neutral=True, command_line=False, at_least=1)
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)", at_least=0, below=2**63)
-    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
-                          "token; models it cannot run fall back to the reference, logged); reference: "
-                          "transformers' forward and caches. The same answers up to float rounding",
-                          choices=ENGINE_KINDS, neutral=True)
-    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
-                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
+    engine_compile: str = setting("auto", "the decode engine: torch.compile its step (auto: on a GPU, with CUDA "
+                                  "graphs; eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
         super().__post_init__()  # the numbers, in their ranges
-        if self.engine not in ENGINE_KINDS:
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
+        if self.sampler.kind not in SEARCH_KINDS:
+            raise ValueError(f"a solve searches by {' or '.join(SEARCH_KINDS)}, not {self.sampler.kind!r} (sample and "
+                             "beam run in the samplers table: arc-kit samplers)")
         if self.engine_compile not in ENGINE_COMPILE_MODES:
             raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
                              f"{ENGINE_COMPILE_MODES}")

@@ -30,7 +30,7 @@ from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import select
+from arc_kit.method.experts import select
 from arc_kit.outputs import FolderKind, claim_folder, small_json
 from arc_kit.settings import (
     SamplerSettings,
@@ -109,8 +109,6 @@ class SudokuEvalSettings(Settings):
     max_forward_calls: int = setting_like(SamplerSettings, "max_forward_calls", 20_000,
                                           "cap on single-token calls per search; a capped search is counted in the "
                                           "metrics")
-    batched: bool = setting_like(SolveSettings, "batched", False, "DFS lanes of the views after the first together, "
-                                 "and scoring views together: the same candidates unless a cap is hit", neutral=True)
     greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
                                  "count the empty cells it gets right: a diagnostic, not the paper's recipe")
     seed: int = setting_like(SolveSettings, "seed", 0, "with the puzzle id, seeds the augmentations")
@@ -121,7 +119,7 @@ class SudokuEvalSettings(Settings):
                                                                max_forward_calls=self.max_forward_calls),
                                inference_augmentations=self.inference_augmentations,
                                scoring_augmentations=self.scoring_augmentations, test_time_training=False,
-                               batched=self.batched, seed=self.seed, max_len=SUDOKU_TOKEN_BUDGET)
+                               seed=self.seed, max_len=SUDOKU_TOKEN_BUDGET)
 
 
 CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
@@ -135,8 +133,7 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
     rng = task_rng(settings.seed, puzzle_id, "sudoku")
     inference = SudokuAugmentation.inference_set(rng, settings.inference_augmentations)
     scoring = SudokuAugmentation.inference_set(rng, settings.scoring_augmentations)
-    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, rng,
-                                       task_id=puzzle_id)
+    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, task_id=puzzle_id)
     generated = time.monotonic()
     solver.score(solver.model, (), puzzle, candidates, scoring)
     chosen = select(candidates, solver.settings.aggregation if scoring else "generation", count=1)  # top-1
@@ -145,9 +142,9 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
                                    [a.key for a in scoring], search))
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
-    if settings.greedy_check:  # after everything else: its draws from rng change nothing above
+    if settings.greedy_check:  # after everything else
         greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
-                                  solver.settings.sampler.replace(kind="greedy"), rng, task_id=puzzle_id, batched=False)
+                                  solver.settings.sampler.replace(kind="greedy"), task_id=puzzle_id)
         record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record
 

@@ -1,4 +1,4 @@
-"""Projections over bitsandbytes 4-bit weights for the fast engine: bitsandbytes' own matmul, the LoRA beside it.
+"""Projections over bitsandbytes 4-bit weights for the engine: bitsandbytes' own matmul, the LoRA beside it.
 
 A model loaded with ``BitsAndBytesConfig(load_in_4bit=True)`` (nf4 or fp4, double quantization or
 not) holds its linear layers as ``bnb.nn.Linear4bit``: a packed weight (``Params4bit``) and its
