@@ -29,6 +29,7 @@ from arc_kit.method.four_bit import FourBitProjection
 from arc_kit.method.search import search
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.method.weights import unsupported_reason
+from arc_kit.model.loading import keep_four_bit_layout
 from arc_kit.settings import SamplerSettings
 
 pytest.importorskip("bitsandbytes")
@@ -57,7 +58,7 @@ def load_four_bit(folder, quantization: str):
                                 bnb_4bit_compute_dtype=compute)
     model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, device_map="cpu")
     model.config._attn_implementation = "eager"  # the plainest reference
-    return model.eval()
+    return keep_four_bit_layout(model).eval()  # as the kit loads it: no repacking on an AVX512-BF16 CPU
 
 
 @pytest.fixture(scope="module")

@@ -340,6 +340,20 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
         model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
     if "device_map" not in arguments:
         model = model.to(plan.device)
+    return keep_four_bit_layout(model)
+
+
+def keep_four_bit_layout(model):
+    """``model`` with its bitsandbytes 4-bit layers kept in their stored layout on the CPU.
+
+    bitsandbytes 0.50, on a CPU with AVX512-BF16, repacks a 4-bit layer's weight in place for its own
+    CPU kernel at the layer's first inference forward: the fast engine, which reads the stored layout,
+    would then read another one, and the repacking fails outright for a layer narrower than one
+    quantization block. The flag it checks is turned off; other layers and machines are untouched.
+    """
+    for module in model.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
     return model
 
 
