@@ -137,8 +137,8 @@ def assert_same_searches(found, expected, atol: float = 1e-4):
 
 def drafts_for_the_search():
     """Sources of long drafts, right and wrong: runs of every length, rewinds into them."""
-    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]), PromptLookup(PROMPTS[0], min_length=1)]),
-            Constant([3, 3, 1, 0, 2, 1])]
+    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]),
+                           PromptLookup(PROMPTS[0], min_length=1)]), Constant([3, 3, 1, 0, 2, 1])]
 
 
 GUESSES = [None, [1, 2, 4]]

@@ -32,7 +32,7 @@ from arc_kit.method.records import (
     read_records,
     write_records,
 )
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 from arc_kit.outputs import MARKER
 from arc_kit.run.runs import (
     RECORDS_FILE,

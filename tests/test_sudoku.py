@@ -8,7 +8,7 @@ import pytest
 
 from arc_kit.data.tasks import Pair
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,

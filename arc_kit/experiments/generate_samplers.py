@@ -21,7 +21,7 @@ import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
-from arc_kit.method.answers import Completion, SearchResult
+from arc_kit.method.answers import AnswerSpace, Completion, SearchResult
 from arc_kit.method.records import SearchStats
 from arc_kit.method.solver import Solver
 from arc_kit.settings import SamplerSettings
@@ -29,12 +29,12 @@ from arc_kit.settings import SamplerSettings
 GENERATE_KINDS = ("sample", "beam")
 
 
-def generate(solver: Solver, prompt_ids: Sequence[int], sampler: SamplerSettings, seed: int) -> SearchResult:
-    """Answers to one prompt from transformers' ``generate`` (module docstring), their NLLs the engine's."""
+def generate(model, engine, prompt_ids: Sequence[int], space: AnswerSpace, sampler: SamplerSettings,
+             seed: int) -> SearchResult:
+    """Answers to one prompt from ``model``'s ``generate`` (module docstring), their NLLs ``engine``'s scoring."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    model, space = solver.model, solver.space
     device = next(model.parameters()).device
     prompt = torch.tensor([[int(t) for t in prompt_ids]], dtype=torch.long, device=device)
 
@@ -62,7 +62,7 @@ def generate(solver: Solver, prompt_ids: Sequence[int], sampler: SamplerSettings
         else:
             dropped["no eos within the length limit"] += 1
     unique = list(dict.fromkeys(answers))
-    nlls = solver.engine().score([prompt_ids], [unique], space)[0] if unique else []
+    nlls = engine.score([prompt_ids], [unique], space)[0] if unique else []
     generated = int(sequences.shape[1] - prompt.shape[1])
     return SearchResult([Completion(answer, float(nll)) for answer, nll in zip(unique, nlls)],
                         forward_calls=generated, tokens_processed=prompt.shape[1] + generated, dropped=dict(dropped))
@@ -82,5 +82,6 @@ def generated_candidates(solver: Solver, train: Sequence[Pair], test_input: np.n
                                               log_drops=augmentation is augmentations[0])
         stats.prompt_tokens.append(len(prompt))
         stats.dropped_train_pairs += len(prompt.dropped)
-        solver.merge(generate(solver, prompt.ids, sampler, seed), augmentation, merged, stats)
+        found = generate(solver.model, solver.engine(), prompt.ids, solver.space, sampler, seed)
+        solver.merge(found, augmentation, merged, stats)
     return sorted(merged.values(), key=lambda c: c.best_generation_nll), stats

@@ -172,8 +172,6 @@ def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) ->
 
     ``attempt`` must be safe to repeat. An error with one row is raised: nothing smaller is left to try.
     """
-    import torch
-
     while True:
         size = limit.take(wanted)
         try:
@@ -181,7 +179,14 @@ def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) ->
         except out_of_memory_errors():
             if size <= 1:
                 raise
-        gc.collect()  # outside the handler: the failed call's tensors are unreachable by now
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_memory()  # outside the handler: the failed call's tensors are unreachable by now
         limit.halve(size)
+
+
+def release_memory() -> None:
+    """Return what an interrupted model call left to the allocator (after an out-of-memory error, say)."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

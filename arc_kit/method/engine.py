@@ -1,42 +1,34 @@
-"""The decode engine: merged weights, a static KV cache per lane bucket, one forward for every model pass.
+"""The decode engine: merged weights, a static KV cache per lane bucket, one forward (``forward``) for every pass.
 
-A search holds *lanes*, one per prompt, numbered 0.. in the order they were started:
-``start(lanes, capacity, space)`` makes room for them (``capacity``: positions per lane, a hint that
-grows when a position needs more); ``prefill(lane, ids, logits_from)`` runs a lane's prompt (and
-guess) and returns the next-token NLLs after each of ``ids[:logits_from]``, ..., ``ids``;
-``step(runs, positions)`` feeds each live lane a run of tokens (a DFS branch's token and its draft)
-from its own position and returns an NLL row after each token, all lanes in one model call;
-``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that order;
-``release()`` ends the search; ``steps`` counts the steps made. ``score(prompts, answers, space)``
+A search holds *lanes*, one per prompt, numbered 0.. in the order they were started: ``start(lanes,
+capacity, space)`` makes room (``capacity``: positions per lane, grown when a position needs more);
+``prefill(lane, ids, logits_from)`` runs a lane's prompt (and guess) and returns the next-token NLLs
+after each of ``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run
+of tokens (a DFS branch's token and its draft) from its own position, all lanes in one model call, and
+returns an NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as
+lanes 0..; ``release()`` ends the search; ``steps`` counts the steps. ``score(prompts, answers, space)``
 gives every answer's NLL after its prompt: each prompt run once into a lane, its keys and values
-copied into as many lanes as answers share a call, each answer fed as a run after it. NLLs are
-``-answer_log_probs`` under the given space, as float64 numpy rows.
+copied into the lanes of its answers, the answers fed as runs after it. NLLs are ``-answer_log_probs``
+under the given space, float64 numpy rows. ``on_step`` (no arguments: a worker's heartbeat) is called
+once per model pass.
 
-The model's weights are read once into ``weights.DecodeWeights`` (LoRA merged, projections fused;
-over bitsandbytes 4-bit weights, the packed weights read in place with the LoRA beside them) and
-re-read in place by ``refresh``. Lanes live in a static cache allocated once per (lane bucket,
-capacity bucket) and kept in a pool for the next search or scoring: lane buckets are powers of two
-(16, 8, 4, 2, 1 for the solver's searches); capacities are rounded up to 256, 512 or 1024, then to a
-multiple of 1024. Layout (layers, 2, lanes, kv heads, capacity, head dim): a lane's positions
-contiguous, so rewinding a DFS branch is only feeding the next token at an earlier position
-(``forward``); nothing is copied, concatenated or gathered per token. The live lanes hold the first
-rows: when lanes finish, the rows of live lanes beyond the new count move into the rows freed below
-it, and once they fit a smaller bucket, into that bucket's cache (one copy); a position past the
-capacity moves the cache into the next capacity bucket (one copy).
+The weights are read once into ``weights.DecodeWeights`` and re-read in place by ``refresh``. Lanes
+live in a static cache (layers, 2, lanes, kv heads, capacity, head dim), allocated once per (lane
+bucket: a power of two; capacity: 256, 512, 1024, then multiples of 1024) and kept in a pool for the
+next search or scoring. A lane's positions are contiguous, so rewinding a DFS branch is only feeding
+the next token at an earlier position; nothing is copied per token. The live lanes hold the first
+rows: when lanes finish, the rows beyond the new count move into the freed ones, and once they fit
+a smaller bucket, into its cache; a position past the capacity moves the cache into a larger one.
 
-Every pass is ``forward.forward``. Prompts and scored answers run eagerly, at most ``PASS_TOKENS``
-tokens a call (a long prompt in chunks at their positions). A step runs eagerly on exactly the live
-lanes, or compiled (``compile=True``, the default on a GPU): ``forward.step_nlls`` under
-``torch.compile(fullgraph=True)``, one graph per lane bucket and run bucket (runs padded to a power
-of two with token 0, written past the path and never read before they are written again) with the
-capacity a dynamic dimension, on CUDA with CUDA graphs (``mode="reduce-overhead"``; cache and weight
-tensors at fixed addresses); if compiling fails the engine logs one line and goes on eagerly. Each
-step makes one small device-to-host copy, the (rows, run, vocab) NLLs. ``on_step`` (a callable with
-no arguments; a worker's heartbeat) is called once per model pass.
-
-``make_engine`` gives this engine where it reads the model (``weights.unsupported_reason`` is None)
-and otherwise ``transformers_forward.TransformersDecoder`` with one logged line. Knows lanes,
-buckets and the cache; knows nothing of the searches' bookkeeping, tasks or grids.
+Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
+chunks at their positions). A step runs eagerly on exactly the live lanes, or compiled (``compile``,
+the default on a GPU): ``forward.step_nlls`` under ``torch.compile(fullgraph=True)``, one graph per
+lane bucket and run bucket (runs padded to a power of two with token 0, written past the path and
+never read before they are written again) with the capacity dynamic, on CUDA with CUDA graphs
+(``mode="reduce-overhead"``, cache and weights at fixed addresses); if compiling fails the engine
+logs one line and goes on eagerly. ``make_engine`` gives this engine where it reads the model
+(``weights.unsupported_reason`` is None), else ``transformers_forward.TransformersDecoder``, with one
+logged line. Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping or tasks.
 """
 
 from __future__ import annotations
@@ -95,7 +87,7 @@ class _Lanes:
 
 
 class Engine:
-    """Lanes of searches and prefix-reusing scoring on the decoder re-implemented over merged weights (module docstring)."""
+    """Lanes of searches and prefix-reusing scoring on the decoder over merged weights (module docstring)."""
 
     kind = "engine"
 
@@ -127,11 +119,8 @@ class Engine:
             self.on_step()
 
     def _compiled_step(self):
-        """``step_nlls`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU.
-
-        The capacity is a dynamic dimension (``_fixed``): one graph per lane bucket and run bucket
-        serves every capacity (CUDA graphs are still recorded per shape, which is cheap).
-        """
+        """``step_nlls`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU; the capacity a dynamic
+        dimension (``_fixed``), so one graph per lane bucket and run bucket serves every capacity."""
         import torch
 
         config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
@@ -143,11 +132,7 @@ class Engine:
 
     def _fixed(self, tensor, capacity_dimension: int | None = None):
         """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.
-
-        Every tensor the step reads is made here (weights, the rope tables and their swap, caches);
-        the step's other inputs (tokens, positions, the answer mask) are a few hundred bytes that a
-        CUDA graph copies in at each replay.
-        """
+        Every tensor the step reads is made here but the few hundred bytes of tokens, positions and mask."""
         import torch
 
         if self.compiled and self.device.type == "cuda":
@@ -331,12 +316,13 @@ class Engine:
 
         def prompt_in(rows: int):
             """A cache whose first ``rows`` rows hold the prompt, and the log-probabilities after it."""
-            cache = self._cache(lane_bucket(rows), capacity)
-            if held.get("cache") is not cache:  # the prompt's one pass (again only after an out-of-memory error)
+            if "cache" not in held:  # the prompt's one pass, into a cache of as many rows as the first call takes
+                cache = self._cache(lane_bucket(rows), capacity)
                 hidden = self._feed(cache[:, :, :1], [prompt], [0])
                 with torch.no_grad():
                     first = answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed, space.probabilities)
                 held.update(cache=cache, rows=1, first=first)
+            cache = held["cache"]  # later calls take no more rows (fewer after an out-of-memory error)
             if held["rows"] < rows:  # its keys and values copied into the rows of the answers
                 cache[:, :, held["rows"]:rows, :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
                 held["rows"] = rows
@@ -348,8 +334,8 @@ class Engine:
             length = int(rows_valid.sum(dim=1).max())
             log_probs = first.expand(len(chunk), 1, -1)
             if length > 1:  # every answer but its last token, after the prompt: one pass
-                hidden = self._feed(cache[:, :, :len(chunk)], [rows_targets[row, :length - 1].tolist()
-                                                               for row in range(len(chunk))], [len(prompt)] * len(chunk))
+                runs = [rows_targets[row, :length - 1].tolist() for row in range(len(chunk))]
+                hidden = self._feed(cache[:, :, :len(chunk)], runs, [len(prompt)] * len(chunk))
                 with torch.no_grad():
                     rest = answer_log_probs(logits(self.weights, hidden), allowed, space.probabilities)
                 log_probs = torch.cat([log_probs, rest], dim=1)
@@ -367,9 +353,7 @@ def compiles(compile: str, model) -> bool:
     """Whether the engine compiles its step: ``compile`` "on", or "auto" on a CUDA device."""
     if compile not in ENGINE_COMPILE_MODES:
         raise ValueError(f"unknown engine compile mode {compile!r}; expected one of {ENGINE_COMPILE_MODES}")
-    if compile == "auto":
-        return next(model.parameters()).device.type == "cuda"
-    return compile == "on"
+    return compile == "on" or (compile == "auto" and next(model.parameters()).device.type == "cuda")
 
 
 def make_engine(model, compile: str = "auto", on_step: Callable[[], None] | None = None):

@@ -1,41 +1,37 @@
 """The one search: depth-first search over lanes for every answer above a probability threshold (paper, Appendix A).
 
-``search(engine, prompts, space, settings, guesses, drafts, deadline)`` searches each prompt as one
-lane of the engine (one prompt alone is one lane) and returns a ``SearchResult`` per prompt. It works
-in negative log-probabilities: a branch is pruned as soon as its summed NLL exceeds
-``-ln(threshold)``, so every answer with probability >= threshold is returned, and nothing else (at
-most ``1 / threshold`` answers). Each lane has its own ``Frontier`` (an explicit stack, no recursion)
-and holds only its current path in the engine (the memory of greedy decoding): going back to a
-branch point feeds the next token at the branch's position, which is the engine's rewind; the
-prompt is never recomputed. Every step feeds every live lane its next branch in one engine call; a
-lane whose stack is empty, or which reached its forward-call cap, leaves (``keep_lanes``).
+``search(engine, prompts, space, settings, guesses, drafts=, deadline=)`` searches each prompt as one
+lane of the engine (a prompt alone is one lane) and returns a ``SearchResult`` per prompt. It works in
+negative log-probabilities: a branch is pruned once its summed NLL exceeds ``-ln(threshold)``, so
+every answer with probability >= threshold is returned, and nothing else. Each lane has its own
+``Frontier`` (an explicit stack) and holds only its current path in the engine: going back to a
+branch point feeds the next token at the branch's position, which is the engine's rewind. Every step
+feeds each live lane its next branch in one engine call; a lane whose stack is empty or which
+reached its forward-call cap leaves (``keep_lanes``).
 
-An optional *guess* per prompt (the best answer found so far under another augmentation, mapped into
-this one's frame) is fed with the prompt in one forward pass, which yields the distribution at every
-position of the guess at once; its path is explored first. An optional *draft source* per prompt
-(``drafts.DraftSource``) makes the search speculative: each step feeds a lane its branch's token and a
-draft of at most ``settings.draft_tokens`` tokens, and the draft is walked as the guess is
-(``Frontier.walk``): each token followed while it keeps the path within the threshold, the siblings at
-every position pushed as ``expand`` pushes them. Every position walked is one the search explores
-anyway, so the answers and their NLLs are the same as without drafts; only the order of exploration
-changes (which matters only where a cap or the deadline cuts a search short: a step with a draft
-counts as one forward call). Only answer tokens are walked (a path through any other token can never
-spell a grid); their NLLs are the space's (``answers.answer_log_probs``).
+A *guess* per prompt (the best answer so far under another augmentation, in this one's frame) is fed
+with the prompt in one pass, which gives the distribution at every position of it at once; its path
+is explored first. A *draft source* per prompt (``drafts.DraftSource``) makes the search speculative:
+a step feeds a lane its branch's token and a draft of at most ``settings.draft_tokens`` tokens, and
+the draft is walked as the guess is (``Frontier.walk``): each token followed while it is a child the
+search would push, the siblings pushed as ``expand`` pushes them. Every position walked is one the
+search explores anyway: the answers and NLLs are the same without drafts; only the order changes
+(which matters only where a cap or the deadline cuts a search short: a step counts as one forward
+call however long its draft). Only answer tokens are walked (no path through another can spell a
+grid); their NLLs are the space's (``answers.answer_log_probs``).
 
 Greedy decoding (``settings.kind`` "greedy") is the same search with one child per branch point, the
 most probable token, and no threshold: under the full softmax chosen over the whole vocabulary (as
-transformers' greedy ``generate`` chooses; a token outside the answer alphabet makes the answer's
-NLL infinite: it fails to decode), under "answer-mask" over the answer tokens; a draft is then
-followed while it is what greedy would write.
+transformers' greedy ``generate`` chooses; a token outside the answer alphabet makes the NLL
+infinite: it fails to decode), under "answer-mask" over the answer tokens.
 
 Caps on the answer length and on each lane's steps bound the work, and so does a ``deadline`` (a
-``time.monotonic()`` value: no model call starts after it); hitting one is reported in the result
-(``capped``), with what was found until then. Memory: the lanes are searched in groups of at most
-``limit.size`` (all at first); an out-of-memory error halves the limit (``answers.with_halving``) and
-starts the group again as smaller groups, down to one lane. The results are the same whatever the sizes.
+``time.monotonic()`` value: no model call starts after it); hitting one is said in the result
+(``capped``), with what was found until then. Memory: lanes are searched in groups of at most
+``limit.size`` (all at first); an out-of-memory error halves it (``answers.with_halving``) and starts
+the group again as smaller groups, down to one lane; the results are the same whatever the sizes.
 
-Knows nothing of tasks, grids, augmentations or the model under the engine: it maps prompts' token
-ids to completions.
+Knows nothing of tasks, grids, augmentations or the model under the engine: it maps token ids to completions.
 """
 
 from __future__ import annotations

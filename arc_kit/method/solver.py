@@ -40,7 +40,7 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, earliest
+from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, earliest, release_memory
 from arc_kit.method.drafts import draft_source
 from arc_kit.method.engine import make_engine
 from arc_kit.method.experts import Candidate, select
@@ -287,24 +287,12 @@ class Solver:
         record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_seconds=search_seconds)
         if record.error is None or deadline_passed(deadline):
             return record
-        _free_accelerator_memory()
+        release_memory()
         cheaper = min(rung + 2, len(rungs) - 1)
         retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
         retry.retried_after = record.error
         return retry
 
-
-def _free_accelerator_memory() -> None:
-    import gc
-
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
 
 
 def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,

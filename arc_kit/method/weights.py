@@ -2,36 +2,31 @@
 
 ``DecodeWeights(model)`` copies a Llama-family model's weights (Llama and SmolLM2, Mistral, Qwen2
 with its q/k/v biases, Qwen3 with its q/k norms) into the form one forward wants: per layer one
-matrix for the query, key and value projections and one for the gate and up projections, the
-RMS-norm weight that precedes each folded into its columns (``(x * r) * w @ W.T = (x * r) @ (W * w).T``),
-likewise the final norm into the output head, and the attention scale (``head_dim ** -0.5``, from
-the config) into the queries (rope is linear: scaling a query before or after rotating it is the
-same). Shapes, the rope, the norms' epsilon and the sliding windows are read from the config, the
-weights from the modules' parameters, never a module's own forward or attributes, so a model whose
-modules were patched (unsloth) reads the same. A peft LoRA adapter is merged as the peft model's
-forward applies it at this moment: ``W + scaling * B @ A`` for every active adapter of every LoRA
-layer, the trained copies of ``modules_to_save`` (embeddings, head) where the adapter is on, the
-base weights where it is disabled (``PeftModel.disable_adapter``). Merging is done in float32 and
-stored in the model's dtype (bfloat16 on a GPU), on the model's device.
+matrix for query, key and value and one for gate and up, the RMS-norm weight that precedes each
+folded into its columns (``(x * r) * w @ W.T = (x * r) @ (W * w).T``), likewise the final norm into
+the head, and the attention scale (``head_dim ** -0.5``) into the queries (rope is linear: scaling
+before or after rotating is the same). Shapes, rope, epsilon and sliding windows come from the
+config, the weights from the modules' parameters, never from a module's forward or attributes, so a
+model whose modules were patched (unsloth) reads the same. A peft LoRA adapter is merged as the peft
+model applies it now: ``W + scaling * B @ A`` for every active adapter, the trained copies of
+``modules_to_save`` where the adapter is on, the base weights where it is disabled. Merging is done in
+float32 and stored in the model's dtype, on its device.
 
-Layers held in bitsandbytes 4 bits (``BitsAndBytesConfig(load_in_4bit=True)``: nf4 or fp4, double
-quantization or not) cannot be merged into or folded without re-quantizing: each such group
-(query/key/value, gate/up, output, down, a 4-bit head) is a ``four_bit.FourBitProjection`` instead,
-which reads the model's own packed weights through bitsandbytes' matmul and applies the norm weight,
-the attention scale, the biases and the LoRA (as a low-rank pair) itself; no matrix is copied,
-dequantized or not. Embeddings are never 4-bit (transformers does not quantize them).
+Layers held in bitsandbytes 4 bits (nf4 or fp4, double quantization or not) cannot be merged into or
+folded without re-quantizing: each such group is a ``four_bit.FourBitProjection``, which reads the
+model's own packed weights through bitsandbytes' matmul and applies the norm weight, the scale, the
+biases and the LoRA itself; no matrix is copied. Embeddings are never 4-bit.
 
-``refresh()`` reads the model again and copies into the same tensors, layer by layer (the peak is
-one layer more): compiled steps and CUDA graphs that hold these tensors stay valid. Training keeps
-the adapter; only decoding reads this copy, which costs a second copy of the weights' memory (over
-4-bit weights, only the norms, biases and LoRA pairs are copied).
+``refresh()`` reads the model again into the same tensors, layer by layer (the peak is one layer
+more): compiled steps and CUDA graphs that hold them stay valid. The copy costs a second copy of the
+weights' memory (over 4 bits, only the norms, biases and LoRA pairs).
 
 ``unsupported_reason(model)`` says in a few words why a model cannot be read this way (another
 architecture or activation, 8-bit or another quantizer's weights, a LoRA variant such as DoRA, a
 rope whose frequencies change with the length); None when it can.
 
-Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of
-caches, searches or tasks.
+Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of caches,
+searches or tasks.
 """
 
 from __future__ import annotations

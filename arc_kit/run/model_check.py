@@ -5,8 +5,8 @@ folder it is; its weights (there and whole, pickles as plain tensors only: ``mod
 architecture and size; whether its tokenizer writes the kit's text format one token a symbol (or
 is shrunk to it as it loads, or cannot be); whether the decode engine runs it (the engine's own
 ``unsupported_reason``, asked of the model built on the meta device: nothing allocated) and if not,
-why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the default settings (``model.memory``) against an L4, a T4 and an
-H100, in one table. The last line says go, or no-go and why: a folder that cannot load, a tokenizer
+why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the
+default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go, or no-go and why: a folder that cannot load, a tokenizer
 that cannot write the format, or weights and training that do not fit the target GPU (the
 competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the
 submission notebook runs the check before any work.

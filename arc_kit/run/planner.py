@@ -172,7 +172,7 @@ class TaskBudget:
 
 
 def searches_per_test(settings: SolveSettings) -> int:
-    """Search calls per test input: two (the first augmentation alone, then the rest as lanes), one for a single view."""
+    """Search calls per test input: two (the first view alone, then the rest as lanes), one for a single view."""
     return 2 if settings.inference_augmentations > 1 else 1
 
 
