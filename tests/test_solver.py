@@ -739,9 +739,9 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     views = solver.views
 
     def remembered_views(self, task, index, settings=None):
-        inference, scoring, rng = views(task, index, settings)
+        inference, scoring = views(task, index, settings)
         current["views"] = inference
-        return inference, scoring, rng
+        return inference, scoring
 
     current = {}
     monkeypatch.setattr(solver_module, "search", fake_search)

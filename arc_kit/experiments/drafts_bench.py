@@ -92,7 +92,7 @@ def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
     inputs = 0
     for task in tasks:
         for index, test_input in enumerate(task.test_inputs):
-            views, _, _ = solver.views(task, index)
+            views, _ = solver.views(task, index)
             order = list(modes[inputs % len(modes):]) + list(modes[:inputs % len(modes)])
             found = {}
             for mode in order:

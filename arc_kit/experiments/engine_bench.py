@@ -285,7 +285,7 @@ def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, thre
     result = EngineAgreement(seconds={side: 0.0 for side in solvers})
     for task in tasks:
         for index, test_input in enumerate(task.test_inputs):
-            views, _, _ = solvers["transformers"].views(task, index)
+            views, _ = solvers["transformers"].views(task, index)
             found = {}
             for side, solver in solvers.items():
                 started = time.perf_counter()

@@ -117,12 +117,12 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None)
                             probabilities=solver.space.probabilities)
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
-        for test_input, _, _, _ in per_test:
+        for test_input, _, _ in per_test:
             found, _ = solver.sample(base, visible.train, test_input, identity, greedy, task_id=task.id)
             record.stages["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
         record.ttt = solver.adapt(visible)
-    for test_input, inference, scoring, _ in per_test:
+    for test_input, inference, scoring in per_test:
         with clock("+TTT"):
             found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, task_id=task.id)
         record.stages["+TTT"].append([c.grid for c in found[:2]])
@@ -158,7 +158,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
-        inference, scoring, _ = solver.views(visible, index)
+        inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
         for sampler in samplers:
             if cuda:

@@ -51,7 +51,8 @@ logger = logging.getLogger(__name__)
 
 POOL_BYTES = 4 * 2**30  # caches kept for later searches, least recently used dropped first beyond this
 PASS_TOKENS = 2048  # tokens of one eager pass (prompt chunks, scored answers): bounds its mask and rotations
-FALLBACK_SLOWDOWN = "about 2x slower on the CPU, far more on a GPU (docs/results.md)"  # transformers' path
+FALLBACK_SLOWDOWN = ("about 5x slower than the engine at 16 lanes on the CPU, 30x where a step is mostly overhead, "
+                     "as on a GPU (docs/results.md)")  # transformers' forward, one lane at a time: measured
 
 
 def lane_bucket(lanes: int) -> int:

@@ -219,18 +219,16 @@ class Solver:
             candidate.scoring_nlls = [float(v) for v in row]
 
     def views(self, task: Task, test_index: int, settings: SolveSettings | None = None
-              ) -> tuple[list[Augmentation], list[Augmentation], np.random.Generator]:
-        """The inference and scoring augmentations of one test input, and the generator for the rest.
-
-        All drawn from (seed, task id, test index) alone, so runs, resumptions and tables agree.
-        """
+              ) -> tuple[list[Augmentation], list[Augmentation]]:
+        """The inference and scoring augmentations of one test input, drawn from (seed, task id, test index) alone,
+        so runs, resumptions and tables agree."""
         settings = settings or self.settings
         rng = task_rng(settings.seed, task.id, f"test{test_index}")
         inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
                                                keep_background=settings.keep_background)
         scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
                                              keep_background=settings.keep_background)
-        return inference, scoring, rng
+        return inference, scoring
 
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
@@ -252,7 +250,7 @@ class Solver:
             record.timings["ttt"] = round(time.monotonic() - started, 3)
             generation_seconds = scoring_seconds = 0.0
             for test_index, test_input in enumerate(task.test_inputs):
-                inference, scoring, _ = self.views(task, test_index, settings)
+                inference, scoring = self.views(task, test_index, settings)
                 moment = time.monotonic()
                 candidates, stats = self.sample(self.model, task.train, test_input, inference, settings.sampler,
                                                 task_id=task.id, deadline=deadline, search_seconds=search_seconds)
