@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from arc_kit import devices
+from arc_kit.model import devices
 from arc_kit.outputs import FolderKind
 
 DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
@@ -78,6 +78,7 @@ def read_json(path: Path) -> dict:
 
 def load_tokenizer(folder: Path):
     """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    devices.stay_offline()  # before transformers is imported: it reads the variables then
     from transformers import AutoTokenizer
 
     try:
@@ -117,6 +118,7 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
 
 def read_weights(auto_class, folder: Path, arguments: dict):
     """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    devices.stay_offline()
     from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
 
     try:
