@@ -508,8 +508,30 @@ KAGGLE_DATASET_LICENCES = {
 def test_the_dataset_licence_is_one_kaggle_accepts_and_its_description_names_each_parts():
     assert "MIT" not in KAGGLE_DATASET_LICENCES  # why the kit's own licence cannot be the dataset's
     assert dataset_build.LICENCE in KAGGLE_DATASET_LICENCES and dataset_build.LICENCE == "other"  # "specified in description"
-    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own", "Apache-2.0"):
-        assert part in dataset_build.DATASET_LICENCES
+    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own"):
+        assert part in dataset_build.WHEEL_LICENCES
+
+
+def test_the_description_names_the_licence_of_the_model_actually_shipped_or_none(tmp_path, model_folder):
+    from arc_kit.kaggle.model_input import ModelHandle
+    from arc_kit.model.bases import BASES
+
+    licence = dataset_build.model_licence
+    shipped = licence(ROOT / "kaggle_dataset" / "model")  # a named base plus a delta: the base's licence
+    assert "SmolLM2-135M-Instruct" in shipped and shipped.endswith(f": {BASES['smollm2-135m'].licence}.")
+    handle = ModelHandle.parse("someone/arc-model/transformers/v/1")
+    assert licence(None, handle) == ("the dataset ships no model: the notebook reads the Kaggle Model "
+                                     "someone/arc-model/transformers/v/1, under the licence its page names.")
+    bare = Path(shutil.copytree(model_folder, tmp_path / "bare"))  # a model the kit made, no licence recorded
+    assert "records no licence" in licence(bare) and "Apache" not in licence(bare)
+    (bare / "LICENSE.txt").write_text("Llama 3.2 Community License")
+    assert licence(bare) == "the model keeps the licence of its own files, shipped beside it: LICENSE.txt."
+    (bare / "README.md").write_text("---\nlibrary_name: transformers\nlicense: llama3.2\n---\n# my model\n")
+    assert licence(bare) == "the model's licence, as its model card (model/README.md) names it: llama3.2."
+    built = Path(shutil.copytree(model_folder, tmp_path / "built"))  # a base the kit built records its provenance
+    (built / "arc_kit.json").write_text(json.dumps({"base": {"name": "other-base", "licence": "MIT",
+                                                             "description": "Someone's Other-1B (Llama)"}}))
+    assert licence(built) == "the model's weights derive from Someone's Other-1B and keep its licence: MIT."
 
 
 def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_competition_on_4x_l4():

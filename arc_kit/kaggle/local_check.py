@@ -35,6 +35,7 @@ from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, load_dataset
 from arc_kit.data.tasks import TaskSet
+from arc_kit.kaggle.dataset_build import IMAGE_MANIFEST, ROOT
 from arc_kit.kaggle.image_environment import (
     fresh_copy,
     image_environment,
@@ -43,7 +44,6 @@ from arc_kit.kaggle.image_environment import (
     stop_notebook,
 )
 from arc_kit.kaggle.model_input import MODEL_MARKERS, MODEL_SOURCE_FILE, ModelHandle
-from arc_kit.model.folders import default_model_path
 
 CHECK_DATASET = "arc-agi-2/evaluation"  # the public set the placeholder test file is made from
 CHECK_TASKS = 2
@@ -205,10 +205,7 @@ def _same_folder(first: Path, second: Path) -> bool:
 
 def _wrong_model_line(used: Path, expected: Path) -> str:
     """The loud line: the notebook runs ``used``, not the dataset's model ``expected``."""
-    try:
-        shipped = _same_folder(used, default_model_path())
-    except FileNotFoundError:
-        shipped = False
+    shipped = _same_folder(used, ROOT / "kaggle_dataset" / "model")
     what = "the kit's shipped model" if shipped else "a model the dataset does not carry"
     return (f"!!! WRONG MODEL: the notebook runs {used} ({what}), not the dataset's model {expected}: on Kaggle it "
             "would submit another model's answers, or find no model at all (is MODEL set in its settings cell?)")
@@ -298,6 +295,7 @@ def notebook_environment(input_root: Path, working: Path, scratch: Path, tasks: 
             "ARC_KIT_CACHE": str(scratch / "cache"), "ARC_KIT_CHANGES": json.dumps(changes),
             "ARC_KIT_SMOKE_TASKS": str(tasks), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
             "PIP_DISABLE_PIP_VERSION_CHECK": "1", "JUPYTER_DATA_DIR": str(scratch / "jupyter"),
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",  # the kernel's debugger: no warning about this Python's build
             "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
@@ -306,8 +304,9 @@ def follow_notebook(running, report: NotebookReport, echo: Callable[[str], None]
     (it ran a model it should not). Stopped at the end, or at once (an interrupt too), with its kernel and workers."""
     try:
         for line in running.stdout:
-            echo(f"  | {line.rstrip()}")
-            if report.take(line.rstrip("\n")):
+            line = line.rstrip().split("\r")[-1]  # a progress bar's last state
+            echo(f"  | {line}")
+            if report.take(line):
                 echo(report.wrong_model)
                 return None
         return running.wait()
@@ -318,16 +317,17 @@ def follow_notebook(running, report: NotebookReport, echo: Callable[[str], None]
 def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLike | None = None,
                   kaggle_model: str | os.PathLike | None = None, tasks: TaskSet | None = None,
                   changes: dict | None = None, environments: str | os.PathLike | None = None,
-                  keep: bool = False, echo: Callable[[str], None] = print) -> LocalCheck:
+                  keep: bool = False, scratch: str | os.PathLike | None = None,
+                  echo: Callable[[str], None] = print) -> LocalCheck:
     """Run the built dataset ``folder``'s notebook as Kaggle would, on ``tasks`` (default ``check_tasks()``) with the
     preset's fields ``changes`` (default ``CHECK_CHANGES``), and say go or no-go (``LocalCheck``).
 
     ``kaggle_model``: a local copy of the Kaggle Model the notebook reads, mounted where Kaggle mounts it.
     ``environments``: where the image's environment is kept (default: the kit's cache). The stand-in input, the
-    environment's copy and the outputs go into a new temporary folder, removed after unless ``keep``.
+    environment's copy and the outputs (``working/``) go into ``scratch`` (a new or empty folder, kept), else a new
+    temporary folder, removed after unless ``keep``.
     ``echo`` is given every line: the check's own and the notebook's (indented).
     """
-    from arc_kit.kaggle.dataset_build import IMAGE_MANIFEST
     from arc_kit.model.bases import cache_folder
 
     built = read_built_dataset(folder, notebook_folder)
@@ -335,7 +335,10 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
         raise CheckRefused(f"--kaggle-model {kaggle_model} is no model folder (no config.json)")
     tasks = tasks if tasks is not None else check_tasks()
     changes = CHECK_CHANGES if changes is None else changes
-    scratch = Path(tempfile.mkdtemp(prefix="arc-kit-check-"))
+    keep = keep or scratch is not None
+    if scratch is not None and Path(scratch).exists() and any(Path(scratch).iterdir()):
+        raise CheckRefused(f"{scratch} is not empty: the check works in a new or empty folder")
+    scratch = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="arc-kit-check-"))
     try:
         return _check_in(built, scratch, kaggle_model, tasks, changes,
                          Path(environments) if environments else cache_folder() / "environments", IMAGE_MANIFEST, echo)
