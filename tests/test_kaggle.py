@@ -143,13 +143,12 @@ print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids
 def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
     out = tmp_path / "arc-kit"
     extra = make_wheel(tmp_path / "extra")
-    gguf = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # what the image lacks, at hand: nothing downloaded
     build_folder = snapshot(ROOT / "build")
     assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--slug", "arc-kit-test", "--title",
                  "arc-kit test", "--extra-wheels", str(extra.parent)]) == 0
     printed = capsys.readouterr().out
-    assert f"  {gguf.name}: not on the image (needed by arc_kit)\n" in printed  # each wheel and why
-    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed
+    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed  # each wheel and why
+    assert "gguf" not in printed  # a model folder, no named base: nothing reads a GGUF file
     notebook = tmp_path / "arc-kit-notebook"
     kernel = read_json(notebook / "kernel-metadata.json")
     assert kernel["id"] == "someone/arc-kit-submission" and kernel["dataset_sources"] == ["someone/arc-kit-test"]
@@ -165,7 +164,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     for name in expected_model:
         assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
     wheels = sorted(path.name for path in (out / "wheels").iterdir())
-    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, extra.name]
+    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
     metadata = read_json(out / "dataset-metadata.json")
     assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
     assert metadata["licenses"] == [{"name": "other"}] and "MIT" in metadata["description"]
@@ -482,8 +481,12 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every
     asked = []
     monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
-    out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
+    build = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone")
+    out = build.folder
     assert asked == ["smollm2-135m"]
+    assert build.left_behind == ["checkpoint-1/", "notes.txt", "training_args.bin"]  # each named in the output
+    assert [wheel.reason for wheel in build.wheels if wheel.path.name == extra.name] == \
+        ["not on the image (needed by arc_kit)"]  # gguf: a named base is read from its GGUF file
     assert {path.name for path in (out / "model").iterdir()} == shipped | set(tokenizer_files)  # notes, pickle, folder: no
     wheels = {path.name for path in (out / "wheels").iterdir()}
     assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)

@@ -150,8 +150,8 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
     wall = _wall_seconds(seconds, speeds, sizes, target, shape, device, gpus, workers_per_gpu)
     wall = {part: value / speedup for part, value in wall.items()}
     return Estimate(speeds, {**seconds, "total": sum(seconds.values())}, {**wall, "total": sum(wall.values())},
-                    len(tasks), target, machine_words(device, gpus, workers_per_gpu, speedup),
-                    run.notes if run else [])
+                    len(tasks), target, machine_words(device, gpus, workers_per_gpu, speedup,
+                                                      measured=bool(speeds.measured_parts)), run.notes if run else [])
 
 
 def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
@@ -168,9 +168,12 @@ def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: So
     return wall
 
 
-def machine_words(device: Device | None, gpus: int, workers_per_gpu: int, speedup: float = 1.0) -> str:
-    """The wall time's unit: the machine, its workers, the speed-up."""
-    faster = f", {speedup:g}x the measured speed" if speedup != 1 else ""
+def machine_words(device: Device | None, gpus: int, workers_per_gpu: int, speedup: float = 1.0,
+                  measured: bool = False) -> str:
+    """The wall time's unit: the machine, its workers, the speed of the measured parts."""
+    faster = f", {speedup:g}x the measured speed" if speedup != 1 else \
+        (", the measured parts at the speed of the machine that measured them (--speedup scales it)"
+         if measured and gpus else "")
     if not gpus:
         return f"this CPU, one process{faster}"
     return f"{gpus} {device.name} x {workers_per_gpu} worker(s) each{faster}"
