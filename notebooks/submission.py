@@ -83,8 +83,8 @@ STARTED = time.time()  # the budget counts from here
 COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.competition.COMPETITION (a test keeps them equal)
 KIT_IMPORTS = "arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors"
 VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy")
-# Run after the install, in a fresh process: the kit imports, and the versions found ("none": not installed, as gguf
-# is where no base needs it)
+# Run after the install, in a fresh process: the kit imports, and the versions found ("none": not installed, as
+# gguf is where no base needs it)
 IMPORT_CHECK = f"""
 import importlib.metadata as metadata
 import {KIT_IMPORTS}
@@ -196,7 +196,7 @@ if READY:
         if ON_KAGGLE:
             INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
             model = notebook_model(MODEL, DATASET, INPUT)
-            overridden = overridden_model(MODEL, DATASET, INPUT)  # MODEL set: said loudly, the dataset's not run
+            overridden = overridden_model(MODEL, DATASET, INPUT)  # MODEL set: said loudly, the dataset's unused
             if overridden:
                 print(overridden)
         else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)

@@ -365,7 +365,8 @@ def test_what_the_readmes_say_of_the_fast_engines_models_and_memory_is_what_the_
 
     for path, pattern in ((ROOT / "README.md", r"It runs Llama-family models \(([^)]*)\), in full precision or in "
                                                r"bitsandbytes 4 bits"),
-                          (ROOT / "kaggle_dataset" / "README.md", r"The kit runs any Llama-family causal LM \(([^)]*)\)")):
+                          (ROOT / "kaggle_dataset" / "README.md",
+                           r"The kit runs any Llama-family causal LM \(([^)]*)\)")):
         named = re.search(pattern, flat(path)).group(1).split(", ")
         assert {name.lower() for name in named} - {"smollm2"} == set(SUPPORTED_TYPES), path  # SmolLM2 is a Llama
     assert "the fast engine keeps a second copy of the weights (merged) in memory, except over 4-bit weights, where " \
@@ -463,7 +464,8 @@ def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kern
     assert sorted(path.name for path in (out / "wheels").iterdir()) == sorted(
         [f"arc_kit-{__version__}-py3-none-any.whl", bitsandbytes.name])  # no base package, and no gguf: no base
     description = json.loads((out / "dataset-metadata.json").read_text())["description"]
-    assert f"ships no model: the notebook reads the Kaggle Model {handle}" in description and "Apache" not in description
+    assert f"ships no model: the notebook reads the Kaggle Model {handle}" in description
+    assert "Apache" not in description
     kernel = json.loads((tmp_path / "arc-kit-notebook" / "kernel-metadata.json").read_text())
     assert kernel["model_sources"] == [handle] and kernel["dataset_sources"] == ["someone/arc-kit"]
     assert f"the notebook reads the Kaggle Model `{handle}`" in (out / "README.md").read_text()

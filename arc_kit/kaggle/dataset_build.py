@@ -1,23 +1,25 @@
 """The Kaggle dataset that carries the kit, and the notebook folder that submits with it.
 
-``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, the
-wheels of whatever the kit needs that the competition image lacks or holds too old (resolved by
-``wheelhouse`` against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made
-from the list Kaggle publishes), a base's package when the model is a base plus a delta, bitsandbytes
-when its weights are stored in 4 bits, bitsandbytes and unsloth on request (``gpu_extras``), any
-extra wheels, a model (every file a model folder is read with: weights, config, each tokenizer
-file), ``dataset-metadata.json`` and a README; beside it, a notebook folder (``submission.ipynb``
-and ``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
+``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, the wheels
+of whatever the kit needs that the competition image lacks or holds too old (resolved by ``wheelhouse``
+against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made from the list Kaggle
+publishes; what only building a named base needs, ``gguf``, only for such a model), a base's package
+when the model is a base plus a delta, bitsandbytes when its weights are stored in 4 bits (or may be: a
+Kaggle Model not here to check), bitsandbytes and unsloth on request (``gpu_extras``), any extra wheels,
+a model (every file a model folder is read with: weights, config, each tokenizer file; the rest named as
+left behind), ``dataset-metadata.json`` and a README whose licences name the model's own, as its folder
+records it (``model_licence``); beside it, a notebook folder (``submission.ipynb`` and
+``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
 (``run.model_check``): a no-go stops the build before it writes anything. With a Kaggle Model as the
-model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``) no model and no base
-package is shipped: the kernel metadata lists it in ``model_sources``, the dataset names it in
-``model-source.json``, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local
-copy given as ``model`` is checked, not shipped. Both name their owner: given, else the user's
-Kaggle configuration; never a placeholder. Every wheel comes with the reason it is there. Both
-folders are new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``),
-and the model never lies inside them: the build never deletes or overwrites what it did not make,
-the shipped ``kaggle_dataset/`` included. This module knows files, wheels and Kaggle's metadata; the
-competition run is ``kaggle``'s.
+model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION``, the version required as
+``model_sources`` takes it) no model and no base package is shipped: the kernel metadata lists it in
+``model_sources``, the dataset names it in ``model-source.json``, and the notebook finds it below
+``/kaggle/input`` (``model_input``); a local copy given as ``model`` is checked, not shipped. Both name
+their owner: given, else the user's Kaggle configuration; never a placeholder. Every wheel comes with
+the reason it is there. Both folders are new, empty or made by an earlier build (``outputs``; replaced
+only with ``overwrite``), and the model never lies inside them: the build never deletes or overwrites
+what it did not make, the shipped ``kaggle_dataset/`` included. This module knows files, wheels and
+Kaggle's metadata; the competition run is ``kaggle``'s.
 """
 
 from __future__ import annotations

@@ -102,8 +102,9 @@ def _make(folder: Path, pins: str) -> None:
     uv = _uv()
     python = folder / "bin" / "python"
     _run([*uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(folder)], "make a virtual environment")
-    site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                        capture_output=True, text=True, check=True).stdout.strip())
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                                        check=True).stdout.strip())
     linked = folder / "torch"
     linked.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():

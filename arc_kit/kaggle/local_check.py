@@ -52,6 +52,9 @@ CHECK_CHANGES = {"inference_augmentations": 1, "scoring_augmentations": 1, "samp
                  "max_len": 2048}
 SHOWN_VERSIONS = ("transformers", "tokenizers", "peft", "accelerate", "safetensors", "numpy", "torch")
 RUN_FOLDER = "arc_kit_run"  # competition.RUN_FOLDER: below the working folder, the run's records
+# How the notebook's lines that say something went wrong begin (notebooks/submission.py), and the kernel's own
+TROUBLE = ("cannot start (", "the run failed (", "the notebook raised", "installing the", "the kit does not import",
+           "no arc-kit dataset below", "could not check ")
 
 
 class CheckRefused(ValueError):
@@ -189,9 +192,7 @@ class NotebookReport:
             self.end.append(line.strip())
         elif re.search(r"submission\.json: (valid|\d+ problem)", line):
             self.submission = line.strip()
-        elif line.startswith(("cannot start (", "the run failed (", "the notebook raised", "installing the kit failed",
-                              "the kit does not import", "no arc-kit dataset below", "could not check ")) or \
-                ("failed (" in line and line.startswith("installing the")):
+        elif line.startswith(TROUBLE):
             self.trouble.append(line.strip())
         return False
 
