@@ -82,6 +82,8 @@ def _add_check_arguments(actions) -> None:
     check.add_argument("--changes", default=json.dumps(CHECK_CHANGES),
                        help="the notebook's CHANGES for the check, JSON (default: %(default)s, cheap enough for a "
                             "CPU; '{}': the notebook's own settings, the paper's)")
+    check.add_argument("--image-manifest", help="the image's versions, if the dataset was built against another "
+                                                "manifest than kaggle_dataset/kaggle-image.json")
     check.add_argument("--keep", action="store_true", help="keep the scratch folder (the stand-in input, the "
                                                            "environment's copy, the run's outputs) and say where")
 
@@ -140,7 +142,8 @@ def _kaggle_check(args) -> int:
     if not isinstance(changes, dict):
         raise ValueError(f"--changes {args.changes!r} is no JSON object of fields")
     result = check_dataset(args.dataset, notebook_folder=args.notebook, kaggle_model=args.kaggle_model,
-                           tasks=check_tasks(args.tasks), changes=changes, keep=args.keep)
+                           tasks=check_tasks(args.tasks), changes=changes, image_manifest=args.image_manifest,
+                           keep=args.keep)
     print(*result.lines(), sep="\n")
     return 0 if result.go else 1
 

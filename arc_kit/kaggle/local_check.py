@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import tempfile
@@ -318,13 +319,14 @@ def follow_notebook(running, report: NotebookReport, echo: Callable[[str], None]
 def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLike | None = None,
                   kaggle_model: str | os.PathLike | None = None, tasks: TaskSet | None = None,
                   changes: dict | None = None, environments: str | os.PathLike | None = None,
-                  keep: bool = False, scratch: str | os.PathLike | None = None,
-                  echo: Callable[[str], None] = print) -> LocalCheck:
+                  image_manifest: str | os.PathLike | None = None, keep: bool = False,
+                  scratch: str | os.PathLike | None = None, echo: Callable[[str], None] = print) -> LocalCheck:
     """Run the built dataset ``folder``'s notebook as Kaggle would, on ``tasks`` (default ``check_tasks()``) with the
     preset's fields ``changes`` (default ``CHECK_CHANGES``), and say go or no-go (``LocalCheck``).
 
     ``kaggle_model``: a local copy of the Kaggle Model the notebook reads, mounted where Kaggle mounts it.
-    ``environments``: where the image's environment is kept (default: the kit's cache). The stand-in input, the
+    ``environments``: where the environment of ``image_manifest``'s versions (default: the one builds use) is kept
+    (default: the kit's cache). The stand-in input, the
     environment's copy and the outputs (``working/``) go into ``scratch`` (a new or empty folder, kept), else a new
     temporary folder, removed after unless ``keep``.
     ``echo`` is given every line: the check's own and the notebook's (indented).
@@ -342,7 +344,8 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
     scratch = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="arc-kit-check-"))
     try:
         return _check_in(built, scratch, kaggle_model, tasks, changes,
-                         Path(environments) if environments else cache_folder() / "environments", IMAGE_MANIFEST, echo)
+                         Path(environments) if environments else cache_folder() / "environments",
+                         Path(image_manifest or IMAGE_MANIFEST), echo)
     finally:
         if keep:
             echo(f"kept {scratch} (the stand-in input, the environment's copy, the run's outputs in working/)")
@@ -365,7 +368,7 @@ def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, 
     versions = package_versions(python, SHOWN_VERSIONS)
     echo(f"environment: a copy of {kept.parents[1]} (the image's versions, {manifest.name}): "
          + ", ".join(f"{name} {version}" for name, version in versions.items())
-         + " (torch: this machine's build, linked in; Python this machine's)")
+         + f" (torch: this machine's build, linked in; Python {platform.python_version()}, this machine's)")
     working = scratch / "working"
     report = NotebookReport(expected)
     notebook = Path(shutil.copy2(built.notebook, scratch / "submission.ipynb"))
