@@ -1,6 +1,6 @@
 """Where the kit may write: into a folder that is new, empty or its own, over a file only when it is its own.
 
-Every command that writes an output folder claims it here first (``claim_folder``, or ``locking.hold_folder``
+Every command that writes an output folder claims it here first (``claim_folder``, or ``run.locking.hold_folder``
 with a kind). The kit writes into a folder that does not exist yet, is empty, or holds the marker
 ``.arc-kit.json`` that the kit wrote when it made the folder, naming the command and the folder's kind;
 anything else is refused in one line (``OutputRefused``) before a byte is written. In a folder it made,

@@ -649,7 +649,7 @@ def test_a_search_told_not_to_use_its_guess_ignores_it(case):
 
 
 def test_sampler_settings_reject_unknown_kinds():
-    with pytest.raises(ValueError, match="unknown sampler"):
+    with pytest.raises(ValueError, match=r"unknown kind 'nucleus' \(--sampler\); expected one of: dfs, greedy"):
         SamplerSettings("nucleus")
     with pytest.raises(ValueError, match="count"):
         SamplerSettings("beam", count=0)

@@ -327,13 +327,13 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
 
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
-    from arc_kit.settings import SolveSettings, TestTimeSettings
+    from arc_kit.settings import TEST_TIME_TRAINING, SolveSettings
     from arc_kit.method.solver import Solver
     from arc_kit.data.tasks import Pair, Task
     from arc_kit.text import TaskEncoder, Vocabulary
 
     model, _ = bigram_model()
-    settings = SolveSettings(ttt=TestTimeSettings(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
+    settings = SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
     heartbeat = []
     solver = Solver(model, TaskEncoder(Vocabulary()), settings, on_step=lambda: heartbeat.append(1))
     engine = solver.engine()

@@ -8,7 +8,7 @@ search's proposals), ``answers`` (the answer alphabet, a search's completions an
 ``forward`` (its one forward pass: tokens at positions), ``weights`` (the model's weights as it
 reads them, and which models it runs; ``four_bit`` for bitsandbytes' 4-bit layers), ``experts``
 (candidates, the aggregations, the choice) and ``records`` (what a task returns, as the run folders
-keep it; ``record_json`` reads a record's JSON with its kinds checked). ``transformers_forward`` is
+keep it; its JSON is ``run.record_json``'s). ``transformers_forward`` is
 transformers' own forward, one lane at a time: the tests' oracle, and what runs a model the engine
 cannot. It may import ``model``, ``text``, ``data`` and the floors below; it knows nothing of runs,
 workers, tables, Kaggle or the command line.

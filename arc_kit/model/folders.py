@@ -16,11 +16,13 @@ import json
 import os
 from pathlib import Path
 
-from arc_kit import devices
+from arc_kit.model import devices
 from arc_kit.outputs import FolderKind
 
 DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+# the files one of which holds a tokenizer's vocabulary (the rest only configure it)
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
 # what a command that writes a model folder writes there: what --overwrite replaces (a user's file beside it stays)
 MODEL_KIND = FolderKind("model", owned=("*.safetensors", "*.safetensors.index.json", "config.json",
                                         "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json",
@@ -77,9 +79,14 @@ def read_json(path: Path) -> dict:
 
 
 def load_tokenizer(folder: Path):
-    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file, or
+    saying that there is none."""
+    devices.stay_offline()  # before transformers is imported: it reads the variables then
     from transformers import AutoTokenizer
 
+    if not any(any(folder.glob(pattern)) for pattern in VOCABULARY_FILES):
+        raise ModelFolderError(f"no tokenizer files: {folder} holds none of {', '.join(VOCABULARY_FILES)}; copy "
+                               "the tokenizer files of the model it was made from into it")
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - a damaged file raises anything from KeyError to a bare Exception
@@ -117,6 +124,7 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
 
 def read_weights(auto_class, folder: Path, arguments: dict):
     """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    devices.stay_offline()
     from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
 
     try:
