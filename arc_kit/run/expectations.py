@@ -9,8 +9,9 @@ scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead an
 measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
 out from it below, not chosen:
 
-- the reference engine's decode step: 83.3 ms for the 30 layers of SmolLM2-135M's shape on the H100, of
-  which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a scoring forward is priced the same;
+- transformers' own decode step (the reference engine's, before issue 45): 83.3 ms for the 30 layers of
+  SmolLM2-135M's shape on the H100, of which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a
+  scoring forward is priced the same;
 - training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
   fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
   plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
@@ -21,14 +22,14 @@ out from it below, not chosen:
   Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
   times the floor once the overhead is taken off. A GPU cell whose settings decode on the compiled engine
   (the default) is priced so, 4-bit models too (their step on a GPU is not measured: bitsandbytes' kernels
-  may take longer than the bf16 ratio says); one on the reference engine (or the engine kept eager) as
+  may take longer than the bf16 ratio says); one with the engine kept eager as transformers' step
   above.
 
-Not measured: how close the reference engine's decode gets to its bandwidth floor (the 135M model's step is
+Not measured: how close transformers' decode gets to its bandwidth floor (the 135M model's step is
 almost all overhead), so its ratio is 1, the floor itself; and the engine's scoring forward, priced as
-the reference's. On the CPU the first speeds are those the dry run
-measured on the CPU machine (the reference engine, 2026-11-24), scaled by the model's parameters. The first
-worker's calibration, then every finished task, replace all of these.
+transformers'. On the CPU the first speeds are those the dry run measured on the CPU machine (the
+reference engine of the time, 2026-11-24), scaled by the model's parameters. The first worker's
+calibration, then every finished task, replace all of these.
 
 This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
 config).
@@ -190,7 +191,7 @@ class Measurement:
 H100 = gpu_named("H100")
 MEASUREMENTS = {
     "decode_step": Measurement(1 / 12.0, "seconds a decode step (1 lane, 1,024-token prompt) of a model of "
-                               "SmolLM2-135M's shape in bf16, transformers 5.17 (the reference engine's path)",
+                               "SmolLM2-135M's shape in bf16, transformers 5.17 (transformers' own forward)",
                                "docs/results.md 'Decoding on the H100' (scripts/decode_bench.py), the H100, "
                                "2026-11-22"),
     "ttt_step": Measurement(19.2 / 64, "seconds a test-time training step on 110-token sequences, the shipped "
@@ -282,13 +283,13 @@ class Typical:
 
 def decodes_on_fast_engine(settings: SolveSettings) -> bool:
     """Whether ``settings`` decode on a GPU as the engine's measured step does: compiled (for a 4-bit model an
-    assumption: only its bf16 step was measured); kept eager, it is priced as the reference engine's was."""
+    assumption: only its bf16 step was measured); kept eager, it is priced as transformers' step."""
     return settings.engine_compile != "off"
 
 
 def part_costs(shape: ModelShape, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
     """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model); ``fast``: generation
-    decodes on the compiled engine (``decodes_on_fast_engine``), else on the reference engine."""
+    decodes on the compiled engine (``decodes_on_fast_engine``), else as transformers' step."""
     context = typical.prompt + typical.answer / 2
     decode_floor = decode_floor_seconds(shape.weight_bytes, typical.lanes * context, shape.kv_bytes_per_token,
                                         device.bandwidth)
@@ -314,10 +315,10 @@ def guessed_speeds(shape: ModelShape | None, device: Device | None, settings: So
                             "by the parameters")
     fast = decodes_on_fast_engine(settings)
     costs = part_costs(shape, device, Typical.of(sizes, settings), fast)
-    engine = "decoding on the compiled engine" if fast else "the reference engine's decode"
+    engine = "decoding on the compiled engine" if fast else "transformers' decode"
     return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
                   guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
-                        "scoring priced as the reference engine's, not measured)")
+                        "scoring priced as transformers', not measured)")
 
 
 def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],

@@ -9,8 +9,8 @@ part at its floor with no overhead. A model whose weights and cache do not fit o
 
 ``paper_check`` prices the one run of a large model whose time is published, the paper's (NeMo-Minitron-8B
 in 4 bits, one RTX 4090, 400 ARC-AGI-1 evaluation tasks, its DFS searching one augmentation at a time), so
-that the table's error can be judged against it; it prices the reference engine's decode (transformers' forward
-and caches, as the authors' code decodes). This module formats; it measures nothing.
+that the table's error can be judged against it; it prices transformers' own decode (its forward and caches,
+as the authors' code decodes). This module formats; it measures nothing.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def ratio_lines() -> list[str]:
         f"and bandwidth ratio {FAST_BANDWIDTH_RATIO:.2f} x the decode floor (fast_overhead_step and fast_step, each "
         "28 layers' overhead plus the ratio times its floor, solved together); "
         "generation is priced so when the settings decode on it (the default), 4-bit models' at the bf16 figures "
-        "(the engine's 4-bit GPU step is not measured); scoring forwards are priced as the reference engine's",
-        f"- the reference engine's bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M "
+        "(the engine's 4-bit GPU step is not measured); scoring forwards are priced as transformers'",
+        f"- transformers' decode's bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M "
         "model's step is all overhead)"]
 
 
@@ -127,7 +127,7 @@ def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what:
                        machines: Sequence[Machine] = TABLE_MACHINES) -> list[str]:
     """The table's lines: a row per model, a column per machine, each cell derived (d); the ratios below it."""
     engine = "the compiled engine's decode" if settings.engine_compile != "off" else \
-        "the reference engine's decode"
+        "transformers' decode"
     lines = [f"expected hours for {what} at {settings.description}; d: derived (host overhead + floor x "
              f"measured ratio, {engine}), no cell measured; least: every part at its floor",
              "", "| model | parameters | " + " | ".join(machine.label for machine in machines) + " |",
