@@ -33,7 +33,7 @@ from arc_kit.method.records import (
     write_records,
 )
 from arc_kit.method.scoring import Candidate
-from arc_kit.outputs import MARKER
+from arc_kit.outputs import MARKER, OutputRefused
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_FILE,
@@ -145,7 +145,9 @@ def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_p
     stored["ttt"].pop("gradient_checkpointing")
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
     assert check_run(tmp_path, SETTINGS, {"dataset": "d"}) is True
-    assert open_run(tmp_path, SETTINGS, {"dataset": "d"}) == tmp_path
+    with pytest.raises(OutputRefused, match="earlier arc-kit made, but holds no .arc-kit.json: .*--adopt"):
+        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing (issue 43): adopted only when asked
+    assert open_run(tmp_path, SETTINGS, {"dataset": "d"}, adopt=True) == tmp_path
     assert json.loads((tmp_path / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
 
 

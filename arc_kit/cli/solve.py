@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arc_kit.cli.options import (
+    MAX_COUNT,
     MAX_HOURS,
     MAX_WORKERS,
     load_given_tasks,
@@ -116,11 +117,12 @@ def setup_estimate(parser):
     parser.add_argument("--records", help="the run folder (records.jsonl, run.json) to take measured speeds from "
                                           "(default: none, every speed guessed)")
     tasks_argument(parser)
-    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0, default=0)
+    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0,
+                    at_most=MAX_COUNT, default=0)
     number_argument(parser, "--workers", int, "processes sharing the work (default: %(default)s)", at_least=1,
                     at_most=MAX_WORKERS, default=1)
     number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
-                    "(default: 1)", above=0, at_most=1e6, default=1.0)
+                    "(default: 1)", at_least=1e-3, at_most=1e6, default=1.0)
     parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
                                         "speeds (default: the shipped model)")
     parser.add_argument("--gpu", choices=[device.name for device in GPUS],

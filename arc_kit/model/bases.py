@@ -34,7 +34,15 @@ from arc_kit.data.parts import sha256_of
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.model.shrinking import save_shrunk
-from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, remove_owned, small_json
+from arc_kit.outputs import (
+    FolderKind,
+    OutputRefused,
+    adopt_folder,
+    check_folder,
+    claim_folder,
+    remove_owned,
+    small_json,
+)
 
 BUILD_FORMAT = 2  # bumped when a built folder from an older kit must be rebuilt
 
@@ -262,7 +270,8 @@ def read_gguf(path: str | os.PathLike):
 
     path = Path(path)
     try:
-        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
+                                            trust_remote_code=False)
     except ImportError as error:  # the gguf package is missing
         raise BaseUnavailableError(f"reading GGUF files needs the gguf package (pip install gguf): {error}") from None
     if config.model_type != "llama":
@@ -329,17 +338,20 @@ def built_base_name(folder: str | os.PathLike) -> str | None:
 
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
                weights: str | os.PathLike | None = None, download: bool = True, kept: str = "authors",
-               progress: bool = True) -> Path:
+               progress: bool = True, adopt: bool = False) -> Path:
     """The shrunk model folder of base ``name``, built once (cached and idempotent).
 
     ``out`` defaults to ``built_folder(name)``; ``weights`` is where to look first (see
     ``locate_weights``). The folder holds float32 safetensors, the shrunk tokenizer and
-    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids.
+    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids. ``adopt``: a base
+    folder that an earlier kit built without a marker is rebuilt in place (``outputs.adopt_folder``), else refused.
     """
     spec = get_spec(name)
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
+    if adopt:
+        adopt_folder(out, BASE_KIND, "base build")
     _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
@@ -348,7 +360,8 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
 
 
 def _an_earlier_kits_base(folder: Path) -> bool:
-    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base."""
+    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base (adopted
+    only with --adopt: ``outputs``)."""
     record = small_json(folder / "arc_kit.json")
     return isinstance(record, dict) and isinstance(record.get("base"), dict)
 

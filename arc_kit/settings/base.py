@@ -94,6 +94,16 @@ def check_numbers(settings: Any) -> None:
         (item.metadata.get("bounds") or ANY_NUMBER).check(value, item.name, kind)
 
 
+def check_choices(settings: Any) -> None:
+    """Check every field of a settings dataclass that declares ``choices``: ValueError in one line for another value
+    (a settings file's unknown optimizer is refused as it is read, not at each task)."""
+    for item in dataclasses.fields(settings):
+        choices, value = item.metadata.get("choices"), getattr(settings, item.name)
+        if choices and value is not None and value not in choices:
+            raise ValueError(f"unknown {item.name} {repr(value)[:60]}; expected one of "
+                             f"{', '.join(map(str, choices))}")
+
+
 def _number_kind(hint: Any) -> type | None:
     """int or float for a field that holds a number (optionally None), else None."""
     arguments = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
@@ -131,10 +141,12 @@ def setting_like(source: type, name: str, default: Any, help: str, **changes: An
 
 class Settings:
     """What every settings dataclass can do: replace, to and from JSON, compare on what matters; its numbers are
-    checked as it is made (a subclass with its own ``__post_init__`` calls this one first)."""
+    checked as it is made, and so is every field with ``choices`` (a subclass with its own ``__post_init__`` calls this
+    one first)."""
 
     def __post_init__(self):
         check_numbers(self)
+        check_choices(self)
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

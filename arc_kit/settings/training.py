@@ -31,20 +31,21 @@ class SequenceSettings(Settings):
                            "model's (min-max pairs drawn afresh for every sequence)", flag="--sequence-sampler",
                            choices=("passes", "random"))
     pairs: int = setting(7, "passes: pairs per sequence, the last one playing the test (authors: 6 shown + 1, "
-                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1)
+                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1, at_most=1000)
     sequences_per_task: int = setting(1200, "passes: sequences drawn from each task (paper App. B: 1200 epochs for "
                                       "NeMo-8B, 368 for Llama-3B; authors: n=1200); fewer where --max-passes runs a "
-                                      "task out of examples; weighted pools scale it", at_least=1)
+                                      "task out of examples; weighted pools scale it", at_least=1, at_most=10**7)
     max_passes: int = setting(1, "passes: most passes over a task's examples, each example at most once per pass "
                               "(authors: 1, every example used once in the whole run, their loader stops when a task "
                               "runs short); more reuse examples to reach --sequences-per-task (ours). Whole tasks "
                               "mixed in with --tasks are repeated without this limit, as the authors repeat theirs",
-                              at_least=1)
-    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1)
-    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1)
+                              at_least=1, at_most=10**6)
+    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1,
+                             at_most=1000)
+    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1, at_most=1000)
     max_len: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
                            "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
-                           "model's positions", at_least=64)
+                           "model's positions", at_least=64, at_most=1 << 20)
     mask_first_output: bool = setting(True, "the first output carries no loss: it cannot be predicted without an "
                                       "example (paper, section 5.2; authors: mask_first_n_examples=1)")
     keep_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)")
@@ -91,10 +92,11 @@ class TrainingSettings(Settings):
     """
 
     steps: int | None = setting(None, "optimizer steps; unset: one epoch over every sequence the passes sampler "
-                                "plans (authors: num_train_epochs=1; needed with the random sampler)", at_least=1)
-    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B)", at_least=1)
+                                "plans (authors: num_train_epochs=1; needed with the random sampler)", at_least=1,
+                                at_most=10**9)
+    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B)", at_least=1, at_most=1024)
     gradient_accumulation: int = setting(2, "micro-batches per optimizer step (paper App. B)", flag="--accumulation",
-                                         at_least=1)
+                                         at_least=1, at_most=65536)
     learning_rate: float = setting(1e-4, "LoRA adapters, or every non-embedding weight when training fully (paper "
                                    "table)", flag="--lr", at_least=0, at_most=10)
     embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
@@ -102,12 +104,12 @@ class TrainingSettings(Settings):
     warmup_ratio: float = setting(0.25, "share of the steps spent warming up linearly (paper App. B: 25%; the "
                                   "authors' finetune_NemoReArc1200.py uses 10%: preset paper-code)", flag="--warmup",
                                   at_least=0, at_most=1)
-    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0)
+    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0, at_most=10)
     max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)",
-                                   above=0)
+                                   above=0, at_most=1e6)
     lora_rank: int = setting(256, "LoRA rank (paper App. B), rank-stabilised, no dropout, no bias", flag="--rank",
                              at_least=1, at_most=65536)
-    lora_alpha: int = setting(24, "LoRA alpha (paper App. B)", flag="--alpha", at_least=1)
+    lora_alpha: int = setting(24, "LoRA alpha (paper App. B)", flag="--alpha", at_least=1, at_most=1 << 20)
     full_finetune: bool = setting(False, "train every weight instead of LoRA adapters (ours: models from scratch)",
                                   flag="--full")
     train_embeddings: bool = setting(True, "train the input embeddings and output head too, at their own rate "
@@ -126,8 +128,8 @@ class TrainingSettings(Settings):
     seed: int = setting(0, "seeds the LoRA initialisation and every drawn sequence (ours; authors: 42 for the "
                         "global generators)", at_least=0, below=2**63)
     save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True,
-                              at_least=1)
-    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1)
+                              at_least=1, at_most=10**9)
+    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1, at_most=10**9)
     minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long (0: at the "
                                     "first step)", neutral=True, at_least=0, at_most=525600)
     data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True,
@@ -142,8 +144,9 @@ class TestTimeSettings(Settings):
     """
 
     steps: int = setting(64, "optimizer steps per task (paper App. B; authors: the 8 symmetries x 8 copies)", flag="--ttt-steps",
-                         at_least=1)
-    batch_size: int = setting(1, "sequences per step (paper App. B)", flag="--ttt-batch-size", at_least=1)
+                         at_least=1, at_most=10**6)
+    batch_size: int = setting(1, "sequences per step (paper App. B)", flag="--ttt-batch-size", at_least=1,
+                              at_most=1024)
     learning_rate: float = setting(1e-4, "LoRA adapters (paper App. B)", flag="--ttt-lr", at_least=0, at_most=10)
     embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
                                              flag="--ttt-embedding-lr", at_least=0, at_most=10)
@@ -151,10 +154,12 @@ class TestTimeSettings(Settings):
                                   "warmup_steps=32 of 64)", flag="--ttt-warmup", at_least=0, at_most=1)
     lora_rank: int = setting(32, "rank of the per-task LoRA (paper App. B)", flag="--ttt-rank", at_least=1,
                              at_most=65536)
-    lora_alpha: int = setting(16, "alpha of the per-task LoRA (paper App. B)", flag="--ttt-alpha", at_least=1)
+    lora_alpha: int = setting(16, "alpha of the per-task LoRA (paper App. B)", flag="--ttt-alpha", at_least=1,
+                              at_most=1 << 20)
     train_embeddings: bool = setting(True, "train the embeddings and head too", command_line=False)
-    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False, above=0)
-    optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
+    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False, above=0, at_most=1e6)
+    optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False,
+                             choices=("auto", "adamw", "adamw_8bit"))
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: what a large model "
                                            "needs on a small GPU (arc-kit check-model says when)",
                                            flag="--ttt-checkpointing", neutral=True)
