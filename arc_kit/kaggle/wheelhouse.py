@@ -90,15 +90,14 @@ class ImageManifest:
         any manifest: ``LIST_BYTES``)."""
         if not Path(path).exists():
             raise FileNotFoundError(f"no image manifest at {path}")
+        text = _read_small(path, "Kaggle image manifest")
         try:
-            data = json.loads(read_file(path, LIST_BYTES, "image manifest"))
+            data = json.loads(text)
             packages = {normalise(name): str(version) for name, version in data["packages"].items()}
             return cls(packages, str(data["python"]), tuple(data.get("platforms") or ()), str(data.get("recorded", "")),
                        str(data.get("source") or path))
         except FileNotFoundError:
             raise FileNotFoundError(f"no image manifest at {path}") from None
-        except InvalidDataError as error:
-            raise ValueError(str(error)) from None
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             raise ValueError(f"{path} is no image manifest ({type(error).__name__}: {error}); write one with "
                              "`arc-kit kaggle image` or the recipe in kaggle_dataset/README.md") from None
@@ -128,7 +127,7 @@ def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: 
     version is dropped. Lines that pin no version (``name @ url``, comments) are left out.
     """
     packages = {}
-    for line in read_file(path, LIST_BYTES, "pip freeze list").decode("utf-8", "replace").splitlines():
+    for line in _read_small(path, "pip freeze list").decode("utf-8", "replace").splitlines():
         name, separator, version = line.strip().partition("==")
         if separator and name and not name.startswith("#"):
             packages[normalise(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
@@ -148,6 +147,15 @@ class ShippedWheel:
     reason: str
 
 
+def _read_small(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``LIST_BYTES``; ValueError in one line for anything else (a
+    FIFO, a device, a folder, a file larger than any ``what``)."""
+    try:
+        return read_file(path, LIST_BYTES, what)
+    except InvalidDataError as error:
+        raise ValueError(f"{path}: {error.problems[0]}" if error.source else error.problems[0]) from None
+
+
 def check_wheel(path: Path) -> Path:
     """``path`` when it is a wheel: a regular file named as one (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl), a zip
     archive holding its ``.dist-info/METADATA`` of a sane size; ValueError in one line for anything else."""
@@ -164,7 +172,10 @@ def check_wheel(path: Path) -> Path:
 def _metadata_of(wheel: Path) -> str:
     """The text of a wheel's ``METADATA``; ValueError in one line when ``wheel`` is no wheel (a FIFO, random bytes,
     a zip without it, a member larger than any metadata)."""
-    check_regular_file(wheel, "wheel")
+    try:
+        check_regular_file(wheel, "wheel")
+    except InvalidDataError as error:
+        raise ValueError(error.problems[0]) from None
     try:
         with zipfile.ZipFile(wheel) as archive:
             found = [item for item in archive.infolist() if item.filename.endswith(".dist-info/METADATA")]
