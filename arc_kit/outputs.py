@@ -255,6 +255,25 @@ def remove_owned(folder: Path, kind: FolderKind, *, below: str = "") -> list[str
     return kept
 
 
+def refuse_links(folder: str | os.PathLike, kind: FolderKind) -> None:
+    """OutputRefused in one line when an entry of ``folder`` at a name of ``kind``'s layout (a file it writes, or a
+    sub-folder it writes into) is a symbolic link: a folder about to be written by code that opens its files itself
+    (worker processes) is checked first."""
+    def walk(current: Path, layout: list[tuple[str, ...]], prefix: str) -> None:
+        for entry in _entries(current):
+            matching = [item[1:] for item in layout if item and _name_matches(item[0], entry.name)]
+            if matching and entry.is_symlink():
+                raise OutputRefused(f"{entry} is a symbolic link inside a folder arc-kit writes ({prefix}{entry.name}"
+                                    " is its own name): it never writes through one; move the link away and run again")
+            deeper = [rest for rest in matching if rest and rest != ("**",)]
+            if deeper and entry.is_dir():
+                walk(entry, deeper, f"{prefix}{entry.name}/")
+
+    folder = Path(folder)
+    if folder.is_dir():
+        walk(folder, [tuple(entry.split("/")) for entry in (*kind.owned, *kind.quiet)], "")
+
+
 def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], bool] | None = None,
                option: str = "--out") -> Path:
     """Check that the kit may write the file ``path`` (its parent folder made when missing): nothing is there,
@@ -470,6 +489,7 @@ def _guarded(path: Path, within: str | os.PathLike | None) -> Path:
     anchor = _anchor(path, within)
     if anchor != path.parent and anchor not in path.parents:
         raise ValueError(f"{path} does not lie in {anchor}")
+    anchor.mkdir(parents=True, exist_ok=True)  # the kit folder (or, where none holds it, the file's own folder)
     current = anchor
     for part in path.parent.relative_to(anchor).parts:
         current = current / part
@@ -565,5 +585,5 @@ def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:
 
 __all__ = ["FIXES", "MARKER", "Claim", "FolderKind", "OutputRefused", "adopt_folder", "appending", "check_folder",
            "claim_file", "claim_folder", "claimed", "copy_file", "describe_os_error", "inside", "is_made_folder",
-           "kit_subfolder", "read_marker", "remove_entry", "remove_owned", "replace_file", "replacing",
+           "kit_subfolder", "read_marker", "refuse_links", "remove_entry", "remove_owned", "replace_file", "replacing",
            "small_json", "staged_into"]

@@ -211,16 +211,34 @@ def test_a_resumed_run_never_writes_through_a_link_in_its_folder(tmp_path, capsy
     command = ["solve", "--dataset", tasks_file, "--out", out, "--model", micro_model, *QUICK]
     assert run(capsys, *command)[0] == 0
     before = digest(victim)
-    (out / "scores.csv").unlink(missing_ok=True)
-    (out / "submission.json").unlink()
-    (out / "submission.json").symlink_to(victim)
-    assert run(capsys, *command)[0] == 0  # the link is replaced itself, the photo stays
-    assert not (out / "submission.json").is_symlink()
-    (out / "records.jsonl").unlink()
-    (out / "records.jsonl").symlink_to(victim)
-    status, _, err = run(capsys, *command)  # an append through it: refused
-    assert status == 1 and "records.jsonl is a symbolic link" in last_line(err)
-    assert digest(victim) == before
+    for name in ("submission.json", "records.jsonl"):  # rewritten whole, and appended to
+        (out / name).rename(out / f"{name}.kept")
+        (out / name).symlink_to(victim)
+        status, _, err = run(capsys, *command)
+        assert status == 1 and f"{name} is a symbolic link" in last_line(err)
+        (out / name).unlink()
+        (out / f"{name}.kept").rename(out / name)
+    (out / "scores.csv").symlink_to(victim)
+    assert run(capsys, *command, "--restart")[0] == 0  # the link itself discarded with the run's files
+    assert not (out / "scores.csv").is_symlink() and digest(victim) == before
+
+
+def test_a_run_folder_with_a_link_at_a_name_of_its_layout_is_refused_before_workers_write(tmp_path, victim):
+    from arc_kit.run.runs import open_run
+    from arc_kit.settings import SolveSettings
+
+    out = tmp_path / "run"
+    open_run(out, SolveSettings())
+    (out / "worker-0").mkdir()
+    (out / "worker-0" / "plan.json").symlink_to(victim)  # a worker's plan: the pool writes it with its own open
+    with pytest.raises(OutputRefused, match=r"plan.json is a symbolic link .*\(worker-0/plan.json is its own name\)"):
+        open_run(out, SolveSettings())
+    (out / "worker-0" / "plan.json").unlink()
+    (out / "worker-1").symlink_to(victim.parent)
+    with pytest.raises(OutputRefused, match="worker-1 is a symbolic link"):
+        open_run(out, SolveSettings())
+    open_run(out, SolveSettings(), restart=True)  # --restart removes the link itself
+    assert not (out / "worker-1").exists() and victim.exists()
 
 
 # -- 3: deletion by exact name -------------------------------------------------------------------------------------
@@ -388,6 +406,8 @@ def test_kaggle_build_checks_kaggles_names_the_model_source_and_each_wheel_befor
              ([*build, "--owner", "..", "--slug", "arc-kit-x"], "no Kaggle user name"),
              ([*build, "--owner", "someone", "--title", "x"], "no Kaggle dataset title"),
              (["kaggle", "build", "--out", tmp_path / "d", "--owner", "someone", "--model-source", ""],
+              "is no Kaggle Model handle"),
+             (["kaggle", "build", "--out", tmp_path / "d", "--owner", "someone", "--model-source", "a/b..c/d/e"],
               "is no Kaggle Model handle"),
              ([*build, "--owner", "someone", "--extra-wheels", extra], "is no wheel")]
     for argv, phrase in cases:

@@ -262,8 +262,7 @@ def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) 
     """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place
     (``outputs.replacing``: a link at ``path`` is replaced itself, never what it points to)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _naming(path), replacing(path) as handle:
+    with _naming(path), replacing(path) as handle:  # its folder made where missing (never through a link)
         write(handle)
     return path
 

@@ -126,6 +126,10 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
     """
     manifest = Path(manifest)
     record = read_json(manifest)
+    names = [part.get("file") if isinstance(part, dict) else None for part in record.get("parts") or []]
+    if not names or not all(isinstance(name, str) and name == Path(name).name and name not in (".", "..")
+                            for name in names):
+        raise PartsError(f"{manifest} names no parts, or parts that are no plain file names: not a parts manifest")
     folders = [manifest.parent, *map(Path, part_folders)]
     parts = [_find(folders, part["file"]) for part in record["parts"]]
     for path, part in zip(parts, record["parts"]):

