@@ -35,6 +35,8 @@ other modules, the worker pool's logs included, call nothing else to write):
   its name in ``folder``, as ``replacing`` would.
 - ``kit_subfolder(path)``: a sub-folder of a kit folder, made if missing; refused when it is a link or a file.
 - ``remove_entry(path)``: deletes one file of the kit's (a link: the link itself).
+- ``refuse_links(folder, kind)``: refuses a folder with a link at any name of its kind's layout, for code that
+  opens files itself (``open_run`` calls it, before worker processes write into a run folder).
 
 Each takes ``within``, the kit folder the path lies in: every folder between it and the file must be a real
 folder (a link there is refused: a sub-folder linked to a user's folder never receives a file; missing ones
