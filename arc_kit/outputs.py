@@ -2,7 +2,7 @@
 deleting only what its layout names.
 
 Claiming a folder. Every command that writes an output folder claims it first (``claim_folder``, or
-``locking.hold_folder`` with a kind). The kit writes into a folder that does not exist yet, is empty, or
+``run.locking.hold_folder`` with a kind). The kit writes into a folder that does not exist yet, is empty, or
 holds the marker ``.arc-kit.json`` that the kit wrote when it made the folder, naming the command and the
 folder's kind; anything else is refused in one line (``OutputRefused``) before a byte is written. A
 marker or nothing: a folder that looks like one an earlier kit made without markers (``FolderKind.legacy``)

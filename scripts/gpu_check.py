@@ -272,7 +272,7 @@ class _Tee(io.TextIOBase):
 
 def task_rows(run: Path) -> list[dict]:
     """Per task of a finished run folder: seconds, score, rung, whether the model answered, the deadline."""
-    from arc_kit.method.records import read_records
+    from arc_kit.run.record_json import read_records
     from arc_kit.run.outcome import answered_by_model
 
     rows = []

@@ -71,8 +71,8 @@ def draw_all(run: Run, re_arc: str, model: str, progress: bool):
     settings = training_preset(run.preset)
     sequences = settings.sequences.replace(**run.changes)
     data = pretraining_data(re_arc, settings.data)
-    encoder = load_encoder(model, max_len=sequences.max_len)
-    dataset = SequenceDataset(data.pools, encoder, sequences, weights=data.weights, seed=settings.seed,
+    encoder = load_encoder(model, max_len=sequences.max_tokens)
+    dataset = SequenceDataset(data.pools, encoder, sequences, weights=data.weights, seed=settings.lora.training_seed,
                               length=run.sequences, repeatable=data.repeatable)
     drawn_so_far, items = Counter(), []  # the random sampler's passes: examples drawn from each pool so far
     for index in tqdm(range(len(dataset)), desc=run.name, disable=not progress):

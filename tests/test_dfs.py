@@ -631,7 +631,7 @@ def test_generate_with_dfs_settings_is_the_dfs(case):
 
 
 def test_sampler_settings_reject_unknown_kinds():
-    with pytest.raises(ValueError, match="unknown sampler"):
+    with pytest.raises(ValueError, match=r"unknown kind 'nucleus' \(--sampler\); expected one of: dfs, greedy"):
         SamplerSettings("nucleus")
     with pytest.raises(ValueError, match="count"):
         SamplerSettings("beam", count=0)

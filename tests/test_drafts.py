@@ -20,6 +20,7 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import draft_share
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult
+from arc_kit.run.record_json import from_json, to_json
 from arc_kit.method.solver import Solver
 from arc_kit.method.batched_dfs import batched_dfs_search
 from arc_kit.method.answers import AnswerSpace
@@ -309,12 +310,12 @@ def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts(batch
 def test_the_draft_counts_are_kept_in_the_records_and_summed_for_the_end_line():
     stats = SearchStats(forward_calls=9, engine_steps=7, draft_tokens=40, draft_accepted=30)
     test = TestResult([], [], [], [], stats)
-    again = TestResult.from_json(test.to_json())
+    again = from_json(TestResult, to_json(test))
     assert (again.search.engine_steps, again.search.draft_tokens, again.search.draft_accepted) == (7, 40, 30)
     record = TaskRecord("t", tests=[test, TestResult([], [], [], [], SearchStats(draft_tokens=10, draft_accepted=0))])
     assert draft_share([record]) == "drafts: 60% of 50 tokens followed"
     assert draft_share([TaskRecord("u")]) == "drafts: none fed"
-    assert SearchStats.from_json({}).draft_tokens == 0  # records of an earlier kit
+    assert from_json(SearchStats, {}).draft_tokens == 0  # records of an earlier kit
 
 
 def test_the_drafts_setting_is_checked_and_kept_through_json():

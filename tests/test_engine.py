@@ -318,13 +318,13 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
 
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
-    from arc_kit.settings import SolveSettings, TestTimeSettings
+    from arc_kit.settings import TEST_TIME_TRAINING, SolveSettings
     from arc_kit.method.solver import Solver
     from arc_kit.data.tasks import Pair, Task
     from arc_kit.text import TaskEncoder, Vocabulary
 
     model, _ = bigram_model()
-    settings = SolveSettings(ttt=TestTimeSettings(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
+    settings = SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
     solver = Solver(model, TaskEncoder(Vocabulary()), settings)
     engine = solver.engine()
     assert isinstance(engine, StaticEngine) and solver.engine() is engine and engine.weights.refreshes == 0

@@ -24,6 +24,7 @@ from test_engine import (PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, 
                          trained_adapter, transformers_nlls)
 
 from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.model.loading import keep_four_bit_layout
 from arc_kit.method.fast.decode_weights import unsupported_reason
 from arc_kit.method.engines import make_engine
 from arc_kit.method.fast.four_bit import FourBitProjection
@@ -58,7 +59,7 @@ def load_four_bit(folder, quantization: str):
                                 bnb_4bit_compute_dtype=compute)
     model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, device_map="cpu")
     model.config._attn_implementation = "eager"  # the plainest reference
-    return model.eval()
+    return keep_four_bit_layout(model).eval()  # as the kit loads it: no repacking on an AVX512-BF16 CPU
 
 
 @pytest.fixture(scope="module")

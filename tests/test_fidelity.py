@@ -24,7 +24,7 @@ import pytest
 from arc_kit.data.augmentation import apply_symmetry, balanced_symmetries
 from arc_kit.data.tasks import Pair
 from arc_kit.model.training_data import SequenceDataset
-from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
+from arc_kit.settings import TEST_TIME_TRAINING, DataSettings, SequenceSettings, TrainingSettings, training_preset
 from arc_kit.text import EOS, TaskEncoder, Vocabulary
 
 OUTPUT_MARKER = "+/-=O"
@@ -59,19 +59,19 @@ def test_paper_recipe_uses_the_authors_sampler_and_data_and_the_other_presets_ke
     assert paper == TrainingSettings()
     assert paper.sequences.sampler == "passes" and paper.sequences.pairs == 7
     assert paper.sequences.sequences_per_task == 1200 and paper.sequences.max_passes == 1
-    assert paper.sequences.max_len == 8192
+    assert paper.sequences.max_tokens == 8192
     assert paper.data == DataSettings() and paper.data.task_sets == () and paper.data.drop_easiest == 0
-    assert paper.steps is None  # as many steps as the sequences take
+    assert paper.lora.steps is None  # as many steps as the sequences take
     for name in ("from-scratch", "smollm2-gpu"):
         preset = training_preset(name)
-        assert preset.steps == 1000
+        assert preset.lora.steps == 1000
         assert (preset.sequences.sampler, preset.sequences.min_pairs, preset.sequences.max_pairs) == ("random", 3, 7)
     shipped = training_preset("smollm2-gpu")  # as the shipped model was trained
-    assert shipped.sequences.max_len == 4096
+    assert shipped.sequences.max_tokens == 4096
     assert shipped.data.task_sets == ("arc-agi-1/training",) and shipped.data.re_arc_weight == 0.8
     assert TrainingSettings.from_json(json.loads(json.dumps(paper.to_json()))) == paper
     assert TrainingSettings.from_json(json.loads(json.dumps(shipped.to_json()))) == shipped
-    with pytest.raises(ValueError, match="sequence sampler"):
+    with pytest.raises(ValueError, match=r"unknown sampler 'shuffled' \(--sequence-sampler\); expected one of: passes"):
         SequenceSettings(sampler="shuffled")
     with pytest.raises(ValueError, match="at least 1"):
         SequenceSettings(sequences_per_task=0)
@@ -119,11 +119,11 @@ def warm_up_steps(warmup_ratio: float, steps: int = 200) -> int:
 def test_warm_up_is_the_papers_table_and_the_authors_script_is_a_preset():
     """The paper's appendix table says 25%; the authors' finetune_NemoReArc1200.py says warmup_ratio=0.1."""
     paper, script = training_preset("paper"), training_preset("paper-code")
-    assert paper.warmup_ratio == 0.25 and script.warmup_ratio == 0.1
-    assert warm_up_steps(paper.warmup_ratio) == 50 and warm_up_steps(script.warmup_ratio) == 20
+    assert paper.lora.warmup_ratio == 0.25 and script.lora.warmup_ratio == 0.1
+    assert warm_up_steps(paper.lora.warmup_ratio) == 50 and warm_up_steps(script.lora.warmup_ratio) == 20
     # the script's preset differs from the paper's in the warm-up and the easiest half of RE-ARC only
     assert script.data.drop_easiest == 0.5
-    assert script.replace(warmup_ratio=paper.warmup_ratio, data=paper.data) == paper
+    assert script.replace(warmup_ratio=paper.lora.warmup_ratio, data=paper.data) == paper
 
 
 def test_passes_sampler_against_the_authors_loader():
@@ -234,7 +234,7 @@ def test_weights_scale_the_sequences_per_task():
 def test_a_test_pair_too_long_for_the_budget_gives_its_place_to_another():
     long_last = (*numbered_pool(6, 4), Pair(np.zeros((20, 20), dtype=np.uint8), np.zeros((20, 20), dtype=np.uint8)))
     dataset = SequenceDataset({"pool": long_last}, TaskEncoder(Vocabulary()),
-                              SequenceSettings(sequences_per_task=3, max_passes=3, max_len=300), seed=0)
+                              SequenceSettings(sequences_per_task=3, max_passes=3, max_tokens=300), seed=0)
     for index in range(3):
         _, encoded = dataset.sequence(index)
         assert len(encoded) <= 300 and encoded.loss_mask.any()
@@ -252,8 +252,8 @@ def test_pretrain_refuses_the_random_sampler_without_steps(tmp_path):
 def test_pretrain_refuses_more_steps_than_the_plan_holds(tmp_path):
     from arc_kit.model.training import pretrain
 
-    settings = TrainingSettings(steps=4, batch_size=1, gradient_accumulation=2, full_finetune=True,
-                                sequences=SequenceSettings(sequences_per_task=9, max_len=256))
+    settings = TrainingSettings().replace(steps=4, batch_size=1, gradient_accumulation=2, full_finetune=True,
+                                          sequences=SequenceSettings(sequences_per_task=9, max_tokens=256))
     with pytest.raises(ValueError, match="8 sequences asked for, but the passes sampler plans 5"):
         pretrain("micro", tmp_path / "run", POOLS, settings, device="cpu", progress=False)
 
@@ -264,11 +264,11 @@ def test_pretrain_counts_its_steps_from_the_plan(tmp_path):
 
     settings = training_preset("from-scratch").replace(
         steps=None, batch_size=2, gradient_accumulation=1, log_every=1, save_every=100,
-        sequences=SequenceSettings(sequences_per_task=3, max_passes=3, max_len=256))
+        sequences=SequenceSettings(sequences_per_task=3, max_passes=3, max_tokens=256))
     result = pretrain("micro", tmp_path / "run", POOLS, settings, device="cpu", progress=False)
     assert result.steps_done == 5  # 9 planned sequences, 2 per step, the last step filled up
     info = json.loads((tmp_path / "run" / "arc_kit.json").read_text())["training"]
-    assert info["settings"]["steps"] == 5 and info["settings"]["sequences"]["sampler"] == "passes"
+    assert info["settings"]["lora"]["steps"] == 5 and info["settings"]["sequences"]["sampler"] == "passes"
     assert info["plan"]["sequences"] == 9 and info["plan"]["passes"] == 3  # "ten" and "five": one sequence a pass
 
 
@@ -425,7 +425,7 @@ def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
     torch.manual_seed(0)
     model, _ = create_model("micro", seed=0)
     trainer = ttt.TestTimeTrainer(model, TaskEncoder(Vocabulary(), max_len=512),
-                                  TestTimeSettings(steps=steps, lora_rank=2))
+                                  TEST_TIME_TRAINING.replace(steps=steps, lora_rank=2))
     result = trainer.train(TTT_TRAIN, np.random.default_rng(0))
     assert result.skipped is None and len(sequences) == steps
     by_input_size = {pair.input.shape[0]: pair.input for pair in TTT_TRAIN}

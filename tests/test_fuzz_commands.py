@@ -44,6 +44,7 @@ from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import fallback_record
 from arc_kit.method.solver import Solver
+from arc_kit.run.record_json import to_json
 
 INPUTS = int(os.environ.get("ARC_KIT_FUZZ_INPUTS", "12"))  # about 14 runs each
 SEED = 26
@@ -145,7 +146,7 @@ def hostile_folder(rng: random.Random, folder: Path) -> Path:
     if way == 0:
         (folder / "run.json").write_text(rng.choice(["null", "{}", '{"settings": 3}', "[", '{"settings": {"seed": "x"}}']))
     elif way == 1:
-        (folder / "records.jsonl").write_text(json.dumps(fallback_record("t1", "x").to_json())[:40] + "\n{}\n[]\n")
+        (folder / "records.jsonl").write_text(json.dumps(to_json(fallback_record("t1", "x")))[:40] + "\n{}\n[]\n")
     elif way == 2:
         (folder / "config.json").write_text(rng.choice(["{}", "null", "[", '{"model_type": "nothing"}']))
     elif way == 3 and hasattr(os, "mkfifo"):

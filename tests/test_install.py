@@ -41,7 +41,7 @@ from arc_kit.data.datasets import export_kaggle, load_challenges, load_dataset
 from arc_kit.data.submission import submission_problems
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.kaggle.dataset_build import IMAGE_MANIFEST, build_dataset
-from arc_kit.method.records import read_records
+from arc_kit.run.record_json import read_records, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the kit and the notebook run on; pip takes the rest of the image's versions as constraints
@@ -157,7 +157,7 @@ def assert_the_models_answers_were_submitted(printed: str, competition: Path, wo
     records = read_records(working / "arc_kit_run" / "records.jsonl")
     assert sorted(records) == sorted(TASKS)
     for task_id, record in records.items():  # the model's answers, not the placeholder's [[0]]
-        assert record.got_model_work and record.rung == 0 and not record.failed, record.to_json()
+        assert record.got_model_work and record.rung == 0 and not record.failed, to_json(record)
         assert submission[task_id][0]["attempt_1"] == record.tests[0].attempts[0].tolist() != [[0]], task_id
 
 

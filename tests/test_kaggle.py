@@ -33,20 +33,21 @@ from arc_kit.data.submission import build_submission, submission_problems
 from arc_kit.data.tasks import TaskSet
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.kaggle import dataset_build, wheelhouse
-from arc_kit.method.records import TaskRecord, TestResult, read_records
+from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run import workers
 from arc_kit.run.planner import FALLBACK
+from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import SolveRun, solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke
 from test_workers import fake_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=4, scoring_augmentations=4,
-    ttt=TestTimeSettings(steps=8), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=8), max_len=2048)
 
 
 def read_json(path: Path):
@@ -55,7 +56,7 @@ def read_json(path: Path):
 
 def read_record_dicts(path: Path) -> dict[str, dict]:
     """The records of a run as the JSON they were written as."""
-    return {task_id: record.to_json() for task_id, record in read_records(path).items()}
+    return {task_id: to_json(record) for task_id, record in read_records(path).items()}
 
 
 @pytest.fixture
@@ -365,7 +366,7 @@ def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(
 FAILING = "66e6c45b"
 TASK_IDS = ["00576224", FAILING, "be03b35f"]
 SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentations=2,
-                                  ttt=TestTimeSettings(steps=2))
+                                  ttt=TEST_TIME_TRAINING.replace(steps=2))
 
 
 @pytest.mark.slow
@@ -390,7 +391,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
     monkeypatch.setattr(Solver, "sample", failing_sample)
     solver = Solver.from_loaded(load_model(model_folder, device="cpu"), SOLVE_SETTINGS)
     run = solve(tasks, solver, tmp_path, progress=False)
-    record = run.records[FAILING].to_json()
+    record = to_json(run.records[FAILING])
     cheaper = ladder(SOLVE_SETTINGS)[2]  # two rungs down: half the augmentations
     assert record["retried_after"] == "RuntimeError: CUDA out of memory, say" and record["rung"] == 2
     assert [count for task_id, count in sampled if task_id == FAILING] == [2, cheaper.inference_augmentations]
@@ -406,7 +407,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
         assert submission[FAILING] == [fallback_entry(tasks[FAILING])]
     for task_id in TASK_IDS:
         if task_id != FAILING:
-            other = run.records[task_id].to_json()
+            other = to_json(run.records[task_id])
             assert other["error"] is None and other["rung"] == 0 and "retried_after" not in other
             assert attempts_in(submission, task_id) == [test["attempts"] for test in other["test"]]
     assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
@@ -720,7 +721,7 @@ def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fall
     calls = []
     monkeypatch.setattr(workers, "solve_in_workers", fake_solve_in_workers(calls))
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
-                           ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
+                           ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))
     working = tmp_path / "working"
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),

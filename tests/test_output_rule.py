@@ -352,7 +352,7 @@ def numeric_options(parser: argparse.ArgumentParser, prefix: tuple = ()):
             for name, sub in action.choices.items():
                 yield from numeric_options(sub, (*prefix, name))
         elif action.type is not None and getattr(action.type, "__name__", "") in ("int", "float") \
-                and not action.choices:
+                and not action.choices and not str(action.metavar or "").startswith("{"):  # a choice: checked so
             yield " ".join(prefix), action
 
 

@@ -43,12 +43,13 @@ from arc_kit.model.loading import load_model
 from arc_kit.model.memory import parameters, weight_bytes
 from arc_kit.model.shrinking import save_shrunk
 from arc_kit.run.model_check import check_model
+from arc_kit.run.record_json import to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 
 TASK_IDS = ["66e6c45b", "be03b35f"]  # two small ARC-AGI-1 evaluation tasks (one test input each)
 SETTINGS = SolveSettings(sampler=SamplerSettings("dfs", threshold=0.1, max_forward_calls=50), inference_augmentations=2,
-                         scoring_augmentations=2, ttt=TestTimeSettings(steps=1), max_len=2048)
+                         scoring_augmentations=2, ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=8192, tie_word_embeddings=False)
 CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
@@ -138,8 +139,8 @@ def solves_two_tasks(folder: Path, tasks, out: Path) -> None:
     run = solve(tasks, Solver.from_loaded(loaded, SETTINGS), out, progress=False)
     assert submission_problems(json.loads((out / "submission.json").read_text()), tasks) == []
     for task_id, record in run.records.items():
-        test = record.to_json()["test"][0]
-        assert record.got_model_work and record.error is None and record.to_json()["ttt"]["steps"] == 1, task_id
+        test = to_json(record)["test"][0]
+        assert record.got_model_work and record.error is None and to_json(record)["ttt"]["steps"] == 1, task_id
         grids = [candidate["grid"] for candidate in test["candidates"]]  # 7 under each view's colours, mapped back
         assert grids and all(len(grid) == len(grid[0]) == 1 for grid in grids), (task_id, grids)
         assert test["attempts"][0] in grids

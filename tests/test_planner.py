@@ -12,7 +12,7 @@ from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
@@ -39,7 +39,7 @@ def test_every_rung_is_cheaper_than_the_one_before():
     solve_preset("dry-run"),
     smoke(SolveSettings()),
     SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
-                  ttt=TestTimeSettings(steps=4)),
+                  ttt=TEST_TIME_TRAINING.replace(steps=4)),
     SolveSettings(inference_augmentations=4, scoring_augmentations=3),
 ], ids=["dry-run", "kaggle-smoke", "greedy-2", "dfs-4"])
 def test_nothing_grows_on_the_way_down_the_ladder_of_a_small_configuration(settings):
@@ -117,7 +117,7 @@ def test_measure_counts_tokens_like_the_encoder():
 def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_path, micro_model):
     tasks = load_dataset("arc-agi-1/evaluation").head(6)
     settings = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
-                             ttt=TestTimeSettings(steps=4), max_len=2048)
+                             ttt=TEST_TIME_TRAINING.replace(steps=4), max_len=2048)
     solver = Solver.from_loaded(load_model(micro_model, device="cpu"), settings)
     budget = 6.0  # seconds for all six tasks: too little for the configured settings on this machine
     started = time.time()
@@ -136,7 +136,7 @@ def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_pa
 
 # -- speeds measured by a finished run, and the estimate built on them ------------------------------
 
-MEASURED = SolveSettings(ttt=TestTimeSettings(steps=4), inference_augmentations=4, scoring_augmentations=4,
+MEASURED = SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=4), inference_augmentations=4, scoring_augmentations=4,
                          max_len=2048)
 
 
@@ -195,7 +195,7 @@ def test_a_part_that_did_not_run_on_the_first_task_is_the_mean_of_the_tasks_it_r
 
 
 def write_measured_run(folder, kaggle_files, task_ids):
-    from arc_kit.method.records import append_record
+    from arc_kit.run.record_json import append_record
     from arc_kit.run.runs import RECORDS_FILE, open_run
 
     open_run(folder, MEASURED, {"dataset": str(kaggle_files.challenges)})
@@ -214,7 +214,7 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
     measured = speeds_from_records(records, small_task_set, encoder, MEASURED)
-    target = SolveSettings(inference_augmentations=2, scoring_augmentations=8, ttt=TestTimeSettings(steps=3))
+    target = SolveSettings(inference_augmentations=2, scoring_augmentations=8, ttt=TEST_TIME_TRAINING.replace(steps=3))
     for wanted, settings in ((None, MEASURED), (target, target.replace(max_len=token_budget_of(model_folder)))):
         estimate = estimate_from_folder(tmp_path / "run", small_task_set, model_folder, wanted)
         assert estimate.speeds.to_json() == {**measured.to_json(), "guess": estimate.speeds.guess}  # all measured
@@ -285,7 +285,8 @@ def test_a_shared_queue_runs_the_longest_first_and_a_task_put_back_returns_to_it
 
 
 def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():
-    from arc_kit.run.planner import BudgetSettings, searches_per_test
+    from arc_kit.run.planner import searches_per_test
+    from arc_kit.settings import BudgetSettings
 
     clock = FakeClock()
     size = TaskSize("t", 1500, 2000, 120, 3, tests=2)

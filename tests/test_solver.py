@@ -31,9 +31,10 @@ from arc_kit.method.dfs import DEADLINE_BEFORE_START
 from arc_kit.data.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.model.loading import load_model
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
-from arc_kit.method.records import TaskRecord, read_records
+from arc_kit.method.records import TaskRecord
+from arc_kit.run.record_json import from_json, read_records, to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.method.solver import Solver
 from arc_kit.method.scoring import augmented_nlls
 from arc_kit.data.submission import build_submission, score_submission, submission_problems
@@ -45,7 +46,7 @@ TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has t
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=2), max_len=2048)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,7 @@ def test_solve_writes_a_complete_scored_run_without_showing_test_outputs(model_f
     assert run_json["settings"] == json.loads(json.dumps(SETTINGS.to_json())) and run_json["note"] == "test"
 
     for task_id in TASK_IDS:
-        record = run.records[task_id].to_json()
+        record = to_json(run.records[task_id])
         assert record["error"] is None and record["ttt"]["steps"] == 2
         assert len(record["test"]) == len(tasks[task_id].test)
         assert set(record["timings"]) == {"ttt", "generation", "scoring", "total"}
@@ -279,7 +280,7 @@ def test_the_same_seed_gives_the_same_submission_and_another_seed_other_augmenta
     first = read_records(uninterrupted / "records.jsonl")
     again = read_records(tmp_path / "again" / "records.jsonl")
     for task_id in TASK_IDS:
-        assert again[task_id].to_json()["test"] == first[task_id].to_json()["test"]
+        assert to_json(again[task_id])["test"] == to_json(first[task_id])["test"]
 
     one = tasks.select(TASK_IDS[:1])
     reseeded = solve(one, make_solver(model_folder, SETTINGS.replace(seed=1)), tmp_path / "seed1", progress=False)
@@ -298,7 +299,7 @@ def test_other_settings_in_the_same_folder_need_restart(model_folder, tasks, tmp
     assert calls == TASK_IDS[:1]  # discarded and recomputed
     assert read_json(tmp_path / "run.json")["settings"]["aggregation"] == "min"
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
-    test = run.records[TASK_IDS[0]].to_json()["test"][0]
+    test = to_json(run.records[TASK_IDS[0]])["test"][0]
     ranked = sorted(test["candidates"], key=lambda c: c["aggregates"]["min"])
     assert test["attempts"] == [c["grid"] for c in ranked[:2]]
 
@@ -321,7 +322,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     monkeypatch.setattr(Solver, "adapt", tracking_adapt)
     monkeypatch.setattr(Solver, "sample", failing_sample)
     run = solve(tasks, make_solver(model_folder), tmp_path, progress=False)
-    record = run.records[bad].to_json()
+    record = to_json(run.records[bad])
     assert record["error"] == "RuntimeError: out of memory, say" and "Traceback" in record["traceback"]
     assert record["correct"] == [False]
     submission = read_json(tmp_path / "submission.json")
@@ -329,9 +330,9 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     assert submission[bad] == [{"attempt_1": grid_to_json(tasks[bad].test[0].input), "attempt_2": [[0]]}]
     for task_id in TASK_IDS:
         if task_id != bad:
-            assert run.records[task_id].to_json()["error"] is None
+            assert to_json(run.records[task_id])["error"] is None
             assert [[e["attempt_1"], e["attempt_2"]] for e in submission[task_id]] == \
-                [t["attempts"] for t in run.records[task_id].to_json()["test"]]
+                [t["attempts"] for t in to_json(run.records[task_id])["test"]]
     table = pd.read_csv(tmp_path / "scores.csv", dtype={"task_id": str}).set_index("task_id")
     assert table.loc[bad, "error"] == record["error"] and table.drop(index=bad)["error"].isna().all()
 
@@ -339,7 +340,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
 def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
     solver = make_solver(model_folder)
     monkeypatch.setattr(Solver, "adapt", lambda self, task, *rest: 1 / 0)
-    record = solver.solve_task(tasks[TASK_IDS[0]]).to_json()
+    record = to_json(solver.solve_task(tasks[TASK_IDS[0]]))
     assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
 
 
@@ -361,8 +362,8 @@ def test_a_task_past_its_deadline_comes_back_at_once_with_a_well_formed_record(m
     for test in record.tests:
         assert test.candidates == [] and test.attempts == [] and test.scoring_augmentations == []
         assert test.search.capped == [f"{key}: {DEADLINE_BEFORE_START}" for key in test.inference_augmentations]
-    again = TaskRecord.from_json(json.loads(json.dumps(record.to_json())))
-    assert again.to_json() == record.to_json() and again.deadline_hit == "test-time training"
+    again = from_json(TaskRecord, json.loads(json.dumps(to_json(record))))
+    assert to_json(again) == to_json(record) and again.deadline_hit == "test-time training"
     visible = tasks.select([task.id])
     assert submission_problems(build_submission(visible, {task.id: again.attempts}), visible) == []
 
@@ -377,7 +378,7 @@ def clock(monkeypatch):
 
 
 def test_a_deadline_during_test_time_training_stops_it_between_steps(model_folder, tasks, clock):
-    solver = make_solver(model_folder, SETTINGS.replace(ttt=TestTimeSettings(steps=4)))
+    solver = make_solver(model_folder, SETTINGS.replace(ttt=TEST_TIME_TRAINING.replace(steps=4)))
 
     def late(*arguments):  # the first training step's forward takes us past the deadline
         clock.now = 100.0
@@ -466,11 +467,11 @@ def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch)
 def test_records_without_the_deadline_fields_still_read():
     old = {"task_id": "abc", "test": [], "timings": {"total": 1.0}, "error": None, "rung": 0,
            "ttt": {"steps": 64, "seconds": 3.0, "skipped": None, "first_loss": 1.0, "last_loss": 0.5}}
-    record = TaskRecord.from_json(old)
+    record = from_json(TaskRecord, old)
     assert record.deadline_hit is None and record.ttt.stopped is None and record.extra == {}
-    assert "deadline_hit" not in record.to_json()  # written only when it happened
+    assert "deadline_hit" not in to_json(record)  # written only when it happened
     record.deadline_hit = "generation"
-    assert TaskRecord.from_json(record.to_json()).deadline_hit == "generation"
+    assert from_json(TaskRecord, to_json(record)).deadline_hit == "generation"
 
 
 # -- one token budget --------------------------------------------------------------------------------
@@ -577,7 +578,7 @@ def test_one_attempt_is_the_top_candidate_and_the_submission_repeats_it(model_fo
     entry = build_submission(visible, {task.id: one.attempts}, attempts=1)[task.id][0]
     assert entry["attempt_1"] == entry["attempt_2"] == grid_to_json(one.tests[0].attempts[0])
     assert submission_problems({task.id: [entry]}, visible) == []
-    with pytest.raises(ValueError, match="attempts must be 1 or 2"):
+    with pytest.raises(ValueError, match="unknown attempts 3; expected one of: 1, 2"):
         SolveSettings(attempts=3)
 
 
@@ -610,7 +611,7 @@ def test_the_metric_counts_only_the_first_attempt_with_one():
 
 def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     records = {  # two test outputs: the first right in attempt 1, the second right in attempt 2 only
-        "t": AblationRecord.from_json({"task_id": "t", "correct": {stage: [True, True] for stage in ABLATION_STAGES},
+        "t": from_json(AblationRecord, {"task_id": "t", "correct": {stage: [True, True] for stage in ABLATION_STAGES},
                                        "correct_top1": {stage: [True, False] for stage in ABLATION_STAGES},
                                        "seconds": {}, "stages": {}})}
     table = ablation_table(records, SolveSettings(), tmp_path).table.set_index("stage")
@@ -620,13 +621,13 @@ def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     entry = {"seconds": 1.0, "candidates": [3, 2], "found": [True, True], "peak_memory_gb": None, "capped": 0,
              "correct": {a: [True, True] for a in ("product", "min", "max", "sum")},
              "correct_top1": {a: [False, True] for a in ("product", "min", "max", "sum")}}
-    run = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": entry}, "ttt": {}})},
+    run = sampler_table({"t": from_json(SamplerRecord, {"task_id": "t", "samplers": {"greedy": entry}, "ttt": {}})},
                         samplers, SolveSettings(), tmp_path)
     row = run.table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and row["accuracy_product_top1_percent"] == 50.0
     assert "full softmax" in run.markdown and "_top1" in run.markdown
     old = {key: value for key, value in entry.items() if key != "correct_top1"}  # a record of an earlier kit
-    row = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
+    row = sampler_table({"t": from_json(SamplerRecord, {"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
                         samplers, SolveSettings(), tmp_path).table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and pd.isna(row["accuracy_product_top1_percent"])
 
@@ -787,11 +788,11 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     monkeypatch.setattr(solver_module, "augmented_nlls", fake_nlls)
     monkeypatch.setattr(Solver, "views", remembered_views)
     run = solve(tasks.select([task.id]), solver, tmp_path / "run", progress=False)
-    test = run.records[task.id].to_json()["test"][0]
+    test = to_json(run.records[task.id])["test"][0]
     assert len(test["candidates"]) == 2  # each found under every augmentation, merged in the original frame
     assert all(len(c["generation_nlls"]) == SETTINGS.inference_augmentations for c in test["candidates"])
     assert np.array_equal(np.array(test["attempts"][0]), right)  # PoE put the right answer first
-    assert run.records[task.id].to_json()["correct"] == [True]
+    assert to_json(run.records[task.id])["correct"] == [True]
     assert run.score.correct == 1 and run.score.score == 1.0
     submission = read_json(tmp_path / "run" / "submission.json")
     assert submission[task.id][0]["attempt_1"] == grid_to_json(right)

@@ -23,9 +23,9 @@ import pytest
 from arc_kit.run import calibration, worker_process, worker_slots, workers
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model.loading import load_model
-from arc_kit.method.records import read_records
+from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.method.solver import Solver
 from arc_kit.data.submission import submission_problems
 from arc_kit.run.workers import WatchdogSettings, solve_in_workers
@@ -34,7 +34,7 @@ TASK_IDS = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b"]  # not in id order: 
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=2), max_len=2048)
 POLL = 0.2  # seconds between the parent's merges (5 by default); the tests wait on it
 
 
@@ -100,7 +100,7 @@ def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
         assert list(records) == TASK_IDS
         for task_id in TASK_IDS:
             assert records[task_id].error is None
-            assert records[task_id].to_json()["test"] == alone[task_id].to_json()["test"]
+            assert to_json(records[task_id])["test"] == to_json(alone[task_id])["test"]
     assert any(test.candidates for record in alone.values() for test in record.tests)  # a real comparison
     assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
 
@@ -158,7 +158,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     first = read_records(source / "records.jsonl")
     for task_id in TASK_IDS:
-        assert resumed.records[task_id].to_json()["test"] == first[task_id].to_json()["test"]
+        assert to_json(resumed.records[task_id])["test"] == to_json(first[task_id])["test"]
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +326,7 @@ def test_a_dead_workers_task_goes_back_to_the_queue_once_and_the_others_take_the
 @pytest.mark.slow
 def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(model_folder, tasks, tmp_path,
                                                                                     monkeypatch, caplog):
-    from arc_kit.run.planner import BudgetSettings
+    from arc_kit.settings import BudgetSettings
 
     hanging = TASK_IDS[2]
     fake_workers(monkeypatch, tmp_path / "marks", {hanging: "hang"})
@@ -353,7 +353,7 @@ def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallb
 @pytest.mark.slow
 def test_at_the_stop_time_a_hung_worker_is_stopped_and_the_submission_is_complete(model_folder, tasks, tmp_path,
                                                                                   monkeypatch):
-    from arc_kit.run.planner import BudgetSettings
+    from arc_kit.settings import BudgetSettings
 
     fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(TASK_IDS, "hang"))  # whatever it gets, it hangs
     started = time.time()

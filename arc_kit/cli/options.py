@@ -2,7 +2,8 @@
 set a command works on, the options of solving, the model folder.
 
 The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
-the defaults a command really uses. It knows how options become settings, tasks and paths; it knows nothing of
+the defaults a command really uses; a choice the settings do not take is refused by the settings as they are made
+(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options become settings, tasks and paths; it knows nothing of
 any one command (each lives in its group's module) nor of the top parser (``cli.build_parser``).
 """
 
@@ -40,8 +41,9 @@ def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, ti
             group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
             kind = number_type(option.kind, option.bounds) if numeric else option.kind
-            group.add_argument(option.flag, dest=dest, type=kind, default=None, choices=option.choices,
-                               metavar=None if option.choices else option.path[-1].upper(), help=text)
+            choices = "{" + ",".join(map(str, option.choices)) + "}" if option.choices else None  # shown, not checked
+            group.add_argument(option.flag, dest=dest, type=kind, default=None,
+                               metavar=choices or option.path[-1].upper(), help=text)
 
 
 def number_type(kind: type, bounds: Bounds | None = None):
@@ -64,7 +66,7 @@ def number_type(kind: type, bounds: Bounds | None = None):
 
 def device_argument(parser, default: str = "auto") -> None:
     """``--device``: auto, cpu, cuda or cuda:N, anything else a usage error before any work (``devices``)."""
-    from arc_kit.devices import check_device_name
+    from arc_kit.model.devices import check_device_name
 
     def device(text: str) -> str:
         try:

@@ -34,8 +34,9 @@ def _run_solve(args) -> int:
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.workers import solve_job
 
+    settings = solve_settings(args)  # first: a value the settings do not take is refused before any work
     loaded = load_given_tasks(args)
-    tasks, model, settings = select_tasks(args, loaded), model_path(args), solve_settings(args)
+    tasks, model = select_tasks(args, loaded), model_path(args)
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} "
           f"({settings.description})")

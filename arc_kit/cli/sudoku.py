@@ -17,7 +17,7 @@ from arc_kit.cli.options import (
 )
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file
-from arc_kit.settings import TrainingSettings
+from arc_kit.settings import SudokuEvalSettings, TrainingSettings
 
 
 @command("sudoku", "the paper's Sudoku experiment: generate puzzles, train on them, evaluate DFS + PoE top-1")
@@ -71,8 +71,6 @@ def _add_train_arguments(actions) -> None:
 
 def _add_evaluate_arguments(actions) -> None:
     """``sudoku evaluate``: the model, the puzzles, the output folder, the clock and the evaluation settings."""
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
-
     evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
@@ -122,7 +120,6 @@ def _evaluate(args, pairs) -> int:
     """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
     import json
 
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
     from arc_kit.sudoku.experiment import evaluate as evaluate_sudoku
 
     metrics = evaluate_sudoku(args.model, pairs, args.out, settings_from_options(args, SudokuEvalSettings()),

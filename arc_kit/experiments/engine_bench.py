@@ -41,7 +41,7 @@ from arc_kit.method.engines import make_engine
 from arc_kit.method.solver import Solver
 from arc_kit.model.optimization import add_lora
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder
 
 LANES = 16
@@ -71,7 +71,7 @@ class EngineBenchResult:
 
 def with_test_time_lora(model):
     """A copy of ``model`` wrapped in the test-time adapter a solve attaches (its defaults), adapter on."""
-    settings = TestTimeSettings()
+    settings = TEST_TIME_TRAINING
     return add_lora(copy.deepcopy(model), settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
                     adapter_name="ttt").eval()
 
@@ -159,7 +159,7 @@ def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup
     seconds, largest = _timed_steps(engines, prompts, space, steps, warmup)
     lengths = sorted(len(prompt) for prompt in prompts)
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
-            f"{TestTimeSettings().lora_rank} test-time LoRA attached, fast step "
+            f"{TEST_TIME_TRAINING.lora_rank} test-time LoRA attached, fast step "
             f"{'compiled' if engines['fast'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
     return (name, seconds["fast"], seconds["reference"], note), engines["fast"], largest
 

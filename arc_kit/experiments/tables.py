@@ -36,14 +36,14 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.submission import any_attempt_right, attempt_is_right
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.experiments.table_markdown import ABLATION_STAGES, TableRun, ablation_table, sampler_table
-from arc_kit.locking import hold_folder, holding_folder
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord, SamplerResult
-from arc_kit.method.records import append_record
 from arc_kit.method.scoring import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
 from arc_kit.outputs import kit_subfolder, remove_owned
+from arc_kit.run.locking import hold_folder, holding_folder
+from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import (
     CLAIMS_FOLDER,
     RUN_KIND,

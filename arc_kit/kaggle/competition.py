@@ -26,12 +26,13 @@ from pathlib import Path
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
-from arc_kit.locking import hold_folder
-from arc_kit.method.records import answers_from_records, read_records
+from arc_kit.method.records import answers_from_records
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_folder
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
+from arc_kit.run.locking import hold_folder
 from arc_kit.run.outcome import answered_by_model, outcome_parts
+from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 

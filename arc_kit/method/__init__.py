@@ -7,8 +7,8 @@ fixed-shape step, ``reference`` on transformers' own cache), ``dfs`` (every answ
 probability threshold, rewinding the cache) and ``batched_dfs`` (the augmentations' searches as
 lanes of one engine), ``drafts`` (the speculative DFS's proposals), ``samplers`` (the paper's other
 samplers), ``scoring`` (the product of experts over augmented views), ``ttt`` (test-time training's
-entry point), ``solver`` (the method on one task) and ``records`` (what it returns, as the run
-folders keep it; ``record_json`` reads a record's JSON with its kinds checked). It may import
+entry point), ``solver`` (the method on one task) and ``records`` (what it returns; its JSON is
+``run.record_json``'s). It may import
 ``model``, ``text``, ``data`` and the floors below; it knows nothing of runs, workers, tables,
 Kaggle or the command line.
 """

@@ -31,6 +31,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from arc_kit.data.parts import sha256_of
+from arc_kit.model import devices
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.model.shrinking import save_shrunk
@@ -270,6 +271,7 @@ def read_gguf(path: str | os.PathLike):
     ``return_tensors`` gives dequantized tensors under Hugging Face names, which go into a plain model.
     The tokenizer comes from ``gguf_tokenizer`` (the same on transformers 5.0 and 5.2x).
     """
+    devices.stay_offline()
     import torch
     from transformers import AutoConfig, LlamaForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint

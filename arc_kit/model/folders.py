@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from arc_kit import devices
+from arc_kit.model import devices
 from arc_kit.outputs import FolderKind, replace_file, staged_into
 
 DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
@@ -105,6 +105,7 @@ def refuse_custom_code(folder: Path) -> None:
 
 def load_tokenizer(folder: Path):
     """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    devices.stay_offline()  # before transformers is imported: it reads the variables then
     from transformers import AutoTokenizer
 
     try:
@@ -151,6 +152,7 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
 
 def read_weights(auto_class, folder: Path, arguments: dict):
     """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    devices.stay_offline()
     from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
 
     try:

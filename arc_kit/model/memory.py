@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET, SolveSettings, TestTimeSettings
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, TEST_TIME_TRAINING, LoraTrainingSettings, SolveSettings
 
 GIB = 1 << 30
 
@@ -119,7 +119,7 @@ def activation_bytes(architecture: Architecture, tokens: int, value_bytes: int =
     return tokens * (layers + 3 * 4 * a.vocab)
 
 
-def training_bytes(architecture: Architecture, settings: TestTimeSettings = TestTimeSettings(),
+def training_bytes(architecture: Architecture, settings: LoraTrainingSettings = TEST_TIME_TRAINING,
                    tokens: int = DEFAULT_TOKEN_BUDGET, value_bytes: int = 2) -> int:
     """Test-time training beyond the weights: the LoRA (and the embeddings and head when trained) with
     AdamW's state in float32, and one batch's activations at ``tokens`` tokens."""

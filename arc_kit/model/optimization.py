@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 
-from arc_kit import devices
+from arc_kit.model import devices
 
 
 def embedding_module_names(model) -> list[str]:

@@ -31,9 +31,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
 from arc_kit.data.jsonio import check_regular_file, read_json
 from arc_kit.data.tasks import InvalidDataError
+from arc_kit.model import devices
 from arc_kit.model.folders import MODEL_KIND, checked_model_folder
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, staged_into
 from arc_kit.text import TextFormat
@@ -321,6 +321,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
                         untie: bool = True, overwrite: bool = False) -> Path:
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder: ``destination``
     is new, empty, or (with ``overwrite``) one that shrink made (``outputs.claim_folder``), never the source's."""
+    devices.stay_offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if inside(source, destination):

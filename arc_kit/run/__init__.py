@@ -1,6 +1,8 @@
 """Solving task sets: run folders, the planner, worker processes.
 
-``runs`` keeps a run folder resumable and writes its submission (``outcome`` is a run's end line);
+``runs`` keeps a run folder resumable and writes its submission (``outcome`` is a run's end line;
+``locking`` holds a folder for one process; ``record_json`` reads and writes the records' files, their
+JSON derived from the record dataclasses);
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds from the model's
 size and the device (``bandwidth``: a decode step's memory-bandwidth floor), and ``estimates``
 prices one from an earlier run's speeds (``expectations_table``: per model size and GPU);

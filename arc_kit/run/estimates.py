@@ -19,11 +19,11 @@ from pathlib import Path
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import TaskSet
-from arc_kit.method.records import read_records
 from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder
 from arc_kit.run.expectations_table import expectations_table, paper_check
 from arc_kit.run.planner import Speeds, estimate_run, measure, speeds_from_records
+from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_info, read_run_settings
 from arc_kit.settings import SolveSettings, solve_preset
 

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arc_kit.devices import UnsupportedSetupError
+from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
 from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
 from arc_kit.model.folders import (

@@ -12,7 +12,7 @@ fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everyth
 estimated to fit before the deadline (shared by ``workers`` processes); past the last rung a task
 gets fallback answers only, so a complete, valid submission exists at the deadline. It also sets
 each task's wall-clock caps (``budget``): a deadline for the task and a cap for each search, a few
-times their estimates (``BudgetSettings``), never past the run's deadline. Tasks run cheapest first
+times their estimates (``settings.BudgetSettings``), never past the run's deadline. Tasks run cheapest first
 in one process, so that a short budget solves as many as it can; a queue shared by several workers
 runs the longest first, so that the workers end together. This module knows the solver's settings
 and records, not models or processes.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET, Settings, SolveSettings, ladder, setting
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, BudgetSettings, SolveSettings, ladder
 from arc_kit.text import TaskEncoder
 
 FALLBACK = FALLBACK_RUNG  # the rung beyond the ladder: no model work, fallback answers
@@ -148,20 +148,6 @@ def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
                                                      + explored * size.answer_tokens)
     scoring = settings.scoring_augmentations * size.prompt_tokens if settings.aggregation != "generation" else 0
     return {"training": training, "generation": generation, "scoring": scoring}
-
-
-@dataclass(frozen=True)
-class BudgetSettings(Settings):
-    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
-
-    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
-                                      "short (it keeps what it found)", at_least=0, at_most=1000)
-    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
-                                  at_least=0, at_most=31_536_000)
-    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
-                                        "generation seconds", at_least=0, at_most=1000)
-    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0,
-                                    at_most=31_536_000)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,16 +35,7 @@ from typing import Any
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
 from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
-from arc_kit.locking import HOLDER_FILE, LOCK_FILE, hold_folder
-from arc_kit.method.records import (
-    FALLBACK_RUNG,
-    TaskRecord,
-    answers_from_records,
-    append_record,
-    fallback_record,
-    read_records,
-    record_table,
-)
+from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
@@ -58,7 +49,9 @@ from arc_kit.outputs import (
     replacing,
 )
 from arc_kit.run.expectations import speeds_for_model
+from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
+from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
@@ -313,6 +306,24 @@ def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts:
     outputs = answers[record.task_id].test_outputs
     record.correct = [any_attempt_right([entry["attempt_1"], entry["attempt_2"]], output)
                       for entry, output in zip(entries, outputs)]
+
+
+def record_table(records: Iterable[TaskRecord]):
+    """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows = [{"task_id": record.task_id,
+             "candidates": sum(len(test.candidates) for test in record.tests),
+             "forward_calls": sum(test.search.forward_calls for test in record.tests),
+             "ttt_seconds": record.timings.get("ttt"),
+             "generation_seconds": record.timings.get("generation"),
+             "scoring_seconds": record.timings.get("scoring"),
+             "total_seconds": record.timings.get("total"),
+             "rung": record.rung,
+             "error": record.error or record.skipped} for record in records]
+    columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
+               "total_seconds", "rung", "error"]
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
 def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,

@@ -24,11 +24,11 @@ from arc_kit.data.datasets import load_challenges
 from arc_kit.data.grids import MAX_SIDE
 from arc_kit.data.jsonio import read_json
 from arc_kit.data.tasks import InvalidDataError
-from arc_kit.method.records import append_record
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import LoadSettings, load_model
 from arc_kit.run.calibration import measure_calibration
 from arc_kit.run.planner import TaskBudget
+from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import RECORDS_FILE, solve_one
 from arc_kit.settings import SolveSettings, ladder
 

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.data.jsonio import write_json_atomically
-from arc_kit.method.records import TaskRecord, read_records
+from arc_kit.method.records import TaskRecord
 from arc_kit.names import shown
 from arc_kit.run.calibration import CALIBRATION_FILE
+from arc_kit.run.record_json import from_json, read_records
 from arc_kit.run.runs import RECORDS_FILE
 from arc_kit.run.worker_process import ASSIGNMENT_FILE, HEARTBEAT_FILE, READY_FILE
 from arc_kit.settings import Settings, setting
@@ -104,7 +105,7 @@ class RecordFollower:
         records = []
         for line in data[:end].splitlines():
             try:
-                records.append(TaskRecord.from_json(json.loads(line)))
+                records.append(from_json(TaskRecord, json.loads(line)))
             except (ValueError, TypeError):
                 logger.warning("%s: skipped a line that is no record", self.path)
         return records

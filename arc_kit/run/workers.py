@@ -42,8 +42,7 @@ from pathlib import Path
 from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
-from arc_kit.locking import holding_folder
-from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record, write_records
+from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.loading import (
@@ -58,8 +57,10 @@ from arc_kit.model.loading import (
 from arc_kit.provenance import run_info
 from arc_kit.run.calibration import calibrate, calibration_settings, calibration_task
 from arc_kit.run.expectations import first_speeds, visible_gpu_name
+from arc_kit.run.locking import holding_folder
 from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, measure
 from arc_kit.run.pool_report import PoolReport
+from arc_kit.run.record_json import write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_KIND,

@@ -1,8 +1,9 @@
-"""The settings of solving: the sampler, the whole method, and the competition job's clock.
+"""The settings of solving: the sampler, the whole method, the run's time caps, the competition job, the Sudoku test.
 
 Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
 choices that other modules implement (aggregations, samplers, probabilities, decodings, engines)
-are here, beside the fields that take them.
+are here, beside the fields that take them. Test-time training is ``training.LoraTrainingSettings``,
+the same dataclass the initial fine-tune holds.
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
-from arc_kit.settings.training import TestTimeSettings
+from arc_kit.settings.training import TEST_TIME_FLAGS, TEST_TIME_TRAINING, LoraTrainingSettings
 
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
 SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
@@ -42,13 +43,6 @@ class SamplerSettings(Settings):
                                 "CPU, 7 took nearly as few steps as 15, 139 against 135, with a larger gain in time, "
                                 "docs/results.md)", at_least=0, at_most=64)
 
-    def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
-        if self.kind not in SAMPLER_KINDS:
-            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLER_KINDS}")
-        if self.drafts not in DRAFT_SOURCES:
-            raise ValueError(f"unknown drafts {self.drafts!r}; expected one of {DRAFT_SOURCES}")
-
     @property
     def name(self) -> str:
         if self.kind == "dfs":
@@ -74,7 +68,8 @@ class SolveSettings(Settings):
     attempts: int = setting(2, "answers chosen per test input: 2 (the competition's), or 1 (top-1, as in the "
                             "paper's Sudoku experiment)", choices=(1, 2))
     test_time_training: bool = setting(True, "train a fresh LoRA on each task's own examples first", flag="--ttt")
-    ttt: TestTimeSettings = setting(default_factory=TestTimeSettings, help="test-time training")
+    ttt: LoraTrainingSettings = setting(TEST_TIME_TRAINING, "test-time training (its sequences' token budget is "
+                                        "max_len, never a second one)", flags=TEST_TIME_FLAGS)
     max_len: int | None = setting(DEFAULT_TOKEN_BUDGET, "token budget of a prompt plus its longest answer, and of "
                                   "test-time training sequences, for every model (authors: max_tokens=8192 in every "
                                   "NeMo-8B run; their Llama-3B evaluation 16384); cut to what the model takes (its "
@@ -99,26 +94,29 @@ class SolveSettings(Settings):
                                   "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
-        if self.engine not in ENGINE_KINDS:
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
-        if self.engine_compile not in ENGINE_COMPILE_MODES:
-            raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
-                             f"{ENGINE_COMPILE_MODES}")
-        if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
-            raise ValueError(f"unknown aggregation {self.aggregation!r}")
-        if self.probabilities not in PROBABILITY_MODES:
-            raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
-        if self.attempts not in (1, 2):
-            raise ValueError(f"attempts must be 1 or 2, got {self.attempts}")
-        if self.decoding not in DECODING_MODES:
-            raise ValueError(f"unknown decoding {self.decoding!r}; expected one of {DECODING_MODES}")
+        super().__post_init__()  # the declared ranges and choices, nested settings' as they were made
+        if self.ttt.steps is None:
+            raise ValueError("ttt steps must be set: test-time training plans no epoch of its own")
 
     @property
     def description(self) -> str:
         """One line for logs: sampler, augmentations, TTT, aggregation."""
         return (f"{self.sampler.name}, {self.inference_augmentations}+{self.scoring_augmentations} augmentations, "
                 f"{f'TTT {self.ttt.steps} steps' if self.test_time_training else 'no TTT'}, {self.aggregation}")
+
+
+@dataclass(frozen=True)
+class BudgetSettings(Settings):
+    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
+
+    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
+                                      "short (it keeps what it found)", at_least=0, at_most=1000)
+    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
+                                  at_least=0, at_most=31_536_000)
+    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
+                                        "generation seconds", at_least=0, at_most=1000)
+    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0,
+                                    at_most=31_536_000)
 
 
 @dataclass(frozen=True)
@@ -137,3 +135,31 @@ class CompetitionSettings(Settings):
                                "every task", choices=("auto", "smoke", "full"))
     workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
                                       "measured peak memory allows, at most 8)", at_least=0, at_most=8)
+
+
+# The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
+# longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token
+# Sudoku sequences records as its own budget. A right answer is ~92 tokens.
+SUDOKU_TOKEN_BUDGET = 2048
+
+# The paper's Sudoku setting (section 5.5): DFS at T = 1%, the product of experts over 8 views, no test-time
+# training (the rules never change, so a task's examples teach nothing); views one by one. Everything else (the
+# aggregation, how an answer's NLL is read) is the solver's default, so the Sudoku run follows the kit's recipe.
+SUDOKU_SOLVING = SolveSettings(sampler=SamplerSettings(threshold=0.01), inference_augmentations=8,
+                               scoring_augmentations=8, test_time_training=False, batched=False,
+                               max_len=SUDOKU_TOKEN_BUDGET)
+
+# The options the Sudoku evaluation gives (``sudoku.experiment.solve_puzzle`` uses these and nothing else there).
+SUDOKU_FLAGS = {"sampler.threshold": "--threshold", "inference_augmentations": "--augmentations",
+                "scoring_augmentations": "--scoring-augmentations", "sampler.max_forward_calls": "--max-forward-calls",
+                "batched": "--batched", "seed": "--seed"}
+
+
+@dataclass(frozen=True)
+class SudokuEvalSettings(Settings):
+    """The paper's Sudoku evaluation: the solver's settings (``SUDOKU_SOLVING``), top-1, and a greedy diagnostic."""
+
+    solve: SolveSettings = setting(SUDOKU_SOLVING, "the solver: DFS under the inference views, the identity first; "
+                                   "the product of experts over fresh scoring views", flags=SUDOKU_FLAGS)
+    greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
+                                 "count the empty cells it gets right: a diagnostic, not the paper's recipe")

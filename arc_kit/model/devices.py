@@ -3,8 +3,10 @@
 Every question about the hardware goes through here, so that a request the machine cannot serve
 (quantizing to 4 bits as a model loads without a GPU, unsloth without a GPU; weights already stored
 in 4 bits do run on a CPU, through bitsandbytes' CPU kernels) fails early with a clear ``UnsupportedSetupError``
-instead of a traceback from deep inside a library. Importing this module (``import arc_kit`` does)
-sets the Hugging Face variables that keep every library off the network.
+instead of a traceback from deep inside a library. ``stay_offline`` sets the Hugging Face variables
+that keep every library off the network: the command line calls it first, and so does every function
+that reads a model's files (``folders.load_tokenizer`` and ``folders.read_weights``, which ``loading`` reads
+through, ``shrinking.shrink_model_folder``, ``bases.read_gguf``); importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -25,15 +27,13 @@ OFFLINE_VARIABLES = {
 
 
 def stay_offline() -> None:
-    """Make sure nothing tries to reach a model hub (a user's explicit setting wins)."""
+    """Make sure nothing tries to reach a model hub (a user's explicit setting wins); called before transformers
+    or huggingface_hub is first imported, since they read the variables then."""
     for name, value in OFFLINE_VARIABLES.items():
         os.environ.setdefault(name, value)
-
-
-stay_offline()
-# bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
-# its plain CPU kernels serve the kit's 4-bit folders on a CPU (tests, dry runs), so the warning only misleads.
-logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
+    # its plain CPU kernels serve the kit's 4-bit folders on a CPU (tests, dry runs), so the warning only misleads.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 class UnsupportedSetupError(RuntimeError):
@@ -77,9 +77,7 @@ def resolve_dtype(dtype: str, device: str):
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; expected auto, bfloat16, float16 or float32")
-    return names[dtype]
+    return names[dtype]  # one of LoadSettings.dtype's choices
 
 
 @lru_cache(maxsize=1)
@@ -122,9 +120,8 @@ def unsloth_available() -> bool:
 
 
 def resolve_backend(backend: str) -> str:
-    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error."""
-    if backend not in ("auto", "unsloth", "transformers"):
-        raise ValueError(f"unknown backend {backend!r}; expected auto, unsloth or transformers")
+    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error
+    (``backend``: one of LoadSettings.backend's choices)."""
     if backend == "unsloth":
         if not cuda_available():
             raise UnsupportedSetupError("unsloth needs a CUDA GPU and this machine has none; use "
