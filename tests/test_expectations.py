@@ -147,9 +147,11 @@ def test_estimate_says_what_is_guessed_and_warns_when_a_run_recorded_no_speeds(t
     assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),
                  "--model", str(model_folder), "--gpu", "H100"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == f"warning: {tmp_path / 'run'} recorded no speeds (no task finished with the model): every " \
+    assert printed[:2] == [f"run {tmp_path / 'run'}: the tasks: {kaggle_files.challenges} (its run.json)",
+                           f"run {tmp_path / 'run'}: the model: {model_folder}"]
+    assert printed[2] == f"warning: {tmp_path / 'run'} recorded no speeds (no task finished with the model): every " \
                          "speed below is guessed"
-    assert printed[2].startswith("  guessed: training, generation, scoring, for ") and "on H100" in printed[2]
+    assert printed[4].startswith("  guessed: training, generation, scoring, for ") and "on H100" in printed[4]
     assert main(["estimate", "--dataset", str(kaggle_files.challenges), "--model", str(model_folder)]) == 0
     printed = capsys.readouterr().out
     assert "warning" not in printed and "on a CPU" in printed and "with the paper settings" in printed

@@ -228,7 +228,7 @@ def commands(good: dict, model: str, out: str, hostile: Input) -> list[list[str]
                  ["create-model", "--preset", value, "--out", out, "--seed", value],
                  ["sudoku", "generate", "--count", value if kind == "word" else "1", "--clues", value, "--out",
                   f"{out}/p.csv"],
-                 ["estimate", "--records", out, "--speedup", value, "--workers", value, "--model", model],
+                 ["estimate", "--records", out, "--speedup", value, "--workers-per-gpu", value, "--model", model],
                  ["kaggle", "run", "--input", out, "--working", out, "--hours", value, "--model", value],
                  ["score", "--submission", good["submission"], "--solutions", value]]
     return [[str(arg) for arg in argv] for argv in runs]

@@ -144,13 +144,12 @@ print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids
 def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
     out = tmp_path / "arc-kit"
     extra = make_wheel(tmp_path / "extra")
-    gguf = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # what the image lacks, at hand: nothing downloaded
     build_folder = snapshot(ROOT / "build")
     assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--slug", "arc-kit-test", "--title",
                  "arc-kit test", "--extra-wheels", str(extra.parent)]) == 0
     printed = capsys.readouterr().out
-    assert f"  {gguf.name}: not on the image (needed by arc_kit)\n" in printed  # each wheel and why
-    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed
+    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed  # each wheel and why
+    assert "gguf" not in printed  # a model folder, no named base: nothing reads a GGUF file
     notebook = tmp_path / "arc-kit-notebook"
     kernel = read_json(notebook / "kernel-metadata.json")
     assert kernel["id"] == "someone/arc-kit-submission" and kernel["dataset_sources"] == ["someone/arc-kit-test"]
@@ -166,7 +165,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     for name in expected_model:
         assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
     wheels = sorted(path.name for path in (out / "wheels").iterdir())
-    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, extra.name]
+    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
     metadata = read_json(out / "dataset-metadata.json")
     assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
     assert metadata["licenses"] == [{"name": "other"}] and "MIT" in metadata["description"]
@@ -483,8 +482,12 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every
     asked = []
     monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
-    out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
+    build = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone")
+    out = build.folder
     assert asked == ["smollm2-135m"]
+    assert build.left_behind == ["checkpoint-1/", "notes.txt", "training_args.bin"]  # each named in the output
+    assert [wheel.reason for wheel in build.wheels if wheel.path.name == extra.name] == \
+        ["not on the image (needed by arc_kit)"]  # gguf: a named base is read from its GGUF file
     assert {path.name for path in (out / "model").iterdir()} == shipped | set(tokenizer_files)  # notes, pickle, folder: no
     wheels = {path.name for path in (out / "wheels").iterdir()}
     assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)
@@ -509,8 +512,30 @@ KAGGLE_DATASET_LICENCES = {
 def test_the_dataset_licence_is_one_kaggle_accepts_and_its_description_names_each_parts():
     assert "MIT" not in KAGGLE_DATASET_LICENCES  # why the kit's own licence cannot be the dataset's
     assert dataset_build.LICENCE in KAGGLE_DATASET_LICENCES and dataset_build.LICENCE == "other"  # "specified in description"
-    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own", "Apache-2.0"):
-        assert part in dataset_build.DATASET_LICENCES
+    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own"):
+        assert part in dataset_build.WHEEL_LICENCES
+
+
+def test_the_description_names_the_licence_of_the_model_actually_shipped_or_none(tmp_path, model_folder):
+    from arc_kit.kaggle.model_input import ModelHandle
+    from arc_kit.model.bases import BASES
+
+    licence = dataset_build.model_licence
+    shipped = licence(ROOT / "kaggle_dataset" / "model")  # a named base plus a delta: the base's licence
+    assert "SmolLM2-135M-Instruct" in shipped and shipped.endswith(f": {BASES['smollm2-135m'].licence}.")
+    handle = ModelHandle.parse("someone/arc-model/transformers/v/1")
+    assert licence(None, handle) == ("the dataset ships no model: the notebook reads the Kaggle Model "
+                                     "someone/arc-model/transformers/v/1, under the licence its page names.")
+    bare = Path(shutil.copytree(model_folder, tmp_path / "bare"))  # a model the kit made, no licence recorded
+    assert "records no licence" in licence(bare) and "Apache" not in licence(bare)
+    (bare / "LICENSE.txt").write_text("Llama 3.2 Community License")
+    assert licence(bare) == "the model keeps the licence of its own files, shipped beside it: LICENSE.txt."
+    (bare / "README.md").write_text("---\nlibrary_name: transformers\nlicense: llama3.2\n---\n# my model\n")
+    assert licence(bare) == "the model's licence, as its model card (model/README.md) names it: llama3.2."
+    built = Path(shutil.copytree(model_folder, tmp_path / "built"))  # a base the kit built records its provenance
+    (built / "arc_kit.json").write_text(json.dumps({"base": {"name": "other-base", "licence": "MIT",
+                                                             "description": "Someone's Other-1B (Llama)"}}))
+    assert licence(built) == "the model's weights derive from Someone's Other-1B and keep its licence: MIT."
 
 
 def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_competition_on_4x_l4():

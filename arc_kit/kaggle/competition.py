@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
@@ -30,10 +30,20 @@ from arc_kit.method.records import answers_from_records
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_folder
 from arc_kit.run import workers as worker_pool  # called through the module, so that a replaced solve_in_workers is used
+from arc_kit.run.expectations import shape_of_folder
 from arc_kit.run.locking import hold_folder
 from arc_kit.run.outcome import answered_by_model, outcome_parts
 from arc_kit.run.record_json import read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records
+from arc_kit.run.runs import (
+    RECORDS_FILE,
+    RUN_FILE,
+    RUN_KIND,
+    RunFolderError,
+    check_run,
+    clear_run,
+    dataset_info,
+    has_records,
+)
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
@@ -116,7 +126,8 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         records, error = _solve_keeping_records(run_folder, earlier, lambda: worker_pool.solve_in_workers(
             chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
             deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
-            submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)
+            submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt,
+            info=_run_info(files, tasks, model)).records)
         error = _write_final_submission(submission_path, tasks, records, attempts, error)
     score = _score(submission_path, solutions, attempts)
     answered = sum(1 for record in records.values() if answered_by_model(record))
@@ -131,6 +142,17 @@ def _test_tasks(input_root: str | os.PathLike, competition: str):
         raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
     tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
     return files, tasks
+
+
+def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:
+    """What ``run.json`` records of the job beside the pool's own: the test file it solved, and the model's shape,
+    so that ``arc-kit estimate`` reads the run where neither the test file nor the model is (its downloaded working
+    folder)."""
+    try:
+        shape = shape_of_folder(model)
+    except (OSError, ValueError, KeyError, TypeError):  # a record, never a reason to stop
+        shape = None
+    return {**dataset_info(files.test_challenges, tasks), **({"model_shape": asdict(shape)} if shape else {})}
 
 
 def _choose_job(job: str, force_full: bool, files, tasks: TaskSet, smoke_tasks: int,

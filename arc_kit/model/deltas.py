@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from arc_kit.model.folders import DELTA_INDEX, ModelFolderError, read_json
+from arc_kit.model.optimization import quiet_peft
 from arc_kit.outputs import remove_entry, replace_file, staged_into
 
 DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
@@ -107,8 +108,6 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
 
 def apply_delta(model, path: str | os.PathLike, merge: bool = True):
     """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
-    import warnings
-
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -124,8 +123,7 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
             state.update(load_file(str(path / name)))
         except Exception as error:  # safetensors raises its own error types for damaged files
             raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with quiet_peft(model):
         wrapped = get_peft_model(model, config)
     dtype = next(model.parameters()).dtype
     try:

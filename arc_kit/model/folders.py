@@ -38,6 +38,8 @@ CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.jso
 # what a model is read with whole (configs, tokenizer files): each at most JSON_BYTES
 TEXT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
               "chat_template.jinja", "chat_template.json", "adapter_config.json", DELTA_INDEX, "arc_kit.json")
+# the files one of which holds a tokenizer's vocabulary (the rest only configure it)
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
 
 
 class ModelFolderError(ValueError):
@@ -104,10 +106,14 @@ def refuse_custom_code(folder: Path) -> None:
 
 
 def load_tokenizer(folder: Path):
-    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file, or
+    saying that there is none."""
     devices.stay_offline()  # before transformers is imported: it reads the variables then
     from transformers import AutoTokenizer
 
+    if not any(any(folder.glob(pattern)) for pattern in VOCABULARY_FILES):
+        raise ModelFolderError(f"no tokenizer files: {folder} holds none of {', '.join(VOCABULARY_FILES)}; copy "
+                               "the tokenizer files of the model it was made from into it")
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as error:  # noqa: BLE001 - a damaged file raises anything from KeyError to a bare Exception

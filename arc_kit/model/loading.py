@@ -31,6 +31,7 @@ from arc_kit.model import devices
 from arc_kit.model.bases import build_base, built_folder
 from arc_kit.model.checks import check_before_load
 from arc_kit.model.deltas import apply_delta, save_delta
+from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.folders import (
     DELTA_INDEX,
     MODEL_KIND,
@@ -282,6 +283,8 @@ def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settin
                                             "folder first (arc-kit base merge)")
     if quantized_on_disk:
         devices.require_4bit(on_cpu=not device.startswith("cuda"))
+        if not device.startswith("cuda"):
+            logger.warning("%s: %s", path, devices.FOUR_BIT_ON_CPU)
     elif settings.quantization == "4bit":
         devices.require_4bit()
 
@@ -341,12 +344,9 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
 def _with_adapter(model, path: Path, merge: bool = True):
     """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
     which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
-    import warnings
-
     from peft import PeftModel
 
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with quiet_peft(model):
         adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
     return adapted.merge_and_unload() if merge else adapted
 

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arc_kit.model.devices import UnsupportedSetupError
+from arc_kit.model.devices import FOUR_BIT_ON_CPU, UnsupportedSetupError, cuda_available
 from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
 from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
 from arc_kit.model.folders import (
@@ -37,6 +37,7 @@ from arc_kit.model.folders import (
     refuse_custom_code,
 )
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
+from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.shrinking import format_problem, kept_at_load
 from arc_kit.settings import SolveSettings
 
@@ -81,6 +82,8 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None, set
         _tokenizer(check, tokenizer_folder)
         fast = _engine(check, folder, config)
         _memory(check, settings, gpu, fast, strict_memory)
+        if check.four_bit and not cuda_available():
+            check.lines.append(f"warning: {FOUR_BIT_ON_CPU}")
     except FAILURES as failure:
         check.problem = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
     return check
@@ -140,9 +143,17 @@ def _delta(check: ModelCheck, folder: Path) -> dict:
     return config
 
 
-def _describe(check: ModelCheck) -> None:
+def _describe(check: ModelCheck, config_vocabulary: int | None = None) -> None:
+    """The architecture's line, with the model's one parameter count (at the vocabulary it runs with: the
+    config's ``config_vocabulary`` shrunk as it loads, where it is); written again in place when that changes."""
     count = parameters(check.architecture)
-    check.lines.append(f"architecture: {check.architecture.describe()}; {count_text(count.total)} parameters")
+    shrunk = f" (of {config_vocabulary:,} in its config, shrunk as it loads)" if config_vocabulary else ""
+    line = f"architecture: {check.architecture.describe()}{shrunk}; {count_text(count.total)} parameters"
+    earlier = [index for index, text in enumerate(check.lines) if text.startswith("architecture: ")]
+    if earlier:
+        check.lines[earlier[0]] = line
+    else:
+        check.lines.append(line)
 
 
 def _tokenizer(check: ModelCheck, folder: Path) -> None:
@@ -162,7 +173,9 @@ def _tokenizer(check: ModelCheck, folder: Path) -> None:
                            f"authors' {len(keep)} (nothing written; `arc-kit shrink {folder} OUT` does it once)")
         size = len(keep)
     if check.architecture is not None and size < check.architecture.vocab:
+        config_vocabulary = check.architecture.vocab
         check.architecture = dataclasses.replace(check.architecture, vocab=size)
+        _describe(check, config_vocabulary)
 
 
 def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
@@ -197,7 +210,7 @@ def _meta_model(folder: Path, config: dict):
 
         adapter = read_json(folder / "adapter_config.json")
         known = {f.name for f in dataclasses.fields(LoraConfig)} - {"base_model_name_or_path", "revision"}
-        with torch.device("meta"):
+        with torch.device("meta"), quiet_peft(model):
             model = get_peft_model(model, LoraConfig(**{k: v for k, v in adapter.items() if k in known}))
     return model
 
@@ -207,11 +220,11 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bo
     if check.architecture is None:
         return
     card = gpu if isinstance(gpu, int) else GPUS[gpu]
-    gpu = "GPU here" if isinstance(gpu, int) else gpu
+    gpu = "the GPU here" if isinstance(gpu, int) else ("an " if gpu[0] in "AEFHILMNORSX" else "a ") + gpu
     needed = needs(check.architecture, settings, four_bit=check.four_bit, fast_engine=fast)
     check.lines.extend(memory_table(needed))
     if needed.to_run > card:
-        short = f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and an {gpu} has " \
+        short = f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and {gpu} has " \
                 f"{card / GIB:.1f}"
         advice = _what_fits(check, settings, card)
         if strict or advice is None:
@@ -219,12 +232,12 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bo
         check.lines.append(f"warning: at these settings {short}: in the notebook, {advice}")
     if needed.total > card:
         check.lines.append(f"warning: with the KV cache at the full budget it needs {needed.total / GIB:.1f} GiB, "
-                           f"more than an {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
+                           f"more than {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
                            "(fewer --augmentations, a shorter --max-len)")
     fits = "of" if needed.to_run <= card else "at these settings, more than"
     check.summary = (f"({check.architecture.model_type}, {count_text(parameters(check.architecture).total)} "
                      f"parameters{', 4-bit' if check.four_bit else ''}; {needed.to_run / GIB:.1f} GiB to load and "
-                     f"train, {fits} an {gpu}'s {card / GIB:.1f})")
+                     f"train, {fits} {gpu}'s {card / GIB:.1f})")
 
 
 def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str | None:
