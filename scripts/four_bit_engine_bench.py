@@ -34,7 +34,7 @@ def quantized_copy(model, quant_type: str, double: bool, compute_dtype=None):
         model.save_pretrained(folder)
         device = next(model.parameters()).device
         return AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, dtype=compute_dtype,
-                                                    device_map=str(device)).eval()
+                                                    device_map=str(device), trust_remote_code=False).eval()
 
 
 def fusion_lines(turns: int = 20) -> list[str]:

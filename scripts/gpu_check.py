@@ -89,13 +89,15 @@ class Report:
         self.path, self.log_path, self.data = out / "gpu_check.json", out / "gpu_check.log", {}
 
     def save(self) -> None:
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
-        os.replace(partial, self.path)
+        from arc_kit.outputs import replace_file
+
+        replace_file(self.path, json.dumps(self.data, indent=1, default=str) + "\n")  # never through a link
 
     def log(self, line: str) -> None:
+        from arc_kit.outputs import appending
+
         print(line, flush=True)
-        with open(self.log_path, "a") as log:
+        with appending(self.log_path) as log:
             log.write(line + "\n")
 
 
@@ -258,8 +260,10 @@ class _Tee(io.TextIOBase):
         self.stream, self.log_path = stream, log_path
 
     def write(self, text: str) -> int:
+        from arc_kit.outputs import appending
+
         self.stream.write(text)
-        with open(self.log_path, "a") as log:
+        with appending(self.log_path) as log:
             log.write(text)
         return len(text)
 
@@ -310,6 +314,7 @@ def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
     """The shortest tasks at the paper's preset, one after another, until the stage's time box runs out (no
     deadline for the kit's planner: it would step the settings down); then the finished tasks' records."""
     from arc_kit.cli import main as arc_kit
+    from arc_kit.outputs import copy_file
 
     if check.model_path is None:
         raise RuntimeError("no trained model here: its scores would say nothing")
@@ -331,7 +336,7 @@ def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
     facts.update(per_task=rows, tasks_run=len(rows), solved=solved, score=solved / args.tasks,
                  seconds_total=sum(row["seconds"] or 0 for row in rows))
     if rows:
-        (Path(args.out) / "records.jsonl").write_bytes((run / "records.jsonl").read_bytes())
+        copy_file(run / "records.jsonl", Path(args.out) / "records.jsonl")
     check.report.save()
     facts["kaggle_estimate"] = kaggle_estimate(check, run) if rows else "no task finished: nothing to estimate from"
     estimate = facts["kaggle_estimate"]
@@ -372,6 +377,8 @@ def stage_fourbit(check: Check, facts: dict) -> None:
 
 
 def run_stage(check: Check, name: str, seconds: float) -> None:
+    from arc_kit.outputs import appending
+
     facts = check.report.data.setdefault(name, {})
     facts["budget_seconds"] = seconds
     started = time.monotonic()
@@ -387,7 +394,7 @@ def run_stage(check: Check, name: str, seconds: float) -> None:
         facts["status"] = f"out of time after {seconds:.0f} s (what it measured before is kept)"
     except Exception as error:  # noqa: BLE001 - one stage's failure is a finding; the next stage starts
         facts["status"] = f"failed: {type(error).__name__}: {error}"
-        with open(check.report.log_path, "a") as log:
+        with appending(check.report.log_path) as log:
             traceback.print_exc(file=log)
     facts["seconds"] = time.monotonic() - started
     check.report.log(f"== {name}: {facts['status']} ({facts['seconds']:.0f} s)")

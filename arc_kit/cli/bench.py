@@ -7,6 +7,9 @@ It parses and prints the lines ``experiments.bench`` yields; it knows nothing of
 from __future__ import annotations
 
 from arc_kit.cli.options import (
+    MAX_COUNT,
+    MAX_TOKENS,
+    device_argument,
     load_given_tasks,
     model_path,
     number_argument,
@@ -25,9 +28,9 @@ def setup_bench(parser):
                         help="a Llama-3.2-3B-shaped random model (bf16, GPU) instead of --model, for per-token costs")
     tasks_argument(parser)
     number_argument(parser, "--tasks", int, "the first N tasks by id (default: 5); --which drafts: the N shortest by "
-                    "prompt tokens (default: 30)", at_least=1, default=None)
+                    "prompt tokens (default: 30)", at_least=1, at_most=MAX_COUNT, default=None)
     number_argument(parser, "--max-prompt", int, "skip tasks whose prompt is longer than this many tokens (default: "
-                    "%(default)s)", at_least=1, default=4096)
+                    "%(default)s)", at_least=1, at_most=MAX_TOKENS, default=4096)
     from arc_kit.experiments.bench import BENCHMARKS, DEFAULT_BENCHMARKS
 
     parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
@@ -36,7 +39,7 @@ def setup_bench(parser):
                         default=SamplerSettings().threshold,
                         help="DFS: minimum probability of a returned answer (default: %(default)s) "
                              f"[{option_bounds(SamplerSettings, 'threshold').text}]")
-    parser.add_argument("--device", default="auto")
+    device_argument(parser)
     number_argument(parser, "--augmentations", int, "--which drafts: inference augmentations per test input (default: "
                     "%(default)s)", at_least=1, at_most=1024, default=SolveSettings().inference_augmentations)
     number_argument(parser, "--draft-tokens", int, "--which drafts: the most draft tokens fed with a branch's token in "

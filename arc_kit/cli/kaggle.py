@@ -149,15 +149,27 @@ def _kaggle_check(args) -> int:
 
 
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import build_dataset, check_build_folders, versioned_handle
+    from arc_kit.kaggle.dataset_build import (
+        build_dataset,
+        check_build_folders,
+        check_kaggle_names,
+        extra_wheel_files,
+        versioned_handle,
+    )
     from arc_kit.run.model_check import check_model
 
-    if args.model_source:
-        versioned_handle(args.model_source)  # a bad handle, or one without its version: one line, before the check
+    if args.model_source is not None:
+        versioned_handle(args.model_source)  # a bad handle (an empty one too), or one without its version: one line
+    check_kaggle_names(slug=args.slug)  # Kaggle's rules, before anything is read or written
+    check_kaggle_names(title=args.title)
+    if args.owner is not None:
+        check_kaggle_names(owner=args.owner)
+    extra_wheel_files(args.extra_wheels)  # a file that is no wheel: one line
     check = None
-    check_build_folders(args.out, model_path(args) if args.model or not args.model_source else None,
+    shipped = args.model or args.model_source is None
+    check_build_folders(args.out, model_path(args) if shipped else None,
                         overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
-    if args.model or not args.model_source:  # before any work: a no-go stops here, nothing written
+    if shipped:  # before any work: a no-go stops here, nothing written
         check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
         print(check.report())
         if not check.go:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arc_kit.cli.options import (
+    MAX_COUNT,
     MAX_HOURS,
     MAX_WORKERS,
     load_given_tasks,
@@ -37,10 +38,12 @@ def _run_solve(args) -> int:
     loaded = load_given_tasks(args)
     tasks, model = select_tasks(args, loaded), model_path(args)
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
-    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
+    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} "
+          f"({settings.description})")
+    deadline = deadline_from(args.hours, args.safety_minutes)
+    _adopted(args, args.command)
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                    restart=args.restart, adopt=args.adopt,
-                    deadline=deadline_from(args.hours, args.safety_minutes), load_options=load_options(args),
+                    restart=args.restart, adopt=args.adopt, deadline=deadline, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
@@ -77,12 +80,23 @@ def setup_worker(parser):
     return run
 
 
+def _adopted(args, command: str) -> None:
+    """With ``--adopt``, a run folder an earlier kit made without a marker becomes this command's
+    (``outputs.adopt_folder``), before the run claims it."""
+    from arc_kit.outputs import adopt_folder
+    from arc_kit.run.runs import RUN_KIND
+
+    if args.adopt:
+        adopt_folder(args.out, RUN_KIND, command)
+
+
 def _table(which: str):
     def run(args):
         from arc_kit.experiments.tables import run_table
         from arc_kit.run.runs import dataset_info
 
         loaded = load_given_tasks(args)
+        _adopted(args, which)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
                           restart=args.restart, adopt=args.adopt, load_options=load_options(args),
                           info=dataset_info(args.dataset, loaded),
@@ -118,7 +132,8 @@ def setup_estimate(parser):
                                           "model from: a run folder (records.jsonl, run.json), or a folder holding "
                                           "one (a Kaggle run's working folder) (default: none, every speed guessed)")
     tasks_argument(parser)
-    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0, default=0)
+    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0,
+                    at_most=MAX_COUNT, default=0)
     parser.add_argument("--gpu", choices=[device.name for device in GPUS],
                         help="the kind of GPU estimated for: what the parts no run measured are priced on (default: "
                              "this machine's CPU, one process)")
@@ -129,7 +144,7 @@ def setup_estimate(parser):
                     "the run measured it; a guessed one is a process alone on a GPU, and workers sharing one overlap "
                     "only their overheads, as --table prices a cell", at_least=1, at_most=MAX_WORKERS, default=1)
     number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
-                    "(default: 1)", above=0, at_most=1e6, default=1.0)
+                    "(default: 1)", at_least=1e-3, at_most=1e6, default=1.0)
     parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
                                         "speeds (default: the run's, else the shipped model)")
     parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",

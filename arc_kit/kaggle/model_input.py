@@ -44,7 +44,8 @@ class ModelHandle:
     def parse(cls, text: str) -> ModelHandle:
         """The handle in ``text``; ValueError in one line that shows the expected form."""
         parts = str(text).strip().strip("/").split("/")
-        if len(parts) not in (4, 5) or not all(SLUG.match(part) for part in parts[:4]):
+        if len(parts) not in (4, 5) or not all(SLUG.fullmatch(part) and ".." not in part and len(part) <= 50
+                                               for part in parts[:4]):
             raise ValueError(f"{text!r} is no Kaggle Model handle: expected OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
                              "(as on the model's page, e.g. someone/arc-model/transformers/8b-4bit/1)")
         version = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 from functools import lru_cache
 
 OFFLINE_VARIABLES = {
@@ -45,8 +46,20 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]{1,3})?")  # the devices the kit places a model on
+
+
+def check_device_name(device: str) -> str:
+    """``device`` when it names a device the kit knows (auto, cpu, cuda, cuda:N); ValueError in one line else."""
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise ValueError(f"unknown device {str(device)[:40]!r}: expected auto, cpu, cuda or cuda:N")
+    return device
+
+
 def resolve_device(device: str = "auto") -> str:
-    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU is an error."""
+    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU, or a device the kit does
+    not know, is an error."""
+    check_device_name(device)
     if device == "auto":
         return "cuda" if cuda_available() else "cpu"
     if device.startswith("cuda") and not cuda_available():

@@ -42,6 +42,7 @@ from arc_kit.model.folders import (
     load_tokenizer,
     read_json,
     read_weights,
+    refuse_custom_code,
     save_model,
 )
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
@@ -246,6 +247,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
         backend = "transformers"
     elif adapter_config:
         base_path = _adapter_base(path, adapter_config, settings)
+        refuse_custom_code(base_path)  # the adapter's own folder was checked by checked_model_folder
     quantized_on_disk = "quantization_config" in read_json(base_path / "config.json")
     _check_quantization(path, delta, quantized_on_disk, settings, device)
     if not delta:  # a delta's base is the kit's own build
@@ -293,7 +295,7 @@ def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
 
     return FastLanguageModel.from_pretrained(
         str(plan.path), dtype=plan.dtype, load_in_4bit=settings.quantization == "4bit" or plan.quantized_on_disk,
-        max_seq_length=settings.max_seq_length, local_files_only=True)
+        max_seq_length=settings.max_seq_length, local_files_only=True, trust_remote_code=False)
 
 
 def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from typing import Any
 from arc_kit.model import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
 from arc_kit.model.deltas import make_adapter_config_portable, save_delta
-from arc_kit.model.folders import save_model
+from arc_kit.model.folders import ADAPTER_FILES, MODEL_FILES, save_model
 from arc_kit.model.loading import create_model, cut_to_limit, load_model
 from arc_kit.model.optimization import (
     add_lora,
@@ -45,7 +45,17 @@ from arc_kit.model.optimization import (
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
 from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
-from arc_kit.outputs import FolderKind, claim_folder, small_json
+from arc_kit.outputs import (
+    FolderKind,
+    adopt_folder,
+    claim_folder,
+    kit_subfolder,
+    remove_entry,
+    remove_owned,
+    replace_file,
+    small_json,
+    staged_into,
+)
 from arc_kit.provenance import run_info
 from arc_kit.settings import MODEL_PRESETS, LoadSettings, TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
@@ -54,14 +64,17 @@ logger = logging.getLogger(__name__)
 
 
 def _an_earlier_kits_training(folder: Path) -> bool:
-    """A training run that a kit made before output folders had markers: a checkpoint, or its record."""
-    if any((folder / "checkpoints").glob("step-*/progress.json")):
+    """A training run that a kit made before output folders had markers: a checkpoint, or its record (adopted only
+    with --adopt: ``outputs``)."""
+    if any(_checkpoint_number(path) is not None for path in (folder / "checkpoints").glob("step-*/progress.json")):
         return True
     record = small_json(folder / "arc_kit.json")
     return isinstance(record, dict) and isinstance(record.get("training"), dict)
 
 
-TRAINING_KIND = FolderKind("training", owned=("checkpoints", "training_log.csv", "loss_curve.png"), resumable=True,
+# a training run's folder: its checkpoints (each wholly accelerate's), its log and curve, and the model it saves
+TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "training_log.csv", "loss_curve.png",
+                                              *MODEL_FILES, *ADAPTER_FILES), resumable=True,
                            legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
 
 
@@ -94,20 +107,48 @@ def prepare_for_training(model, settings: TrainingSettings):
 # ---------------------------------------------------------------------------------------------
 # Checkpoints and the order of batches.
 
+def _checkpoint_number(path: Path) -> int | None:
+    """N of a checkpoint folder ``step-N`` (a real folder, not a link); None for any other entry."""
+    folder = path.parent if path.name == "progress.json" else path
+    match = re.fullmatch(r"step-([0-9]{1,12})", folder.name)
+    return int(match.group(1)) if match and folder.is_dir() and not folder.is_symlink() else None
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    """The checkpoint folders in ``folder``, oldest first."""
+    return sorted((path for path in folder.glob("step-*") if _checkpoint_number(path) is not None),
+                  key=_checkpoint_number)
+
+
 def _latest_checkpoint(folder: Path) -> Path | None:
-    steps = [path for path in folder.glob("step-*") if (path / "progress.json").exists()]
-    return max(steps, key=lambda path: int(path.name.split("-")[1]), default=None)
+    done = [path for path in _checkpoints(folder) if isinstance(small_json(path / "progress.json"), dict)]
+    return done[-1] if done else None
 
 
 def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
-    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept."""
+    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept.
+    Written aside and renamed into place (``outputs.staged_into``): a link in the folder is never followed."""
     folder = checkpoints / f"step-{at_step}"
-    accelerator.save_state(str(folder))
+    if accelerator.is_main_process and (folder.is_symlink() or folder.exists()):  # a stopped run's, at this step
+        _remove_checkpoint(checkpoints.parent, folder)
+    accelerator.wait_for_everyone()
+    with staged_into(folder) as staging:
+        accelerator.save_state(str(staging))
     if accelerator.is_main_process:
-        (folder / "progress.json").write_text(json.dumps({"step": at_step}))
-        for old in checkpoints.glob("step-*"):  # keep the two newest
-            if old != folder and int(old.name.split("-")[1]) < at_step - save_every:
-                shutil.rmtree(old, ignore_errors=True)
+        replace_file(folder / "progress.json", json.dumps({"step": at_step}))
+        for old in _checkpoints(checkpoints):  # keep the two newest
+            if old != folder and _checkpoint_number(old) < at_step - save_every:
+                _remove_checkpoint(checkpoints.parent, old)
+
+
+def _remove_checkpoint(out: Path, folder: Path) -> None:
+    """Delete checkpoint ``folder`` of training run ``out`` by its layout (a link: the link itself)."""
+    if folder.is_symlink():
+        remove_entry(folder)
+        return
+    kept = remove_owned(out, TRAINING_KIND, below=f"checkpoints/{folder.name}")
+    if kept:
+        logger.warning("kept in %s what arc-kit did not make there: %s", folder, ", ".join(kept[:3]))
 
 
 def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
@@ -121,13 +162,13 @@ def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
     latest = _latest_checkpoint(checkpoints) if resume else None
     if latest is not None:
         accelerator.load_state(str(latest))
-        first_step = json.loads((latest / "progress.json").read_text())["step"]
+        first_step = _checkpoint_number(latest)
         if accelerator.is_main_process:
             logger.warning("resuming from %s (step %d of %d)", latest, first_step, steps)
     if accelerator.is_main_process:
         if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
-            for old in checkpoints.glob("step-*"):
-                shutil.rmtree(old, ignore_errors=True)
+            for old in _checkpoints(checkpoints):
+                _remove_checkpoint(out, old)
         CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
     accelerator.wait_for_everyone()
     return first_step
@@ -224,7 +265,7 @@ def _start_accelerator(settings: TrainingSettings, device: str, checkpoints: Pat
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
                               gradient_accumulation_steps=settings.gradient_accumulation)
     if accelerator.is_main_process:
-        checkpoints.mkdir(parents=True, exist_ok=True)
+        kit_subfolder(checkpoints)  # a link there is refused: checkpoints go only into the run's own folder
     accelerator.wait_for_everyone()
     return accelerator
 
@@ -386,8 +427,9 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
                    dtype=torch.bfloat16 if mixed_precision == "bf16" else None)
     else:
         if not settings.full_finetune:
-            trained.save_pretrained(out / "adapter")
-            make_adapter_config_portable(out / "adapter")  # readable by the oldest peft the kit supports
+            with staged_into(out / "adapter") as staging:  # renamed into place: a link there is never followed
+                trained.save_pretrained(staging)
+                make_adapter_config_portable(staging)  # readable by the oldest peft the kit supports
             trained = trained.merge_and_unload()
         trained.config.use_cache = True
         save_model(trained, source.tokenizer, out, record)
@@ -397,19 +439,22 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
              repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
-             progress: bool = True, command: str = "pretrain") -> PretrainResult:
+             progress: bool = True, command: str = "pretrain", adopt: bool = False) -> PretrainResult:
     """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
 
     ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
     ``training_data.pretraining_data``. A rerun with the same ``out`` resumes from the latest
     checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
-    usable model. The sequences' token budget is cut to the model's positions (a warning says so).
+    usable model. The sequences' token budget is cut to the model's positions (a warning says so). ``adopt``
+    takes a training run that an earlier kit made without a marker as this one's (``outputs.adopt_folder``).
     """
     if settings.lora.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
+    device = devices.resolve_device(device)  # an unknown device: one line, before the folder is made
+    if adopt:
+        adopt_folder(out, TRAINING_KIND, command)
     out = claim_folder(out, TRAINING_KIND, command)  # ``command`` (pretrain, sudoku train) names it in its marker
     started = time.monotonic()
-    device = devices.resolve_device(device)
     accelerator = _start_accelerator(settings, device, out / "checkpoints")
     source = _load_source(model_source, settings)
     model, settings = _ready_to_train(source, settings)

@@ -37,6 +37,7 @@ from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_in
 from arc_kit.settings import SolveSettings, solve_preset
 
 PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
+MAX_ESTIMATE_SECONDS = 100 * 31_536_000.0  # a century: an estimate beyond it comes from damaged speeds
 POOL_TASKS_FILE = "tasks.json"  # the challenges a worker pool wrote into its run folder
 
 
@@ -146,6 +147,9 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
         speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE), run.tasks, counting, run.settings,
                                      speeds)
     seconds = estimate_run(tasks, encoder, target, speeds)
+    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in seconds.values()):
+        raise ValueError(f"the speeds give {seconds['total'] / 3600:.3g} hours, beyond any run: "
+                         f"{folder or 'the guesses'} cannot be right (a damaged record?)")
     seconds = {part: seconds[part] for part in ("training", "generation", "scoring")}
     wall = _wall_seconds(seconds, speeds, sizes, target, shape, device, gpus, workers_per_gpu)
     wall = {part: value / speedup for part, value in wall.items()}

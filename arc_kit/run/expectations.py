@@ -37,7 +37,6 @@ config).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -137,7 +136,7 @@ def shape_of_folder(path: str | os.PathLike, bits: int = 16) -> ModelShape | Non
     path = Path(path)
     config, name = read_json(path / "config.json"), path.name
     if not config and is_delta_folder(path):
-        name = json.loads((path / DELTA_INDEX).read_text())["base"]
+        name = str(read_json(path / DELTA_INDEX).get("base"))  # a FIFO or a damaged index: one line
         config = read_json(built_folder(name) / "config.json")
         if not config and name in NAMED_BASES:
             return NAMED_BASES[name].with_bits(bits)

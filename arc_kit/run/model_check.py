@@ -6,10 +6,11 @@ architecture and size; whether its tokenizer writes the kit's text format one to
 is shrunk to it as it loads, or cannot be); whether the decode engine runs it (the engine's own
 ``unsupported_reason``, asked of the model built on the meta device: nothing allocated) and if not,
 why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the
-default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go, or no-go and why: a folder that cannot load, a tokenizer
-that cannot write the format, or weights and training that do not fit the target GPU (the
-competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the
-submission notebook runs the check before any work.
+default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go,
+or no-go and why: a folder that asks to run code of its own (``auto_map``: never run, and never asked
+about), a folder that cannot load, a tokenizer that cannot write the format, or weights and training
+that do not fit the target GPU (the competition's L4 by default). ``kaggle build`` stops on a no-go
+before it writes anything, and the submission notebook runs the check before any work.
 
 Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
 sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
@@ -33,6 +34,7 @@ from arc_kit.model.folders import (
     is_delta_folder,
     load_tokenizer,
     read_json,
+    refuse_custom_code,
 )
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
@@ -98,6 +100,7 @@ def _weights(check: ModelCheck, folder: Path, quantization: str | None) -> tuple
         if not adapter.get("base_model_name_or_path") or not (base / "config.json").exists():
             raise FileNotFoundError(f"the adapter in {folder} needs its base model folder, and "
                                     f"{str(base)!r} is none here: check the adapter with its base beside it")
+        refuse_custom_code(base)  # the adapter's own folder was checked already
         check.lines.append(f"folder: a peft adapter ({adapter.get('peft_type', 'LORA')}, rank {adapter.get('r')}) "
                            f"on {base}")
     else:
@@ -130,7 +133,8 @@ def _delta(check: ModelCheck, folder: Path) -> dict:
             from transformers import AutoConfig
 
             weights = locate_weights(name, download=False, progress=False)
-            config = AutoConfig.from_pretrained(weights.parent, gguf_file=weights.name).to_dict()
+            config = AutoConfig.from_pretrained(weights.parent, gguf_file=weights.name, local_files_only=True,
+                                                trust_remote_code=False).to_dict()
         except (BaseUnavailableError, ImportError, OSError, ValueError):
             check.lines.append(f"architecture: known once the base {name} is built (its weights are not here)")
             return {}
@@ -202,11 +206,11 @@ def _meta_model(folder: Path, config: dict):
     model_type = settings.pop("model_type", None)
     built = AutoConfig.for_model(model_type, **settings)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(built)
+        model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
     if (folder / "adapter_config.json").exists() and not is_delta_folder(folder):
         from peft import LoraConfig, get_peft_model
 
-        adapter = json.loads((folder / "adapter_config.json").read_text())
+        adapter = read_json(folder / "adapter_config.json")
         known = {f.name for f in dataclasses.fields(LoraConfig)} - {"base_model_name_or_path", "revision"}
         with torch.device("meta"), quiet_peft(model):
             model = get_peft_model(model, LoraConfig(**{k: v for k, v in adapter.items() if k in known}))

