@@ -1,4 +1,5 @@
-"""The engine benchmark over 4-bit weights: a model folder quantized by transformers, both engines, 16 lanes.
+"""The engine benchmark over 4-bit weights: a model folder quantized by transformers, the engine against
+transformers' forward, 16 lanes.
 
 The model (default: the shipped one) is loaded as the kit loads it, saved whole to a temporary
 folder and loaded back with ``BitsAndBytesConfig(load_in_4bit=True)`` (nf4, double quantization,

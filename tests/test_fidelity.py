@@ -8,6 +8,9 @@ here from the paper and its method notes (``shared/docs/method-notes.md``), neve
   alone; the easiest examples left out on request, by RE-ARC's difficulty against a breadth-first reference).
 - test-time training: each of the 8 symmetries exactly 8 times in the 64 sequences (as evenly as can be
   for other counts), drawn from the generator passed in.
+- the DFS (paper, Appendix A): the kit's search on its engine, one lane or several, with a guess and drafts,
+  returns exactly the answers of the authors' recursive search over transformers' forward with its cache
+  cropped back after each child (restated here from the method notes).
 
 The budget's drop rule (the last pair first) and the answer decoder are checked in ``test_text_format.py``.
 """
@@ -440,3 +443,72 @@ def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
         assert counts == {s: 8 for s in range(8)}  # the authors: each symmetry exactly 8 times
     else:
         assert sorted(counts.values()) == [2] * 4 + [3] * 4 and set(counts) == set(range(8))
+
+
+# ---------------------------------------------------------------------------------------------
+# the DFS: the authors' recursive search over transformers' forward, its cache cropped after each child
+
+def authors_dfs(model, prompt: list[int], space, threshold: float) -> list[tuple[tuple[int, ...], float]]:
+    """Every answer with probability >= ``threshold``, best first: the paper's Appendix A as the authors run it, a
+    recursive function on transformers' forward and ``DynamicCache``, rewound with ``crop`` (a non-positive count,
+    as transformers 5.2x wants it) after each child; log-probabilities in float64 under the space's measure."""
+    import inspect
+    import math
+
+    import torch
+    from transformers import DynamicCache
+
+    max_nll, found = -math.log(threshold), []
+    allowed = list(space.allowed_ids)
+    # transformers 5.2x names the cache ``cache`` (``past_key_values`` warns until 5.40 drops it); 5.0 the other
+    keyword = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+    def log_probs(logits):
+        logits = logits.double()
+        if space.probabilities == "full":
+            return {token: float(value) for token, value in zip(allowed, torch.log_softmax(logits, -1)[allowed])}
+        return {token: float(value) for token, value in zip(allowed, torch.log_softmax(logits[allowed], -1))}
+
+    def explore(cache, logits, path, nll):
+        for token, log_prob in log_probs(logits).items():
+            total = nll - log_prob
+            if total > max_nll:
+                continue
+            if token == space.eos_id:
+                found.append((tuple(path) + (token,), total))
+            elif len(path) + 2 <= space.max_length:  # room for the token and an eos
+                length = cache.get_seq_length()
+                with torch.no_grad():
+                    output = model(input_ids=torch.tensor([[token]]), **{keyword: cache}, use_cache=True)
+                explore(getattr(output, keyword), output.logits[0, -1], path + [token], total)
+                cache.crop(length - cache.get_seq_length())
+
+    with torch.no_grad():
+        output = model(input_ids=torch.tensor([prompt]), **{keyword: DynamicCache()}, use_cache=True)
+    explore(getattr(output, keyword), output.logits[0, -1], [], 0.0)
+    return sorted(found, key=lambda answer: answer[1])
+
+
+@pytest.mark.parametrize("mode", ["full", "answer-mask"])
+def test_the_search_returns_the_authors_dfs_answers_with_a_guess_drafts_and_lanes(mode):
+    from test_dfs import EOS, PROMPT, WITH_NEWLINE, model_for
+    from test_engine import Constant
+
+    from arc_kit.method.answers import AnswerSpace
+    from arc_kit.method.engine import make_engine
+    from arc_kit.method.search import search
+    from arc_kit.settings import SamplerSettings
+
+    model, space = model_for(2, 10.0), AnswerSpace(WITH_NEWLINE, EOS, 8, mode)
+    threshold = 0.013  # no answer's NLL within 1e-3 of -ln(T) (guarded below): rounding decides nothing
+    theirs = authors_dfs(model, PROMPT, space, threshold)
+    assert len(theirs) >= 3  # guard: several answers to find
+    assert all(abs(nll + np.log(threshold)) > 1e-3 for _, nll in theirs)
+    engine = make_engine(model)
+    guesses = [None, list(theirs[-1][0]), [2, 2, 2, EOS]]
+    drafts = [None, Constant(theirs[0][0][1:]), Constant([0, 0, 10])]
+    for settings in (SamplerSettings(threshold=threshold, drafts="none"), SamplerSettings(threshold=threshold)):
+        for result in search(engine, [PROMPT] * 3, space, settings, guesses, drafts=drafts):
+            assert [c.ids for c in result.completions] == [ids for ids, _ in theirs]
+            np.testing.assert_allclose([c.nll for c in result.completions], [nll for _, nll in theirs], rtol=0,
+                                       atol=1e-4)

@@ -178,7 +178,7 @@ def test_the_authors_4bit_release_loads_on_the_cpu_and_solves(kind, bpe, tasks, 
     assert abs(estimated - stored) < 0.05 * stored, (estimated, stored)  # check-model's weights, from the config
     solves_two_tasks(folder, tasks, tmp_path / "run")
     check = check_model(folder)
-    assert check.go and check.four_bit and "fast engine: " in check.report(), check.report()
+    assert check.go and check.four_bit and "engine: " in check.report(), check.report()
     assert f"warning: {FOUR_BIT_ON_CPU}" in check.lines  # no GPU here: check-model says it too
 
 
@@ -284,7 +284,7 @@ def test_check_model_of_a_good_folder_says_go_with_the_memory_table(good_folder,
     printed = capsys.readouterr().out.splitlines()
     assert printed[-1].startswith(f"go: {good_folder} (llama") and "of a T4's 15.0)" in printed[-1]
     assert any(line.startswith("tokenizer: writes the text format one token a symbol") for line in printed)
-    assert "fast engine: runs it" in printed
+    assert "engine: runs it" in printed
     header = next(line for line in printed if line.startswith("memory, GiB"))
     assert "L4 24 GB" in header and "T4 16 GB" in header and "H100 80 GB" in header
 
@@ -353,15 +353,15 @@ def test_the_readmes_check_model_example_is_what_check_model_says_of_the_8b_rele
     shown = shown[:shown.index("```")].strip().splitlines()
     check = check_model(folder)
     assert shown == check.report().splitlines()[2:]  # the lines after the folder's own (its path, its files)
-    assert "fast engine: runs it" in shown  # 4-bit weights on the fast engine, as both READMEs say
-    assert "and the fast engine runs them so" in flat(ROOT / "kaggle_dataset" / "README.md")
+    assert "engine: runs it" in shown  # 4-bit weights on the engine, as both READMEs say
+    assert "and the engine runs them so" in flat(ROOT / "kaggle_dataset" / "README.md")
     assert "in full precision or in bitsandbytes 4 bits" in flat(ROOT / "README.md")
 
 
-def test_what_the_readmes_say_of_the_fast_engines_models_and_memory_is_what_the_code_does():
+def test_what_the_readmes_say_of_the_engines_models_and_memory_is_what_the_code_does():
     import re
 
-    from arc_kit.method.fast.decode_weights import SUPPORTED_TYPES
+    from arc_kit.method.weights import SUPPORTED_TYPES
     from arc_kit.model.memory import needs
 
     for path, pattern in ((ROOT / "README.md", r"It runs Llama-family models \(([^)]*)\), in full precision or in "
@@ -370,14 +370,14 @@ def test_what_the_readmes_say_of_the_fast_engines_models_and_memory_is_what_the_
                            r"The kit runs any Llama-family causal LM \(([^)]*)\)")):
         named = re.search(pattern, flat(path)).group(1).split(", ")
         assert {name.lower() for name in named} - {"smollm2"} == set(SUPPORTED_TYPES), path  # SmolLM2 is a Llama
-    assert "the fast engine keeps a second copy of the weights (merged) in memory, except over 4-bit weights, where " \
+    assert "The engine keeps a second copy of the weights (merged) in memory, except over 4-bit weights, where " \
            "it copies only the norms, biases and LoRA" in flat(ROOT / "README.md")
     nemo = architecture_of(dict(model_type="mistral", num_hidden_layers=40, hidden_size=4096, intermediate_size=11520,
                                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=77,
                                 max_position_embeddings=8192, tie_word_embeddings=False))
     sixteen, four = dict(needs(nemo).rows), dict(needs(nemo, four_bit=True).rows)
-    assert sixteen["fast engine's copy of the weights"] == sixteen["weights (16-bit)"]
-    assert four["fast engine's norms, biases, LoRA (4-bit read in place)"] < four["weights (4-bit)"] / 5
+    assert sixteen["engine's copy of the weights"] == sixteen["weights (16-bit)"]
+    assert four["engine's norms, biases, LoRA (4-bit read in place)"] < four["weights (4-bit)"] / 5
 
 
 # -- the sizes behind the memory table ---------------------------------------------------------------------

@@ -374,14 +374,15 @@ def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():
     clock = FakeClock()
     size = TaskSize("t", 1500, 2000, 120, 3, tests=2)
     caps = BudgetSettings(task_factor=3.0, task_minimum=1.0, search_factor=2.0, search_minimum=0.5)
-    settings = SolveSettings(inference_augmentations=4, scoring_augmentations=4, batched=False)
+    settings = SolveSettings(inference_augmentations=4, scoring_augmentations=4)
     planner = Planner([size], settings, deadline=clock.now + 1e6, clock=clock, budget=caps)
     budget = planner.budget("t", 0)
     estimate = Speeds().seconds(size, settings)
     assert budget.deadline == pytest.approx(clock.now + 3.0 * estimate)
     generation = Speeds().generation * work_units(size, settings)["generation"]
-    assert searches_per_test(settings) == 4 and searches_per_test(settings.replace(batched=True)) == 2
-    assert budget.search_seconds == pytest.approx(2.0 * generation / (2 * 4))
+    assert searches_per_test(settings) == 2  # the first view alone, then the rest as lanes
+    assert searches_per_test(settings.replace(inference_augmentations=1)) == 1
+    assert budget.search_seconds == pytest.approx(2.0 * generation / (2 * 2))
     planner.deadline = clock.now + 1.0  # the run ends first: so does the task
     assert planner.budget("t", 0).deadline == clock.now + 1.0
     tiny = Planner([size], settings, deadline=clock.now + 1e6, clock=clock,

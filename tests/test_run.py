@@ -23,7 +23,7 @@ from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.experiments.tables import ABLATION_STAGES, run_ablation, run_table
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 from arc_kit.outputs import MARKER, OutputRefused
 from arc_kit.run.locking import LOCK_FILE
 from arc_kit.run.record_json import append_record, from_json, read_records, schema, to_json, write_records
@@ -166,7 +166,7 @@ SETTINGS = SolveSettings(max_len=2048)
 
 def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_path):
     stored = SETTINGS.to_json()
-    for name in ("batched", "attempts", "probabilities"):  # fields later kits added, at today's defaults
+    for name in ("attempts", "probabilities"):  # fields later kits added, at today's defaults
         stored.pop(name)
     stored["ttt"].pop("gradient_checkpointing")
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))

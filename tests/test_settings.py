@@ -137,7 +137,7 @@ def test_settings_today_s_kit_wrote_read_into_the_new_layout():
     assert SolveSettings.from_json(EARLIER["run"], strict=True) == SOLVE_PRESETS["dry-run"]
     assert TrainingSettings.from_json(EARLIER["training"]) == TRAINING_PRESETS["smollm2-gpu"]
     sudoku = SudokuEvalSettings.from_json(EARLIER["sudoku"], strict=True)
-    assert sudoku == SudokuEvalSettings().replace(threshold=0.02, batched=True, seed=3)
+    assert sudoku == SudokuEvalSettings().replace(threshold=0.02, seed=3)  # its batched searches: the one path
     # a field missing takes the default of where it is held: the test-time training's, not the initial fine-tune's
     assert SolveSettings.from_json({"ttt": {"steps": 8}}).ttt == TEST_TIME_TRAINING.replace(steps=8)
     with pytest.raises(ValueError, match="unknown LoraTrainingSettings field"):
@@ -157,10 +157,10 @@ def test_a_run_folder_of_today_s_kit_is_resumed_not_refused(tmp_path):
 def test_a_sudoku_evaluation_of_today_s_kit_is_resumed():
     from arc_kit.sudoku.experiment import _same_evaluation
 
-    settings = SudokuEvalSettings().replace(threshold=0.02, batched=True, seed=3)
+    settings = SudokuEvalSettings().replace(threshold=0.02, seed=3)
     identity = {"model": "/m", "settings": settings.result_json()}
-    stored = {"model": "/m", "settings": {key: value for key, value in EARLIER["sudoku"].items() if key != "batched"}}
-    assert _same_evaluation(stored, {**identity, "settings": settings.replace(batched=False).result_json()})
+    stored = {"model": "/m", "settings": EARLIER["sudoku"]}  # batched searches then: the one path now
+    assert _same_evaluation(stored, identity)
     assert _same_evaluation(identity, identity)
     assert not _same_evaluation({**stored, "model": "/other"}, identity)
     assert not _same_evaluation(stored, {**identity, "settings": settings.replace(seed=4).result_json()})

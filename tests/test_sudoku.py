@@ -8,7 +8,7 @@ import pytest
 
 from arc_kit.data.tasks import Pair
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 from arc_kit.run.record_json import from_json, to_json
 from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
@@ -291,12 +291,12 @@ def test_evaluation_follows_the_solver_defaults():
 
     from arc_kit.settings import SolveSettings, SudokuEvalSettings
 
-    solve = SudokuEvalSettings().replace(threshold=0.05, batched=True).solve
+    solve = SudokuEvalSettings().replace(threshold=0.05).solve
     default = SolveSettings()
-    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs" and solve.batched
+    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs"
     assert not solve.test_time_training and solve.inference_augmentations == solve.scoring_augmentations == 8
-    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "batched",
-                "seed", "max_len"}
+    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "seed",
+                "max_len"}
     for item in fields(SolveSettings):
         if item.name not in set_here:
             assert getattr(solve, item.name) == getattr(default, item.name), item.name
@@ -314,7 +314,7 @@ def test_the_sudoku_evaluation_holds_the_solvers_settings_and_mirrors_none():
     sudoku = {option.path: option for option in options(SudokuEvalSettings)}
     assert set(sudoku) == {("solve", "sampler", "threshold"), ("solve", "inference_augmentations"),
                            ("solve", "scoring_augmentations"), ("solve", "sampler", "max_forward_calls"),
-                           ("solve", "batched"), ("solve", "seed"), ("greedy_check",)}
+                           ("solve", "seed"), ("greedy_check",)}
     for path, option in sudoku.items():
         if path[0] == "solve":
             same = solver[path[1:]]
@@ -322,7 +322,7 @@ def test_the_sudoku_evaluation_holds_the_solvers_settings_and_mirrors_none():
     assert [item.name for item in fields(SudokuEvalSettings)] == ["solve", "greedy_check"]
     defaults = SudokuEvalSettings()
     assert defaults.solve == SUDOKU_SOLVING and SUDOKU_SOLVING.inference_augmentations == 8
-    assert SolveSettings().inference_augmentations == 16 and defaults.solve.batched is False
+    assert SolveSettings().inference_augmentations == 16
     for field_name, bad in (("max_forward_calls", 0), ("scoring_augmentations", -1), ("seed", -1)):
         with pytest.raises(ValueError, match=field_name):
             defaults.replace(**{field_name: bad})

@@ -1,5 +1,5 @@
 """The ``arc-kit bench`` command: benchmarks that print ratios (DFS vs greedy decoding, prefix-reusing scoring,
-the decode engines, the speculative DFS's drafts).
+the decode engine against transformers' forward, the speculative DFS's drafts).
 
 It parses and prints the lines ``experiments.bench`` yields; it knows nothing of how each benchmark measures.
 """
@@ -18,10 +18,10 @@ from arc_kit.cli.options import (
     tasks_argument,
 )
 from arc_kit.cli.registry import command
-from arc_kit.settings import ENGINE_COMPILE_MODES, ENGINE_KINDS, SamplerSettings, SolveSettings
+from arc_kit.settings import ENGINE_COMPILE_MODES, SamplerSettings, SolveSettings
 
 
-@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engines")
+@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engine")
 def setup_bench(parser):
     parser.add_argument("--model", help="model folder (default: the shipped model)")
     parser.add_argument("--llama-3b-shaped", action="store_true",
@@ -45,11 +45,8 @@ def setup_bench(parser):
     number_argument(parser, "--draft-tokens", int, "--which drafts: the most draft tokens fed with a branch's token in "
                     "one step (default: %(default)s)", at_least=0, at_most=64,
                     default=SolveSettings().sampler.draft_tokens)
-    parser.add_argument("--engine", choices=ENGINE_KINDS, default=SolveSettings().engine,
-                        help="the decode engine the searches and scorings run on (default: %(default)s; "
-                             "--which engine runs both)")
     parser.add_argument("--engine-compile", choices=ENGINE_COMPILE_MODES, default=SolveSettings().engine_compile,
-                        help="--which engine: compile the fast engine's step (default: %(default)s: on a GPU only)")
+                        help="--which engine: compile the engine's step (default: %(default)s: on a GPU only)")
 
     def run(args):
         from arc_kit.experiments import bench
@@ -57,7 +54,7 @@ def setup_bench(parser):
         model = None if args.llama_3b_shaped else str(model_path(args))
         for line in bench.run_benchmarks(model, load_given_tasks(args),
                                          which=args.which, count=args.tasks, max_prompt=args.max_prompt,
-                                         threshold=args.threshold, device=args.device, engine=args.engine,
+                                         threshold=args.threshold, device=args.device,
                                          engine_compile=args.engine_compile, augmentations=args.augmentations,
                                          draft_tokens=args.draft_tokens):
             print(line, flush=True)

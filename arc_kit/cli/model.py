@@ -112,7 +112,7 @@ def setup_shrink(parser):
 
 
 @command("check-model", "is a model folder ready for the competition: its weights, architecture, tokenizer, the "
-                        "fast engine, the memory it needs on an L4, a T4 and an H100; go or no-go (exit 1)")
+                        "decode engine, the memory it needs on an L4, a T4 and an H100; go or no-go (exit 1)")
 def setup_check_model(parser):
     from arc_kit.model.memory import GPUS
 

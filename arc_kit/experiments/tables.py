@@ -35,9 +35,10 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.submission import any_attempt_right, attempt_is_right
 from arc_kit.data.tasks import Task, TaskSet
+from arc_kit.experiments.generate_samplers import GENERATE_KINDS, generated_candidates
 from arc_kit.experiments.table_markdown import ABLATION_STAGES, TableRun, ablation_table, sampler_table
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord, SamplerResult
-from arc_kit.method.scoring import AGGREGATIONS, Candidate, select
+from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
@@ -117,25 +118,23 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None)
                             probabilities=solver.space.probabilities)
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
-        for test_input, _, _, rng in per_test:
-            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+        for test_input, _, _ in per_test:
+            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, task_id=task.id)
             record.stages["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
         record.ttt = solver.adapt(visible)
-    for test_input, inference, scoring, rng in per_test:
+    for test_input, inference, scoring in per_test:
         with clock("+TTT"):
-            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, task_id=task.id)
         record.stages["+TTT"].append([c.grid for c in found[:2]])
         with clock("+16xAug"):
-            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng,
-                                         task_id=task.id)
+            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, task_id=task.id)
         record.stages["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
         with clock("+PoE"):
             solver.score(solver.model, visible.train, test_input, augmented, scoring)
         record.stages["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
         with clock("+DFS"):
-            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng,
-                                             task_id=task.id)
+            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, task_id=task.id)
             solver.score(solver.model, visible.train, test_input, searched, scoring)
         record.stages["+DFS"].append([searched[i].grid for i in select(searched, "product")])
         record.candidates.setdefault("+16xAug", []).append(len(augmented))
@@ -160,15 +159,19 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
-        inference, scoring, _ = solver.views(visible, index)
+        inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
         for sampler in samplers:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             started = time.monotonic()
-            rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
-            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler, rng,
-                                               task_id=task.id)
+            if sampler.kind in GENERATE_KINDS:  # the paper's others: transformers' generate, seeded per sampler
+                rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
+                candidates, search = generated_candidates(solver, visible.train, test_input, inference, sampler, rng,
+                                                          task.id)
+            else:
+                candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
+                                                   task_id=task.id)
             result = record.samplers.setdefault(sampler.name, SamplerResult(
                 correct={a: [] for a in AGGREGATIONS}, correct_top1={a: [] for a in AGGREGATIONS}))
             result.seconds += time.monotonic() - started

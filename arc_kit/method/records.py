@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
 WHEN_SET = {"when_set": True}  # a field the JSON leaves out while it is None

@@ -317,7 +317,7 @@ def keep_four_bit_layout(model):
     """``model`` with its bitsandbytes 4-bit layers kept in their stored layout on the CPU.
 
     bitsandbytes 0.50, on a CPU with AVX512-BF16, repacks a 4-bit layer's weight in place for its own
-    CPU kernel at the layer's first inference forward: the fast engine, which reads the stored layout,
+    CPU kernel at the layer's first inference forward: the engine, which reads the stored layout,
     would then read another one, and the repacking fails outright for a layer narrower than one
     quantization block. The flag it checks is turned off; other layers and machines are untouched.
     """
@@ -343,7 +343,7 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
 
 def _with_adapter(model, path: Path, merge: bool = True):
     """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
-    which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
+    which the engine runs and test-time training puts its own adapter on), or kept as a peft model."""
     from peft import PeftModel
 
     with quiet_peft(model):

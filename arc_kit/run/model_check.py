@@ -3,17 +3,17 @@
 ``check_model(path)`` reads the folder as ``load_model`` will and says, a line each: what kind of
 folder it is; its weights (there and whole, pickles as plain tensors only: ``model.checks``); its
 architecture and size; whether its tokenizer writes the kit's text format one token a symbol (or
-is shrunk to it as it loads, or cannot be); whether the fast decode engine runs it (the engine's own
+is shrunk to it as it loads, or cannot be); whether the decode engine runs it (the engine's own
 ``unsupported_reason``, asked of the model built on the meta device: nothing allocated) and if not,
-why; and the memory it needs at the default settings (``model.memory``) against an L4, a T4 and an
-H100, in one table. The last line says go, or no-go and why: a folder that asks to run code of its own
-(``auto_map``: never run, and never asked about), a folder that cannot load, a tokenizer
-that cannot write the format, or weights and training that do not fit the target GPU (the
-competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the
-submission notebook runs the check before any work.
+why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the
+default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go,
+or no-go and why: a folder that asks to run code of its own (``auto_map``: never run, and never asked
+about), a folder that cannot load, a tokenizer that cannot write the format, or weights and training
+that do not fit the target GPU (the competition's L4 by default). ``kaggle build`` stops on a no-go
+before it writes anything, and the submission notebook runs the check before any work.
 
 Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
-sizes ``model.memory``'s, the engine's verdict ``method.fast.decode_weights``'.
+sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
 """
 
 from __future__ import annotations
@@ -179,19 +179,21 @@ def _tokenizer(check: ModelCheck, folder: Path) -> None:
 
 
 def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
-    """Whether the fast decode engine runs the model: its own verdict on the model built on the meta device."""
-    from arc_kit.method.fast.decode_weights import unsupported_reason
+    """Whether the decode engine runs the model: its own verdict on the model built on the meta device."""
+    from arc_kit.method.engine import FALLBACK_SLOWDOWN
+    from arc_kit.method.weights import unsupported_reason
 
     if not config:
-        check.lines.append("fast engine: known once the base is built")
+        check.lines.append("engine: known once the base is built")
         return True
     try:
         reason = unsupported_reason(_meta_model(folder, config))
     except Exception as error:  # noqa: BLE001 - transformers refuses a config in any words
         raise ValueError(f"transformers cannot build this model ({type(error).__name__}: "
                          f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
-    check.lines.append("fast engine: runs it" if reason is None else
-                       f"fast engine: not for this model ({reason}); the reference engine runs it, slower")
+    check.lines.append("engine: runs it" if reason is None else
+                       f"engine: not for this model ({reason}); transformers' own forward runs it, one lane at a "
+                       f"time, {FALLBACK_SLOWDOWN}")
     return reason is None
 
 

@@ -159,10 +159,8 @@ class TaskBudget:
 
 
 def searches_per_test(settings: SolveSettings) -> int:
-    """Sampler calls per test input: one per augmentation, or two when DFS lanes are batched (first, then the rest)."""
-    if settings.batched and settings.sampler.kind == "dfs" and settings.inference_augmentations > 1:
-        return 2
-    return settings.inference_augmentations
+    """Search calls per test input: two (the first view alone, then the rest as lanes), one for a single view."""
+    return 2 if settings.inference_augmentations > 1 else 1
 
 
 class Planner:

@@ -49,9 +49,9 @@ from arc_kit.settings.solving import (
     DECODING_MODES,
     DRAFT_SOURCES,
     ENGINE_COMPILE_MODES,
-    ENGINE_KINDS,
     PROBABILITY_MODES,
     SAMPLER_KINDS,
+    SEARCH_KINDS,
     SUDOKU_SOLVING,
     SUDOKU_TOKEN_BUDGET,
     BudgetSettings,
@@ -70,7 +70,7 @@ from arc_kit.settings.training import (
 
 __all__ = [
     "AGGREGATION_NAMES", "ANY_NUMBER", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRAFT_SOURCES", "DRY_RUN_TASKS",
-    "ENGINE_COMPILE_MODES", "ENGINE_KINDS", "MODEL_PRESETS", "PROBABILITY_MODES", "SAMPLER_KINDS", "SOLVE_PRESETS",
+    "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SAMPLER_KINDS", "SEARCH_KINDS", "SOLVE_PRESETS",
     "SUDOKU_SEQUENCES", "SUDOKU_SOLVING", "SUDOKU_TOKEN_BUDGET", "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds",
     "BudgetSettings", "CompetitionSettings", "DataSettings", "LoadSettings", "LoraTrainingSettings", "Option",
     "SamplerSettings", "SequenceSettings", "Settings", "SolveSettings", "SudokuEvalSettings", "TrainingSettings",

@@ -130,6 +130,8 @@ class Settings:
     """What every settings dataclass can do: check itself as it is made, replace, to and from JSON, compare on
     what matters (a subclass with its own ``__post_init__`` calls this one first)."""
 
+    retired: typing.ClassVar[tuple[str, ...]] = ()  # fields an earlier kit wrote that choose nothing any more
+
     def __post_init__(self):
         """Every field's declared range (numbers: finite, whole for an int) and choices; ValueError in one line."""
         hints = typing.get_type_hints(type(self))
@@ -192,8 +194,8 @@ class Settings:
     def upgraded(cls, data: Mapping) -> dict:
         """``data`` in this kit's layout: a field under its former name renamed, and a field that an earlier kit
         wrote at this level, and that nested settings declare now, moved in there (field names are unique
-        across the settings classes, so its place is never in doubt)."""
-        data = dict(data)
+        across the settings classes, so its place is never in doubt); a ``retired`` field dropped."""
+        data = {name: value for name, value in data.items() if name not in cls.retired}
         known = {item.name: item for item in dataclasses.fields(cls)}
         for item in known.values():
             former = item.metadata.get("formerly")

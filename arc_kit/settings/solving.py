@@ -1,7 +1,7 @@
 """The settings of solving: the sampler, the whole method, the run's time caps, the competition job, the Sudoku test.
 
 Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
-choices that other modules implement (aggregations, samplers, probabilities, decodings, engines)
+choices that other modules implement (aggregations, samplers, probabilities, decodings, compile modes)
 are here, beside the fields that take them. Test-time training is ``training.LoraTrainingSettings``,
 the same dataclass the initial fine-tune holds.
 
@@ -16,10 +16,10 @@ from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
 from arc_kit.settings.training import TEST_TIME_FLAGS, TEST_TIME_TRAINING, LoraTrainingSettings
 
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
-SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")  # method.search runs dfs and greedy; the samplers table all four
+SEARCH_KINDS = ("dfs", "greedy")  # what a solve runs (method.search)
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
-ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
 DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement exactly these
 
@@ -28,7 +28,8 @@ DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement ex
 class SamplerSettings(Settings):
     """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
 
-    kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
+    kind: str = setting("dfs", "dfs | greedy (sample | beam: the samplers table only, through transformers' "
+                        "generate)", flag="--sampler", choices=SAMPLER_KINDS)
     threshold: float = setting(0.09, "DFS: minimum probability of a returned answer", above=0, at_most=1)
     count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)", at_least=1, at_most=4096)
     temperature: float = setting(1.0, "sample: softmax temperature", above=0, at_most=100)
@@ -56,6 +57,8 @@ class SamplerSettings(Settings):
 class SolveSettings(Settings):
     """The whole method's settings; defaults are the paper's final configuration."""
 
+    retired = ("batched", "engine")  # the views' searches and the decode engine are one path each now
+
     sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
     inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
                                            flag="--augmentations", at_least=1, at_most=1024)
@@ -79,24 +82,20 @@ class SolveSettings(Settings):
                             "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
-    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
-                                      "per forward, and rows per answer forward)", neutral=True, command_line=False,
-                                      at_least=1, at_most=4096)
-    batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
-                            "which gives their guess) and score all scoring augmentations together; the same "
-                            "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
+    scoring_batch_size: int = setting(16, "answers scored together after one prompt (its keys and values copied "
+                                      "into a lane per answer)", neutral=True, command_line=False, at_least=1,
+                                      at_most=4096)
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)", at_least=0, below=2**63)
-    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
-                          "token; models it cannot run fall back to the reference, logged); reference: "
-                          "transformers' forward and caches. The same answers up to float rounding",
-                          choices=ENGINE_KINDS, neutral=True)
-    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
-                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
+    engine_compile: str = setting("auto", "the decode engine: torch.compile its step (auto: on a GPU, with CUDA "
+                                  "graphs; eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
         super().__post_init__()  # the declared ranges and choices, nested settings' as they were made
         if self.ttt.steps is None:
             raise ValueError("ttt steps must be set: test-time training plans no epoch of its own")
+        if self.sampler.kind not in SEARCH_KINDS:
+            raise ValueError(f"a solve searches by {' or '.join(SEARCH_KINDS)}, not {self.sampler.kind!r} (sample and "
+                             "beam run in the samplers table: arc-kit samplers)")
 
     @property
     def description(self) -> str:
@@ -143,21 +142,22 @@ class CompetitionSettings(Settings):
 SUDOKU_TOKEN_BUDGET = 2048
 
 # The paper's Sudoku setting (section 5.5): DFS at T = 1%, the product of experts over 8 views, no test-time
-# training (the rules never change, so a task's examples teach nothing); views one by one. Everything else (the
+# training (the rules never change, so a task's examples teach nothing). Everything else (the
 # aggregation, how an answer's NLL is read) is the solver's default, so the Sudoku run follows the kit's recipe.
 SUDOKU_SOLVING = SolveSettings(sampler=SamplerSettings(threshold=0.01), inference_augmentations=8,
-                               scoring_augmentations=8, test_time_training=False, batched=False,
-                               max_len=SUDOKU_TOKEN_BUDGET)
+                               scoring_augmentations=8, test_time_training=False, max_len=SUDOKU_TOKEN_BUDGET)
 
 # The options the Sudoku evaluation gives (``sudoku.experiment.solve_puzzle`` uses these and nothing else there).
 SUDOKU_FLAGS = {"sampler.threshold": "--threshold", "inference_augmentations": "--augmentations",
                 "scoring_augmentations": "--scoring-augmentations", "sampler.max_forward_calls": "--max-forward-calls",
-                "batched": "--batched", "seed": "--seed"}
+                "seed": "--seed"}
 
 
 @dataclass(frozen=True)
 class SudokuEvalSettings(Settings):
     """The paper's Sudoku evaluation: the solver's settings (``SUDOKU_SOLVING``), top-1, and a greedy diagnostic."""
+
+    retired = ("batched",)  # the solver's, as an earlier kit mirrored it here
 
     solve: SolveSettings = setting(SUDOKU_SOLVING, "the solver: DFS under the inference views, the identity first; "
                                    "the product of experts over fresh scoring views", flags=SUDOKU_FLAGS)

@@ -31,7 +31,7 @@ from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import select
+from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
 from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
@@ -83,8 +83,7 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
     rng = task_rng(settings.solve.seed, puzzle_id, "sudoku")
     inference = SudokuAugmentation.inference_set(rng, settings.solve.inference_augmentations)
     scoring = SudokuAugmentation.inference_set(rng, settings.solve.scoring_augmentations)
-    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, rng,
-                                       task_id=puzzle_id)
+    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, task_id=puzzle_id)
     generated = time.monotonic()
     solver.score(solver.model, (), puzzle, candidates, scoring)
     chosen = select(candidates, solver.settings.aggregation if scoring else "generation", count=1)  # top-1
@@ -93,9 +92,9 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
                                    [a.key for a in scoring], search))
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
-    if settings.greedy_check:  # after everything else: its draws from rng change nothing above
+    if settings.greedy_check:  # after everything else
         greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
-                                  solver.settings.sampler.replace(kind="greedy"), rng, task_id=puzzle_id, batched=False)
+                                  solver.settings.sampler.replace(kind="greedy"), task_id=puzzle_id)
         record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record
 
