@@ -41,6 +41,7 @@ from arc_kit.data.submission import build_submission, score_submission, submissi
 from arc_kit.experiments.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, sampler_table
 from arc_kit.data.tasks import Pair
 from arc_kit.text import NotAGridError, TaskEncoder, Vocabulary
+from arc_kit.outputs import MARKER
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(
@@ -262,7 +263,8 @@ def test_an_interrupted_run_resumes_where_it_stopped(model_folder, tasks, tmp_pa
 def test_a_torn_record_is_recomputed_and_the_records_file_stays_readable(model_folder, tasks, tmp_path,
                                                                          uninterrupted, monkeypatch):
     lines = (uninterrupted / "records.jsonl").read_text().splitlines()
-    (tmp_path / "run.json").write_text((uninterrupted / "run.json").read_text())
+    for name in (MARKER, "run.json"):  # the run as the kit left it: marked, its settings written
+        (tmp_path / name).write_text((uninterrupted / name).read_text())
     (tmp_path / "records.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
     calls = count_solve_task(monkeypatch)
     solve(tasks, make_solver(model_folder), tmp_path, progress=False)
