@@ -8,7 +8,6 @@ tables, analysis, benchmarks), then ``kaggle`` and ``sudoku``, and ``cli`` on to
 level hands on the numpy-only names the notebooks use; model code imports torch when it is used.
 """
 
-from arc_kit import devices  # noqa: F401  (first: keeps every library off the network)
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.datasets import (
     find_competition_files,

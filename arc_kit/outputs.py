@@ -1,16 +1,48 @@
-"""Where the kit may write: into a folder that is new, empty or its own, over a file only when it is its own.
+"""Where the kit may write, and how: into a folder that is new, empty or its own, never through a link, and
+deleting only what its layout names.
 
-Every command that writes an output folder claims it here first (``claim_folder``, or ``locking.hold_folder``
-with a kind). The kit writes into a folder that does not exist yet, is empty, or holds the marker
-``.arc-kit.json`` that the kit wrote when it made the folder, naming the command and the folder's kind;
-anything else is refused in one line (``OutputRefused``) before a byte is written. In a folder it made,
-the kit deletes only what its kind's layout names (``FolderKind.owned``): a run or a training run resumes
-(``clear`` discards the earlier one, as ``--restart`` asks), a product (a model, a Kaggle dataset) is
-replaced only with ``overwrite``, and then only by the command that made it; a file a user put beside them
-is kept. A symbolic link is judged as the folder it points to, a dangling one refused. A single output file
-(a picture, a CSV) is written where nothing is, or over a file the caller recognises as the kit's own
-(``claim_file``). ``is_made_folder`` tells readers (a folder of task files) which folders hold the kit's
-outputs, to skip them.
+Claiming a folder. Every command that writes an output folder claims it first (``claim_folder``, or
+``run.locking.hold_folder`` with a kind). The kit writes into a folder that does not exist yet, is empty, or
+holds the marker ``.arc-kit.json`` that the kit wrote when it made the folder, naming the command and the
+folder's kind; anything else is refused in one line (``OutputRefused``) before a byte is written. A
+marker or nothing: a folder that looks like one an earlier kit made without markers (``FolderKind.legacy``)
+is refused too, saying that ``--adopt`` takes it (``adopt_folder`` writes its marker, and nothing else). A
+symbolic link given as the folder is judged as the folder it points to, a dangling one refused. A single
+output file (a picture, a CSV) is written where nothing is, or over a file the caller recognises as the
+kit's own (``claim_file``). ``is_made_folder`` tells readers (a folder of task files) which folders hold the
+kit's outputs, to skip them.
+
+Deleting by exact name. A kind's layout (``FolderKind.owned``) names every entry the kit writes, as paths
+inside the folder: exact names (``run.json``), ``{n}`` for a number (``worker-{n}/records.jsonl``),
+``*`` inside a name for any text (only in names no user would give: the kit's temporary files, the task
+claims in ``claims/``) and ``**`` for everything below a folder that is wholly the kit's (a checkpoint).
+``remove_owned`` deletes exactly those (a link at such a name: the link itself, never what it points to)
+and returns what it kept; a resumable kind's folder (a run, a training run) is continued and, with
+``clear`` (``--restart``), first cleared so; any other kind's is replaced only with ``overwrite``, and then
+only by the command that made it. Whatever else a kit folder holds is kept, and said in one warning line.
+
+Writing into the kit's folders. Every file the kit writes there goes through one of these (the whole API;
+other modules, the worker pool's logs included, call nothing else to write):
+
+- ``appending(path)``: a file object that appends to ``path`` (made if missing); opened with ``O_NOFOLLOW``,
+  so a link at ``path`` is refused, and refused too when it is no regular file (a FIFO, a device).
+- ``replacing(path)``: a file object on a new temporary file beside ``path``; when the block ends without an
+  error it is flushed to disk and renamed over ``path`` (``os.replace``: a link there is replaced itself,
+  never what it points to; a reader sees the old file or the new one, never half). ``replace_file(path,
+  data)`` and ``copy_file(source, path)`` are the one-call forms.
+- ``staged_into(folder)``: a new, empty temporary folder for a library that writes a whole folder of files
+  (``save_pretrained``, accelerate's checkpoints); when the block ends, every file it holds is moved over
+  its name in ``folder``, as ``replacing`` would.
+- ``kit_subfolder(path)``: a sub-folder of a kit folder, made if missing; refused when it is a link or a file.
+- ``remove_entry(path)``: deletes one file of the kit's (a link: the link itself).
+- ``refuse_links(folder, kind)``: refuses a folder with a link at any name of its kind's layout, for code that
+  opens files itself (``open_run`` calls it, before worker processes write into a run folder).
+
+Each takes ``within``, the kit folder the path lies in: every folder between it and the file must be a real
+folder (a link there is refused: a sub-folder linked to a user's folder never receives a file; missing ones
+are made). Left out, it is the innermost folder this process claimed that holds the path, else the path's
+own folder (only the file itself is guarded then: a worker process, which claims nothing, passes the run
+folder). Every refusal is an ``OutputRefused`` in one line.
 
 The folders claimed in this process are remembered (``claimed``), so that a command stopped by a signal,
 or by an error of the operating system that names no file, can say which folder it was writing
@@ -20,23 +52,29 @@ them: each kind is declared by its owner (runs, training, models, the Kaggle dat
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import fnmatch
+import itertools
 import json
 import os
+import re
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from arc_kit.names import shown
 
 MARKER = ".arc-kit.json"  # what the kit writes into every output folder it makes
 MARKER_BYTES = 1 << 16  # a marker is a few hundred bytes: anything larger is not one
 SHOWN_ENTRIES = 3  # the names a refusal shows of what a folder holds
+# what every kind owns besides its layout: the kit's own temporary files and staging folders, left by a kill
+TEMPORARY = (".*.{n}.{n}.tmp", ".arc-kit-staging-{n}-{n}/**")
 
 
 class OutputRefused(ValueError):
@@ -45,13 +83,19 @@ class OutputRefused(ValueError):
 
 @dataclass(frozen=True)
 class FolderKind:
-    """A kind of output folder: its name, what the kit writes in it, and whether a rerun continues in it."""
+    """A kind of output folder: its name, its layout (what the kit writes in it), whether a rerun continues in it."""
 
     name: str  # "run", "model"...: a folder is only ever claimed again as the kind it was made as
-    owned: tuple[str, ...] = ()  # glob patterns of the top-level entries the kit writes: all that clearing deletes
+    owned: tuple[str, ...] = ()  # the layout: every entry the kit writes (see the module's docstring)
     resumable: bool = False  # a rerun continues in it; else a folder made earlier is replaced only with overwrite
-    legacy: Callable[[Path], bool] | None = None  # recognises a folder that a kit made before markers existed
+    legacy: Callable[[Path], bool] | None = None  # recognises a folder an earlier kit made (adopted only on request)
+    quiet: tuple[str, ...] = ()  # top-level entries of the kit's that clearing keeps, unsaid (a lock held meanwhile)
     kept: str = "what it wrote so far"  # what a stopped command leaves in it, in a few words
+
+    def owns(self, relative: str) -> bool:
+        """True when the layout names the entry at ``relative`` (a path inside the folder, ``/`` between names)."""
+        parts = tuple(relative.split("/"))
+        return any(_path_matches(tuple(entry.split("/")), parts) for entry in (*self.owned, *TEMPORARY))
 
 
 @dataclass(frozen=True)
@@ -64,12 +108,15 @@ class Claim:
 
 
 _claimed: list[Claim] = []
+_temporary_numbers = itertools.count()
 
 
 def claimed() -> list[Claim]:
     """Every folder and file claimed in this process so far, oldest first."""
     return list(_claimed)
 
+
+# -- markers -----------------------------------------------------------------------------------------------------
 
 def read_marker(folder: str | os.PathLike) -> dict | None:
     """What the marker in ``folder`` says (its kind and command), None when it holds none; OutputRefused when it
@@ -115,11 +162,13 @@ def is_made_folder(folder: str | os.PathLike) -> bool:
         return False
 
 
+# -- claiming ----------------------------------------------------------------------------------------------------
+
 def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, overwrite: bool = False,
                  option: str = "--out") -> dict | None:
     """Whether the kit may write into ``path`` as a ``kind`` folder for ``command`` (the rules of
     ``claim_folder``): OutputRefused in one line if not; else the folder's marker (None for a folder that is
-    new, empty or an earlier kit's). Writes nothing."""
+    new or empty). Writes nothing."""
     path = Path(path)
     target = _followed(path, option)
     if not target.exists():
@@ -131,8 +180,12 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
         foreign = [entry for entry in _entries(target) if not _is_marker_draft(entry)]
         if any(entry.name == MARKER for entry in foreign):  # another process claimed the folder since it was read
             return check_folder(path, kind, command, overwrite=overwrite, option=option)
-        if not foreign or (kind.legacy is not None and kind.legacy(target)):
+        if not foreign:
             return None
+        if kind.legacy is not None and kind.legacy(target):
+            raise OutputRefused(f"{path} looks like {_a(kind.name)} folder that an earlier arc-kit made, but holds "
+                                f"no {MARKER}: run the same command with --adopt to take it as this command's (its "
+                                f"files kept), or give {option} another folder")
         raise OutputRefused(f"{path} holds files that arc-kit did not make ({_some(foreign)}): it writes only into "
                             f"a new or empty folder, or one it made; give {option} another folder")
     if marker["kind"] != kind.name:
@@ -154,18 +207,18 @@ def claim_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
     """Make ``path`` this ``command``'s ``kind`` folder, or refuse (OutputRefused, one line, nothing written).
 
     Allowed: a folder that does not exist (made, with its parents), an empty one, one the kit made as this
-    kind (a marker; or, for a kind with ``legacy``, a folder an earlier kit made). A resumable kind's folder is
-    continued, and with ``clear`` what its layout names is deleted first; any other kind's is refused unless
-    ``overwrite`` (then only for the command that made it: its layout's entries are deleted first). The
+    kind (its marker). A resumable kind's folder is continued, and with ``clear`` what its layout names is
+    deleted first; any other kind's is refused unless ``overwrite`` (then only for the command that made it:
+    its layout's entries are deleted first). What else the folder holds is kept, and said in a warning. The
     marker is written (or rewritten) before the folder is returned; ``option`` names the path in messages.
     """
     path = Path(path)
     marker = check_folder(path, kind, command, overwrite=overwrite, option=option)
     target = _followed(path, option)
     if marker is not None and (clear or not kind.resumable):
-        remove_owned(target, kind)
-    elif marker is None and target.exists() and clear:  # an earlier kit's folder (no marker): its layout, cleared
-        remove_owned(target, kind)
+        kept = remove_owned(target, kind)
+        if kept:
+            warnings.warn(f"kept in {path} what arc-kit did not make there: {_listed(kept)}", stacklevel=2)
     target.mkdir(parents=True, exist_ok=True)
     if marker is None or not kind.resumable:
         _write_marker(target, kind, command)
@@ -173,16 +226,54 @@ def claim_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
     return path
 
 
-def remove_owned(folder: Path, kind: FolderKind) -> None:
-    """Delete what ``kind``'s layout names in ``folder`` (a folder the kit made): its files and folders, a link
-    itself (never what it points to); the marker and everything else stay."""
-    for entry in _entries(folder):
-        if entry.name == MARKER or not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in kind.owned):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink(missing_ok=True)
+def adopt_folder(path: str | os.PathLike, kind: FolderKind, command: str) -> bool:
+    """Take a folder that an earlier kit made without a marker (``kind.legacy`` recognises it) as ``command``'s:
+    its marker is written, nothing else changes. True when it adopted one; False for any other folder (a new,
+    empty or marked one, or a user's: ``claim_folder`` then judges it as ever)."""
+    target = Path(os.path.realpath(path))
+    if not target.is_dir() or kind.legacy is None or read_marker(target) is not None or not kind.legacy(target):
+        return False
+    _write_marker(target, kind, command)
+    return True
+
+
+def remove_owned(folder: Path, kind: FolderKind, *, below: str = "") -> list[str]:
+    """Delete what ``kind``'s layout names in ``folder`` (a folder the kit made), or only below the layout's
+    sub-folder ``below`` (that sub-folder too, once empty): its files, a link itself (never what it points to), a
+    sub-folder the layout names once it is empty. The marker and everything else stay; returns what was kept
+    (paths inside ``folder``)."""
+    layout = [tuple(entry.split("/")) for entry in (*kind.owned, *TEMPORARY)]
+    start = folder
+    for part in [part for part in below.split("/") if part]:
+        layout = [entry[1:] for entry in layout if entry and _name_matches(entry[0], part)]
+        start = start / part
+        if start.is_symlink() or not start.is_dir():
+            return []
+    kept: list[str] = []
+    _remove_matching(start, layout, f"{below.strip('/')}/" if below.strip("/") else "", kept, (MARKER, *kind.quiet))
+    if start != folder:
+        with contextlib.suppress(OSError):  # the sub-folder itself, when the kit's entries were all it held
+            start.rmdir()
+    return kept
+
+
+def refuse_links(folder: str | os.PathLike, kind: FolderKind) -> None:
+    """OutputRefused in one line when an entry of ``folder`` at a name of ``kind``'s layout (a file it writes, or a
+    sub-folder it writes into) is a symbolic link: a folder about to be written by code that opens its files itself
+    (worker processes) is checked first."""
+    def walk(current: Path, layout: list[tuple[str, ...]], prefix: str) -> None:
+        for entry in _entries(current):
+            matching = [item[1:] for item in layout if item and _name_matches(item[0], entry.name)]
+            if matching and entry.is_symlink():
+                raise OutputRefused(f"{entry} is a symbolic link inside a folder arc-kit writes ({prefix}{entry.name}"
+                                    " is its own name): it never writes through one; move the link away and run again")
+            deeper = [rest for rest in matching if rest and rest != ("**",)]
+            if deeper and entry.is_dir():
+                walk(entry, deeper, f"{prefix}{entry.name}/")
+
+    folder = Path(folder)
+    if folder.is_dir():
+        walk(folder, [tuple(entry.split("/")) for entry in (*kind.owned, *kind.quiet)], "")
 
 
 def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], bool] | None = None,
@@ -208,6 +299,114 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
     return path == folder or folder in path.parents
 
+
+# -- writing into the kit's folders --------------------------------------------------------------------------------
+
+def kit_subfolder(path: str | os.PathLike, *, within: str | os.PathLike | None = None) -> Path:
+    """``path``, a folder inside a kit folder, made where missing (with the folders between); OutputRefused when it
+    or a folder between it and ``within`` is a symbolic link or no folder."""
+    path = Path(path)
+    _guarded(path / "_", within)
+    return path
+
+
+@contextlib.contextmanager
+def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None, binary: bool = False,
+              newline: str | None = None) -> Iterator[IO]:
+    """A file object appending to ``path`` (made if missing), flushed to disk when the block ends; OutputRefused
+    when ``path`` is a link or no regular file. Opened for reading too (``os.pread`` on its ``fileno()``)."""
+    path = Path(path)
+    _guarded(path, within)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0)
+    descriptor = _opened(path, flags)
+    if hasattr(os, "O_NONBLOCK"):
+        os.set_blocking(descriptor, True)
+    with _naming(path), os.fdopen(descriptor, "ab" if binary else "a", **({} if binary else _TEXT),
+                                  newline=newline) as handle:
+        yield handle
+        handle.flush()
+        os.fsync(descriptor)
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, *, within: str | os.PathLike | None = None, binary: bool = False,
+              newline: str | None = None, durable: bool = True) -> Iterator[IO]:
+    """A file object on a new temporary file beside ``path``; when the block ends without an error, flushed (to
+    disk, unless not ``durable``) and renamed over ``path`` (a link there replaced itself); on an error, removed.
+    OutputRefused when a folder is at ``path``; an error of the operating system that names no file names ``path``."""
+    path = Path(path)
+    folder = _guarded(path, within)
+    if path.is_dir() and not path.is_symlink():
+        raise OutputRefused(f"{path} is a folder where arc-kit writes a file: move it away, or give another folder")
+    temporary = folder / f".{path.name[:80]}.{os.getpid()}.{next(_temporary_numbers)}.tmp"
+    descriptor = _opened(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW)
+    try:
+        with _naming(path), os.fdopen(descriptor, "wb" if binary else "w", **({} if binary else _TEXT),
+                                      newline=newline) as handle:
+            yield handle
+            handle.flush()
+            if durable:
+                os.fsync(descriptor)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def replace_file(path: str | os.PathLike, data: str | bytes, *, within: str | os.PathLike | None = None,
+                 durable: bool = True) -> Path:
+    """Write ``data`` (text as UTF-8) as the whole of ``path``, as ``replacing`` does; ``path``."""
+    with replacing(path, within=within, binary=isinstance(data, bytes), durable=durable) as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def copy_file(source: str | os.PathLike, path: str | os.PathLike, *,
+              within: str | os.PathLike | None = None) -> Path:
+    """A copy of the file ``source`` as the whole of ``path``, as ``replacing`` writes; ``path``."""
+    with open(source, "rb") as reader, replacing(path, within=within, binary=True) as handle:
+        shutil.copyfileobj(reader, handle, 1 << 20)
+    return Path(path)
+
+
+def remove_entry(path: str | os.PathLike, *, within: str | os.PathLike | None = None) -> None:
+    """Delete the kit's file ``path`` if it is there (a link: the link itself); never a folder."""
+    path = Path(path)
+    _guarded(path, within)
+    if path.is_dir() and not path.is_symlink():
+        raise OutputRefused(f"{path} is a folder where arc-kit keeps a file: move it away, or give another folder")
+    path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def staged_into(folder: str | os.PathLike, *, within: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A new, empty folder for a library that writes many files at once; when the block ends without an error,
+    each file it holds is renamed over its name in ``folder`` (a sub-folder's into ``kit_subfolder``), as
+    ``replacing`` does; the staging folder is removed either way."""
+    folder = Path(folder)
+    kit_subfolder(folder, within=within)
+    staging = folder / f".arc-kit-staging-{os.getpid()}-{next(_temporary_numbers)}"
+    staging.mkdir()
+    try:
+        yield staging
+        _move_into(staging, folder, within if within is not None else _anchor(folder / "_", None))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into(staging: Path, folder: Path, within: Path) -> None:
+    for entry in sorted(staging.iterdir()):
+        target = folder / entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            _move_into(entry, kit_subfolder(target, within=within), within)
+            continue
+        if target.is_dir() and not target.is_symlink():
+            raise OutputRefused(f"{target} is a folder where arc-kit writes a file: move it away, or give another "
+                                "folder")
+        os.replace(entry, target)
+
+
+# -- errors of the operating system --------------------------------------------------------------------------------
 
 # One line per error of the operating system: what it is, the file, what to do.
 FIXES = {errno.ENOSPC: "free some space on that disk, or write elsewhere",
@@ -239,6 +438,115 @@ def describe_os_error(error: OSError) -> str:
     return f"{text}; {fix}" if fix else text
 
 
+# -- the pieces ----------------------------------------------------------------------------------------------------
+
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_TEXT = {"encoding": "utf-8", "errors": "backslashreplace"}  # a lone surrogate of an id is written escaped
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError of the block that names no file (a full disk on ``write``) names ``path``."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
+def _opened(path: Path, flags: int) -> int:
+    """``os.open(path, flags)`` for a regular file (made with the usual permissions); OutputRefused in one line
+    for a link, a FIFO, a device or a socket there."""
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.EMLINK) or (error.errno == errno.EEXIST and path.is_symlink()):
+            raise OutputRefused(f"{path} is a symbolic link inside a folder arc-kit writes: it never writes through "
+                                "one; move the link away and run again") from None
+        if error.errno == errno.ENXIO:  # a FIFO that nobody reads
+            raise OutputRefused(f"{path} is no regular file (a FIFO?) where arc-kit writes one: move it away") \
+                from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise OutputRefused(f"{path} is no regular file (a FIFO, a device?) where arc-kit writes one: move it away")
+    return descriptor
+
+
+def _anchor(path: Path, within: str | os.PathLike | None) -> Path:
+    """The kit folder ``path`` lies in: ``within``, else the innermost folder claimed here that holds it, else
+    its own folder."""
+    if within is not None:
+        return Path(os.path.abspath(within))
+    holders = [Path(os.path.abspath(claim.path)) for claim in _claimed if claim.kind is not None]
+    holders = [folder for folder in holders if folder in path.parents]
+    return max(holders, key=lambda folder: len(folder.parts), default=path.parent)
+
+
+def _guarded(path: Path, within: str | os.PathLike | None) -> Path:
+    """The folder ``path`` goes in, every folder from ``within`` (see ``_anchor``) down to it made where missing
+    and checked to be a real folder; OutputRefused, one line, for a link or a file among them."""
+    path = Path(os.path.abspath(path))
+    anchor = _anchor(path, within)
+    if anchor != path.parent and anchor not in path.parents:
+        raise ValueError(f"{path} does not lie in {anchor}")
+    anchor.mkdir(parents=True, exist_ok=True)  # the kit folder (or, where none holds it, the file's own folder)
+    current = anchor
+    for part in path.parent.relative_to(anchor).parts:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            current.mkdir()
+        status = current.lstat()
+        if stat.S_ISLNK(status.st_mode):
+            raise OutputRefused(f"{current} is a symbolic link inside a folder arc-kit writes: it never writes "
+                                "through one; move the link away and run again")
+        if not stat.S_ISDIR(status.st_mode):
+            raise OutputRefused(f"{current} is a file where arc-kit keeps a folder: move it away and run again")
+    return path.parent
+
+
+def _name_matches(pattern: str, name: str) -> bool:
+    """Whether ``name`` is one the layout's ``pattern`` names (``{n}``: digits; ``*``: any text; ``**``: any)."""
+    if pattern == "**":
+        return True
+    pieces = [re.escape(piece) for piece in re.split(r"(\{n\}|\*)", pattern)]
+    expression = "".join("[0-9]+" if piece == re.escape("{n}") else ".*" if piece == re.escape("*") else piece
+                         for piece in pieces)
+    return re.fullmatch(expression, name, re.DOTALL) is not None
+
+
+def _path_matches(entry: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    if entry and entry[-1] == "**":
+        return len(parts) >= len(entry) - 1 and all(map(_name_matches, entry[:-1], parts))
+    return len(parts) == len(entry) and all(map(_name_matches, entry, parts))
+
+
+def _remove_matching(folder: Path, layout: list[tuple[str, ...]], prefix: str, kept: list[str],
+                     quiet: tuple[str, ...] = ()) -> None:
+    """Delete the entries of ``folder`` that ``layout`` (its paths relative to ``folder``) names; note the rest."""
+    for entry in _entries(folder):
+        if not prefix and entry.name in quiet:
+            continue
+        matching = [item[1:] for item in layout if item and _name_matches(item[0], entry.name)]
+        whole = any(rest == ("**",) for rest in matching)
+        leaf = whole or any(not rest for rest in matching)
+        deeper = [rest for rest in matching if rest and rest != ("**",)]
+        real_folder = entry.is_dir() and not entry.is_symlink()
+        if entry.is_symlink() and (leaf or deeper):
+            entry.unlink()  # the link itself, never what it points to
+        elif real_folder and whole:
+            shutil.rmtree(entry)
+        elif real_folder and deeper:
+            _remove_matching(entry, deeper, f"{prefix}{entry.name}/", kept)
+            with contextlib.suppress(OSError):  # removed when the kit's entries were all it held
+                entry.rmdir()
+        elif leaf and not real_folder:
+            entry.unlink()
+        else:
+            kept.append(prefix + entry.name + ("/" if real_folder else ""))
+
+
 def _followed(path: Path, option: str) -> Path:
     """``path`` with a symbolic link followed (to what it points to); OutputRefused for a dangling one."""
     if path.is_symlink() and not path.exists():
@@ -253,7 +561,7 @@ def _entries(folder: Path) -> list[Path]:
 
 def _is_marker_draft(entry: Path) -> bool:
     """A marker half written by another process claiming the same new folder (its temporary file)."""
-    return entry.name.startswith(f"{MARKER}.") and entry.name.endswith(".tmp")
+    return entry.name.startswith(f".{MARKER}.") and entry.name.endswith(".tmp")
 
 
 def _a(word: str) -> str:
@@ -261,10 +569,12 @@ def _a(word: str) -> str:
 
 
 def _some(entries: list[Path]) -> str:
-    names = [shown(entry.name) + ("/" if entry.is_dir() and not entry.is_symlink() else "")
-             for entry in entries[:SHOWN_ENTRIES]]
-    more = len(entries) - SHOWN_ENTRIES
-    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+    return _listed([entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "") for entry in entries])
+
+
+def _listed(names: list[str]) -> str:
+    more = len(names) - SHOWN_ENTRIES
+    return ", ".join(shown(name) for name in names[:SHOWN_ENTRIES]) + (f" and {more} more" if more > 0 else "")
 
 
 def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:
@@ -272,10 +582,10 @@ def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:
     marker = {"kind": kind.name, "command": command, "note": "made by arc-kit; it writes into this folder again, "
               "and deletes only what it made here", "command_line": command_line[:300],
               "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
-    temporary = folder / f"{MARKER}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8", errors="backslashreplace")
-    os.replace(temporary, folder / MARKER)
+    replace_file(folder / MARKER, json.dumps(marker, indent=1) + "\n", within=folder, durable=False)
 
 
-__all__ = ["FIXES", "MARKER", "Claim", "FolderKind", "OutputRefused", "check_folder", "claim_file", "claim_folder",
-           "claimed", "describe_os_error", "inside", "is_made_folder", "read_marker", "remove_owned", "small_json"]
+__all__ = ["FIXES", "MARKER", "Claim", "FolderKind", "OutputRefused", "adopt_folder", "appending", "check_folder",
+           "claim_file", "claim_folder", "claimed", "copy_file", "describe_os_error", "inside", "is_made_folder",
+           "kit_subfolder", "read_marker", "refuse_links", "remove_entry", "remove_owned", "replace_file", "replacing",
+           "small_json", "staged_into"]

@@ -1,10 +1,11 @@
 """A step counter that shows work is moving: long loops bump it, a watchdog reads it.
 
 ``tick()`` adds one to a process-wide counter; ``steps()`` reads it. ``count_forward_calls(model)``
-hooks a torch module so that every forward pass (a search step, a scoring pass, a training step)
-ticks, whichever loop runs it, so the searches and test-time training need not know about it. A
-pool's actor tells the driver the counter when asked (``run.actors.engine_steps``); a counter that
-stops moving means the actor's solving is stuck or its process is stopped.
+hooks a torch module so that every forward pass of it (a test-time training step, transformers' own
+forward) ticks; the decode engine, which never calls the model's forward, ticks through the step
+callback its solver is given (``Solver(..., on_step=progress.tick)``). A pool's actor tells the
+driver the counter when asked (``run.actors.engine_steps``); a counter that stops moving means the
+actor's solving is stuck or its process is stopped.
 
 This module knows nothing of models beyond ``register_forward_hook``, nor of files or processes.
 """

@@ -88,28 +88,31 @@ print(encoder.text(prompt.ids[-40:]))
 import os
 
 from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.dfs import dfs_search
+from arc_kit.method.engine import make_engine
+from arc_kit.method.search import search
 from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.data.plotting import draw_nll_heatmap
-from arc_kit.method.scoring import augmented_nlls, product_of_probabilities
+from arc_kit.method.experts import product_of_probabilities
+from arc_kit.method.solver import augmented_nlls
 
 THRESHOLD = 0.01  # low, to see several candidates
 SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 loaded = load_model(default_model_path())
+engine = make_engine(loaded.model)
 model_encoder = loaded.encoder(max_len=2048 if SMOKE else loaded.token_budget())
 view = full_set[0]
 prompt = model_encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input))
-search = dfs_search(loaded.model, prompt.ids, AnswerSpace.from_encoder(model_encoder),
-                    SamplerSettings(threshold=THRESHOLD, max_forward_calls=300 if SMOKE else 5000))
+found = search(engine, [prompt.ids], AnswerSpace.from_encoder(model_encoder),
+               SamplerSettings(threshold=THRESHOLD, max_forward_calls=300 if SMOKE else 5000))[0]
 candidates = []
-for completion in search.completions:
+for completion in found.completions:
     try:
         candidates.append((view.invert_grid(model_encoder.decode_answer(completion.ids)), completion.probability))
     except ValueError:
         pass  # not a grid
-print(f"{len(search.completions)} answers above {THRESHOLD:.0%}, {len(candidates)} of them grids, "
-      f"{search.forward_calls} forward calls")
+print(f"{len(found.completions)} answers above {THRESHOLD:.0%}, {len(candidates)} of them grids, "
+      f"{found.forward_calls} forward calls")
 if candidates:
     draw_grids([grid for grid, _ in candidates], [f"p={p:.1%}" for _, p in candidates],
                highlight=[np.array_equal(grid, task.test[0].output) for grid, _ in candidates],
@@ -118,6 +121,7 @@ if candidates:
 # %%
 scoring_set = arc_kit.Augmentation.inference_set(np.random.default_rng(SEED + 1), len(task.train), 8)
 grids = [grid for grid, _ in candidates] + [task.test[0].output]  # the right answer too, for comparison
-nlls = augmented_nlls(loaded.model, model_encoder, task.train, task.test[0].input, grids, scoring_set)
+nlls = augmented_nlls(engine, model_encoder, task.train, task.test[0].input, grids, scoring_set,
+                      AnswerSpace.from_encoder(model_encoder))
 labels = [f"candidate {i} (PoE {product_of_probabilities(row):.1f})" for i, row in enumerate(nlls[:-1])]
 draw_nll_heatmap(nlls, [a.key for a in scoring_set], labels + [f"right answer (PoE {nlls[-1].sum():.1f})"])

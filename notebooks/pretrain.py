@@ -51,7 +51,7 @@ settings = settings.replace(data=settings.data.replace(task_sets=TRAINING_TASKS)
 data = pretraining_data(RE_ARC if RE_ARC and Path(RE_ARC).exists() and not SMOKE else None, settings.data)
 if SMOKE:
     settings = settings.replace(log_every=2, batch_size=1, gradient_accumulation=2,
-                                sequences=settings.sequences.replace(max_len=1024))
+                                sequences=settings.sequences.replace(max_tokens=1024))
 result = pretrain(MODEL, OUT, data.pools, settings, weights=data.weights, data_description=data.description,
                   repeatable=data.repeatable)
 result

@@ -85,9 +85,22 @@ import time
 STARTED = time.time()  # the budget counts from here
 COMPETITION = "arc-prize-2026-arc-agi-2"  # arc_kit.kaggle.competition.COMPETITION (a test keeps them equal)
 KIT_IMPORTS = ("arc_kit.kaggle.competition, arc_kit.model.loading, torch, transformers, peft, accelerate, safetensors, "
-               "gguf, ray")
+               "ray")
 VERSIONS = ("arc-kit", "torch", "transformers", "tokenizers", "peft", "accelerate", "safetensors", "gguf", "numpy",
             "ray")
+# Run after the install, in a fresh process: the kit imports, and the versions found ("none": not installed, as
+# gguf is where no base needs it)
+IMPORT_CHECK = f"""
+import importlib.metadata as metadata
+import {KIT_IMPORTS}
+found = []
+for name in {VERSIONS!r}:
+    try:
+        found.append(f"{{name}} {{metadata.version(name)}}")
+    except metadata.PackageNotFoundError:
+        found.append(f"{{name}} none")
+print(", ".join(found))
+"""
 
 
 def preference(path: str) -> tuple:
@@ -148,9 +161,7 @@ def install_kit() -> str | None:
                   "submission stands")
             return None
         print(f"installed {len(wheels)} wheel(s) from {folder}: {', '.join(os.path.basename(w) for w in wheels)}")
-        check = subprocess.run([sys.executable, "-c", f"import {KIT_IMPORTS}; import importlib.metadata as m; "
-                                f"print(', '.join(f'{{n}} {{m.version(n)}}' for n in {VERSIONS!r}))"],
-                               capture_output=True, text=True)
+        check = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True)
         if check.returncode != 0:
             print(f"the kit does not import after the install ({last_line(check)}): the fallback submission stands")
             return None
@@ -181,7 +192,7 @@ if READY:
     from pathlib import Path
 
     from arc_kit.kaggle import competition as kaggle
-    from arc_kit.kaggle.model_input import notebook_model
+    from arc_kit.kaggle.model_input import notebook_model, overridden_model
     from arc_kit.model.loading import default_model_path
     from arc_kit.run.model_check import card_here, check_model
     from arc_kit.settings import replace_path, solve_preset
@@ -190,12 +201,17 @@ if READY:
         if ON_KAGGLE:
             INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
             model = notebook_model(MODEL, DATASET, INPUT)
+            overridden = overridden_model(MODEL, DATASET, INPUT)  # MODEL set: said loudly, the dataset's unused
+            if overridden:
+                print(overridden)
         else:  # elsewhere: a stand-in for /kaggle/input built from public data (the placeholder case)
             import tempfile
 
             scratch = Path(tempfile.mkdtemp(prefix="arc-kit-submission-"))
             INPUT, WORKING = kaggle.simulate_competition_input(scratch / "input", tasks=5), scratch / "working"
             model = MODEL or default_model_path()
+            print("SMOKE: the kit of this environment and its shipped model (or MODEL), no dataset's: "
+                  "`arc-kit kaggle check` runs a built dataset's notebook as Kaggle does")
         settings = solve_preset(PRESET)
         for name, value in CHANGES.items():
             settings = replace_path(settings, tuple(name.split(".")), value)

@@ -62,12 +62,14 @@ for view in views[:3]:
 # (the only part in the loss).
 
 # %%
-from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
+from arc_kit.settings import TrainingSettings, sudoku_training
 from arc_kit.text import TaskEncoder, Vocabulary
 from arc_kit.model.training_data import sample_sequence
 
 encoder = TaskEncoder(Vocabulary())
-encoded = sample_sequence(sudoku.SudokuPool(puzzles), np.random.default_rng(SEED), encoder, SUDOKU_SEQUENCES)
+training = sudoku_training(TrainingSettings())  # what `arc-kit sudoku train` trains with
+encoded = sample_sequence(sudoku.SudokuPool(puzzles), np.random.default_rng(SEED), encoder, training.sequences,
+                          mask_first_output=training.lora.mask_first_output)
 print(encoder.text(encoded.ids))
 print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the loss")
 
@@ -79,9 +81,10 @@ print(f"{len(encoded)} tokens, {int(encoded.loss_mask.sum())} of them in the los
 # %%
 from pathlib import Path
 
-from arc_kit.model.loading import LoadSettings, create_model, load_model
+from arc_kit.model.loading import create_model, load_model
 from arc_kit.method.solver import Solver
-from arc_kit.sudoku.experiment import SudokuEvalSettings, solve_puzzle
+from arc_kit.settings import LoadSettings, SudokuEvalSettings
+from arc_kit.sudoku.experiment import solve_puzzle
 from arc_kit.text import HuggingFaceTokenizer
 
 if Path(MODEL).exists() and not SMOKE:
@@ -90,9 +93,9 @@ if Path(MODEL).exists() and not SMOKE:
 else:
     model, tokenizer = create_model("micro", seed=SEED)
     model_encoder = TaskEncoder(HuggingFaceTokenizer(tokenizer))
-settings = (SudokuEvalSettings(threshold=0.3, inference_augmentations=2, scoring_augmentations=2,
-                               max_forward_calls=100) if SMOKE else SudokuEvalSettings(max_forward_calls=3000))
-solver = Solver(model.eval(), model_encoder, settings.solve_settings())
+settings = SudokuEvalSettings().replace(**(dict(threshold=0.3, inference_augmentations=2, scoring_augmentations=2,
+                                               max_forward_calls=100) if SMOKE else dict(max_forward_calls=3000)))
+solver = Solver(model.eval(), model_encoder, settings.solve)
 record = solve_puzzle(solver, "notebook", pair.input, settings)
 test = record.tests[0]
 answer = test.attempts[0] if test.attempts else None
@@ -123,4 +126,5 @@ RUN = Path("../docs/sudoku/metrics.json")
 if RUN.exists():
     run = json.loads(RUN.read_text())
     print({name: value for name, value in run["metrics"].items() if name != "by_clues"})
-    draw_sudoku_curve(pd.DataFrame(run["curve"]), run["run"]["settings"]["threshold"], "docs/sudoku: the CPU run")
+    threshold = SudokuEvalSettings.from_json(run["run"]["settings"]).solve.sampler.threshold  # any kit's layout
+    draw_sudoku_curve(pd.DataFrame(run["curve"]), threshold, "docs/sudoku: the CPU run")

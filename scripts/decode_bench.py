@@ -24,9 +24,9 @@ def _synchronize(device: str) -> None:
 
 def _decode(tokens: int, device: str, overhead_only: bool, queue, barrier) -> None:
     import torch
-    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from arc_kit.method.reference.caches import call_with_cache
+    from arc_kit.method.transformers_forward import call_with_cache
 
     torch.set_num_threads(1)
     shape = (dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
@@ -34,18 +34,18 @@ def _decode(tokens: int, device: str, overhead_only: bool, queue, barrier) -> No
              dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3))
     config = LlamaConfig(vocab_size=76, num_hidden_layers=30, max_position_embeddings=8192, **shape)
     model = LlamaForCausalLM(config).to(device, torch.bfloat16 if device == "cuda" else torch.float32).eval()
-    prompt = torch.randint(0, 76, (1, 1024), device=device)
+    prompt = torch.randint(0, 76, (1024,)).tolist()
     with torch.no_grad():
         for attempt in range(2):  # the first round warms up
-            output, cache = call_with_cache(model, DynamicCache(), input_ids=prompt)
-            token = output.logits[:, -1:].argmax(-1)
+            logits, cache = call_with_cache(model, None, prompt)
+            token = int(logits[-1].argmax())
             _synchronize(device)
             if attempt:
                 barrier.wait()  # every process decodes at the same time
             started = time.monotonic()
             for _ in range(tokens if attempt else 20):
-                output, cache = call_with_cache(model, cache, input_ids=token)
-                token = output.logits[:, -1:].argmax(-1)
+                logits, cache = call_with_cache(model, cache, [token])
+                token = int(logits[-1].argmax())
             _synchronize(device)
     queue.put((started, time.monotonic(), tokens))
 

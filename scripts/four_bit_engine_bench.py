@@ -1,4 +1,5 @@
-"""The engine benchmark over 4-bit weights: a model folder quantized by transformers, both engines, 16 lanes.
+"""The engine benchmark over 4-bit weights: a model folder quantized by transformers, the engine against
+transformers' forward, 16 lanes.
 
 The model (default: the shipped one) is loaded as the kit loads it, saved whole to a temporary
 folder and loaded back with ``BitsAndBytesConfig(load_in_4bit=True)`` (nf4, double quantization,
@@ -33,7 +34,7 @@ def quantized_copy(model, quant_type: str, double: bool, compute_dtype=None):
         model.save_pretrained(folder)
         device = next(model.parameters()).device
         return AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, dtype=compute_dtype,
-                                                    device_map=str(device)).eval()
+                                                    device_map=str(device), trust_remote_code=False).eval()
 
 
 def fusion_lines(turns: int = 20) -> list[str]:

@@ -6,7 +6,9 @@ so the raw blocks are all a copy needs: about 67 MB, the kept embedding rows alo
 ``pack`` writes them as safetensors parts of at most ``--part-mib`` MiB each, ``part-N/base-N.safetensors``,
 each folder to carry in a call of its own (uint8 blocks, the
 shape and sha256 of every float32 tensor, and the folder's small files in each part's metadata), and
-checks here that ``unpack`` gives back every tensor bit for bit. ``unpack`` (on the device) turns
+checks here that ``unpack`` gives back every tensor bit for bit; ``--out`` follows the kit's output rule
+(``arc_kit.outputs``: new, empty or an earlier pack's, whose parts alone are replaced; nothing written through a
+link). ``unpack`` (on the device) turns
 the parts found into the built base folder in the kit's cache (``ARC_KIT_CACHE``), each tensor
 checked against its sha256; it fails in one line when a part is missing.
 
@@ -27,9 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from arc_kit.outputs import FolderKind
+
 BLOCK = 32  # weights per GGUF block, both layouts
 BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}  # fp16 scale (+ fp16 minimum for Q4_1), then the 32 quantized weights
 SMALL_FILES = ("arc_kit.json", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+PART_MIB = (1.0, 64.0)  # the sizes a part may have: a device call carries at most 64 MiB
+# the pack's output folder as the kit's output rule sees it (``arc_kit.outputs``): its parts, by their exact form
+PARTS_KIND = FolderKind("base parts", owned=("part-{n}/base-{n}.safetensors",), resumable=True)
 
 
 def dequantize(blocks: np.ndarray, kind: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -105,8 +112,12 @@ def entries(base: Path, gguf_path: Path):
 
 
 def pack(base: Path, gguf_path: Path, out: Path, part_bytes: int) -> list[Path]:
-    """Parts of at most ``part_bytes`` each in ``out``; every tensor checked to come back bit for bit first."""
-    from safetensors.numpy import save_file
+    """Parts of at most ``part_bytes`` each in ``out``; every tensor checked to come back bit for bit first. ``out``
+    follows the kit's output rule (``arc_kit.outputs``): new, empty or an earlier pack's, whose parts are replaced;
+    each part written aside and renamed into place, never through a link."""
+    from safetensors.numpy import save
+
+    from arc_kit.outputs import claim_folder, kit_subfolder, replace_file
 
     small = {name: (base / name).read_text() for name in SMALL_FILES if (base / name).exists()}
     parts: list[tuple[dict, dict]] = [({}, {})]
@@ -117,13 +128,12 @@ def pack(base: Path, gguf_path: Path, out: Path, part_bytes: int) -> list[Path]:
             size = 0
         parts[-1][0][name], parts[-1][1][name] = raw, entry
         size += raw.nbytes
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, PARTS_KIND, "gpu_base_parts pack", clear=True)  # an earlier pack's parts go, nothing else
     written = []
     for index, (arrays, manifest) in enumerate(parts, start=1):
-        path = out / f"part-{index}" / f"base-{index}.safetensors"
-        path.parent.mkdir(exist_ok=True)
-        save_file(arrays, path, metadata={"manifest": json.dumps(manifest), "small_files": json.dumps(small),
-                                          "parts": str(len(parts))})
+        path = kit_subfolder(out / f"part-{index}") / f"base-{index}.safetensors"
+        replace_file(path, save(arrays, metadata={"manifest": json.dumps(manifest), "small_files": json.dumps(small),
+                                                  "parts": str(len(parts))}))
         written.append(path)
     return written
 
@@ -132,7 +142,9 @@ def unpack(folder: Path, destination: Path | None = None) -> Path:
     """The built base folder from the parts in ``folder`` (default place: the kit's cache); every tensor checked."""
     import torch
     from safetensors import safe_open
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from arc_kit.outputs import replace_file
 
     paths = sorted(folder.glob("**/base-*.safetensors"))
     if not paths:
@@ -159,9 +171,10 @@ def unpack(folder: Path, destination: Path | None = None) -> Path:
     if destination.exists() and any(destination.iterdir()):
         raise SystemExit(f"{destination} is not empty: nothing unpacked into it")
     destination.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, destination / "model.safetensors", metadata={"format": "pt"})
-    for name, text in small.items():
-        (destination / name).write_text(text)
+    replace_file(destination / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    for name in SMALL_FILES:  # by the names it knows: a part's metadata never names a file elsewhere
+        if name in small:
+            replace_file(destination / name, small[name])
     return destination
 
 
@@ -170,13 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     packing = commands.add_parser("pack", help="the built base as parts (here)")
     packing.add_argument("--out", type=Path, required=True)
-    packing.add_argument("--part-mib", type=float, default=36.0, help="the most MiB a part holds (default: 36)")
+    packing.add_argument("--part-mib", type=float, default=36.0,
+                         help=f"the most MiB a part holds, {PART_MIB[0]:g} to {PART_MIB[1]:g} (default: 36)")
     unpacking = commands.add_parser("unpack", help="the built base from its parts (on the device)")
     unpacking.add_argument("folder", type=Path)
     unpacking.add_argument("--destination", type=Path, help="default: the kit's cache")
     args = parser.parse_args(argv)
     if args.command == "pack":
         from arc_kit.model.bases import build_base, locate_weights
+        from arc_kit.outputs import OutputRefused, check_folder
+
+        if not PART_MIB[0] <= args.part_mib <= PART_MIB[1]:  # NaN too: checked before anything is built or written
+            parser.error(f"--part-mib must lie between {PART_MIB[0]:g} and {PART_MIB[1]:g}, got {args.part_mib:g}")
+        try:
+            check_folder(args.out, PARTS_KIND, "gpu_base_parts pack")
+        except OutputRefused as refusal:
+            raise SystemExit(f"gpu_base_parts pack: {refusal}") from None
 
         base = build_base("smollm2-135m")
         gguf_path = locate_weights("smollm2-135m", download=True)

@@ -6,10 +6,11 @@ of ``--minutes``; what a stage leaves unused passes on). A stage that runs out o
 what it had measured, and the next one starts; every figure is written to ``OUT/gpu_check.json`` as
 soon as it is measured (device, date, commit, versions, then a section per stage), with a log beside.
 
-- engine: the fast engine's step (compiled with CUDA graphs on a GPU) against the reference's, 16
-  lanes of the shipped model; tokens per second at 1 and 16 lanes and their ratio to the bandwidth
-  floor (``floor_ratio_1_lane``, ``floor_ratio_16_lanes``); then the DFS's candidates on both
-  engines for 3 tasks (``engine_bench.engine_agreement``), in the model's dtype (bf16 on a GPU: the
+- engine: the engine's step (compiled with CUDA graphs on a GPU) against transformers' own forward
+  (one lane at a time: the tests' oracle), 16 lanes of the shipped model; tokens per second at 1 and
+  16 lanes and their ratio to the bandwidth floor (``floor_ratio_1_lane``, ``floor_ratio_16_lanes``);
+  then the DFS's candidates on the compiled engine and on transformers' forward for 3 tasks
+  (``engine_bench.engine_agreement``), in the model's dtype (bf16 on a GPU: the
   compiled graphs of the throughput are reused; float32 would compile every graph again), saved after
   each test input.
 - drafts: engine steps and wall time with and without the speculative DFS's drafts.
@@ -20,7 +21,7 @@ soon as it is measured (device, date, commit, versions, then a section per stage
   the 120 ARC-AGI-2 evaluation tasks on Kaggle's 4x L4, from the speeds this run measured: test-time
   training and scoring scaled by the cards' bf16 arithmetic, generation by their memory bandwidth.
 - fourbit: a Llama-3.2-3B-shaped model with random weights in bitsandbytes 4 bits (nf4, bf16 compute)
-  through the fast engine (skipped where bitsandbytes is missing: the device image lacks it, so the
+  through the engine (skipped where bitsandbytes is missing: the device image lacks it, so the
   runbook carries its CUDA 13 build, docs/gpu/README.md).
 
 The shipped model's base is too large to travel in one device call: ``scripts/gpu_base_parts.py``
@@ -88,13 +89,15 @@ class Report:
         self.path, self.log_path, self.data = out / "gpu_check.json", out / "gpu_check.log", {}
 
     def save(self) -> None:
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
-        os.replace(partial, self.path)
+        from arc_kit.outputs import replace_file
+
+        replace_file(self.path, json.dumps(self.data, indent=1, default=str) + "\n")  # never through a link
 
     def log(self, line: str) -> None:
+        from arc_kit.outputs import appending
+
         print(line, flush=True)
-        with open(self.log_path, "a") as log:
+        with appending(self.log_path) as log:
             log.write(line + "\n")
 
 
@@ -174,8 +177,8 @@ def prepare_model(check: Check) -> None:
 
 def throughput_facts(result) -> dict:
     """The engine benchmark's figures under the names the issue asks for."""
-    facts = {"fast_ms_per_step_16_lanes": result.rows[0][1] * 1e3,
-             "reference_ms_per_step_16_lanes": result.rows[0][2] * 1e3,
+    facts = {"engine_ms_per_step_16_lanes": result.rows[0][1] * 1e3,
+             "transformers_ms_per_step_16_lanes": result.rows[0][2] * 1e3,
              "speed_up_16_lanes": result.rows[0][2] / result.rows[0][1],
              "largest_nll_difference": result.largest_difference, "note": result.rows[0][3]}
     for measured in result.throughput:
@@ -257,8 +260,10 @@ class _Tee(io.TextIOBase):
         self.stream, self.log_path = stream, log_path
 
     def write(self, text: str) -> int:
+        from arc_kit.outputs import appending
+
         self.stream.write(text)
-        with open(self.log_path, "a") as log:
+        with appending(self.log_path) as log:
             log.write(text)
         return len(text)
 
@@ -268,7 +273,7 @@ class _Tee(io.TextIOBase):
 
 def task_rows(run: Path) -> list[dict]:
     """Per task of a finished run folder: seconds, score, rung, whether the model answered, the deadline."""
-    from arc_kit.method.records import read_records
+    from arc_kit.run.record_json import read_records
     from arc_kit.run.outcome import answered_by_model
 
     rows = []
@@ -309,6 +314,7 @@ def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
     """The shortest tasks at the paper's preset, one after another, until the stage's time box runs out (no
     deadline for the kit's planner: it would step the settings down); then the finished tasks' records."""
     from arc_kit.cli import main as arc_kit
+    from arc_kit.outputs import copy_file
 
     if check.model_path is None:
         raise RuntimeError("no trained model here: its scores would say nothing")
@@ -330,7 +336,7 @@ def stage_tasks(check: Check, facts: dict, seconds: float) -> None:
     facts.update(per_task=rows, tasks_run=len(rows), solved=solved, score=solved / args.tasks,
                  seconds_total=sum(row["seconds"] or 0 for row in rows))
     if rows:
-        (Path(args.out) / "records.jsonl").write_bytes((run / "records.jsonl").read_bytes())
+        copy_file(run / "records.jsonl", Path(args.out) / "records.jsonl")
     check.report.save()
     facts["kaggle_estimate"] = kaggle_estimate(check, run) if rows else "no task finished: nothing to estimate from"
     estimate = facts["kaggle_estimate"]
@@ -371,6 +377,8 @@ def stage_fourbit(check: Check, facts: dict) -> None:
 
 
 def run_stage(check: Check, name: str, seconds: float) -> None:
+    from arc_kit.outputs import appending
+
     facts = check.report.data.setdefault(name, {})
     facts["budget_seconds"] = seconds
     started = time.monotonic()
@@ -386,7 +394,7 @@ def run_stage(check: Check, name: str, seconds: float) -> None:
         facts["status"] = f"out of time after {seconds:.0f} s (what it measured before is kept)"
     except Exception as error:  # noqa: BLE001 - one stage's failure is a finding; the next stage starts
         facts["status"] = f"failed: {type(error).__name__}: {error}"
-        with open(check.report.log_path, "a") as log:
+        with appending(check.report.log_path) as log:
             traceback.print_exc(file=log)
     facts["seconds"] = time.monotonic() - started
     check.report.log(f"== {name}: {facts['status']} ({facts['seconds']:.0f} s)")

@@ -187,7 +187,7 @@ def train(args) -> None:
     data = pretraining_data(str(re_arc), settings.data)  # the preset's mix: RE-ARC and arc-agi-1/training
     if args.smoke:  # a check of the whole path on a CPU, not a run
         settings = settings.replace(batch_size=1, gradient_accumulation=1, precision="fp32",
-                                    sequences=settings.sequences.replace(max_len=384))
+                                    sequences=settings.sequences.replace(max_tokens=384))
     plan = RUN / "plan.json"
     if not plan.exists():  # a first call: measure steps per second, then size the run to fit the budget
         probe = settings.replace(steps=4 if args.smoke else 12, log_every=1, save_every=1000)

@@ -71,8 +71,8 @@ def draw_all(run: Run, re_arc: str, model: str, progress: bool):
     settings = training_preset(run.preset)
     sequences = settings.sequences.replace(**run.changes)
     data = pretraining_data(re_arc, settings.data)
-    encoder = load_encoder(model, max_len=sequences.max_len)
-    dataset = SequenceDataset(data.pools, encoder, sequences, weights=data.weights, seed=settings.seed,
+    encoder = load_encoder(model, max_len=sequences.max_tokens)
+    dataset = SequenceDataset(data.pools, encoder, sequences, weights=data.weights, seed=settings.lora.training_seed,
                               length=run.sequences, repeatable=data.repeatable)
     drawn_so_far, items = Counter(), []  # the random sampler's passes: examples drawn from each pool so far
     for index in tqdm(range(len(dataset)), desc=run.name, disable=not progress):
@@ -142,6 +142,13 @@ def main() -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
     from arc_kit.model.loading import default_model_path
+    from arc_kit.outputs import OutputRefused, claim_file, replace_file
+
+    if args.out:  # before minutes of work: a file of the user's is never replaced (the kit's output rule)
+        try:
+            claim_file(args.out, "sampler_report", own=_is_report)
+        except OutputRefused as refusal:
+            raise SystemExit(f"sampler_report: {refusal}") from None
 
     model = args.model or str(default_model_path())
     rows = []
@@ -152,9 +159,16 @@ def main() -> int:
         print(json.dumps(rows[-1]), flush=True)
     print(markdown(rows))
     if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(rows, handle, indent=1)
+        replace_file(args.out, json.dumps(rows, indent=1))
     return 0
+
+
+def _is_report(path) -> bool:
+    """True for a file this script wrote (its rows as JSON): the one kind of file its --out replaces."""
+    from arc_kit.outputs import small_json
+
+    rows = small_json(path, limit=2**24)
+    return isinstance(rows, list) and all(isinstance(row, dict) and "run" in row for row in rows)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,9 @@ def one_step(tokens: int, checkpointing: bool) -> dict:
     from arc_kit.model.checks import architecture_of
     from arc_kit.model.memory import ADAMW_BYTES, training_bytes
     from arc_kit.model.optimization import add_lora, enable_activation_checkpointing
-    from arc_kit.settings import TestTimeSettings
+    from arc_kit.settings import TEST_TIME_TRAINING
 
-    settings = TestTimeSettings(gradient_checkpointing=checkpointing)
+    settings = TEST_TIME_TRAINING.replace(gradient_checkpointing=checkpointing)
     config = {key: value for key, value in SMOLLM2.items() if key != "model_type"}
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**config, attn_implementation="sdpa"))

@@ -9,7 +9,7 @@ import pytest
 
 from arc_kit.experiments.analysis import rank_table, threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import AGGREGATIONS, Candidate
+from arc_kit.method.experts import AGGREGATIONS, Candidate
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.settings import SamplerSettings, SolveSettings

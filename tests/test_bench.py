@@ -15,8 +15,8 @@ import torch
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.experiments import bench
 from arc_kit.experiments.bench import BenchResult
-from arc_kit.method.answers import AnswerSpace, Completion
-from arc_kit.method.dfs import dfs_search
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.search import search
 from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import load_model
 from arc_kit.run import bandwidth
@@ -66,13 +66,13 @@ def test_decode_subtracts_the_prefill_from_both_sides(monkeypatch, loaded, small
     ours, reference = [], []
     for task, (dfs_seconds, greedy_seconds) in zip(tasks, [(2.0, 3.0), (2.5, 4.0), (1.5, 3.5)]):
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
-        calls = dfs_search(model, prompt, space, SamplerSettings(threshold=0.05)).forward_calls
+        calls = search(bench.make_engine(model), [prompt], space, SamplerSettings(threshold=0.05))[0].forward_calls
         assert calls > 0
         ours.append((dfs_seconds - engine_prefill[len(prompt)]) / calls)
         reference.append((greedy_seconds - prefill[len(prompt)]) / 8)
     assert (result.ours, result.reference) == pytest.approx((statistics.median(ours), statistics.median(reference)))
     assert result.unit == "/token" and "3 prompts" in result.note and "T=0.05" in result.note
-    assert "fast engine" in result.note
+    assert "on the engine" in result.note
 
 
 def test_greedy_generate_writes_the_tokens_it_is_timed_for(monkeypatch, loaded, small_task_set):
@@ -94,16 +94,16 @@ def test_search_runs_dfs_and_greedy_on_the_same_views(monkeypatch, loaded, small
     seen = []
     sample = bench.Solver.sample
 
-    def recording_sample(self, model, train, test_input, views, sampler, rng, **options):
-        seen.append((sampler.kind, sampler.threshold, [view.key for view in views], rng.integers(1 << 30)))
-        return sample(self, model, train, test_input, views, sampler, rng, **options)
+    def recording_sample(self, model, train, test_input, views, sampler, **options):
+        seen.append((sampler.kind, sampler.threshold, [view.key for view in views]))
+        return sample(self, model, train, test_input, views, sampler, **options)
     monkeypatch.setattr(bench.Solver, "sample", recording_sample)
     tasks = small_task_set.tasks()
     result = bench.bench_search(loaded.model, loaded.encoder(), tasks, threshold=0.2, augmentations=3)
     dfs = [entry[2:] for entry in seen if entry[0] == "dfs"]
     greedy = [entry[2:] for entry in seen if entry[0] == "greedy"]
     assert len(dfs) == len(greedy) == len(tasks) and dfs == greedy
-    assert all(len(keys) == 3 for keys, _ in dfs)
+    assert all(len(keys) == 3 for keys, in dfs)
     assert {entry[1] for entry in seen if entry[0] == "dfs"} == {0.2}
     assert result.ours > 0 and result.reference > 0 and "3 tasks x 3 augmentations" in result.note
 
@@ -113,8 +113,8 @@ def test_scoring_compares_the_same_answers_near_the_right_one(monkeypatch, loade
     calls = {"ours": [], "reference": []}
     make_engine, sequence_nll = bench.make_engine, bench.sequence_nll
 
-    def engine_of(model, kind):
-        engine = make_engine(model, kind)
+    def engine_of(model):
+        engine = make_engine(model)
         score = engine.score
 
         def ours(prompts, answers, space):
@@ -148,9 +148,8 @@ def test_the_two_scorings_benchmarked_agree(loaded, small_task_set):
     task = small_task_set.tasks()[0]
     prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
     answers = [encoder.encode_answer(task.test[0].output), encoder.encode_answer(task.test[0].input)]
-    for kind in ("fast", "reference"):
-        assert bench.make_engine(loaded.model, kind).score([prompt], [answers], space)[0] == \
-            pytest.approx(bench.sequence_nll(loaded.model, prompt, answers, space), rel=1e-4)
+    assert bench.make_engine(loaded.model).score([prompt], [answers], space)[0] == \
+        pytest.approx(bench.sequence_nll(loaded.model, prompt, answers, space), rel=1e-4)
 
 
 def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatch, model_folder, small_task_set):
@@ -171,19 +170,18 @@ def test_run_benchmarks_picks_the_first_tasks_by_id_whose_prompts_fit(monkeypatc
     lines = list(bench.run_benchmarks(str(model_folder), small_task_set, which=("decode", "scoring"), count=5,
                                       max_prompt=limit, threshold=0.3, device="cpu"))
     assert len(lines) == 3 and f"model {model_folder}" in lines[0] and "torch" in lines[0]
-    assert received == {"decode": (fitting, {"threshold": 0.3, "probabilities": "full", "engine": "fast"}),
-                        "scoring": (fitting, {"probabilities": "full", "engine": "fast"})}
+    assert received == {"decode": (fitting, {"threshold": 0.3, "probabilities": "full"}),
+                        "scoring": (fitting, {"probabilities": "full"})}
     assert "ratio   0.50x" in lines[1]
     list(bench.run_benchmarks(str(model_folder), small_task_set, which=("search", "engine"), count=1, device="cpu",
-                              probabilities="answer-mask", engine="reference"))
-    assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask",
-                                                        "engine": "reference"})
+                              probabilities="answer-mask"))
+    assert received["search"] == (sorted(lengths)[:1], {"threshold": 0.09, "probabilities": "answer-mask"})
     assert received["engine"] == (sorted(lengths)[:1], {"probabilities": "answer-mask", "label": str(model_folder),
                                                         "compile": "auto"})
     received.clear()
     list(bench.run_benchmarks(str(model_folder), small_task_set, count=1, device="cpu"))
     # all by default, but drafts (hours on a CPU: asked for by name)
-    assert set(received) == set(bench.DEFAULT_BENCHMARKS) >= {"batched-search", "batched-scoring", "engine"}
+    assert set(received) == set(bench.DEFAULT_BENCHMARKS) == {"decode", "search", "scoring", "engine"}
     assert set(bench.BENCHMARKS) - set(bench.DEFAULT_BENCHMARKS) == {"drafts"}
     assert list(bench.DEFAULT_BENCHMARKS)[-1] == "engine"  # its last line ends the output
 
@@ -199,104 +197,17 @@ def test_the_bench_command_offers_every_benchmark_and_runs_all_by_default(monkey
     monkeypatch.setattr(bench, "run_benchmarks", fake_run)
     assert main(["bench", "--model", str(model_folder), "--device", "cpu"]) == 0
     assert seen["which"] == list(bench.DEFAULT_BENCHMARKS)
-    assert main(["bench", "--model", str(model_folder), "--which", "batched-search", "batched-scoring"]) == 0
-    assert seen["which"] == ["batched-search", "batched-scoring"]
-    with pytest.raises(SystemExit):
-        main(["bench", "--which", "nonsense"])
-
-
-def test_batched_search_compares_grids_and_nlls_and_takes_turns(monkeypatch, loaded, small_task_set):
-    order = []
-    sample = bench.Solver.sample
-
-    def recording_sample(self, model, train, test_input, views, sampler, rng, batched=None, **options):
-        order.append((batched, len(views)))
-        candidates, stats = sample(self, model, train, test_input, views, sampler, rng, batched=batched, **options)
-        if nudge and batched and len(views) > 1:  # a batched NLL off by 0.25 (or a grid lost) must show in the note
-            if nudge == "nll":
-                name = next(iter(candidates[0].generation_nlls))
-                candidates[0].generation_nlls[name] += 0.25
-            else:
-                candidates = candidates[1:]
-        return candidates, stats
-    monkeypatch.setattr(bench.Solver, "sample", recording_sample)
-    tasks = small_task_set.tasks()
-    nudge = None
-    result = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3)
-    # the first mode alternates by test input; then the first search alone, timed for its share
-    assert order == [(True, 3), (False, 3), (True, 1), (False, 3), (True, 3), (True, 1), (True, 3), (False, 3),
-                     (True, 1)]
-    assert "same candidates, largest NLL difference" in result.note
-    assert float(result.note.split("difference ", 1)[1].split(";")[0]) < 1e-3
-    assert 0 < int(result.note.rsplit("first search ", 1)[1].split("%")[0]) < 100
-    nudge = "nll"
-    assert "largest NLL difference 2.5e-01;" in bench.bench_batched_search(loaded.model, loaded.encoder(), tasks,
-                                                                         threshold=0.05, augmentations=3).note
-    nudge = "grid"
-    note = bench.bench_batched_search(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3).note
-    assert f"candidates differ on {len(tasks)} test input(s)" in note
+    assert main(["bench", "--model", str(model_folder), "--which", "scoring", "drafts"]) == 0
+    assert seen["which"] == ["scoring", "drafts"]
+    for gone in (["--which", "batched-search"], ["--which", "lanes"], ["--engine", "reference"]):
+        with pytest.raises(SystemExit):  # one search, one engine: nothing left to compare them with
+            main(["bench", *gone])
 
 
 def test_environment_names_the_machine_and_versions():
     line = bench.environment()
     assert torch.__version__ in line
     assert ("CPU (" in line) != torch.cuda.is_available()
-
-
-def test_the_first_search_share_is_its_time_over_the_batched_time(monkeypatch, loaded, small_task_set):
-    """Batched runs take 4 s, sequential ones 9 s and the first search alone 1 s: 25% of the batched time."""
-    spans = {(True, 3): 4.0, (False, 3): 9.0, (True, 1): 1.0}
-    clock = {"now": 0.0, "next": 0.0}
-    sample = bench.Solver.sample
-
-    def timed_sample(self, model, train, test_input, views, sampler, rng, batched=None, **options):
-        clock["next"] = spans[(batched, len(views))]
-        return sample(self, model, train, test_input, views, sampler, rng, batched=batched, **options)
-
-    def perf_counter():
-        clock["now"] += clock["next"]  # the span of the call just made, on the reading after it
-        clock["next"] = 0.0
-        return clock["now"]
-    monkeypatch.setattr(bench.Solver, "sample", timed_sample)
-    monkeypatch.setattr(bench.time, "perf_counter", perf_counter)
-    result = bench.bench_batched_search(loaded.model, loaded.encoder(), small_task_set.tasks(), threshold=0.05,
-                                        augmentations=3)
-    tasks = len(small_task_set.tasks())
-    assert (result.ours, result.reference) == (4.0 * tasks, 9.0 * tasks)
-    assert result.note.endswith("first search 25% of the batched time")
-
-
-def test_lanes_compares_batched_lanes_with_single_searches_on_the_same_prompts(monkeypatch, loaded, small_task_set):
-    calls = []
-    lanes, single = bench.batched_dfs_search, bench.dfs_search
-
-    def recording_lanes(model, prompts, space, settings, *args, **options):
-        calls.append(("lanes", [list(prompt) for prompt in prompts], settings.threshold))
-        results = lanes(model, prompts, space, settings, *args, **options)
-        if nudge:  # a lane's NLL off by 0.5 must show in the note
-            results[0].completions[0] = Completion(results[0].completions[0].ids,
-                                                   results[0].completions[0].nll + 0.5)
-        return results
-
-    def recording_single(model, prompt, space, settings, *args, **options):
-        calls.append(("single", list(prompt), settings.threshold))
-        return single(model, prompt, space, settings, *args, **options)
-    monkeypatch.setattr(bench, "batched_dfs_search", recording_lanes)
-    monkeypatch.setattr(bench, "dfs_search", recording_single)
-    tasks, encoder = small_task_set.tasks(), loaded.encoder()
-    nudge = False
-    result = bench.bench_lanes(loaded.model, encoder, tasks, threshold=0.05, augmentations=3)
-    batched = [prompts for kind, prompts, _ in calls if kind == "lanes"]
-    singles = [prompt for kind, prompt, _ in calls if kind == "single"]
-    assert len(batched) == len(tasks) and all(len(prompts) == 3 for prompts in batched)
-    assert singles == [prompt for prompts in batched for prompt in prompts]  # the same prompts, one by one
-    assert {threshold for _, _, threshold in calls} == {0.05}
-    assert [kind for kind, *_ in calls][:4] == ["lanes", "single", "single", "single"]  # turns, as batched-search
-    assert [kind for kind, *_ in calls][4:8] == ["single", "single", "single", "lanes"]
-    assert "same answers, largest NLL difference" in result.note and result.ours > 0 and result.reference > 0
-    nudge = True
-    note = bench.bench_lanes(loaded.model, encoder, tasks, threshold=0.05, augmentations=3).note
-    assert "largest NLL difference 5.0e-01" in note
 
 
 def test_the_bandwidth_floor_is_weights_and_cache_over_bandwidth():
@@ -340,15 +251,15 @@ def test_the_engine_benchmark_ends_with_the_overhead_speed_up_and_compares_like_
     assert re.fullmatch(r"engine speed-up: \d+\.\d\dx \(overhead, width 64, 16 lanes\)", lines[-1])
     assert sum(line.startswith("engine speed-up:") for line in lines) == 1
     assert lines[-2].startswith("engine speed-up at real width: ") and lines[-2].endswith("x (16 lanes)")
-    assert lines[0].startswith("engine: 16 lanes, bigram: fast ") and "width 64, 2 layers: fast" in lines[1]
-    assert "width 64, 2 layers, prompts cut to 64 tokens: fast" in lines[2] and len(result.rows) == 3
+    assert lines[0].startswith("engine: 16 lanes, bigram: engine ") and "width 64, 2 layers: engine" in lines[1]
+    assert "width 64, 2 layers, prompts cut to 64 tokens: engine" in lines[2] and len(result.rows) == 3
     assert "prompts of 64-64 tokens" in result.rows[2][3] and "prompts of 64-64" not in result.rows[1][3]
     overhead = float(lines[-1].split("x ")[0].rsplit(" ", 1)[1])  # the overhead line is the short prompts' row
     assert overhead == round(result.rows[2][2] / result.rows[2][1], 2)
-    for name, fast, reference, note in result.rows:
-        assert fast > 0 and reference > 0 and "rank-32 test-time LoRA" in note
+    for name, ours, theirs, note in result.rows:
+        assert ours > 0 and theirs > 0 and "rank-32 test-time LoRA" in note
         difference = float(note.rsplit("largest NLL difference ", 1)[1])
-        assert difference < 1e-4  # both engines were fed the same tokens and agree
+        assert difference < 1e-4  # the engine and transformers' forward were fed the same tokens and agree
     assert loaded.model.__class__.__name__ == "LlamaForCausalLM" and not hasattr(loaded.model, "peft_config")
 
 
@@ -366,11 +277,10 @@ def test_the_engine_benchmark_prompts_are_the_solvers_augmented_views(loaded, sm
 def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_set, monkeypatch):
     """What the engine benchmark prints on a GPU, computed here on the CPU with a named card's bandwidth."""
     from arc_kit.experiments import engine_bench
-    from arc_kit.method.engines import make_engine
 
-    engine = make_engine(loaded.model, "fast")
+    engine = bench.make_engine(loaded.model)
     prompts = engine_bench.lane_prompts(loaded.encoder(), small_task_set.tasks()[0])
-    timed = iter([({"fast": 0.004}, 0.0), ({"fast": 0.008}, 0.0)])  # one lane, then 16
+    timed = iter([({"engine": 0.004}, 0.0), ({"engine": 0.008}, 0.0)])  # one lane, then 16
     monkeypatch.setattr(engine_bench, "_timed_steps", lambda engines, chosen, *rest: next(timed))
     space = AnswerSpace.from_encoder(loaded.encoder())
     lines = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "NVIDIA H100 80GB HBM3")
@@ -392,9 +302,9 @@ def test_the_drafts_benchmark_compares_every_setting_with_none_on_the_same_views
     calls = []
     sample = drafts_bench.Solver.sample
 
-    def recorded(self, model, train, test_input, views, sampler, rng, **options):
+    def recorded(self, model, train, test_input, views, sampler, **options):
         calls.append((sampler.drafts, tuple(view.key for view in views)))
-        return sample(self, model, train, test_input, views, sampler, rng, **options)
+        return sample(self, model, train, test_input, views, sampler, **options)
 
     monkeypatch.setattr(drafts_bench.Solver, "sample", recorded)
     tasks = list(small_task_set.tasks())[:2]

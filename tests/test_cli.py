@@ -29,7 +29,7 @@ from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
 from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
 from arc_kit.data.task_files import parse_tasks  # noqa: E402
 from arc_kit.data.tasks import Pair, Task  # noqa: E402
-from arc_kit.locking import LOCK_FILE  # noqa: E402
+from arc_kit.run.locking import LOCK_FILE  # noqa: E402
 from arc_kit.outputs import MARKER  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -837,7 +837,7 @@ def test_reusing_an_out_folder_with_the_same_file_by_another_path_resumes(capsys
         assert len((tmp_path / "o" / "records.jsonl").read_text().splitlines()) == 2  # resumed: nothing solved again
 
 
-@pytest.mark.parametrize("line, phrase", [("{}", "a record needs a task_id"),
+@pytest.mark.parametrize("line, phrase", [("{}", "the record needs a task_id"),
                                           ('{"task_id": "t1", "rung": ' + HUGE + "}", "a number with 5001 digits")],
                          ids=["empty object", "huge integer"])
 def test_a_records_line_that_is_no_record_is_named_and_its_task_solved_again(capsys, tmp_path, fallback_model, line,

@@ -1,8 +1,9 @@
-"""The DFS sampler against a brute-force enumeration, the KV-cache rewind, and the baseline samplers.
+"""The search against a brute-force enumeration, greedy decoding, transformers' cache crop, and the paper's
+other samplers.
 
 The reference enumeration scores every prefix with a full forward pass and no cache, so the
-cached, guess-seeded, explicit-stack search, on either decode engine (the reference and the fast
-one), must return exactly what it returns, under both ways
+cached, guess-seeded, explicit-stack search on the decode engine (and, for one case, on
+transformers' own forward, the fallback path) must return exactly what it returns, under both ways
 of measuring an answer: the model's full softmax (the paper's P(s|q)) and the softmax renormalised
 over the answer tokens. Models are the micro preset with a scaled output head (peaked enough to
 enumerate), the answer tokens' logits raised by a constant (so they hold most, not all, of the
@@ -21,14 +22,14 @@ import torch
 from conftest import bigram_model
 
 import arc_kit.method.answers as decoding_module
+from arc_kit.experiments.generate_samplers import generate
 from arc_kit.method.answers import AnswerSpace, answer_log_probs
-from arc_kit.method.dfs import DEADLINE_BEFORE_START, dfs_search
-from arc_kit.method.engines import make_engine
-from arc_kit.method.reference.caches import new_cache, rewind_cache
-from arc_kit.method.reference.nlls import sequence_nll
-from arc_kit.method.samplers import generate
+from arc_kit.method.drafts import DraftSource
+from arc_kit.method.engine import make_engine
+from arc_kit.method.search import DEADLINE_BEFORE_START, search
+from arc_kit.method.transformers_forward import TransformersDecoder, call_with_cache, crop, sequence_nll
 from arc_kit.model.loading import create_model
-from arc_kit.settings import ENGINE_KINDS, SamplerSettings
+from arc_kit.settings import SamplerSettings
 
 EOS = 14  # <eos> in the 64-symbol vocabulary
 PROMPT = [13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12]  # bos, pre-prompt letters, "I12\n34" and the output prefix
@@ -71,15 +72,20 @@ def model_for(seed: int, scale: float):
     return _MODELS[(seed, scale)]
 
 
-_ENGINES: dict[tuple[int, float, str], object] = {}
+_ENGINES: dict[tuple[int, float], object] = {}
 
 
-def engine_for(seed: int, scale: float, kind: str):
-    """The ``kind`` decode engine of ``model_for(seed, scale)``, made once."""
-    if (seed, scale, kind) not in _ENGINES:
-        _ENGINES[(seed, scale, kind)] = make_engine(model_for(seed, scale), kind)
-    assert _ENGINES[(seed, scale, kind)].kind == kind  # guard: the model is one the fast engine runs
-    return _ENGINES[(seed, scale, kind)]
+def engine_for(seed: int, scale: float):
+    """The decode engine of ``model_for(seed, scale)``, made once."""
+    if (seed, scale) not in _ENGINES:
+        _ENGINES[(seed, scale)] = make_engine(model_for(seed, scale))
+    assert _ENGINES[(seed, scale)].kind == "engine"  # guard: the model is one the engine runs
+    return _ENGINES[(seed, scale)]
+
+
+def dfs_search(engine, prompt, space: AnswerSpace, settings: SamplerSettings, guess=None, drafts=None, **keywords):
+    """The search of one prompt (one lane), its guess and its draft source."""
+    return search(engine, [prompt], space, settings, [guess], drafts=[drafts], **keywords)[0]
 
 
 def full_log_probs(model, ids, space: AnswerSpace) -> torch.Tensor:
@@ -180,27 +186,23 @@ CONFIGS = [
 THRESHOLDS = [0.2, 0.05, 0.01]
 CASES = [(config, mode) for config in CONFIGS for mode in MODES]
 CASE_NAMES = [f"seed{c[2]}-x{c[3]:g}-len{c[1]}-{mode}" for c, mode in CASES]
-ENGINE_CASES = [(*case, kind) for case in CASES for kind in ENGINE_KINDS]  # every case on both engines
-ENGINE_CASE_NAMES = [f"{name}-{kind}" for name in CASE_NAMES for kind in ENGINE_KINDS]
-# the quick inner loop (-m "not slow") takes each engine under each measure, over three configurations; the
-# full run takes every case
-QUICK_CASES = ("seed0-x10-len8-full-fast", "seed0-x10-len8-full-reference", "seed2-x10-len6-answer-mask-fast",
-               "seed0-x5-len12-answer-mask-reference")
+# the quick inner loop (-m "not slow") takes each measure over two configurations; the full run takes every case
+QUICK_CASES = ("seed0-x10-len8-full", "seed2-x10-len6-answer-mask", "seed0-x5-len12-answer-mask")
 
 
 def slow_but(quick: tuple[str, ...]) -> list:
-    """ENGINE_CASES as parameters, each not named in ``quick`` marked slow."""
+    """CASES as parameters, each not named in ``quick`` marked slow."""
     return [case if name in quick else pytest.param(case, marks=pytest.mark.slow)
-            for case, name in zip(ENGINE_CASES, ENGINE_CASE_NAMES)]
+            for case, name in zip(CASES, CASE_NAMES)]
 
 
-@pytest.fixture(scope="module", params=slow_but(QUICK_CASES), ids=ENGINE_CASE_NAMES)
+@pytest.fixture(scope="module", params=slow_but(QUICK_CASES), ids=CASE_NAMES)
 def case(request):
     """(engine, space, [(threshold, enumeration)] for each of THRESHOLDS): the engine's ``model`` is enumerated."""
-    (allowed, max_length, seed, scale), mode, kind = request.param
+    (allowed, max_length, seed, scale), mode = request.param
     space = AnswerSpace(allowed, EOS, max_length, mode)
     enumerations = [safe_enumeration(model_for(seed, scale), space, threshold) for threshold in THRESHOLDS]
-    return engine_for(seed, scale, kind), space, enumerations
+    return engine_for(seed, scale), space, enumerations
 
 
 # -- DFS = brute force ---------------------------------------------------------------------------
@@ -217,6 +219,21 @@ def test_dfs_returns_exactly_the_enumerated_answers(case):
         assert result.capped is None
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_transformers_forward_returns_exactly_the_enumerated_answers_too(mode):
+    """The fallback path, transformers' own forward with its cache cropped, searches as the engine does."""
+    space = AnswerSpace(WITH_NEWLINE, EOS, 6, mode)
+    model = model_for(2, 10.0)
+    for threshold in THRESHOLDS[1:]:
+        threshold, enumeration = safe_enumeration(model, space, threshold)
+        guess = list(enumeration.answers[0][0]) if enumeration.answers else None
+        for given in (None, guess):
+            result = dfs_search(TransformersDecoder(model), PROMPT, space, dfs_at(threshold), guess=given)
+            assert_same_as_reference(result, enumeration)
+            assert result.forward_calls == len(enumeration.prefixes) - (followed_guess_length(given, enumeration)
+                                                                        if given else 0)
+
+
 def test_the_configurations_cover_answers_and_drops(case):
     """Guard of the setup: the cases are not vacuous (answers exist at the lowest threshold)."""
     _, _, enumerations = case
@@ -229,7 +246,7 @@ def test_some_configuration_drops_paths_at_the_length_limit(mode, threshold):
     space = AnswerSpace(SMALL, EOS, 8, mode)
     threshold, enumeration = safe_enumeration(model_for(1, 20.0), space, threshold)
     assert enumeration.dropped > 0
-    result = dfs_search(model_for(1, 20.0), PROMPT, space, dfs_at(threshold))
+    result = dfs_search(engine_for(1, 20.0), PROMPT, space, dfs_at(threshold))
     assert result.dropped["max length"] == enumeration.dropped
     assert all(len(c.ids) <= space.max_length for c in result.completions)
 
@@ -287,7 +304,7 @@ def test_a_guess_never_changes_the_answers(case):
 
 
 @pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
-                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
+                                  for index, case in enumerate(CASES)], ids=CASE_NAMES, indirect=True)
 def test_prompt_and_guess_may_be_numpy_arrays(case):
     """The solver passes encoded answers (numpy arrays) as guesses."""
     model, space, enumerations = case
@@ -295,9 +312,6 @@ def test_prompt_and_guess_may_be_numpy_arrays(case):
     for guess in (np.array(enumeration.answers[0][0]), np.array([], dtype=np.int64), np.array([EOS, 3, 3])):
         result = dfs_search(model, np.array(PROMPT), space, dfs_at(threshold), guess=guess)
         assert_same_as_reference(result, enumeration)
-        via_generate = generate(model, np.array(PROMPT), space, SamplerSettings("dfs", threshold=threshold),
-                                guess=guess)
-        assert [c.ids for c in via_generate.completions] == [c.ids for c in result.completions]
 
 
 @pytest.mark.slow
@@ -327,10 +341,9 @@ def test_a_guess_of_the_best_answer_saves_forward_calls(case):
         assert [c.ids for c in guided.completions] == [c.ids for c in plain.completions]
 
 
-@pytest.mark.parametrize("kind", ["fast", pytest.param("reference", marks=pytest.mark.slow)])
-def test_the_forward_call_cap_stops_the_search_and_says_so(kind):
+def test_the_forward_call_cap_stops_the_search_and_says_so():
     space = AnswerSpace(SMALL, EOS, 8)
-    model = engine_for(1, 10.0, kind)
+    model = engine_for(1, 10.0)
     threshold, enumeration = safe_enumeration(model.model, space, 0.01)
     needed = len(enumeration.prefixes)
     assert needed > 10
@@ -356,11 +369,11 @@ def test_threshold_must_be_a_probability():
 
 def test_threshold_one_keeps_only_a_certain_answer():
     space = AnswerSpace(SMALL, EOS, 6)
-    result = dfs_search(model_for(0, 10.0), PROMPT, space, dfs_at(1.0))
+    result = dfs_search(engine_for(0, 10.0), PROMPT, space, dfs_at(1.0))
     assert result.completions == []  # no answer of a random model has probability exactly 1
 
 
-# -- the cache helper ----------------------------------------------------------------------------
+# -- transformers' cache crop (the fallback path's rewind) ---------------------------------------
 
 @pytest.fixture(scope="module")
 def plain_model():
@@ -369,9 +382,7 @@ def plain_model():
 
 
 def feed(model, cache, tokens):
-    with torch.no_grad():
-        output = model(input_ids=torch.tensor([list(tokens)]), past_key_values=cache, use_cache=True)
-    return output.logits[0], output.past_key_values
+    return call_with_cache(model, cache, tokens)
 
 
 def full_logits(model, tokens):
@@ -380,28 +391,26 @@ def full_logits(model, tokens):
 
 
 def test_rewind_then_refeed_equals_a_fresh_forward(plain_model):
-    cache = new_cache(plain_model)
-    _, cache = feed(plain_model, cache, PROMPT)
+    _, cache = feed(plain_model, None, PROMPT)
     _, cache = feed(plain_model, cache, [1, 2, 10])
     for token in (0, 0, 1):  # token by token, as DFS feeds
         _, cache = feed(plain_model, cache, [token])
     assert cache.get_seq_length() == len(PROMPT) + 6
-    rewind_cache(cache, len(PROMPT) + 2)
+    crop(cache, len(PROMPT) + 2)
     assert cache.get_seq_length() == len(PROMPT) + 2
     logits, cache = feed(plain_model, cache, [5, 6, 7])
     expected = full_logits(plain_model, [*PROMPT, 1, 2, 5, 6, 7])[-3:]
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)
     # rewinding into the prompt works too
-    rewind_cache(cache, len(PROMPT) - 4)
+    crop(cache, len(PROMPT) - 4)
     logits, cache = feed(plain_model, cache, [9, 9])
     torch.testing.assert_close(logits, full_logits(plain_model, [*PROMPT[:-4], 9, 9])[-2:], rtol=0, atol=1e-4)
 
 
 def test_rewinding_to_the_current_length_is_a_no_op(plain_model):
-    cache = new_cache(plain_model)
-    _, cache = feed(plain_model, cache, PROMPT)
+    _, cache = feed(plain_model, None, PROMPT)
     keys = [layer.keys.clone() for layer in cache.layers]
-    rewind_cache(cache, len(PROMPT))
+    crop(cache, len(PROMPT))
     assert cache.get_seq_length() == len(PROMPT)
     for layer, before in zip(cache.layers, keys):
         assert torch.equal(layer.keys, before)
@@ -409,8 +418,7 @@ def test_rewinding_to_the_current_length_is_a_no_op(plain_model):
 
 def test_rewind_never_calls_crop_when_there_is_nothing_to_remove(plain_model):
     """transformers 5.17's crop(0) meant 'crop to length 0' and wiped the cache; emulate that."""
-    cache = new_cache(plain_model)
-    _, cache = feed(plain_model, cache, PROMPT)
+    _, cache = feed(plain_model, None, PROMPT)
     real_crop, calls = cache.crop, []
 
     def legacy_crop(max_length: int) -> None:  # 5.17: a non-negative argument is the length to keep
@@ -421,17 +429,16 @@ def test_rewind_never_calls_crop_when_there_is_nothing_to_remove(plain_model):
             real_crop(keep - current)
 
     cache.crop = legacy_crop
-    rewind_cache(cache, len(PROMPT))
+    crop(cache, len(PROMPT))
     assert calls == [] and cache.get_seq_length() == len(PROMPT)
-    rewind_cache(cache, len(PROMPT) - 3)  # a real rewind still works under the old meaning
+    crop(cache, len(PROMPT) - 3)  # a real rewind still works under the old meaning
     assert cache.get_seq_length() == len(PROMPT) - 3 and calls and calls[-1] < 0
 
 
 def test_rewinding_past_the_end_raises(plain_model):
-    cache = new_cache(plain_model)
-    _, cache = feed(plain_model, cache, PROMPT)
+    _, cache = feed(plain_model, None, PROMPT)
     with pytest.raises(ValueError, match="cannot rewind"):
-        rewind_cache(cache, len(PROMPT) + 1)
+        crop(cache, len(PROMPT) + 1)
     assert cache.get_seq_length() == len(PROMPT)
 
 
@@ -467,7 +474,7 @@ def test_answer_log_probs_under_the_full_softmax_are_the_models_own():
         AnswerSpace(WITH_NEWLINE, EOS, 10, "masked")
 
 
-# -- the baseline samplers -----------------------------------------------------------------------
+# -- greedy decoding, and the paper's other samplers ----------------------------------------------
 
 def reference_nll(model, prompt, answer, space: AnswerSpace) -> float:
     """An answer's NLL token by token, each token's log-probability from one full forward (``full_log_probs``)."""
@@ -549,33 +556,44 @@ def prefers_a_foreign_token():
     return model
 
 
-@pytest.mark.parametrize("kind", ENGINE_KINDS)
-def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token(kind):
-    model = make_engine(prefers_a_foreign_token(), kind)
-    full = generate(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "full"), SamplerSettings("greedy"))
+class Continuation(DraftSource):
+    """Proposes how ``path`` goes on after the path searched so far, each third token of it replaced by a wrong one."""
+
+    def __init__(self, path):
+        self.path = list(path)
+
+    def supported(self, path, limit):
+        proposal = self.path[len(path):len(path) + limit]
+        return [token if index % 3 < 2 else (token + 1) % 3 for index, token in enumerate(proposal)], 0
+
+
+def test_greedy_under_the_full_softmax_can_write_a_token_that_is_no_answer_token():
+    model = make_engine(prefers_a_foreign_token())
+    full = dfs_search(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "full"), SamplerSettings("greedy"))
     assert [c.ids for c in full.completions] == [(FOREIGN, EOS)]  # it spells no grid: the solver counts it so
     assert full.completions[0].nll == math.inf  # an answer's NLL counts answer tokens only
-    masked = generate(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "answer-mask"), SamplerSettings("greedy"))
+    masked = dfs_search(model, PROMPT, AnswerSpace(WITH_NEWLINE, EOS, 12, "answer-mask"), SamplerSettings("greedy"))
     assert len(masked.completions) == 1 and set(masked.completions[0].ids) <= set(WITH_NEWLINE)
 
 
-@pytest.mark.parametrize("kind", ENGINE_KINDS)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed, scale, allowed, max_length", [
     (0, 10.0, SMALL, 8), (2, 10.0, WITH_NEWLINE, 8), (2, 20.0, WITH_NEWLINE, 12), (0, 10.0, WITH_NEWLINE, 12)])
-def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length, mode, kind):
+def test_greedy_follows_the_argmax_path(seed, scale, allowed, max_length, mode):
     model = model_for(seed, scale)
     space = AnswerSpace(allowed, EOS, max_length, mode)
     path = reference_greedy(model, space)
-    result = generate(engine_for(seed, scale, kind), PROMPT, space, SamplerSettings("greedy"))
-    assert result.forward_calls == len(path)
-    if path[-1] == EOS:
-        assert [c.ids for c in result.completions] == [tuple(path)]
-        assert_nlls_are_measured(model, result, space)
-        assert not result.dropped
-    else:  # ran out of length: nothing returned, and the drop counted
-        assert result.completions == []
-        assert result.dropped == {"no eos within the length limit": 1}
+    for drafts in (None, Continuation(path)):  # drafts of greedy's own path, wrong after every third token
+        result = search(engine_for(seed, scale), [PROMPT], space, SamplerSettings("greedy"), drafts=[drafts])[0]
+        assert result.forward_calls + result.draft_accepted == len(path) - 1  # a step a token after the first
+        assert (result.draft_accepted > 0) == (drafts is not None and len(path) > 3)
+        if path[-1] == EOS:
+            assert [c.ids for c in result.completions] == [tuple(path)]
+            assert_nlls_are_measured(model, result, space)
+            assert not result.dropped
+        else:  # ran out of length: nothing returned, and the drop counted
+            assert result.completions == []
+            assert result.dropped == {"max length": 1}
 
 
 def test_greedy_cases_include_a_finished_and_an_unfinished_answer():
@@ -590,7 +608,7 @@ def test_greedy_cases_include_a_finished_and_an_unfinished_answer():
 def test_beam_search_answers_are_valid_and_scored_like_the_reference(beams, mode):
     model = model_for(2, 10.0)
     space = AnswerSpace(WITH_NEWLINE, EOS, 10, mode)
-    result = generate(model, PROMPT, space, SamplerSettings("beam", count=beams))
+    result = generate(model, engine_for(2, 10.0), PROMPT, space, SamplerSettings("beam", count=beams), seed=0)
     assert 1 <= len(result.completions) <= beams
     assert_valid_answers(result, space)
     assert_nlls_are_measured(model, result, space)
@@ -605,10 +623,11 @@ def test_sampling_is_seeded_valid_and_leaves_the_global_generator_alone(mode):
     settings = SamplerSettings("sample", count=6)
     torch.manual_seed(1234)
     state = torch.random.get_rng_state()
-    first = generate(model, PROMPT, space, settings, seed=7)
+    engine = engine_for(0, 5.0)
+    first = generate(model, engine, PROMPT, space, settings, seed=7)
     assert torch.equal(torch.random.get_rng_state(), state)
-    again = generate(model, PROMPT, space, settings, seed=7)
-    other = generate(model, PROMPT, space, settings, seed=8)
+    again = generate(model, engine, PROMPT, space, settings, seed=7)
+    other = generate(model, engine, PROMPT, space, settings, seed=8)
     assert torch.equal(torch.random.get_rng_state(), state)
     assert [c.ids for c in first.completions] == [c.ids for c in again.completions]
     assert [c.ids for c in first.completions] != [c.ids for c in other.completions]
@@ -619,24 +638,25 @@ def test_sampling_is_seeded_valid_and_leaves_the_global_generator_alone(mode):
         assert len(result.completions) + sum(result.dropped.values()) <= settings.count
 
 
-def test_generate_with_dfs_settings_is_the_dfs(case):
+def test_a_search_told_not_to_use_its_guess_ignores_it(case):
     model, space, enumerations = case  # the case's engine
     threshold, enumeration = enumerations[1]
-    result = generate(model, PROMPT, space, SamplerSettings("dfs", threshold=threshold))
-    assert_same_as_reference(result, enumeration)
     guess = list(enumeration.answers[0][0]) if enumeration.answers else [0, EOS]
-    unguided = generate(model, PROMPT, space, SamplerSettings("dfs", threshold=threshold, use_guess=False),
-                        guess=guess)
+    unguided = dfs_search(model, PROMPT, space, SamplerSettings("dfs", threshold=threshold, use_guess=False),
+                          guess=guess)
+    assert_same_as_reference(unguided, enumeration)
     assert unguided.forward_calls == len(enumeration.prefixes)  # the guess was ignored
 
 
 def test_sampler_settings_reject_unknown_kinds():
-    with pytest.raises(ValueError, match="unknown sampler"):
+    with pytest.raises(ValueError, match=r"unknown kind 'nucleus' \(--sampler\); expected one of: dfs, greedy"):
         SamplerSettings("nucleus")
     with pytest.raises(ValueError, match="count"):
         SamplerSettings("beam", count=0)
     assert SamplerSettings("dfs", threshold=0.09).name == "DFS T=9%"
     assert SamplerSettings("sample", count=4).name == "stochastic x4"
+    with pytest.raises(ValueError, match="samplers table"):  # the method searches; generate's samplers are the table's
+        search(engine_for(0, 10.0), [PROMPT], AnswerSpace(SMALL, EOS, 8), SamplerSettings("beam", count=2))
 
 
 # -- deadlines -------------------------------------------------------------------------------------
@@ -673,8 +693,8 @@ def allowed_calls(model, prompt, space: AnswerSpace, threshold: float, calls: in
 
 def test_a_deadline_stops_the_search_where_a_call_cap_would(clock):
     space = AnswerSpace(SMALL, EOS, 8)
-    model = model_for(1, 10.0)
-    threshold, enumeration = safe_enumeration(model, space, 0.01)
+    model = engine_for(1, 10.0)
+    threshold, enumeration = safe_enumeration(model.model, space, 0.01)
     full = dfs_search(model, PROMPT, space, dfs_at(threshold))
     reference = dict(enumeration.answers)
     calls = set()
@@ -692,38 +712,35 @@ def test_a_deadline_stops_the_search_where_a_call_cap_would(clock):
     assert len(calls) == 5  # later deadlines, more of the search
 
 
-@pytest.mark.parametrize("kind", ENGINE_KINDS)
-def test_a_search_whose_deadline_has_passed_calls_no_model(kind, monkeypatch):
+@pytest.mark.parametrize("oracle", [False, True], ids=["engine", "transformers"])
+def test_a_search_whose_deadline_has_passed_calls_no_model(oracle, monkeypatch):
     model = model_for(0, 10.0)
-    engine = make_engine(model, kind)
+    engine = TransformersDecoder(model) if oracle else make_engine(model)
     space = AnswerSpace(WITH_NEWLINE, EOS, 10)
     calls = []
-    for name in ("prefill", "step", "score"):  # the engine's own calls (the fast one never calls the model)
+    for name in ("prefill", "step", "score"):  # the engine's own calls (the engine never calls the model)
         method = getattr(engine, name)
         monkeypatch.setattr(engine, name, lambda *arguments, method=method, **keywords: (
             calls.append(1), method(*arguments, **keywords))[1])
     handle = model.register_forward_hook(lambda *arguments: calls.append(1))
     try:
-        for settings in (SamplerSettings("dfs", threshold=0.01), SamplerSettings("greedy"),
-                         SamplerSettings("beam", count=2), SamplerSettings("sample", count=3)):
-            result = generate(engine, PROMPT, space, settings, deadline=time.monotonic() - 1)
+        for settings in (SamplerSettings("dfs", threshold=0.01), SamplerSettings("greedy")):
+            result = dfs_search(engine, PROMPT, space, settings, deadline=time.monotonic() - 1)
             assert result.completions == [] and result.forward_calls == 0
             assert result.capped == DEADLINE_BEFORE_START
         assert calls == []
-        generate(engine, PROMPT, space, SamplerSettings("greedy"), deadline=time.monotonic() + 3600)
+        dfs_search(engine, PROMPT, space, SamplerSettings("greedy"), deadline=time.monotonic() + 3600)
         assert calls  # guard: the hooks see the calls
     finally:
         handle.remove()
 
 
-@pytest.mark.parametrize("kind, seed", [("greedy", 0), ("beam", 1)])  # models whose answers run long
-def test_a_deadline_stops_the_baseline_samplers_between_tokens(clock, kind, seed):
-    model = model_for(seed, 10.0)
+def test_a_deadline_stops_greedy_decoding_between_tokens(clock):
+    engine = engine_for(0, 10.0)  # a model whose greedy answer runs long
     space = AnswerSpace(WITH_NEWLINE, EOS, 12)
-    settings = SamplerSettings(kind, count=2)
-    untimed = generate(model, PROMPT, space, settings)
+    settings = SamplerSettings("greedy", drafts="none")
+    untimed = dfs_search(engine, PROMPT, space, settings)
     assert untimed.forward_calls > 3 and untimed.capped is None
-    stopped = generate(model, PROMPT, space, settings, deadline=clock.now + 3)
+    stopped = dfs_search(engine, PROMPT, space, settings, deadline=clock.now + 3)
     assert 0 < stopped.forward_calls < untimed.forward_calls
-    assert stopped.completions == [] and stopped.capped == "deadline reached during generation"
-    assert set(stopped.dropped) == {"stopped by the deadline"}
+    assert stopped.completions == [] and stopped.capped.startswith("deadline reached with 1 branch")

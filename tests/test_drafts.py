@@ -2,7 +2,7 @@
 
 A draft only changes which positions a step computes: every position it walks is one the search
 explores anyway. So with drafts that are right, wrong, empty, outside the alphabet, longer than any
-answer, or learnt from the search's own finds, on both engines, single and batched, each search must
+answer, or learnt from the search's own finds, one lane or several, each search must
 return exactly the enumerated answers (NLLs within 1e-4) and the drops, and every explored prefix
 is either a step's branch or a followed draft token. The draft sources themselves (prompt lookup,
 answers read position by position) are checked on their own, and so is the solver's use of them.
@@ -13,19 +13,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import bigram_model
-from test_dfs import (CONFIGS, ENGINE_CASE_NAMES, ENGINE_CASES, EOS, PROMPT, THRESHOLDS, assert_same_as_reference,
-                      dfs_at, engine_for, full_log_probs, model_for, safe_enumeration)
+from test_dfs import (CASE_NAMES, CASES, CONFIGS, EOS, PROMPT, THRESHOLDS, assert_same_as_reference, dfs_at,
+                      dfs_search, engine_for, full_log_probs, model_for, safe_enumeration)
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import draft_share
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult
+from arc_kit.run.record_json import from_json, to_json
 from arc_kit.method.solver import Solver
-from arc_kit.method.batched_dfs import batched_dfs_search
 from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.dfs import dfs_search
 from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup, draft_source
-from arc_kit.settings import ENGINE_KINDS, SamplerSettings, SolveSettings
+from arc_kit.method.search import search
+from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 
 OTHER_PROMPTS = [PROMPT[:-3] + [5, 6, 12], [13, 16, 17, 11, 2, 12], PROMPT[:20] + [11, 7, 10, 8, 9, 12]]
@@ -64,13 +64,13 @@ def draft_kinds(model, space: AnswerSpace, answers: list[tuple[int, ...]]) -> di
     }
 
 
-@pytest.fixture(scope="module", params=ENGINE_CASES, ids=ENGINE_CASE_NAMES)
+@pytest.fixture(scope="module", params=CASES, ids=CASE_NAMES)
 def case(request):
     """(engine, space, [(threshold, enumeration)] for each of THRESHOLDS), as test_dfs's ``case``."""
-    (allowed, max_length, seed, scale), mode, kind = request.param
+    (allowed, max_length, seed, scale), mode = request.param
     space = AnswerSpace(allowed, EOS, max_length, mode)
     model = model_for(seed, scale)
-    return engine_for(seed, scale, kind), space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
+    return engine_for(seed, scale), space, [safe_enumeration(model, space, threshold) for threshold in THRESHOLDS]
 
 
 def assert_exact(result, enumeration, name: str, threshold: float, guess_followed: int = 0, guess_length: int = 0):
@@ -88,7 +88,7 @@ def assert_exact(result, enumeration, name: str, threshold: float, guess_followe
 
 
 @pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
-                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
+                                  for index, case in enumerate(CASES)], ids=CASE_NAMES, indirect=True)
 def test_every_kind_of_draft_returns_exactly_the_enumerated_answers(case):
     engine, space, enumerations = case
     for threshold, enumeration in enumerations:
@@ -118,13 +118,13 @@ def test_no_draft_longer_than_the_setting_is_fed(case):
     engine, space, enumerations = case
     threshold, enumeration = enumerations[-1]
     fed = []
-    step_runs = engine.step_runs
+    step = engine.step
 
     def recorded(runs, positions):
         fed.extend(len(run) - 1 for run in runs)
-        return step_runs(runs, positions)
+        return step(runs, positions)
 
-    engine.step_runs = recorded
+    engine.step = recorded
     try:
         for limit in (0, 1, 3):
             fed.clear()
@@ -134,7 +134,7 @@ def test_no_draft_longer_than_the_setting_is_fed(case):
             assert max(fed, default=0) <= limit and sum(fed) == result.draft_tokens
             assert (max(fed, default=0) > 0) == (limit > 0)  # guard: drafts were fed where allowed
     finally:
-        del engine.step_runs
+        del engine.step
 
 
 @pytest.mark.slow
@@ -160,7 +160,7 @@ def assert_same_search(lane, single):
 
 
 @pytest.mark.parametrize("case", [case if index < 2 else pytest.param(case, marks=pytest.mark.slow)
-                                  for index, case in enumerate(ENGINE_CASES)], ids=ENGINE_CASE_NAMES, indirect=True)
+                                  for index, case in enumerate(CASES)], ids=CASE_NAMES, indirect=True)
 def test_batched_lanes_with_every_kind_of_draft_equal_brute_force_and_single_searches(case):
     engine, space, enumerations = case
     for threshold, enumeration in enumerations:
@@ -168,18 +168,17 @@ def test_batched_lanes_with_every_kind_of_draft_equal_brute_force_and_single_sea
         makers = list(draft_kinds(engine.model, space, answers).values())
         prompts = [PROMPT] * len(makers) + OTHER_PROMPTS
         makers += makers[1:1 + len(OTHER_PROMPTS)]  # other prompts, with drafts of answers to PROMPT
-        lanes = batched_dfs_search(engine, prompts, space, dfs_at(threshold), drafts=[make() for make in makers])
+        lanes = search(engine, prompts, space, dfs_at(threshold), drafts=[make() for make in makers])
         for prompt, make, lane in zip(prompts, makers, lanes):
             if prompt is PROMPT:
                 assert_same_as_reference(lane, enumeration)
             assert_same_search(lane, dfs_search(engine, prompt, space, dfs_at(threshold), drafts=make()))
 
 
-@pytest.mark.parametrize("kind", ENGINE_KINDS)
-def test_a_capped_search_with_drafts_finds_only_true_answers_within_its_cap(kind):
+def test_a_capped_search_with_drafts_finds_only_true_answers_within_its_cap():
     allowed, max_length, seed, scale = CONFIGS[3]
     space = AnswerSpace(allowed, EOS, max_length)
-    engine = engine_for(seed, scale, kind)
+    engine = engine_for(seed, scale)
     threshold, enumeration = safe_enumeration(model_for(seed, scale), space, 0.01)
     reference = dict(enumeration.answers)
     for cap in (1, 3, 6):
@@ -280,16 +279,14 @@ TRAIN = (Pair([[1, 2, 0], [3, 4, 0]], [[2, 1, 0], [4, 3, 0]]), Pair([[5, 6], [7,
 TEST_INPUT = np.array([[4, 0, 7], [2, 2, 9]], dtype=np.uint8)
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts(batched):
+def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts():
     model, _ = bigram_model()
     solver = Solver(model, TaskEncoder(Vocabulary()), SolveSettings(test_time_training=False))
     augmentations = Augmentation.inference_set(np.random.default_rng(4), len(TRAIN), 4)
     found = {}
     for drafts in ("none", "prompt", "all"):
         sampler = SamplerSettings("dfs", threshold=0.02, drafts=drafts)
-        candidates, stats = solver.sample(solver.model, TRAIN, TEST_INPUT, augmentations, sampler,
-                                          np.random.default_rng(0), batched=batched)
+        candidates, stats = solver.sample(solver.model, TRAIN, TEST_INPUT, augmentations, sampler)
         found[drafts] = ({c.grid.tobytes() + bytes(c.grid.shape): c.generation_nlls for c in candidates}, stats)
     plain, plain_stats = found["none"]
     assert len(plain) > 3 and plain_stats.draft_tokens == 0 and plain_stats.engine_steps > 0
@@ -301,7 +298,7 @@ def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts(batch
             for view, nll in by_view.items():
                 assert nll == pytest.approx(plain[key][view], abs=1e-4)
         assert stats.draft_accepted <= stats.draft_tokens
-        assert stats.engine_steps == stats.forward_calls if not batched else stats.engine_steps < stats.forward_calls
+        assert stats.engine_steps < stats.forward_calls  # the views after the first stepped together
         assert stats.answers == plain_stats.answers
     assert 0 < found["all"][1].draft_accepted and found["all"][1].engine_steps < plain_stats.engine_steps
 
@@ -309,12 +306,12 @@ def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts(batch
 def test_the_draft_counts_are_kept_in_the_records_and_summed_for_the_end_line():
     stats = SearchStats(forward_calls=9, engine_steps=7, draft_tokens=40, draft_accepted=30)
     test = TestResult([], [], [], [], stats)
-    again = TestResult.from_json(test.to_json())
+    again = from_json(TestResult, to_json(test))
     assert (again.search.engine_steps, again.search.draft_tokens, again.search.draft_accepted) == (7, 40, 30)
     record = TaskRecord("t", tests=[test, TestResult([], [], [], [], SearchStats(draft_tokens=10, draft_accepted=0))])
     assert draft_share([record]) == "drafts: 60% of 50 tokens followed"
     assert draft_share([TaskRecord("u")]) == "drafts: none fed"
-    assert SearchStats.from_json({}).draft_tokens == 0  # records of an earlier kit
+    assert from_json(SearchStats, {}).draft_tokens == 0  # records of an earlier kit
 
 
 def test_the_drafts_setting_is_checked_and_kept_through_json():

@@ -1,13 +1,14 @@
-"""The fast decode engine against transformers, for each model family it runs, and its weights against peft.
+"""The decode engine against transformers, for each model family it runs, and its weights against peft.
 
 Tiny models of each family are built here (Llama with and without biases, tied embeddings, an
 explicit head dim and Llama 3's rope scaling; Mistral with and without a sliding window; Qwen2
-with its q/k/v biases; Qwen3 with its q/k norms). A DFS over two lanes (prompts of different
-lengths, one with a guess) runs on the fast engine with every engine call recorded; each lane's
-sequence is rebuilt from the calls (a token fed at position p replaces everything from p on: the
-rewind) and every NLL row the engine returned is checked against one full transformers forward of
-that sequence. The searches of both engines must agree, and the merged LoRA weights must give what
-the peft model gives, adapter on and off.
+with its q/k/v biases; Qwen3 with its q/k norms). A search over two lanes (prompts of different
+lengths, one with a guess, drafts right and wrong) runs on the engine with every engine call
+recorded; each lane's sequence is rebuilt from the calls (a run fed at position p replaces
+everything from p on: the rewind) and every NLL row the engine returned is checked against one full
+transformers forward of that sequence. The same search through transformers' own forward
+(``TransformersDecoder``, the oracle) must find the same answers, and the merged LoRA weights must
+give what the peft model gives, adapter on and off.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ import pytest
 import torch
 from conftest import bigram_model
 
-from arc_kit import progress
-from arc_kit.method.batched_dfs import batched_dfs_search
+import arc_kit.method.engine as engine_module
 from arc_kit.method.answers import AnswerSpace, answer_log_probs
 from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
-from arc_kit.method.engines import make_engine
+from arc_kit.method.engine import Engine, capacity_bucket, lane_bucket, make_engine
+from arc_kit.method.search import search
+from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.model.optimization import add_lora
-from arc_kit.method.reference.engine import ReferenceEngine
-from arc_kit.method.scoring import score_prompts
-from arc_kit.method.fast.static_engine import StaticEngine, capacity_bucket, lane_bucket
 from arc_kit.settings import SamplerSettings
+
 
 VOCABULARY = 48
 SHAPE = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -73,24 +73,26 @@ class Recorder:
     def __init__(self, engine, monkeypatch):
         self.sequences: list[list[int]] = []
         self.rows: list[tuple[list[int], np.ndarray]] = []
-        self.rewinds = 0  # steps at a position before the lane's end: what was fed there is forgotten
+        self.runs: list[int] = []  # the length of every run fed
+        self.rewinds = 0  # runs fed at a position before the lane's end: what was fed there is forgotten
         prefill, step, keep = engine.prefill, engine.step, engine.keep_lanes
 
         def recorded_prefill(lane, ids, logits_from):
             nlls = prefill(lane, ids, logits_from)
-            while len(self.sequences) <= lane:
-                self.sequences.append([])
+            self.sequences += [[] for _ in range(lane + 1 - len(self.sequences))]
             self.sequences[lane] = list(ids)
             self.rows += [(list(ids[:logits_from + offset]), row) for offset, row in enumerate(nlls)]
             return nlls
 
-        def recorded_step(tokens, positions):
-            nlls = step(tokens, positions)
-            for lane, (token, position, row) in enumerate(zip(tokens, positions, nlls)):
+        def recorded_step(runs, positions):
+            found = step(runs, positions)
+            for lane, (run, position, rows) in enumerate(zip(runs, positions, found)):
+                assert rows.shape == (len(run), engine.vocab_size)
                 self.rewinds += position < len(self.sequences[lane])
-                self.sequences[lane] = self.sequences[lane][:position] + [token]  # the rewind, then the token
-                self.rows.append((list(self.sequences[lane]), row))
-            return nlls
+                self.sequences[lane] = self.sequences[lane][:position] + list(run)  # the rewind, then the run
+                self.rows += [(self.sequences[lane][:position + offset + 1], row) for offset, row in enumerate(rows)]
+                self.runs.append(len(run))
+            return found
 
         def recorded_keep(lanes):
             keep(lanes)
@@ -117,91 +119,56 @@ def transformers_nlls(model, sequence, space: AnswerSpace) -> np.ndarray:
     return (-answer_log_probs(logits, space.mask(logits.shape[-1]), space.probabilities)).double().numpy()
 
 
-@pytest.mark.parametrize("family", [family if family in ("llama", "mistral-window", "qwen3")  # the quick loop's
-                                    else pytest.param(family, marks=pytest.mark.slow) for family in FAMILIES])
-def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(family, monkeypatch):
-    model = family_model(family)
-    engine = make_engine(model, "fast")
-    assert isinstance(engine, StaticEngine)
-    recorder = Recorder(engine, monkeypatch)
-    guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
-    assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
-    for sequence, row in recorder.rows:
+def assert_rows_match(model, rows, atol: float = 1e-4):
+    """Every recorded NLL row equals one full transformers forward of its sequence."""
+    for sequence, row in rows:
         expected = transformers_nlls(model, sequence, SEARCH_SPACE)
         assert np.array_equal(np.isinf(row), np.isinf(expected))
-        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
-    if family == "mistral-window":  # the reference's lane cache holds no sliding window: checked above instead
-        return
-    reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, SEARCH,
-                                   guesses)
-    for fast, slow in zip(results, reference):
-        assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions]
-        np.testing.assert_allclose([c.nll for c in fast.completions], [c.nll for c in slow.completions],
-                                   rtol=0, atol=1e-4)
-        assert fast.forward_calls == slow.forward_calls
+        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=atol)
 
 
-class RunRecorder:
-    """As ``Recorder``, through ``step_runs`` (which the one-token ``step`` of both engines goes through too)."""
-
-    def __init__(self, engine, monkeypatch):
-        self.sequences: list[list[int]] = []
-        self.rows: list[tuple[list[int], np.ndarray]] = []
-        self.runs: list[int] = []  # the length of every run fed
-        prefill, step_runs, keep = engine.prefill, engine.step_runs, engine.keep_lanes
-
-        def recorded_prefill(lane, ids, logits_from):
-            nlls = prefill(lane, ids, logits_from)
-            self.sequences += [[] for _ in range(lane + 1 - len(self.sequences))]
-            self.sequences[lane] = list(ids)
-            return nlls
-
-        def recorded_step_runs(runs, positions):
-            found = step_runs(runs, positions)
-            for lane, (run, position, rows) in enumerate(zip(runs, positions, found)):
-                assert rows.shape == (len(run), engine.vocab_size)
-                self.sequences[lane] = self.sequences[lane][:position] + list(run)  # the rewind, then the run
-                self.rows += [(self.sequences[lane][:position + offset + 1], row) for offset, row in enumerate(rows)]
-                self.runs.append(len(run))
-            return found
-
-        def recorded_keep(lanes):
-            keep(lanes)
-            self.sequences = [self.sequences[lane] for lane in lanes]
-
-        monkeypatch.setattr(engine, "prefill", recorded_prefill)
-        monkeypatch.setattr(engine, "step_runs", recorded_step_runs)
-        monkeypatch.setattr(engine, "keep_lanes", recorded_keep)
+def assert_same_searches(found, expected, atol: float = 1e-4):
+    for ours, theirs in zip(found, expected, strict=True):
+        assert [c.ids for c in ours.completions] == [c.ids for c in theirs.completions]
+        np.testing.assert_allclose([c.nll for c in ours.completions], [c.nll for c in theirs.completions],
+                                   rtol=0, atol=atol)
+        assert ours.forward_calls == theirs.forward_calls
 
 
 def drafts_for_the_search():
     """Sources of long drafts, right and wrong: runs of every length, rewinds into them."""
-    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]), PromptLookup(PROMPTS[0], min_length=1)]),
-            Constant([3, 3, 1, 0, 2, 1])]
+    return [MostSupported([AlignedAnswers([[1, 2, 1, 2, 4], [0, 0, 0, 0, 4]], [4]),
+                           PromptLookup(PROMPTS[0], min_length=1)]), Constant([3, 3, 1, 0, 2, 1])]
 
 
-QUICK_RUN_CASES = {("fast", "llama"), ("fast", "llama-biases-tied-head-dim"), ("fast", "mistral-window"),
-                   ("fast", "qwen3"), ("reference", "llama"), ("reference", "qwen3")}  # the rest: slow
+GUESSES = [None, [1, 2, 4]]
 
 
-@pytest.mark.parametrize("kind, family", [
-    (kind, family) if (kind, family) in QUICK_RUN_CASES else pytest.param(kind, family, marks=pytest.mark.slow)
-    for kind in ("fast", "reference") for family in FAMILIES
-    if (kind, family) != ("reference", "mistral-window")])  # the reference's caches hold no sliding window
-def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family, kind, monkeypatch):
+@pytest.mark.parametrize("family", [family if family in ("llama", "mistral-window", "qwen3")  # the quick loop's
+                                    else pytest.param(family, marks=pytest.mark.slow) for family in FAMILIES])
+def test_every_step_of_a_dfs_with_rewinds_matches_the_transformers_forward(family, monkeypatch):
     model = family_model(family)
-    engine = make_engine(model, kind)
-    recorder = RunRecorder(engine, monkeypatch)
-    guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH.replace(draft_tokens=5), guesses,
-                                 drafts=drafts_for_the_search())
+    engine = make_engine(model)
+    assert isinstance(engine, Engine)
+    recorder = Recorder(engine, monkeypatch)
+    results = search(engine, PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
+    assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
+    assert_rows_match(model, recorder.rows)
+    assert_same_searches(results, search(TransformersDecoder(model), PROMPTS, SEARCH_SPACE, SEARCH, GUESSES))
+
+
+@pytest.mark.parametrize("family", [family if family in ("llama", "llama-biases-tied-head-dim", "mistral-window",
+                                                         "qwen3") else pytest.param(family, marks=pytest.mark.slow)
+                                    for family in FAMILIES])
+def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family, monkeypatch):
+    model = family_model(family)
+    engine = make_engine(model)
+    recorder = Recorder(engine, monkeypatch)
+    results = search(engine, PROMPTS, SEARCH_SPACE, SEARCH.replace(draft_tokens=5), GUESSES,
+                     drafts=drafts_for_the_search())
     assert len(set(recorder.runs)) > 3 and sum(result.draft_accepted for result in results) > 5  # guard: real runs
-    for sequence, row in recorder.rows:
-        expected = transformers_nlls(model, sequence, SEARCH_SPACE)
-        assert np.array_equal(np.isinf(row), np.isinf(expected))
-        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=1e-4)
-    plain = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
+    assert_rows_match(model, recorder.rows)
+    plain = search(engine, PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
     for drafted, single in zip(results, plain):
         assert [c.ids for c in drafted.completions] == [c.ids for c in single.completions]
         np.testing.assert_allclose([c.nll for c in drafted.completions], [c.nll for c in single.completions],
@@ -209,67 +176,109 @@ def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family,
         assert drafted.forward_calls + drafted.draft_accepted == single.forward_calls  # the same positions explored
 
 
+def test_transformers_forward_runs_the_speculative_search_as_the_engine_does(monkeypatch):
+    """The oracle and fallback path: the same runs, rewinds and answers as the engine (its rows the model's own)."""
+    model = family_model("mistral-window")  # a sliding window: transformers' own cache and mask handle it
+    oracle = TransformersDecoder(model)
+    recorder = Recorder(oracle, monkeypatch)
+    settings = SEARCH.replace(draft_tokens=5)
+    results = search(oracle, PROMPTS, SEARCH_SPACE, settings, GUESSES, drafts=drafts_for_the_search())
+    assert len(set(recorder.runs)) > 3 and recorder.rewinds > 5
+    assert_rows_match(model, recorder.rows)
+    assert_same_searches(results, search(make_engine(model), PROMPTS, SEARCH_SPACE, settings, GUESSES,
+                                         drafts=drafts_for_the_search()))
+
+
 @pytest.mark.parametrize("family", ["llama-biases-tied-head-dim", "mistral-window", "qwen3"])
-def test_scoring_on_the_fast_engine_equals_one_full_forward_per_answer(family):
+def test_scoring_on_the_engine_equals_one_full_forward_per_answer(family, monkeypatch):
     model = family_model(family)
     answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
-    results = score_prompts(make_engine(model, "fast"), PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
-    for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
-        expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
-                        for position, token in enumerate(answer)) for answer in chunk]
-        np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
+    monkeypatch.setattr(engine_module, "PASS_TOKENS", 8)  # prompts and answers in several passes too
+    for scorer in (make_engine(model), TransformersDecoder(model)):
+        results = scorer.score(PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
+        for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
+            expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
+                            for position, token in enumerate(answer)) for answer in chunk]
+            np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
 
 
-def test_every_pass_of_either_engine_ticks_the_heartbeats_step_counter():
-    # a worker hooks its model (progress.count_forward_calls): the reference engine ticks through it, the fast
-    # engine, which never calls the model, ticks itself: one tick a model pass on both
+def test_a_prompt_longer_than_one_pass_is_prefilled_in_chunks_at_their_positions(monkeypatch):
+    model = family_model("mistral-window")  # a window of 7: chunks must see the cache before them
+    monkeypatch.setattr(engine_module, "PASS_TOKENS", 5)
+    engine = make_engine(model)
+    recorder = Recorder(engine, monkeypatch)
+    search(engine, PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
+    assert_rows_match(model, recorder.rows)
+
+
+def test_every_pass_calls_the_step_callback_once():
+    # a worker's heartbeat: the engine calls it once a model pass (a prefill, a step, a scoring pass)
     model = family_model("llama")
-    handle = progress.count_forward_calls(model)
-    try:
-        counts = {}
-        for name in ("fast", "reference"):
-            before = progress.steps()
-            results = batched_dfs_search(make_engine(model, name), PROMPTS, SEARCH_SPACE, SEARCH)
-            assert sum(result.forward_calls for result in results) > 5  # guard: a real search
-            counts[name] = (progress.steps() - before,)
-            before = progress.steps()
-            score_prompts(make_engine(model, name), PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
-            counts[name] += (progress.steps() - before,)
-    finally:
-        handle.remove()
-    assert counts["fast"][0] > 5 and counts["fast"][1] > 0
-    assert counts["fast"] == counts["reference"]
+    calls = []
+    engine = make_engine(model, on_step=lambda: calls.append(1))
+    results = search(engine, PROMPTS, SEARCH_SPACE, SEARCH)
+    assert sum(result.forward_calls for result in results) > 5  # guard: a real search
+    assert len(calls) == len(PROMPTS) + engine.steps
+    calls.clear()
+    engine.score(PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
+    assert len(calls) == 2 * 2  # per prompt: its pass, and its answers' pass
+    calls.clear()
+    oracle = TransformersDecoder(model, on_step=lambda: calls.append(1))
+    search(oracle, PROMPTS[:1], SEARCH_SPACE, SEARCH)
+    assert len(calls) == 1 + oracle.steps  # one lane: one model call a step
 
 
-def test_the_reference_engine_calls_the_model_without_deprecated_keywords(recwarn):
-    # transformers 5.2x renamed past_key_values to cache (5.40 drops the old name): caches.call_with_cache
-    # asks the model's forward which one it takes; on the transformers installed here, no FutureWarning
+def test_transformers_forward_calls_the_model_without_deprecated_keywords(recwarn):
+    # transformers 5.2x renamed past_key_values to cache (5.40 drops the old name): call_with_cache asks the
+    # model's forward which one it takes; on the transformers installed here, no FutureWarning
     model = add_lora(family_model("llama"), 4, 8, False, adapter_name="ttt")
-    engine = make_engine(model, "reference")
-    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, [None, [1, 2, 4]])
-    batched_dfs_search(engine, PROMPTS[:1], SEARCH_SPACE, SEARCH)  # one lane: the dynamic cache
-    score_prompts(engine, PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE, batch_size=2)
+    oracle = TransformersDecoder(model)
+    search(oracle, PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
+    oracle.score(PROMPTS, [[[1, 4], [2, 3, 4]]] * 2, SPACE)
     assert not [warning for warning in recwarn if issubclass(warning.category, FutureWarning)]
 
 
-def test_models_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
+def test_models_the_engine_cannot_run_fall_back_to_transformers_with_one_line(caplog):
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     gelu = LlamaForCausalLM(LlamaConfig(**{**SHAPE, "hidden_act": "gelu"}))
     other = GPT2LMHeadModel(GPT2Config(vocab_size=VOCABULARY, n_embd=16, n_layer=1, n_head=2))
     for model, reason in ((gelu, "activation 'gelu'"), (other, "architecture 'gpt2'")):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
-            engine = make_engine(model, "fast")
-        assert isinstance(engine, ReferenceEngine)
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engine"):
+            engine = make_engine(model)
+        assert isinstance(engine, TransformersDecoder)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
+        assert engine_module.FALLBACK_SLOWDOWN in caplog.records[0].getMessage()
+    found = search(make_engine(other), PROMPTS, SEARCH_SPACE, SEARCH)  # and it searches
+    assert any(result.completions for result in found)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert isinstance(make_engine(family_model("llama"), "reference"), ReferenceEngine)
-        assert isinstance(make_engine(family_model("llama"), "fast"), StaticEngine)
+        assert isinstance(make_engine(family_model("llama")), Engine)
     assert not caplog.records
-    with pytest.raises(ValueError, match="unknown engine"):
-        make_engine(gelu, "quick")
+    with pytest.raises(ValueError, match="unknown engine compile mode"):
+        make_engine(family_model("llama"), "quick")
+
+
+def test_a_model_whose_modules_are_patched_decodes_from_its_config_and_weights(monkeypatch):
+    """unsloth patches modules (its own rotary embedding, attention forwards): the engine reads the rope, the
+    attention scale and the shapes from the config, and only the weights from the modules."""
+    model = family_model("llama3-rope")
+    expected = [transformers_nlls(model, prompt, SPACE) for prompt in PROMPTS]
+
+    class Refusing(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            raise AssertionError("the engine read a module's rope")
+
+    model.model.rotary_emb = Refusing()
+    for layer in model.model.layers:
+        for name in ("scaling", "head_dim", "rotary_fn"):
+            if hasattr(layer.self_attn, name):
+                delattr(layer.self_attn, name)
+    engine = make_engine(model)
+    assert isinstance(engine, Engine)
+    for prompt, row in zip(PROMPTS, expected):
+        np.testing.assert_allclose(prefilled_nlls(engine, prompt), row, rtol=0, atol=1e-4)
 
 
 def trained_adapter(model):
@@ -301,8 +310,8 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
     peft = trained_adapter(base)
     lora = [module for name, module in peft.named_modules() if name.endswith("q_proj.lora_B.ttt")]
     assert lora and lora[0].weight.abs().sum() > 0  # guard: the adapter changes the model
-    engine = make_engine(peft, "fast")
-    assert isinstance(engine, StaticEngine)
+    engine = make_engine(peft)
+    assert isinstance(engine, Engine)
     tensors = [tensor.data_ptr() for tensor in engine.weights.tensors()]
 
     adapted = transformers_nlls(peft, PROMPTS[0], SPACE)
@@ -318,16 +327,19 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
 
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):
-    from arc_kit.settings import SolveSettings, TestTimeSettings
+    from arc_kit.settings import TEST_TIME_TRAINING, SolveSettings
     from arc_kit.method.solver import Solver
     from arc_kit.data.tasks import Pair, Task
     from arc_kit.text import TaskEncoder, Vocabulary
 
     model, _ = bigram_model()
-    settings = SolveSettings(ttt=TestTimeSettings(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
-    solver = Solver(model, TaskEncoder(Vocabulary()), settings)
+    settings = SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=2, lora_rank=2, lora_alpha=4, optimizer="adamw"))
+    heartbeat = []
+    solver = Solver(model, TaskEncoder(Vocabulary()), settings, on_step=lambda: heartbeat.append(1))
     engine = solver.engine()
-    assert isinstance(engine, StaticEngine) and solver.engine() is engine and engine.weights.refreshes == 0
+    assert isinstance(engine, Engine) and solver.engine() is engine and engine.weights.refreshes == 0
+    engine.score([[1, 2, 3]], [[[4, 14]]], solver.space)
+    assert heartbeat  # the solver's step callback is its engine's
     task = Task("t", (Pair([[1, 2]], [[2, 1]]), Pair([[3, 4]], [[4, 3]])), (Pair([[5, 6]], [[6, 5]]),))
     solver.adapt(task)
     assert solver.engine() is engine and engine.weights.refreshes == 1
@@ -357,20 +369,20 @@ def test_the_step_compiles_whole_and_equals_the_eager_step():
         model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
     torch._dynamo.reset()
     counters.clear()
-    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    compiled, eager = Engine(model, compile=True), Engine(model)
     prompts = [*PROMPTS, PROMPTS[0][:9]]
     found = []
     for engine in (eager, compiled):
         engine.start(3, 40, SPACE)  # a bucket of 4
         rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
         ends = [len(prompt) for prompt in prompts]
-        rows.append(engine.step([1, 2, 3], ends))
-        rows.append(engine.step([3, 0, 0], [ends[0], ends[1] + 1, ends[2] + 1]))  # lane 0 rewound
-        rows.append(engine.step([2, 1, 1], [ends[0] + 1, ends[1] + 2, ends[2]]))  # lane 2 rewound
+        rows += engine.step([[1], [2], [3]], ends)
+        rows += engine.step([[3], [0], [0]], [ends[0], ends[1] + 1, ends[2] + 1])  # lane 0 rewound
+        rows += engine.step([[2], [1], [1]], [ends[0] + 1, ends[1] + 2, ends[2]])  # lane 2 rewound
         engine.keep_lanes([0, 2])  # a bucket of 2
-        rows.append(engine.step([0, 2], [ends[0] + 2, ends[2] + 1]))
-        rows.append(engine.step([1, 1], [ends[0] + 1, ends[2] + 2]))
-        rows.append(engine.step([2, 0], [300, ends[2] + 3]))  # a capacity bucket further: the same graph
+        rows += engine.step([[0], [2]], [ends[0] + 2, ends[2] + 1])
+        rows += engine.step([[1], [1]], [ends[0] + 1, ends[2] + 2])
+        rows += engine.step([[2], [0]], [300, ends[2] + 3])  # a capacity bucket further: the same graph
         engine.release()
         found.append(rows)
     for fast, slow in zip(*found):
@@ -392,7 +404,7 @@ def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eage
         model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
     torch._dynamo.reset()
     counters.clear()
-    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    compiled, eager = Engine(model, compile=True), Engine(model)
     prompts = [*PROMPTS, PROMPTS[0][:9]]
     ends = [len(prompt) for prompt in prompts]
     steps = [  # (runs, positions) of the live lanes; then (lanes kept,)
@@ -411,7 +423,7 @@ def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eage
             if len(step) == 1:
                 engine.keep_lanes(step[0])
                 continue
-            rows += engine.step_runs(*step)
+            rows += engine.step(*step)
         engine.release()
         found.append(rows)
     for fast, slow in zip(*found):
@@ -420,20 +432,19 @@ def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eage
     torch._dynamo.reset()
 
 
-def test_every_command_that_decodes_offers_the_engine(capsys):
+def test_every_command_that_decodes_offers_the_engines_compile_mode_and_no_choice_of_engine(capsys):
     from arc_kit.cli import main
 
     for command in (["solve"], ["dry-run"], ["ablation"], ["samplers"], ["kaggle", "run"], ["bench"]):
         with pytest.raises(SystemExit):
             main([*command, "--help"])
         text = capsys.readouterr().out
-        assert "--engine {fast,reference}" in text, command
-        assert "--engine-compile" in text, command
+        assert "--engine-compile" in text and "--engine " not in text and "--batched" not in text, command
 
 
 def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatch, caplog):
     model = family_model("llama")
-    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    compiled, eager = Engine(model, compile=True), Engine(model)
     calls = []
 
     def broken(*arguments):
@@ -441,17 +452,17 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
         raise RuntimeError("triton: this GPU is too old\nmore detail")
 
     monkeypatch.setattr(compiled, "_step", broken)
-    with caplog.at_level(logging.WARNING, logger="arc_kit.method.fast.static_engine"):
-        found = batched_dfs_search(compiled, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
-    expected = batched_dfs_search(eager, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
+    with caplog.at_level(logging.WARNING, logger="arc_kit.method.engine"):
+        found = search(compiled, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
+    expected = search(eager, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
     assert calls == [1] and not compiled.compiled
     assert [record.getMessage() for record in caplog.records] == [
         "compiling the decode step failed (RuntimeError: triton: this GPU is too old); going on with the eager step"]
     for fast, slow in zip(found, expected):
         assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions] and fast.forward_calls > 0
-    out_of_memory = StaticEngine(model, compile=True)
+    out_of_memory = Engine(model, compile=True)
     monkeypatch.setattr(out_of_memory, "_step", lambda *arguments: (_ for _ in ()).throw(
         torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
     with pytest.raises(torch.OutOfMemoryError):  # left to the search's halving, never taken for a compiler's failure
-        batched_dfs_search(out_of_memory, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
+        search(out_of_memory, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
     assert out_of_memory.compiled

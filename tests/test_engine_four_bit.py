@@ -1,12 +1,12 @@
-"""The fast decode engine over bitsandbytes 4-bit weights, against transformers' forward of the same 4-bit model.
+"""The decode engine over bitsandbytes 4-bit weights, against transformers' forward of the same 4-bit model.
 
 Tiny models of each family (``test_engine.family_model``) are saved and loaded back with
 ``BitsAndBytesConfig(load_in_4bit=True)`` on the CPU: nf4 and fp4, with and without double
-quantization, compute dtype float32, bfloat16 or float16. Both engines then run the same
+quantization, compute dtype float32, bfloat16 or float16. The engine and transformers then run the same
 bitsandbytes operation (``matmul_4bit``: on the CPU, the weight dequantized and one matmul) on the
 same inputs, so in a float32 compute dtype they agree to float rounding: the dense tests' 1e-4 on
 the NLLs holds. In a 16-bit compute dtype each matmul's input is rounded to 16 bits, and two inputs
-that differ in float32 rounding (the fast engine folds the attention scale into the queries, runs
+that differ in float32 rounding (the engine folds the attention scale into the queries, runs
 the RMS norm as one call and sums the LoRA of a group in one product) can round to neighbouring
 16-bit values: 2**-8 relative on a bfloat16 element, which reaches the logits at about that relative
 size. These tiny random models' logits reach about 5.6, so one such step moves an NLL by up to
@@ -20,16 +20,16 @@ import logging
 import numpy as np
 import pytest
 import torch
-from test_engine import (PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, family_model, prefilled_nlls,
-                         trained_adapter, transformers_nlls)
+from test_engine import (GUESSES, PROMPTS, SEARCH, SEARCH_SPACE, SHAPE, SPACE, Recorder, assert_rows_match,
+                         assert_same_searches, family_model, prefilled_nlls, trained_adapter, transformers_nlls)
 
-from arc_kit.method.batched_dfs import batched_dfs_search
-from arc_kit.method.fast.decode_weights import unsupported_reason
-from arc_kit.method.engines import make_engine
-from arc_kit.method.fast.four_bit import FourBitProjection
-from arc_kit.method.reference.engine import ReferenceEngine
-from arc_kit.method.scoring import Candidate, score_prompts, select
-from arc_kit.method.fast.static_engine import StaticEngine
+from arc_kit.method.engine import Engine, make_engine
+from arc_kit.method.experts import Candidate, select
+from arc_kit.method.four_bit import FourBitProjection
+from arc_kit.method.search import search
+from arc_kit.method.transformers_forward import TransformersDecoder
+from arc_kit.method.weights import unsupported_reason
+from arc_kit.model.loading import keep_four_bit_layout
 from arc_kit.settings import SamplerSettings
 
 pytest.importorskip("bitsandbytes")
@@ -58,7 +58,7 @@ def load_four_bit(folder, quantization: str):
                                 bnb_4bit_compute_dtype=compute)
     model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=config, device_map="cpu")
     model.config._attn_implementation = "eager"  # the plainest reference
-    return model.eval()
+    return keep_four_bit_layout(model).eval()  # as the kit loads it: no repacking on an AVX512-BF16 CPU
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +89,6 @@ def seeded_adapter(model):
         return trained_adapter(model)
 
 
-def assert_rows_match(model, rows, atol: float):
-    for sequence, row in rows:
-        expected = transformers_nlls(model, sequence, SEARCH_SPACE)
-        assert np.array_equal(np.isinf(row), np.isinf(expected))
-        np.testing.assert_allclose(row[np.isfinite(row)], expected[np.isfinite(expected)], rtol=0, atol=atol)
-
-
-def assert_same_searches(found, expected, atol: float):
-    for fast, slow in zip(found, expected):
-        assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions]
-        np.testing.assert_allclose([c.nll for c in fast.completions], [c.nll for c in slow.completions],
-                                   rtol=0, atol=atol)
-        assert fast.forward_calls == slow.forward_calls
-
-
 SLOW = pytest.mark.slow
 
 
@@ -117,26 +102,23 @@ def test_every_step_of_a_4_bit_dfs_with_rewinds_matches_the_transformers_forward
                                                                                 monkeypatch):
     model = four_bit(family, quantization)
     assert unsupported_reason(model) is None
-    engine = make_engine(model, "fast")
-    assert isinstance(engine, StaticEngine)
+    engine = make_engine(model)
+    assert isinstance(engine, Engine)
     assert any(isinstance(layer.qkv, FourBitProjection) for layer in engine.weights.layers)  # guard: 4-bit path
     recorder = Recorder(engine, monkeypatch)
-    guesses = [None, [1, 2, 4]]
-    results = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH, guesses)
+    results = search(engine, PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
     assert len(recorder.rows) > 20 and recorder.rewinds > 5  # guard: real work, with rewinds
     assert_rows_match(model, recorder.rows, tolerance(quantization))
-    if family != "mistral-window":  # the reference's lane cache holds no sliding window: checked above instead
-        reference = batched_dfs_search(make_engine(model, "reference"), PROMPTS, SEARCH_SPACE, SEARCH,
-                                       guesses)
-        assert_same_searches(results, reference, tolerance(quantization))
+    oracle = search(TransformersDecoder(model), PROMPTS, SEARCH_SPACE, SEARCH, GUESSES)
+    assert_same_searches(results, oracle, tolerance(quantization))
 
 
 @pytest.mark.parametrize("family, quantization", [("qwen2", "nf4-double-f32"),
                                                    pytest.param("mistral-window", "nf4-double-bf16", marks=SLOW)])
-def test_scoring_on_the_fast_engine_in_4_bits_equals_one_full_forward_per_answer(family, quantization, four_bit):
+def test_scoring_on_the_engine_in_4_bits_equals_one_full_forward_per_answer(family, quantization, four_bit):
     model = four_bit(family, quantization)
     answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
-    results = score_prompts(make_engine(model, "fast"), PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
+    results = make_engine(model).score(PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
     for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
         expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
                         for position, token in enumerate(answer)) for answer in chunk]
@@ -145,7 +127,7 @@ def test_scoring_on_the_fast_engine_in_4_bits_equals_one_full_forward_per_answer
 
 def test_the_engine_reads_the_models_own_packed_weights_and_copies_no_matrix(four_bit):
     model = four_bit("qwen2", "nf4-double-f32")
-    engine = make_engine(model, "fast")
+    engine = make_engine(model)
     packed = {module.weight.data_ptr() for module in model.modules()
               if getattr(getattr(module, "weight", None), "quant_state", None) is not None}
     read = {part.data.data_ptr() for layer in engine.weights.layers for projection in layer.parts()
@@ -164,8 +146,8 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     base = four_bit(family, quantization, fresh=True)  # peft wraps it in place
     untouched = transformers_nlls(base, PROMPTS[0], SPACE)
     peft = seeded_adapter(base)  # QLoRA: the adapter trained over the 4-bit weights
-    engine = make_engine(peft, "fast")
-    assert isinstance(engine, StaticEngine)
+    engine = make_engine(peft)
+    assert isinstance(engine, Engine)
     assert engine.weights.layers[0].qkv.up.abs().sum() > 0  # guard: the LoRA is read, and not zero
     tensors = [tensor.data_ptr() for tensor in engine.weights.tensors()]
     atol = tolerance(quantization)
@@ -187,30 +169,29 @@ def test_a_lora_over_4_bit_weights_reproduces_the_peft_model_on_off_and_after_re
     np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), changed, rtol=0, atol=atol)
     assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
     recorder = Recorder(engine, monkeypatch)  # a search with rewinds under the adapter, row by row
-    batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05), [None, [1, 2, 4]])
+    search(engine, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05), GUESSES)
     assert len(recorder.rows) > 10 and recorder.rewinds > 2
     assert_rows_match(peft, recorder.rows, atol)
 
 
 @pytest.mark.slow
-def test_dfs_and_product_of_experts_choose_the_same_candidates_on_both_engines_in_4_bits(four_bit):
+def test_dfs_and_product_of_experts_choose_what_transformers_forward_chooses_in_4_bits(four_bit):
     model = seeded_adapter(four_bit("qwen3", "nf4-double-f32", fresh=True))
     chosen, tables = {}, {}
-    for kind in ("fast", "reference"):
-        engine = make_engine(model, kind)
-        searches = batched_dfs_search(engine, PROMPTS, SEARCH_SPACE, SEARCH)
-        answers = sorted({tuple(c.ids) for search in searches for c in search.completions})
+    for engine in (make_engine(model), TransformersDecoder(model)):
+        searches = search(engine, PROMPTS, SEARCH_SPACE, SEARCH)
+        answers = sorted({tuple(c.ids) for found in searches for c in found.completions})
         assert len(answers) >= 3  # guard: something to choose from
-        views = score_prompts(engine, PROMPTS, [[list(answer) for answer in answers]] * len(PROMPTS), SPACE)
+        views = engine.score(PROMPTS, [[list(answer) for answer in answers]] * len(PROMPTS), SPACE)
         table = np.stack(views, axis=1)  # (answers, views): the prompts play the augmented views
         candidates = [Candidate(np.array([answer]), scoring_nlls=list(row)) for answer, row in zip(answers, table)]
-        chosen[kind] = [answers[index] for index in select(candidates, "product", count=2)]
-        tables[kind] = table
-    assert chosen["fast"] == chosen["reference"]
-    np.testing.assert_allclose(tables["fast"], tables["reference"], rtol=0, atol=1e-4)
+        chosen[engine.kind] = [answers[index] for index in select(candidates, "product", count=2)]
+        tables[engine.kind] = table
+    assert chosen["engine"] == chosen["transformers"]
+    np.testing.assert_allclose(tables["engine"], tables["transformers"], rtol=0, atol=1e-4)
 
 
-def test_quantizations_the_fast_engine_cannot_run_fall_back_with_one_line(caplog):
+def test_quantizations_the_engine_cannot_run_fall_back_to_transformers_with_one_line(caplog):
     from transformers import BitsAndBytesConfig
 
     cases = [(BitsAndBytesConfig(load_in_8bit=True), "8-bit bitsandbytes weights"),
@@ -220,9 +201,9 @@ def test_quantizations_the_fast_engine_cannot_run_fall_back_with_one_line(caplog
         model = family_model("llama")
         model.config.quantization_config = quantization
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engines"):
-            engine = make_engine(model, "fast")
-        assert isinstance(engine, ReferenceEngine)
+        with caplog.at_level(logging.WARNING, logger="arc_kit.method.engine"):
+            engine = make_engine(model)
+        assert isinstance(engine, TransformersDecoder)
         assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
     model = family_model("llama")
     model.config.quantization_config = {"quant_method": "bitsandbytes", "_load_in_4bit": True}
@@ -242,15 +223,15 @@ def test_the_4_bit_step_compiles_whole_and_equals_the_eager_step(tmp_path):
     model = seeded_adapter(load_four_bit(tmp_path, "nf4-double-f32"))
     torch._dynamo.reset()
     counters.clear()
-    compiled, eager = StaticEngine(model, compile=True), StaticEngine(model)
+    compiled, eager = Engine(model, compile=True), Engine(model)
     found = []
     for engine in (eager, compiled):
         engine.start(2, 40, SPACE)
         rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(PROMPTS)]
         ends = [len(prompt) for prompt in PROMPTS]
-        rows.append(engine.step([1, 2], ends))
-        rows.append(engine.step([3, 0], [ends[0], ends[1] + 1]))  # lane 0 rewound
-        rows.append(engine.step([2, 1], [ends[0] + 1, ends[1] + 2]))
+        rows += engine.step([[1], [2]], ends)
+        rows += engine.step([[3], [0]], [ends[0], ends[1] + 1])  # lane 0 rewound
+        rows += engine.step([[2], [1]], [ends[0] + 1, ends[1] + 2])
         engine.release()
         found.append(rows)
     assert compiled.compiled  # no fallback to the eager step

@@ -14,7 +14,7 @@ from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import Pair, Task, TaskSet
 from arc_kit.experiments.evaluation import answer_measures, compare, held_out
 from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.reference.nlls import sequence_nll
+from arc_kit.method.transformers_forward import sequence_nll
 from arc_kit.model.loading import create_model
 from arc_kit.text import TaskEncoder, Vocabulary
 

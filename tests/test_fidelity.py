@@ -8,6 +8,9 @@ here from the paper and its method notes (``shared/docs/method-notes.md``), neve
   alone; the easiest examples left out on request, by RE-ARC's difficulty against a breadth-first reference).
 - test-time training: each of the 8 symmetries exactly 8 times in the 64 sequences (as evenly as can be
   for other counts), drawn from the generator passed in.
+- the DFS (paper, Appendix A): the kit's search on its engine, one lane or several, with a guess and drafts,
+  returns exactly the answers of the authors' recursive search over transformers' forward with its cache
+  cropped back after each child (restated here from the method notes).
 
 The budget's drop rule (the last pair first) and the answer decoder are checked in ``test_text_format.py``.
 """
@@ -24,7 +27,7 @@ import pytest
 from arc_kit.data.augmentation import apply_symmetry, balanced_symmetries
 from arc_kit.data.tasks import Pair
 from arc_kit.model.training_data import SequenceDataset
-from arc_kit.settings import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
+from arc_kit.settings import TEST_TIME_TRAINING, DataSettings, SequenceSettings, TrainingSettings, training_preset
 from arc_kit.text import EOS, TaskEncoder, Vocabulary
 
 OUTPUT_MARKER = "+/-=O"
@@ -59,19 +62,19 @@ def test_paper_recipe_uses_the_authors_sampler_and_data_and_the_other_presets_ke
     assert paper == TrainingSettings()
     assert paper.sequences.sampler == "passes" and paper.sequences.pairs == 7
     assert paper.sequences.sequences_per_task == 1200 and paper.sequences.max_passes == 1
-    assert paper.sequences.max_len == 8192
+    assert paper.sequences.max_tokens == 8192
     assert paper.data == DataSettings() and paper.data.task_sets == () and paper.data.drop_easiest == 0
-    assert paper.steps is None  # as many steps as the sequences take
+    assert paper.lora.steps is None  # as many steps as the sequences take
     for name in ("from-scratch", "smollm2-gpu"):
         preset = training_preset(name)
-        assert preset.steps == 1000
+        assert preset.lora.steps == 1000
         assert (preset.sequences.sampler, preset.sequences.min_pairs, preset.sequences.max_pairs) == ("random", 3, 7)
     shipped = training_preset("smollm2-gpu")  # as the shipped model was trained
-    assert shipped.sequences.max_len == 4096
+    assert shipped.sequences.max_tokens == 4096
     assert shipped.data.task_sets == ("arc-agi-1/training",) and shipped.data.re_arc_weight == 0.8
     assert TrainingSettings.from_json(json.loads(json.dumps(paper.to_json()))) == paper
     assert TrainingSettings.from_json(json.loads(json.dumps(shipped.to_json()))) == shipped
-    with pytest.raises(ValueError, match="sequence sampler"):
+    with pytest.raises(ValueError, match=r"unknown sampler 'shuffled' \(--sequence-sampler\); expected one of: passes"):
         SequenceSettings(sampler="shuffled")
     with pytest.raises(ValueError, match="at least 1"):
         SequenceSettings(sequences_per_task=0)
@@ -119,11 +122,11 @@ def warm_up_steps(warmup_ratio: float, steps: int = 200) -> int:
 def test_warm_up_is_the_papers_table_and_the_authors_script_is_a_preset():
     """The paper's appendix table says 25%; the authors' finetune_NemoReArc1200.py says warmup_ratio=0.1."""
     paper, script = training_preset("paper"), training_preset("paper-code")
-    assert paper.warmup_ratio == 0.25 and script.warmup_ratio == 0.1
-    assert warm_up_steps(paper.warmup_ratio) == 50 and warm_up_steps(script.warmup_ratio) == 20
+    assert paper.lora.warmup_ratio == 0.25 and script.lora.warmup_ratio == 0.1
+    assert warm_up_steps(paper.lora.warmup_ratio) == 50 and warm_up_steps(script.lora.warmup_ratio) == 20
     # the script's preset differs from the paper's in the warm-up and the easiest half of RE-ARC only
     assert script.data.drop_easiest == 0.5
-    assert script.replace(warmup_ratio=paper.warmup_ratio, data=paper.data) == paper
+    assert script.replace(warmup_ratio=paper.lora.warmup_ratio, data=paper.data) == paper
 
 
 def test_passes_sampler_against_the_authors_loader():
@@ -234,7 +237,7 @@ def test_weights_scale_the_sequences_per_task():
 def test_a_test_pair_too_long_for_the_budget_gives_its_place_to_another():
     long_last = (*numbered_pool(6, 4), Pair(np.zeros((20, 20), dtype=np.uint8), np.zeros((20, 20), dtype=np.uint8)))
     dataset = SequenceDataset({"pool": long_last}, TaskEncoder(Vocabulary()),
-                              SequenceSettings(sequences_per_task=3, max_passes=3, max_len=300), seed=0)
+                              SequenceSettings(sequences_per_task=3, max_passes=3, max_tokens=300), seed=0)
     for index in range(3):
         _, encoded = dataset.sequence(index)
         assert len(encoded) <= 300 and encoded.loss_mask.any()
@@ -252,8 +255,8 @@ def test_pretrain_refuses_the_random_sampler_without_steps(tmp_path):
 def test_pretrain_refuses_more_steps_than_the_plan_holds(tmp_path):
     from arc_kit.model.training import pretrain
 
-    settings = TrainingSettings(steps=4, batch_size=1, gradient_accumulation=2, full_finetune=True,
-                                sequences=SequenceSettings(sequences_per_task=9, max_len=256))
+    settings = TrainingSettings().replace(steps=4, batch_size=1, gradient_accumulation=2, full_finetune=True,
+                                          sequences=SequenceSettings(sequences_per_task=9, max_tokens=256))
     with pytest.raises(ValueError, match="8 sequences asked for, but the passes sampler plans 5"):
         pretrain("micro", tmp_path / "run", POOLS, settings, device="cpu", progress=False)
 
@@ -264,11 +267,11 @@ def test_pretrain_counts_its_steps_from_the_plan(tmp_path):
 
     settings = training_preset("from-scratch").replace(
         steps=None, batch_size=2, gradient_accumulation=1, log_every=1, save_every=100,
-        sequences=SequenceSettings(sequences_per_task=3, max_passes=3, max_len=256))
+        sequences=SequenceSettings(sequences_per_task=3, max_passes=3, max_tokens=256))
     result = pretrain("micro", tmp_path / "run", POOLS, settings, device="cpu", progress=False)
     assert result.steps_done == 5  # 9 planned sequences, 2 per step, the last step filled up
     info = json.loads((tmp_path / "run" / "arc_kit.json").read_text())["training"]
-    assert info["settings"]["steps"] == 5 and info["settings"]["sequences"]["sampler"] == "passes"
+    assert info["settings"]["lora"]["steps"] == 5 and info["settings"]["sequences"]["sampler"] == "passes"
     assert info["plan"]["sequences"] == 9 and info["plan"]["passes"] == 3  # "ten" and "five": one sequence a pass
 
 
@@ -425,7 +428,7 @@ def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
     torch.manual_seed(0)
     model, _ = create_model("micro", seed=0)
     trainer = ttt.TestTimeTrainer(model, TaskEncoder(Vocabulary(), max_len=512),
-                                  TestTimeSettings(steps=steps, lora_rank=2))
+                                  TEST_TIME_TRAINING.replace(steps=steps, lora_rank=2))
     result = trainer.train(TTT_TRAIN, np.random.default_rng(0))
     assert result.skipped is None and len(sequences) == steps
     by_input_size = {pair.input.shape[0]: pair.input for pair in TTT_TRAIN}
@@ -440,3 +443,72 @@ def test_test_time_training_balances_the_symmetries(steps, monkeypatch):
         assert counts == {s: 8 for s in range(8)}  # the authors: each symmetry exactly 8 times
     else:
         assert sorted(counts.values()) == [2] * 4 + [3] * 4 and set(counts) == set(range(8))
+
+
+# ---------------------------------------------------------------------------------------------
+# the DFS: the authors' recursive search over transformers' forward, its cache cropped after each child
+
+def authors_dfs(model, prompt: list[int], space, threshold: float) -> list[tuple[tuple[int, ...], float]]:
+    """Every answer with probability >= ``threshold``, best first: the paper's Appendix A as the authors run it, a
+    recursive function on transformers' forward and ``DynamicCache``, rewound with ``crop`` (a non-positive count,
+    as transformers 5.2x wants it) after each child; log-probabilities in float64 under the space's measure."""
+    import inspect
+    import math
+
+    import torch
+    from transformers import DynamicCache
+
+    max_nll, found = -math.log(threshold), []
+    allowed = list(space.allowed_ids)
+    # transformers 5.2x names the cache ``cache`` (``past_key_values`` warns until 5.40 drops it); 5.0 the other
+    keyword = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+    def log_probs(logits):
+        logits = logits.double()
+        if space.probabilities == "full":
+            return {token: float(value) for token, value in zip(allowed, torch.log_softmax(logits, -1)[allowed])}
+        return {token: float(value) for token, value in zip(allowed, torch.log_softmax(logits[allowed], -1))}
+
+    def explore(cache, logits, path, nll):
+        for token, log_prob in log_probs(logits).items():
+            total = nll - log_prob
+            if total > max_nll:
+                continue
+            if token == space.eos_id:
+                found.append((tuple(path) + (token,), total))
+            elif len(path) + 2 <= space.max_length:  # room for the token and an eos
+                length = cache.get_seq_length()
+                with torch.no_grad():
+                    output = model(input_ids=torch.tensor([[token]]), **{keyword: cache}, use_cache=True)
+                explore(getattr(output, keyword), output.logits[0, -1], path + [token], total)
+                cache.crop(length - cache.get_seq_length())
+
+    with torch.no_grad():
+        output = model(input_ids=torch.tensor([prompt]), **{keyword: DynamicCache()}, use_cache=True)
+    explore(getattr(output, keyword), output.logits[0, -1], [], 0.0)
+    return sorted(found, key=lambda answer: answer[1])
+
+
+@pytest.mark.parametrize("mode", ["full", "answer-mask"])
+def test_the_search_returns_the_authors_dfs_answers_with_a_guess_drafts_and_lanes(mode):
+    from test_dfs import EOS, PROMPT, WITH_NEWLINE, model_for
+    from test_engine import Constant
+
+    from arc_kit.method.answers import AnswerSpace
+    from arc_kit.method.engine import make_engine
+    from arc_kit.method.search import search
+    from arc_kit.settings import SamplerSettings
+
+    model, space = model_for(2, 10.0), AnswerSpace(WITH_NEWLINE, EOS, 8, mode)
+    threshold = 0.013  # no answer's NLL within 1e-3 of -ln(T) (guarded below): rounding decides nothing
+    theirs = authors_dfs(model, PROMPT, space, threshold)
+    assert len(theirs) >= 3  # guard: several answers to find
+    assert all(abs(nll + np.log(threshold)) > 1e-3 for _, nll in theirs)
+    engine = make_engine(model)
+    guesses = [None, list(theirs[-1][0]), [2, 2, 2, EOS]]
+    drafts = [None, Constant(theirs[0][0][1:]), Constant([0, 0, 10])]
+    for settings in (SamplerSettings(threshold=threshold, drafts="none"), SamplerSettings(threshold=threshold)):
+        for result in search(engine, [PROMPT] * 3, space, settings, guesses, drafts=drafts):
+            assert [c.ids for c in result.completions] == [ids for ids, _ in theirs]
+            np.testing.assert_allclose([c.nll for c in result.completions], [nll for _, nll in theirs], rtol=0,
+                                       atol=1e-4)

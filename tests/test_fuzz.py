@@ -37,14 +37,15 @@ from arc_kit.data.datasets import load_challenges
 from arc_kit.data.submission import ATTEMPTS, submission_problems, validate_file
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.kaggle import competition as kaggle
-from arc_kit.locking import HOLDER_FILE
-from arc_kit.method.records import TaskRecord, fallback_record, read_records
+from arc_kit.run.locking import HOLDER_FILE
+from arc_kit.method.records import TaskRecord, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.outputs import claim_folder
 from arc_kit.run import jobs
-from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
 from arc_kit.run.pool import solve_in_pool
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.run.record_json import from_json, read_records, to_json
+from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from pool_helpers import fake_workers
 
 FILES = 300
@@ -326,7 +327,7 @@ def test_malformed_submission_and_solutions_files_name_the_bad_task_in_validate_
 # -- every run path answers every task id, good or bad --------------------------------------------------------
 
 QUICK = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,
-                      ttt=TestTimeSettings(steps=1), max_len=2048)
+                      ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
 GOOD = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
 INPUT = {"good1": GOOD, "nulled": None, "good2": GOOD,
          "ragged": {"train": [{"input": [[1], [2, 3]], "output": [[1]]}], "test": [{"input": [[5]]}, {"input": 7}]}}
@@ -497,7 +498,7 @@ def test_a_record_line_of_the_wrong_kinds_never_replaces_a_good_one(tmp_path, ch
     path.write_text(json.dumps(GOOD_RECORD) + "\n" + json.dumps({**GOOD_RECORD, **change}) + "\n")
     with pytest.warns(UserWarning, match=f"{path}: skipped 1 line.*line 2: "):
         records = read_records(path)
-    assert records["t1"].to_json() == TaskRecord.from_json(GOOD_RECORD).to_json()
+    assert to_json(records["t1"]) == to_json(from_json(TaskRecord, GOOD_RECORD))
 
 
 def test_a_resumed_run_keeps_the_good_answer_over_a_nonsense_line(capsys, tmp_path, micro_model, no_model_work):
@@ -579,7 +580,7 @@ def test_the_lenient_warning_is_one_line_and_shows_no_source(tmp_path):
     assert lines[0].startswith("arc-kit solve: warning: ") and "skipped 1 bad task(s) of 2: task bad:" in lines[0]
 
 
-HOLD = ("import sys, time\nfrom arc_kit.locking import hold_folder\nwith hold_folder(sys.argv[1]):\n"
+HOLD = ("import sys, time\nfrom arc_kit.run.locking import hold_folder\nwith hold_folder(sys.argv[1]):\n"
         "    print('held', flush=True)\n    time.sleep(600)\n")
 
 

@@ -17,7 +17,11 @@ fuzz, into docs/results.md.
 
 The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``, issue 35) turns it round:
 every command with an output path is pointed at places holding a user's files, and no byte of what
-the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below).
+the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below). Issue 43 grew it:
+links inside the kit's own folders (at its layout's names, to a user's file or folder), a user's files named
+near the layout's names, unmarked look-alikes of the folders earlier kits made, and two more tests: hostile
+model folders (their own code, bombs, links) for every command that reads one, and a FIFO and /dev/zero for
+every option that reads a file (``ARC_KIT_FUZZ_HOSTILE=all`` for every pair).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import fallback_record
 from arc_kit.method.solver import Solver
+from arc_kit.run.record_json import to_json
 
 INPUTS = int(os.environ.get("ARC_KIT_FUZZ_INPUTS", "12"))  # about 14 runs each
 SEED = 26
@@ -141,7 +146,7 @@ def hostile_folder(rng: random.Random, folder: Path) -> Path:
     if way == 0:
         (folder / "run.json").write_text(rng.choice(["null", "{}", '{"settings": 3}', "[", '{"settings": {"seed": "x"}}']))
     elif way == 1:
-        (folder / "records.jsonl").write_text(json.dumps(fallback_record("t1", "x").to_json())[:40] + "\n{}\n[]\n")
+        (folder / "records.jsonl").write_text(json.dumps(to_json(fallback_record("t1", "x")))[:40] + "\n{}\n[]\n")
     elif way == 2:
         (folder / "config.json").write_text(rng.choice(["{}", "null", "[", '{"model_type": "nothing"}']))
     elif way == 3 and hasattr(os, "mkfifo"):
@@ -222,7 +227,7 @@ def commands(good: dict, model: str, out: str, hostile: Input) -> list[list[str]
                  ["create-model", "--preset", value, "--out", out, "--seed", value],
                  ["sudoku", "generate", "--count", value if kind == "word" else "1", "--clues", value, "--out",
                   f"{out}/p.csv"],
-                 ["estimate", "--records", out, "--speedup", value, "--workers", value, "--model", model],
+                 ["estimate", "--records", out, "--speedup", value, "--workers-per-gpu", value, "--model", model],
                  ["kaggle", "run", "--input", out, "--working", out, "--hours", value, "--model", value],
                  ["score", "--submission", good["submission"], "--solutions", value]]
     return [[str(arg) for arg in argv] for argv in runs]
@@ -345,8 +350,13 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
 # kit made for this command or for another (with the user's files added to it), with --restart, --adopt,
 # --overwrite or --no-resume where the command has them. Whatever it does, every entry that was there and
 # that the kit did not make keeps its bytes (a link its target). ``ARC_KIT_FUZZ_OUTPUTS`` sets how many runs.
+# Issue 43 adds two families of places: "linked", a folder the kit made for the command with one to three names of
+# its layout made links to a user's file or folder outside it (the links are the kit's to replace; what they point
+# to must keep every byte), and "lookalike", an earlier kit's layout without the marker (refused, or with --adopt
+# taken: then its files at the layout's names are the kit's). The suite runs each command once at a place of each
+# family (issue 35's, linked, lookalike).
 
-OUTPUT_RUNS = int(os.environ.get("ARC_KIT_FUZZ_OUTPUTS", "20"))  # each command once
+OUTPUT_RUNS = int(os.environ.get("ARC_KIT_FUZZ_OUTPUTS", "60"))  # each command once at each family of places
 USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scores.csv", "score.json", "config.json",
               "model.safetensors", "README.md", "tokenizer.json", "arc_kit.json", "training_log.csv",
               "evaluation.json", "sample_submission.json", "arc-agi_test_challenges.json", "t1.png", ".lock",
@@ -355,7 +365,12 @@ USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scor
               "dataset-metadata.json", "kernel-metadata.json", "tasks.json", "ablation.md"]
 # what a user adds to a folder the kit made: names outside every layout of the kit's (there, a name of its layout is
 # its own: a run's scores.csv, a model's config.json)
-USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jsonl", "README.user.md"]
+USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jsonl", "README.user.md",
+                   # names a layout's patterns once took (issue 43): near its names, never one of them
+                   "backup_records.jsonl", "records.jsonl.bak", "worker-notes/records.jsonl", "worker-0/mine.txt",
+                   "claims.txt", "adapter/notes.txt", "my.safetensors", "model-final.safetensors",
+                   "checkpoints/notes.txt", "checkpoints/step-x/progress.json", "wheels/notes.txt", "model/notes.json",
+                   "part-1/notes.txt", "arc-agi_mine.json"]
 TINY_TRAINING = ["--steps", "1", "--batch-size", "1", "--accumulation", "1", "--save-every", "1", "--max-len", "256",
                  "--device", "cpu"]
 
@@ -514,24 +529,25 @@ def output_commands(places: OutputPlaces) -> dict:
         "create-model": (lambda out: ["create-model", "--preset", "micro", "--out", out], ["", "--overwrite"],
                          via("create-model", "--preset", "micro", "--out")),
         "pretrain": (lambda out: ["pretrain", "--model", "micro", "--out", out, "--tasks", good["tasks"],
-                                  *TINY_TRAINING], ["", "--no-resume"],
+                                  *TINY_TRAINING], ["", "--no-resume", "--adopt"],
                      kind_only("arc_kit.model.training", "TRAINING_KIND", "pretrain")),
         "base merge": (lambda out: ["base", "merge", model, out], ["", "--overwrite"],
                        via("base", "merge", model)),
         "shrink": (lambda out: ["shrink", model, out], ["", "--overwrite"],  # the micro model's tokenizer cannot
                    kind_only("arc_kit.model.folders", "MODEL_KIND", "shrink")),  # be shrunk: refused after the check
-        "base build": (lambda out: ["base", "build", "smollm2-135m", "--offline", "--out", out], [""],
+        "base build": (lambda out: ["base", "build", "smollm2-135m", "--offline", "--out", out], ["", "--adopt"],
                        kind_only("arc_kit.model.bases", "BASE_KIND", "base build")),
         "export": (lambda out: ["export", "--dataset", good["tasks"], "--out", out], [""],
                    via("export", "--dataset", good["tasks"], "--out")),
         "show": (lambda out: ["show", "t1", "--dataset", good["tasks"], "--out", out], [""], picture),
         "sudoku generate": (lambda out: ["sudoku", "generate", "--count", "1", "--out", out], [""], None),
         "sudoku train": (lambda out: ["sudoku", "train", "--model", "micro", "--puzzles", places.sudoku, "--out", out,
-                                      *TINY_TRAINING], ["", "--no-resume"],
+                                      *TINY_TRAINING], ["", "--no-resume", "--adopt"],
                          kind_only("arc_kit.model.training", "TRAINING_KIND", "sudoku train")),
         "sudoku evaluate": (lambda out: ["sudoku", "evaluate", "--model", model, "--puzzles", places.sudoku, "--out",
                                          out, "--limit", "1", "--max-forward-calls", "5", "--augmentations", "1",
-                                         "--scoring-augmentations", "1", "--no-greedy-check"], ["", "--no-resume"],
+                                         "--scoring-augmentations", "1", "--no-greedy-check"],
+                            ["", "--no-resume", "--adopt"],
                             kind_only("arc_kit.sudoku.experiment", "EVALUATION_KIND", "sudoku evaluate")),
         "held-out": (lambda out: ["held-out", f"m={model}", "--dataset", good["tasks"], "--tasks", "1", "--out", out],
                      [""], None),
@@ -547,6 +563,71 @@ def made_by(argv_for):
         assert main([str(arg) for arg in argv_for(path)]) == 0, argv_for(path)
         return path
     return make
+
+
+def folder_kinds() -> dict:
+    """The kind of folder each command writes (``outputs.FolderKind``: its layout, its earlier kits' look)."""
+    from arc_kit.data.datasets import EXPORT_KIND
+    from arc_kit.kaggle.dataset_build import DATASET_KIND
+    from arc_kit.model.bases import BASE_KIND
+    from arc_kit.model.folders import MODEL_KIND
+    from arc_kit.model.training import TRAINING_KIND
+    from arc_kit.run.runs import RUN_KIND
+    from arc_kit.sudoku.experiment import EVALUATION_KIND
+
+    return {"solve": RUN_KIND, "dry-run": RUN_KIND, "ablation": RUN_KIND, "samplers": RUN_KIND, "kaggle run": RUN_KIND,
+            "kaggle build": DATASET_KIND, "create-model": MODEL_KIND, "base merge": MODEL_KIND, "shrink": MODEL_KIND,
+            "pretrain": TRAINING_KIND, "sudoku train": TRAINING_KIND, "base build": BASE_KIND, "export": EXPORT_KIND,
+            "sudoku evaluate": EVALUATION_KIND}
+
+
+def kit_folder_of(name: str, out: Path) -> Path:
+    """The kit's folder a command writes for output ``out``: ``out`` itself, or below it (kaggle run's run folder)."""
+    return out / "arc_kit_run" if name == "kaggle run" else out
+
+
+def victims(folder: Path) -> tuple[Path, Path]:
+    """A file and a folder of the user's, outside every kit folder: what links inside kit folders point to."""
+    (folder / "victims" / "folder").mkdir(parents=True)
+    (folder / "victims" / "photo.jpg").write_bytes(b"\xff\xd8 the user's photo")
+    (folder / "victims" / "folder" / "notes.txt").write_text("the user's notes")
+    return folder / "victims" / "photo.jpg", folder / "victims" / "folder"
+
+
+def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_victim: Path) -> None:
+    """Make one to three entries of ``kind``'s layout in ``kit`` links to the user's file or folder (what was there
+    goes): a file's name to the file, a sub-folder's name to the folder (issue 43: no write follows one)."""
+    names = [entry.replace("{n}", "0").replace("**", "x").replace("*", "x") for entry in kind.owned]
+    names += list(kind.quiet)
+    for entry in rng.sample(names, min(len(names), rng.randint(1, 3))):
+        parts = entry.split("/")
+        depth = rng.randint(1, len(parts))
+        link = kit.joinpath(*parts[:depth])
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(folder_victim if depth < len(parts) else rng.choice([file_victim, folder_victim]))
+
+
+def lookalike(rng: random.Random, kit: Path, kind) -> None:
+    """Files of ``kind``'s layout as an earlier kit left them, with no marker (issue 43: adopted only with --adopt);
+    for a kind no earlier kit made, its layout's names with the user's bytes."""
+    from arc_kit.settings import SolveSettings
+
+    kit.mkdir(parents=True, exist_ok=True)
+    files = {"run": {"run.json": json.dumps({"settings": rng.choice([SolveSettings().to_json(), {}])}),
+                     "records.jsonl": ""},
+             "training": {"checkpoints/step-3/progress.json": '{"step": 3}', "arc_kit.json": '{"training": {}}'},
+             "sudoku evaluation": {"evaluation.json": json.dumps({"model": "m", "settings": {}})},
+             "base": {"arc_kit.json": json.dumps({"base": {"name": "smollm2-135m"}})}}.get(kind.name)
+    if files is None:
+        names = [entry.replace("{n}", "1").replace("**", "x").replace("*", "x") for entry in kind.owned]
+        files = {name: user_bytes(rng).decode("latin-1") for name in rng.sample(names, min(3, len(names)))}
+    for name, text in files.items():
+        (kit / name).parent.mkdir(parents=True, exist_ok=True)
+        (kit / name).write_text(text, encoding="latin-1")
 
 
 RUN_COMMANDS = {"solve", "dry-run", "ablation", "samplers"}  # their folders are of one kind, a run: each resumes in
@@ -602,31 +683,52 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
     rng = random.Random(SEED + 35)
     places = OutputPlaces(tmp_path / "common", rng, micro_model)
     commands_by_name = output_commands(places)
-    kinds = ["users", "link", "dangling", "file", "input", "kaggle", "inside", "empty", "made", "other"]
+    kinds_of = folder_kinds()
+    kinds = ["users", "link", "dangling", "file", "input", "kaggle", "inside", "empty", "made", "other", "linked",
+             "lookalike"]
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ARC_KIT_CACHE", str(tmp_path / "cache"))  # no base's weights: base build stops after its claim
     tally = OutputTally()
+    names = list(commands_by_name)
     for number in range(OUTPUT_RUNS):
-        name = list(commands_by_name)[number % len(commands_by_name)] if number < len(commands_by_name) else \
-            rng.choice(list(commands_by_name))
+        name = names[number % len(names)] if number < 3 * len(names) else rng.choice(names)
         argv_for, flags, made = commands_by_name[name]
         if made == ITSELF:
             made = made_by(argv_for)
-        place, flag = rng.choice(kinds), rng.choice(flags)
+        # each command once at a place of each family (issue 35's places; links inside its own folder; an earlier
+        # kit's look-alike), then at random
+        place = rng.choice(kinds[:-2]) if number < len(names) else \
+            ("linked" if number < 2 * len(names) else "lookalike") if number < 3 * len(names) else rng.choice(kinds)
+        flag = rng.choice(flags)
         folder = tmp_path / f"case-{number}"
         folder.mkdir()
-        if place == "made" and made is None:
+        if place in ("linked", "lookalike") and name not in kinds_of:  # a file output: a link to a user's file
+            place = "link" if place == "linked" else "file"
+        if place in ("made", "linked") and made is None:
             place = "users"
         other_name = rng.choice([n for n in commands_by_name if commands_by_name[n][2] is not None and n != name])
         other = commands_by_name[other_name][2]
         other = made_by(commands_by_name[other_name][0]) if other == ITSELF else other
         if place == "input":
             out = input_place(argv_for(Path("x")), name, places)
+        elif place == "lookalike":
+            out = folder / "old"
+            lookalike(rng, kit_folder_of(name, out), kinds_of[name])
         else:
-            out = places.place(place, folder, made if place == "made" else other)
-        kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")} \
-            if place in ("made", "other") else set()  # what the kit made for the place: its to change
-        if place in ("made", "other") and out.is_dir():  # the user's files added to a folder the kit made
-            same_kind = place == "made" or {name, other_name} <= RUN_COMMANDS  # a run's folder: its names are the run's
+            out = places.place("made" if place == "linked" else place, folder, made if place in ("made", "linked")
+                               else other)
+        if place == "linked":
+            link_layout(rng, kit_folder_of(name, out), kinds_of[name], *victims(folder))
+        kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
+                    and not key.startswith(f"case-{number}/victims")} \
+            if place in ("made", "other", "linked") else set()  # what the kit made for the place: its to change
+        if place == "lookalike" and flag == "--adopt":  # adopted: the earlier kit's files at its layout's names
+            kit = kit_folder_of(name, out)
+            kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
+                        and (folder / key.split("/", 1)[1]).is_relative_to(kit)
+                        and kinds_of[name].owns(str((folder / key.split("/", 1)[1]).relative_to(kit)))}
+        if place in ("made", "other", "linked", "lookalike") and out.is_dir():  # the user's files added
+            same_kind = place != "other" or {name, other_name} <= RUN_COMMANDS  # a run's folder: its names the run's
             add_user_files(rng, out, USER_ONLY_NAMES if same_kind else USER_NAMES)
         else:
             add_user_files(rng, folder / "beside")
@@ -655,3 +757,238 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
             indent=1, default=str))
     assert not tally.tracebacks and not tally.lost and not tally.changed, (
         tally.line(), tally.tracebacks[:3], tally.lost[:5], tally.changed[:5])
+
+
+# -- hostile model folders and special files (issue 43) -------------------------------------------------------------
+#
+# Every command that reads a model folder gets one that is hostile: it asks for its own code (auto_map in its config,
+# in its tokenizer's, or in an adapter's base), it is a "bomb" (sizes no model has, a sparse weights file of 64 GiB, a
+# tokenizer file of 2 GiB), or its files are links (to a FIFO, to /dev/zero, to a user's file outside). Every file
+# option gets a FIFO nobody writes and /dev/zero. Of every run: status 0, 1 or 2, no traceback, no hang, no prompt,
+# the folder's code never run, and no byte changed of what was there (the bombs by size and time). The suite runs a
+# share (``ARC_KIT_FUZZ_HOSTILE``: "all" for every pair).
+
+HOSTILE_ALL = os.environ.get("ARC_KIT_FUZZ_HOSTILE", "") == "all"
+HOSTILE_MODELS = ("code-config", "code-tokenizer", "code-base", "bomb-sizes", "bomb-weights", "bomb-tokenizer",
+                  "bomb-config", "link-fifo", "link-device", "link-outside", "link-folder")
+BOMB_BYTES = 64 * 2**30  # a sparse file: no disk, no memory, unless it is read
+
+
+def hostile_model_folder(kind: str, source: Path, root: Path) -> Path:
+    """A model folder of ``source``'s, made hostile one way (``HOSTILE_MODELS``); its code would leave root/RAN."""
+    folder = root / kind
+    shutil.copytree(source, folder)
+    (folder / ".arc-kit.json").unlink(missing_ok=True)
+    (folder / "evil.py").write_text(f"open({str(root / 'RAN')!r}, 'w').write('ran')\n"
+                                    "from transformers import LlamaConfig as EvilConfig\n")
+    evil = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel",
+            "AutoTokenizer": ["evil.EvilTokenizer", None]}
+
+    def rewrite(name: str, **changes) -> None:
+        (folder / name).write_text(json.dumps({**json.loads((folder / name).read_text()), **changes}))
+
+    def linked(name: str, target: Path) -> None:
+        (folder / name).unlink()
+        (folder / name).symlink_to(target)
+
+    if kind == "code-config":
+        rewrite("config.json", auto_map=evil)
+    elif kind == "code-tokenizer":
+        rewrite("tokenizer_config.json", auto_map=evil)
+    elif kind == "code-base":  # an adapter whose base asks for code
+        base = hostile_model_folder("code-config", source, root / "base-of") if not (root / "base-of").exists() \
+            else root / "base-of" / "code-config"
+        for path in list(folder.iterdir()):
+            if path.name != "evil.py":
+                path.unlink()
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                                                                "base_model_name_or_path": str(base),
+                                                                "target_modules": ["q_proj"]}))
+    elif kind == "bomb-sizes":
+        rewrite("config.json", hidden_size=10**9, num_hidden_layers=10**6)
+    elif kind == "bomb-weights":
+        os.truncate(folder / "model.safetensors", BOMB_BYTES)
+    elif kind == "bomb-tokenizer":
+        os.truncate(folder / "tokenizer.json", 2 * 2**30)
+    elif kind == "bomb-config":
+        os.truncate(folder / "config.json", 2**30)
+    elif kind == "link-fifo":
+        os.mkfifo(root / f"{kind}.fifo")
+        linked("config.json", root / f"{kind}.fifo")
+    elif kind == "link-device":
+        linked("tokenizer.json", Path("/dev/zero"))
+    elif kind == "link-outside":
+        (root / "photo.jpg").write_bytes(b"\xff\xd8 the user's photo")
+        linked("model.safetensors", root / "photo.jpg")
+    elif kind == "link-folder":
+        (root / "users").mkdir(exist_ok=True)
+        (root / "users" / "notes.txt").write_text("mine")
+        shutil.rmtree(folder)
+        folder.symlink_to(root / "users")
+    return folder
+
+
+def model_readers(good: dict, sudoku_csv: Path, kaggle_input: Path, model: Path, out: Path) -> dict[str, list]:
+    """Every command that reads a model folder, given ``model`` there and good arguments elsewhere."""
+    return {"check-model": ["check-model", model],
+            "solve": ["solve", "--dataset", good["tasks"], "--out", out, "--model", model, *QUICK],
+            "kaggle build": ["kaggle", "build", "--out", out, "--model", model, "--owner", "someone"],
+            "shrink": ["shrink", model, out], "base merge": ["base", "merge", model, out],
+            "held-out": ["held-out", f"m={model}", "--dataset", good["tasks"], "--tasks", "1", "--device", "cpu"],
+            "estimate": ["estimate", "--model", model, "--dataset", good["tasks"], "--tasks", "1"],
+            "sudoku evaluate": ["sudoku", "evaluate", "--model", model, "--puzzles", sudoku_csv, "--out", out,
+                                "--limit", "1", "--max-forward-calls", "5", "--augmentations", "1",
+                                "--scoring-augmentations", "1", "--no-greedy-check"],
+            "pretrain": ["pretrain", "--model", model, "--out", out, "--tasks", good["tasks"], *TINY_TRAINING],
+            "sudoku train": ["sudoku", "train", "--model", model, "--puzzles", sudoku_csv, "--out", out,
+                             *TINY_TRAINING],
+            "kaggle run": ["kaggle", "run", "--input", kaggle_input, "--working", out, "--model", model, "--job",
+                           "smoke", "--smoke-tasks", "1", *QUICK[:-2]],
+            "bench": ["bench", "--model", model, "--dataset", good["tasks"], "--tasks", "1", "--device", "cpu"]}
+
+
+def bounded_entries(root: Path) -> dict[str, tuple]:
+    """``entries`` that never reads a special file, nor a file larger than 16 MiB (its size and time instead)."""
+    found = {}
+    for folder, folders, names in os.walk(root):
+        for name in folders + names:
+            path = Path(folder) / name
+            status = path.lstat()
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                found[key] = ("link", os.readlink(path))
+            elif path.is_dir():
+                found[key] = ("folder",)
+            elif not path.is_file() or status.st_size > 2**24:
+                found[key] = ("special or large", status.st_mode, status.st_size, status.st_mtime_ns)
+            else:
+                found[key] = ("file", path.read_bytes())
+    return found
+
+
+@dataclass
+class SpecialTally:
+    """What the hostile-model and special-file runs gave."""
+
+    runs: int = 0
+    cases: set = field(default_factory=set)
+    statuses: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)  # a traceback, a hang, code run, a byte changed
+
+    def count(self, case: tuple, status, out: str, err: str, hung: bool, problems: list) -> None:
+        self.runs += 1
+        self.cases.add(case)
+        key = str(status if isinstance(status, int) else type(status).__name__)
+        self.statuses[key] = self.statuses.get(key, 0) + 1
+        if not isinstance(status, int) or status not in (0, 1, 2) or "Traceback" in out + err or hung:
+            problems = [f"status {status!r}, hung {hung}: {err[-300:]}", *problems]
+        self.failures += [(case, problem) for problem in problems]
+
+    def line(self, what: str) -> str:
+        return (f"{what}: {self.runs} runs, {len(self.cases)} cases, exit statuses "
+                f"{dict(sorted(self.statuses.items()))}, {len(self.failures)} failures")
+
+
+def changed_entries(before: dict, after: dict, skip: Path, root: Path) -> list[str]:
+    """The entries of ``before`` gone or changed in ``after``, but those below ``skip`` (the command's output)."""
+    kept = {key: value for key, value in before.items() if not (root / key).is_relative_to(skip)}
+    return [f"{key} {'lost' if key not in after else 'changed'}" for key, value in kept.items()
+            if after.get(key) != value]
+
+
+@pytest.mark.slow
+def test_hostile_model_folders_never_run_code_hang_or_change_a_byte(capsys, tmp_path, monkeypatch, micro_model,
+                                                                     no_model_work, no_wheel_built,
+                                                                     workers_in_process):
+    def no_prompt(*_):
+        raise AssertionError("a prompt was shown")
+
+    monkeypatch.setattr("builtins.input", no_prompt)
+    monkeypatch.setenv("ARC_KIT_CACHE", str(tmp_path / "cache"))
+    places = OutputPlaces(tmp_path / "common", random.Random(SEED + 43), micro_model)
+    models = tmp_path / "models"
+    models.mkdir()
+    folders = {kind: hostile_model_folder(kind, micro_model, models) for kind in HOSTILE_MODELS}
+    tally = SpecialTally()
+    readers = list(model_readers(places.good, places.sudoku, places.kaggle_input, micro_model, tmp_path))
+    for index, kind in enumerate(HOSTILE_MODELS):
+        chosen = readers if HOSTILE_ALL else [readers[(2 * index + step) % len(readers)] for step in (0, 1)]
+        for name in chosen:
+            out = tmp_path / "outs" / f"{kind}-{name.replace(' ', '-')}"
+            argv = [str(arg) for arg in model_readers(places.good, places.sudoku, places.kaggle_input, folders[kind],
+                                                      out)[name]]
+            before = bounded_entries(tmp_path)
+            status, stdout, stderr, hung = run_once(argv, capsys)
+            problems = changed_entries(before, bounded_entries(tmp_path), out, tmp_path)
+            problems += ["its code ran"] if (models / "RAN").exists() else []
+            tally.count((name, kind), status, stdout, stderr, hung, problems)
+    print(tally.line("hostile model folders"))
+    if os.environ.get("ARC_KIT_FUZZ_REPORT"):
+        Path(os.environ["ARC_KIT_FUZZ_REPORT"]).with_suffix(".models.json").write_text(json.dumps(
+            {"line": tally.line("hostile model folders"), "failures": tally.failures}, indent=1, default=str))
+    assert not tally.failures, (tally.line("hostile model folders"), tally.failures[:5])
+
+
+def file_options(places: OutputPlaces, special: str, out: Path) -> dict[str, list]:
+    """Every option of every command that reads a file (or a folder of files), given ``special`` there."""
+    good, model, kaggle = places.good, str(places.model), places.kaggle_input
+    return {"validate": ["validate", special],
+            "validate --challenges": ["validate", good["solutions"], "--kind", "solutions", "--challenges", special],
+            "score --submission": ["score", "--submission", special, "--solutions", good["solutions"]],
+            "score --solutions": ["score", "--submission", good["submission"], "--solutions", special],
+            "score --challenges": ["score", "--submission", good["submission"], "--solutions", good["solutions"],
+                                   "--challenges", special],
+            "solve --dataset": ["solve", "--dataset", special, "--out", out, "--model", model, *QUICK],
+            "solve --solutions": ["solve", "--dataset", good["tasks"], "--solutions", special, "--out", out,
+                                  "--model", model, *QUICK],
+            "solve --model": ["solve", "--dataset", good["tasks"], "--out", out, "--model", special, *QUICK],
+            "show --dataset": ["show", "t1", "--dataset", special, "--out", out / "t1.png"],
+            "export --dataset": ["export", "--dataset", special, "--out", out],
+            "held-out --dataset": ["held-out", f"m={model}", "--dataset", special, "--tasks", "1"],
+            "estimate --records": ["estimate", "--records", special, "--dataset", good["tasks"], "--model", model],
+            "worker": ["worker", special],
+            "kaggle build --image-manifest": ["kaggle", "build", "--out", out, "--model", model, "--owner", "someone",
+                                              "--image-manifest", special],
+            "kaggle build --extra-wheels": ["kaggle", "build", "--out", out, "--model", model, "--owner", "someone",
+                                            "--extra-wheels", Path(special).parent / "wheels"],
+            "kaggle image": ["kaggle", "image", special, "--out", out / "image.json"],
+            "kaggle run --settings": ["kaggle", "run", "--input", kaggle, "--working", out, "--model", model,
+                                      "--settings", special],
+            "kaggle run --input": ["kaggle", "run", "--input", Path(special).parent / "input", "--working", out,
+                                   "--model", model, "--job", "smoke", "--smoke-tasks", "1"],
+            "pretrain --re-arc": ["pretrain", "--model", "micro", "--out", out, "--re-arc", special, *TINY_TRAINING],
+            "pretrain --tasks": ["pretrain", "--model", "micro", "--out", out, "--tasks", special, *TINY_TRAINING],
+            "sudoku train --puzzles": ["sudoku", "train", "--model", "micro", "--puzzles", special, "--out", out,
+                                       *TINY_TRAINING],
+            "sudoku evaluate --puzzles": ["sudoku", "evaluate", "--model", model, "--puzzles", special, "--out", out],
+            "sudoku generate --exclude": ["sudoku", "generate", "--count", "1", "--exclude", special, "--out",
+                                          out / "p.csv"],
+            "base build --weights": ["base", "build", "smollm2-135m", "--offline", "--weights", special, "--out", out],
+            "check-model": ["check-model", special]}
+
+
+@pytest.mark.slow
+def test_every_file_option_refuses_a_fifo_or_a_device_at_once(capsys, tmp_path, monkeypatch, micro_model,
+                                                              no_model_work, no_wheel_built, workers_in_process):
+    monkeypatch.setenv("ARC_KIT_CACHE", str(tmp_path / "cache"))
+    places = OutputPlaces(tmp_path / "common", random.Random(SEED + 44), micro_model)
+    specials = tmp_path / "specials"
+    (specials / "wheels").mkdir(parents=True)
+    (specials / "input" / "competition").mkdir(parents=True)
+    for fifo in (specials / "pipe.json", specials / "wheels" / "x-1.0-py3-none-any.whl",
+                 specials / "input" / "competition" / "arc-agi_test_challenges.json"):
+        os.mkfifo(fifo)
+    tally = SpecialTally()
+    for special in (str(specials / "pipe.json"), "/dev/zero"):
+        for name, argv in file_options(places, special, tmp_path / "outs" / "x").items():
+            out = tmp_path / "outs" / f"{Path(special).name}-{name.replace(' ', '-')}"
+            argv = [str(arg) for arg in file_options(places, special, out)[name]]
+            before = bounded_entries(tmp_path)
+            status, stdout, stderr, hung = run_once(argv, capsys)
+            tally.count((name, Path(special).name), status, stdout, stderr, hung,
+                        changed_entries(before, bounded_entries(tmp_path), out, tmp_path))
+    print(tally.line("special files"))
+    if os.environ.get("ARC_KIT_FUZZ_REPORT"):
+        Path(os.environ["ARC_KIT_FUZZ_REPORT"]).with_suffix(".specials.json").write_text(json.dumps(
+            {"line": tally.line("special files"), "failures": tally.failures}, indent=1, default=str))
+    assert not tally.failures, (tally.line("special files"), tally.failures[:5])

@@ -32,20 +32,21 @@ from arc_kit.data.submission import build_submission, submission_problems
 from arc_kit.data.tasks import TaskSet
 from arc_kit.kaggle import competition as kaggle
 from arc_kit.kaggle import dataset_build, wheelhouse
-from arc_kit.method.records import TaskRecord, TestResult, read_records
+from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run import jobs
 from arc_kit.run.planner import FALLBACK
+from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import SolveRun, solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke
 from pool_helpers import fake_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=4, scoring_augmentations=4,
-    ttt=TestTimeSettings(steps=8), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=8), max_len=2048)
 
 
 def read_json(path: Path):
@@ -54,7 +55,7 @@ def read_json(path: Path):
 
 def read_record_dicts(path: Path) -> dict[str, dict]:
     """The records of a run as the JSON they were written as."""
-    return {task_id: record.to_json() for task_id, record in read_records(path).items()}
+    return {task_id: to_json(record) for task_id, record in read_records(path).items()}
 
 
 @pytest.fixture
@@ -136,13 +137,12 @@ print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids
 def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
     out = tmp_path / "arc-kit"
     extra = make_wheel(tmp_path / "extra")
-    gguf = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # what the image lacks, at hand: nothing downloaded
     build_folder = snapshot(ROOT / "build")
     assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--slug", "arc-kit-test", "--title",
                  "arc-kit test", "--extra-wheels", str(extra.parent)]) == 0
     printed = capsys.readouterr().out
-    assert f"  {gguf.name}: not on the image (needed by arc_kit)\n" in printed  # each wheel and why
-    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed
+    assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed  # each wheel and why
+    assert "gguf" not in printed  # a model folder, no named base: nothing reads a GGUF file
     notebook = tmp_path / "arc-kit-notebook"
     kernel = read_json(notebook / "kernel-metadata.json")
     assert kernel["id"] == "someone/arc-kit-submission" and kernel["dataset_sources"] == ["someone/arc-kit-test"]
@@ -158,7 +158,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     for name in expected_model:
         assert filecmp.cmp(out / "model" / name, model / name, shallow=False), name
     wheels = sorted(path.name for path in (out / "wheels").iterdir())
-    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, extra.name]
+    assert wheels == [f"arc_kit-{__version__}-py3-none-any.whl", extra.name]
     metadata = read_json(out / "dataset-metadata.json")
     assert metadata["title"] == "arc-kit test" and metadata["id"] == "someone/arc-kit-test"
     assert metadata["licenses"] == [{"name": "other"}] and "MIT" in metadata["description"]
@@ -239,7 +239,7 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
                                     force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -293,7 +293,7 @@ def test_the_placeholder_is_told_from_hidden_tasks(simulated, tmp_path):
     assert not find_competition_files(training).is_placeholder_test()
 
 
-def fake_solve_in_workers(calls: list, *, fail: bool = False):
+def fake_solve_job(calls: list, *, fail: bool = False):
     def fake(tasks, model, settings, out, **options):
         submission = Path(out).parent / "submission.json"
         calls.append({"tasks": tasks.ids, "settings": settings, "submission_on_disk": read_json(submission),
@@ -307,7 +307,7 @@ def fake_solve_in_workers(calls: list, *, fail: bool = False):
 def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch):
     hidden = add_hidden_task(simulated)
     calls = []
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     started = time.time() - 600
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, started=started,
                                     hours=2.0, safety_minutes=30.0, smoke_tasks=1)
@@ -330,7 +330,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
     challenges[changed]["test"][0]["input"] = [[row[0] for row in challenges[changed]["test"][0]["input"]]]
     path.write_text(json.dumps(challenges))
     hidden = add_hidden_task(simulated)
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers([]))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job([]))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
     scored = sorted(result.score.table["task_id"])
     assert scored == sorted(set(challenges) - {changed}) and hidden not in scored and len(scored) == 3
@@ -340,7 +340,7 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
 
 def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls, fail=True))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls, fail=True))
     result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
     assert "crashed" in result.error and result.answered == 0  # reported, never raised: the notebook goes on
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
@@ -358,7 +358,7 @@ def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(
 FAILING = "66e6c45b"
 TASK_IDS = ["00576224", FAILING, "be03b35f"]
 SOLVE_SETTINGS = SETTINGS.replace(inference_augmentations=2, scoring_augmentations=2,
-                                  ttt=TestTimeSettings(steps=2))
+                                  ttt=TEST_TIME_TRAINING.replace(steps=2))
 
 
 @pytest.mark.slow
@@ -383,7 +383,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
     monkeypatch.setattr(Solver, "sample", failing_sample)
     solver = Solver.from_loaded(load_model(model_folder, device="cpu"), SOLVE_SETTINGS)
     run = solve(tasks, solver, tmp_path, progress=False)
-    record = run.records[FAILING].to_json()
+    record = to_json(run.records[FAILING])
     cheaper = ladder(SOLVE_SETTINGS)[2]  # two rungs down: half the augmentations
     assert record["retried_after"] == "RuntimeError: CUDA out of memory, say" and record["rung"] == 2
     assert [count for task_id, count in sampled if task_id == FAILING] == [2, cheaper.inference_augmentations]
@@ -399,7 +399,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
         assert submission[FAILING] == [fallback_entry(tasks[FAILING])]
     for task_id in TASK_IDS:
         if task_id != FAILING:
-            other = run.records[task_id].to_json()
+            other = to_json(run.records[task_id])
             assert other["error"] is None and other["rung"] == 0 and "retried_after" not in other
             assert attempts_in(submission, task_id) == [test["attempts"] for test in other["test"]]
     assert list(read_records(tmp_path / "records.jsonl")) == TASK_IDS
@@ -475,8 +475,12 @@ def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every
     asked = []
     monkeypatch.setattr(dataset_build, "locate_wheel", lambda name: asked.append(name) or base_wheel)
     extra = make_wheel(tmp_path / "extra", "gguf", "0.19.0")  # present: nothing is downloaded
-    out = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone").folder
+    build = dataset_build.build_dataset(tmp_path / "dataset", delta, extra_wheels=extra.parent, owner="someone")
+    out = build.folder
     assert asked == ["smollm2-135m"]
+    assert build.left_behind == ["checkpoint-1/", "notes.txt", "training_args.bin"]  # each named in the output
+    assert [wheel.reason for wheel in build.wheels if wheel.path.name == extra.name] == \
+        ["not on the image (needed by arc_kit)"]  # gguf: a named base is read from its GGUF file
     assert {path.name for path in (out / "model").iterdir()} == shipped | set(tokenizer_files)  # notes, pickle, folder: no
     wheels = {path.name for path in (out / "wheels").iterdir()}
     assert {base_wheel.name, extra.name} <= wheels and any(name.startswith("arc_kit-") for name in wheels)
@@ -501,8 +505,30 @@ KAGGLE_DATASET_LICENCES = {
 def test_the_dataset_licence_is_one_kaggle_accepts_and_its_description_names_each_parts():
     assert "MIT" not in KAGGLE_DATASET_LICENCES  # why the kit's own licence cannot be the dataset's
     assert dataset_build.LICENCE in KAGGLE_DATASET_LICENCES and dataset_build.LICENCE == "other"  # "specified in description"
-    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own", "Apache-2.0"):
-        assert part in dataset_build.DATASET_LICENCES
+    for part in ("arc_kit wheel is MIT", "every other wheel keeps its own"):
+        assert part in dataset_build.WHEEL_LICENCES
+
+
+def test_the_description_names_the_licence_of_the_model_actually_shipped_or_none(tmp_path, model_folder):
+    from arc_kit.kaggle.model_input import ModelHandle
+    from arc_kit.model.bases import BASES
+
+    licence = dataset_build.model_licence
+    shipped = licence(ROOT / "kaggle_dataset" / "model")  # a named base plus a delta: the base's licence
+    assert "SmolLM2-135M-Instruct" in shipped and shipped.endswith(f": {BASES['smollm2-135m'].licence}.")
+    handle = ModelHandle.parse("someone/arc-model/transformers/v/1")
+    assert licence(None, handle) == ("the dataset ships no model: the notebook reads the Kaggle Model "
+                                     "someone/arc-model/transformers/v/1, under the licence its page names.")
+    bare = Path(shutil.copytree(model_folder, tmp_path / "bare"))  # a model the kit made, no licence recorded
+    assert "records no licence" in licence(bare) and "Apache" not in licence(bare)
+    (bare / "LICENSE.txt").write_text("Llama 3.2 Community License")
+    assert licence(bare) == "the model keeps the licence of its own files, shipped beside it: LICENSE.txt."
+    (bare / "README.md").write_text("---\nlibrary_name: transformers\nlicense: llama3.2\n---\n# my model\n")
+    assert licence(bare) == "the model's licence, as its model card (model/README.md) names it: llama3.2."
+    built = Path(shutil.copytree(model_folder, tmp_path / "built"))  # a base the kit built records its provenance
+    (built / "arc_kit.json").write_text(json.dumps({"base": {"name": "other-base", "licence": "MIT",
+                                                             "description": "Someone's Other-1B (Llama)"}}))
+    assert licence(built) == "the model's weights derive from Someone's Other-1B and keep its licence: MIT."
 
 
 def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_competition_on_4x_l4():
@@ -696,7 +722,7 @@ def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one
     # and they get the new settings
     ran = SolveSettings.from_json(read_json(working / "arc_kit_run" / "run.json")["settings"])
     calls = []
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     assert main([*command, "2", "--restart"]) == 0
     (call,) = calls
     assert ran.ttt.steps == 1 and call["settings"] == ran.replace(ttt=ran.ttt.replace(steps=2))
@@ -708,9 +734,9 @@ def test_kaggle_run_takes_the_methods_settings_from_a_file_then_the_options(fall
     """The settings the command hands the run (what its run.json records: the smoke run above reads a real run's
     back); the workers themselves are the library's, started for real above."""
     calls = []
-    monkeypatch.setattr(jobs, "solve_job", fake_solve_in_workers(calls))
+    monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     chosen = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=1,
-                           ttt=TestTimeSettings(steps=1), max_len=2048, seed=7)
+                           ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048, seed=7)
     (tmp_path / "settings.json").write_text(json.dumps(chosen.to_json()))
     working = tmp_path / "working"
     command = ["kaggle", "run", "--input", str(simulated), "--working", str(working), "--model", str(fallback_model),

@@ -13,10 +13,10 @@ import threading
 import filelock
 import pytest
 
-from arc_kit.locking import HOLDER_FILE, LOCK_FILE, describe_holder, hold_folder, holder_record, holding_folder
+from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, describe_holder, hold_folder, holder_record, holding_folder
 
-TRY = ("import sys\nfrom arc_kit.locking import hold_folder, FolderInUseError\ntry:\n    with hold_folder(sys.argv[1]):"
-       "\n        print('took it')\nexcept FolderInUseError as error:\n    print(error)\n")
+TRY = ("import sys\nfrom arc_kit.run.locking import hold_folder, FolderInUseError\ntry:\n"
+       "    with hold_folder(sys.argv[1]):\n        print('took it')\nexcept FolderInUseError as error:\n    print(error)\n")
 
 
 def another_process_tries(folder) -> str:

@@ -19,17 +19,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from arc_kit import devices
 from arc_kit.data.datasets import load_tasks
-from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, PRESETS, LoadedModel, build_tokenizer, create_model, load_encoder,
-                            load_model, model_info, save_model, token_budget_of, token_limit_of)
+from arc_kit.model import devices
+from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, LoadedModel, build_tokenizer, create_model, load_encoder,
+                                   load_model, model_info, save_model, token_budget_of, token_limit_of)
+from arc_kit.settings import MODEL_PRESETS
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 CUDA = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 cpu_only = pytest.mark.skipif(CUDA, reason="checks the errors of a machine without a CUDA GPU")
 
-# The sizes the comments in models.PRESETS promise, in parameters with the 64-symbol vocabulary.
+# The sizes the comments in settings.MODEL_PRESETS promise, in parameters with the 64-symbol vocabulary.
 DOCUMENTED_SIZES = {"micro": 0.08e6, "tiny": 2.4e6, "small": 19e6, "base": 71e6}
 TASK_IDS = ("007bbfb7", "0d3d703e", "3c9b0459")  # small real training tasks
 
@@ -79,10 +80,10 @@ def expected_parameter_count(config: LlamaConfig) -> int:
 # ---------------------------------------------------------------------------------------------
 # presets
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", list(MODEL_PRESETS))
 def test_every_preset_has_the_documented_size(preset):
     vocabulary = Vocabulary()
-    config = LlamaConfig(vocab_size=vocabulary.vocab_size, tie_word_embeddings=False, **PRESETS[preset])
+    config = LlamaConfig(vocab_size=vocabulary.vocab_size, tie_word_embeddings=False, **MODEL_PRESETS[preset])
     with torch.device("meta"):  # shapes only: no memory, no initialisation
         model = LlamaForCausalLM(config)
     count = sum(parameter.numel() for parameter in model.parameters())
@@ -93,8 +94,8 @@ def test_every_preset_has_the_documented_size(preset):
 
 
 def test_presets_grow_in_size():
-    sizes = [DOCUMENTED_SIZES[preset] for preset in PRESETS]
-    assert list(PRESETS) == ["micro", "tiny", "small", "base"]
+    sizes = [DOCUMENTED_SIZES[preset] for preset in MODEL_PRESETS]
+    assert list(MODEL_PRESETS) == ["micro", "tiny", "small", "base"]
     assert sizes == sorted(sizes)
 
 
@@ -104,7 +105,7 @@ def test_small_presets_build_with_the_vocabulary_ids(preset):
     vocabulary = Vocabulary()
     assert sum(p.numel() for p in model.parameters()) == expected_parameter_count(model.config)
     assert model.config.vocab_size == len(tokenizer) == 64
-    assert model.get_input_embeddings().weight.shape == (64, PRESETS[preset]["hidden_size"])
+    assert model.get_input_embeddings().weight.shape == (64, MODEL_PRESETS[preset]["hidden_size"])
     assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
     for config in (model.config, model.generation_config):
         assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == \
@@ -430,29 +431,33 @@ def test_gpu_4bit_loads_or_says_why(micro_folder):
 # ---------------------------------------------------------------------------------------------
 # offline
 
-def test_importing_models_turns_the_hub_off():
-    """In a fresh interpreter without the variables: importing arc_kit.model.loading sets them all."""
+def test_importing_changes_no_variable_and_reading_a_model_turns_the_hub_off(micro_folder):
+    """In a fresh interpreter without the variables: importing the kit sets none; reading a model folder sets them all
+    (before transformers is imported, which reads them then), a user's own setting kept."""
     env = {name: value for name, value in os.environ.items() if name not in devices.OFFLINE_VARIABLES}
     env["TOKENIZERS_PARALLELISM"] = "true"  # a user's own setting wins
-    script = ("import json, os\n"
-              "before = {name: os.environ.get(name) for name in ['HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE']}\n"
-              "import arc_kit.model.loading\n"
+    script = ("import json, os, sys\n"
+              "import arc_kit, arc_kit.cli, arc_kit.model.loading, arc_kit.model.devices\n"
+              "from arc_kit.model.devices import OFFLINE_VARIABLES\n"
+              "imported = {name: os.environ.get(name) for name in OFFLINE_VARIABLES}\n"
+              "arc_kit.model.loading.load_encoder(sys.argv[1])\n"
               "import huggingface_hub.constants as constants\n"
-              "from arc_kit.devices import OFFLINE_VARIABLES\n"
               "after = {name: os.environ.get(name) for name in OFFLINE_VARIABLES}\n"
-              "print(json.dumps([before, after, constants.HF_HUB_OFFLINE]))\n")
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+              "print(json.dumps([imported, after, constants.HF_HUB_OFFLINE]))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(micro_folder)], env=env, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
-    before, after, hub_offline = json.loads(result.stdout.strip().splitlines()[-1])
-    assert before == {"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None}
+    imported, after, hub_offline = json.loads(result.stdout.strip().splitlines()[-1])
+    assert imported == {name: None for name in devices.OFFLINE_VARIABLES} | {"TOKENIZERS_PARALLELISM": "true"}
     assert after == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                      "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "true"}
     assert hub_offline is True
 
 
-def test_offline_variables_are_set_in_this_process():
-    import arc_kit.model.loading  # noqa: F401
+def test_offline_variables_are_set_in_this_process(micro_folder):
+    import arc_kit
 
+    load_model(micro_folder, device="cpu")
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         assert os.environ.get(name) == "1"
     assert arc_kit.__version__

@@ -208,9 +208,9 @@ def test_every_numeric_option_shows_its_range_in_help_and_settings_refuse_what_j
             main(argv)
         shown[argv[0] if argv[0] != "kaggle" else "kaggle run"] = " ".join(capsys.readouterr().out.split())
     assert "DFS: minimum probability of a returned answer (default: 0.09) [above 0, at most 1]" in shown["solve"]
-    assert "(default: 0; 0 for all) [at least 0]" in shown["solve"]
+    assert "(default: 0; 0 for all) [at least 0, at most 1e+07]" in shown["solve"]
     assert "--hours HOURS time budget" in shown["solve"] and "[above 0, at most 8760]" in shown["solve"]
-    assert "(default: 4) [at least 1]" in shown["pretrain"]  # --batch-size
+    assert "(default: 4) [at least 1, at most 1024]" in shown["pretrain"]  # --batch-size
     assert "the limit, counted from the job's start (default: 12.0) [above 0, at most 8760]" in shown["kaggle run"]
     with pytest.raises(ValueError, match=r"threshold must be a finite number, above 0, at most 1, got nan"):
         SamplerSettings(threshold=float("nan"))

@@ -43,12 +43,13 @@ from arc_kit.model.loading import load_model
 from arc_kit.model.memory import parameters, weight_bytes
 from arc_kit.model.shrinking import save_shrunk
 from arc_kit.run.model_check import check_model
+from arc_kit.run.record_json import to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 
 TASK_IDS = ["66e6c45b", "be03b35f"]  # two small ARC-AGI-1 evaluation tasks (one test input each)
 SETTINGS = SolveSettings(sampler=SamplerSettings("dfs", threshold=0.1, max_forward_calls=50), inference_augmentations=2,
-                         scoring_augmentations=2, ttt=TestTimeSettings(steps=1), max_len=2048)
+                         scoring_augmentations=2, ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=8192, tie_word_embeddings=False)
 CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
@@ -138,8 +139,8 @@ def solves_two_tasks(folder: Path, tasks, out: Path) -> None:
     run = solve(tasks, Solver.from_loaded(loaded, SETTINGS), out, progress=False)
     assert submission_problems(json.loads((out / "submission.json").read_text()), tasks) == []
     for task_id, record in run.records.items():
-        test = record.to_json()["test"][0]
-        assert record.got_model_work and record.error is None and record.to_json()["ttt"]["steps"] == 1, task_id
+        test = to_json(record)["test"][0]
+        assert record.got_model_work and record.error is None and to_json(record)["ttt"]["steps"] == 1, task_id
         grids = [candidate["grid"] for candidate in test["candidates"]]  # 7 under each view's colours, mapped back
         assert grids and all(len(grid) == len(grid[0]) == 1 for grid in grids), (task_id, grids)
         assert test["attempts"][0] in grids
@@ -160,20 +161,25 @@ def test_a_full_vocabulary_folder_is_shrunk_as_it_loads_and_solves_with_nothing_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llama", "mistral"])  # the 3B Llama and the 8B Mistral NeMo releases
-def test_the_authors_4bit_release_loads_on_the_cpu_and_solves(kind, bpe, tasks, tmp_path):
+def test_the_authors_4bit_release_loads_on_the_cpu_and_solves(kind, bpe, tasks, tmp_path, caplog):
+    from arc_kit.model.devices import FOUR_BIT_ON_CPU
+
     folder = save_authors_release(kind, bpe, tmp_path / f"{kind}-ARChitects-bnb-4bit", tmp_path / "shrunk")
     assert not (folder / "tokenizer.model").exists()
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
     assert tokenizer["model"]["type"] == "BPE" and tokenizer["model"]["merges"] == []
     assert json.loads((folder / "config.json").read_text())["quantization_config"]["quant_method"] == "bitsandbytes"
-    loaded = load_model(folder, device="cpu")
+    with caplog.at_level("WARNING", logger="arc_kit.model.loading"):
+        loaded = load_model(folder, device="cpu")
+    assert f"{folder}: {FOUR_BIT_ON_CPU}" in caplog.text  # the slowdown said where it starts
     assert type(loaded.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
     stored = sum(tensor.numel() * tensor.element_size() for tensor in loaded.model.state_dict().values())
     estimated = weight_bytes(architecture_of(json.loads((folder / "config.json").read_text())), 4)  # float32 here
     assert abs(estimated - stored) < 0.05 * stored, (estimated, stored)  # check-model's weights, from the config
     solves_two_tasks(folder, tasks, tmp_path / "run")
     check = check_model(folder)
-    assert check.go and check.four_bit and "fast engine: " in check.report(), check.report()
+    assert check.go and check.four_bit and "engine: " in check.report(), check.report()
+    assert f"warning: {FOUR_BIT_ON_CPU}" in check.lines  # no GPU here: check-model says it too
 
 
 def test_a_base_plus_a_peft_adapter_folder_solves(bpe, tasks, tmp_path):
@@ -243,9 +249,15 @@ def a_tokenizer_that_cannot_write_the_format(folder: Path) -> None:
     (folder / "tokenizer.json").write_text(json.dumps(data))
 
 
+def without_tokenizer_files(folder: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+
+
 REFUSALS = {without_weights: "holds no weights", truncated: "cut short", absurd_layers: "num_hidden_layers is 100,000",
             absurd_vocabulary: "vocab_size is 1,000,000,000,000", a_pickle_that_runs_code: "is not plain tensors",
-            a_tokenizer_that_cannot_write_the_format: "cannot write the text format"}
+            a_tokenizer_that_cannot_write_the_format: "cannot write the text format",
+            without_tokenizer_files: "no tokenizer files: "}
 
 
 @pytest.mark.parametrize("damage", list(REFUSALS), ids=lambda damage: damage.__name__)
@@ -270,17 +282,24 @@ def test_check_model_refuses_in_one_line_and_load_model_too(damage, good_folder,
 def test_check_model_of_a_good_folder_says_go_with_the_memory_table(good_folder, capsys):
     assert main(["check-model", str(good_folder), "--gpu", "T4"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[-1].startswith(f"go: {good_folder} (llama") and "of an T4's 15.0)" in printed[-1]
+    assert printed[-1].startswith(f"go: {good_folder} (llama") and "of a T4's 15.0)" in printed[-1]
     assert any(line.startswith("tokenizer: writes the text format one token a symbol") for line in printed)
-    assert "fast engine: runs it" in printed
+    assert "engine: runs it" in printed
     header = next(line for line in printed if line.startswith("memory, GiB"))
     assert "L4 24 GB" in header and "T4 16 GB" in header and "H100 80 GB" in header
 
 
-def test_check_model_says_a_full_vocabulary_is_shrunk_as_it_loads(bpe, tmp_path):
-    check = check_model(save_full_vocabulary_folder("qwen3", bpe, tmp_path / "qwen3"))
+def test_check_model_says_a_full_vocabulary_is_shrunk_as_it_loads_with_one_parameter_count(bpe, tmp_path):
+    import re
+
+    folder = save_full_vocabulary_folder("qwen3", bpe, tmp_path / "qwen3")
+    check = check_model(folder)
     assert check.go, check.report()
     assert "shrunk as it loads to the authors'" in check.report() and "nothing written" in check.report()
+    counts = set(re.findall(r"([\d.]+ [KMB]) parameters", check.report()))
+    assert len(counts) == 1, check.report()  # the architecture's line and the verdict count the same model
+    config = json.loads((folder / "config.json").read_text())
+    assert f"(of {config['vocab_size']:,} in its config, shrunk as it loads)" in check.report()
 
 
 def eight_billion_folder(good_folder: Path, folder: Path) -> Path:
@@ -311,6 +330,54 @@ def test_check_model_weighs_an_8b_against_the_gpus_and_says_what_would_fit(good_
     assert main(["check-model", str(folder), "--gpu", "H100"]) == 0  # 80 GB: room for the training as it is
     build = check_model(folder, strict_memory=False)  # kaggle build: it cannot know the notebook's settings
     assert build.go and any("in the notebook, recompute" in line for line in build.lines), build.report()
+
+
+# -- what the docs say of 4 bits, engines and the check, against what the code does -----------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flat(path: Path) -> str:
+    """A document's text with its line breaks and runs of spaces as single spaces."""
+    return " ".join(path.read_text().split())
+
+
+def test_the_readmes_check_model_example_is_what_check_model_says_of_the_8b_release_stand_in(good_folder, tmp_path):
+    folder = eight_billion_folder(good_folder, tmp_path / "nemo-8b")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                                     "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}
+    (folder / "config.json").write_text(json.dumps(config))  # stored in 4 bits, as the release is
+    readme = (ROOT / "kaggle_dataset" / "README.md").read_text()
+    shown = readme[readme.index("architecture: mistral: 40 layers"):]
+    shown = shown[:shown.index("```")].strip().splitlines()
+    check = check_model(folder)
+    assert shown == check.report().splitlines()[2:]  # the lines after the folder's own (its path, its files)
+    assert "engine: runs it" in shown  # 4-bit weights on the engine, as both READMEs say
+    assert "and the engine runs them so" in flat(ROOT / "kaggle_dataset" / "README.md")
+    assert "in full precision or in bitsandbytes 4 bits" in flat(ROOT / "README.md")
+
+
+def test_what_the_readmes_say_of_the_engines_models_and_memory_is_what_the_code_does():
+    import re
+
+    from arc_kit.method.weights import SUPPORTED_TYPES
+    from arc_kit.model.memory import needs
+
+    for path, pattern in ((ROOT / "README.md", r"It runs Llama-family models \(([^)]*)\), in full precision or in "
+                                               r"bitsandbytes 4 bits"),
+                          (ROOT / "kaggle_dataset" / "README.md",
+                           r"The kit runs any Llama-family causal LM \(([^)]*)\)")):
+        named = re.search(pattern, flat(path)).group(1).split(", ")
+        assert {name.lower() for name in named} - {"smollm2"} == set(SUPPORTED_TYPES), path  # SmolLM2 is a Llama
+    assert "The engine keeps a second copy of the weights (merged) in memory, except over 4-bit weights, where " \
+           "it copies only the norms, biases and LoRA" in flat(ROOT / "README.md")
+    nemo = architecture_of(dict(model_type="mistral", num_hidden_layers=40, hidden_size=4096, intermediate_size=11520,
+                                num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=77,
+                                max_position_embeddings=8192, tie_word_embeddings=False))
+    sixteen, four = dict(needs(nemo).rows), dict(needs(nemo, four_bit=True).rows)
+    assert sixteen["engine's copy of the weights"] == sixteen["weights (16-bit)"]
+    assert four["engine's norms, biases, LoRA (4-bit read in place)"] < four["weights (4-bit)"] / 5
 
 
 # -- the sizes behind the memory table ---------------------------------------------------------------------
@@ -385,7 +452,7 @@ def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kern
     config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
     (local / "config.json").write_text(json.dumps(config))  # its weights said to be 4-bit: bitsandbytes must ship
     extra = tmp_path / "extra"
-    gguf, bitsandbytes = make_wheel(extra, "gguf", "0.19.0"), make_wheel(extra, "bitsandbytes", "0.50.2")
+    bitsandbytes = make_wheel(extra, "bitsandbytes", "0.50.2")
     out = tmp_path / "arc-kit"
     handle = "someone/arc-model/transformers/tiny-4bit/2"
     assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--model-source", handle, "--model",
@@ -396,11 +463,30 @@ def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kern
     assert not (out / "model").exists()
     assert json.loads((out / MODEL_SOURCE_FILE).read_text()) == {"model_source": handle}
     assert sorted(path.name for path in (out / "wheels").iterdir()) == sorted(
-        [f"arc_kit-{__version__}-py3-none-any.whl", gguf.name, bitsandbytes.name])  # no base package
+        [f"arc_kit-{__version__}-py3-none-any.whl", bitsandbytes.name])  # no base package, and no gguf: no base
+    description = json.loads((out / "dataset-metadata.json").read_text())["description"]
+    assert f"ships no model: the notebook reads the Kaggle Model {handle}" in description
+    assert "Apache" not in description
     kernel = json.loads((tmp_path / "arc-kit-notebook" / "kernel-metadata.json").read_text())
     assert kernel["model_sources"] == [handle] and kernel["dataset_sources"] == ["someone/arc-kit"]
     assert f"the notebook reads the Kaggle Model `{handle}`" in (out / "README.md").read_text()
     assert files_of(local)  # the local copy: checked, never shipped
+    # without the local copy nothing tells whether its weights are 4-bit: bitsandbytes ships all the same
+    assert main(["kaggle", "build", "--out", str(out), "--owner", "someone", "--model-source", handle,
+                 "--extra-wheels", str(extra), "--overwrite"]) == 0
+    printed = capsys.readouterr().out
+    assert f"  {bitsandbytes.name}: not on the image (needed by the Kaggle Model {handle}, not here to check: its " \
+           "weights may be in 4 bits)\n" in printed
+
+
+def test_a_kaggle_model_without_its_version_is_refused_before_anything_is_written(tmp_path, capsys):
+    assert main(["kaggle", "build", "--out", str(tmp_path / "arc-kit"), "--owner", "someone", "--model-source",
+                 "someone/arc-model/transformers/tiny"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error == ("arc-kit kaggle: error: --model-source someone/arc-model/transformers/tiny names no version: the "
+                     "notebook's model_sources takes someone/arc-model/transformers/tiny/VERSION (the number on the "
+                     "model's page, 1 for a first upload)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_notebook_setting_and_its_environment_variable_is_in_the_readme_and_no_other():

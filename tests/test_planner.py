@@ -12,7 +12,7 @@ from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings, ladder, smoke, solve_preset
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
 
 SIZE = TaskSize("t", training_tokens=1500, prompt_tokens=2000, answer_tokens=120, train_pairs=3)
@@ -39,7 +39,7 @@ def test_every_rung_is_cheaper_than_the_one_before():
     solve_preset("dry-run"),
     smoke(SolveSettings()),
     SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
-                  ttt=TestTimeSettings(steps=4)),
+                  ttt=TEST_TIME_TRAINING.replace(steps=4)),
     SolveSettings(inference_augmentations=4, scoring_augmentations=3),
 ], ids=["dry-run", "kaggle-smoke", "greedy-2", "dfs-4"])
 def test_nothing_grows_on_the_way_down_the_ladder_of_a_small_configuration(settings):
@@ -117,7 +117,7 @@ def test_measure_counts_tokens_like_the_encoder():
 def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_path, micro_model):
     tasks = load_dataset("arc-agi-1/evaluation").head(6)
     settings = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=2, scoring_augmentations=2,
-                             ttt=TestTimeSettings(steps=4), max_len=2048)
+                             ttt=TEST_TIME_TRAINING.replace(steps=4), max_len=2048)
     solver = Solver.from_loaded(load_model(micro_model, device="cpu"), settings)
     budget = 6.0  # seconds for all six tasks: too little for the configured settings on this machine
     started = time.time()
@@ -136,7 +136,7 @@ def test_a_budget_too_small_still_ends_on_time_with_a_complete_submission(tmp_pa
 
 # -- speeds measured by a finished run, and the estimate built on them ------------------------------
 
-MEASURED = SolveSettings(ttt=TestTimeSettings(steps=4), inference_augmentations=4, scoring_augmentations=4,
+MEASURED = SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=4), inference_augmentations=4, scoring_augmentations=4,
                          max_len=2048)
 
 
@@ -195,7 +195,7 @@ def test_a_part_that_did_not_run_on_the_first_task_is_the_mean_of_the_tasks_it_r
 
 
 def write_measured_run(folder, kaggle_files, task_ids):
-    from arc_kit.method.records import append_record
+    from arc_kit.run.record_json import append_record
     from arc_kit.run.runs import RECORDS_FILE, open_run
 
     open_run(folder, MEASURED, {"dataset": str(kaggle_files.challenges)})
@@ -214,7 +214,7 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
     measured = speeds_from_records(records, small_task_set, encoder, MEASURED)
-    target = SolveSettings(inference_augmentations=2, scoring_augmentations=8, ttt=TestTimeSettings(steps=3))
+    target = SolveSettings(inference_augmentations=2, scoring_augmentations=8, ttt=TEST_TIME_TRAINING.replace(steps=3))
     for wanted, settings in ((None, MEASURED), (target, target.replace(max_len=token_budget_of(model_folder)))):
         estimate = estimate_from_folder(tmp_path / "run", small_task_set, model_folder, wanted)
         assert estimate.speeds.to_json() == {**measured.to_json(), "guess": estimate.speeds.guess}  # all measured
@@ -229,22 +229,105 @@ def test_estimate_from_folder_prices_every_task_at_the_measured_speeds(tmp_path,
         assert all(estimate.seconds[part] > 0 for part in expected)
 
 
-def test_the_estimate_command_prints_the_estimate_shared_by_the_workers(tmp_path, kaggle_files, small_task_set,
-                                                                        model_folder, capsys):
+def test_the_estimate_command_prints_the_estimate_shared_by_the_workers_in_its_unit(tmp_path, kaggle_files,
+                                                                                    small_task_set, model_folder,
+                                                                                    capsys):
     from arc_kit.cli import main
     from arc_kit.run.estimates import estimate_from_folder
     from arc_kit.run.planner import hours
 
     write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids)
     assert main(["estimate", "--records", str(tmp_path / "run"), "--dataset", str(kaggle_files.challenges),
-                 "--model", str(model_folder), "--workers", "2", "--speedup", "1.5", "--settings", "smoke"]) == 0
+                 "--model", str(model_folder), "--gpu", "L4", "--gpus", "2", "--speedup", "1.5", "--settings",
+                 "smoke"]) == 0
     printed = capsys.readouterr().out
     estimate = estimate_from_folder(tmp_path / "run", small_task_set, model_folder, solve_preset("smoke"))
     assert f"speeds from {len(small_task_set)} tasks" in printed
     assert hours(estimate.seconds["total"] / 3) != hours(estimate.seconds["total"])  # the scale shows
-    assert f"total {hours(estimate.seconds['total'] / 3)} (h:mm:ss, 2 worker(s), speed-up 1.5)" in printed
+    # every part measured: one worker's seconds over 2 GPUs x 1 worker, 1.5 times faster
+    assert f"total {hours(estimate.seconds['total'] / 3)} (h:mm:ss of wall time on 2 L4 x 1 worker(s) each, 1.5x " \
+           f"the measured speed; one worker alone: {hours(estimate.seconds['total'])})" in printed
     assert f"TTT {hours(estimate.seconds['training'] / 3)}," in printed
     assert f"{len(small_task_set)} tasks of " in printed
+    assert main(["estimate", "--dataset", str(kaggle_files.challenges), "--gpus", "4"]) == 1  # GPUs of no kind
+
+
+def write_kaggle_run(working, task_set, records, settings=MEASURED, shape=None) -> None:
+    """A Kaggle run's working folder as the job leaves it: its run in arc_kit_run/, whose run.json names a model and
+    a test file that are not on this machine; the challenges its workers were given in tasks.json."""
+    from dataclasses import asdict
+
+    from arc_kit.data.jsonio import write_json_atomically
+    from arc_kit.run.record_json import append_record
+    from arc_kit.run.runs import RECORDS_FILE, open_run
+
+    run = working / "arc_kit_run"
+    open_run(run, settings, {"model": "/kaggle/input/arc-model/transformers/v/1", "workers": 4,
+                             "dataset": "/kaggle/input/arc-prize-2026-arc-agi-2/arc-agi_test_challenges.json",
+                             **({"model_shape": asdict(shape)} if shape else {})})
+    write_json_atomically(run / "tasks.json", task_set.without_solutions().challenges_json())
+    for record in records.values():
+        append_record(run / RECORDS_FILE, record)
+    (working / "submission.json").write_text("{}")
+
+
+def test_estimate_reads_a_kaggle_runs_working_folder_its_tasks_and_its_models_shape_from_its_records(
+        tmp_path, small_task_set, model_folder, capsys):
+    from arc_kit.cli import main
+    from arc_kit.run.estimates import estimate_from_folder
+    from arc_kit.run.expectations import LLAMA_1B, gpu_named
+    from arc_kit.run.planner import speeds_from_records
+
+    records, _ = measured_records(small_task_set.ids)
+    write_kaggle_run(tmp_path / "working", small_task_set, records, shape=LLAMA_1B)
+    encoder = TaskEncoder(Vocabulary(), max_len=MEASURED.max_len)
+    measured = speeds_from_records(records, small_task_set, encoder, MEASURED)
+    estimate = estimate_from_folder(tmp_path / "working", small_task_set, target=MEASURED.replace(
+        test_time_training=True), gpus=4, workers_per_gpu=2, device=gpu_named("L4"))
+    assert estimate.speeds.measured_tasks == len(small_task_set)  # every finished task of the run, none lost
+    assert (estimate.speeds.training, estimate.speeds.generation, estimate.speeds.scoring) == \
+        pytest.approx((measured.training, measured.generation, measured.scoring))
+    assert any("tasks.json" in note for note in estimate.notes)
+    assert any("Llama-3.2-1B" in note and "not here" in note for note in estimate.notes)
+    assert estimate.wall_seconds["total"] == pytest.approx(estimate.seconds["total"] / 8)  # 4 GPUs x 2 workers
+    assert main(["estimate", "--records", str(tmp_path / "working"), "--dataset", "arc-agi-1/evaluation",
+                 "--tasks", "2", "--gpu", "L4", "--gpus", "4", "--workers-per-gpu", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert f"speeds from {len(small_task_set)} tasks of {tmp_path / 'working'} (one worker)" in printed
+    assert "recorded no speeds" not in printed and "on 4 L4 x 2 worker(s) each" in printed
+
+
+def test_a_run_whose_tasks_cannot_be_told_is_refused_in_one_line(tmp_path, small_task_set, model_folder):
+    from arc_kit.run.estimates import estimate_from_folder
+    from arc_kit.run.runs import RunFolderError
+
+    write_kaggle_run(tmp_path / "working", small_task_set, {})
+    (tmp_path / "working" / "arc_kit_run" / "tasks.json").unlink()
+    with pytest.raises(RunFolderError, match="names no data set that loads here .* holds no tasks.json"):
+        estimate_from_folder(tmp_path / "working", small_task_set, model_folder)
+    with pytest.raises(RunFolderError, match="holds no run"):
+        estimate_from_folder(tmp_path, small_task_set, model_folder)  # tmp_path/working is two levels down
+
+
+def test_guessed_parts_on_gpus_shared_by_workers_are_priced_as_the_tables_cell(small_task_set, model_folder):
+    """The three figures of issue 44 (--workers 4, --workers 32, the table): one unit, one price."""
+    from arc_kit.model.loading import load_encoder
+    from arc_kit.run.estimates import estimate_from_folder
+    from arc_kit.run.expectations import gpu_named, shape_of_folder
+    from arc_kit.run.expectations_table import Machine, expected_cell
+
+    paper = solve_preset("paper")
+    l4 = gpu_named("L4")
+    alone = estimate_from_folder(None, small_task_set, model_folder, paper, gpus=4, workers_per_gpu=1, device=l4)
+    shared = estimate_from_folder(None, small_task_set, model_folder, paper, gpus=4, workers_per_gpu=8, device=l4)
+    settings = shared.settings
+    encoder = load_encoder(model_folder, max_len=settings.max_len)
+    sizes = [measure(task, encoder, settings.max_len) for task in small_task_set.tasks()]
+    cell = expected_cell(sizes, settings, shape_of_folder(model_folder), Machine(l4, 4, "4x L4"), workers=8)
+    assert shared.wall_seconds == pytest.approx(cell.seconds)
+    assert alone.wall_seconds["total"] == pytest.approx(alone.seconds["total"] / 4)  # one worker a GPU: no overlap
+    # 8 workers a GPU overlap their overheads, not the GPU's own time: faster than one, never more than 8 times
+    assert alone.seconds["total"] / 32 * (1 - 1e-9) <= shared.wall_seconds["total"] < alone.wall_seconds["total"]
 
 
 # -- a queue shared by workers, and each task's caps ---------------------------------------------------------
@@ -285,19 +368,21 @@ def test_a_shared_queue_runs_the_longest_first_and_a_task_put_back_returns_to_it
 
 
 def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():
-    from arc_kit.run.planner import BudgetSettings, searches_per_test
+    from arc_kit.run.planner import searches_per_test
+    from arc_kit.settings import BudgetSettings
 
     clock = FakeClock()
     size = TaskSize("t", 1500, 2000, 120, 3, tests=2)
     caps = BudgetSettings(task_factor=3.0, task_minimum=1.0, search_factor=2.0, search_minimum=0.5)
-    settings = SolveSettings(inference_augmentations=4, scoring_augmentations=4, batched=False)
+    settings = SolveSettings(inference_augmentations=4, scoring_augmentations=4)
     planner = Planner([size], settings, deadline=clock.now + 1e6, clock=clock, budget=caps)
     budget = planner.budget("t", 0)
     estimate = Speeds().seconds(size, settings)
     assert budget.deadline == pytest.approx(clock.now + 3.0 * estimate)
     generation = Speeds().generation * work_units(size, settings)["generation"]
-    assert searches_per_test(settings) == 4 and searches_per_test(settings.replace(batched=True)) == 2
-    assert budget.search_seconds == pytest.approx(2.0 * generation / (2 * 4))
+    assert searches_per_test(settings) == 2  # the first view alone, then the rest as lanes
+    assert searches_per_test(settings.replace(inference_augmentations=1)) == 1
+    assert budget.search_seconds == pytest.approx(2.0 * generation / (2 * 2))
     planner.deadline = clock.now + 1.0  # the run ends first: so does the task
     assert planner.budget("t", 0).deadline == clock.now + 1.0
     tiny = Planner([size], settings, deadline=clock.now + 1e6, clock=clock,

@@ -22,20 +22,20 @@ from pool_helpers import TASK_IDS, fake_workers, is_running, read_json, tries
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
-from arc_kit.method.records import read_records
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.run import actors, jobs, pool, slots
-from arc_kit.run.planner import BudgetSettings, Speeds
+from arc_kit.run.planner import Speeds
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.ray_session import ray_session
+from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import PoolSettings, SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, BudgetSettings, PoolSettings, SamplerSettings, SolveSettings
 
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=2), max_len=2048)
 QUICK = PoolSettings(hang_seconds=0.5, poll_seconds=0.05)  # the driver looks every 50 ms; a cap overrun is a hang
 LOGGER = "arc_kit.run.pool"
 
@@ -77,12 +77,13 @@ def test_two_actors_give_the_same_submission_and_records_as_one_process(shared_r
     assert list(run.records) == TASK_IDS
     for task_id in TASK_IDS:
         assert run.records[task_id].error is None
-        assert run.records[task_id].to_json()["test"] == alone[task_id].to_json()["test"]
+        assert to_json(run.records[task_id])["test"] == to_json(alone[task_id])["test"]
     assert any(test.candidates for record in alone.values() for test in record.tests)  # a real comparison
     assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
     lines = (tmp_path / "two" / "records.jsonl").read_text().splitlines()  # the driver's file, in task order
     assert [json.loads(line)["task_id"] for line in lines] == TASK_IDS and not list(tmp_path.glob("two/worker-*"))
     assert read_json(tmp_path / "two" / "run.json")["workers"] == 2
+    assert sorted(read_json(tmp_path / "two" / "tasks.json")) == sorted(TASK_IDS)  # what estimate reads of a run
     speeds = read_json(tmp_path / "two" / "speeds.json")  # what the planner measured, for the tasks left and a rerun
     assert speeds["measured_tasks"] == len(TASK_IDS) and speeds["measured_parts"]["generation"] == len(TASK_IDS)
 
@@ -121,7 +122,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, mo
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     first = read_records(finished_run / "records.jsonl")
     for task_id in TASK_IDS:
-        assert resumed.records[task_id].to_json()["test"] == first[task_id].to_json()["test"]
+        assert to_json(resumed.records[task_id])["test"] == to_json(first[task_id])["test"]
 
 
 def test_a_rerun_with_nothing_left_finds_every_record_without_ray_even_in_an_earlier_kits_worker_folders(
@@ -293,6 +294,6 @@ def test_one_worker_solves_in_this_process_without_ray(fallback_model, tasks, tm
     monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed: nothing may import it
     monkeypatch.setattr(jobs, "visible_gpus", lambda: [])
     quick = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,
-                          ttt=TestTimeSettings(steps=1), max_len=2048)
+                          ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
     run = jobs.solve_job(tasks.select(TASK_IDS[:2]), fallback_model, quick, tmp_path / "out", progress=False)
     assert list(run.records) == TASK_IDS[:2] and not (tmp_path / "out" / "ray-logs").exists()

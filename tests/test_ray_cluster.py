@@ -28,14 +28,14 @@ from pool_helpers import FakeSolver, fake_workers, folder_digest, is_running, lo
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
-from arc_kit.devices import UnsupportedSetupError
+from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.run import ray_session
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.runs import solve
-from arc_kit.settings import PoolSettings, SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, PoolSettings, SamplerSettings, SolveSettings
 
 SETTINGS = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,
-                         ttt=TestTimeSettings(steps=1), max_len=2048)
+                         ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
 OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augmentations", "1", "--ttt-steps", "1",
            "--max-len", "2048"]
 SIX = ["6ea4a07e", "00576224", "be03b35f", "66e6c45b", "a8610ef7", "d4b1c2b1"]

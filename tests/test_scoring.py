@@ -1,6 +1,7 @@
 """Scoring answers and selecting them by a product of experts.
 
-Batched scoring on the prompt's cache is checked against a reference written here (one full
+The engine's scoring (each prompt run once, its keys and values reused by its answers) is checked against a
+reference written here (one full
 forward per answer, ``torch.log_softmax`` over the whole vocabulary for the paper's P(s|q), or over
 the answer tokens for the masked measure), in both measures; scoring under augmentations against
 prompts and answers built by hand from the augmentation; the aggregations and ``select`` on
@@ -17,23 +18,24 @@ import numpy as np
 import pytest
 import torch
 
+import arc_kit.method.experts as experts_module
+import arc_kit.method.records as records_module
 from arc_kit.data.augmentation import Augmentation
-import arc_kit.method.samplers as samplers_module
-import arc_kit.method.scoring as scoring_module
+from arc_kit.data.tasks import Pair
 from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.reference.nlls import score_answers, sequence_nll
-from arc_kit.model.loading import create_model
-from arc_kit.method.scoring import (
+from arc_kit.method.engine import make_engine
+from arc_kit.method.experts import (
     AGGREGATIONS,
     Candidate,
-    augmented_nlls,
     max_probability,
     min_probability,
     product_of_probabilities,
     select,
     sum_of_probabilities,
 )
-from arc_kit.data.tasks import Pair
+from arc_kit.method.solver import augmented_nlls
+from arc_kit.method.transformers_forward import TransformersDecoder, sequence_nll
+from arc_kit.model.loading import create_model
 from arc_kit.text import TaskEncoder, Vocabulary
 
 EOS = 14
@@ -58,6 +60,16 @@ def model():
     with torch.no_grad():
         model.lm_head.weight.mul_(4.0)  # spread the NLLs out a little
     return model
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    return make_engine(model)
+
+
+def score_answers(engine, prompt, answers, space: AnswerSpace, batch_size: int = 16) -> np.ndarray:
+    """The engine's NLLs of ``answers`` after one prompt."""
+    return engine.score([prompt], [answers], space, batch_size)[0]
 
 
 def reference_nlls(model, prompt, answers, space: AnswerSpace) -> np.ndarray:
@@ -95,15 +107,17 @@ def reference(model, space):
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, len(ANSWERS), 100])
-def test_batched_scoring_equals_one_full_forward_per_answer(model, space, reference, batch_size):
-    scores = score_answers(model, PROMPT, ANSWERS, space, batch_size=batch_size)
+def test_the_engines_scoring_equals_one_full_forward_per_answer(engine, space, reference, batch_size):
+    scores = score_answers(engine, PROMPT, ANSWERS, space, batch_size=batch_size)
     assert scores.shape == (len(ANSWERS),)
     np.testing.assert_allclose(scores, reference, rtol=0, atol=1e-4)
 
 
-def test_sequence_nll_equals_the_reference(model, space, reference):
+def test_sequence_nll_and_transformers_forward_score_as_the_reference(model, space, reference):
     found = sequence_nll(model, PROMPT, [np.array(a) for a in ANSWERS], space)
     np.testing.assert_allclose(found, reference, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(score_answers(TransformersDecoder(model), PROMPT, ANSWERS, space), reference, rtol=0,
+                               atol=1e-4)
 
 
 def test_the_reference_numbers_are_not_degenerate(reference):
@@ -121,45 +135,50 @@ def test_the_two_measures_differ(model):
     assert AnswerSpace(ALLOWED, EOS, 40).probabilities == "full"  # the default
 
 
-def test_scoring_takes_any_sequence_type_and_order(model, space, reference):
+def test_scoring_takes_any_sequence_type_and_order(engine, space, reference):
     as_arrays = [np.array(a, dtype=np.int64) for a in ANSWERS[::-1]]
-    scores = score_answers(model, PROMPT.tolist(), as_arrays, space, batch_size=4)
+    scores = score_answers(engine, PROMPT.tolist(), as_arrays, space, batch_size=4)
     np.testing.assert_allclose(scores, reference[::-1], rtol=0, atol=1e-4)
     tuples = [tuple(a) for a in ANSWERS]
-    np.testing.assert_allclose(score_answers(model, tuple(PROMPT), tuples, space), reference, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(score_answers(engine, tuple(PROMPT), tuples, space), reference, rtol=0, atol=1e-4)
 
 
-def test_a_batch_of_single_token_answers(model, space):
+def test_a_batch_of_single_token_answers(model, engine, space):
     answers = [[EOS], [3], [10]]
     expected = reference_nlls(model, PROMPT, answers, space)
-    np.testing.assert_allclose(score_answers(model, PROMPT, answers, space, batch_size=8), expected, rtol=0,
+    np.testing.assert_allclose(score_answers(engine, PROMPT, answers, space, batch_size=8), expected, rtol=0,
                                atol=1e-4)
 
 
-def test_no_answers_no_scores(model, space):
-    assert score_answers(model, PROMPT, [], space).shape == (0,)
+def test_no_answers_no_scores(engine, space):
+    assert score_answers(engine, PROMPT, [], space).shape == (0,)
 
 
-def test_a_token_outside_the_alphabet_has_infinite_nll(model, space):
-    scores = score_answers(model, PROMPT, [[3, 11, EOS], [3, 10, EOS]], space, batch_size=2)
+def test_a_token_outside_the_alphabet_has_infinite_nll(engine, space):
+    scores = score_answers(engine, PROMPT, [[3, 11, EOS], [3, 10, EOS]], space, batch_size=2)
     assert scores[0] == math.inf
     assert np.isfinite(scores[1])
 
 
-def test_the_nll_primitive_lives_beside_its_reference_and_generation_does_not_import_selection():
-    """``score_answers`` is decoding's (beside ``sequence_nll``); scoring does not hand it on, and the
-    samplers measure their answers without importing the scoring and selection module."""
-    assert not hasattr(scoring_module, "score_answers")
-    tree = ast.parse(Path(samplers_module.__file__).read_text())
+def imports_of(module) -> set[str]:
+    tree = ast.parse(Path(module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "arc_kit.method.answers" in imported and not {"arc_kit.method.scoring", "scoring"} & imported
+    return imported | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
 
 
-def test_scoring_leaves_the_model_and_global_state_alone(model, space):
+def test_the_task_record_imports_no_scorer_and_the_experts_know_no_engine():
+    """The product of experts is numbers over grids: the record reads its candidates from it, and neither knows
+    how an NLL is measured."""
+    for module in (records_module, experts_module):
+        assert not {name for name in imports_of(module) if name.startswith("arc_kit.method.")} - {
+            "arc_kit.method.experts", "arc_kit.method.record_json"}, module.__name__
+    assert "arc_kit.method.experts" in imports_of(records_module)
+
+
+def test_scoring_leaves_the_model_and_global_state_alone(engine, space):
     state = torch.random.get_rng_state()
-    first = score_answers(model, PROMPT, ANSWERS, space, batch_size=2)
-    second = score_answers(model, PROMPT, ANSWERS, space, batch_size=2)
+    first = score_answers(engine, PROMPT, ANSWERS, space, batch_size=2)
+    second = score_answers(engine, PROMPT, ANSWERS, space, batch_size=2)
     assert np.array_equal(first, second)
     assert torch.equal(torch.random.get_rng_state(), state)
 
@@ -210,12 +229,11 @@ def reference_tables(model, encoder, augmentations) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("probabilities", MODES)
-@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
-def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encoder, augmentations, batch_size,
-                                                                   batched, probabilities, reference_tables):
-    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations, batch_size=batch_size,
-                           batched=batched, probabilities=probabilities)
+def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(engine, encoder, augmentations, batch_size,
+                                                                   probabilities, reference_tables):
+    table = augmented_nlls(engine, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations,
+                           AnswerSpace.from_encoder(encoder, probabilities), batch_size=batch_size)
     expected = reference_tables[probabilities]
     assert table.shape == (len(CANDIDATES), len(augmentations))
     np.testing.assert_allclose(table, expected, rtol=0, atol=1e-4)
@@ -223,21 +241,20 @@ def test_augmented_nlls_equal_scoring_each_augmented_prompt_by_hand(model, encod
     assert len({tuple(np.round(column, 3)) for column in table.T}) == len(augmentations)
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
-def test_augmented_nlls_honour_the_token_budget(model, encoder, augmentations, batched):
+def test_augmented_nlls_honour_the_token_budget(model, engine, encoder, augmentations):
     full = len(encoder.encode_prompt(TRAIN, TEST_INPUT, max_len=10**6).ids)
     max_len = full + encoder.max_answer_len - 5  # one train pair must go
     assert encoder.encode_prompt(TRAIN, TEST_INPUT, max_len=max_len).dropped
-    table = augmented_nlls(model, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations[:3], max_len=max_len,
-                           batched=batched)
+    table = augmented_nlls(engine, encoder, TRAIN, TEST_INPUT, CANDIDATES, augmentations[:3],
+                           AnswerSpace.from_encoder(encoder), max_len=max_len)
     expected = reference_table(model, encoder, augmentations[:3], max_len=max_len)
     np.testing.assert_allclose(table, expected, rtol=0, atol=1e-4)
     assert not np.allclose(table, reference_table(model, encoder, augmentations[:3]), atol=1e-3)
 
 
-@pytest.mark.parametrize("batched", [False, True], ids=["one-augmentation-at-a-time", "batched"])
-def test_augmented_nlls_of_no_candidates(model, encoder, augmentations, batched):
-    assert augmented_nlls(model, encoder, TRAIN, TEST_INPUT, [], augmentations[:2], batched=batched).shape == (0, 2)
+def test_augmented_nlls_of_no_candidates(engine, encoder, augmentations):
+    assert augmented_nlls(engine, encoder, TRAIN, TEST_INPUT, [], augmentations[:2],
+                          AnswerSpace.from_encoder(encoder)).shape == (0, 2)
 
 
 # -- aggregations ---------------------------------------------------------------------------------

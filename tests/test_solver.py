@@ -26,26 +26,28 @@ import arc_kit.method.ttt as ttt_module
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
-from arc_kit.method.answers import Completion, SearchResult
-from arc_kit.method.dfs import DEADLINE_BEFORE_START
+from arc_kit.method.answers import AnswerSpace, Completion, SearchResult
+from arc_kit.method.search import DEADLINE_BEFORE_START
+from arc_kit.method.transformers_forward import sequence_nll
 from arc_kit.data.grids import grid_key, grid_to_json, grids_equal
 from arc_kit.model.loading import load_model
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
-from arc_kit.method.records import TaskRecord, read_records
+from arc_kit.method.records import TaskRecord
+from arc_kit.run.record_json import from_json, read_records, to_json
 from arc_kit.run.runs import solve
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.method.solver import Solver
-from arc_kit.method.scoring import augmented_nlls
 from arc_kit.data.submission import build_submission, score_submission, submission_problems
-from arc_kit.experiments.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, ablation_task, sampler_table
+from arc_kit.experiments.tables import ABLATION_STAGES, DEFAULT_SAMPLERS, ablation_table, sampler_table
 from arc_kit.data.tasks import Pair
 from arc_kit.text import NotAGridError, TaskEncoder, Vocabulary
+from arc_kit.outputs import MARKER
 
 TASK_IDS = ["00576224", "66e6c45b", "6ea4a07e"]  # small prompts; 6ea4a07e has two test inputs
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
-    ttt=TestTimeSettings(steps=2), max_len=2048)
+    ttt=TEST_TIME_TRAINING.replace(steps=2), max_len=2048)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def read_json(path: Path):
 def test_answers_from_different_augmentations_merge(monkeypatch):
     encoder = TaskEncoder(Vocabulary())
     model, _ = eos_model()  # never called: the searches are faked
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False, batched=False))  # one search at a time
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False))
     train = [Pair([[1, 2, 3], [4, 5, 6]], [[6, 5, 4], [3, 2, 1]]), Pair([[7, 8]], [[8, 7]])]
     test_input = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.uint8)
     fixed = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.uint8)  # no symmetry maps it onto itself
@@ -75,24 +77,29 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     assert len({a.key for a in augmentations}) == 5
     calls = []
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None, drafts=None):
-        augmentation = augmentations[len(calls)]
-        expected_prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
-                                                max_len=solver.settings.max_len)
-        assert np.array_equal(prompt_ids, expected_prompt.ids)
-        calls.append((augmentation, None if guess is None else np.asarray(guess).tolist(), seed))
-        index = len(calls)
-        completions = [Completion(tuple(encoder.encode_answer(augmentation.apply_grid(fixed)).tolist()), 0.5 + index),
-                       Completion((encoder.eos_id,), 0.1)]  # not a grid: no digit before eos
-        if index % 2:
-            completions.append(Completion(tuple(encoder.encode_answer(augmentation.apply_grid(other)).tolist()),
-                                          0.2 * index))
-        return SearchResult(completions, forward_calls=10 * index, tokens_processed=100,
-                            capped="cap" if index == 2 else None, dropped={"max length": 1})
+    def fake_search(engine, prompts, space, settings, guesses, drafts=None, deadline=None):
+        searches.append(len(prompts))
+        results = []
+        for prompt_ids, guess in zip(prompts, guesses):
+            augmentation = augmentations[len(calls)]
+            expected_prompt = encoder.encode_prompt(augmentation.apply_pairs(train),
+                                                    augmentation.apply_grid(test_input),
+                                                    max_len=solver.settings.max_len)
+            assert np.array_equal(prompt_ids, expected_prompt.ids)
+            calls.append((augmentation, None if guess is None else np.asarray(guess).tolist()))
+            index = len(calls)
+            completions = [Completion(tuple(encoder.encode_answer(augmentation.apply_grid(fixed)).tolist()),
+                                      0.5 + index), Completion((encoder.eos_id,), 0.1)]  # not a grid: no digit
+            if index % 2:
+                completions.append(Completion(tuple(encoder.encode_answer(augmentation.apply_grid(other)).tolist()),
+                                              0.2 * index))
+            results.append(SearchResult(completions, forward_calls=10 * index, tokens_processed=100,
+                                        capped="cap" if index == 2 else None, dropped={"max length": 1}))
+        return results
 
-    monkeypatch.setattr(solver_module, "generate", fake_generate)
-    candidates, stats = solver.sample(model, train, test_input, augmentations, SamplerSettings(),
-                                      np.random.default_rng(0))
+    searches = []
+    monkeypatch.setattr(solver_module, "search", fake_search)
+    candidates, stats = solver.sample(model, train, test_input, augmentations, SamplerSettings())
     assert len(candidates) == 2
     by_grid = {grid_key(c.grid): c for c in candidates}
     merged = by_grid[grid_key(fixed)]
@@ -105,11 +112,10 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     assert stats.forward_calls == 10 * (1 + 2 + 3 + 4 + 5) and stats.tokens == 500
     assert stats.capped == [f"{augmentations[1].key}: cap"] and stats.dropped == {"max length": 5}
     assert len(stats.prompt_tokens) == 5
-    # the first search has no guess; each later one starts from the best grid so far, in its own frame
-    assert calls[0][1] is None
-    for augmentation, guess, _ in calls[1:]:
+    # the first search alone, with no guess; the others together, each from its best grid, in its own frame
+    assert searches == [1, 4] and calls[0][1] is None
+    for augmentation, guess in calls[1:]:
         assert guess == encoder.encode_answer(augmentation.apply_grid(other)).tolist()
-    assert len({seed for _, _, seed in calls}) == 5
 
 
 def test_the_same_answer_twice_under_one_augmentation_keeps_its_best_nll(monkeypatch):
@@ -121,12 +127,11 @@ def test_the_same_answer_twice_under_one_augmentation_keeps_its_best_nll(monkeyp
     answer = encoder.encode_answer(augmentation.apply_grid(grid))
     padded = tuple(answer.tolist()) + (5, 5)  # the same grid with junk after the eos decodes the same way
 
-    def fake_generate(*args, **kwargs):
-        return SearchResult([Completion(tuple(answer.tolist()), 2.0), Completion(padded, 1.0)])
+    def fake_search(engine, prompts, *args, **kwargs):
+        return [SearchResult([Completion(tuple(answer.tolist()), 2.0), Completion(padded, 1.0)])]
 
-    monkeypatch.setattr(solver_module, "generate", fake_generate)
-    candidates, _ = solver.sample(model, [Pair([[1]], [[2]])], np.array([[3]]), [augmentation], SamplerSettings(),
-                                  np.random.default_rng(0))
+    monkeypatch.setattr(solver_module, "search", fake_search)
+    candidates, _ = solver.sample(model, [Pair([[1]], [[2]])], np.array([[3]]), [augmentation], SamplerSettings())
     assert len(candidates) == 1 and grids_equal(candidates[0].grid, grid)
     assert candidates[0].generation_nlls == {augmentation.key: 1.0}
 
@@ -171,7 +176,7 @@ def test_solve_writes_a_complete_scored_run_without_showing_test_outputs(model_f
     assert run_json["settings"] == json.loads(json.dumps(SETTINGS.to_json())) and run_json["note"] == "test"
 
     for task_id in TASK_IDS:
-        record = run.records[task_id].to_json()
+        record = to_json(run.records[task_id])
         assert record["error"] is None and record["ttt"]["steps"] == 2
         assert len(record["test"]) == len(tasks[task_id].test)
         assert set(record["timings"]) == {"ttt", "generation", "scoring", "total"}
@@ -258,7 +263,8 @@ def test_an_interrupted_run_resumes_where_it_stopped(model_folder, tasks, tmp_pa
 def test_a_torn_record_is_recomputed_and_the_records_file_stays_readable(model_folder, tasks, tmp_path,
                                                                          uninterrupted, monkeypatch):
     lines = (uninterrupted / "records.jsonl").read_text().splitlines()
-    (tmp_path / "run.json").write_text((uninterrupted / "run.json").read_text())
+    for name in (MARKER, "run.json"):  # the run as the kit left it: marked, its settings written
+        (tmp_path / name).write_text((uninterrupted / name).read_text())
     (tmp_path / "records.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
     calls = count_solve_task(monkeypatch)
     solve(tasks, make_solver(model_folder), tmp_path, progress=False)
@@ -279,7 +285,7 @@ def test_the_same_seed_gives_the_same_submission_and_another_seed_other_augmenta
     first = read_records(uninterrupted / "records.jsonl")
     again = read_records(tmp_path / "again" / "records.jsonl")
     for task_id in TASK_IDS:
-        assert again[task_id].to_json()["test"] == first[task_id].to_json()["test"]
+        assert to_json(again[task_id])["test"] == to_json(first[task_id])["test"]
 
     one = tasks.select(TASK_IDS[:1])
     reseeded = solve(one, make_solver(model_folder, SETTINGS.replace(seed=1)), tmp_path / "seed1", progress=False)
@@ -298,7 +304,7 @@ def test_other_settings_in_the_same_folder_need_restart(model_folder, tasks, tmp
     assert calls == TASK_IDS[:1]  # discarded and recomputed
     assert read_json(tmp_path / "run.json")["settings"]["aggregation"] == "min"
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == 1
-    test = run.records[TASK_IDS[0]].to_json()["test"][0]
+    test = to_json(run.records[TASK_IDS[0]])["test"][0]
     ranked = sorted(test["candidates"], key=lambda c: c["aggregates"]["min"])
     assert test["attempts"] == [c["grid"] for c in ranked[:2]]
 
@@ -321,7 +327,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     monkeypatch.setattr(Solver, "adapt", tracking_adapt)
     monkeypatch.setattr(Solver, "sample", failing_sample)
     run = solve(tasks, make_solver(model_folder), tmp_path, progress=False)
-    record = run.records[bad].to_json()
+    record = to_json(run.records[bad])
     assert record["error"] == "RuntimeError: out of memory, say" and "Traceback" in record["traceback"]
     assert record["correct"] == [False]
     submission = read_json(tmp_path / "submission.json")
@@ -329,9 +335,9 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
     assert submission[bad] == [{"attempt_1": grid_to_json(tasks[bad].test[0].input), "attempt_2": [[0]]}]
     for task_id in TASK_IDS:
         if task_id != bad:
-            assert run.records[task_id].to_json()["error"] is None
+            assert to_json(run.records[task_id])["error"] is None
             assert [[e["attempt_1"], e["attempt_2"]] for e in submission[task_id]] == \
-                [t["attempts"] for t in run.records[task_id].to_json()["test"]]
+                [t["attempts"] for t in to_json(run.records[task_id])["test"]]
     table = pd.read_csv(tmp_path / "scores.csv", dtype={"task_id": str}).set_index("task_id")
     assert table.loc[bad, "error"] == record["error"] and table.drop(index=bad)["error"].isna().all()
 
@@ -339,7 +345,7 @@ def test_a_failing_task_gets_fallbacks_and_does_not_stop_the_others(model_folder
 def test_solve_task_never_raises(model_folder, tasks, monkeypatch):
     solver = make_solver(model_folder)
     monkeypatch.setattr(Solver, "adapt", lambda self, task, *rest: 1 / 0)
-    record = solver.solve_task(tasks[TASK_IDS[0]]).to_json()
+    record = to_json(solver.solve_task(tasks[TASK_IDS[0]]))
     assert record["error"].startswith("ZeroDivisionError") and record["test"] == []
 
 
@@ -361,8 +367,8 @@ def test_a_task_past_its_deadline_comes_back_at_once_with_a_well_formed_record(m
     for test in record.tests:
         assert test.candidates == [] and test.attempts == [] and test.scoring_augmentations == []
         assert test.search.capped == [f"{key}: {DEADLINE_BEFORE_START}" for key in test.inference_augmentations]
-    again = TaskRecord.from_json(json.loads(json.dumps(record.to_json())))
-    assert again.to_json() == record.to_json() and again.deadline_hit == "test-time training"
+    again = from_json(TaskRecord, json.loads(json.dumps(to_json(record))))
+    assert to_json(again) == to_json(record) and again.deadline_hit == "test-time training"
     visible = tasks.select([task.id])
     assert submission_problems(build_submission(visible, {task.id: again.attempts}), visible) == []
 
@@ -377,7 +383,7 @@ def clock(monkeypatch):
 
 
 def test_a_deadline_during_test_time_training_stops_it_between_steps(model_folder, tasks, clock):
-    solver = make_solver(model_folder, SETTINGS.replace(ttt=TestTimeSettings(steps=4)))
+    solver = make_solver(model_folder, SETTINGS.replace(ttt=TEST_TIME_TRAINING.replace(steps=4)))
 
     def late(*arguments):  # the first training step's forward takes us past the deadline
         clock.now = 100.0
@@ -395,12 +401,12 @@ def test_a_deadline_during_test_time_training_stops_it_between_steps(model_folde
 
 def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nll(model_folder, tasks, clock,
                                                                                 monkeypatch):
-    settings = SETTINGS.replace(inference_augmentations=3, batched=False)
+    settings = SETTINGS.replace(inference_augmentations=3)
     solver = make_solver(model_folder, settings)
-    searches, real_generate = [], solver_module.generate
+    searches, real_search = [], solver_module.search
 
     def first_search_runs_late(*arguments, **keywords):
-        result = real_generate(*arguments, **keywords)
+        result = real_search(*arguments, **keywords)
         searches.append(keywords["deadline"])
         clock.now = 100.0
         return result
@@ -408,11 +414,11 @@ def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nl
     def no_scoring(*arguments, **keywords):
         raise AssertionError("scored after the deadline")
 
-    monkeypatch.setattr(solver_module, "generate", first_search_runs_late)
+    monkeypatch.setattr(solver_module, "search", first_search_runs_late)
     monkeypatch.setattr(Solver, "score", no_scoring)
     record = solver.solve_task(tasks[TASK_IDS[0]], deadline=10.0)
     assert record.error is None and record.deadline_hit == "generation" and record.ttt.stopped is None
-    assert searches == [10.0, 10.0, 10.0]
+    assert searches == [10.0, 10.0]  # the first view alone, then the other two together
     test = record.tests[0]
     assert test.scoring_augmentations == [] and len(test.candidates) >= 2  # guard: a real choice to make
     first, *late = test.inference_augmentations
@@ -422,28 +428,22 @@ def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nl
     assert [a.tolist() for a in test.attempts] == [c.grid.tolist() for c in ranked[:2]]
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_each_search_gets_the_earlier_of_the_task_deadline_and_its_own_cap(model_folder, tasks, clock, monkeypatch,
-                                                                           batched):
+def test_each_search_gets_the_earlier_of_the_task_deadline_and_its_own_cap(model_folder, tasks, clock, monkeypatch):
     monkeypatch.setattr(solver_module, "time", clock)
-    solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False, inference_augmentations=3,
-                                                        batched=batched))
+    solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False, inference_augmentations=3))
     deadlines, later = [], iter([50.0, 98.0, 99.0])
-    single, lanes = solver_module.generate, solver_module.batched_dfs_search
+    real_search = solver_module.search
 
-    def timed(search):
-        def run(*arguments, **keywords):
-            deadlines.append(keywords["deadline"])
-            result = search(*arguments, **keywords)
-            clock.now = next(later)
-            return result
-        return run
+    def timed(*arguments, **keywords):
+        deadlines.append(keywords["deadline"])
+        result = real_search(*arguments, **keywords)
+        clock.now = next(later)
+        return result
 
-    monkeypatch.setattr(solver_module, "generate", timed(single))
-    monkeypatch.setattr(solver_module, "batched_dfs_search", timed(lanes))
+    monkeypatch.setattr(solver_module, "search", timed)
     record = solver.solve_task(tasks[TASK_IDS[0]], deadline=100.0, search_seconds=5.0)
-    # first search at 0: its own 5 s; next at 50: 55; next at 98: the task's 100 (the lanes count as one search)
-    assert deadlines == ([5.0, 55.0] if batched else [5.0, 55.0, 100.0])
+    # the first search at 0: its own 5 s; the lanes of the others at 50: 55 (they count as one search)
+    assert deadlines == [5.0, 55.0]
     assert record.error is None and record.deadline_hit is None
     assert len(record.tests[0].scoring_augmentations) == 2  # time was left: scored as usual
 
@@ -466,11 +466,11 @@ def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch)
 def test_records_without_the_deadline_fields_still_read():
     old = {"task_id": "abc", "test": [], "timings": {"total": 1.0}, "error": None, "rung": 0,
            "ttt": {"steps": 64, "seconds": 3.0, "skipped": None, "first_loss": 1.0, "last_loss": 0.5}}
-    record = TaskRecord.from_json(old)
+    record = from_json(TaskRecord, old)
     assert record.deadline_hit is None and record.ttt.stopped is None and record.extra == {}
-    assert "deadline_hit" not in record.to_json()  # written only when it happened
+    assert "deadline_hit" not in to_json(record)  # written only when it happened
     record.deadline_hit = "generation"
-    assert TaskRecord.from_json(record.to_json()).deadline_hit == "generation"
+    assert from_json(TaskRecord, to_json(record)).deadline_hit == "generation"
 
 
 # -- one token budget --------------------------------------------------------------------------------
@@ -541,12 +541,14 @@ def test_the_solver_measures_every_nll_as_its_settings_say():
         solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=mode,
                                                       sampler=SamplerSettings("dfs", threshold=0.05)))
         assert solver.space.probabilities == mode
-        candidates, _ = solver.sample(model, SMALL_TRAIN, SMALL_TEST, views, solver.settings.sampler,
-                                      np.random.default_rng(0))
+        candidates, _ = solver.sample(model, SMALL_TRAIN, SMALL_TEST, views, solver.settings.sampler)
         solver.score(model, SMALL_TRAIN, SMALL_TEST, candidates, views)
-        expected = augmented_nlls(model, encoder, SMALL_TRAIN, SMALL_TEST, [c.grid for c in candidates], views,
-                                  probabilities=mode)
-        np.testing.assert_allclose([c.scoring_nlls for c in candidates], expected, rtol=0, atol=1e-6)
+        space = AnswerSpace.from_encoder(encoder, mode)
+        for candidate in candidates:  # each view's NLL: one full forward of the augmented prompt and answer
+            for view, nll in zip(views, candidate.scoring_nlls):
+                prompt = encoder.encode_prompt(view.apply_pairs(SMALL_TRAIN), view.apply_grid(SMALL_TEST)).ids
+                answer = encoder.encode_answer(view.apply_grid(candidate.grid))
+                assert nll == pytest.approx(sequence_nll(model, prompt, [answer], space)[0], abs=1e-4)
         found[mode] = {grid_key(c.grid): c for c in candidates}
     common = found["full"].keys() & found["answer-mask"].keys()
     assert common  # guard: the same grids found both ways, measured differently
@@ -562,8 +564,7 @@ def test_under_the_full_softmax_a_foreign_token_is_counted_as_not_a_grid():
     encoder = TaskEncoder(Vocabulary())
     for mode, grids in (("full", 0), ("answer-mask", 1)):
         solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=mode))
-        candidates, stats = solver.sample(model, SMALL_TRAIN, SMALL_TEST, [Augmentation()], SamplerSettings("greedy"),
-                                          np.random.default_rng(0))
+        candidates, stats = solver.sample(model, SMALL_TRAIN, SMALL_TEST, [Augmentation()], SamplerSettings("greedy"))
         assert len(candidates) == grids and stats.answers == 1 and stats.not_grids == 1 - grids
 
 
@@ -577,7 +578,7 @@ def test_one_attempt_is_the_top_candidate_and_the_submission_repeats_it(model_fo
     entry = build_submission(visible, {task.id: one.attempts}, attempts=1)[task.id][0]
     assert entry["attempt_1"] == entry["attempt_2"] == grid_to_json(one.tests[0].attempts[0])
     assert submission_problems({task.id: [entry]}, visible) == []
-    with pytest.raises(ValueError, match="attempts must be 1 or 2"):
+    with pytest.raises(ValueError, match="unknown attempts 3; expected one of: 1, 2"):
         SolveSettings(attempts=3)
 
 
@@ -610,7 +611,7 @@ def test_the_metric_counts_only_the_first_attempt_with_one():
 
 def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     records = {  # two test outputs: the first right in attempt 1, the second right in attempt 2 only
-        "t": AblationRecord.from_json({"task_id": "t", "correct": {stage: [True, True] for stage in ABLATION_STAGES},
+        "t": from_json(AblationRecord, {"task_id": "t", "correct": {stage: [True, True] for stage in ABLATION_STAGES},
                                        "correct_top1": {stage: [True, False] for stage in ABLATION_STAGES},
                                        "seconds": {}, "stages": {}})}
     table = ablation_table(records, SolveSettings(), tmp_path).table.set_index("stage")
@@ -620,65 +621,24 @@ def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
     entry = {"seconds": 1.0, "candidates": [3, 2], "found": [True, True], "peak_memory_gb": None, "capped": 0,
              "correct": {a: [True, True] for a in ("product", "min", "max", "sum")},
              "correct_top1": {a: [False, True] for a in ("product", "min", "max", "sum")}}
-    run = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": entry}, "ttt": {}})},
+    run = sampler_table({"t": from_json(SamplerRecord, {"task_id": "t", "samplers": {"greedy": entry}, "ttt": {}})},
                         samplers, SolveSettings(), tmp_path)
     row = run.table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and row["accuracy_product_top1_percent"] == 50.0
     assert "full softmax" in run.markdown and "_top1" in run.markdown
     old = {key: value for key, value in entry.items() if key != "correct_top1"}  # a record of an earlier kit
-    row = sampler_table({"t": SamplerRecord.from_json({"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
+    row = sampler_table({"t": from_json(SamplerRecord, {"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
                         samplers, SolveSettings(), tmp_path).table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and pd.isna(row["accuracy_product_top1_percent"])
 
 
-# -- batched by default ------------------------------------------------------------------------------
+# -- what a solve searches by ---------------------------------------------------------------------------
 
-def spy_on_the_batched_paths(monkeypatch) -> dict:
-    """Count batched DFS lane calls and the ``batched`` flag of every scoring call the solver makes."""
-    seen = {"lanes": 0, "scoring": []}
-    lanes, nlls = solver_module.batched_dfs_search, solver_module.augmented_nlls
-
-    def counted_lanes(*arguments, **keywords):
-        seen["lanes"] += 1
-        return lanes(*arguments, **keywords)
-
-    def flagged_nlls(*arguments, **keywords):
-        seen["scoring"].append(arguments[8])  # (model, encoder, train, test input, grids, views, batch, len, batched)
-        return nlls(*arguments, **keywords)
-    monkeypatch.setattr(solver_module, "batched_dfs_search", counted_lanes)
-    monkeypatch.setattr(solver_module, "augmented_nlls", flagged_nlls)
-    return seen
-
-
-def test_the_solver_and_the_tables_search_and_score_batched_by_default(model_folder, tasks, monkeypatch):
-    assert SolveSettings().batched is True and SETTINGS.batched is True  # SETTINGS leaves it at its default
-    seen = spy_on_the_batched_paths(monkeypatch)
-    solver = make_solver(model_folder)
-    record = solver.solve_task(tasks[TASK_IDS[0]])
-    assert record.error is None and seen["lanes"] == 1 and seen["scoring"] == [True]
-    seen.update(lanes=0, scoring=[])
-    ablation_task(solver, tasks[TASK_IDS[0]], threshold=0.05)  # the ablation's +DFS stage and its scoring
-    assert seen["lanes"] == 1 and seen["scoring"] and all(seen["scoring"])
-    seen.update(lanes=0, scoring=[])
-    make_solver(model_folder, SETTINGS.replace(batched=False)).solve_task(tasks[TASK_IDS[0]])
-    assert seen["lanes"] == 0 and seen["scoring"] == [False]  # the off switch
-
-
-def test_the_kaggle_run_and_every_preset_are_batched_through_their_settings():
-    import argparse
-    import inspect
-
-    from arc_kit.kaggle import competition as kaggle
-    from arc_kit.cli.options import add_settings_options, settings_from_options
-    from arc_kit.settings import SOLVE_PRESETS, smoke
-
-    default = inspect.signature(kaggle.run_competition).parameters["settings"].default
-    assert default.batched and smoke(default).batched
-    assert all(preset.batched for preset in SOLVE_PRESETS.values())
-    parser = argparse.ArgumentParser()
-    add_settings_options(parser, SolveSettings(), "method")
-    assert settings_from_options(parser.parse_args([]), SolveSettings()).batched is True
-    assert settings_from_options(parser.parse_args(["--no-batched"]), SolveSettings()).batched is False
+def test_a_solve_searches_by_dfs_or_greedy_and_leaves_sampling_and_beams_to_the_samplers_table():
+    assert SolveSettings(sampler=SamplerSettings("greedy")).sampler.kind == "greedy"
+    for kind in ("sample", "beam"):
+        with pytest.raises(ValueError, match="samplers table"):
+            SolveSettings(sampler=SamplerSettings(kind, count=2))
 
 
 # -- the commands ------------------------------------------------------------------------------------
@@ -764,34 +724,38 @@ def test_a_right_answer_found_under_augmentations_is_selected_and_scores(model_f
     solver = make_solver(model_folder, SETTINGS.replace(sampler=SamplerSettings("greedy")))
     encoder = solver.encoder
 
-    def fake_generate(model, prompt_ids, space, settings, guess=None, seed=0, deadline=None, drafts=None):
+    def fake_search(engine, prompts, *arguments, **keywords):
         # the decoy is the likelier single sample everywhere: only the scoring can rescue the right answer
-        view = next(a for a in current["views"] if np.array_equal(
-            prompt_ids, encoder.encode_prompt(a.apply_pairs(task.train), a.apply_grid(task.test[0].input),
-                                              max_len=solver.settings.max_len).ids))
-        return SearchResult([Completion(tuple(encoder.encode_answer(view.apply_grid(decoy)).tolist()), 0.1),
-                             Completion(tuple(encoder.encode_answer(view.apply_grid(right)).tolist()), 0.3)])
+        results = []
+        for prompt_ids in prompts:
+            view = next(a for a in current["views"] if np.array_equal(
+                prompt_ids, encoder.encode_prompt(a.apply_pairs(task.train), a.apply_grid(task.test[0].input),
+                                                  max_len=solver.settings.max_len).ids))
+            results.append(SearchResult([
+                Completion(tuple(encoder.encode_answer(view.apply_grid(decoy)).tolist()), 0.1),
+                Completion(tuple(encoder.encode_answer(view.apply_grid(right)).tolist()), 0.3)]))
+        return results
 
-    def fake_nlls(model, encoder, train, test_input, candidates, augmentations, *rest):
+    def fake_nlls(engine, encoder, train, test_input, candidates, augmentations, *rest):
         return np.array([[0.2 if grids_equal(c, right) else 5.0] * len(augmentations) for c in candidates])
 
     views = solver.views
 
     def remembered_views(self, task, index, settings=None):
-        inference, scoring, rng = views(task, index, settings)
+        inference, scoring = views(task, index, settings)
         current["views"] = inference
-        return inference, scoring, rng
+        return inference, scoring
 
     current = {}
-    monkeypatch.setattr(solver_module, "generate", fake_generate)
+    monkeypatch.setattr(solver_module, "search", fake_search)
     monkeypatch.setattr(solver_module, "augmented_nlls", fake_nlls)
     monkeypatch.setattr(Solver, "views", remembered_views)
     run = solve(tasks.select([task.id]), solver, tmp_path / "run", progress=False)
-    test = run.records[task.id].to_json()["test"][0]
+    test = to_json(run.records[task.id])["test"][0]
     assert len(test["candidates"]) == 2  # each found under every augmentation, merged in the original frame
     assert all(len(c["generation_nlls"]) == SETTINGS.inference_augmentations for c in test["candidates"])
     assert np.array_equal(np.array(test["attempts"][0]), right)  # PoE put the right answer first
-    assert run.records[task.id].to_json()["correct"] == [True]
+    assert to_json(run.records[task.id])["correct"] == [True]
     assert run.score.correct == 1 and run.score.score == 1.0
     submission = read_json(tmp_path / "run" / "submission.json")
     assert submission[task.id][0]["attempt_1"] == grid_to_json(right)

@@ -8,7 +8,8 @@ import pytest
 
 from arc_kit.data.tasks import Pair
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import Candidate
+from arc_kit.method.experts import Candidate
+from arc_kit.run.record_json import from_json, to_json
 from arc_kit.sudoku.puzzles import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,
@@ -215,7 +216,7 @@ def test_the_greedy_diagnostic_counts_empty_cells_right():
     assert blank_cells_right(PUZZLE, SOLUTION, SOLUTION) == 1.0
     assert blank_cells_right(PUZZLE, SOLUTION, None) == 0.0 == blank_cells_right(PUZZLE, SOLUTION, SOLUTION[:8])
     record = TaskRecord("p", [TestResult([], [], ["a"], [])], extra={"greedy_answer": greedy.tolist()})
-    again = TaskRecord.from_json(json.loads(json.dumps(record.to_json())))  # as read back from records.jsonl
+    again = from_json(TaskRecord, json.loads(json.dumps(to_json(record))))  # as read back from records.jsonl
     metrics = puzzle_metrics({"p": again}, {"p": Pair(PUZZLE, SOLUTION)})
     assert metrics["greedy_blank_cells_right"] == round(expected, 4)
     assert metrics["greedy_solved"] == 0.0 and metrics["greedy_valid_sudoku"] == 0.0
@@ -225,12 +226,14 @@ def test_the_greedy_diagnostic_counts_empty_cells_right():
 def test_one_puzzle_per_training_sequence():
     """Through the trainer's own dataset (``pretrain`` draws from it), whatever the kit's default sampler."""
     from arc_kit.model.training_data import SequenceDataset
-    from arc_kit.sudoku.experiment import SUDOKU_SEQUENCES
+    from arc_kit.settings import TrainingSettings, sudoku_training
     from arc_kit.text import TaskEncoder, Vocabulary
 
     encoder = TaskEncoder(Vocabulary())
     pool = SudokuPool([Pair(PUZZLE, SOLUTION), Pair(SOLUTION, SOLUTION)], copies=10)
-    dataset = SequenceDataset({"sudoku": pool}, encoder, SUDOKU_SEQUENCES, length=6)
+    settings = sudoku_training(TrainingSettings())  # what ``experiment.train`` trains with
+    dataset = SequenceDataset({"sudoku": pool}, encoder, settings.sequences, length=6,
+                              mask_first_output=settings.lora.mask_first_output)
     for index in range(len(dataset)):
         _, encoded = dataset.sequence(index)
         assert encoded.loss_mask.sum() == 81 + 8 + 1 + 1  # the solution's cells, row ends, end of example, eos
@@ -286,41 +289,40 @@ def test_evaluate_on_the_quickest_model_writes_a_record_and_the_metrics(fallback
 def test_evaluation_follows_the_solver_defaults():
     from dataclasses import fields
 
-    from arc_kit.settings import SolveSettings
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
+    from arc_kit.settings import SolveSettings, SudokuEvalSettings
 
-    solve = SudokuEvalSettings(threshold=0.05, batched=True).solve_settings()
+    solve = SudokuEvalSettings().replace(threshold=0.05).solve
     default = SolveSettings()
-    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs" and solve.batched
+    assert solve.sampler.threshold == 0.05 and solve.sampler.kind == "dfs"
     assert not solve.test_time_training and solve.inference_augmentations == solve.scoring_augmentations == 8
-    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "batched",
-                "seed", "max_len"}
+    set_here = {"sampler", "inference_augmentations", "scoring_augmentations", "test_time_training", "seed",
+                "max_len"}
     for item in fields(SolveSettings):
         if item.name not in set_here:
             assert getattr(solve, item.name) == getattr(default, item.name), item.name
     with pytest.raises(ValueError, match="threshold"):
-        SudokuEvalSettings(threshold=0.0)
+        SudokuEvalSettings().replace(threshold=0.0)
 
 
-def test_the_fields_sudoku_shares_with_the_solver_are_declared_once():
-    """Each shared field takes the solver's range, flag and check (``setting_like``), with Sudoku's own default."""
+def test_the_sudoku_evaluation_holds_the_solvers_settings_and_mirrors_none():
+    """Its options are the solver's own fields (their flags, ranges, help and checks), with Sudoku's defaults."""
     from dataclasses import fields
 
-    from arc_kit.settings import SamplerSettings, SolveSettings
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
+    from arc_kit.settings import SUDOKU_SOLVING, SolveSettings, SudokuEvalSettings, options
 
-    sources = {item.name: item for cls in (SamplerSettings, SolveSettings) for item in fields(cls)}
-    shared = {"threshold", "inference_augmentations", "scoring_augmentations", "max_forward_calls", "batched", "seed"}
-    for item in fields(SudokuEvalSettings):
-        if item.name not in shared:
-            continue
-        source = sources[item.name].metadata
-        assert item.metadata["bounds"] is source["bounds"] and item.metadata["flag"] == source["flag"], item.name
-        assert item.metadata["help"] != source["help"], item.name  # its own reason, for its own default
-    assert {item.name for item in fields(SudokuEvalSettings)} - shared == {"greedy_check"}
-    assert SudokuEvalSettings().inference_augmentations == 8 and SolveSettings().inference_augmentations == 16
-    assert SudokuEvalSettings().batched is False and sources["batched"].metadata["neutral"] is False
-    assert [item.metadata["neutral"] for item in fields(SudokuEvalSettings) if item.name == "batched"] == [True]
+    solver = {option.path: option for option in options(SolveSettings)}
+    sudoku = {option.path: option for option in options(SudokuEvalSettings)}
+    assert set(sudoku) == {("solve", "sampler", "threshold"), ("solve", "inference_augmentations"),
+                           ("solve", "scoring_augmentations"), ("solve", "sampler", "max_forward_calls"),
+                           ("solve", "seed"), ("greedy_check",)}
+    for path, option in sudoku.items():
+        if path[0] == "solve":
+            same = solver[path[1:]]
+            assert (option.flag, option.bounds, option.help) == (same.flag, same.bounds, same.help), path
+    assert [item.name for item in fields(SudokuEvalSettings)] == ["solve", "greedy_check"]
+    defaults = SudokuEvalSettings()
+    assert defaults.solve == SUDOKU_SOLVING and SUDOKU_SOLVING.inference_augmentations == 8
+    assert SolveSettings().inference_augmentations == 16
     for field_name, bad in (("max_forward_calls", 0), ("scoring_augmentations", -1), ("seed", -1)):
         with pytest.raises(ValueError, match=field_name):
-            SudokuEvalSettings(**{field_name: bad})
+            defaults.replace(**{field_name: bad})

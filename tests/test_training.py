@@ -47,7 +47,7 @@ from arc_kit.model.training_data import (
 )
 from arc_kit.model.training_log import LOG_COLUMNS
 from arc_kit.provenance import git_commit
-from arc_kit.settings import SequenceSettings, TestTimeSettings, TrainingSettings, training_preset
+from arc_kit.settings import TEST_TIME_TRAINING, SequenceSettings, TrainingSettings, training_preset
 from arc_kit.text import EOS, TaskEncoder, TaskTooLongError, Vocabulary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -122,31 +122,32 @@ def check_labels(encoded, mask_first_output: bool):
     assert encoded.loss_mask.tolist() == [label != -100 for label in expected]
 
 
-SEQUENCE_VARIANTS = [
-    SequenceSettings(),
-    SequenceSettings(mask_first_output=False),
-    SequenceSettings(min_pairs=2, max_pairs=3, keep_background=True),
-    SequenceSettings(max_len=300),
-    SequenceSettings(min_pairs=1, max_pairs=2, max_len=600, mask_first_output=False),
+SEQUENCE_VARIANTS = [  # (how sequences are drawn, whether the first output is masked)
+    (SequenceSettings(), True),
+    (SequenceSettings(), False),
+    (SequenceSettings(min_pairs=2, max_pairs=3, fixed_background=True), True),
+    (SequenceSettings(max_tokens=300), True),
+    (SequenceSettings(min_pairs=1, max_pairs=2, max_tokens=600), False),
 ]
 
 
-@pytest.mark.parametrize("settings", SEQUENCE_VARIANTS, ids=lambda s: f"len{s.max_len}-mask{s.mask_first_output}-"
-                         f"{s.min_pairs}to{s.max_pairs}")
-def test_sample_sequence_labels_only_the_outputs(settings, pools, training_set, vocabulary_encoder):
+@pytest.mark.parametrize(("settings", "mask_first_output"), SEQUENCE_VARIANTS,
+                         ids=[f"len{s.max_tokens}-mask{mask}-{s.min_pairs}to{s.max_pairs}"
+                              for s, mask in SEQUENCE_VARIANTS])
+def test_sample_sequence_labels_only_the_outputs(settings, mask_first_output, pools, training_set, vocabulary_encoder):
     all_pools = [*pools.values(), pools_from_tasks(TaskSet([training_set[LARGE_TASK_ID]]))[LARGE_TASK_ID]]
     drawn = dropped = 0
     for seed in range(40):
         pool = all_pools[seed % len(all_pools)]
         rng = np.random.default_rng(seed)
         try:
-            encoded = sample_sequence(pool, rng, vocabulary_encoder, settings)
+            encoded = sample_sequence(pool, rng, vocabulary_encoder, settings, mask_first_output=mask_first_output)
         except TaskTooLongError:
             continue
         drawn += 1
         dropped += bool(encoded.dropped)
-        check_labels(encoded, settings.mask_first_output)
-        assert len(encoded) <= settings.max_len
+        check_labels(encoded, mask_first_output)
+        assert len(encoded) <= settings.max_tokens
         pairs = decoded_pairs(vocabulary_encoder.text(encoded.ids))
         assert len(pairs) == len(encoded.kept)
         assert len(encoded.kept) + len(encoded.dropped) in range(min(settings.min_pairs, len(pool)),
@@ -155,7 +156,7 @@ def test_sample_sequence_labels_only_the_outputs(settings, pools, training_set, 
         for _, grid_out in pairs:  # every written output is a pool output under one recolouring
             assert colour_profile(grid_out) in profiles
     assert drawn >= 20
-    if settings.max_len <= 300:
+    if settings.max_tokens <= 300:
         assert dropped > 0  # the budget really cut some sequences
 
 
@@ -179,7 +180,7 @@ def test_leave_one_out_labels_and_the_held_out_pair_last(mask_first_output, task
 
 @pytest.mark.parametrize("sampler", ["passes", "random"])
 def test_sequence_dataset_items_have_reference_labels_and_are_reproducible(sampler, pools, vocabulary_encoder):
-    settings = SequenceSettings(max_len=400, sampler=sampler, max_passes=5)  # six pools of 4-6 pairs: 30 sequences
+    settings = SequenceSettings(max_tokens=400, sampler=sampler, max_passes=5)  # six pools of 4-6 pairs: 30 sequences
     dataset = SequenceDataset(pools, vocabulary_encoder, settings, seed=7, length=30)
     again = SequenceDataset(pools, vocabulary_encoder, settings, seed=7, length=30)
     other_seed = SequenceDataset(pools, vocabulary_encoder, settings, seed=8, length=30)
@@ -189,7 +190,7 @@ def test_sequence_dataset_items_have_reference_labels_and_are_reproducible(sampl
         assert item["input_ids"].dtype == torch.int64 and len(item["input_ids"]) <= 400
         name, encoded = dataset.sequence(index)
         assert name in pools and torch.equal(item["input_ids"], torch.from_numpy(encoded.ids))
-        check_labels(encoded, settings.mask_first_output)
+        check_labels(encoded, True)
         assert torch.equal(item["labels"], torch.tensor(reference_labels(item["input_ids"], Vocabulary().symbols,
                                                                          True)))
         assert (item["labels"] != -100).any()  # nothing drawn that teaches nothing
@@ -229,7 +230,7 @@ def test_dataset_weights_and_small_pools(pools, vocabulary_encoder):
 
 
 def test_padding_collator_pads_labels_with_minus_100(vocabulary_encoder, pools):
-    dataset = SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_len=400), length=3)
+    dataset = SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_tokens=400), length=3)
     items = [dataset[i] for i in range(3)]
     pad_id = Vocabulary().pad_id
     batch = PaddingCollator(pad_id, multiple_of=8)(items)
@@ -248,7 +249,7 @@ def test_padding_collator_pads_labels_with_minus_100(vocabulary_encoder, pools):
 
 
 def test_batch_order_gives_every_item_once_across_processes_and_resumes():
-    settings = TrainingSettings(steps=5, batch_size=2, gradient_accumulation=3)
+    settings = TrainingSettings().replace(steps=5, batch_size=2, gradient_accumulation=3)
     for world in (1, 2, 3):
         seen = sorted(i for rank in range(world) for batch in BatchOrder(settings, 0, rank, world) for i in batch)
         assert seen == list(range(5 * 2 * 3 * world))
@@ -261,7 +262,7 @@ def test_batch_order_gives_every_item_once_across_processes_and_resumes():
 
 
 def test_batch_order_by_length_regroups_each_steps_items_and_nothing_else():
-    settings = TrainingSettings(steps=4, batch_size=2, gradient_accumulation=3)
+    settings = TrainingSettings().replace(steps=4, batch_size=2, gradient_accumulation=3)
     lengths = {index: int(length) for index, length in enumerate(np.random.default_rng(0).integers(10, 99, 48))}
     for world in (1, 2):
         plain = [list(BatchOrder(settings, 0, rank, world)) for rank in range(world)]
@@ -282,7 +283,7 @@ def test_batch_order_by_length_regroups_each_steps_items_and_nothing_else():
 
 
 def test_dataset_length_draws_the_item_it_later_serves(pools, vocabulary_encoder):
-    settings = SequenceSettings(max_len=600, max_passes=2)
+    settings = SequenceSettings(max_tokens=600, max_passes=2)
     dataset = SequenceDataset(pools, vocabulary_encoder, settings, seed=3, length=10)
     fresh = SequenceDataset(pools, vocabulary_encoder, settings, seed=3, length=10)
     for index in range(10):
@@ -295,16 +296,17 @@ def test_dataset_length_draws_the_item_it_later_serves(pools, vocabulary_encoder
 
 def test_training_settings_defaults_are_the_papers_recipe():
     paper = TrainingSettings()
-    assert (paper.lora_rank, paper.lora_alpha, paper.batch_size, paper.gradient_accumulation) == (256, 24, 4, 2)
-    assert (paper.learning_rate, paper.embedding_learning_rate, paper.warmup_ratio, paper.weight_decay) == \
+    lora = paper.lora
+    assert (lora.lora_rank, lora.lora_alpha, lora.batch_size, paper.gradient_accumulation) == (256, 24, 4, 2)
+    assert (lora.learning_rate, lora.embedding_learning_rate, lora.warmup_ratio, paper.weight_decay) == \
         (1e-4, 1e-5, 0.25, 0.0)
-    assert not paper.full_finetune and paper.train_embeddings
+    assert not paper.full_finetune and lora.train_embeddings
     scratch = training_preset("from-scratch").replace(steps=3)
-    assert scratch.full_finetune and scratch.steps == 3 and scratch.learning_rate > paper.learning_rate
+    assert scratch.full_finetune and scratch.lora.steps == 3 and scratch.lora.learning_rate > lora.learning_rate
     assert TrainingSettings.from_json(json.loads(json.dumps(scratch.to_json()))) == scratch
     with pytest.raises(TypeError):
         TrainingSettings(learning_rat=1e-3)  # a typo is an error, never swallowed
-    test_time = TestTimeSettings()
+    test_time = TEST_TIME_TRAINING
     assert (test_time.lora_rank, test_time.lora_alpha, test_time.steps, test_time.batch_size,
             test_time.warmup_ratio) == (32, 16, 64, 1, 0.5)
 
@@ -325,7 +327,7 @@ def test_full_training_groups_put_embeddings_and_head_at_their_rate():
 
 def test_lora_groups_put_the_embedding_copies_at_the_embedding_rate(trained):
     loaded = load_model(trained.folder, device="cpu")
-    settings = TrainingSettings(lora_rank=4, gradient_checkpointing=False)
+    settings = TrainingSettings().replace(lora_rank=4, gradient_checkpointing=False)
     model = prepare_for_training(loaded.model, settings)
     assert embedding_module_names(model) == ["embed_tokens", "lm_head"]
     groups = {group["name"]: group for group in parameter_groups(model, 1e-4, 1e-5)}
@@ -364,7 +366,7 @@ class Run:
 PROMPT_BUDGET = 2048  # the trained model's own budget (512, what it trained with) has no room for a 30x30 answer
 SCRATCH = training_preset("from-scratch").replace(
     steps=40, batch_size=2, gradient_accumulation=1, learning_rate=3e-3, embedding_learning_rate=3e-3, log_every=5,
-    save_every=20, sequences=SequenceSettings(max_len=512, max_passes=14))  # 80 sequences from six small tasks
+    save_every=20, sequences=SequenceSettings(max_tokens=512, max_passes=14))  # 80 sequences from six small tasks
 
 
 @pytest.fixture(scope="module")
@@ -386,14 +388,14 @@ def test_pretrain_loss_falls(trained):
 
 def test_pretrain_log_follows_the_cosine_schedule(trained):
     settings = trained.settings
-    warmup = round(settings.steps * settings.warmup_ratio)
+    warmup = round(settings.lora.steps * settings.lora.warmup_ratio)
     rows = trained.log
     assert list(rows[0]) == list(LOG_COLUMNS)
     assert [int(row["step"]) for row in rows] == list(range(5, 41, 5))
     for row in rows:
         step = int(row["step"])  # the rate after `step` scheduler steps, i.e. the next step's
         factor = step / warmup if step < warmup else \
-            0.5 * (1 + math.cos(math.pi * (step - warmup) / (settings.steps - warmup)))
+            0.5 * (1 + math.cos(math.pi * (step - warmup) / (settings.lora.steps - warmup)))
         assert float(row["learning_rate"]) == pytest.approx(3e-3 * factor, abs=1e-6)
         assert float(row["embedding_learning_rate"]) == pytest.approx(3e-3 * factor, abs=1e-6)
         assert int(row["tokens"]) > 0 and float(row["tokens_per_second"]) > 0
@@ -443,7 +445,7 @@ def test_a_fine_tuned_model_keeps_its_positions_and_a_model_from_scratch_its_tra
 
 
 def test_pretrain_records_the_token_budget_it_trained_with(trained):
-    assert trained.info["token_budget"] == trained.settings.sequences.max_len == 512
+    assert trained.info["token_budget"] == trained.settings.sequences.max_tokens == 512
     # a record, not a bound: the budget is the authors' 8192 for every model, bounded by positions only
     assert token_budget_of(trained.folder) == 8192 == load_model(trained.folder, device="cpu").encoder().max_len
 
@@ -466,7 +468,7 @@ def test_pretrained_model_loads_and_generates(trained, tasks):
 
 RESUMABLE = training_preset("from-scratch").replace(
     steps=6, batch_size=1, gradient_accumulation=2, log_every=1, save_every=2, warmup_ratio=0.34,
-    sequences=SequenceSettings(max_len=400, max_passes=2))
+    sequences=SequenceSettings(max_tokens=400, max_passes=2))
 
 
 @pytest.fixture(scope="module")
@@ -555,9 +557,9 @@ def test_no_resume_starts_over(uninterrupted, pools, tmp_path):
 
 @pytest.fixture(scope="module")
 def fine_tuned(trained, pools, tmp_path_factory) -> Run:
-    settings = TrainingSettings(steps=3, batch_size=1, gradient_accumulation=1, lora_rank=4, learning_rate=1e-3,
-                                embedding_learning_rate=5e-4, log_every=1, save_every=3,
-                                sequences=SequenceSettings(max_len=400))
+    settings = TrainingSettings().replace(steps=3, batch_size=1, gradient_accumulation=1, lora_rank=4,
+                                          learning_rate=1e-3, embedding_learning_rate=5e-4, log_every=1, save_every=3,
+                                          sequences=SequenceSettings(max_tokens=400))
     folder = tmp_path_factory.mktemp("lora") / "run"
     return Run(folder, settings, pretrain(trained.folder, folder, pools, settings, device="cpu", progress=False))
 
@@ -641,7 +643,7 @@ def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
         return original_sampler(train, *args, **kwargs)
 
     monkeypatch.setattr(ttt, "sample_leave_one_out", spy)
-    settings = TestTimeSettings(steps=16, lora_rank=4, learning_rate=3e-3, embedding_learning_rate=3e-3)
+    settings = TEST_TIME_TRAINING.replace(steps=16, lora_rank=4, learning_rate=3e-3, embedding_learning_rate=3e-3)
     trainer = TestTimeTrainer(loaded.model, loaded.encoder(max_len=600), settings)
     initial_logits = logits_of(trainer.model, ids)
     torch.testing.assert_close(initial_logits, base_logits, rtol=0, atol=1e-6)  # LoRA starts as a no-op
@@ -677,7 +679,7 @@ def test_test_time_training(trained, ttt_task, tmp_path, monkeypatch):
 def test_test_time_training_skips_a_single_pair(trained, ttt_task):
     loaded = load_model(trained.folder, device="cpu")
     encoder = loaded.encoder(max_len=PROMPT_BUDGET)
-    trainer = TestTimeTrainer(loaded.model, encoder, TestTimeSettings(steps=2, lora_rank=2))
+    trainer = TestTimeTrainer(loaded.model, encoder, TEST_TIME_TRAINING.replace(steps=2, lora_rank=2))
     ids = torch.from_numpy(encoder.encode_prompt(ttt_task.train[:1], ttt_task.test[0].input).ids)[None]
     before = logits_of(trainer.model, ids)
     result = trainer.train(ttt_task.train[:1], np.random.default_rng(0))

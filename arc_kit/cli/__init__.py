@@ -52,9 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from arc_kit.data.grids import check_max_side
     from arc_kit.data.tasks import InvalidDataError
-    from arc_kit.devices import UnsupportedSetupError
     from arc_kit.model.bases import BaseUnavailableError
+    from arc_kit.model.devices import UnsupportedSetupError, stay_offline
 
+    stay_offline()  # first: every library the command (and each worker it starts) imports stays off the network
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

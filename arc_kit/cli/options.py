@@ -2,7 +2,8 @@
 set a command works on, the options of solving, the model folder.
 
 The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
-the defaults a command really uses. It knows how options become settings, tasks and paths; it knows nothing of
+the defaults a command really uses; a choice the settings do not take is refused by the settings as they are made
+(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options become settings, tasks and paths; it knows nothing of
 any one command (each lives in its group's module) nor of the top parser (``cli.build_parser``).
 """
 
@@ -40,8 +41,9 @@ def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, ti
             group.add_argument(option.flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
             kind = number_type(option.kind, option.bounds) if numeric else option.kind
-            group.add_argument(option.flag, dest=dest, type=kind, default=None, choices=option.choices,
-                               metavar=None if option.choices else option.path[-1].upper(), help=text)
+            choices = "{" + ",".join(map(str, option.choices)) + "}" if option.choices else None  # shown, not checked
+            group.add_argument(option.flag, dest=dest, type=kind, default=None,
+                               metavar=choices or option.path[-1].upper(), help=text)
 
 
 def number_type(kind: type, bounds: Bounds | None = None):
@@ -58,7 +60,22 @@ def number_type(kind: type, bounds: Bounds | None = None):
             raise argparse.ArgumentTypeError(problem)
         return value
     parse.__name__ = kind.__name__  # argparse names the type by it in messages
+    parse.bounds = bounds or ANY_NUMBER  # what it checks (the tests hold every option to a range both ways)
     return parse
+
+
+def device_argument(parser, default: str = "auto") -> None:
+    """``--device``: auto, cpu, cuda or cuda:N, anything else a usage error before any work (``devices``)."""
+    from arc_kit.model.devices import check_device_name
+
+    def device(text: str) -> str:
+        try:
+            return check_device_name(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    parser.add_argument("--device", type=device, default=default,
+                        help="where the model runs: auto (a GPU when there is one), cpu, cuda or cuda:N "
+                             "(default: %(default)s)")
 
 
 def option_bounds(cls: type, name: str) -> Bounds:
@@ -142,7 +159,7 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     tasks_argument(parser)
     number_argument(parser, "--tasks", int, f"only N tasks, the "
                     f"{'shortest by prompt tokens' if pick == 'shortest' else 'first by id'} unless --pick says "
-                    "otherwise (default: %(default)s; 0 for all)", at_least=0, default=tasks_default)
+                    "otherwise (default: %(default)s; 0 for all)", at_least=0, at_most=MAX_COUNT, default=tasks_default)
     parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
                         help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
                              "(default: %(default)s)")
@@ -151,7 +168,7 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
                         help="the run folder (records.jsonl, submission.json, scores): new or empty, or an earlier "
                              "run's, which this one resumes; never a folder of yours (default: %(default)s)")
     restart_arguments(parser, "--out")
-    parser.add_argument("--device", default="auto")
+    device_argument(parser)
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
@@ -163,7 +180,7 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     number_argument(parser, "--hours", float, "time budget: plan the run to end this many hours from now (minus "
                     "--safety-minutes, which must leave some)", above=0, at_most=MAX_HOURS)
     number_argument(parser, "--safety-minutes", float, "margin kept before the end of --hours (default: "
-                    "%(default)s)", at_least=0, default=30.0)
+                    "%(default)s)", at_least=0, at_most=60 * MAX_HOURS, default=30.0)
     parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
                         help="named settings the options below start from (default: %(default)s)")
     add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
@@ -171,6 +188,8 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
 
 MAX_WORKERS = 256  # workers: more than any machine the kit runs on has GPUs or cores for
 MAX_HOURS = 8760  # a time budget of at most a year
+MAX_COUNT = 10**7  # tasks or puzzles a command takes: more than any set holds
+MAX_TOKENS = 1 << 20  # a token budget: longer than any model's positions
 
 
 def restart_arguments(parser, out: str) -> None:
@@ -179,7 +198,15 @@ def restart_arguments(parser, out: str) -> None:
     given.add_argument("--restart", action="store_true", help=f"discard earlier results in {out} instead of resuming")
     given.add_argument("--adopt", action="store_true",
                        help=f"keep records in {out} that have no run.json (it was deleted) as this run's, under the "
-                            "settings given now, instead of refusing them")
+                            "settings given now, and take a run folder an earlier arc-kit made (no .arc-kit.json "
+                            "marker) as this one's, instead of refusing them")
+
+
+def adopt_argument(parser, what: str) -> None:
+    """``--adopt``: take a folder that an earlier kit made without a marker as this command's (``outputs``)."""
+    parser.add_argument("--adopt", action="store_true",
+                        help=f"take {what} that an earlier arc-kit made (no .arc-kit.json marker) as this command's, "
+                             "keeping its files, instead of refusing it")
 
 
 def overwrite_argument(parser, what: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arc_kit.cli.options import (
+    MAX_COUNT,
     MAX_HOURS,
     MAX_WORKERS,
     load_given_tasks,
@@ -33,13 +34,17 @@ def _run_solve(args) -> int:
     from arc_kit.run.runs import dataset_info, deadline_from
     from arc_kit.run.jobs import solve_job
 
+    settings = solve_settings(args)  # first: a value the settings do not take is refused before any work
     loaded = load_given_tasks(args)
-    tasks, model, settings = select_tasks(args, loaded), model_path(args), solve_settings(args)
+    tasks, model = select_tasks(args, loaded), model_path(args)
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
-    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} ({settings.description})")
+    print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} "
+          f"({settings.description})")
+    deadline = deadline_from(args.hours, args.safety_minutes)
+    _adopted(args, args.command)
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
                     address=args.address, shared_model=args.shared_model, restart=args.restart, adopt=args.adopt,
-                    deadline=deadline_from(args.hours, args.safety_minutes), load_options=load_options(args),
+                    deadline=deadline, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
@@ -79,12 +84,23 @@ def setup_dry_run(parser):
     return _run_solve
 
 
+def _adopted(args, command: str) -> None:
+    """With ``--adopt``, a run folder an earlier kit made without a marker becomes this command's
+    (``outputs.adopt_folder``), before the run claims it."""
+    from arc_kit.outputs import adopt_folder
+    from arc_kit.run.runs import RUN_KIND
+
+    if args.adopt:
+        adopt_folder(args.out, RUN_KIND, command)
+
+
 def _table(which: str):
     def run(args):
         from arc_kit.experiments.tables import run_table
         from arc_kit.run.runs import dataset_info
 
         loaded = load_given_tasks(args)
+        _adopted(args, which)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
                           restart=args.restart, adopt=args.adopt, load_options=load_options(args),
                           info=dataset_info(args.dataset, loaded),
@@ -116,48 +132,65 @@ def setup_samplers(parser):
 def setup_estimate(parser):
     from arc_kit.run.expectations import GPUS
 
-    parser.add_argument("--records", help="the run folder (records.jsonl, run.json) to take measured speeds from "
-                                          "(default: none, every speed guessed)")
+    parser.add_argument("--records", help="a run the kit wrote, to take measured speeds, the tasks it solved and its "
+                                          "model from: a run folder (records.jsonl, run.json), or a folder holding "
+                                          "one (a Kaggle run's working folder) (default: none, every speed guessed)")
     tasks_argument(parser)
-    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0, default=0)
-    number_argument(parser, "--workers", int, "processes sharing the work (default: %(default)s)", at_least=1,
-                    at_most=MAX_WORKERS, default=1)
-    number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
-                    "(default: 1)", above=0, at_most=1e6, default=1.0)
-    parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
-                                        "speeds (default: the shipped model)")
+    number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0,
+                    at_most=MAX_COUNT, default=0)
     parser.add_argument("--gpu", choices=[device.name for device in GPUS],
-                        help="the GPU the guessed speeds are for (default: the CPU machine)")
+                        help="the kind of GPU estimated for: what the parts no run measured are priced on (default: "
+                             "this machine's CPU, one process)")
+    number_argument(parser, "--gpus", int, "how many GPUs of --gpu the machine has (default: 1 with --gpu; Kaggle's "
+                    "4x L4: --gpu L4 --gpus 4)", at_least=1, at_most=MAX_WORKERS)
+    number_argument(parser, "--workers-per-gpu", int, "worker processes sharing each GPU (default: %(default)s). The "
+                    "total is the work shared by GPUS x WORKERS_PER_GPU workers: a measured speed is one worker's, as "
+                    "the run measured it; a guessed one is a process alone on a GPU, and workers sharing one overlap "
+                    "only their overheads, as --table prices a cell", at_least=1, at_most=MAX_WORKERS, default=1)
+    number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
+                    "(default: 1)", at_least=1e-3, at_most=1e6, default=1.0)
+    parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
+                                        "speeds (default: the run's, else the shipped model)")
     parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",
                         help="estimate with the measured run's settings (the paper's without --records), or with "
                              "a preset's (default: %(default)s)")
     parser.add_argument("--table", action="store_true",
                         help="print the hours to expect per model size (135M to 8B, bf16 and 4-bit) and GPU (4x L4, "
                              "T4, H100) for the tasks at the settings, and the ratios they rest on")
+    return _run_estimate
 
-    def run(args):
-        from arc_kit.run.estimates import estimate_from_folder, expectations_for
-        from arc_kit.run.expectations import gpu_named
-        from arc_kit.run.planner import hours
 
-        target = None if args.settings == "run" else solve_preset(args.settings)
-        tasks = select_tasks(args)
-        what = f"{len(tasks)} tasks of {tasks.name or args.dataset}"
-        if args.table:
-            print("\n".join(expectations_for(tasks, model_path(args), target or solve_preset("paper"), what)))
-            return 0
-        estimate = estimate_from_folder(args.records, tasks, model_path(args), target, workers=args.workers,
-                                        speedup=args.speedup, device=gpu_named(args.gpu) if args.gpu else None)
-        speeds = estimate.speeds
-        if args.records is not None and not speeds.measured_tasks:
-            print(f"warning: {args.records} recorded no speeds (no task finished with the model): every speed "
-                  "below is guessed")
-        print(f"speeds{f' from {speeds.measured_tasks} tasks of {args.records}' if args.records else ''}: training "
-              f"{speeds.training:.3g} s/token-step, generation {speeds.generation:.3g} s/unit, scoring "
-              f"{speeds.scoring:.3g} s/prompt token", *(f"  {line}" for line in speeds.sources()), sep="\n")
-        parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
-        print(f"{what} with the {'paper' if args.settings == 'run' and not args.records else args.settings} "
-              f"settings: TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
-              f"total {parts['total']} (h:mm:ss, {args.workers} worker(s), speed-up {args.speedup:g})")
+def _run_estimate(args) -> int:
+    from arc_kit.run.estimates import estimate_from_folder, expectations_for
+    from arc_kit.run.expectations import gpu_named
+    from arc_kit.run.planner import hours
+
+    target = None if args.settings == "run" else solve_preset(args.settings)
+    tasks = select_tasks(args)
+    what = f"{len(tasks)} tasks of {tasks.name or args.dataset}"
+    if args.table:
+        print("\n".join(expectations_for(tasks, model_path(args), target or solve_preset("paper"), what)))
         return 0
-    return run
+    if args.gpus and not args.gpu:
+        raise ValueError("--gpus counts GPUs of --gpu: name their kind (--gpu L4)")
+    if args.workers_per_gpu > 1 and not args.gpu:
+        raise ValueError("--workers-per-gpu shares a GPU: name it (--gpu L4)")
+    gpus = (args.gpus or 1) if args.gpu else 0
+    estimate = estimate_from_folder(args.records, tasks, args.model, target, gpus=gpus,
+                                    workers_per_gpu=args.workers_per_gpu, speedup=args.speedup,
+                                    device=gpu_named(args.gpu) if args.gpu else None)
+    speeds = estimate.speeds
+    for note in estimate.notes:
+        print(f"run {args.records}: {note}")
+    if args.records is not None and not speeds.measured_tasks:
+        print(f"warning: {args.records} recorded no speeds (no task finished with the model): every speed "
+              "below is guessed")
+    print(f"speeds{f' from {speeds.measured_tasks} tasks of {args.records}' if args.records else ''} (one worker): "
+          f"training {speeds.training:.3g} s/token-step, generation {speeds.generation:.3g} s/unit, scoring "
+          f"{speeds.scoring:.3g} s/prompt token", *(f"  {line}" for line in speeds.sources()), sep="\n")
+    parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
+    print(f"{what} with the {'paper' if args.settings == 'run' and not args.records else args.settings} "
+          f"settings: TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
+          f"total {parts['total']} (h:mm:ss of wall time on {estimate.machine}; one worker alone: "
+          f"{hours(estimate.seconds['total'])})")
+    return 0

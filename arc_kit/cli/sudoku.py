@@ -7,10 +7,17 @@ there, not here.
 
 from __future__ import annotations
 
-from arc_kit.cli.options import add_settings_options, number_argument, settings_from_options
+from arc_kit.cli.options import (
+    MAX_COUNT,
+    add_settings_options,
+    adopt_argument,
+    device_argument,
+    number_argument,
+    settings_from_options,
+)
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file
-from arc_kit.settings import TrainingSettings
+from arc_kit.settings import SudokuEvalSettings, TrainingSettings
 
 
 @command("sudoku", "the paper's Sudoku experiment: generate puzzles, train on them, evaluate DFS + PoE top-1")
@@ -51,28 +58,28 @@ def _add_train_arguments(actions) -> None:
     train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
     train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
     train.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
-    number_argument(train, "--limit", int, "only the first N puzzles", at_least=1)
+    number_argument(train, "--limit", int, "only the first N puzzles", at_least=1, at_most=MAX_COUNT)
     number_argument(train, "--copies", int, "augmented views per puzzle in the pool (default: %(default)s)",
-                    at_least=1, default=1000)
+                    at_least=1, at_most=10**6, default=1000)
     train.add_argument("--out", required=True)
     train.add_argument("--no-resume", action="store_true")
-    train.add_argument("--device", default="auto")
+    adopt_argument(train, "a training run's folder")
+    device_argument(train)
     add_settings_options(train, TrainingSettings(), "training settings (defaults: from-scratch for a preset, "
                                                     "else the paper's)")
 
 
 def _add_evaluate_arguments(actions) -> None:
     """``sudoku evaluate``: the model, the puzzles, the output folder, the clock and the evaluation settings."""
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
-
     evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
-    number_argument(evaluate, "--limit", int, "only the first N puzzles", at_least=1)
+    number_argument(evaluate, "--limit", int, "only the first N puzzles", at_least=1, at_most=MAX_COUNT)
     evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot; "
                                                        "puzzles already there are kept (resumes)")
     evaluate.add_argument("--no-resume", action="store_true", help="solve every puzzle again")
-    evaluate.add_argument("--device", default="cpu")
+    adopt_argument(evaluate, "an evaluation folder")
+    device_argument(evaluate, "cpu")
     number_argument(evaluate, "--minutes", float, "start no new puzzle after this long; the metrics cover the puzzles "
                     "done", above=0, at_most=525600)
     add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
@@ -101,7 +108,7 @@ def _train(args, pairs) -> int:
 
     settings = settings_from_options(args, training_settings_for(args.model))
     result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
-                          resume=not args.no_resume, device=args.device)
+                          resume=not args.no_resume, device=args.device, adopt=args.adopt)
     if result.main_process:
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
         print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
@@ -113,10 +120,10 @@ def _evaluate(args, pairs) -> int:
     """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
     import json
 
-    from arc_kit.sudoku.experiment import SudokuEvalSettings
     from arc_kit.sudoku.experiment import evaluate as evaluate_sudoku
 
     metrics = evaluate_sudoku(args.model, pairs, args.out, settings_from_options(args, SudokuEvalSettings()),
-                              device=args.device, minutes=args.minutes, resume=not args.no_resume)
+                              device=args.device, minutes=args.minutes, resume=not args.no_resume,
+                              adopt=args.adopt)
     print(json.dumps(metrics, indent=1))
     return 0

@@ -311,7 +311,8 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: 
     return CompetitionFiles(folder=best, sample_submission=sample if sample.exists() else None, **found[best])
 
 
-# an export's folder: further exports go into it (each replaces only its own split's files)
+# an export's folder: further exports go into it (each replaces only its own split's files); it is never cleared, so
+# its layout only says what an export writes there
 EXPORT_KIND = FolderKind("export", owned=("arc-agi_*_challenges.json", "arc-agi_*_solutions.json",
                                           "sample_submission.json"), resumable=True, kept="the files written")
 
@@ -386,6 +387,17 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
     return dict(sorted(pools.items()))
 
 
+RE_ARC_MEMBER_BYTES = 1 << 27  # the most an RE-ARC task file in an archive may hold (the largest hold a few MB)
+
+
+def _refused(size: int, where: str):
+    """A loader that refuses, in one line, an archive member too large to be a task's examples."""
+    def load():
+        raise InvalidDataError([f"{where} holds {size:,} bytes, more than any RE-ARC task file "
+                                f"({RE_ARC_MEMBER_BYTES:,}): is it the right archive?"])
+    return load
+
+
 def _re_arc_files(source: Path):
     """(task_id, loader) for every per-task JSON file of an RE-ARC folder or tarball."""
     if source.is_file() and source.name.endswith((".tar.gz", ".tgz", ".tar")):
@@ -394,8 +406,11 @@ def _re_arc_files(source: Path):
                 name = Path(member.name)
                 if (member.isfile() and name.suffix == ".json" and name.parent.name == "tasks"
                         and name.name != "counts.json"):  # as in a folder: counts.json is no task
-                    content = archive.extractfile(member).read()
                     where = f"{source}:{member.name}"
+                    if member.size > RE_ARC_MEMBER_BYTES:  # never read whole: no task's examples are that large
+                        yield name.stem, _refused(member.size, where)
+                        continue
+                    content = archive.extractfile(member).read()
                     yield name.stem, (lambda content=content, where=where: parse_json(content, where))
         return
     if not source.is_dir():

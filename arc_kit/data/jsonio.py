@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.names import shown
+from arc_kit.outputs import appending, replacing
 
 MAX_FILE_BYTES = 2**30  # the most a JSON file the kit reads may hold (ARC's largest files hold tens of MB)
 
@@ -258,19 +259,11 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) -> Path:
-    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place."""
+    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place
+    (``outputs.replacing``: a link at ``path`` is replaced itself, never what it points to)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with _naming(path), open(temporary, "w", encoding="utf-8") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+    with _naming(path), replacing(path) as handle:  # its folder made where missing (never through a link)
+        write(handle)
     return path
 
 
@@ -286,17 +279,13 @@ def write_json_lines_atomically(path: str | os.PathLike, values: Iterable[Any]) 
 
 
 def append_json_line(path: str | os.PathLike, data: Any) -> None:
-    """Append one JSON value as a line; a torn last line (a killed writer) is closed first, not continued."""
+    """Append one JSON value as a line (``outputs.appending``: never through a link); a torn last line (a killed
+    writer) is closed first, not continued."""
     path = Path(path)
-    torn = False
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            torn = handle.read(1) != b"\n"
-    with _naming(path), open(path, "a", encoding="utf-8") as handle:
+    with _naming(path), appending(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        torn = size > 0 and os.pread(handle.fileno(), 1, size - 1) != b"\n"
         handle.write(("\n" if torn else "") + json.dumps(data) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def read_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:

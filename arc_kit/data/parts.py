@@ -13,6 +13,7 @@ This module knows files and checksums; it knows nothing of models or of how the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -22,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from arc_kit.data.jsonio import read_json, write_json_atomically
+from arc_kit.names import file_name
+from arc_kit.outputs import remove_entry, replacing
 
 MANIFEST_SUFFIX = ".parts.json"
 DEFAULT_PART_BYTES = 40 * 1024 * 1024
@@ -47,13 +50,14 @@ class _PartWriter(io.RawIOBase):
         self.folder, self.name, self.part_bytes = folder, name, part_bytes
         self.parts: list[dict] = []
         self._handle, self._digest, self._written = None, None, 0
+        self._part = contextlib.ExitStack()  # the part being written (``outputs.replacing``: never through a link)
 
     def writable(self) -> bool:
         return True
 
     def _finish_part(self) -> None:
         if self._handle is not None:
-            self._handle.close()
+            self._part.close()
             self.parts[-1].update(bytes=self._written, sha256=self._digest.hexdigest())
             self._handle = None
 
@@ -62,9 +66,10 @@ class _PartWriter(io.RawIOBase):
         while len(view):
             if self._handle is None or self._written == self.part_bytes:
                 self._finish_part()
-                file_name = f"{self.name}.part{len(self.parts):03d}"
-                self._handle, self._digest, self._written = open(self.folder / file_name, "wb"), hashlib.sha256(), 0
-                self.parts.append({"file": file_name})
+                part_name = f"{self.name}.part{len(self.parts):03d}"
+                self._handle = self._part.enter_context(replacing(self.folder / part_name, binary=True))
+                self._digest, self._written = hashlib.sha256(), 0
+                self.parts.append({"file": part_name})
             take = min(len(view), self.part_bytes - self._written)
             self._handle.write(view[:take])
             self._digest.update(view[:take])
@@ -88,7 +93,7 @@ def pack(paths: Sequence[str | os.PathLike], out: str | os.PathLike, name: str,
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{name}.part[0-9][0-9][0-9]"):
-        old.unlink()
+        remove_entry(old)  # an earlier pack's (a link: the link itself)
     files = {}
     writer = _PartWriter(out, name, part_bytes)
     with tarfile.open(fileobj=writer, mode="w|") as archive:
@@ -121,6 +126,10 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
     """
     manifest = Path(manifest)
     record = read_json(manifest)
+    names = [part.get("file") if isinstance(part, dict) else None for part in record.get("parts") or []]
+    if not names or not all(isinstance(name, str) and name == Path(name).name and name not in (".", "..")
+                            for name in names):
+        raise PartsError(f"{manifest} names no parts, or parts that are no plain file names: not a parts manifest")
     folders = [manifest.parent, *map(Path, part_folders)]
     parts = [_find(folders, part["file"]) for part in record["parts"]]
     for path, part in zip(parts, record["parts"]):
@@ -130,8 +139,8 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
                              f"copy it again")
     destination = Path(destination)
     destination.mkdir(parents=True, exist_ok=True)
-    joined = destination / f".{record['name']}.tar.partial"
-    with open(joined, "wb") as sink:
+    joined = destination / f".{file_name(str(record['name']))}.tar.partial"
+    with replacing(joined, binary=True) as sink:
         for path in parts:
             with open(path, "rb") as source:
                 shutil.copyfileobj(source, sink, 1 << 20)

@@ -16,7 +16,7 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Task
 from arc_kit.names import file_name, shown
-from arc_kit.outputs import claim_file
+from arc_kit.outputs import claim_file, replacing
 
 PICTURE_SOFTWARE = "arc-kit show"  # in every picture ``save_task_picture`` writes (PNG text): how it knows its own
 
@@ -216,7 +216,8 @@ def save_task_picture(task: Task, out: str | os.PathLike | None = None, augmenta
     claim_file(out, "show", own=is_task_picture)
     figure = draw_task(task, title=title)
     try:
-        figure.savefig(out, dpi=dpi, format="png", metadata={"Software": PICTURE_SOFTWARE})
+        with replacing(out, binary=True) as handle:  # written aside, renamed into place: never through a link
+            figure.savefig(handle, dpi=dpi, format="png", metadata={"Software": PICTURE_SOFTWARE})
     finally:
         plt.close(figure)
     return str(out)

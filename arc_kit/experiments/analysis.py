@@ -21,7 +21,7 @@ import numpy as np
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import TaskSet
 from arc_kit.method.records import TaskRecord
-from arc_kit.method.scoring import Candidate, select
+from arc_kit.method.experts import Candidate, select
 
 
 def _answers(solutions: TaskSet | Mapping[str, Sequence]) -> dict[str, list[np.ndarray]]:

@@ -5,32 +5,21 @@
   on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
   (``decode_floor_seconds``: every weight and every cached key and value read once per step);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
-- scoring: ``reference.nlls.score_answers`` (one prompt pass, batched answers on its cache) against one full
-  forward pass per answer (goal >= 5x);
-- batched-search: the searches of one test input under 16 augmentations, batched DFS lanes
-  (``Solver.sample`` with ``batched``: the first search alone, its best answer the others' guess,
-  then the other 15 as lanes) against one search after another, the two run in turns (which goes
-  first alternates by test input), their candidate grids and NLLs compared; the note gives the
-  share of the batched time that the first search takes (timed alone, as a separate run);
-- lanes: ``batched_dfs_search`` of all 16 augmented prompts against 16 ``dfs_search`` calls (no
-  guesses, in turns, results compared): the lanes' own speed-up, apart from the first search;
-- batched-scoring: every candidate under 16 scoring augmentations in batched forwards
-  (``score_prompts``) against one augmentation after another (``score_answers``);
-- engine: the fast decode engine's step against the reference engine's, 16 lanes, at the model's
+- scoring: the engine's prefix-reusing scoring (``Engine.score``: one prompt pass, its keys and values
+  copied into the answers' lanes) against one full forward pass per answer (goal >= 5x);
+- engine: the decode engine's step against transformers' own forward, 16 lanes, at the model's
   width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``);
 - drafts (only when asked for): the speculative DFS against one token per step, engine steps and
   wall time, on the 30 shortest tasks by prompt tokens (``drafts_bench``; it ends with the line
   ``drafts: N.NNx fewer steps, M.MMx wall``).
 Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
-and every search and scoring runs on the decode engine ``engine`` names (``engines.make_engine``;
-fast by default), the baselines it is held against (transformers' ``generate``, one full forward per
-answer) on the model itself.
+and every search and scoring runs on the decode engine (``engine.make_engine``), the baselines it is
+held against (transformers' ``generate``, one full forward per answer) on the model itself.
 Each figure is the median of its repeats; the machine, versions and settings are printed with it.
 """
 
 from __future__ import annotations
 
-import functools
 import platform
 import statistics
 import time
@@ -40,17 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
 from arc_kit.experiments.drafts_bench import bench_drafts
 from arc_kit.experiments.engine_bench import bench_engine
-from arc_kit.method.answers import AnswerSpace, SearchResult
-from arc_kit.method.batched_dfs import batched_dfs_search
-from arc_kit.method.dfs import dfs_search
-from arc_kit.method.engines import make_engine
-from arc_kit.method.reference.nlls import sequence_nll
-from arc_kit.method.scoring import augmented_nlls
+from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.engine import make_engine
+from arc_kit.method.search import search
 from arc_kit.method.solver import Solver
+from arc_kit.method.transformers_forward import sequence_nll
 from arc_kit.model.loading import LoadSettings, create_model, load_model
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token, weight_bytes
 from arc_kit.run.planner import shortest_tasks
@@ -120,17 +106,15 @@ def _engine_prefill_seconds(engine, ids: Sequence[int], space: AnswerSpace, repe
 DEFAULTS = SolveSettings()  # the solver's defaults: each benchmark measures what a run does
 PROBABILITIES = DEFAULTS.probabilities
 THRESHOLD = DEFAULTS.sampler.threshold
-ENGINE = DEFAULTS.engine
 
 
 def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES,
-                 engine: str = ENGINE) -> BenchResult:
-    """Seconds per explored token: DFS (on the ``engine``) against greedy ``generate``, prefill subtracted from both."""
+                 greedy_tokens: int = 64, repeats: int = 3, probabilities: str = PROBABILITIES) -> BenchResult:
+    """Seconds per explored token: DFS (on the engine) against greedy ``generate``, prefill subtracted from both."""
     import torch
 
     space = AnswerSpace.from_encoder(encoder, probabilities)
-    decoder = make_engine(model, engine)
+    decoder = make_engine(model)
     dfs_per_token, greedy_per_token, prompt_lengths = [], [], []
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
@@ -138,7 +122,7 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
         prefill = _prefill_seconds(model, prompt, repeats)
         engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
         settings = SamplerSettings(threshold=threshold)
-        seconds, result = _timed(model, lambda: dfs_search(decoder, prompt, space, settings), repeats)
+        seconds, result = _timed(model, lambda: search(decoder, [prompt], space, settings)[0], repeats)
         if result.forward_calls:
             dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
         tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
@@ -149,7 +133,7 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
                                       do_sample=False, pad_token_id=space.eos_id, eos_token_id=space.eos_id)
         seconds, _ = _timed(model, greedy, repeats)
         greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
-    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens, {decoder.kind} engine"
+    note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens, on the {decoder.kind}"
     device = next(model.parameters()).device
     if device.type == "cuda" and dfs_per_token:
         note += "; " + floor_note(model, prompt_lengths, statistics.median(dfs_per_token),
@@ -171,17 +155,15 @@ def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, d
 
 
 def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES,
-                 engine: str = ENGINE) -> BenchResult:
+                 augmentations: int = 4, seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
     """Whole test inputs under the same augmentations (as the solver runs them): DFS against greedy."""
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
-                                                  engine=engine))
+    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities))
     totals = {}
     for name, sampler in (("dfs", SamplerSettings("dfs", threshold=threshold)), ("greedy", SamplerSettings("greedy"))):
         started = time.perf_counter()
         for task in tasks:
             views = Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations)
-            solver.sample(model, task.train, task.test[0].input, views, sampler, np.random.default_rng(seed))
+            solver.sample(model, task.train, task.test[0].input, views, sampler)
         _synchronize(model)
         totals[name] = time.perf_counter() - started
     return BenchResult(f"search: DFS T={threshold * 100:g}% vs greedy", totals["dfs"], totals["greedy"], "",
@@ -189,10 +171,10 @@ def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 
 
 def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
-                  seed: int = 0, probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
-    """Prefix-reusing batched scoring (on the ``engine``) against one full forward per answer, same answers."""
+                  seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
+    """Prefix-reusing batched scoring (on the engine) against one full forward per answer, same answers."""
     space = AnswerSpace.from_encoder(encoder, probabilities)
-    decoder = make_engine(model, engine)
+    decoder = make_engine(model)
     rng = np.random.default_rng(seed)
     ours = reference = 0.0
     for task in tasks:
@@ -208,124 +190,6 @@ def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candida
         reference += _timed(model, lambda: sequence_nll(model, prompt, answers, space), repeats)[0]
     return BenchResult("scoring: prefix-reusing vs per answer", ours, reference, "",
                        f"{len(tasks)} prompts x {candidates} answers")
-
-
-def _augmented_inputs(tasks: Sequence[Task], augmentations: int, seed: int):
-    """(task, its augmentations) pairs, the augmentations drawn as the solver draws them."""
-    return [(task, Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations))
-            for task in tasks]
-
-
-def bench_batched_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                         augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
-                         probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
-    """One test input's searches under ``augmentations`` views: batched DFS lanes against one after another.
-
-    The two modes take turns, the first alternating by test input (so neither always finds the
-    caches warm); the note says whether they found the same candidate grids, how far apart their
-    generation NLLs were, and what share of the batched time the first search takes (the batched
-    mode runs it alone before the lanes; it is timed in a run of its own, the same search).
-    """
-    solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
-                                                  engine=engine))
-    sampler = SamplerSettings("dfs", threshold=threshold)
-    totals = {True: 0.0, False: 0.0}
-    first = 0.0
-    differing, largest = [], 0.0
-    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
-        found = {}
-        for batched in ((True, False) if position % 2 == 0 else (False, True)):
-            _synchronize(model)
-            started = time.perf_counter()
-            candidates, _ = solver.sample(model, task.train, task.test[0].input, views, sampler,
-                                          np.random.default_rng(seed), batched=batched)
-            _synchronize(model)
-            totals[batched] += time.perf_counter() - started
-            found[batched] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-        first += _timed(model, functools.partial(solver.sample, model, task.train, task.test[0].input, views[:1],
-                                                 sampler, np.random.default_rng(seed), batched=True), 1)[0]
-        if found[True].keys() != found[False].keys():
-            differing.append(task.id)
-            continue
-        for key, nlls in found[True].items():
-            other = found[False][key]
-            if nlls.keys() != other.keys():
-                differing.append(task.id)
-                break
-            largest = max([largest, *(abs(nll - other[name]) for name, nll in nlls.items())])
-    same = (f"same candidates, largest NLL difference {largest:.1e}" if not differing else
-            f"candidates differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
-    share = first / totals[True] if totals[True] else float("nan")
-    return BenchResult(f"batched-search: {augmentations} lanes vs sequential", totals[True], totals[False], "",
-                       f"{len(tasks)} test inputs x {augmentations} augmentations, T={threshold:g}; {same}; "
-                       f"first search {share:.0%} of the batched time")
-
-
-def _lanes_or_singles(engine, prompts, space: AnswerSpace, settings: SamplerSettings, batched: bool
-                      ) -> list[SearchResult]:
-    if batched:
-        return batched_dfs_search(engine, prompts, space, settings)
-    return [dfs_search(engine, prompt, space, settings) for prompt in prompts]
-
-
-def bench_lanes(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float = THRESHOLD,
-                augmentations: int = DEFAULTS.inference_augmentations, seed: int = 0,
-                probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
-    """``batched_dfs_search`` of a test input's ``augmentations`` prompts against one ``dfs_search`` per prompt.
-
-    No guesses on either side (the same work); the two take turns as in ``bench_batched_search``,
-    and the note says whether every lane found what its single search found.
-    """
-    space = AnswerSpace.from_encoder(encoder, probabilities)
-    decoder = make_engine(model, engine)
-    settings = SamplerSettings(threshold=threshold)
-    totals = {True: 0.0, False: 0.0}
-    differing, largest = [], 0.0
-    for position, (task, views) in enumerate(_augmented_inputs(tasks, augmentations, seed)):
-        prompts = [encoder.encode_prompt(view.apply_pairs(task.train), view.apply_grid(task.test[0].input)).ids
-                   for view in views]
-        found: dict[bool, list[SearchResult]] = {}
-        for batched in ((True, False) if position % 2 == 0 else (False, True)):
-            seconds, found[batched] = _timed(model, functools.partial(_lanes_or_singles, decoder, prompts, space,
-                                                                      settings, batched), 1)
-            totals[batched] += seconds
-        for lane, single in zip(found[True], found[False]):
-            if [c.ids for c in lane.completions] != [c.ids for c in single.completions]:
-                differing.append(task.id)
-                break
-            largest = max([largest, *(abs(a.nll - b.nll) for a, b in zip(lane.completions, single.completions))])
-    same = (f"same answers, largest NLL difference {largest:.1e}" if not differing else
-            f"answers differ on {len(differing)} test input(s) ({', '.join(differing[:3])}); a cap was hit?")
-    return BenchResult(f"lanes: {augmentations} lanes vs {augmentations} dfs_search", totals[True], totals[False],
-                       "", f"{len(tasks)} test inputs, T={threshold:g}, no guesses; {same}")
-
-
-def bench_batched_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 8,
-                          augmentations: int = DEFAULTS.scoring_augmentations,
-                          batch_size: int = DEFAULTS.scoring_batch_size, seed: int = 0,
-                          probabilities: str = PROBABILITIES, engine: str = ENGINE) -> BenchResult:
-    """Candidates under ``augmentations`` scoring views: ``score_prompts`` against one view after another."""
-    rng = np.random.default_rng(seed)
-    decoder = make_engine(model, engine)
-    totals = {True: 0.0, False: 0.0}
-    largest = 0.0
-    for task, views in _augmented_inputs(tasks, augmentations, seed):
-        grids = []
-        for _ in range(candidates):  # the right answer with a few random cells changed
-            grid = np.array(task.test[0].output)
-            cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
-            grid.flat[cells] = rng.integers(0, 10, size=len(cells))
-            grids.append(grid)
-        tables = {}
-        for batched in (True, False):
-            seconds, tables[batched] = _timed(model, lambda: augmented_nlls(
-                decoder, encoder, task.train, task.test[0].input, grids, views, batch_size, batched=batched,
-                probabilities=probabilities), 1)
-            totals[batched] += seconds
-        largest = max(largest, float(np.abs(tables[True] - tables[False]).max()))
-    return BenchResult(f"batched-scoring: {augmentations} views together vs one by one", totals[True], totals[False],
-                       "", f"{len(tasks)} test inputs x {candidates} answers x {augmentations} augmentations, "
-                       f"batch {batch_size}; largest NLL difference {largest:.1e}")
 
 
 def environment() -> str:
@@ -346,17 +210,16 @@ def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
     return model.to(device=device, dtype=getattr(torch, dtype)).eval()
 
 
-BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring,
-              "batched-search": bench_batched_search, "lanes": bench_lanes, "batched-scoring": bench_batched_scoring,
-              "engine": bench_engine, "drafts": bench_drafts}
+BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring, "engine": bench_engine,
+              "drafts": bench_drafts}
 DEFAULT_BENCHMARKS = tuple(name for name in BENCHMARKS if name != "drafts")  # the engine's last: its line ends them
 DRAFT_BENCH_TASKS = 30  # the drafts benchmark's tasks: the shortest by prompt tokens
 
 
 def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFAULT_BENCHMARKS,
                    count: int | None = None, max_prompt: int = 4096, threshold: float = THRESHOLD,
-                   device: str = "auto", probabilities: str = PROBABILITIES, engine: str = ENGINE,
-                   engine_compile: str = "auto", augmentations: int = DEFAULTS.inference_augmentations,
+                   device: str = "auto", probabilities: str = PROBABILITIES, engine_compile: str = "auto",
+                   augmentations: int = DEFAULTS.inference_augmentations,
                    draft_tokens: int = DEFAULTS.sampler.draft_tokens):
     """Lines to print: the environment, then the lines of each benchmark in ``which`` (all but drafts by default).
 
@@ -365,8 +228,7 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
     ``max_prompt`` tokens; the drafts benchmark takes the ``count`` (30 unless given) with the fewest
     prompt tokens (``planner.shortest_tasks``), each test input under ``augmentations`` views, at most
     ``draft_tokens`` fed with a branch's token.
-    ``engine``: the decode engine the searches and scorings run on (the engine benchmark runs both, the
-    fast one compiled as ``engine_compile`` says).
+    ``engine_compile``: the engine benchmark compiles the engine's step as it says.
     """
     if model_path is None:
         model, encoder, label = llama_3b_shaped(), TaskEncoder(Vocabulary()), "Llama-3.2-3B-shaped, random"
@@ -376,11 +238,11 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
     chosen = [task for task in tasks.tasks()
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
     chosen = sorted(chosen, key=lambda task: task.id)[:count or 5]
-    yield f"{environment()} | model {label} | {engine} engine"
+    yield f"{environment()} | model {label}"
     for name in which:
         keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
         keywords["probabilities"] = probabilities
-        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {"engine": engine})
+        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {})
         picked = chosen
         if name == "drafts":
             keywords.update(augmentations=augmentations, draft_tokens=draft_tokens)

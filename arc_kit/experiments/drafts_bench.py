@@ -2,7 +2,7 @@
 
 Each test input of the given tasks (the bench command gives the 30 shortest by prompt tokens) is
 searched under its inference augmentations, drawn as the solver draws them (``Solver.views``), by
-the solver's candidate generation as a run makes it (``Solver.sample``: batched lanes after the
+the solver's candidate generation as a run makes it (``Solver.sample``: lanes after the
 first search), once for each setting of ``SamplerSettings.drafts``, in turns (which goes first
 rotates by test input, so that none always finds the machine's caches warm). The engine's steps
 (``SearchStats.engine_steps``), the wall time and the draft tokens fed and followed are summed per
@@ -18,8 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
@@ -83,25 +81,24 @@ def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
 
 
 def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
-                 probabilities: str = "full", engine: str = "fast", modes: Sequence[str] = DRAFT_SOURCES,
+                 probabilities: str = "full", modes: Sequence[str] = DRAFT_SOURCES,
                  seed: int = 0, draft_tokens: int = SamplerSettings().draft_tokens) -> DraftsBench:
     """Every test input of ``tasks`` under ``augmentations`` views, searched with each setting in ``modes``."""
     if "none" not in modes:
         raise ValueError("the drafts benchmark compares with 'none': it must be among the modes")
     solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
-                                                  engine=engine, inference_augmentations=augmentations, seed=seed))
+                                                  inference_augmentations=augmentations, seed=seed))
     totals = {mode: _Totals() for mode in modes}
     inputs = 0
     for task in tasks:
         for index, test_input in enumerate(task.test_inputs):
-            views, _, _ = solver.views(task, index)
+            views, _ = solver.views(task, index)
             order = list(modes[inputs % len(modes):]) + list(modes[:inputs % len(modes)])
             found = {}
             for mode in order:
                 sampler = SamplerSettings("dfs", threshold=threshold, drafts=mode, draft_tokens=draft_tokens)
                 started = time.perf_counter()
-                candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler,
-                                                  np.random.default_rng(seed), task_id=task.id)
+                candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler, task_id=task.id)
                 total = totals[mode]
                 total.seconds += time.perf_counter() - started
                 total.steps += stats.engine_steps
@@ -112,6 +109,6 @@ def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
                 if mode != "none":
                     _compare(found[mode], found["none"], totals[mode], f"{task.id}[{index}]")
             inputs += 1
-    note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, {solver.engine().kind} engine, "
+    note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, on the {solver.engine().kind}, "
             f"at most {draft_tokens} draft tokens per step")
     return DraftsBench(totals, inputs, note)

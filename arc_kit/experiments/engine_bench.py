@@ -1,4 +1,4 @@
-"""``arc-kit bench --which engine``: the fast decode engine's step against the reference engine's, 16 lanes.
+"""``arc-kit bench --which engine``: the decode engine's step against transformers' own forward, 16 lanes.
 
 Two models, each with a test-time LoRA attached as a solve attaches it (``ttt.TestTimeTrainer``'s
 ``optimization.add_lora``: rank 32, alpha 16, every linear layer, embeddings and head saved): the
@@ -6,20 +6,20 @@ model benchmarked (the shipped one by default) and a model of the same depth at 
 random weights, whose step is almost all framework overhead (as ``scripts/decode_bench.py
 --overhead-only`` measures it). Each runs 16 lanes, the prompts of a typical task's test input
 (the median prompt length of the tasks given) under the solver's 16 inference augmentations,
-through both engines at once: the prompts
-prefilled (not timed), a few steps to warm up (a compiled step compiles there), then steps in
-turns, fast and reference, each lane feeding its most probable token at its next position. The
-figure is the median seconds per step; the two engines' NLLs are compared on every step. The width-64
-model runs twice: on the same prompts (at 16 lanes of a long prompt, reading the cache is most of
-its step, the same work in both engines) and on the prompts cut to their first ``OVERHEAD_PROMPT``
-tokens, the framework overhead line: what each engine costs beyond the arithmetic. On CUDA it
-also gives the fast engine's tokens per second per process for 1 and 16 lanes and its time against
-the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache read
-once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
+through the engine and through ``transformers_forward.TransformersDecoder`` (transformers' forward,
+one lane at a time: what runs a model the engine cannot): the prompts prefilled (not timed), a few
+steps to warm up (a compiled step compiles there), then steps in turns, each lane feeding its most
+probable token at its next position. The figure is the median seconds per step; the two NLLs are
+compared on every step. The width-64 model runs twice: on the same prompts (at 16 lanes of a long
+prompt, reading the cache is most of its step) and on the prompts cut to their first
+``OVERHEAD_PROMPT`` tokens, the framework overhead line: what each costs beyond the arithmetic. On
+CUDA it also gives the engine's tokens per second per process for 1 and 16 lanes and its time
+against the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache
+read once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
 
-``engine_agreement`` compares what the two engines answer rather than their steps: the DFS's
-candidates (grids and NLLs) for every test input of some tasks, searched on each engine under the
-same views, the fast one compiled where asked (the GPU check, ``scripts/gpu_check.py``).
+``engine_agreement`` compares what the two answer rather than their steps: the DFS's candidates
+(grids and NLLs) for every test input of some tasks, searched by the solver on the engine (compiled
+where asked) and on transformers' forward under the same views (the GPU check, ``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
 from arc_kit.experiments.drafts_bench import candidate_difference
 from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.engines import make_engine
+from arc_kit.method.engine import Engine, compiles
 from arc_kit.method.solver import Solver
+from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.model.optimization import add_lora
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
-from arc_kit.settings import SamplerSettings, SolveSettings, TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder
 
 LANES = 16
@@ -50,28 +51,28 @@ OVERHEAD_PROMPT = 64  # the overhead line's prompts: short, so that the cache's 
 
 @dataclass
 class EngineBenchResult:
-    """Per-step seconds of both engines on each model, and what the fast engine does on CUDA."""
+    """Per-step seconds of the engine and of transformers' forward on each model, and what the engine does on CUDA."""
 
-    rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, fast, reference, note)
+    rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, engine, transformers, note)
     cuda: list[str] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
-    largest_difference: float = 0.0  # the largest NLL difference between the engines on the model benchmarked
+    largest_difference: float = 0.0  # the largest NLL difference between the two on the model benchmarked
 
     def lines(self) -> list[str]:
-        lines = [f"engine: {LANES} lanes, {name}: fast {fast * 1e3:.2f} ms/step, reference {reference * 1e3:.2f} "
-                 f"ms/step; {note}" for name, fast, reference, note in self.rows]
-        (_, fast, reference, _), (_, overhead_fast, overhead_reference, _) = self.rows[0], self.rows[-1]
-        lines.append(f"engine speed-up at real width: {reference / fast:.2f}x ({LANES} lanes)")
+        lines = [f"engine: {LANES} lanes, {name}: engine {ours * 1e3:.2f} ms/step, transformers "
+                 f"{theirs * 1e3:.2f} ms/step; {note}" for name, ours, theirs, note in self.rows]
+        (_, ours, theirs, _), (_, overhead_ours, overhead_theirs, _) = self.rows[0], self.rows[-1]
+        lines.append(f"engine speed-up at real width: {theirs / ours:.2f}x ({LANES} lanes)")
         lines += self.cuda
         if len(self.rows) > 1:  # the width-64 rows were measured
-            lines.append(f"engine speed-up: {overhead_reference / overhead_fast:.2f}x (overhead, width 64, "
+            lines.append(f"engine speed-up: {overhead_theirs / overhead_ours:.2f}x (overhead, width 64, "
                          f"{LANES} lanes)")
         return lines
 
 
 def with_test_time_lora(model):
     """A copy of ``model`` wrapped in the test-time adapter a solve attaches (its defaults), adapter on."""
-    settings = TestTimeSettings()
+    settings = TEST_TIME_TRAINING
     return add_lora(copy.deepcopy(model), settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
                     adapter_name="ttt").eval()
 
@@ -133,7 +134,8 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
                 _synchronize(device)
                 started = time.perf_counter()
                 with torch.no_grad():
-                    found[name] = engine.step(tokens, positions)
+                    found[name] = np.stack([rows[0] for rows in engine.step([[token] for token in tokens],
+                                                                            positions)])
                 _synchronize(device)
                 if step >= warmup:
                     times[name].append(time.perf_counter() - started)
@@ -150,23 +152,22 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
 
 
 def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
-    """(name, fast seconds, reference seconds, note) of one model's 16 lanes, its fast engine and the largest NLL
-    difference between the engines."""
+    """(name, engine seconds, transformers seconds, note) of one model's 16 lanes, its engine and the largest NLL
+    difference between the two."""
     adapted = with_test_time_lora(model)
-    engines = {"fast": make_engine(adapted, "fast", compile=compile), "reference": make_engine(adapted, "reference")}
-    if engines["fast"].kind != "fast":
-        raise ValueError(f"the fast engine cannot run {name}: nothing to compare")
+    engines = {"engine": Engine(adapted, compile=compiles(compile, adapted)),
+               "transformers": TransformersDecoder(adapted)}
     seconds, largest = _timed_steps(engines, prompts, space, steps, warmup)
     lengths = sorted(len(prompt) for prompt in prompts)
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
-            f"{TestTimeSettings().lora_rank} test-time LoRA attached, fast step "
-            f"{'compiled' if engines['fast'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
-    return (name, seconds["fast"], seconds["reference"], note), engines["fast"], largest
+            f"{TEST_TIME_TRAINING.lora_rank} test-time LoRA attached, engine step "
+            f"{'compiled' if engines['engine'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
+    return (name, seconds["engine"], seconds["transformers"], note), engines["engine"], largest
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """The fast engine's median step at ``lanes`` lanes, and the bandwidth floor of that step (None: unknown)."""
+    """The engine's median step at ``lanes`` lanes, and the bandwidth floor of that step (None: unknown)."""
 
     lanes: int
     seconds: float  # per step
@@ -183,7 +184,7 @@ class Throughput:
 
 def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
                bandwidth: float | None) -> list[Throughput]:
-    """The fast engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor)."""
+    """The engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor)."""
     import torch
 
     decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())
@@ -191,7 +192,7 @@ def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
     found = []
     for lanes in (1, LANES):
         chosen = prompts[:lanes]
-        seconds = _timed_steps({"fast": engine}, chosen, space, steps, warmup)[0]["fast"]
+        seconds = _timed_steps({"engine": engine}, chosen, space, steps, warmup)[0]["engine"]
         floor = None if bandwidth is None else \
             decode_floor_seconds(decode_bytes, sum(len(p) for p in chosen), per_token, bandwidth)
         found.append(Throughput(lanes, seconds, floor))
@@ -208,7 +209,7 @@ def throughput_line(measured: Throughput, device_name: str, bandwidth: float | N
 
 
 def throughput_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int, device_name: str) -> list[str]:
-    """Tokens per second per process of the fast engine for 1 and 16 lanes, against the bandwidth floor of
+    """Tokens per second per process of the engine for 1 and 16 lanes, against the bandwidth floor of
     ``device_name``'s memory (``PEAK_BANDWIDTH``; the ratio is left out for a device not on record)."""
     bandwidth = device_bandwidth(device_name)
     return [throughput_line(measured, device_name, bandwidth)
@@ -219,9 +220,9 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
                  probabilities: str = SolveSettings().probabilities, label: str = "the model",
                  compile: str = SolveSettings().engine_compile, bandwidth: float | None = None,
                  overhead: bool = True) -> EngineBenchResult:
-    """The fast engine's step against the reference's, 16 lanes, at real width and at width 64 (module docstring).
+    """The engine's step against transformers' forward, 16 lanes, at real width and at width 64 (module docstring).
 
-    ``compile``: the fast engine's ``engines.make_engine`` option (auto: compiled on a GPU only).
+    ``compile``: ``engine.make_engine``'s option (auto: compiled on a GPU only).
     ``bandwidth`` (bytes/s): measure the throughput against this floor off CUDA too (on CUDA: the card's,
     when on record). ``overhead``: also the width-64 rows.
     """
@@ -231,16 +232,16 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
-    row, fast, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
+    row, engine, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
-    if fast.device.type == "cuda" or bandwidth is not None:
+    if engine.device.type == "cuda" or bandwidth is not None:
         import torch
 
-        name = torch.cuda.get_device_name(fast.device) if fast.device.type == "cuda" else fast.device.type
+        name = torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else engine.device.type
         bandwidth = bandwidth if bandwidth is not None else device_bandwidth(name)
-        result.throughput = throughput(fast, prompts, space, steps, warmup, bandwidth)
+        result.throughput = throughput(engine, prompts, space, steps, warmup, bandwidth)
         result.cuda = [throughput_line(measured, name, bandwidth) for measured in result.throughput]
-    del fast
+    del engine
     if not overhead:
         return result
     narrow = overhead_model(model)
@@ -253,52 +254,52 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
 
 @dataclass
 class EngineAgreement:
-    """The fast engine's DFS candidates against the reference engine's, test input by test input."""
+    """The engine's DFS candidates against transformers' forward's, test input by test input."""
 
     inputs: int = 0
-    candidates: int = 0  # the reference's, all test inputs together
+    candidates: int = 0  # transformers', all test inputs together
     differing: list[str] = field(default_factory=list)  # test inputs whose candidate grids differ
     largest: float = 0.0  # the largest NLL difference on the test inputs whose grids agree
-    seconds: dict[str, float] = field(default_factory=dict)  # per engine, its searches together
-    compiled: bool = False  # the fast engine's step was compiled
+    seconds: dict[str, float] = field(default_factory=dict)  # per side, its searches together
+    compiled: bool = False  # the engine's step was compiled
 
     def line(self) -> str:
         same = "the same candidates" if not self.differing else \
             f"candidates differ on {len(self.differing)} test input(s): {', '.join(self.differing[:3])}"
-        return (f"engines agree: {self.inputs} test inputs, {self.candidates} candidates, {same}, largest NLL "
-                f"difference {self.largest:.1e}; fast{' (compiled)' if self.compiled else ''} "
-                f"{self.seconds.get('fast', 0):.1f} s, reference {self.seconds.get('reference', 0):.1f} s")
+        return (f"engine agrees with transformers: {self.inputs} test inputs, {self.candidates} candidates, {same}, "
+                f"largest NLL difference {self.largest:.1e}; engine{' (compiled)' if self.compiled else ''} "
+                f"{self.seconds.get('engine', 0):.1f} s, transformers {self.seconds.get('transformers', 0):.1f} s")
 
 
 def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
                      compile: str = SolveSettings().engine_compile, probabilities: str = "full",
                      seed: int = 0, progress=None) -> EngineAgreement:
     """Every test input of ``tasks`` searched (DFS at ``threshold``, drafts on, no test-time training) under the
-    same ``augmentations`` views on the fast engine and on the reference; their candidates compared.
+    same ``augmentations`` views on the engine and on transformers' forward; their candidates compared.
     ``progress``: called with the result so far after each test input."""
     settings = SolveSettings(test_time_training=False, probabilities=probabilities,
                              inference_augmentations=augmentations, seed=seed, engine_compile=compile)
-    solvers = {kind: Solver(model, encoder, settings.replace(engine=kind)) for kind in ("fast", "reference")}
+    solvers = {"engine": Solver(model, encoder, settings),
+               "transformers": Solver(model, encoder, settings, engine=TransformersDecoder(model))}
     sampler = SamplerSettings("dfs", threshold=threshold)
-    result = EngineAgreement(seconds={kind: 0.0 for kind in solvers})
+    result = EngineAgreement(seconds={side: 0.0 for side in solvers})
     for task in tasks:
         for index, test_input in enumerate(task.test_inputs):
-            views, _, _ = solvers["reference"].views(task, index)
+            views, _ = solvers["transformers"].views(task, index)
             found = {}
-            for kind, solver in solvers.items():
+            for side, solver in solvers.items():
                 started = time.perf_counter()
-                candidates, _ = solver.sample(solver.model, task.train, test_input, views, sampler,
-                                              np.random.default_rng(seed), task_id=task.id)
-                result.seconds[kind] += time.perf_counter() - started
-                found[kind] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-            difference = candidate_difference(found["fast"], found["reference"])
+                candidates, _ = solver.sample(solver.model, task.train, test_input, views, sampler, task_id=task.id)
+                result.seconds[side] += time.perf_counter() - started
+                found[side] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+            difference = candidate_difference(found["engine"], found["transformers"])
             if difference is None:
                 result.differing.append(f"{task.id}[{index}]")
             else:
                 result.largest = max(result.largest, difference)
             result.inputs += 1
-            result.candidates += len(found["reference"])
-            result.compiled = bool(getattr(solvers["fast"].engine(), "compiled", False))
+            result.candidates += len(found["transformers"])
+            result.compiled = bool(getattr(solvers["engine"].engine(), "compiled", False))
             if progress is not None:
                 progress(result)
     return result

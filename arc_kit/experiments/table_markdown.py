@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
+from arc_kit.outputs import replace_file, replacing
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
@@ -68,8 +69,7 @@ def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSetting
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
                 f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
                 f"process (CUDA only).\n\n" + _markdown(table))
-    table.to_csv(out / "ablation.csv", index=False)
-    (out / "ablation.md").write_text(markdown + "\n")
+    _write_table(out, "ablation", table, markdown)
     return TableRun(table, markdown, dict(records))
 
 
@@ -111,9 +111,16 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
                 f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
                 f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
                 "measured on CUDA only.\n\n" + _markdown(table))
-    table.to_csv(out / "samplers.csv", index=False)
-    (out / "samplers.md").write_text(markdown + "\n")
+    _write_table(out, "samplers", table, markdown)
     return TableRun(table, markdown, dict(records))
+
+
+def _write_table(out: Path, name: str, table, markdown: str) -> None:
+    """``name``.csv and ``name``.md in run folder ``out``, each written aside and renamed into place (``outputs``:
+    never through a link)."""
+    with replacing(out / f"{name}.csv", newline="") as handle:
+        table.to_csv(handle, index=False)
+    replace_file(out / f"{name}.md", markdown + "\n")
 
 
 def _percent(right: int | None, outputs: int) -> float | None:

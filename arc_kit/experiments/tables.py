@@ -25,7 +25,6 @@ the tables out. This module knows the solver's pieces and the run layer; it writ
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,17 +35,20 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.submission import any_attempt_right, attempt_is_right
 from arc_kit.data.tasks import Task, TaskSet
+from arc_kit.experiments.generate_samplers import GENERATE_KINDS, generated_candidates
 from arc_kit.experiments.table_markdown import ABLATION_STAGES, TableRun, ablation_table, sampler_table
-from arc_kit.locking import hold_folder, holding_folder
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord, SamplerResult
-from arc_kit.method.records import append_record
-from arc_kit.method.scoring import AGGREGATIONS, Candidate, select
+from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
+from arc_kit.outputs import kit_subfolder, remove_owned
+from arc_kit.run.locking import hold_folder, holding_folder
+from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import (
     CLAIMS_FOLDER,
     RUN_KIND,
+    TABLE_NAMES,
     RunFolderError,
     check_run,
     claim_task,
@@ -116,25 +118,23 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None)
                             probabilities=solver.space.probabilities)
     per_test = [(test_input, *solver.views(visible, index)) for index, test_input in enumerate(visible.test_inputs)]
     with clock("baseline"), solver.base_model() as base:
-        for test_input, _, _, rng in per_test:
-            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+        for test_input, _, _ in per_test:
+            found, _ = solver.sample(base, visible.train, test_input, identity, greedy, task_id=task.id)
             record.stages["baseline"].append([c.grid for c in found[:2]])
     with clock("ttt"):
         record.ttt = solver.adapt(visible)
-    for test_input, inference, scoring, rng in per_test:
+    for test_input, inference, scoring in per_test:
         with clock("+TTT"):
-            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, rng, task_id=task.id)
+            found, _ = solver.sample(solver.model, visible.train, test_input, identity, greedy, task_id=task.id)
         record.stages["+TTT"].append([c.grid for c in found[:2]])
         with clock("+16xAug"):
-            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, rng,
-                                         task_id=task.id)
+            augmented, _ = solver.sample(solver.model, visible.train, test_input, inference, greedy, task_id=task.id)
         record.stages["+16xAug"].append([augmented[i].grid for i in select(augmented, "generation")])
         with clock("+PoE"):
             solver.score(solver.model, visible.train, test_input, augmented, scoring)
         record.stages["+PoE"].append([augmented[i].grid for i in select(augmented, "product")])
         with clock("+DFS"):
-            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, rng,
-                                             task_id=task.id)
+            searched, search = solver.sample(solver.model, visible.train, test_input, inference, dfs, task_id=task.id)
             solver.score(solver.model, visible.train, test_input, searched, scoring)
         record.stages["+DFS"].append([searched[i].grid for i in select(searched, "product")])
         record.candidates.setdefault("+16xAug", []).append(len(augmented))
@@ -159,15 +159,19 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
     cuda = next(solver.model.parameters()).device.type == "cuda"
     for index, test_input in enumerate(visible.test_inputs):
-        inference, scoring, _ = solver.views(visible, index)
+        inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
         for sampler in samplers:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             started = time.monotonic()
-            rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
-            candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler, rng,
-                                               task_id=task.id)
+            if sampler.kind in GENERATE_KINDS:  # the paper's others: transformers' generate, seeded per sampler
+                rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
+                candidates, search = generated_candidates(solver, visible.train, test_input, inference, sampler, rng,
+                                                          task.id)
+            else:
+                candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
+                                                   task_id=task.id)
             result = record.samplers.setdefault(sampler.name, SamplerResult(
                 correct={a: [] for a in AGGREGATIONS}, correct_top1={a: [] for a in AGGREGATIONS}))
             result.seconds += time.monotonic() - started
@@ -222,7 +226,7 @@ def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progr
 
     records = run_records(out, records_file(table), kind)
     path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
     for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
                      disable=not progress):
         if not task.has_solutions:
@@ -267,7 +271,7 @@ def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
     return sampler_table(records, samplers, solver.settings, out)
 
 
-TABLES = ("ablation", "samplers")
+TABLES = TABLE_NAMES  # ("ablation", "samplers"): a run folder's layout names their files (runs.RUN_KIND)
 
 
 def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
@@ -316,7 +320,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if which == "ablation" and (workers > 1 or minutes is not None):
         import multiprocessing
 
-        shutil.rmtree(out / CLAIMS_FOLDER, ignore_errors=True)  # claims of an interrupted run: its tasks are not done
+        remove_owned(out, RUN_KIND, below=CLAIMS_FOLDER)  # claims of an interrupted run: its tasks are not done
         context = multiprocessing.get_context("spawn")
         processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
                                                                     load_options or {}, stop_at_epoch))

@@ -17,27 +17,36 @@ knows Kaggle's folders and files; the solving is ``jobs``' and the planning ``pl
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
-from arc_kit.devices import visible_gpus
-from arc_kit.locking import holding_folder
-from arc_kit.method.records import answers_from_records, read_records
+from arc_kit.method.records import answers_from_records
+from arc_kit.model.devices import visible_gpus
 from arc_kit.model.loading import token_budget_of
-from arc_kit.outputs import claim_file, is_made_folder
+from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_folder
 from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
+from arc_kit.run.expectations import shape_of_folder
+from arc_kit.run.locking import hold_folder
 from arc_kit.run.outcome import answered_by_model, outcome_parts
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RUN_KIND, RunFolderError, check_run, clear_run, has_records, \
-    run_records
+from arc_kit.run.record_json import read_records
+from arc_kit.run.runs import (
+    RECORDS_FILE,
+    RUN_FILE,
+    RUN_KIND,
+    RunFolderError,
+    check_run,
+    clear_run,
+    dataset_info,
+    has_records,
+    run_records,
+)
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
@@ -70,26 +79,6 @@ class CompetitionRun:
         return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else [])
 
 
-def _keeping_a_users_submission(function):
-    """Decorate the job so that, before anything is claimed or written, ``working/submission.json`` is checked to be
-    the job's to replace (``outputs.claim_file``): absent, written by an earlier job (its run folder is the
-    kit's), or the notebook's fallback. Any other file of that name is a user's: refused in one line."""
-    signature = inspect.signature(function)
-
-    @functools.wraps(function)
-    def checked(*arguments, **options):
-        bound = signature.bind(*arguments, **options)
-        bound.apply_defaults()
-        working = Path(bound.arguments["working"])
-        claim_file(working / "submission.json", "kaggle run", option="--working",
-                   own=lambda path: _jobs_submission(path, working / RUN_FOLDER))
-        return function(*arguments, **options)
-    return checked
-
-
-@_keeping_a_users_submission  # first: a user's submission.json refused before the run folder is claimed
-@holding_folder("working", RUN_FOLDER, kind=RUN_KIND, command="kaggle run", option="--working")  # one job at a time
-# in a working folder (its lock, from the start), in a run folder that is new, empty or a run's
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, hours: float = CompetitionSettings.hours,
@@ -104,10 +93,14 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
 
     The limit is ``hours`` after ``started``: the planner plans to end ``safety_minutes`` before it,
     and workers still running ``stop_minutes`` before it are stopped, so the last write comes first.
-    An earlier run of the same settings in ``working`` is resumed (its records kept); one of other
-    settings is refused (``runs.RunFolderError``) before anything is written, unless ``restart``
-    discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past that nothing
-    raises: a failure is reported in ``error`` and the submission on disk stays complete.
+    The clock and the test file are checked before anything is made (the working folder included). Then
+    ``working/submission.json`` must be the job's to replace (``outputs.claim_file``: absent, an earlier
+    job's, or the notebook's fallback; a user's file of that name is refused in one line), and the run folder
+    below it is held for the whole job (``locking``: one job at a time), new, empty or a run's (``adopt``: an
+    earlier kit's without a marker too). An earlier run of the same settings there is resumed (its records
+    kept); one of other settings is refused (``runs.RunFolderError``) before anything is written, unless
+    ``restart`` discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past
+    that nothing raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started
     if not 0 <= stop_minutes <= safety_minutes < 60 * hours:
@@ -117,21 +110,28 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     files, tasks = _test_tasks(input_root, competition)
     placeholder, chosen, run_settings = _choose_job(job, force_full, files, tasks, smoke_tasks, settings)
     run_folder = working / RUN_FOLDER
-    _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
-    working.mkdir(parents=True, exist_ok=True)
-    submission_path = working / "submission.json"
-    attempts = settings.attempts
-    earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
-    limit = started + 3600 * hours
-    deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
-    solutions = _public_solutions(files, chosen)
-    if progress:
-        _announce(files, tasks, chosen, job, placeholder, deadline)
-    records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
-        chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
-        deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
-        submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt).records)
-    error = _write_final_submission(submission_path, tasks, records, attempts, error)
+    if not adopt:
+        check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
+    claim_file(working / "submission.json", "kaggle run", option="--working",
+               own=lambda path: _jobs_submission(path, run_folder, adopt))
+    if adopt:
+        adopt_folder(run_folder, RUN_KIND, "kaggle run")
+    with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
+        _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
+        submission_path = working / "submission.json"
+        attempts = settings.attempts
+        earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
+        limit = started + 3600 * hours
+        deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
+        solutions = _public_solutions(files, chosen)
+        if progress:
+            _announce(files, tasks, chosen, job, placeholder, deadline)
+        records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
+            chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
+            deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
+            submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt,
+            info=_run_info(files, tasks, model)).records)
+        error = _write_final_submission(submission_path, tasks, records, attempts, error)
     score = _score(submission_path, solutions, attempts)
     answered = sum(1 for record in records.values() if answered_by_model(record))
     return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), answered, time.time() - started,
@@ -145,6 +145,17 @@ def _test_tasks(input_root: str | os.PathLike, competition: str):
         raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
     tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
     return files, tasks
+
+
+def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:
+    """What ``run.json`` records of the job beside the pool's own: the test file it solved, and the model's shape,
+    so that ``arc-kit estimate`` reads the run where neither the test file nor the model is (its downloaded working
+    folder)."""
+    try:
+        shape = shape_of_folder(model)
+    except (OSError, ValueError, KeyError, TypeError):  # a record, never a reason to stop
+        shape = None
+    return {**dataset_info(files.test_challenges, tasks), **({"model_shape": asdict(shape)} if shape else {})}
 
 
 def _choose_job(job: str, force_full: bool, files, tasks: TaskSet, smoke_tasks: int,
@@ -175,10 +186,11 @@ def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: 
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
 
 
-def _jobs_submission(path: Path, run_folder: Path) -> bool:
+def _jobs_submission(path: Path, run_folder: Path, adopt: bool = False) -> bool:
     """True when ``path`` is a submission this job may replace: an earlier job's (its run folder is the kit's,
-    ``runs.RUN_KIND``) or the notebook's fallback (every attempt ``[[0]]``, written before the kit is installed)."""
-    if is_made_folder(run_folder) or (run_folder.is_dir() and RUN_KIND.legacy(run_folder)):
+    ``runs.RUN_KIND``; with ``adopt``, an earlier kit's without a marker too) or the notebook's fallback (every
+    attempt ``[[0]]``, written before the kit is installed)."""
+    if is_made_folder(run_folder) or (adopt and run_folder.is_dir() and RUN_KIND.legacy(run_folder)):
         return True
     try:
         submission = load_submission(path)

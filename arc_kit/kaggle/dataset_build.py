@@ -1,30 +1,32 @@
 """The Kaggle dataset that carries the kit, and the notebook folder that submits with it.
 
-``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, the
-wheels of whatever the kit needs that the competition image lacks or holds too old (resolved by
-``wheelhouse`` against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made
-from the list Kaggle publishes), a base's package when the model is a base plus a delta, bitsandbytes
-when its weights are stored in 4 bits, bitsandbytes and unsloth on request (``gpu_extras``), any
-extra wheels, a model (every file a model folder is read with: weights, config, each tokenizer
-file), ``dataset-metadata.json`` and a README; beside it, a notebook folder (``submission.ipynb``
-and ``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
+``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, the wheels
+of whatever the kit needs that the competition image lacks or holds too old (resolved by ``wheelhouse``
+against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made from the list Kaggle
+publishes; what only building a named base needs, ``gguf``, only for such a model), a base's package
+when the model is a base plus a delta, bitsandbytes when its weights are stored in 4 bits (or may be: a
+Kaggle Model not here to check), bitsandbytes and unsloth on request (``gpu_extras``), any extra wheels,
+a model (every file a model folder is read with: weights, config, each tokenizer file; the rest named as
+left behind), ``dataset-metadata.json`` and a README whose licences name the model's own, as its folder
+records it (``model_licence``); beside it, a notebook folder (``submission.ipynb`` and
+``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
 (``run.model_check``): a no-go stops the build before it writes anything. With a Kaggle Model as the
-model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]``) no model and no base
-package is shipped: the kernel metadata lists it in ``model_sources``, the dataset names it in
-``model-source.json``, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local
-copy given as ``model`` is checked, not shipped. Both name their owner: given, else the user's
-Kaggle configuration; never a placeholder. Every wheel comes with the reason it is there. Both
-folders are new, empty or made by an earlier build (``outputs``; replaced only with ``overwrite``),
-and the model never lies inside them: the build never deletes or overwrites what it did not make,
-the shipped ``kaggle_dataset/`` included. This module knows files, wheels and Kaggle's metadata; the
-competition run is ``kaggle``'s.
+model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION``, the version required as
+``model_sources`` takes it) no model and no base package is shipped: the kernel metadata lists it in
+``model_sources``, the dataset names it in ``model-source.json``, and the notebook finds it below
+``/kaggle/input`` (``model_input``); a local copy given as ``model`` is checked, not shipped. Both name
+their owner: given, else the user's Kaggle configuration; never a placeholder. Every wheel comes with
+the reason it is there. Both folders are new, empty or made by an earlier build (``outputs``; replaced
+only with ``overwrite``), and the model never lies inside them: the build never deletes or overwrites
+what it did not make, the shipped ``kaggle_dataset/`` included. This module knows files, wheels and
+Kaggle's metadata; the competition run is ``kaggle``'s.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,10 +35,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle
-from arc_kit.kaggle.wheelhouse import GPU_EXTRAS, ImageManifest, ShippedWheel, resolve_wheels, wheel_requirements
-from arc_kit.model.bases import locate_wheel
+from arc_kit.kaggle.wheelhouse import (
+    GPU_EXTRAS,
+    ImageManifest,
+    ShippedWheel,
+    check_wheel,
+    resolve_wheels,
+    wheel_requirements,
+)
+from arc_kit.model.bases import BASES, locate_wheel
+from arc_kit.model.folders import MODEL_FILES as FOLDER_MODEL_FILES
+from arc_kit.model.folders import read_json
 from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
-from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, inside
+from arc_kit.names import shown
+from arc_kit.outputs import (
+    FolderKind,
+    OutputRefused,
+    check_folder,
+    claim_folder,
+    copy_file,
+    inside,
+    kit_subfolder,
+    replace_file,
+    small_json,
+)
 from arc_kit.provenance import __version__
 from arc_kit.run.model_check import ModelCheck, check_model
 
@@ -44,22 +66,25 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_MANIFEST = ROOT / "kaggle_dataset" / "kaggle-image.json"  # made by `arc-kit kaggle image` from Kaggle's list
 KERNEL_TEMPLATE = ROOT / "kaggle_dataset" / "kernel-metadata.json"
 OWNER_FIELD = "OWNER"  # what the template holds where the build writes the owner
-# What a model folder is read with (weights, configs, every kind of tokenizer file) and what tells its story; a
-# training run's other files (optimizer states, checkpoint folders, a pickled training_args.bin) stay behind.
-MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
-               "adapter_model.bin", "*.json", "tokenizer.model", "*.tiktoken", "vocab.txt", "vocab.json",
-               "merges.txt", "*.jinja", "training_log.csv", "loss_curve.png", "training_call.log", "README.md",
-               "LICENSE*", "NOTICE*", "USE_POLICY*")
+# What a model folder is read with (``folders.MODEL_FILES``: weights, configs, tokenizer files, by exact name; a few
+# more tokenizers' vocabularies) and what tells its story; a training run's other files (optimizer states,
+# checkpoint folders, a pickled training_args.bin) stay behind. The dataset's model/ holds these names and no other.
+MODEL_FILES = (*FOLDER_MODEL_FILES, "pytorch_model.bin", "pytorch_model-{n}-of-{n}.bin", "pytorch_model.bin.index.json",
+               "adapter_model.bin", "vocab.txt", "spiece.model", "*.tiktoken", "tekken.json", "plan.json",
+               "training_log.csv", "loss_curve.png", "training_call.log", "README.md", "LICENSE", "LICENSE.txt",
+               "LICENSE.md", "NOTICE", "USE_POLICY.md")
 FOUR_BIT_WHEELS = ("bitsandbytes>=0.45",)  # what 4-bit weights need on an image that lacks it
+BASE_ONLY = ("gguf",)  # the kit's requirements that only building a named base needs (read from its GGUF file)
 LICENCE = "other"  # Kaggle's name for "other (specified in description)": the parts have their own licences
-DATASET_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every other wheel keeps its own "
-                    "licence (in its metadata); the model's weights derive from its base model and keep that "
-                    "model's licence (SmolLM2-135M-Instruct: Apache-2.0).")
+WHEEL_LICENCES = ("Licences: the arc_kit wheel is MIT (its LICENSE file); every other wheel keeps its own licence "
+                  "(in its metadata); ")
 
 
-# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces
-DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels", "model", "dataset-metadata.json", "README.md",
-                                                   "submission.ipynb"), kept="a dataset folder, maybe incomplete")
+# what a build writes in the dataset folder and in the notebook folder beside it: all that --overwrite replaces (a
+# wheel by the form of a wheel's name, NAME-VERSION-PYTHON-ABI-PLATFORM.whl)
+DATASET_KIND = FolderKind("Kaggle dataset", owned=("wheels/*-*-*-*-*.whl", *(f"model/{name}" for name in MODEL_FILES),
+                                                   "dataset-metadata.json", "README.md", "submission.ipynb",
+                                                   MODEL_SOURCE_FILE), kept="a dataset folder, maybe incomplete")
 NOTEBOOK_KIND = FolderKind("Kaggle notebook", owned=("submission.ipynb", "kernel-metadata.json"),
                            kept="a notebook folder, maybe incomplete")
 
@@ -74,27 +99,49 @@ class DatasetBuild:
     image: str = ""  # where the image manifest came from
     check: ModelCheck | None = None  # the model's check (None: a Kaggle Model with no local copy to check)
     model_source: str | None = None  # the Kaggle Model the notebook reads, when no model is shipped
+    left_behind: list[str] = field(default_factory=list)  # the model folder's entries not shipped (not model files)
 
 
 def kaggle_owner(given: str | None = None) -> str:
-    """The Kaggle user name: ``given``, else $KAGGLE_USERNAME, else ``username`` in the API token file.
+    """The Kaggle user name: ``given``, else $KAGGLE_USERNAME, else ``username`` in the API token file; checked
+    (``check_kaggle_names``).
 
     The token file is ``$KAGGLE_CONFIG_DIR/kaggle.json`` or ``~/.kaggle/kaggle.json`` (where the
     kaggle client looks). ValueError in one line when none says.
     """
-    if given:
-        return given
+    if given is not None:
+        return check_kaggle_names(owner=given)
     if os.environ.get("KAGGLE_USERNAME"):
-        return os.environ["KAGGLE_USERNAME"]
+        return check_kaggle_names(owner=os.environ["KAGGLE_USERNAME"])
     folder = Path(os.environ.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
-    try:
-        username = json.loads((folder / "kaggle.json").read_text()).get("username")
-    except (OSError, ValueError, AttributeError):
-        username = None
+    username = small_json(folder / "kaggle.json")
+    username = username.get("username") if isinstance(username, dict) else None
     if not username:
         raise ValueError(f"no Kaggle user name: pass --owner NAME, or put your API token in {folder / 'kaggle.json'} "
                          "(kaggle.com > Settings > API > Create New Token)")
-    return str(username)
+    return check_kaggle_names(owner=str(username))
+
+
+# Kaggle's rules for what the metadata names (its API client refuses a dataset's slug or title outside 6 to 50
+# characters; slugs and user names are the letters, digits and hyphens of Kaggle's addresses, and user names may
+# hold an underscore): checked before anything is written, so that no id with a space, a slash or `..` is shipped
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,49}")
+DATASET_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{5,49}")
+TITLE_LENGTH = (6, 50)
+
+
+def check_kaggle_names(*, owner: str | None = None, slug: str | None = None, title: str | None = None) -> str:
+    """``owner`` (or ``slug``, or ``title``: the one given) when it follows Kaggle's rules; ValueError in one line
+    that says them."""
+    if owner is not None and not OWNER_NAME.fullmatch(owner):
+        raise ValueError(f"{shown(owner)} is no Kaggle user name: letters, digits, - and _, at most 50 (--owner)")
+    if slug is not None and not DATASET_SLUG.fullmatch(slug):
+        raise ValueError(f"{shown(slug)} is no Kaggle dataset slug: 6 to 50 letters, digits and -, starting with a "
+                         "letter or digit (--slug)")
+    if title is not None and not (TITLE_LENGTH[0] <= len(title) <= TITLE_LENGTH[1] and title.isprintable()
+                                  and title.strip() == title):
+        raise ValueError(f"{shown(title)} is no Kaggle dataset title: 6 to 50 printable characters (--title)")
+    return next(name for name in (owner, slug, title) if name is not None)
 
 
 def _setuptools_ready() -> bool:
@@ -111,12 +158,11 @@ def build_wheel(destination: str | os.PathLike) -> Path:
     if not (ROOT / "pyproject.toml").exists():
         raise FileNotFoundError("build_dataset needs an arc_kit checkout (pyproject.toml beside the package)")
     destination = Path(destination)
-    destination.mkdir(parents=True, exist_ok=True)
-    before = set(destination.glob("*.whl"))
     # Built from a clean copy: in the checkout, setuptools reuses its build/ folder, whose copies of
-    # modules deleted or renamed since would ship in the wheel.
+    # modules deleted or renamed since would ship in the wheel. Built aside, then copied in (``outputs``: never
+    # through a link in ``destination``).
     with tempfile.TemporaryDirectory(prefix="arc-kit-wheel-") as scratch:
-        source = Path(scratch) / "source"
+        source, built_into = Path(scratch) / "source", Path(scratch) / "wheels"
         shutil.copytree(ROOT / "arc_kit", source / "arc_kit", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             if (ROOT / name).exists():
@@ -124,12 +170,11 @@ def build_wheel(destination: str | os.PathLike) -> Path:
         # With setuptools at hand no network is needed; else pip fetches it (Python 3.12 venvs lack it).
         isolation = ["--no-build-isolation"] if _setuptools_ready() else []
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
-                        "--wheel-dir", str(destination), str(source)], check=True)
-    built = [path for path in destination.glob("arc_kit-*.whl") if path not in before] or \
-        sorted(destination.glob(f"arc_kit-{__version__}-*.whl"))
-    if not built:
-        raise RuntimeError("pip wheel reported success but left no arc_kit wheel")
-    return built[0]
+                        "--wheel-dir", str(built_into), str(source)], check=True)
+        built = sorted(built_into.glob("arc_kit-*.whl"))
+        if not built:
+            raise RuntimeError("pip wheel reported success but left no arc_kit wheel")
+        return copy_file(built[0], kit_subfolder(destination) / built[0].name)
 
 
 def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None, *, owner: str | None = None,
@@ -151,8 +196,10 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     either, OutputRefused before anything is written.
     """
     out, owner = Path(out), kaggle_owner(owner)
+    check_kaggle_names(slug=slug)
+    check_kaggle_names(title=title)
     notebook_folder = out.parent / f"{out.name}-notebook"
-    handle = ModelHandle.parse(model_source) if model_source else None
+    handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
     if handle is None:
         model = Path(model) if model is not None else default_model_path()
     else:
@@ -160,6 +207,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
     check_build_folders(out, model, overwrite=overwrite)
+    extras = extra_wheel_files(extra_wheels)  # a wheel that is none: one line, before anything is written
     check = check if check is not None or model is None else check_model(model, quantization=quantization,
                                                                         strict_memory=False)
     if check is not None and not check.go:
@@ -169,33 +217,65 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
     claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
                  option=f"--out (its notebook folder, {notebook_folder.name})")
-    wheels = out / "wheels"
+    wheels = kit_subfolder(out / "wheels")
     kit = build_wheel(wheels)
     shipped = [ShippedWheel(kit, "the kit itself")]
-    extras = {path.name for path in Path(extra_wheels).glob("*.whl")} if extra_wheels else set()
-    for name in sorted(extras):
-        shutil.copy2(Path(extra_wheels) / name, wheels / name)
+    for path in extras:
+        copy_file(path, wheels / path.name)
+    extras = {path.name for path in extras}
     if delta:  # the base is built on Kaggle from its package's wheel (a carrier of the weights), read with gguf
-        base = json.loads((model / DELTA_INDEX).read_text())["base"]
+        base = read_json(model / DELTA_INDEX).get("base")
         base_wheel = locate_wheel(base)
-        shutil.copy2(base_wheel, wheels / base_wheel.name)
+        copy_file(base_wheel, wheels / base_wheel.name)
         shipped.append(ShippedWheel(wheels / base_wheel.name, f"carries the weights of the base {base} (built on "
                                                                 "Kaggle on first use, offline)"))
-    requirements = [line for line in wheel_requirements(kit) if "extra ==" not in line]
-    shipped += resolve_wheels(requirements, wheels, image)
+    shipped += resolve_wheels(kit_requirements(kit, delta), wheels, image)
+    four_bit = _four_bit_reason(check, quantization, handle)
     if gpu_extras:
         shipped += resolve_wheels(list(GPU_EXTRAS), wheels, image, asked_by="--gpu-extras")
-    elif (check is not None and check.four_bit) or quantization == "4bit":
-        shipped += resolve_wheels(list(FOUR_BIT_WHEELS), wheels, image, asked_by="the model's 4-bit weights")
+    elif four_bit:
+        shipped += resolve_wheels(list(FOUR_BIT_WHEELS), wheels, image, asked_by=four_bit)
     named = {wheel.path.name for wheel in shipped}
     shipped += [ShippedWheel(wheels / name, "from --extra-wheels") for name in sorted(extras - named)]
+    left_behind = []
     if handle is None:
-        copy_model_files(model, out / "model")
+        left_behind = copy_model_files(model, out / "model")
     else:
-        (out / MODEL_SOURCE_FILE).write_text(json.dumps({"model_source": str(handle)}) + "\n")
+        replace_file(out / MODEL_SOURCE_FILE, json.dumps({"model_source": str(handle)}) + "\n")
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
     notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
-    return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None)
+    return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None, left_behind)
+
+
+def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
+    """The kit wheel's requirements the dataset must meet: not its extras', and not those only building a named
+    base needs (``BASE_ONLY``) when the model is no base plus a delta."""
+    from packaging.requirements import Requirement
+
+    lines = [line for line in wheel_requirements(kit) if "extra ==" not in line]
+    return [line for line in lines if base_needed or Requirement(line).name not in BASE_ONLY]
+
+
+def _four_bit_reason(check: ModelCheck | None, quantization: str | None, handle: ModelHandle | None) -> str | None:
+    """Why the dataset ships bitsandbytes (the image lacks it), or None: 4-bit weights, 4-bit loading asked for, or
+    a Kaggle Model not here to check (its weights may be in 4 bits, and then the notebook could not load it)."""
+    if check is not None and check.four_bit:
+        return "the model's 4-bit weights"
+    if quantization == "4bit":
+        return "--quantization 4bit"
+    if check is None and handle is not None:
+        return f"the Kaggle Model {handle}, not here to check: its weights may be in 4 bits"
+    return None
+
+
+def versioned_handle(model_source: str) -> ModelHandle:
+    """The Kaggle Model handle of ``model_source`` with its version, as the kernel metadata's ``model_sources`` takes
+    it (``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION``); ValueError in one line without one."""
+    handle = ModelHandle.parse(model_source)
+    if handle.version is None:
+        raise ValueError(f"--model-source {model_source} names no version: the notebook's model_sources takes "
+                         f"{handle}/VERSION (the number on the model's page, 1 for a first upload)")
+    return handle
 
 
 def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None, *, overwrite: bool = False) -> None:
@@ -214,17 +294,36 @@ def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None,
 
 def is_model_file(name: str) -> bool:
     """True for a file a model folder is read with, or that tells how it was made (``MODEL_FILES``)."""
-    return any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES)
+    return DATASET_KIND.owns(f"model/{name}")
 
 
-def copy_model_files(model: Path, target: Path) -> None:
-    """Every model file of ``model`` (``is_model_file``; subfolders stay behind) into a fresh ``target``."""
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for path in model.iterdir():
+def copy_model_files(model: Path, target: Path) -> list[str]:
+    """Every model file of ``model`` (``is_model_file``: regular files) into ``target``, a sub-folder of the dataset
+    (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
+    subfolders with a slash)."""
+    kit_subfolder(target)
+    left_behind = []
+    for path in sorted(model.iterdir()):
         if path.is_file() and is_model_file(path.name):
-            shutil.copy2(path, target / path.name)
+            copy_file(path, target / path.name)
+        else:
+            left_behind.append(path.name + ("/" if path.is_dir() else ""))
+    return left_behind
+
+
+def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
+    """The wheels of ``--extra-wheels``, each checked to be one: a regular file named as a wheel is
+    (NAME-VERSION-PYTHON-ABI-PLATFORM.whl), a zip archive holding its ``.dist-info/METADATA``; ValueError in one
+    line for anything else, before anything is written."""
+    if folder is None:
+        return []
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--extra-wheels {folder} is no folder")
+    wheels = sorted(path for path in folder.glob("*.whl"))
+    for path in wheels:
+        check_wheel(path)
+    return wheels
 
 
 def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
@@ -232,14 +331,57 @@ def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, mod
     """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
     notebook = ROOT / "notebooks" / "submission.ipynb"
     if notebook.exists():
-        shutil.copy2(notebook, out / "submission.ipynb")
+        copy_file(notebook, out / "submission.ipynb")
+    licences = WHEEL_LICENCES + model_licence(model, handle)
     metadata = {"title": title, "id": f"{owner}/{slug}", "licenses": [{"name": LICENCE}],
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
-                "description": DATASET_LICENCES, "keywords": ["arc-prize", "abstraction-and-reasoning"]}
-    (out / "dataset-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+                "description": licences, "keywords": ["arc-prize", "abstraction-and-reasoning"]}
+    replace_file(out / "dataset-metadata.json", json.dumps(metadata, indent=2) + "\n")
     shipped = MODEL_SHIPPED.format(model=model.name) if handle is None else MODEL_INPUT.format(handle=handle)
-    (out / "README.md").write_text(DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
-                                                         licences=DATASET_LICENCES) + "\n")
+    replace_file(out / "README.md", DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
+                                                          licences=licences) + "\n")
+
+
+def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:
+    """The description's words on the licence of the model the dataset ships, as its folder records it (a named
+    base's, a built base's ``arc_kit.json``, a model card's ``license:``, licence files), or that none is recorded;
+    with a Kaggle Model (``handle``), that the dataset ships none."""
+    if handle is not None or model is None:
+        return (f"the dataset ships no model: the notebook reads the Kaggle Model {handle}, under the licence its "
+                "page names.")
+    base = read_json(model / DELTA_INDEX).get("base") if is_delta_folder(model) else None
+    recorded = read_json(model / "arc_kit.json").get("base")
+    if base in BASES or isinstance(recorded, dict) and recorded.get("licence"):
+        spec = BASES[base] if base in BASES else None
+        name, licence = (spec.description.split(" (")[0], spec.licence) if spec else \
+            (str(recorded.get("description") or recorded.get("name")).split(" (")[0], str(recorded["licence"]))
+        return f"the model's weights derive from {name} and keep its licence: {licence}."
+    card = _card_licence(model / "README.md")
+    if card:
+        return f"the model's licence, as its model card (model/README.md) names it: {card}."
+    files = sorted(path.name for path in model.iterdir() if path.is_file() and path.name.upper().startswith(
+        ("LICENSE", "LICENCE", "NOTICE", "USE_POLICY")))
+    if files:
+        return f"the model keeps the licence of its own files, shipped beside it: {', '.join(files)}."
+    return ("the model's folder records no licence (no license: in a model card, no LICENSE file): the model's "
+            "licence is its makers'; name it here before you publish.")
+
+
+def _card_licence(card: Path) -> str | None:
+    """The ``license:`` of a Hugging Face model card's front matter (the lines between the first two ``---``)."""
+    try:
+        lines = card.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    if not lines or lines[0].strip() != "---":
+        return None
+    for line in lines[1:]:
+        if line.strip() == "---":
+            return None
+        name, _, value = line.partition(":")
+        if name.strip().lower() in ("license", "licence") and value.strip():
+            return value.strip().strip("\"'")
+    return None
 
 
 def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHandle | None = None) -> Path:
@@ -251,8 +393,8 @@ def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHan
     metadata["dataset_sources"] = [f"{owner}/{slug}"]
     metadata["model_sources"] = [str(handle)] if handle is not None else []
     metadata["code_file"] = "submission.ipynb"
-    shutil.copy2(ROOT / "notebooks" / "submission.ipynb", folder / "submission.ipynb")
-    (folder / "kernel-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    copy_file(ROOT / "notebooks" / "submission.ipynb", folder / "submission.ipynb")
+    replace_file(folder / "kernel-metadata.json", json.dumps(metadata, indent=2) + "\n")
     return folder
 
 

@@ -8,7 +8,8 @@ taken); ``find_model_input`` finds the model folder below an input root: by the 
 whose path ends in its parts, below it the one holding ``config.json`` or ``adapter_config.json``),
 or, without one, the one folder there that holds a model; ``notebook_model`` is the notebook's rule
 (a folder given, else the attached arc-kit dataset's ``model/``, else the Kaggle Model the dataset was
-built for, named in its ``model-source.json``, else the one model below the input). Mount paths are
+built for, named in its ``model-source.json``, else the one model below the input), and
+``overridden_model`` says loudly when the notebook's MODEL replaces the dataset's own. Mount paths are
 those Kaggle documents and public notebooks show; they were not tried from here (no Kaggle account
 is reachable from the kit's machines), so the search also looks deeper than the documented layout.
 
@@ -43,7 +44,8 @@ class ModelHandle:
     def parse(cls, text: str) -> ModelHandle:
         """The handle in ``text``; ValueError in one line that shows the expected form."""
         parts = str(text).strip().strip("/").split("/")
-        if len(parts) not in (4, 5) or not all(SLUG.match(part) for part in parts[:4]):
+        if len(parts) not in (4, 5) or not all(SLUG.fullmatch(part) and ".." not in part and len(part) <= 50
+                                               for part in parts[:4]):
             raise ValueError(f"{text!r} is no Kaggle Model handle: expected OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
                              "(as on the model's page, e.g. someone/arc-model/transformers/8b-4bit/1)")
         version = None
@@ -144,4 +146,22 @@ def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike |
     return find_model_input(input_root, handle, skip=dataset)
 
 
-__all__ = ["MODEL_SOURCE_FILE", "ModelHandle", "find_model_input", "is_handle", "model_folders", "notebook_model"]
+def overridden_model(given: str | os.PathLike | None, dataset: str | os.PathLike | None,
+                     input_root: str | os.PathLike) -> str | None:
+    """The notebook's loud line when ``given`` (its MODEL) replaces the model the dataset carries (its ``model/`` or
+    its Kaggle Model); None when MODEL is not set, names that same model, or the dataset carries none."""
+    if not given or dataset is None:
+        return None
+    try:
+        own = notebook_model(None, dataset, input_root)
+    except FileNotFoundError:
+        return None
+    chosen = notebook_model(given, dataset, input_root)
+    if chosen.resolve() == own.resolve():
+        return None
+    return (f"WARNING: MODEL = {str(given)!r} is run ({chosen}), not the model the dataset carries ({own}): the "
+            "submission will be that model's")
+
+
+__all__ = ["MODEL_SOURCE_FILE", "ModelHandle", "find_model_input", "is_handle", "model_folders", "notebook_model",
+           "overridden_model"]

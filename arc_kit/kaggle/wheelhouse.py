@@ -18,9 +18,17 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from arc_kit.data.jsonio import check_regular_file, read_file
+from arc_kit.data.tasks import InvalidDataError
+from arc_kit.outputs import copy_file, kit_subfolder
+
+LIST_BYTES = 1 << 24  # the most an image manifest or a pip freeze list may hold (Kaggle's: ~20 kB)
+METADATA_BYTES = 1 << 22  # the most a wheel's METADATA may hold (the largest are ~100 kB)
 
 # bitsandbytes (4-bit loading, 8-bit AdamW) and unsloth, for users who bring a large model in 4 bits
 GPU_EXTRAS = ("bitsandbytes>=0.45", "unsloth")
@@ -78,15 +86,19 @@ class ImageManifest:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> ImageManifest:
-        """The manifest in ``path``; ValueError in one line when it is not one."""
+        """The manifest in ``path``; ValueError in one line when it is not one (or no regular file, or larger than
+        any manifest: ``LIST_BYTES``)."""
+        if not Path(path).exists():
+            raise FileNotFoundError(f"no image manifest at {path}")
+        text = _read_small(path, "Kaggle image manifest")
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(text)
             packages = {normalise(name): str(version) for name, version in data["packages"].items()}
             return cls(packages, str(data["python"]), tuple(data.get("platforms") or ()), str(data.get("recorded", "")),
                        str(data.get("source") or path))
         except FileNotFoundError:
             raise FileNotFoundError(f"no image manifest at {path}") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             raise ValueError(f"{path} is no image manifest ({type(error).__name__}: {error}); write one with "
                              "`arc-kit kaggle image` or the recipe in kaggle_dataset/README.md") from None
 
@@ -115,7 +127,7 @@ def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: 
     version is dropped. Lines that pin no version (``name @ url``, comments) are left out.
     """
     packages = {}
-    for line in Path(path).read_text().splitlines():
+    for line in _read_small(path, "pip freeze list").decode("utf-8", "replace").splitlines():
         name, separator, version = line.strip().partition("==")
         if separator and name and not name.startswith("#"):
             packages[normalise(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
@@ -135,11 +147,48 @@ class ShippedWheel:
     reason: str
 
 
+def _read_small(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``LIST_BYTES``; ValueError in one line for anything else (a
+    FIFO, a device, a folder, a file larger than any ``what``)."""
+    try:
+        return read_file(path, LIST_BYTES, what)
+    except InvalidDataError as error:
+        raise ValueError(f"{path}: {error.problems[0]}" if error.source else error.problems[0]) from None
+
+
+def check_wheel(path: Path) -> Path:
+    """``path`` when it is a wheel: a regular file named as one (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl), a zip
+    archive holding its ``.dist-info/METADATA`` of a sane size; ValueError in one line for anything else."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        parse_wheel_filename(path.name)
+    except InvalidWheelFilename:
+        raise ValueError(f"{path} is not named as a wheel is (NAME-VERSION-PYTHON-ABI-PLATFORM.whl)") from None
+    _metadata_of(path)
+    return path
+
+
+def _metadata_of(wheel: Path) -> str:
+    """The text of a wheel's ``METADATA``; ValueError in one line when ``wheel`` is no wheel (a FIFO, random bytes,
+    a zip without it, a member larger than any metadata)."""
+    try:
+        check_regular_file(wheel, "wheel")
+    except InvalidDataError as error:
+        raise ValueError(error.problems[0]) from None
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            found = [item for item in archive.infolist() if item.filename.endswith(".dist-info/METADATA")]
+            if not found or found[0].file_size > METADATA_BYTES:
+                raise ValueError(f"{wheel} is no wheel: it holds no .dist-info/METADATA of a wheel's size")
+            return archive.read(found[0]).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as error:
+        raise ValueError(f"{wheel} is no wheel (a zip archive): {error}") from None
+
+
 def wheel_requirements(wheel: Path) -> list[str]:
-    """The ``Requires-Dist`` lines of a wheel's metadata."""
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(item for item in archive.namelist() if item.endswith(".dist-info/METADATA"))
-        metadata = archive.read(name).decode("utf-8")
+    """The ``Requires-Dist`` lines of a wheel's metadata (ValueError in one line for a file that is no wheel)."""
+    metadata = _metadata_of(wheel)
     return [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
 
 
@@ -200,15 +249,12 @@ def download_wheel(requirement, folder: Path, image: ImageManifest) -> Path:
     target = ["--only-binary=:all:", "--python-version", ".".join(image.python.split(".")[:2])]
     for platform_tag in image.platforms:
         target += ["--platform", platform_tag]
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
-               *(target if image.platforms else []), "--dest", str(folder), str(requirement)]
-    folder.mkdir(parents=True, exist_ok=True)
-    before = set(folder.glob("*.whl"))
-    result = subprocess.run(command, capture_output=True, text=True)
-    wheel = wheel_in(folder, requirement) if result.returncode == 0 else None
-    if wheel is None:
-        for path in set(folder.glob("*.whl")) - before:  # a source archive or the wrong thing: not ours
-            path.unlink()
-        raise RuntimeError(f"cannot download a wheel of {requirement} (offline?): put one in the --extra-wheels "
-                           "folder and build again")
-    return wheel
+    with tempfile.TemporaryDirectory(prefix="arc-kit-download-") as scratch:  # aside, then copied into the folder
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet",
+                   *(target if image.platforms else []), "--dest", scratch, str(requirement)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        wheel = wheel_in(Path(scratch), requirement) if result.returncode == 0 else None
+        if wheel is None:  # nothing, a source archive or the wrong thing
+            raise RuntimeError(f"cannot download a wheel of {requirement} (offline?): put one in the --extra-wheels "
+                               "folder and build again")
+        return copy_file(wheel, kit_subfolder(folder) / wheel.name)

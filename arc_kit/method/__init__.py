@@ -1,25 +1,26 @@
 """The paper's method on one task: test-time training, DFS with cache rewinding, the product of experts.
 
-Read in this order: ``answers`` (the answer alphabet, a search's completions and results),
-``engine`` (the interface the searches ask of a model, out-of-memory halving) and ``engines`` (the
-factory, the only importer of the concrete engines: ``fast`` with its static KV cache and
-fixed-shape step, ``reference`` on transformers' own cache), ``dfs`` (every answer above a
-probability threshold, rewinding the cache) and ``batched_dfs`` (the augmentations' searches as
-lanes of one engine), ``drafts`` (the speculative DFS's proposals), ``samplers`` (the paper's other
-samplers), ``scoring`` (the product of experts over augmented views), ``ttt`` (test-time training's
-entry point), ``solver`` (the method on one task) and ``records`` (what it returns, as the run
-folders keep it; ``record_json`` reads a record's JSON with its kinds checked). It may import
-``model``, ``text``, ``data`` and the floors below; it knows nothing of runs, workers, tables,
-Kaggle or the command line.
+Read in this order, following one task: ``solver`` (the method on one task), ``ttt`` (test-time
+training), ``search`` (the one search: DFS over lanes, one prompt a lane, with its guess, drafts,
+deadline and out-of-memory halving; greedy decoding is a case of it), ``drafts`` (the speculative
+search's proposals), ``answers`` (the answer alphabet, a search's completions and results),
+``engine`` (the one decode engine: lanes on a static KV cache, steps and prefix-reusing scoring),
+``forward`` (its one forward pass: tokens at positions), ``weights`` (the model's weights as it
+reads them, and which models it runs; ``four_bit`` for bitsandbytes' 4-bit layers), ``experts``
+(candidates, the aggregations, the choice) and ``records`` (what a task returns, as the run folders
+keep it; its JSON is ``run.record_json``'s). ``transformers_forward`` is
+transformers' own forward, one lane at a time: the tests' oracle, and what runs a model the engine
+cannot. It may import ``model``, ``text``, ``data`` and the floors below; it knows nothing of runs,
+workers, tables, Kaggle or the command line.
 """
 
 from arc_kit.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "answers": ("AnswerSpace",),
-    "dfs": ("dfs_search",),
-    "engines": ("make_engine",),
-    "scoring": ("augmented_nlls", "product_of_probabilities"),
-    "solver": ("Solver",),
+    "engine": ("make_engine",),
+    "experts": ("product_of_probabilities", "select"),
+    "search": ("search",),
+    "solver": ("Solver", "augmented_nlls"),
     "ttt": ("TestTimeTrainer",),
 })

@@ -1,4 +1,4 @@
-"""What every sampler shares: the answer alphabet, its log-probabilities, a search's completions and result.
+"""What every search shares: the answer alphabet, its log-probabilities, a search's completions and result, memory.
 
 An answer is the tokens a model writes after the output prefix: digits, row separators, the end
 of example and eos. ``AnswerSpace`` holds those ids, the longest answer (a 30x30 grid) and how an
@@ -9,21 +9,29 @@ paper's P(s|q), the default), or "answer-mask", the softmax renormalised over th
 answer's negative log-likelihood (NLL) the same way (``answer_targets`` and ``summed_nlls`` sum an
 answer's NLL from them). A search returns a ``SearchResult`` of ``Completion``s (token ids and NLL).
 ``deadline_passed`` is the one clock check of every search: a deadline is a ``time.monotonic()``
-value, and no search starts a model call once it has passed.
+value, and no search starts a model call once it has passed. ``with_halving`` is the one answer to an
+out-of-memory error of a batched model call (the search's lanes, the scorer's answer rows): the call
+again with half the rows (``BatchLimit``), down to one.
 
 Knows nothing of tasks, augmentations or how a model is called; works on token ids.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from arc_kit.settings import PROBABILITY_MODES
 from arc_kit.text import TaskEncoder
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -131,3 +139,54 @@ def summed_nlls(log_probs, targets, valid) -> np.ndarray:
     picked = log_probs.gather(-1, targets[..., None])[..., 0]
     picked = torch.where(valid, picked, torch.zeros_like(picked))
     return (-picked.sum(dim=1)).double().cpu().numpy()
+
+
+def out_of_memory_errors() -> tuple[type, ...]:
+    """The errors of an allocation the accelerator could not make (``torch.OutOfMemoryError`` where it exists)."""
+    import torch
+
+    return tuple({torch.cuda.OutOfMemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)})
+
+
+@dataclass
+class BatchLimit:
+    """The most rows one batched model call may take: any number at first, halved after each out-of-memory error.
+
+    A caller that keeps one across calls never tries again a size that ran out of memory.
+    """
+
+    what: str  # what a row is, for the log: "lanes", "answers"
+    size: int | None = None  # None: as many as asked
+
+    def take(self, wanted: int) -> int:
+        return wanted if self.size is None else max(1, min(wanted, self.size))
+
+    def halve(self, tried: int) -> None:
+        """After ``tried`` rows ran out of memory: at most half as many from now on."""
+        self.size = max(1, min(self.size or tried, tried // 2))
+        logger.warning("out of memory with %d %s per model call; going on with %d", tried, self.what, self.size)
+
+
+def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) -> T:
+    """``attempt(size)`` with ``size = limit.take(wanted)``, halved and tried again after an out-of-memory error.
+
+    ``attempt`` must be safe to repeat. An error with one row is raised: nothing smaller is left to try.
+    """
+    while True:
+        size = limit.take(wanted)
+        try:
+            return attempt(size)
+        except out_of_memory_errors():
+            if size <= 1:
+                raise
+        release_memory()  # outside the handler: the failed call's tensors are unreachable by now
+        limit.halve(size)
+
+
+def release_memory() -> None:
+    """Return what an interrupted model call left to the allocator (after an out-of-memory error, say)."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,202 +1,368 @@
-"""The decode engine's interface: what the searches and the scorer ask of a model, and nothing more.
+"""The decode engine: merged weights, a static KV cache per lane bucket, one forward (``forward``) for every pass.
 
-A search holds *lanes*, one per prompt, numbered 0.. in the order they were started:
-``start(lanes, capacity, space)`` makes room for them (``capacity``: positions per lane, a hint:
-an engine grows it when a position needs more); ``prefill(lane, ids, logits_from)`` runs a lane's
-prompt (and guess) and returns the next-token NLLs after each of ``ids[:logits_from]``,
-``ids[:logits_from + 1]``, ... ``ids``; ``step(tokens, positions)`` feeds every live lane one token
-at its position and returns each lane's next-token NLLs; ``step_runs(runs, positions)`` feeds each
-live lane a run of tokens at consecutive positions from its own (a DFS branch's token and its
-draft) and returns an NLL row after each token of each run, all lanes in one model call (``step``
-is its case of runs of one token). A lane's tokens occupy positions 0, 1, ... in order, so feeding
-a token at position p forgets everything the lane held at p and after: that is the DFS's rewind.
-``keep_lanes(lanes)`` keeps the given live lanes (increasing), which become lanes 0.. in that
-order; ``release()`` ends the search; ``steps`` counts the steps made. NLLs are
-``-answer_log_probs`` under the space given to ``start`` (``answers.answer_log_probs``), as
-float64 numpy rows.
+A search holds *lanes*, one per prompt, numbered 0.. in the order they were started: ``start(lanes,
+capacity, space)`` makes room (``capacity``: positions per lane, grown when a position needs more);
+``prefill(lane, ids, logits_from)`` runs a lane's prompt (and guess) and returns the next-token NLLs
+after each of ``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run
+of tokens (a DFS branch's token and its draft) from its own position, all lanes in one model call, and
+returns an NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as
+lanes 0..; ``release()`` ends the search; ``steps`` counts the steps. ``score(prompts, answers, space)``
+gives every answer's NLL after its prompt: each prompt run once into a lane, its keys and values
+copied into the lanes of its answers, the answers fed as runs after it. NLLs are ``-answer_log_probs``
+under the given space, float64 numpy rows. ``on_step`` (no arguments: a worker's heartbeat) is called
+once per model pass.
 
-Scoring: ``score(prompts, answers, space)`` gives the NLL of every answer after its prompt, each
-prompt run once and its keys and values reused by all its answers, in as few batched calls as
-memory allows (out of memory, the answers per call and then the prompts per call are halved:
-``with_halving`` makes a call again with half the rows, ``BatchLimit``, down to one, and every
-batched call of the searches does the same); an engine supplies the two calls it is made of, ``prompt_prefixes``
-and ``nlls_after``.
+The weights are read once into ``weights.DecodeWeights`` and re-read in place by ``refresh``. Lanes
+live in a static cache (layers, 2, lanes, kv heads, capacity, head dim), allocated once per (lane
+bucket: a power of two; capacity: 256, 512, 1024, then multiples of 1024) and kept in a pool for the
+next search or scoring. A lane's positions are contiguous, so rewinding a DFS branch is only feeding
+the next token at an earlier position; nothing is copied per token. The live lanes hold the first
+rows: when lanes finish, the rows beyond the new count move into the freed ones, and once they fit
+a smaller bucket, into its cache; a position past the capacity moves the cache into a larger one.
 
-``refresh()`` makes an engine read its model's weights again after they changed (a test-time
-adapter trained, reset, enabled or disabled). ``model`` is the transformers model the engine reads
-(the reference-only samplers, stochastic sampling and beam search, call its ``generate``).
-
-Implementations: ``reference.engine.ReferenceEngine`` (transformers' forward and caches, the
-trusted reference) and ``fast.static_engine.StaticEngine`` (the fast one); ``engines.make_engine``
-chooses. Knows nothing of tasks, grids or which model family runs underneath.
+Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
+chunks at their positions). A step runs eagerly on exactly the live lanes, or compiled (``compile``,
+the default on a GPU): ``forward.step_nlls`` under ``torch.compile(fullgraph=True)``, one graph per
+lane bucket and run bucket (runs padded to a power of two with token 0, written past the path and
+never read before they are written again) with the capacity dynamic, on CUDA with CUDA graphs
+(``mode="reduce-overhead"``, cache and weights at fixed addresses); if compiling fails the engine
+logs one line and goes on eagerly. ``make_engine`` gives this engine where it reads the model
+(``weights.unsupported_reason`` is None), else ``transformers_forward.TransformersDecoder``, with one
+logged line. Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping or tasks.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
-from arc_kit.method.answers import AnswerSpace
+from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
+                                    summed_nlls, with_halving)
+from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
+from arc_kit.method.transformers_forward import TransformersDecoder
+from arc_kit.method.weights import DecodeWeights, unsupported_reason
+from arc_kit.settings import ENGINE_COMPILE_MODES
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
+
+POOL_BYTES = 4 * 2**30  # caches kept for later searches, least recently used dropped first beyond this
+PASS_TOKENS = 2048  # tokens of one eager pass (prompt chunks, scored answers): bounds its mask and rotations
+FALLBACK_SLOWDOWN = ("about 5x slower than the engine at 16 lanes on the CPU, 30x where a step is mostly overhead, "
+                     "as on a GPU (docs/results.md)")  # transformers' forward, one lane at a time: measured
 
 
-def out_of_memory_errors() -> tuple[type, ...]:
-    """The errors of an allocation the accelerator could not make (``torch.OutOfMemoryError`` where it exists)."""
-    import torch
-
-    return tuple({torch.cuda.OutOfMemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)})
+def lane_bucket(lanes: int) -> int:
+    """The rows of the cache that holds ``lanes`` lanes: the next power of two."""
+    return 1 << max(0, int(lanes) - 1).bit_length()
 
 
-def release_memory() -> None:
-    """Return what an interrupted model call left to the allocator (after an out-of-memory error)."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+def capacity_bucket(positions: int) -> int:
+    """The capacity of a cache for ``positions`` positions: 256, 512 or 1024, else the next multiple of 1024."""
+    for small in (256, 512, 1024):
+        if positions <= small:
+            return small
+    return -(-positions // 1024) * 1024
 
 
 @dataclass
-class BatchLimit:
-    """The most rows one batched model call may take: any number at first, halved after each out-of-memory error.
+class _Lanes:
+    """The search under way: its cache, and the cache row of each live lane (always the rows 0..live-1)."""
 
-    A caller that keeps one across calls never tries again a size that ran out of memory.
-    """
-
-    what: str  # what a row is, for the log: "lanes", "prompts", "answers"
-    size: int | None = None  # None: as many as asked
-
-    def take(self, wanted: int) -> int:
-        return wanted if self.size is None else max(1, min(wanted, self.size))
-
-    def halve(self, tried: int) -> None:
-        """After ``tried`` rows ran out of memory: at most half as many from now on."""
-        self.size = max(1, min(self.size or tried, tried // 2))
-        logger.warning("out of memory with %d %s per model call; going on with %d", tried, self.what, self.size)
-
-
-def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) -> T:
-    """``attempt(size)`` with ``size = limit.take(wanted)``, halved and tried again after an out-of-memory error.
-
-    ``attempt`` must be safe to repeat. An error with one row is raised: nothing smaller is left to try.
-    """
-    while True:
-        size = limit.take(wanted)
-        try:
-            return attempt(size)
-        except out_of_memory_errors():
-            if size <= 1:
-                raise
-        release_memory()  # outside the handler: the failed call's tensors are unreachable by now
-        limit.halve(size)
-
-
-class DecodeEngine(ABC):
-    """Lanes of searches and batched scoring on one model (module docstring)."""
-
-    kind: str = ""
-    model = None
-    steps: int = 0  # the steps made (calls of ``step`` or ``step_runs``, whatever the lanes or runs): a search's cost
-
-    # -- lanes ---------------------------------------------------------------------------------
-    @abstractmethod
-    def start(self, lanes: int, capacity: int, space: AnswerSpace, limit: BatchLimit | None = None) -> None:
-        """Room for ``lanes`` lanes of about ``capacity`` positions each, measured under ``space``.
-
-        ``limit``: the most lanes one model call may take (an engine that splits steps halves it on
-        out-of-memory errors; one that does not raises them)."""
-
-    @abstractmethod
-    def prefill(self, lane: int, ids: Sequence[int], logits_from: int) -> np.ndarray:
-        """Run ``ids`` as lane ``lane``'s first tokens; NLL rows (len(ids) - logits_from + 1, vocab)."""
-
-    @abstractmethod
-    def step(self, tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """Feed live lane i ``tokens[i]`` at ``positions[i]``; NLL rows (live lanes, vocab)."""
-
-    @abstractmethod
-    def step_runs(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
-        """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
-        per lane its NLL rows (len(runs[i]), vocab), row j after ``runs[i][:j + 1]``."""
-
-    @abstractmethod
-    def keep_lanes(self, lanes: Sequence[int]) -> None:
-        """Keep only these live lanes (increasing); they become lanes 0, 1, ... in this order."""
-
-    @abstractmethod
-    def release(self) -> None:
-        """End the lanes' search (an engine may keep its buffers for the next one)."""
+    cache: object  # (layers, 2, bucket of the lanes started, kv heads, capacity, head dim)
+    rows: list[int]
+    space: AnswerSpace
+    allowed: object  # the answer mask over the vocabulary, on the device
 
     @property
-    @abstractmethod
+    def bucket(self) -> int:
+        """The rows a compiled step computes: the smallest lane bucket that holds the live lanes."""
+        return lane_bucket(len(self.rows))
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.shape[4]
+
+
+class Engine:
+    """Lanes of searches and prefix-reusing scoring on the decoder over merged weights (module docstring)."""
+
+    kind = "engine"
+
+    def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None,
+                 pool_bytes: int = POOL_BYTES):
+        self.model = model
+        self.weights = DecodeWeights(model)
+        self.device, self.dtype = self.weights.device, self.weights.dtype
+        self.compiled, self.on_step, self.pool_bytes = compile, on_step, pool_bytes
+        self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
+        self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
+        self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
+        self._swap = half_swap(self.weights.head_dim, self.dtype, self.device)
+        self._lanes: _Lanes | None = None
+        self._step = self._compiled_step() if compile else step_nlls
+        for tensor in [*self.weights.tensors(), self._swap]:
+            self._fixed(tensor)
+
+    @property
     def vocab_size(self) -> int:
-        """Rows of the output head: the width of every NLL row."""
+        return self.weights.vocab_size
 
     def refresh(self) -> None:
-        """Read the model's weights again (after its adapter changed); a no-op for an engine that reads them live."""
+        """Read the model's weights again (after its adapter was trained, reset, enabled or disabled)."""
+        self.weights.refresh()
+
+    def _tick(self) -> None:
+        if self.on_step is not None:
+            self.on_step()
+
+    def _compiled_step(self):
+        """``step_nlls`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU; the capacity a dynamic
+        dimension (``_fixed``), so one graph per lane bucket and run bucket serves every capacity."""
+        import torch
+
+        config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
+        setattr(config, limit, max(getattr(config, limit), 64))
+        if self.device.type == "cuda":
+            return torch.compile(step_nlls, mode="reduce-overhead", fullgraph=True)
+        return torch.compile(step_nlls, fullgraph=True)
+
+    def _fixed(self, tensor, capacity_dimension: int | None = None):
+        """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.
+        Every tensor the step reads is made here but the few hundred bytes of tokens, positions and mask."""
+        import torch
+
+        if self.compiled and self.device.type == "cuda":
+            torch._dynamo.mark_static_address(tensor)
+        if self.compiled and capacity_dimension is not None:
+            torch._dynamo.mark_dynamic(tensor, capacity_dimension)
+        return tensor
+
+    # -- buffers -------------------------------------------------------------------------------
+    def _cache(self, bucket: int, capacity: int):
+        """The pool's cache for (bucket, capacity), allocated (zeros: masked columns stay finite) on first use."""
+        import torch
+
+        key = (bucket, capacity)
+        if key in self._pool:
+            self._pool.move_to_end(key)
+            return self._pool[key]
+        weights = self.weights
+        shape = (len(weights.layers), 2, bucket, weights.kv_heads, capacity, weights.head_dim)
+        needed = int(np.prod(shape)) * torch.finfo(self.dtype).bits // 8
+        held = self._lanes.cache if self._lanes is not None else None
+        for old in list(self._pool):  # the least recently used first, never the current search's
+            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= self.pool_bytes:
+                break
+            if self._pool[old] is not held:
+                del self._pool[old]
+        self._pool[key] = self._fixed(torch.zeros(shape, dtype=self.dtype, device=self.device), capacity_dimension=4)
+        return self._pool[key]
+
+    def _rope_tables(self, capacity: int):
+        """The model's rope (cos, sin) at positions 0..capacity-1, made once per capacity."""
+        if capacity not in self._rope:
+            tables = rope_tables(self.weights.config, self.weights.head_dim, capacity, self.dtype, self.device)
+            self._rope[capacity] = tuple(self._fixed(table, capacity_dimension=0) for table in tables)
+        return self._rope[capacity]
+
+    def _feed(self, cache, runs: Sequence[Sequence[int]], positions: Sequence[int]):
+        """Hidden states (rows, longest run, hidden) after row r of ``cache`` is fed ``runs[r]`` from ``positions[r]``,
+        eagerly, in passes of at most ``PASS_TOKENS`` tokens (a shorter run padded with token 0 past its end)."""
+        import torch
+
+        longest = max(len(run) for run in runs)
+        chunk = max(1, PASS_TOKENS // len(runs))
+        cos, sin = self._rope_tables(cache.shape[4])
+        pieces = []
+        self._tick()
+        with torch.no_grad():
+            for start in range(0, longest, chunk):
+                width = min(chunk, longest - start)
+                tokens = torch.zeros((len(runs), width), dtype=torch.long)
+                for row, run in enumerate(runs):
+                    part = [int(token) for token in run[start:start + width]]
+                    tokens[row, :len(part)] = torch.tensor(part, dtype=torch.long)
+                at = torch.tensor([int(position) + start for position in positions], device=self.device)
+                hidden = forward(self.weights, cache, tokens.to(self.device), at, cos, sin, self._swap,
+                                 int(at.max()) + width)
+                pieces.append(hidden.view(len(runs), width, -1))
+        return torch.cat(pieces, dim=1)
+
+    # -- lanes ---------------------------------------------------------------------------------
+    def start(self, lanes: int, capacity: int, space: AnswerSpace) -> None:
+        allowed = space.mask(self.vocab_size, self.device)
+        self._lanes = _Lanes(self._cache(lane_bucket(lanes), capacity_bucket(capacity)), list(range(lanes)), space,
+                             allowed)
+
+    def _nlls(self, logit_rows) -> np.ndarray:
+        lanes = self._lanes
+        nlls = -answer_log_probs(logit_rows, lanes.allowed, lanes.space.probabilities)
+        return nlls.cpu().numpy().astype(np.float64)
+
+    def _grow(self, positions: int) -> None:
+        """Move the search's live rows into a cache of the capacity bucket of ``positions`` (one copy)."""
+        lanes, live = self._lanes, len(self._lanes.rows)
+        bigger = self._cache(lanes.bucket, capacity_bucket(positions))
+        bigger[:, :, :live, :, :lanes.capacity].copy_(lanes.cache[:, :, :live])
+        lanes.cache = bigger
+
+    def prefill(self, lane: int, ids: Sequence[int], logits_from: int) -> np.ndarray:
+        import torch
+
+        lanes = self._lanes
+        if len(ids) > lanes.capacity:
+            self._grow(len(ids))
+        row = lanes.rows[lane]
+        hidden = self._feed(lanes.cache[:, :, row:row + 1], [ids], [0])
+        with torch.no_grad():
+            return self._nlls(logits(self.weights, hidden[0, logits_from - 1:]))
+
+    def step(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
+        """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
+        per lane its NLL rows (len(runs[i]), vocab), row j after ``runs[i][:j + 1]``."""
+        import torch
+
+        lanes = self._lanes
+        longest = max(len(run) for run in runs)
+        width = lane_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
+        furthest = max(int(position) for position in positions) + width  # padding tokens are written too
+        if furthest > lanes.capacity:
+            self._grow(furthest)
+        # compiled: the whole bucket's cache (fixed shapes, fixed addresses); eager: just the live rows. Rows past
+        # the live lanes feed token 0 from position 0; a run shorter than the width is padded with token 0 at the
+        # positions after it, which no later step reads before writing them again (the search's next token for the
+        # lane is at or before the run's end)
+        rows = lanes.cache.shape[2] if self.compiled else len(lanes.rows)
+        row_tokens, row_positions = [[0] * width for _ in range(rows)], [0] * rows
+        for row, run, position in zip(lanes.rows, runs, positions):
+            row_tokens[row][:len(run)], row_positions[row] = [int(token) for token in run], int(position)
+        cos, sin = self._rope_tables(lanes.capacity)
+        used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
+        cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
+        arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
+                     torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
+                     lanes.space.probabilities, used)
+        self._tick()
+        try:
+            with torch.no_grad():
+                if self.compiled and self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
+        except out_of_memory_errors():
+            raise
+        except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
+            if not self.compiled:
+                raise
+            logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
+                           type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
+            self.compiled, self._step = False, step_nlls
+            return self.step(runs, positions)
+        self.steps += 1
+        nlls = nlls.numpy()
+        return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(lanes.rows, runs)]
+
+    def keep_lanes(self, lanes: Sequence[int]) -> None:
+        import torch
+
+        state = self._lanes
+        rows = [state.rows[lane] for lane in lanes]
+        count = len(rows)
+        freed = sorted(set(range(count)) - set(rows))  # rows below the new count that no kept lane holds
+        moving = [index for index, row in enumerate(rows) if row >= count]  # kept lanes beyond it
+        if moving:  # one gather and scatter of just the rows that move
+            sources = torch.tensor([rows[index] for index in moving], dtype=torch.long, device=self.device)
+            targets = torch.tensor(freed, dtype=torch.long, device=self.device)
+            state.cache[:, :, targets] = state.cache[:, :, sources]
+            for index, row in zip(moving, freed):
+                rows[index] = row
+        state.rows = rows
+        if count and state.bucket < state.cache.shape[2]:  # into the smaller bucket's own cache: one copy
+            smaller = self._cache(state.bucket, state.capacity)
+            smaller[:, :, :count].copy_(state.cache[:, :, :count])
+            state.cache = smaller
+
+    def release(self) -> None:
+        self._lanes = None
 
     # -- scoring -------------------------------------------------------------------------------
-    @abstractmethod
-    def prompt_prefixes(self, prompts: Sequence[Sequence[int]], space: AnswerSpace):
-        """Run ``prompts`` together (right-padded); what ``nlls_after`` needs of them (keys, values, first NLLs)."""
-
-    @abstractmethod
-    def nlls_after(self, prefixes, answers: Sequence[Sequence[int]], rows: Sequence[int],
-                   space: AnswerSpace) -> np.ndarray:
-        """The NLL of ``answers[i]`` (through its eos) after prompt ``rows[i]`` of ``prefixes``, in one call."""
-
     def score(self, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]], space: AnswerSpace,
-              batch_size: int = 16, prompt_batch_size: int | None = None, *, prompt_limit: BatchLimit | None = None,
-              answer_limit: BatchLimit | None = None) -> list[np.ndarray]:
-        """The NLLs of ``answers[p]`` after ``prompts[p]``, for every p.
+              batch_size: int = 16, limit: BatchLimit | None = None) -> list[np.ndarray]:
+        """The NLLs of ``answers[p]`` (each through its eos) after ``prompts[p]``, for every p.
 
-        Up to ``prompt_batch_size`` (default ``batch_size``) prompts run together, and up to
-        ``batch_size`` (prompt, answer) rows per answer call. An out-of-memory error halves the answer
-        rows per call (``answer_limit``), and past one row the prompts per call (``prompt_limit``);
-        the limits end as the sizes that fitted. Prompts without answers are never run.
+        Each prompt runs once, into a lane whose keys and values are then copied into the lanes of
+        its answers; up to ``batch_size`` answers (similar lengths together) share a call, fewer after
+        an out-of-memory error (``limit``, which ends as the size that fitted). Prompts without answers
+        are never run. Equal to one full forward per answer up to float rounding.
         """
         if len(answers) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
-        results = [np.zeros(len(chunk)) for chunk in answers]
-        prompt_limit = prompt_limit if prompt_limit is not None else BatchLimit("prompts")
-        answer_limit = answer_limit if answer_limit is not None else BatchLimit("answers")
-        group_size = prompt_batch_size or batch_size
-        order = [p for p in range(len(prompts)) if len(answers[p])]
-        done = 0
-        while done < len(order):
-            done += with_halving(prompt_limit, min(group_size, len(order) - done),
-                                 lambda size, start=done: self._score_group(
-                                     prompts, answers, order[start:start + size], space, batch_size, answer_limit,
-                                     results))
-        return results
+        limit = limit if limit is not None else BatchLimit("answers")
+        return [self._score_prompt([int(t) for t in prompt], chunk, space, batch_size, limit) if len(chunk)
+                else np.zeros(0) for prompt, chunk in zip(prompts, answers)]
 
-    def _score_group(self, prompts, answers, group: list[int], space: AnswerSpace, batch_size: int,
-                     limit: BatchLimit, results: list[np.ndarray]) -> int:
-        """The answers of the prompts ``group`` (indices) scored into ``results``; how many prompts that was.
+    def _score_prompt(self, prompt: list[int], answers, space: AnswerSpace, batch_size: int, limit: BatchLimit):
+        import torch
 
-        Safe to repeat: it writes the same numbers again.
-        """
-        prefixes = self.prompt_prefixes([prompts[p] for p in group], space)
-        pairs = sorted(((row, a) for row, p in enumerate(group) for a in range(len(answers[p]))),
-                       key=lambda pair: len(answers[group[pair[0]]][pair[1]]))  # similar lengths together
+        targets, valid = answer_targets(answers, space.eos_id)
+        allowed = space.mask(self.vocab_size, self.device)
+        capacity = capacity_bucket(len(prompt) + targets.shape[1])
+        held = {}  # the cache that holds the prompt in its first rows: cache, rows, the log-probabilities after it
+        results = np.zeros(len(answers))
+        order = sorted(range(len(answers)), key=lambda index: int(valid[index].sum()))  # similar lengths together
 
-        def score(chunk: list[tuple[int, int]]) -> int:
-            nlls = self.nlls_after(prefixes, [answers[group[row]][a] for row, a in chunk], [row for row, _ in chunk],
-                                   space)
-            for (row, a), nll in zip(chunk, nlls):
-                results[group[row]][a] = nll
+        def prompt_in(rows: int):
+            """A cache whose first ``rows`` rows hold the prompt, and the log-probabilities after it."""
+            if "cache" not in held:  # the prompt's one pass, into a cache of as many rows as the first call takes
+                cache = self._cache(lane_bucket(rows), capacity)
+                hidden = self._feed(cache[:, :, :1], [prompt], [0])
+                with torch.no_grad():
+                    first = answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed, space.probabilities)
+                held.update(cache=cache, rows=1, first=first)
+            cache = held["cache"]  # later calls take no more rows (fewer after an out-of-memory error)
+            if held["rows"] < rows:  # its keys and values copied into the rows of the answers
+                cache[:, :, held["rows"]:rows, :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
+                held["rows"] = rows
+            return cache, held["first"]
+
+        def score_rows(chunk: list[int]) -> int:
+            cache, first = prompt_in(len(chunk))
+            rows_targets, rows_valid = targets[chunk].to(self.device), valid[chunk].to(self.device)
+            length = int(rows_valid.sum(dim=1).max())
+            log_probs = first.expand(len(chunk), 1, -1)
+            if length > 1:  # every answer but its last token, after the prompt: one pass
+                runs = [rows_targets[row, :length - 1].tolist() for row in range(len(chunk))]
+                hidden = self._feed(cache[:, :, :len(chunk)], runs, [len(prompt)] * len(chunk))
+                with torch.no_grad():
+                    rest = answer_log_probs(logits(self.weights, hidden), allowed, space.probabilities)
+                log_probs = torch.cat([log_probs, rest], dim=1)
+            results[chunk] = summed_nlls(log_probs, rows_targets[:, :length], rows_valid[:, :length])
             return len(chunk)
 
         done = 0
-        while done < len(pairs):
-            done += with_halving(limit, min(batch_size, len(pairs) - done),
-                                 lambda size, start=done: score(pairs[start:start + size]))
-        return len(group)
+        while done < len(order):
+            done += with_halving(limit, min(batch_size, len(order) - done),
+                                 lambda size, start=done: score_rows(order[start:start + size]))
+        return results
+
+
+def compiles(compile: str, model) -> bool:
+    """Whether the engine compiles its step: ``compile`` "on", or "auto" on a CUDA device."""
+    if compile not in ENGINE_COMPILE_MODES:
+        raise ValueError(f"unknown engine compile mode {compile!r}; expected one of {ENGINE_COMPILE_MODES}")
+    return compile == "on" or (compile == "auto" and next(model.parameters()).device.type == "cuda")
+
+
+def make_engine(model, compile: str = "auto", on_step: Callable[[], None] | None = None):
+    """The engine for ``model`` (``compile``: "auto", "on" or "off"); for a model it cannot read, transformers' own
+    forward (``TransformersDecoder``), with one logged line saying why and what it costs."""
+    reason = unsupported_reason(model)
+    if reason is None:
+        return Engine(model, compile=compiles(compile, model), on_step=on_step)
+    logger.warning("the engine cannot run this model (%s); transformers' own forward runs it, one lane at a time, "
+                   "%s", reason, FALLBACK_SLOWDOWN)
+    return TransformersDecoder(model, on_step=on_step)

@@ -15,9 +15,10 @@ call and keeps what it found, a search that would start late finds nothing, and 
 candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
 says which stage the deadline cut short (``deadline_hit``).
 
-Every model call goes through the solver's one decode engine (``engines.make_engine``, the kind
-``settings.engine`` names), built on first use; after test-time training changes the adapter, and
-when ``base_model`` turns it off or on again, the engine re-reads the weights (once per state).
+Every model call goes through the solver's one decode engine (``engine.make_engine``), built on
+first use; after test-time training changes the adapter, and when ``base_model`` turns it off or on
+again, the engine re-reads the weights (once per state). ``on_step`` (a callable with no arguments:
+a worker's heartbeat) is called by the engine once per model pass.
 
 ``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure.
 Running a whole set (records on disk, resuming, the submission) is ``run``'s business, not this
@@ -32,21 +33,19 @@ import hashlib
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.method.answers import AnswerSpace, deadline_passed, earliest
-from arc_kit.method.batched_dfs import batched_dfs_search
+from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, earliest, release_memory
 from arc_kit.method.drafts import draft_source
-from arc_kit.method.engine import DecodeEngine
-from arc_kit.method.engines import make_engine
+from arc_kit.method.engine import make_engine
+from arc_kit.method.experts import Candidate, select
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
-from arc_kit.method.samplers import generate
-from arc_kit.method.scoring import Candidate, augmented_nlls, select
+from arc_kit.method.search import search
 from arc_kit.method.ttt import TestTimeTrainer
 from arc_kit.names import encoded, shown
 from arc_kit.settings import SamplerSettings, SolveSettings, ladder
@@ -69,7 +68,8 @@ class Solver:
     with it (the settings are what a run records). So does ``settings.decoding``, how answers are read.
     """
 
-    def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings()):
+    def __init__(self, model, encoder: TaskEncoder, settings: SolveSettings = SolveSettings(), *,
+                 on_step: Callable[[], None] | None = None, engine=None):
         if settings.max_len is None:
             settings = settings.replace(max_len=encoder.max_len)
         text_format = dataclasses.replace(encoder.format, decoding=settings.decoding)
@@ -80,7 +80,8 @@ class Solver:
         self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
         self.trainer = None
         self.model = model
-        self._engine: DecodeEngine | None = None
+        self.on_step = on_step
+        self._engine = engine  # None: ``engine.make_engine``'s, on first use (given: the GPU check's oracle)
         self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
         self._adapter_off = False  # inside ``base_model``
         self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
@@ -89,11 +90,11 @@ class Solver:
             self.model = self.trainer.model
 
     @classmethod
-    def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(),
-                    text_format: TextFormat = TextFormat()) -> Solver:
+    def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(), text_format: TextFormat = TextFormat(),
+                    *, on_step: Callable[[], None] | None = None) -> Solver:
         """A solver for a ``loading.LoadedModel``; the token budget is cut to what the model takes."""
         settings = settings.replace(max_len=loaded.token_budget(settings.max_len))
-        return cls(loaded.model, loaded.encoder(text_format, settings.max_len), settings)
+        return cls(loaded.model, loaded.encoder(text_format, settings.max_len), settings, on_step=on_step)
 
     # -- pieces, also used by the tables ---------------------------------------------------------
     @contextlib.contextmanager
@@ -109,17 +110,17 @@ class Solver:
                 finally:
                     self._adapter_off = False
 
-    def engine(self, model=None) -> DecodeEngine:
+    def engine(self, model=None):
         """The decode engine for ``model`` (default: the solver's, in its current adapter state).
 
         The solver's model gets its one engine, its weights re-read when the adapter changed since;
         another model gets an engine of its own for this call.
         """
         if model is not None and model is not self.model:
-            return make_engine(model, self.settings.engine, compile=self.settings.engine_compile)
+            return make_engine(model, self.settings.engine_compile, self.on_step)
         state = (self._adapter_version, self._adapter_off)
         if self._engine is None:
-            self._engine = make_engine(self.model, self.settings.engine, compile=self.settings.engine_compile)
+            self._engine = make_engine(self.model, self.settings.engine_compile, self.on_step)
         elif state != self._engine_state:
             self._engine.refresh()
         self._engine_state = state
@@ -146,20 +147,16 @@ class Solver:
                                float(np.mean(result.losses[-8:])) if result.losses else None, result.stopped)
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
-               sampler: SamplerSettings, rng: np.random.Generator, task_id: str = "", batched: bool | None = None,
-               *, deadline: float | None = None, search_seconds: float | None = None
-               ) -> tuple[list[Candidate], SearchStats]:
-        """Run the sampler under each augmentation; decode, map back and merge the answers.
+               sampler: SamplerSettings, task_id: str = "", *, deadline: float | None = None,
+               search_seconds: float | None = None) -> tuple[list[Candidate], SearchStats]:
+        """Search under each augmentation (``search.search``); decode, map back and merge the answers.
 
-        One augmentation after another, each DFS guided by the best answer so far; or, ``batched``
-        (default: ``settings.batched``) and with DFS, the first alone and then all the others together
-        (``batched_dfs``), each guided by the first one's best answer. Each DFS gets the draft source
+        The first augmentation's search runs alone; the others' then run together, as lanes, each
+        guided by the first one's best answer (mapped into its frame). Each search gets the draft source
         ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts).
-        The same candidates either way unless a forward-call cap (per search) is hit. Each search (the
-        batched lanes together count as one) stops at ``deadline`` or ``search_seconds`` after it starts,
-        whichever comes first. The stats count the engine's steps and the drafts fed and followed.
+        Each of the two stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes
+        first. The stats count the engine's steps and the drafts fed and followed.
         """
-        batched = self.settings.batched if batched is None else batched
         engine = self.engine(model)
         merged: dict[bytes, Candidate] = {}
         stats = SearchStats()
@@ -171,42 +168,26 @@ class Solver:
             stats.prompt_tokens.append(len(prompt))
             stats.dropped_train_pairs += len(prompt.dropped)
             prompts.append(prompt.ids)
-        seeds = [int(rng.integers(2**31)) for _ in augmentations]  # drawn up front: the same in both modes
         steps_before = engine.steps
-
-        def search_deadline() -> float | None:
-            return earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
-
-        def guess_for(augmentation: Augmentation):
-            if not merged:
-                return None
-            best = min(merged.values(), key=lambda c: c.best_generation_nll)
-            return self.encoder.encode_answer(augmentation.apply_grid(best.grid))
-
-        def drafts_for(augmentation: Augmentation, prompt_ids):
+        for views in (range(1), range(1, len(augmentations))):  # the first alone: its best answer guides the others
+            if not views:
+                continue
+            best = min(merged.values(), key=lambda c: c.best_generation_nll) if merged else None
             grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]
-            return draft_source(sampler.drafts, self.encoder, prompt_ids, test_input, augmentation, grids)
-
-        if batched and sampler.kind == "dfs" and len(augmentations) > 1:
-            first = generate(engine, prompts[0], self.space, sampler, seed=seeds[0], deadline=search_deadline(),
-                             drafts=drafts_for(augmentations[0], prompts[0]))
-            self._merge(first, augmentations[0], merged, stats)
-            guesses = [guess_for(a) if sampler.use_guess else None for a in augmentations[1:]]
-            drafts = [drafts_for(a, prompt_ids) for a, prompt_ids in zip(augmentations[1:], prompts[1:])]
-            results = batched_dfs_search(engine, prompts[1:], self.space, sampler, guesses,
-                                         deadline=search_deadline(), drafts=drafts)
-            for augmentation, result in zip(augmentations[1:], results):
-                self._merge(result, augmentation, merged, stats)
-        else:
-            for augmentation, prompt_ids, seed in zip(augmentations, prompts, seeds):
-                result = generate(engine, prompt_ids, self.space, sampler, guess=guess_for(augmentation), seed=seed,
-                                  deadline=search_deadline(), drafts=drafts_for(augmentation, prompt_ids))
-                self._merge(result, augmentation, merged, stats)
+            chosen = [augmentations[view] for view in views]
+            guesses = [None if best is None else self.encoder.encode_answer(a.apply_grid(best.grid)) for a in chosen]
+            drafts = [draft_source(sampler.drafts, self.encoder, prompts[view], test_input, augmentations[view], grids)
+                      for view in views]
+            searched = earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
+            results = search(engine, [prompts[view] for view in views], self.space, sampler, guesses, drafts=drafts,
+                             deadline=searched)
+            for augmentation, result in zip(chosen, results):
+                self.merge(result, augmentation, merged, stats)
         stats.engine_steps = engine.steps - steps_before
-        candidates = sorted(merged.values(), key=lambda c: c.best_generation_nll)
-        return candidates, stats
+        return sorted(merged.values(), key=lambda c: c.best_generation_nll), stats
 
-    def _merge(self, result, augmentation: Augmentation, merged: dict[bytes, Candidate], stats: SearchStats) -> None:
+    def merge(self, result: SearchResult, augmentation: Augmentation, merged: dict[bytes, Candidate],
+               stats: SearchStats) -> None:
         """Count one search in ``stats``; decode its answers, map them back and merge them into ``merged``."""
         stats.forward_calls += result.forward_calls
         stats.tokens += result.tokens_processed
@@ -228,30 +209,26 @@ class Solver:
             candidate.generation_nlls[augmentation.key] = min(nll, completion.nll)
 
     def score(self, model, train: Sequence[Pair], test_input: np.ndarray, candidates: Sequence[Candidate],
-              augmentations: Sequence[Augmentation], batched: bool | None = None) -> None:
-        """Fill each candidate's NLL under every scoring augmentation (``batched``: all in batched forwards)."""
+              augmentations: Sequence[Augmentation]) -> None:
+        """Fill each candidate's NLL under every scoring augmentation (``augmented_nlls``)."""
         if not candidates:
             return
-        batched = self.settings.batched if batched is None else batched
         table = augmented_nlls(self.engine(model), self.encoder, train, test_input, [c.grid for c in candidates],
-                               augmentations, self.settings.scoring_batch_size, self.settings.max_len, batched,
-                               self.space.probabilities)
+                               augmentations, self.space, self.settings.scoring_batch_size, self.settings.max_len)
         for candidate, row in zip(candidates, table):
             candidate.scoring_nlls = [float(v) for v in row]
 
     def views(self, task: Task, test_index: int, settings: SolveSettings | None = None
-              ) -> tuple[list[Augmentation], list[Augmentation], np.random.Generator]:
-        """The inference and scoring augmentations of one test input, and the generator for the rest.
-
-        All drawn from (seed, task id, test index) alone, so runs, resumptions and tables agree.
-        """
+              ) -> tuple[list[Augmentation], list[Augmentation]]:
+        """The inference and scoring augmentations of one test input, drawn from (seed, task id, test index) alone,
+        so runs, resumptions and tables agree."""
         settings = settings or self.settings
         rng = task_rng(settings.seed, task.id, f"test{test_index}")
         inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
                                                keep_background=settings.keep_background)
         scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
                                              keep_background=settings.keep_background)
-        return inference, scoring, rng
+        return inference, scoring
 
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
@@ -273,10 +250,10 @@ class Solver:
             record.timings["ttt"] = round(time.monotonic() - started, 3)
             generation_seconds = scoring_seconds = 0.0
             for test_index, test_input in enumerate(task.test_inputs):
-                inference, scoring, rng = self.views(task, test_index, settings)
+                inference, scoring = self.views(task, test_index, settings)
                 moment = time.monotonic()
-                candidates, search = self.sample(self.model, task.train, test_input, inference, settings.sampler, rng,
-                                                 task_id=task.id, deadline=deadline, search_seconds=search_seconds)
+                candidates, stats = self.sample(self.model, task.train, test_input, inference, settings.sampler,
+                                                task_id=task.id, deadline=deadline, search_seconds=search_seconds)
                 generation_seconds += time.monotonic() - moment
                 out_of_time = deadline_passed(deadline)
                 if out_of_time and record.deadline_hit is None:
@@ -289,7 +266,7 @@ class Solver:
                     scoring_seconds += time.monotonic() - moment
                 chosen = select(candidates, settings.aggregation if scoring else "generation", settings.attempts)
                 record.tests.append(TestResult([candidates[i].grid for i in chosen], candidates,
-                                               [a.key for a in inference], [a.key for a in scoring], search))
+                                               [a.key for a in inference], [a.key for a in scoring], stats))
             record.timings.update(generation=round(generation_seconds, 3), scoring=round(scoring_seconds, 3))
         except Exception as error:  # one task's failure must never stop the run
             record.error = f"{type(error).__name__}: {error}"
@@ -308,21 +285,26 @@ class Solver:
         record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_seconds=search_seconds)
         if record.error is None or deadline_passed(deadline):
             return record
-        _free_accelerator_memory()
+        release_memory()
         cheaper = min(rung + 2, len(rungs) - 1)
         retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
         retry.retried_after = record.error
         return retry
 
 
-def _free_accelerator_memory() -> None:
-    import gc
 
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
+def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
+                   grids: Sequence[np.ndarray], augmentations: Sequence[Augmentation], space: AnswerSpace,
+                   batch_size: int = 16, max_len: int | None = None) -> np.ndarray:
+    """NLLs of candidate grids (original frame) under each augmentation (augmented prompt, augmented answer), as
+    ``space`` measures them, all in one scoring of the engine: shape (candidates, augmentations)."""
+    prompts, answers = [], []
+    for augmentation in augmentations:
+        prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
+                                       max_len=max_len)
+        prompts.append(prompt.ids)
+        answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids])
+    table = np.zeros((len(grids), len(augmentations)))
+    for column, nlls in enumerate(engine.score(prompts, answers, space, batch_size)):
+        table[:, column] = nlls
+    return table

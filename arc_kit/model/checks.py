@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from arc_kit.devices import UnsupportedSetupError
+from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.model.folders import ModelFolderError, first_line, read_json
 from arc_kit.model.memory import GIB, Architecture, weight_bytes
 

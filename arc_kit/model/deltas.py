@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
-from arc_kit.model.folders import DELTA_INDEX, ModelFolderError
+from arc_kit.model.folders import DELTA_INDEX, ModelFolderError, read_json
+from arc_kit.model.optimization import quiet_peft
+from arc_kit.outputs import remove_entry, replace_file, staged_into
 
 DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
 ADAPTER_CONFIG = "adapter_config.json"
+SHARD_NAME = re.compile(r"delta-[0-9]{5}-of-[0-9]{5}\.safetensors")  # the delta's shards, by their exact form
 # LoraConfig's fields in peft 0.17.0, the oldest peft the kit supports (pyproject: peft>=0.17), read from
 # its source (peft/tuners/lora/config.py and peft/config.py), less runtime_config, which peft never saves.
 # peft 0.18.1 (Kaggle's image) knows all of them and adds alora_invocation_tokens, arrow_config,
@@ -47,8 +51,9 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("delta-*.safetensors"):
-        old.unlink()
+    for old in path.glob("delta-*-of-*.safetensors"):  # an earlier save's shards (its count may differ)
+        if SHARD_NAME.fullmatch(old.name):
+            remove_entry(old)
     state = get_peft_model_state_dict(model)
     shards, current, size = [], {}, 0
     for name, tensor in state.items():
@@ -63,19 +68,18 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
         size += nbytes
     if current:
         shards.append(current)
-    names = []
-    for number, shard in enumerate(shards, 1):
-        name = f"delta-{number:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(path / name), metadata={"format": "pt"})
-        names.append(name)
-    config = model.peft_config[model.active_adapter]
-    config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
-    config.save_pretrained(str(path))
-    make_adapter_config_portable(path)
-    tokenizer.save_pretrained(path)
-    (path / DELTA_INDEX).write_text(json.dumps({"base": base, "shards": names}, indent=2) + "\n")
+    names = [f"delta-{number:05d}-of-{len(shards):05d}.safetensors" for number in range(1, len(shards) + 1)]
+    with staged_into(path) as staging:  # every file renamed into place: a link there is never followed
+        for name, shard in zip(names, shards):
+            save_file(shard, str(staging / name), metadata={"format": "pt"})
+        config = model.peft_config[model.active_adapter]
+        config.base_model_name_or_path = None  # the base is named in delta.json, built where the delta is used
+        config.save_pretrained(str(staging))
+        make_adapter_config_portable(staging)
+        tokenizer.save_pretrained(staging)
+    replace_file(path / DELTA_INDEX, json.dumps({"base": base, "shards": names}, indent=2) + "\n")
     if info is not None:
-        (path / "arc_kit.json").write_text(json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
+        replace_file(path / "arc_kit.json", json.dumps({**info, "base": base}, indent=2, default=str) + "\n")
     return path
 
 
@@ -98,29 +102,28 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
     from peft import LoraConfig
 
     target = Path(folder) / ADAPTER_CONFIG
-    saved = portable_adapter_config(json.loads(target.read_text()), LoraConfig().to_dict())
-    target.write_text(json.dumps(saved, indent=2) + "\n")
-    return target
+    saved = portable_adapter_config(read_json(target), LoraConfig().to_dict())
+    return replace_file(target, json.dumps(saved, indent=2) + "\n")
 
 
 def apply_delta(model, path: str | os.PathLike, merge: bool = True):
     """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
-    import warnings
-
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
 
     path = Path(path)
-    index = json.loads((path / DELTA_INDEX).read_text())
-    config = LoraConfig.from_pretrained(str(path))
+    shards = read_json(path / DELTA_INDEX).get("shards")
+    if not isinstance(shards, list) or not all(isinstance(name, str) and SHARD_NAME.fullmatch(name) for name in shards):
+        raise ModelFolderError(f"{path / DELTA_INDEX} names no shards, or shards not named as the kit names them "
+                               "(delta-00001-of-00002.safetensors)")
+    config = LoraConfig.from_pretrained(str(path))  # peft reads the adapter's config: no code of the folder's
     state = {}
-    for name in index["shards"]:
+    for name in shards:
         try:
             state.update(load_file(str(path / name)))
         except Exception as error:  # safetensors raises its own error types for damaged files
             raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with quiet_peft(model):
         wrapped = get_peft_model(model, config)
     dtype = next(model.parameters()).dtype
     try:

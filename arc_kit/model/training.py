@@ -24,18 +24,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arc_kit import devices
+from arc_kit.model import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
 from arc_kit.model.deltas import make_adapter_config_portable, save_delta
-from arc_kit.model.folders import save_model
-from arc_kit.model.loading import PRESETS, LoadSettings, create_model, cut_to_limit, load_model
+from arc_kit.model.folders import ADAPTER_FILES, MODEL_FILES, save_model
+from arc_kit.model.loading import create_model, cut_to_limit, load_model
 from arc_kit.model.optimization import (
     add_lora,
     build_optimizer,
@@ -45,23 +45,36 @@ from arc_kit.model.optimization import (
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
 from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
-from arc_kit.outputs import FolderKind, claim_folder, small_json
+from arc_kit.outputs import (
+    FolderKind,
+    adopt_folder,
+    claim_folder,
+    kit_subfolder,
+    remove_entry,
+    remove_owned,
+    replace_file,
+    small_json,
+    staged_into,
+)
 from arc_kit.provenance import run_info
-from arc_kit.settings import TrainingSettings, training_preset
+from arc_kit.settings import MODEL_PRESETS, LoadSettings, TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
 
 logger = logging.getLogger(__name__)
 
 
 def _an_earlier_kits_training(folder: Path) -> bool:
-    """A training run that a kit made before output folders had markers: a checkpoint, or its record."""
-    if any((folder / "checkpoints").glob("step-*/progress.json")):
+    """A training run that a kit made before output folders had markers: a checkpoint, or its record (adopted only
+    with --adopt: ``outputs``)."""
+    if any(_checkpoint_number(path) is not None for path in (folder / "checkpoints").glob("step-*/progress.json")):
         return True
     record = small_json(folder / "arc_kit.json")
     return isinstance(record, dict) and isinstance(record.get("training"), dict)
 
 
-TRAINING_KIND = FolderKind("training", owned=("checkpoints", "training_log.csv", "loss_curve.png"), resumable=True,
+# a training run's folder: its checkpoints (each wholly accelerate's), its log and curve, and the model it saves
+TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "training_log.csv", "loss_curve.png",
+                                              *MODEL_FILES, *ADAPTER_FILES), resumable=True,
                            legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
 
 
@@ -73,9 +86,7 @@ def resolve_precision(precision: str, device: str) -> str:
 
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "no"
-    if precision not in ("bf16", "fp16", "fp32", "no"):
-        raise ValueError(f"unknown precision {precision!r}; expected auto, bf16, fp16 or fp32")
-    return "no" if precision == "fp32" else precision
+    return "no" if precision == "fp32" else precision  # one of TrainingSettings.precision's choices
 
 
 def prepare_for_training(model, settings: TrainingSettings):
@@ -84,8 +95,8 @@ def prepare_for_training(model, settings: TrainingSettings):
         for parameter in model.parameters():
             parameter.requires_grad_(True)
     else:
-        model = add_lora(model, settings.lora_rank, settings.lora_alpha, settings.train_embeddings)
-    if settings.gradient_checkpointing:
+        model = add_lora(model, settings.lora.lora_rank, settings.lora.lora_alpha, settings.lora.train_embeddings)
+    if settings.lora.gradient_checkpointing:
         enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
@@ -96,20 +107,48 @@ def prepare_for_training(model, settings: TrainingSettings):
 # ---------------------------------------------------------------------------------------------
 # Checkpoints and the order of batches.
 
+def _checkpoint_number(path: Path) -> int | None:
+    """N of a checkpoint folder ``step-N`` (a real folder, not a link); None for any other entry."""
+    folder = path.parent if path.name == "progress.json" else path
+    match = re.fullmatch(r"step-([0-9]{1,12})", folder.name)
+    return int(match.group(1)) if match and folder.is_dir() and not folder.is_symlink() else None
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    """The checkpoint folders in ``folder``, oldest first."""
+    return sorted((path for path in folder.glob("step-*") if _checkpoint_number(path) is not None),
+                  key=_checkpoint_number)
+
+
 def _latest_checkpoint(folder: Path) -> Path | None:
-    steps = [path for path in folder.glob("step-*") if (path / "progress.json").exists()]
-    return max(steps, key=lambda path: int(path.name.split("-")[1]), default=None)
+    done = [path for path in _checkpoints(folder) if isinstance(small_json(path / "progress.json"), dict)]
+    return done[-1] if done else None
 
 
 def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
-    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept."""
+    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept.
+    Written aside and renamed into place (``outputs.staged_into``): a link in the folder is never followed."""
     folder = checkpoints / f"step-{at_step}"
-    accelerator.save_state(str(folder))
+    if accelerator.is_main_process and (folder.is_symlink() or folder.exists()):  # a stopped run's, at this step
+        _remove_checkpoint(checkpoints.parent, folder)
+    accelerator.wait_for_everyone()
+    with staged_into(folder) as staging:
+        accelerator.save_state(str(staging))
     if accelerator.is_main_process:
-        (folder / "progress.json").write_text(json.dumps({"step": at_step}))
-        for old in checkpoints.glob("step-*"):  # keep the two newest
-            if old != folder and int(old.name.split("-")[1]) < at_step - save_every:
-                shutil.rmtree(old, ignore_errors=True)
+        replace_file(folder / "progress.json", json.dumps({"step": at_step}))
+        for old in _checkpoints(checkpoints):  # keep the two newest
+            if old != folder and _checkpoint_number(old) < at_step - save_every:
+                _remove_checkpoint(checkpoints.parent, old)
+
+
+def _remove_checkpoint(out: Path, folder: Path) -> None:
+    """Delete checkpoint ``folder`` of training run ``out`` by its layout (a link: the link itself)."""
+    if folder.is_symlink():
+        remove_entry(folder)
+        return
+    kept = remove_owned(out, TRAINING_KIND, below=f"checkpoints/{folder.name}")
+    if kept:
+        logger.warning("kept in %s what arc-kit did not make there: %s", folder, ", ".join(kept[:3]))
 
 
 def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
@@ -123,13 +162,13 @@ def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
     latest = _latest_checkpoint(checkpoints) if resume else None
     if latest is not None:
         accelerator.load_state(str(latest))
-        first_step = json.loads((latest / "progress.json").read_text())["step"]
+        first_step = _checkpoint_number(latest)
         if accelerator.is_main_process:
             logger.warning("resuming from %s (step %d of %d)", latest, first_step, steps)
     if accelerator.is_main_process:
         if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
-            for old in checkpoints.glob("step-*"):
-                shutil.rmtree(old, ignore_errors=True)
+            for old in _checkpoints(checkpoints):
+                _remove_checkpoint(out, old)
         CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
     accelerator.wait_for_everyone()
     return first_step
@@ -149,9 +188,9 @@ class BatchOrder:
         self.length_of = length_of
 
     def __iter__(self):
-        size, accumulation = self.settings.batch_size, self.settings.gradient_accumulation
+        size, accumulation = self.settings.lora.batch_size, self.settings.gradient_accumulation
         per_step = size * accumulation * self.world
-        for step in range(self.first_step, self.settings.steps):
+        for step in range(self.first_step, self.settings.lora.steps):
             items = list(range(step * per_step, (step + 1) * per_step))
             if self.length_of is not None:
                 items.sort(key=lambda index: (self.length_of(index), index))
@@ -160,7 +199,7 @@ class BatchOrder:
                 yield items[start:start + size]
 
     def __len__(self) -> int:
-        return (self.settings.steps - self.first_step) * self.settings.gradient_accumulation
+        return (self.settings.lora.steps - self.first_step) * self.settings.gradient_accumulation
 
 
 @dataclass
@@ -190,7 +229,7 @@ def token_budget_after_training(from_scratch: bool, trained_length: int, max_pos
 def training_settings_for(model: str | os.PathLike, preset: str | None = None) -> TrainingSettings:
     """The named training preset, or by default the one ``model`` calls for: ``from-scratch`` for a model
     preset (micro, tiny, ...), the paper's initial fine-tune for a model folder or a base."""
-    return training_preset(preset or ("from-scratch" if str(model) in PRESETS else "paper"))
+    return training_preset(preset or ("from-scratch" if str(model) in MODEL_PRESETS else "paper"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,9 +247,9 @@ class _Source:
 
 
 def _load_source(model_source: str | os.PathLike, settings: TrainingSettings) -> _Source:
-    """A fresh model of a preset (seeded by ``settings.seed``), or a model folder or base loaded in float32."""
-    if str(model_source) in PRESETS:
-        model, tokenizer = create_model(str(model_source), seed=settings.seed)
+    """A fresh model of a preset (seeded by the training's seed), or a model folder or base loaded in float32."""
+    if str(model_source) in MODEL_PRESETS:
+        model, tokenizer = create_model(str(model_source), seed=settings.lora.training_seed)
         return _Source(model, tokenizer, f"preset {model_source}", str(model_source), None)
     if str(model_source) in BASES:
         model_source = build_base(str(model_source))
@@ -226,7 +265,7 @@ def _start_accelerator(settings: TrainingSettings, device: str, checkpoints: Pat
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=resolve_precision(settings.precision, device),
                               gradient_accumulation_steps=settings.gradient_accumulation)
     if accelerator.is_main_process:
-        checkpoints.mkdir(parents=True, exist_ok=True)
+        kit_subfolder(checkpoints)  # a link there is refused: checkpoints go only into the run's own folder
     accelerator.wait_for_everyone()
     return accelerator
 
@@ -238,11 +277,11 @@ def _ready_to_train(source: _Source, settings: TrainingSettings):
 
     model = source.model
     model.train()
-    budget = cut_to_limit(settings.sequences.max_len, getattr(model.config, "max_position_embeddings", None),
+    budget = cut_to_limit(settings.sequences.max_tokens, getattr(model.config, "max_position_embeddings", None),
                           source.description)
-    settings = settings.replace(sequences=settings.sequences.replace(max_len=budget))
+    settings = settings.replace(sequences=settings.sequences.replace(max_tokens=budget))
     with torch.random.fork_rng(devices=[]):  # the LoRA initialisation draws from the seed, not the global state
-        torch.manual_seed(settings.seed)
+        torch.manual_seed(settings.lora.training_seed)
         model = prepare_for_training(model, settings)
     return model, settings
 
@@ -251,13 +290,14 @@ def _planned_dataset(pools: Mapping[str, Sequence], encoder: TaskEncoder, settin
                      weights: Mapping[str, float] | None, repeatable: Collection[str]):
     """(dataset, settings, plan): the sequences to train on, the settings with the steps they take when
     none were set, and the plan's summary (logged by the main process)."""
-    per_step = settings.batch_size * settings.gradient_accumulation * accelerator.num_processes
-    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=settings.seed,
-                              length=None if settings.steps is None else settings.steps * per_step,
-                              repeatable=repeatable)
-    if settings.steps is None:  # as many steps as the plan has sequences (the last step filled up)
-        settings = settings.replace(steps=-(-dataset.planned // per_step))
-        dataset.length_total = settings.steps * per_step
+    lora = settings.lora
+    per_step = lora.batch_size * settings.gradient_accumulation * accelerator.num_processes
+    dataset = SequenceDataset(pools, encoder, settings.sequences, weights=weights, seed=lora.training_seed,
+                              length=None if lora.steps is None else lora.steps * per_step,
+                              repeatable=repeatable, mask_first_output=lora.mask_first_output)
+    if lora.steps is None:  # as many steps as the plan has sequences (the last step filled up)
+        settings = settings.replace(lora=lora.replace(steps=-(-dataset.planned // per_step)))
+        dataset.length_total = settings.lora.steps * per_step
     plan = dataset.summary()
     if plan is not None and accelerator.is_main_process:  # shown when examples recur or pools fall short
         logger.log(logging.WARNING if plan.cut or plan.passes > 1 else logging.INFO, "%s", plan.line())
@@ -266,9 +306,10 @@ def _planned_dataset(pools: Mapping[str, Sequence], encoder: TaskEncoder, settin
 
 def _prepared_optimization(model, settings: TrainingSettings, accelerator):
     """(model, optimizer, scheduler), the first two prepared by the accelerator, the scheduler checkpointed."""
-    optimizer = build_optimizer(parameter_groups(model, settings.learning_rate, settings.embedding_learning_rate,
-                                                 settings.weight_decay), settings.optimizer)
-    scheduler = cosine_schedule(optimizer, settings.steps, settings.warmup_ratio)
+    lora = settings.lora
+    optimizer = build_optimizer(parameter_groups(model, lora.learning_rate, lora.embedding_learning_rate,
+                                                 settings.weight_decay), lora.optimizer)
+    scheduler = cosine_schedule(optimizer, lora.steps, lora.warmup_ratio)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped by hand: once per optimizer step
     return model, optimizer, scheduler
@@ -299,7 +340,7 @@ class _TrainingLoop:
         self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
         self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
         self.log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
-        self.bar = tqdm(total=settings.steps, initial=first_step, desc="pretrain", unit="step",
+        self.bar = tqdm(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
         self.step, self.total_tokens, self.last_loss, self.stopped_by = first_step, 0, None, "steps"
@@ -318,10 +359,10 @@ class _TrainingLoop:
             self.scheduler.step()
             self.step += 1
             self.bar.update(1)
-            if self.step % settings.log_every == 0 or self.step == settings.steps:
+            if self.step % settings.log_every == 0 or self.step == settings.lora.steps:
                 self._write_log_row()
             out_of_time = self._out_of_time()
-            if self.step % settings.save_every == 0 or self.step == settings.steps or out_of_time:
+            if self.step % settings.save_every == 0 or self.step == settings.lora.steps or out_of_time:
                 _save_checkpoint(self.accelerator, self.checkpoints, self.step, settings.save_every)
             if out_of_time:
                 self.stopped_by = "time limit"
@@ -335,8 +376,8 @@ class _TrainingLoop:
         with accelerator.accumulate(self.model):
             loss = self.model(**batch).loss
             accelerator.backward(loss)
-            if accelerator.sync_gradients and self.settings.max_grad_norm:
-                accelerator.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+            if accelerator.sync_gradients and self.settings.lora.max_grad_norm:
+                accelerator.clip_grad_norm_(self.model.parameters(), self.settings.lora.max_grad_norm)
             self.optimizer.step()
             self.optimizer.zero_grad()
         self.window_loss += loss.detach().float().item()
@@ -377,7 +418,7 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
     """The trained model in ``out``: a delta on its named base after LoRA, else a merged, ordinary folder."""
     import torch
 
-    budget = token_budget_after_training(source.preset is not None, settings.sequences.max_len,
+    budget = token_budget_after_training(source.preset is not None, settings.sequences.max_tokens,
                                          getattr(trained.config, "max_position_embeddings", None))
     record = {"preset": source.preset, "training": info,
               "token_budget": budget}  # models.token_budget_of reads it first
@@ -386,8 +427,9 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
                    dtype=torch.bfloat16 if mixed_precision == "bf16" else None)
     else:
         if not settings.full_finetune:
-            trained.save_pretrained(out / "adapter")
-            make_adapter_config_portable(out / "adapter")  # readable by the oldest peft the kit supports
+            with staged_into(out / "adapter") as staging:  # renamed into place: a link there is never followed
+                trained.save_pretrained(staging)
+                make_adapter_config_portable(staging)  # readable by the oldest peft the kit supports
             trained = trained.merge_and_unload()
         trained.config.use_cache = True
         save_model(trained, source.tokenizer, out, record)
@@ -397,32 +439,35 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
              repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
-             progress: bool = True, command: str = "pretrain") -> PretrainResult:
+             progress: bool = True, command: str = "pretrain", adopt: bool = False) -> PretrainResult:
     """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
 
     ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
     ``training_data.pretraining_data``. A rerun with the same ``out`` resumes from the latest
     checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
-    usable model. The sequences' token budget is cut to the model's positions (a warning says so).
+    usable model. The sequences' token budget is cut to the model's positions (a warning says so). ``adopt``
+    takes a training run that an earlier kit made without a marker as this one's (``outputs.adopt_folder``).
     """
-    if settings.steps is None and settings.sequences.sampler != "passes":
+    if settings.lora.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
+    device = devices.resolve_device(device)  # an unknown device: one line, before the folder is made
+    if adopt:
+        adopt_folder(out, TRAINING_KIND, command)
     out = claim_folder(out, TRAINING_KIND, command)  # ``command`` (pretrain, sudoku train) names it in its marker
     started = time.monotonic()
-    device = devices.resolve_device(device)
     accelerator = _start_accelerator(settings, device, out / "checkpoints")
     source = _load_source(model_source, settings)
     model, settings = _ready_to_train(source, settings)
-    encoder = TaskEncoder(HuggingFaceTokenizer(source.tokenizer), max_len=settings.sequences.max_len)
+    encoder = TaskEncoder(HuggingFaceTokenizer(source.tokenizer), max_len=settings.sequences.max_tokens)
     dataset, settings, plan = _planned_dataset(pools, encoder, settings, accelerator, weights, repeatable)
     model, optimizer, scheduler = _prepared_optimization(model, settings, accelerator)
-    first_step = _resume_point(accelerator, out, settings.steps, resume)
+    first_step = _resume_point(accelerator, out, settings.lora.steps, resume)
     loader = _batch_loader(dataset, encoder, settings, first_step, accelerator)
 
     info = run_info(settings=settings.to_json(), model_source=source.description, data=data_description,
                     plan=None if plan is None else plan.to_json(),
                     processes=accelerator.num_processes, device=device,
-                    mixed_precision=accelerator.mixed_precision, seeds={"training": settings.seed},
+                    mixed_precision=accelerator.mixed_precision, seeds={"training": settings.lora.training_seed},
                     optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
     loop = _TrainingLoop(accelerator, model, optimizer, scheduler, settings, out=out, started=started,
                          first_step=first_step, progress=progress)

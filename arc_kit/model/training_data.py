@@ -16,7 +16,8 @@ pools (``SequenceSettings.sampler``):
   ``min_pairs`` to ``max_pairs`` distinct pairs afresh; examples recur across sequences at random.
 
 Either way the last pair plays the test, the sequence gets a random augmentation (symmetry,
-colours, order) and is encoded with loss only on the outputs (not the first, by default).
+colours, order) and is encoded with loss only on the outputs (not the first, by default:
+``mask_first_output``, the training's setting, ``LoraTrainingSettings.mask_first_output``).
 Test-time training uses leave-one-out sequences of one task's train pairs instead.
 
 Every draw takes an explicit ``numpy.random.Generator``; ``SequenceDataset`` item ``i`` is drawn
@@ -58,13 +59,14 @@ def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = ""
 
 
 def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
-                    settings: SequenceSettings = SequenceSettings()) -> Encoded:
+                    settings: SequenceSettings = SequenceSettings(), *, mask_first_output: bool = True) -> Encoded:
     """Draw k distinct pairs in random order, augment them, encode with the loss on the outputs."""
-    return sample_examples(pool, rng, encoder, settings)[0]
+    return sample_examples(pool, rng, encoder, settings, mask_first_output=mask_first_output)[0]
 
 
 def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
-                    settings: SequenceSettings = SequenceSettings()) -> tuple[Encoded, tuple[int, ...]]:
+                    settings: SequenceSettings = SequenceSettings(), *,
+                    mask_first_output: bool = True) -> tuple[Encoded, tuple[int, ...]]:
     """``sample_sequence``, and the pool indices of its pairs in the order written (before the budget)."""
     if len(pool) < 2:
         raise ValueError("a pool needs at least 2 pairs (one example and one test)")
@@ -72,18 +74,18 @@ def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: Tas
     low = min(settings.min_pairs, high)
     count = int(rng.integers(low, high + 1))
     chosen = [int(i) for i in rng.choice(len(pool), size=count, replace=False)]
-    augmentation = Augmentation.random(rng, count, keep_background=settings.keep_background)
+    augmentation = Augmentation.random(rng, count, keep_background=settings.fixed_background)
     encoded = encoder.encode_training(augmentation.apply_pairs([pool[i] for i in chosen]),
-                                      mask_first_output=settings.mask_first_output, max_len=settings.max_len)
+                                      mask_first_output=mask_first_output, max_len=settings.max_tokens)
     return encoded, tuple(augmentation.reorder(chosen))
 
 
 def encode_sequence(pairs: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
-                    settings: SequenceSettings = SequenceSettings()) -> Encoded:
+                    settings: SequenceSettings = SequenceSettings(), *, mask_first_output: bool = True) -> Encoded:
     """Pairs in the order given (the last plays the test), a random symmetry and colours, encoded."""
-    augmentation = Augmentation.random(rng, None, keep_background=settings.keep_background)
-    return encoder.encode_training(augmentation.apply_pairs(pairs), mask_first_output=settings.mask_first_output,
-                                   max_len=settings.max_len)
+    augmentation = Augmentation.random(rng, None, keep_background=settings.fixed_background)
+    return encoder.encode_training(augmentation.apply_pairs(pairs), mask_first_output=mask_first_output,
+                                   max_len=settings.max_tokens)
 
 
 def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *,
@@ -211,19 +213,20 @@ class SequenceDataset:
     defaults to the plan's size and may not exceed it (ValueError: more passes, or fewer items).
     ``repeatable`` pools are exempt from ``max_passes``. ``random``: item ``i`` picks a pool
     (uniformly, or by ``weights``) and draws ``sample_sequence`` with that generator; ``length``
-    defaults to 1000.
+    defaults to 1000. Every sequence's first output is left out of the loss unless ``mask_first_output`` is off.
     """
 
     def __init__(self, pools: Mapping[str, Sequence[Pair]], encoder: TaskEncoder,
                  settings: SequenceSettings = SequenceSettings(), *, weights: Mapping[str, float] | None = None,
-                 seed: int = 0, length: int | None = None, repeatable: Collection[str] = ()):
+                 seed: int = 0, length: int | None = None, repeatable: Collection[str] = (),
+                 mask_first_output: bool = True):
         self.names = [name for name, pool in pools.items() if len(pool) >= 2]
         if not self.names:
             raise ValueError("no pool with at least 2 pairs to draw from")
         self.pools = [pools[name] for name in self.names]
         raw = np.array([1.0 if weights is None else float(weights[name]) for name in self.names])
         self.probabilities = raw / raw.sum()
-        self.encoder, self.settings, self.seed = encoder, settings, seed
+        self.encoder, self.settings, self.seed, self.mask_first_output = encoder, settings, seed, mask_first_output
         self.planned: int | None = None  # sequences in the plan (passes only)
         if settings.sampler == "passes":
             self._lay_out_plan(set(repeatable))
@@ -318,7 +321,7 @@ class SequenceDataset:
             order = [*chosen[:last], *chosen[last + 1:], chosen[last]]
             try:  # every try draws the same augmentation
                 encoded = encode_sequence([pool[i] for i in order], np.random.default_rng((self.seed, index)),
-                                          self.encoder, self.settings)
+                                          self.encoder, self.settings, mask_first_output=self.mask_first_output)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
@@ -327,7 +330,7 @@ class SequenceDataset:
             self._warned.add(pool_index)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
                            "items are drawn at random from other pools", shown(self.names[pool_index]),
-                           self.settings.max_len)
+                           self.settings.max_tokens)
         return None
 
     def _draw_random(self, index: int, rng: np.random.Generator) -> Drawn:
@@ -336,12 +339,13 @@ class SequenceDataset:
         for _ in range(100):
             pool_index = int(rng.choice(len(self.pools), p=self.probabilities))
             try:
-                encoded, order = sample_examples(self.pools[pool_index], rng, self.encoder, self.settings)
+                encoded, order = sample_examples(self.pools[pool_index], rng, self.encoder, self.settings,
+                                                 mask_first_output=self.mask_first_output)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
                 return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
-        raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_len} tokens")
+        raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_tokens} tokens")
 
     def __getitem__(self, index: int) -> dict:
         import torch

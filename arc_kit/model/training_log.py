@@ -13,34 +13,37 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit.data.plotting import draw_loss_curve
+from arc_kit.outputs import appending, remove_entry, replacing
 
 
 class CsvLog:
-    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends."""
+    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends. Written
+    through ``outputs`` (appended, or replaced whole): never through a link."""
 
     def __init__(self, path: Path, columns: Sequence[str]):
         self.path, self.columns = path, list(columns)
-        if not path.exists():
-            with open(path, "w", newline="") as handle:
+        if not (path.is_file() and not path.is_symlink()):
+            with replacing(path, newline="") as handle:
                 csv.writer(handle).writerow(self.columns)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        with open(self.path, "a", newline="") as handle:
+        with appending(self.path, newline="") as handle:
             csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
 
     @staticmethod
     def cut(path: Path, step: int) -> None:
-        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely."""
-        if not path.exists():
+        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely. A log that
+        is no regular file of the run's (a link) goes too: the run starts its own."""
+        if not (path.exists() or path.is_symlink()):
             return
-        if step == 0:
-            path.unlink()
+        if step == 0 or path.is_symlink() or not path.is_file():
+            remove_entry(path)
             return
         with open(path, newline="") as handle:
             rows = list(csv.reader(handle))
-        kept = [row for row in rows[1:] if row and int(row[0]) <= step]
-        with open(path, "w", newline="") as handle:
-            csv.writer(handle).writerows([rows[0], *kept])
+        kept = [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
+        with replacing(path, newline="") as handle:
+            csv.writer(handle).writerows([rows[0] if rows else list(LOG_COLUMNS), *kept])
 
 
 LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
@@ -67,7 +70,8 @@ def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
     if log.empty:
         return None
     figure = draw_loss_curve(log)
-    figure.savefig(out_path, dpi=100)
+    with replacing(out_path, binary=True) as handle:  # never through a link
+        figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
     return out_path
 

@@ -36,9 +36,10 @@ from arc_kit import progress
 from arc_kit.data.jsonio import read_json
 from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
+from arc_kit.outputs import appending, kit_subfolder, replace_file
 from arc_kit.run.planner import TaskBudget
-from arc_kit.run.safe_writes import write_refusing_links
-from arc_kit.settings import SolveSettings, ladder
+from arc_kit.run.record_json import to_json
+from arc_kit.settings import LoadSettings, SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,9 @@ COMPLETE = ".complete"  # in a received model's folder: every file arrived
 
 
 def count_engine_steps(*models) -> None:
-    """Count every forward pass of ``models`` (torch modules; others are passed over) as an engine step."""
+    """Count every forward pass of ``models`` (torch modules; others are passed over) as an engine step: test-time
+    training's, and transformers' own forward; the decode engine counts its steps through the solver's ``on_step``
+    (``load_solver``), as it never calls the model's forward."""
     for model in {id(model): model for model in models if hasattr(model, "register_forward_hook")}.values():
         progress.count_forward_calls(model)
 
@@ -73,13 +76,13 @@ class SlotSolver:
 
 
 def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
-    """The model in folder ``model`` loaded with ``load_options`` (``loading.LoadSettings``' fields) into a solver
-    with ``settings`` (``SolveSettings.to_json``); its forward passes counted as engine steps."""
+    """The model in folder ``model`` loaded with ``load_options`` (``settings.LoadSettings``' fields) into a solver
+    with ``settings`` (``SolveSettings.to_json``); its engine's steps and its forward passes counted."""
     from arc_kit.method.solver import Solver
-    from arc_kit.model.loading import LoadSettings, load_model
+    from arc_kit.model.loading import load_model
 
     loaded = load_model(model, LoadSettings(**load_options))
-    solver = Solver.from_loaded(loaded, SolveSettings.from_json(settings))
+    solver = Solver.from_loaded(loaded, SolveSettings.from_json(settings), on_step=progress.tick)
     count_engine_steps(loaded.model, solver.model)
     return SlotSolver(solver)
 
@@ -131,7 +134,7 @@ class SlotActor:
         """``task`` at ``rung`` within ``caps`` (seconds from now for the task, seconds for each search; None:
         uncapped): its record's JSON. The caps count from this node's clock, whatever the driver's says."""
         budget = None if caps is None else TaskBudget(time.time() + caps[0], caps[1])
-        return self.slot_solver.solve(task, rung, budget).to_json()
+        return to_json(self.slot_solver.solve(task, rung, budget))
 
     def steps(self) -> int:
         return engine_steps()
@@ -192,12 +195,11 @@ def receive_model(server, role: str, chunk_bytes: int) -> Path:
         partial = cache / f"{digest}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         for name, size, _ in listing["files"]:
-            target = partial / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_refusing_links(target, b"")
-            for offset in range(0, size, chunk_bytes):
-                write_refusing_links(target, ray.get(server.piece.remote(role, name, offset, chunk_bytes)), append=True)
-        write_refusing_links(partial / COMPLETE, json.dumps(listing).encode())
+            kit_subfolder((partial / name).parent, within=cache)
+            with appending(partial / name, within=cache, binary=True) as handle:  # never through a link
+                for offset in range(0, size, chunk_bytes):
+                    handle.write(ray.get(server.piece.remote(role, name, offset, chunk_bytes)))
+        replace_file(partial / COMPLETE, json.dumps(listing), within=cache)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(partial, folder)
     return folder

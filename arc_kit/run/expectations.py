@@ -9,26 +9,27 @@ scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead an
 measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
 out from it below, not chosen:
 
-- the reference engine's decode step: 83.3 ms for the 30 layers of SmolLM2-135M's shape on the H100, of
-  which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a scoring forward is priced the same;
+- transformers' own decode step (the reference engine's, before issue 45): 83.3 ms for the 30 layers of
+  SmolLM2-135M's shape on the H100, of which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a
+  scoring forward is priced the same;
 - training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
   fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
   plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
   layer, 4.5); a scoring forward's arithmetic takes the same ratio.
 
-- the fast engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
+- the engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
   for 28 layers of width 64 (almost no arithmetic: 0.07 ms of overhead a layer), and 5.51 ms for a
   Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
-  times the floor once the overhead is taken off. A GPU cell whose settings decode on the compiled fast engine
+  times the floor once the overhead is taken off. A GPU cell whose settings decode on the compiled engine
   (the default) is priced so, 4-bit models too (their step on a GPU is not measured: bitsandbytes' kernels
-  may take longer than the bf16 ratio says); one on the reference engine (or the fast engine kept eager) as
+  may take longer than the bf16 ratio says); one with the engine kept eager as transformers' step
   above.
 
-Not measured: how close the reference engine's decode gets to its bandwidth floor (the 135M model's step is
-almost all overhead), so its ratio is 1, the floor itself; and the fast engine's scoring forward, priced as
-the reference's. On the CPU the first speeds are those the dry run
-measured on the CPU machine (the reference engine, 2026-11-24), scaled by the model's parameters. The first
-worker's calibration, then every finished task, replace all of these.
+Not measured: how close transformers' decode gets to its bandwidth floor (the 135M model's step is
+almost all overhead), so its ratio is 1, the floor itself; and the engine's scoring forward, priced as
+transformers'. On the CPU the first speeds are those the dry run measured on the CPU machine (the
+reference engine of the time, 2026-11-24), scaled by the model's parameters. The first worker's
+calibration, then every finished task, replace all of these.
 
 This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
 config).
@@ -36,7 +37,6 @@ config).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -136,7 +136,7 @@ def shape_of_folder(path: str | os.PathLike, bits: int = 16) -> ModelShape | Non
     path = Path(path)
     config, name = read_json(path / "config.json"), path.name
     if not config and is_delta_folder(path):
-        name = json.loads((path / DELTA_INDEX).read_text())["base"]
+        name = str(read_json(path / DELTA_INDEX).get("base"))  # a FIFO or a damaged index: one line
         config = read_json(built_folder(name) / "config.json")
         if not config and name in NAMED_BASES:
             return NAMED_BASES[name].with_bits(bits)
@@ -190,7 +190,7 @@ class Measurement:
 H100 = gpu_named("H100")
 MEASUREMENTS = {
     "decode_step": Measurement(1 / 12.0, "seconds a decode step (1 lane, 1,024-token prompt) of a model of "
-                               "SmolLM2-135M's shape in bf16, transformers 5.17 (the reference engine's path)",
+                               "SmolLM2-135M's shape in bf16, transformers 5.17 (transformers' own forward)",
                                "docs/results.md 'Decoding on the H100' (scripts/decode_bench.py), the H100, "
                                "2026-11-22"),
     "ttt_step": Measurement(19.2 / 64, "seconds a test-time training step on 110-token sequences, the shipped "
@@ -199,10 +199,10 @@ MEASUREMENTS = {
     "finetune_step": Measurement(341 / 456, "seconds a fine-tuning step of 37,325 tokens (17,020,212 tokens in 456 "
                                  "steps of 2 x 8 sequences, 2,333 tokens a sequence), the shipped model",
                                  "docs/results.md 'The shipped default model', the H100, 2026-11-22"),
-    "fast_step": Measurement(5.506e-3, "seconds a step of the fast engine (compiled, CUDA graphs), 16 lanes of "
+    "fast_step": Measurement(5.506e-3, "seconds a step of the engine (compiled, CUDA graphs), 16 lanes of "
                              "1,619-token prompts, a Llama-3.2-3B-shaped model with random weights in bf16",
                              "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
-    "fast_overhead_step": Measurement(2.03e-3, "seconds a step of the fast engine (compiled, CUDA graphs), 16 lanes "
+    "fast_overhead_step": Measurement(2.03e-3, "seconds a step of the engine (compiled, CUDA graphs), 16 lanes "
                                       "of 64-token prompts, 28 layers of width 64 (the overhead: almost no arithmetic)",
                                       "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
     "cpu_speeds": Measurement(SMOLLM2_135M.parameters, "parameters of the shipped model, whose dry run measured "
@@ -221,7 +221,7 @@ def _training_floor(shape: ModelShape, device: Device, tokens: float) -> float:
 BANDWIDTH_RATIO = 1.0  # not measured: no GPU decode of a model large enough for its floor to show
 DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_floor_seconds(
     SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, H100.bandwidth)) / SMOLLM2_135M.layers
-# The fast engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
+# The engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
 # model's floor is tiny): two equations, two unknowns.
 _WIDTH_64 = ModelShape("width 64", 28, 64, 128, 4, 2, 16, vocabulary=64, tied=False)
 _OVERHEAD_FLOOR = decode_floor_seconds(_WIDTH_64.weight_bytes, 16 * 64, _WIDTH_64.kv_bytes_per_token, H100.bandwidth)
@@ -269,25 +269,26 @@ class Typical:
     lanes: float
 
     @classmethod
-    def of(cls, sizes: Sequence[TaskSize], settings: SolveSettings) -> Typical:
+    def of(cls, sizes: Sequence[TaskSize], settings: SolveSettings, lanes: float | None = None) -> Typical:
+        """The typical work of ``sizes`` at ``settings``; ``lanes``: searched together (default: as a solve does)."""
         tests = sum(size.tests for size in sizes) or 1
         trained = [min(size.training_tokens, settings.max_len or size.training_tokens) for size in sizes
                    if size.training_tokens]
-        lanes = settings.inference_augmentations / searches_per_test(settings) if settings.batched else 1
+        lanes = settings.inference_augmentations / searches_per_test(settings) if lanes is None else lanes
         return cls(sum(size.prompt_tokens for size in sizes) / tests or 1.0,
                    sum(size.answer_tokens for size in sizes) / tests, sum(trained) / len(trained) if trained else 1.0,
                    max(1.0, lanes))
 
 
 def decodes_on_fast_engine(settings: SolveSettings) -> bool:
-    """Whether ``settings`` decode on a GPU as the fast engine's measured step does: compiled (for a 4-bit model an
-    assumption: only its bf16 step was measured)."""
-    return settings.engine == "fast" and settings.engine_compile != "off"
+    """Whether ``settings`` decode on a GPU as the engine's measured step does: compiled (for a 4-bit model an
+    assumption: only its bf16 step was measured); kept eager, it is priced as transformers' step."""
+    return settings.engine_compile != "off"
 
 
 def part_costs(shape: ModelShape, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
     """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model); ``fast``: generation
-    decodes on the compiled fast engine (``decodes_on_fast_engine``), else on the reference engine."""
+    decodes on the compiled engine (``decodes_on_fast_engine``), else as transformers' step."""
     context = typical.prompt + typical.answer / 2
     decode_floor = decode_floor_seconds(shape.weight_bytes, typical.lanes * context, shape.kv_bytes_per_token,
                                         device.bandwidth)
@@ -313,10 +314,10 @@ def guessed_speeds(shape: ModelShape | None, device: Device | None, settings: So
                             "by the parameters")
     fast = decodes_on_fast_engine(settings)
     costs = part_costs(shape, device, Typical.of(sizes, settings), fast)
-    engine = "decoding on the compiled fast engine" if fast else "the reference engine's decode"
+    engine = "decoding on the compiled engine" if fast else "transformers' decode"
     return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
                   guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
-                        "scoring priced as the reference engine's, not measured)")
+                        "scoring priced as transformers', not measured)")
 
 
 def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],

@@ -9,8 +9,8 @@ part at its floor with no overhead. A model whose weights and cache do not fit o
 
 ``paper_check`` prices the one run of a large model whose time is published, the paper's (NeMo-Minitron-8B
 in 4 bits, one RTX 4090, 400 ARC-AGI-1 evaluation tasks, its DFS searching one augmentation at a time), so
-that the table's error can be judged against it; it prices the reference engine's decode (transformers' forward
-and caches, as the authors' code decodes). This module formats; it measures nothing.
+that the table's error can be judged against it; it prices transformers' own decode (its forward and caches,
+as the authors' code decodes). This module formats; it measures nothing.
 """
 
 from __future__ import annotations
@@ -79,10 +79,11 @@ def worker_bytes(shape: ModelShape, typical: Typical, lanes: int) -> float:
 
 
 def expected_cell(sizes: Sequence[TaskSize], settings: SolveSettings, shape: ModelShape, machine: Machine,
-                  workers: int | None = None) -> Cell:
+                  workers: int | None = None, lanes: float | None = None) -> Cell:
     """The seconds ``sizes`` take at ``settings`` for ``shape`` on ``machine`` (``workers`` a GPU: as many as fit;
-    the lanes halved, as the engine halves them, while a worker's cache does not fit)."""
-    typical = Typical.of(sizes, settings)
+    the lanes halved, as the engine halves them, while a worker's cache does not fit; ``lanes``: searched
+    together, default as a solve does)."""
+    typical = Typical.of(sizes, settings, lanes)
     memory, lanes = machine.device.memory, settings.inference_augmentations
     while lanes > 1 and worker_bytes(shape, typical, lanes) + CUDA_CONTEXT_BYTES > 0.9 * memory:
         lanes //= 2
@@ -112,12 +113,12 @@ def ratio_lines() -> list[str]:
         f"{COMPUTE_RATIO:.2f} x the arithmetic floor at the GPU's peak (ttt_step and finetune_step, each a step's "
         "overhead plus the ratio times its arithmetic at the H100's 989 TFLOP/s, solved together); scoring "
         "forwards' arithmetic takes the same ratio",
-        f"- the fast engine (compiled, CUDA graphs): decode overhead {FAST_DECODE_OVERHEAD * 1e3:.3f} ms a layer a step "
+        f"- the engine (compiled, CUDA graphs): decode overhead {FAST_DECODE_OVERHEAD * 1e3:.3f} ms a layer a step "
         f"and bandwidth ratio {FAST_BANDWIDTH_RATIO:.2f} x the decode floor (fast_overhead_step and fast_step, each "
         "28 layers' overhead plus the ratio times its floor, solved together); "
         "generation is priced so when the settings decode on it (the default), 4-bit models' at the bf16 figures "
-        "(the fast engine's 4-bit GPU step is not measured); scoring forwards are priced as the reference engine's",
-        f"- the reference engine's bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M "
+        "(the engine's 4-bit GPU step is not measured); scoring forwards are priced as transformers'",
+        f"- transformers' decode's bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M "
         "model's step is all overhead)"]
 
 
@@ -125,8 +126,8 @@ def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what:
                        shapes: Sequence[ModelShape] = TABLE_SHAPES,
                        machines: Sequence[Machine] = TABLE_MACHINES) -> list[str]:
     """The table's lines: a row per model, a column per machine, each cell derived (d); the ratios below it."""
-    engine = "the compiled fast engine's decode" if settings.engine == "fast" and \
-        settings.engine_compile != "off" else "the reference engine's decode"
+    engine = "the compiled engine's decode" if settings.engine_compile != "off" else \
+        "transformers' decode"
     lines = [f"expected hours for {what} at {settings.description}; d: derived (host overhead + floor x "
              f"measured ratio, {engine}), no cell measured; least: every part at its floor",
              "", "| model | parameters | " + " | ".join(machine.label for machine in machines) + " |",
@@ -141,8 +142,8 @@ def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what:
 def paper_check(sizes: Sequence[TaskSize], settings: SolveSettings) -> str:
     """The table's model against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
     machine = Machine(gpu_named("RTX 4090"), 1, "RTX 4090")
-    cell = expected_cell(sizes, settings.replace(batched=False, engine="reference"), NEMO_8B.with_bits(4), machine,
-                         workers=1)
+    cell = expected_cell(sizes, settings.replace(engine_compile="off"), NEMO_8B.with_bits(4), machine, workers=1,
+                         lanes=1)
     predicted = {part: hours(seconds) for part, seconds in cell.seconds.items()}
     measured = {part: hours(seconds) for part, seconds in PAPER_RUN.items()}
     return (f"check against the paper's run (NeMo-Minitron-8B, 4-bit, one RTX 4090, {len(sizes)} tasks, one "

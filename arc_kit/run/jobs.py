@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 
 from arc_kit.data.tasks import TaskSet
-from arc_kit.devices import visible_gpus
-from arc_kit.locking import holding_folder
 from arc_kit.method.solver import Solver
-from arc_kit.model.loading import LoadSettings, load_model, model_info
+from arc_kit.model.devices import visible_gpus
+from arc_kit.model.loading import load_model, model_info
 from arc_kit.provenance import run_info
+from arc_kit.run.locking import holding_folder
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.runs import RUN_KIND, SolveRun, clear_run, solve
-from arc_kit.settings import SolveSettings
+from arc_kit.settings import LoadSettings, SolveSettings
 
 
 def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:

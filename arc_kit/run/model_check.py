@@ -3,16 +3,17 @@
 ``check_model(path)`` reads the folder as ``load_model`` will and says, a line each: what kind of
 folder it is; its weights (there and whole, pickles as plain tensors only: ``model.checks``); its
 architecture and size; whether its tokenizer writes the kit's text format one token a symbol (or
-is shrunk to it as it loads, or cannot be); whether the fast decode engine runs it (the engine's own
+is shrunk to it as it loads, or cannot be); whether the decode engine runs it (the engine's own
 ``unsupported_reason``, asked of the model built on the meta device: nothing allocated) and if not,
-why; and the memory it needs at the default settings (``model.memory``) against an L4, a T4 and an
-H100, in one table. The last line says go, or no-go and why: a folder that cannot load, a tokenizer
-that cannot write the format, or weights and training that do not fit the target GPU (the
-competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the
-submission notebook runs the check before any work.
+why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the
+default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go,
+or no-go and why: a folder that asks to run code of its own (``auto_map``: never run, and never asked
+about), a folder that cannot load, a tokenizer that cannot write the format, or weights and training
+that do not fit the target GPU (the competition's L4 by default). ``kaggle build`` stops on a no-go
+before it writes anything, and the submission notebook runs the check before any work.
 
 Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
-sizes ``model.memory``'s, the engine's verdict ``method.fast.decode_weights``'.
+sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arc_kit.devices import UnsupportedSetupError
+from arc_kit.model.devices import FOUR_BIT_ON_CPU, UnsupportedSetupError, cuda_available
 from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
 from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
 from arc_kit.model.folders import (
@@ -33,8 +34,10 @@ from arc_kit.model.folders import (
     is_delta_folder,
     load_tokenizer,
     read_json,
+    refuse_custom_code,
 )
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
+from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.shrinking import format_problem, kept_at_load
 from arc_kit.settings import SolveSettings
 
@@ -79,6 +82,8 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None, set
         _tokenizer(check, tokenizer_folder)
         fast = _engine(check, folder, config)
         _memory(check, settings, gpu, fast, strict_memory)
+        if check.four_bit and not cuda_available():
+            check.lines.append(f"warning: {FOUR_BIT_ON_CPU}")
     except FAILURES as failure:
         check.problem = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
     return check
@@ -95,6 +100,7 @@ def _weights(check: ModelCheck, folder: Path, quantization: str | None) -> tuple
         if not adapter.get("base_model_name_or_path") or not (base / "config.json").exists():
             raise FileNotFoundError(f"the adapter in {folder} needs its base model folder, and "
                                     f"{str(base)!r} is none here: check the adapter with its base beside it")
+        refuse_custom_code(base)  # the adapter's own folder was checked already
         check.lines.append(f"folder: a peft adapter ({adapter.get('peft_type', 'LORA')}, rank {adapter.get('r')}) "
                            f"on {base}")
     else:
@@ -127,7 +133,8 @@ def _delta(check: ModelCheck, folder: Path) -> dict:
             from transformers import AutoConfig
 
             weights = locate_weights(name, download=False, progress=False)
-            config = AutoConfig.from_pretrained(weights.parent, gguf_file=weights.name).to_dict()
+            config = AutoConfig.from_pretrained(weights.parent, gguf_file=weights.name, local_files_only=True,
+                                                trust_remote_code=False).to_dict()
         except (BaseUnavailableError, ImportError, OSError, ValueError):
             check.lines.append(f"architecture: known once the base {name} is built (its weights are not here)")
             return {}
@@ -136,9 +143,17 @@ def _delta(check: ModelCheck, folder: Path) -> dict:
     return config
 
 
-def _describe(check: ModelCheck) -> None:
+def _describe(check: ModelCheck, config_vocabulary: int | None = None) -> None:
+    """The architecture's line, with the model's one parameter count (at the vocabulary it runs with: the
+    config's ``config_vocabulary`` shrunk as it loads, where it is); written again in place when that changes."""
     count = parameters(check.architecture)
-    check.lines.append(f"architecture: {check.architecture.describe()}; {count_text(count.total)} parameters")
+    shrunk = f" (of {config_vocabulary:,} in its config, shrunk as it loads)" if config_vocabulary else ""
+    line = f"architecture: {check.architecture.describe()}{shrunk}; {count_text(count.total)} parameters"
+    earlier = [index for index, text in enumerate(check.lines) if text.startswith("architecture: ")]
+    if earlier:
+        check.lines[earlier[0]] = line
+    else:
+        check.lines.append(line)
 
 
 def _tokenizer(check: ModelCheck, folder: Path) -> None:
@@ -158,23 +173,27 @@ def _tokenizer(check: ModelCheck, folder: Path) -> None:
                            f"authors' {len(keep)} (nothing written; `arc-kit shrink {folder} OUT` does it once)")
         size = len(keep)
     if check.architecture is not None and size < check.architecture.vocab:
+        config_vocabulary = check.architecture.vocab
         check.architecture = dataclasses.replace(check.architecture, vocab=size)
+        _describe(check, config_vocabulary)
 
 
 def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
-    """Whether the fast decode engine runs the model: its own verdict on the model built on the meta device."""
-    from arc_kit.method.fast.decode_weights import unsupported_reason
+    """Whether the decode engine runs the model: its own verdict on the model built on the meta device."""
+    from arc_kit.method.engine import FALLBACK_SLOWDOWN
+    from arc_kit.method.weights import unsupported_reason
 
     if not config:
-        check.lines.append("fast engine: known once the base is built")
+        check.lines.append("engine: known once the base is built")
         return True
     try:
         reason = unsupported_reason(_meta_model(folder, config))
     except Exception as error:  # noqa: BLE001 - transformers refuses a config in any words
         raise ValueError(f"transformers cannot build this model ({type(error).__name__}: "
                          f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
-    check.lines.append("fast engine: runs it" if reason is None else
-                       f"fast engine: not for this model ({reason}); the reference engine runs it, slower")
+    check.lines.append("engine: runs it" if reason is None else
+                       f"engine: not for this model ({reason}); transformers' own forward runs it, one lane at a "
+                       f"time, {FALLBACK_SLOWDOWN}")
     return reason is None
 
 
@@ -187,13 +206,13 @@ def _meta_model(folder: Path, config: dict):
     model_type = settings.pop("model_type", None)
     built = AutoConfig.for_model(model_type, **settings)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(built)
+        model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
     if (folder / "adapter_config.json").exists() and not is_delta_folder(folder):
         from peft import LoraConfig, get_peft_model
 
-        adapter = json.loads((folder / "adapter_config.json").read_text())
+        adapter = read_json(folder / "adapter_config.json")
         known = {f.name for f in dataclasses.fields(LoraConfig)} - {"base_model_name_or_path", "revision"}
-        with torch.device("meta"):
+        with torch.device("meta"), quiet_peft(model):
             model = get_peft_model(model, LoraConfig(**{k: v for k, v in adapter.items() if k in known}))
     return model
 
@@ -203,11 +222,11 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bo
     if check.architecture is None:
         return
     card = gpu if isinstance(gpu, int) else GPUS[gpu]
-    gpu = "GPU here" if isinstance(gpu, int) else gpu
+    gpu = "the GPU here" if isinstance(gpu, int) else ("an " if gpu[0] in "AEFHILMNORSX" else "a ") + gpu
     needed = needs(check.architecture, settings, four_bit=check.four_bit, fast_engine=fast)
     check.lines.extend(memory_table(needed))
     if needed.to_run > card:
-        short = f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and an {gpu} has " \
+        short = f"the weights and test-time training need {needed.to_run / GIB:.1f} GiB and {gpu} has " \
                 f"{card / GIB:.1f}"
         advice = _what_fits(check, settings, card)
         if strict or advice is None:
@@ -215,12 +234,12 @@ def _memory(check: ModelCheck, settings: SolveSettings, gpu: str | int, fast: bo
         check.lines.append(f"warning: at these settings {short}: in the notebook, {advice}")
     if needed.total > card:
         check.lines.append(f"warning: with the KV cache at the full budget it needs {needed.total / GIB:.1f} GiB, "
-                           f"more than an {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
+                           f"more than {gpu}'s {card / GIB:.1f}: long tasks may run out of memory there "
                            "(fewer --augmentations, a shorter --max-len)")
     fits = "of" if needed.to_run <= card else "at these settings, more than"
     check.summary = (f"({check.architecture.model_type}, {count_text(parameters(check.architecture).total)} "
                      f"parameters{', 4-bit' if check.four_bit else ''}; {needed.to_run / GIB:.1f} GiB to load and "
-                     f"train, {fits} an {gpu}'s {card / GIB:.1f})")
+                     f"train, {fits} {gpu}'s {card / GIB:.1f})")
 
 
 def _what_fits(check: ModelCheck, settings: SolveSettings, card: int) -> str | None:

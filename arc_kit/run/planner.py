@@ -12,7 +12,7 @@ fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everyth
 estimated to fit before the deadline (shared by ``workers`` processes); past the last rung a task
 gets fallback answers only, so a complete, valid submission exists at the deadline. It also sets
 each task's wall-clock caps (``budget``): a deadline for the task and a cap for each search, a few
-times their estimates (``BudgetSettings``), never past the run's deadline. Tasks run cheapest first
+times their estimates (``settings.BudgetSettings``), never past the run's deadline. Tasks run cheapest first
 in one process, so that a short budget solves as many as it can; a queue shared by several workers
 runs the longest first, so that the workers end together. This module knows the solver's settings
 and records, not models or processes.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET, Settings, SolveSettings, ladder, setting
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, BudgetSettings, SolveSettings, ladder
 from arc_kit.text import TaskEncoder
 
 FALLBACK = FALLBACK_RUNG  # the rung beyond the ladder: no model work, fallback answers
@@ -96,7 +96,7 @@ class Speeds:
         """Fold one finished task's timings in (a part that did not run is left alone, and so is its count)."""
         units = work_units(size, settings)
         for part, timing in PARTS:
-            if units[part] and timings.get(timing):
+            if units[part] and _sane_seconds(timings.get(timing)):  # a damaged record's -5 or 1e300 s: left out
                 count = self.measured_parts.get(part, 0) + 1
                 current = getattr(self, part)
                 setattr(self, part, current + (timings[timing] / units[part] - current) / count)
@@ -151,19 +151,6 @@ def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class BudgetSettings(Settings):
-    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
-
-    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
-                                      "short (it keeps what it found)", at_least=0)
-    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
-                                  at_least=0)
-    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
-                                        "generation seconds", at_least=0)
-    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0)
-
-
-@dataclass(frozen=True)
 class TaskBudget:
     """The caps of one task: ``deadline`` (seconds since the epoch) and each search's own seconds."""
 
@@ -172,10 +159,8 @@ class TaskBudget:
 
 
 def searches_per_test(settings: SolveSettings) -> int:
-    """Sampler calls per test input: one per augmentation, or two when DFS lanes are batched (first, then the rest)."""
-    if settings.batched and settings.sampler.kind == "dfs" and settings.inference_augmentations > 1:
-        return 2
-    return settings.inference_augmentations
+    """Search calls per test input: two (the first view alone, then the rest as lanes), one for a single view."""
+    return 2 if settings.inference_augmentations > 1 else 1
 
 
 class Planner:
@@ -264,6 +249,14 @@ def hours(seconds: float) -> str:
     return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
 
 
+MAX_TASK_SECONDS = 31_536_000.0  # a year: no task's timing is longer (a record saying more is damaged)
+
+
+def _sane_seconds(value) -> bool:
+    """True for a timing a task can have taken: a positive, finite number of seconds, at most ``MAX_TASK_SECONDS``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_TASK_SECONDS
+
+
 def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encoder: TaskEncoder,
                         settings: SolveSettings, guessed: Speeds | None = None) -> Speeds:
     """Speeds measured by a finished run (its records and the settings it ran with); a part no record measured
@@ -272,7 +265,7 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
     speeds = Speeds.from_json(guessed.to_json()) if guessed is not None else Speeds()
     speeds.measured_tasks, speeds.measured_parts = 0, {}
     for task_id, record in records.items():
-        if record.failed or record.rung < 0 or task_id not in tasks:
+        if record.failed or not 0 <= record.rung < len(rungs) or task_id not in tasks:
             continue
         size = measure(tasks[task_id], encoder, settings.max_len or DEFAULT_TOKEN_BUDGET)
         speeds.update(size, rungs[record.rung], record.timings)

@@ -24,7 +24,6 @@ This module knows the planner, the run folder and the actors' calls; Ray's start
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -38,26 +37,27 @@ from typing import Any
 from arc_kit.data.jsonio import read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
-from arc_kit.devices import visible_gpus
-from arc_kit.locking import holding_folder
-from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record, write_records
+from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
+from arc_kit.model.devices import visible_gpus
 from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
 from arc_kit.run.expectations import first_speeds, visible_gpu_name
-from arc_kit.run.planner import FALLBACK, BudgetSettings, Planner, Speeds, hours, measure
+from arc_kit.run.locking import holding_folder
+from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
 from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ray_session, this_node
+from arc_kit.run.record_json import append_record, from_json, write_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, mark_correct, open_run, run_records, task_line, \
     write_scores
-from arc_kit.run.safe_writes import append_line_refusing_links
 from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, calibration_settings, calibration_task, fold_calibration, \
     slot_layout
-from arc_kit.settings import PoolSettings, SolveSettings
+from arc_kit.settings import BudgetSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
 
 SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
+TASKS_FILE = "tasks.json"  # the challenges of the run's tasks (``estimates.POOL_TASKS_FILE``)
 
 
 @holding_folder("out", kind=RUN_KIND, command="solve")  # the driver holds the run folder's lock; actors never write
@@ -90,6 +90,9 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}),
                                         "workers": workers or _count(len(local_gpus), workers_per_gpu),
                                         **({"address": address} if address else {})}), adopt=adopt)
+    # the tasks it solves, kept with its records: ``estimates`` reads which tasks a run timed from here when its data
+    # set does not load elsewhere (Kaggle's hidden test file)
+    write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
     run = _Pool.opened(tasks, model, settings, out, workers=workers or 1, budget=budget, solutions=solutions,
                        submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
                        stop_at=stop_at, limits=pool, progress=progress)
@@ -305,7 +308,7 @@ class _Pool:
             self.calibrate(value)
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-            record = TaskRecord.from_json(value)
+            record = from_json(TaskRecord, value)
             if task_id in self.tasks and task_id not in self.mine:
                 self.finish(task_id, record)
 
@@ -410,7 +413,7 @@ class _Pool:
             mark_correct(record, self.tasks, self.answers, self.settings.attempts)
             self.solved += record.share_correct
         self.records[task_id] = self.mine[task_id] = record
-        append_line_refusing_links(self.out / RECORDS_FILE, json.dumps(record.to_json()))
+        append_record(self.out / RECORDS_FILE, record)  # never through a link (``outputs.appending``)
         if self.progress:
             print(task_line(record), flush=True)
         self.changed = True
@@ -516,4 +519,4 @@ def _stored_speeds(out: Path) -> Speeds | None:
         return None
 
 
-__all__ = ["SPEEDS_FILE", "solve_in_pool"]
+__all__ = ["SPEEDS_FILE", "TASKS_FILE", "solve_in_pool"]

@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from arc_kit.devices import UnsupportedSetupError
-from arc_kit.run.safe_writes import write_refusing_links
+from arc_kit.model.devices import UnsupportedSetupError
+from arc_kit.outputs import copy_file, kit_subfolder
 from arc_kit.settings import PoolSettings
 
 RAY_FLOOR = "2.55.1"  # Kaggle's image's (requirements.txt and pyproject.toml say the same)
@@ -152,14 +152,11 @@ def _keep_logs(folder: Path, logs: Path) -> None:
     link); a failure is a warning, never the run's end."""
     try:
         session = (folder / "session_latest").resolve()
-        target = logs / session.name
-        if logs.is_symlink() or target.is_symlink():
-            raise OSError(f"{logs} is a link, which the kit never writes through")
-        target.mkdir(parents=True, exist_ok=True)
+        target = kit_subfolder(logs / session.name, within=logs.parent)  # a link there (or above) is refused
         for path in sorted((session / "logs").glob("*")):
             if path.is_file() and not path.is_symlink():
-                write_refusing_links(target / path.name, path.read_bytes())
-    except OSError as error:
+                copy_file(path, target / path.name, within=logs.parent)
+    except (OSError, ValueError) as error:  # ValueError: outputs.OutputRefused
         logging.getLogger(__name__).warning("Ray's logs were not kept (%s); they are lost with %s", error, folder)
 
 

@@ -6,8 +6,8 @@ A run folder holds ``run.json`` (the settings and where the run came from), ``re
 known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
 instead (``records_file``), the ablation's processes sharing a run each write into a ``worker-N``
 folder, as an earlier kit's worker processes did (``run_records`` reads them all), and a pool that
-started its own Ray keeps Ray's logs in ``ray-logs``. A rerun on the same folder resumes; a folder that ran other
-settings (compared on the fields that change results, older files read with today's defaults) or
+started its own Ray keeps Ray's logs in ``ray-logs``. A rerun on the same folder resumes; a folder
+that ran other settings (compared on the fields that change results, older files read with today's defaults) or
 another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
 refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
 empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
@@ -26,8 +26,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,22 +36,23 @@ from typing import Any
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
 from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
-from arc_kit.locking import HOLDER_FILE, LOCK_FILE, hold_folder
-from arc_kit.method.records import (
-    FALLBACK_RUNG,
-    TaskRecord,
-    answers_from_records,
-    append_record,
-    fallback_record,
-    read_records,
-    record_table,
-)
+from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, shown
-from arc_kit.outputs import FolderKind, check_folder, claim_folder
+from arc_kit.outputs import (
+    FolderKind,
+    adopt_folder,
+    check_folder,
+    claim_folder,
+    kit_subfolder,
+    refuse_links,
+    replacing,
+)
 from arc_kit.run.expectations import speeds_for_model
+from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
+from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,13 @@ RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
+RAY_LOGS = "ray-logs"  # the logs of a Ray that a run's pool started itself (``ray_session``)
+TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
+WORKER_FOLDER = re.compile(r"worker-[0-9]+")  # where a process of a shared run writes (``run_records``)
+# what the ablation's processes write into a worker's folder (their records), and what an earlier kit's worker
+# processes and their parent wrote there (plan, log, the files they talked through, the records)
+WORKER_FILES = ("plan.json", "worker.log", "ready", "heartbeat", "assignment.json", "calibration.json", RECORDS_FILE,
+                *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES))
 
 
 def _an_earlier_kits_run(folder: Path) -> bool:
@@ -74,9 +83,13 @@ def _an_earlier_kits_run(folder: Path) -> bool:
         return False
 
 
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, f"*_{RECORDS_FILE}", CLAIMS_FOLDER, "worker-*", "ray-logs",
-                                    "speeds.json"), resumable=True,
-                        legacy=_an_earlier_kits_run, kept="the records of the tasks done and a complete submission")
+# a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, "tasks.json", "speeds.json", f"{CLAIMS_FOLDER}/*",
+                                    *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES),
+                                    *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
+                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{RAY_LOGS}/**"),
+                      quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
+                      kept="the records of the tasks done and a complete submission")
 
 
 class RunFolderError(ValueError):
@@ -127,21 +140,28 @@ def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = T
     wins)."""
     out = Path(out)
     records = read_records(out / name, kind)
-    for folder in sorted(out.glob("worker-*"), key=lambda folder: (len(folder.name), folder.name)):
+    for folder in sorted(worker_folders(out), key=lambda folder: (len(folder.name), folder.name)):
         for task_id, record in read_records(folder / name, kind).items():
             records.setdefault(task_id, record)
     return records
+
+
+def worker_folders(out: str | os.PathLike) -> list[Path]:
+    """The worker folders of run folder ``out`` (``worker-N``, real folders: a user's ``worker-notes`` or a link
+    is none)."""
+    return [path for path in Path(out).glob("worker-*")
+            if WORKER_FOLDER.fullmatch(path.name) and path.is_dir() and not path.is_symlink()]
 
 
 def claim_task(out: str | os.PathLike, task_id: str) -> bool:
     """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks).
 
     The claim is a file in ``out/claims`` named by ``names.file_name``: inside that folder whatever the id holds.
+    Made only where nothing is (not even a link), in a real folder (``outputs.kit_subfolder``).
     """
-    folder = Path(out) / CLAIMS_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = kit_subfolder(Path(out) / CLAIMS_FOLDER, within=out)
     try:
-        os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # O_EXCL: not even a link
         return True
     except FileExistsError:
         return False
@@ -181,7 +201,8 @@ def read_settings_file(path: str | os.PathLike) -> SolveSettings:
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
              restart: bool = False, adopt: bool = False, command: str = "solve") -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError; OutputRefused
-    for a folder that no run made, see ``RUN_KIND``).
+    for a folder that no run made, see ``RUN_KIND``, or one with a link at a name of its layout: the worker
+    processes open their files themselves).
 
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
@@ -191,9 +212,12 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
     that owns the run holds it for the whole run.
     """
     out = Path(out)
+    if adopt:  # a run folder an earlier kit made without a marker becomes this run's (``outputs.adopt_folder``)
+        adopt_folder(out, RUN_KIND, command)
     with hold_folder(out, RUN_KIND, command):
         if restart:
             clear_run(out, command)
+        refuse_links(out, RUN_KIND)  # worker processes open their files themselves: no link at the run's names
         if not check_run(out, settings, info, adopt=adopt):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
@@ -202,8 +226,9 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
 def has_records(out: str | os.PathLike) -> bool:
     """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
     out = Path(out)
-    patterns = [RECORDS_FILE, f"*_{RECORDS_FILE}", f"worker-*/{RECORDS_FILE}", f"worker-*/*_{RECORDS_FILE}"]
-    return any(path.is_file() and path.stat().st_size for pattern in patterns for path in out.glob(pattern))
+    names = [RECORDS_FILE, *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)]
+    paths = [folder / name for folder in (out, *worker_folders(out)) for name in names]
+    return any(path.is_file() and not path.is_symlink() and path.stat().st_size for path in paths)
 
 
 def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
@@ -285,6 +310,24 @@ def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts:
                       for entry, output in zip(entries, outputs)]
 
 
+def record_table(records: Iterable[TaskRecord]):
+    """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows = [{"task_id": record.task_id,
+             "candidates": sum(len(test.candidates) for test in record.tests),
+             "forward_calls": sum(test.search.forward_calls for test in record.tests),
+             "ttt_seconds": record.timings.get("ttt"),
+             "generation_seconds": record.timings.get("generation"),
+             "scoring_seconds": record.timings.get("scoring"),
+             "total_seconds": record.timings.get("total"),
+             "rung": record.rung,
+             "error": record.error or record.skipped} for record in records]
+    columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
+               "total_seconds", "rung", "error"]
+    return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
+
+
 def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,
                  task_ids: Sequence[str], attempts: int = 2) -> Score:
     """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``.
@@ -295,7 +338,8 @@ def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRec
     score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]),
                              attempts=attempts)
     table = score.table.merge(record_table(records.values()), on="task_id", how="left")
-    table.to_csv(out / "scores.csv", index=False, errors="backslashreplace")  # a lone surrogate in an id
+    with replacing(out / "scores.csv", newline="") as handle:  # never through a link; a lone surrogate escaped
+        table.to_csv(handle, index=False)
     write_json_atomically(out / "score.json", {"score": score.score, "correct": score.correct, "total": score.total,
                                                "task_score": score.task_score, "tasks": len(score.table),
                                                "attempts": attempts}, indent=2)
@@ -335,8 +379,10 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     """
     out = Path(out)
     if not write_outputs:
-        out.mkdir(parents=True, exist_ok=True)
+        kit_subfolder(out, within=out.parent)  # a worker's folder, made by its parent: never a link
         return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+    if adopt:
+        adopt_folder(out, RUN_KIND, "solve")
     with hold_folder(out, RUN_KIND, "solve"):
         open_run(out, solver.settings, info, restart=restart, adopt=adopt)
         return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)

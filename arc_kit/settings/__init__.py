@@ -2,16 +2,22 @@
 
 Each stage has one frozen dataclass whose defaults are the paper's recipe; each field carries a
 one-line reason (``help``), which is also what ``--help`` prints: the command line is generated
-from these fields (``options``), so it cannot disagree with what runs. Named presets (``paper``,
-``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``, ``from-scratch``,
-``smollm2-gpu``, ``smollm2-cpu`` for training) live here and nowhere else. Every default names its
-source in its help: the paper's appendix table, the authors' code, or ours and why (the table is in
-``docs/method.md``). ``from_json`` reads what an older or newer kit wrote: fields it does not know
-are dropped (or refused, with ``strict``), fields missing take their defaults.
+from these fields (``options``), so it cannot disagree with what runs. Each field is declared once,
+in one class (a test holds every class to it); what two stages share is one dataclass both hold
+(``LoraTrainingSettings``: the initial fine-tune's and test-time training's). What a field takes
+(a range, choices) is declared on it and checked once, as the settings are made. Named presets
+(``paper``, ``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``, ``from-scratch``,
+``smollm2-gpu``, ``smollm2-cpu`` for training; the from-scratch models) live here and nowhere else.
+Every default names its source in its help: the paper's appendix table, the authors' code, or ours
+and why (the table is in ``docs/method.md``). ``from_json`` reads what an older or newer kit wrote:
+fields it does not know are dropped (or refused, with ``strict``), fields missing take their
+defaults, fields an earlier kit wrote elsewhere or under another name are read where they are now.
 
 ``base`` holds what every settings dataclass shares and the command-line options; ``training`` the
-training stages; ``solving`` the solver and the competition job; ``pool`` a run's pool of Ray actors
-(its watchdog's limits); ``presets`` the named presets and the ladder. Import the names from here.
+training stages; ``solving`` the solver, the run's time caps, the competition job and the Sudoku
+evaluation; ``model`` the from-scratch models and how a model is loaded; ``pool`` a run's pool of
+Ray actors (its watchdog's limits); ``presets`` the named presets and the ladder. Import the names
+from here.
 
 This package needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -26,16 +32,18 @@ from arc_kit.settings.base import (
     options,
     replace_path,
     setting,
-    setting_like,
 )
+from arc_kit.settings.model import MODEL_PRESETS, LoadSettings
 from arc_kit.settings.pool import PoolSettings
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
     SOLVE_PRESETS,
+    SUDOKU_SEQUENCES,
     TRAINING_PRESETS,
     ladder,
     smoke,
     solve_preset,
+    sudoku_training,
     training_preset,
 )
 from arc_kit.settings.solving import (
@@ -43,46 +51,32 @@ from arc_kit.settings.solving import (
     DECODING_MODES,
     DRAFT_SOURCES,
     ENGINE_COMPILE_MODES,
-    ENGINE_KINDS,
     PROBABILITY_MODES,
     SAMPLER_KINDS,
+    SEARCH_KINDS,
+    SUDOKU_SOLVING,
+    SUDOKU_TOKEN_BUDGET,
+    BudgetSettings,
     CompetitionSettings,
     SamplerSettings,
     SolveSettings,
+    SudokuEvalSettings,
 )
-from arc_kit.settings.training import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings
+from arc_kit.settings.training import (
+    TEST_TIME_TRAINING,
+    DataSettings,
+    LoraTrainingSettings,
+    SequenceSettings,
+    TrainingSettings,
+)
 
 __all__ = [
-    "AGGREGATION_NAMES",
-    "ANY_NUMBER",
-    "DECODING_MODES",
-    "DEFAULT_TOKEN_BUDGET",
-    "DRAFT_SOURCES",
-    "DRY_RUN_TASKS",
-    "ENGINE_COMPILE_MODES",
-    "ENGINE_KINDS",
-    "PROBABILITY_MODES",
-    "SAMPLER_KINDS",
-    "SOLVE_PRESETS",
-    "TRAINING_PRESETS",
-    "Bounds",
-    "CompetitionSettings",
-    "DataSettings",
-    "Option",
-    "PoolSettings",
-    "SamplerSettings",
-    "SequenceSettings",
-    "Settings",
-    "SolveSettings",
-    "TestTimeSettings",
+    "AGGREGATION_NAMES", "ANY_NUMBER", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRAFT_SOURCES", "DRY_RUN_TASKS",
+    "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SAMPLER_KINDS", "SEARCH_KINDS", "SOLVE_PRESETS",
+    "SUDOKU_SEQUENCES", "SUDOKU_SOLVING", "SUDOKU_TOKEN_BUDGET", "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds",
+    "BudgetSettings", "CompetitionSettings", "DataSettings", "LoadSettings", "LoraTrainingSettings", "Option",
+    "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings", "SolveSettings", "SudokuEvalSettings",
     "TrainingSettings",
-    "get_path",
-    "ladder",
-    "options",
-    "replace_path",
-    "setting",
-    "setting_like",
-    "smoke",
-    "solve_preset",
-    "training_preset",
+    "get_path", "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "sudoku_training",
+    "training_preset"
 ]

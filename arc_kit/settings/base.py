@@ -1,14 +1,17 @@
 """What every settings dataclass shares: the ``setting`` field, the ``Settings`` base, and the paths and options of fields.
 
-``setting`` makes a dataclass field that carries its reason (``help``), which is also what
-``--help`` prints (``setting_like``: a field declared on another settings class, with a default of
-its own): the command line is generated from these fields (``options``), so it cannot disagree with
-what runs. A number's range is declared on its field too (``Bounds``: ``at_least``, ``above``,
-``at_most``, ``below``): every settings object checks its numbers as it is made (finite, whole where
-the field is an int, within range), and the command line checks the same range as it parses, showing
-it in ``--help``. ``Settings`` gives every settings dataclass ``replace``, ``to_json``/``from_json``
-and ``result_json``. ``from_json`` reads what an older or newer kit wrote: fields it does not know
-are dropped (or refused, with ``strict``), fields missing take their defaults.
+``setting`` makes a dataclass field that carries its reason (``help``), which is also what ``--help``
+prints: the command line is generated from these fields (``options``), so it cannot disagree with what
+runs. What a field takes is declared on it and checked once, by ``Settings`` as the object is made: a
+number's range (``Bounds``: ``at_least``, ``above``, ``at_most``, ``below``; finite, whole where the field
+is an int) and a word's ``choices``; an unknown value is one ValueError line naming the field, the value
+and what it takes (the command line shows the same range and choices in ``--help``). A nested settings
+field may name the options its settings give there (``flags``: the test-time training's ``--ttt-lr``,
+say), so that one dataclass serves two stages under two sets of flags. ``Settings`` gives every
+settings dataclass ``replace``, ``to_json``/``from_json`` and ``result_json``. ``from_json`` reads what
+an older or newer kit wrote: fields it does not know are dropped (or refused, with ``strict``), fields
+missing take their defaults, a field under its former name (``formerly``) or at the level an earlier
+kit kept it (a flat layout since nested) is read where it is declared now.
 
 This module needs only the standard library; it knows nothing of any stage's settings, nor of models,
 tasks or files.
@@ -83,15 +86,25 @@ class Bounds:
 ANY_NUMBER = Bounds()  # a number field without a declared range: finite is all it must be
 
 
-def check_numbers(settings: Any) -> None:
-    """Check every number field of a settings dataclass (``Bounds`` on its field, else finite): ValueError."""
-    hints = typing.get_type_hints(type(settings))
-    for item in dataclasses.fields(settings):
-        value = getattr(settings, item.name)
-        kind = _number_kind(hints[item.name])
-        if kind is None or (value is None and _optional(hints[item.name])):
-            continue
-        (item.metadata.get("bounds") or ANY_NUMBER).check(value, item.name, kind)
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
+            choices: tuple | None = None, neutral: bool = False, default_factory: Any = dataclasses.MISSING,
+            command_line: bool = True, at_least: float | None = None, above: float | None = None,
+            at_most: float | None = None, below: float | None = None, formerly: str | None = None,
+            flags: Mapping[str, str] | None = None):
+    """A dataclass field with its reason (``help``), its command-line ``flag`` and whether it changes results.
+
+    ``neutral`` fields (batch sizes, say) never change what a run produces, so a run folder made with
+    other values may be resumed. ``command_line=False`` keeps a field off the generated options. A number's
+    range: ``at_least`` or ``above``, ``at_most`` or ``below`` (``Bounds``); a word's: ``choices``; both
+    checked as the settings are made. ``formerly``: the name an earlier kit wrote the field under. For a
+    field holding nested settings, ``flags`` maps the dotted paths of the nested fields that are options
+    here to their flags (the others are not options here); without it, every nested option with its own flag.
+    """
+    metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
+                "bounds": Bounds.of(at_least, above, at_most, below), "formerly": formerly, "flags": flags}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def _number_kind(hint: Any) -> type | None:
@@ -104,49 +117,62 @@ def _optional(hint: Any) -> bool:
     return type(None) in typing.get_args(hint)
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
-            choices: tuple | None = None, neutral: bool = False, default_factory: Any = dataclasses.MISSING,
-            command_line: bool = True, at_least: float | None = None, above: float | None = None,
-            at_most: float | None = None, below: float | None = None):
-    """A dataclass field with its reason (``help``), its command-line ``flag`` and whether it changes results.
-
-    ``neutral`` fields (batch sizes, say) never change what a run produces, so a run folder made with
-    other values may be resumed. ``command_line=False`` keeps a field off the generated options. A number's
-    range: ``at_least`` or ``above``, ``at_most`` or ``below`` (``Bounds``), checked as the settings are made.
-    """
-    metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
-                "bounds": Bounds.of(at_least, above, at_most, below)}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+def _nested(hint: Any) -> type | None:
+    """The settings class a field of this type holds, else None."""
+    return hint if isinstance(hint, type) and issubclass(hint, Settings) else None
 
 
+def _default(item: dataclasses.Field) -> Any:
+    return item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
 
-def setting_like(source: type, name: str, default: Any, help: str, **changes: Any):
-    """A field declared once elsewhere (field ``name`` of settings class ``source``), here with its own
-    ``default`` and ``help``: its range, flag, choices and neutrality are the source field's (``changes``
-    replaces some: ``neutral=True``, say), so that both check a value the same way."""
-    metadata = {**{item.name: item for item in dataclasses.fields(source)}[name].metadata, "help": help, **changes}
-    return field(default=default, metadata=metadata)
 
 class Settings:
-    """What every settings dataclass can do: replace, to and from JSON, compare on what matters; its numbers are
-    checked as it is made (a subclass with its own ``__post_init__`` calls this one first)."""
+    """What every settings dataclass can do: check itself as it is made, replace, to and from JSON, compare on
+    what matters (a subclass with its own ``__post_init__`` calls this one first)."""
+
+    retired: typing.ClassVar[tuple[str, ...]] = ()  # fields an earlier kit wrote that choose nothing any more
 
     def __post_init__(self):
-        check_numbers(self)
+        """Every field's declared range (numbers: finite, whole for an int) and choices; ValueError in one line."""
+        hints = typing.get_type_hints(type(self))
+        for item in dataclasses.fields(self):
+            value, hint = getattr(self, item.name), hints[item.name]
+            if value is None and _optional(hint):
+                continue
+            choices = item.metadata.get("choices")
+            if choices is not None and value not in choices:
+                flag = f" ({item.metadata['flag']})" if item.metadata.get("flag") else ""  # what a user typed
+                given = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."  # repr: no raw newline
+                raise ValueError(f"unknown {item.name} {given}{flag}; expected one of: "
+                                 f"{', '.join(map(str, choices))}{' (or unset)' if _optional(hint) else ''}")
+            kind = _number_kind(hint)
+            if kind is not None:
+                (item.metadata.get("bounds") or ANY_NUMBER).check(value, item.name, kind)
 
     def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
+        """These settings with ``changes``; a field of nested settings may be named alone (``steps=8`` for
+        ``lora.steps``): field names are unique across the settings classes, so its place is never in doubt."""
+        known = {item.name for item in dataclasses.fields(self)}
+        settings = dataclasses.replace(self, **{name: value for name, value in changes.items() if name in known})
+        for name, value in changes.items():
+            if name not in known:
+                path = _declared_path(type(self), name, former=False)
+                if path is None:
+                    raise TypeError(f"{type(self).__name__} has no field {name!r}, nor do its nested settings")
+                settings = replace_path(settings, path, value)
+        return settings
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping, *, strict: bool = False):
-        """The inverse of ``to_json``; unknown fields are dropped (``strict``: ValueError naming them)."""
+    def from_json(cls, data: Mapping, *, strict: bool = False, defaults: Settings | None = None):
+        """The inverse of ``to_json``; unknown fields are dropped (``strict``: ValueError naming them). A field
+        missing takes its value from ``defaults`` (the enclosing settings' default for a nested one), else the
+        class default; one an earlier kit wrote elsewhere is read where it is declared now (``upgraded``)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        data = cls.upgraded(data)
         known = {f.name: f for f in dataclasses.fields(cls)}
         unknown = [name for name in data if name not in known]
         if unknown and strict:
@@ -157,24 +183,67 @@ class Settings:
         for name, value in data.items():
             if name not in known:
                 continue
-            kind = hints.get(name)
-            if isinstance(kind, type) and issubclass(kind, Settings) and isinstance(value, Mapping):
-                value = kind.from_json(value, strict=strict)
+            nested = _nested(hints[name])
+            if nested and isinstance(value, Mapping):
+                inner = getattr(defaults, name) if defaults is not None else _default(known[name])
+                value = nested.from_json(value, strict=strict, defaults=inner)
             values[name] = value
-        return cls(**values)
+        return defaults.replace(**values) if defaults is not None else cls(**values)
+
+    @classmethod
+    def upgraded(cls, data: Mapping) -> dict:
+        """``data`` in this kit's layout: a field under its former name renamed, and a field that an earlier kit
+        wrote at this level, and that nested settings declare now, moved in there (field names are unique
+        across the settings classes, so its place is never in doubt); a ``retired`` field dropped."""
+        data = {name: value for name, value in data.items() if name not in cls.retired}
+        known = {item.name: item for item in dataclasses.fields(cls)}
+        for item in known.values():
+            former = item.metadata.get("formerly")
+            if former in data and item.name not in data:
+                data[item.name] = data.pop(former)
+        for name in [name for name in data if name not in known]:
+            path = _declared_path(cls, name)
+            if path is None:
+                continue
+            inner = data
+            for step in path[:-1]:
+                if not isinstance(inner.get(step, {}), Mapping):
+                    break
+                inner[step] = inner = dict(inner.get(step, {}))
+            else:
+                inner.setdefault(path[-1], data[name])
+                del data[name]
+        return data
 
     def result_json(self) -> dict:
         """``to_json`` without the neutral fields: what two runs must share to be one run."""
-        hints = typing.get_type_hints(type(self))
         result = {}
         for item in dataclasses.fields(self):
             if item.metadata.get("neutral"):
                 continue
             value = getattr(self, item.name)
-            kind = hints.get(item.name)
             result[item.name] = value.result_json() if isinstance(value, Settings) else \
-                (dataclasses.asdict(value) if dataclasses.is_dataclass(value) and isinstance(kind, type) else value)
+                (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
         return result
+
+
+def _declared_path(cls: type, name: str, former: bool = True) -> tuple[str, ...] | None:
+    """Where field ``name`` lives inside the nested settings of ``cls`` (by its name now, else, ``former``, by a
+    former one), as field names from ``cls`` down; None when no nested settings declare it, or more than one."""
+    for by_former in (False, True) if former else (False,):
+        found, pending = [], [(cls, ())]
+        while pending:
+            outer, prefix = pending.pop()
+            hints = typing.get_type_hints(outer)
+            for item in dataclasses.fields(outer):
+                nested = _nested(hints[item.name])
+                if nested:
+                    pending.append((nested, (*prefix, item.name)))
+                elif prefix and name == (item.metadata.get("formerly") if by_former else item.name):
+                    found.append((*prefix, item.name))
+        if found:
+            return found[0] if len(found) == 1 else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -190,20 +259,27 @@ class Option:
     bounds: Bounds | None = None  # a number's range (checked by the parser too, shown in --help)
 
 
-def options(cls: type, prefix: tuple[str, ...] = ()) -> Iterator[Option]:
-    """Every command-line option of a settings class, nested settings flattened, in field order."""
+def options(cls: type, prefix: tuple[str, ...] = (), chosen: Mapping[str, str] | None = None) -> Iterator[Option]:
+    """Every command-line option of a settings class, nested settings flattened, in field order.
+
+    ``chosen`` (a nested field's ``flags``): the only options, by dotted path below ``cls``, with their flags.
+    """
     hints = typing.get_type_hints(cls)
     for item in dataclasses.fields(cls):
         kind = hints[item.name]
-        if isinstance(kind, type) and issubclass(kind, Settings):
-            yield from options(kind, (*prefix, item.name))
+        if _nested(kind):
+            inner = item.metadata.get("flags") if chosen is None else \
+                {path[len(item.name) + 1:]: flag for path, flag in chosen.items() if path.startswith(item.name + ".")}
+            yield from options(kind, (*prefix, item.name), inner)
             continue
-        if not item.metadata.get("command_line", True):
+        if (chosen is None and not item.metadata.get("command_line", True)) or \
+                (chosen is not None and item.name not in chosen):
             continue
         arguments = [a for a in typing.get_args(kind) if a is not type(None)]
         optional = bool(arguments) and len(arguments) < len(typing.get_args(kind))
         base = arguments[0] if optional else kind
-        flag = item.metadata.get("flag") or "--" + item.name.replace("_", "-")
+        flag = chosen[item.name] if chosen is not None else \
+            item.metadata.get("flag") or "--" + item.name.replace("_", "-")
         yield Option((*prefix, item.name), flag, base, item.metadata.get("help", ""), item.metadata.get("choices"),
                      optional, item.metadata.get("bounds"))
 

@@ -1,8 +1,9 @@
 """Named presets of the settings and the ladder of cheaper solve settings.
 
 Named presets (``paper``, ``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``,
-``from-scratch``, ``smollm2-gpu``, ``smollm2-cpu`` for training) live here and nowhere else.
-``ladder`` gives the rungs a time budget steps down.
+``from-scratch``, ``smollm2-gpu``, ``smollm2-cpu`` for training; the Sudoku experiment's training)
+live here and nowhere else (the defaults of a dataclass that two stages hold, and the Sudoku
+evaluation's, live beside their classes). ``ladder`` gives the rungs a time budget steps down.
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -12,7 +13,13 @@ from __future__ import annotations
 import dataclasses
 
 from arc_kit.settings.solving import SamplerSettings, SolveSettings
-from arc_kit.settings.training import DataSettings, SequenceSettings, TestTimeSettings, TrainingSettings
+from arc_kit.settings.training import (
+    TEST_TIME_TRAINING,
+    DataSettings,
+    LoraTrainingSettings,
+    SequenceSettings,
+    TrainingSettings,
+)
 
 DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation by prompt tokens (its preset's sizing)
 
@@ -36,7 +43,7 @@ def _cpu() -> SolveSettings:
     """
     return SolveSettings(sampler=SamplerSettings("dfs", threshold=0.01, max_forward_calls=2000),
                          inference_augmentations=8, scoring_augmentations=8, max_len=4096,
-                         ttt=TestTimeSettings(learning_rate=1e-3, embedding_learning_rate=1e-3))
+                         ttt=TEST_TIME_TRAINING.replace(learning_rate=1e-3, embedding_learning_rate=1e-3))
 
 
 def _dry_run() -> SolveSettings:
@@ -66,28 +73,45 @@ TRAINING_PRESETS: dict[str, TrainingSettings] = {
     # The authors' published script for the paper's NeMo-8B model (da-fr/Product-of-Experts-ARC-Paper,
     # finetune_NemoReArc1200.py at 82619f6): 10% warm-up where the paper's table says 25%, and the easiest half
     # of each RE-ARC task left out (remove_easiest=0.5). Everything else is the paper's.
-    "paper-code": TrainingSettings(warmup_ratio=0.1, data=DataSettings(drop_easiest=0.5)),
+    "paper-code": TrainingSettings(lora=LoraTrainingSettings(warmup_ratio=0.1), data=DataSettings(drop_easiest=0.5)),
     # Full training of a fresh model: higher learning rates, no checkpointing (models are small).
     # The kit's own sampler (3-7 pairs drawn afresh) and 1000 steps, as before the authors' sampler.
-    "from-scratch": TrainingSettings(full_finetune=True, learning_rate=1e-3, embedding_learning_rate=1e-3,
-                                     weight_decay=0.01, gradient_checkpointing=False, warmup_ratio=0.05,
-                                     steps=1000, sequences=SequenceSettings(sampler="random")),
+    "from-scratch": TrainingSettings(lora=LoraTrainingSettings(learning_rate=1e-3, embedding_learning_rate=1e-3,
+                                                               gradient_checkpointing=False, warmup_ratio=0.05,
+                                                               steps=1000),
+                                     full_finetune=True, weight_decay=0.01,
+                                     sequences=SequenceSettings(sampler="random")),
     # SmolLM2-135M on one GPU for minutes, not hours: a LoRA small enough to ship (rank 32, about
     # 20 MB in bf16), a higher rate and a shorter warm-up than the paper's hours-long run, bf16,
     # no checkpointing (135M leaves memory to spare), 4096-token sequences; the kit's own sampler, 1000 steps,
     # the kit's mix: how the shipped model was trained (kaggle_dataset/model/arc_kit.json).
-    "smollm2-gpu": TrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4, embedding_learning_rate=3e-5,
-                                    warmup_ratio=0.1, batch_size=8, gradient_accumulation=2, optimizer="adamw",
-                                    precision="bf16", gradient_checkpointing=False, save_every=100, steps=1000,
-                                    sequences=SequenceSettings(sampler="random", max_len=4096), data=_KIT_MIX),
+    "smollm2-gpu": TrainingSettings(lora=LoraTrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4,
+                                                              embedding_learning_rate=3e-5, warmup_ratio=0.1,
+                                                              batch_size=8, optimizer="adamw",
+                                                              gradient_checkpointing=False, steps=1000),
+                                    gradient_accumulation=2, precision="bf16", save_every=100,
+                                    sequences=SequenceSettings(sampler="random", max_tokens=4096), data=_KIT_MIX),
     # SmolLM2-135M on a 2-core CPU for hours: the GPU preset's shippable LoRA (rank 32) and rates, one
     # sequence per micro-batch (4 per step), 2048-token sequences so a step takes seconds, not minutes,
     # the authors' sampler; a run is sized by --minutes and --steps (the schedule's length).
-    "smollm2-cpu": TrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4, embedding_learning_rate=3e-5,
-                                    warmup_ratio=0.05, batch_size=1, gradient_accumulation=4, optimizer="adamw",
-                                    precision="fp32", gradient_checkpointing=False, save_every=25, log_every=5,
-                                    steps=1000, sequences=SequenceSettings(max_len=2048)),
+    "smollm2-cpu": TrainingSettings(lora=LoraTrainingSettings(lora_rank=32, lora_alpha=16, learning_rate=3e-4,
+                                                              embedding_learning_rate=3e-5, warmup_ratio=0.05,
+                                                              batch_size=1, optimizer="adamw",
+                                                              gradient_checkpointing=False, steps=1000),
+                                    gradient_accumulation=4, precision="fp32", save_every=25, log_every=5,
+                                    sequences=SequenceSettings(max_tokens=2048)),
 }
+
+# The Sudoku experiment's sequences (paper, section 5.5): one puzzle per sequence, its solution in the loss (the
+# random sampler drawing exactly one pair; the authors' passes sampler would put ``pairs`` puzzles in a sequence
+# and permute the whole pool per item). The trainer's own augmentation (a symmetry of the square, digits
+# permuted with 0 kept) is a Sudoku symmetry too.
+SUDOKU_SEQUENCES = SequenceSettings(sampler="random", min_pairs=1, max_pairs=1, max_tokens=512, fixed_background=True)
+
+
+def sudoku_training(settings: TrainingSettings) -> TrainingSettings:
+    """``settings`` for the Sudoku experiment: its sequences, and no output masked (a sequence holds one)."""
+    return settings.replace(sequences=SUDOKU_SEQUENCES, lora=settings.lora.replace(mask_first_output=False))
 
 
 def solve_preset(name: str) -> SolveSettings:

@@ -1,8 +1,9 @@
-"""The settings of solving: the sampler, the whole method, and the competition job's clock.
+"""The settings of solving: the sampler, the whole method, the run's time caps, the competition job, the Sudoku test.
 
 Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
-choices that other modules implement (aggregations, samplers, probabilities, decodings, engines)
-are here, beside the fields that take them.
+choices that other modules implement (aggregations, samplers, probabilities, decodings, compile modes)
+are here, beside the fields that take them. Test-time training is ``training.LoraTrainingSettings``,
+the same dataclass the initial fine-tune holds.
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -12,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
-from arc_kit.settings.training import TestTimeSettings
+from arc_kit.settings.training import TEST_TIME_FLAGS, TEST_TIME_TRAINING, LoraTrainingSettings
 
 AGGREGATION_NAMES = ("product", "min", "max", "sum")  # scoring.AGGREGATIONS implements exactly these
-SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")
+SAMPLER_KINDS = ("dfs", "greedy", "sample", "beam")  # method.search runs dfs and greedy; the samplers table all four
+SEARCH_KINDS = ("dfs", "greedy")  # what a solve runs (method.search)
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
-ENGINE_KINDS = ("fast", "reference")  # engine.make_engine implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
 DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement exactly these
 
@@ -27,12 +28,13 @@ DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement ex
 class SamplerSettings(Settings):
     """Which sampler, and its knobs; the default is the paper's DFS at T = 9%."""
 
-    kind: str = setting("dfs", "dfs | greedy | sample | beam", flag="--sampler", choices=SAMPLER_KINDS)
+    kind: str = setting("dfs", "dfs | greedy (sample | beam: the samplers table only, through transformers' "
+                        "generate)", flag="--sampler", choices=SAMPLER_KINDS)
     threshold: float = setting(0.09, "DFS: minimum probability of a returned answer", above=0, at_most=1)
     count: int = setting(1, "sample: answers drawn; beam: beams (and answers returned)", at_least=1, at_most=4096)
     temperature: float = setting(1.0, "sample: softmax temperature", above=0, at_most=100)
     max_forward_calls: int = setting(20_000, "DFS: cap on model calls (steps) per search, a step with a draft "
-                                     "counting one (reported when hit)", at_least=1)
+                                     "counting one (reported when hit)", at_least=1, at_most=10**9)
     use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
     drafts: str = setting("all", "DFS: speculative steps, each branch's token fed with a draft that the search "
                           "follows while it stays within the threshold (the same answers; ours). none: one token "
@@ -41,13 +43,6 @@ class SamplerSettings(Settings):
     draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
                                 "CPU, 7 took nearly as few steps as 15, 139 against 135, with a larger gain in time, "
                                 "docs/results.md)", at_least=0, at_most=64)
-
-    def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
-        if self.kind not in SAMPLER_KINDS:
-            raise ValueError(f"unknown sampler {self.kind!r}; expected one of {SAMPLER_KINDS}")
-        if self.drafts not in DRAFT_SOURCES:
-            raise ValueError(f"unknown drafts {self.drafts!r}; expected one of {DRAFT_SOURCES}")
 
     @property
     def name(self) -> str:
@@ -62,6 +57,8 @@ class SamplerSettings(Settings):
 class SolveSettings(Settings):
     """The whole method's settings; defaults are the paper's final configuration."""
 
+    retired = ("batched", "engine")  # the views' searches and the decode engine are one path each now
+
     sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
     inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
                                            flag="--augmentations", at_least=1, at_most=1024)
@@ -74,45 +71,31 @@ class SolveSettings(Settings):
     attempts: int = setting(2, "answers chosen per test input: 2 (the competition's), or 1 (top-1, as in the "
                             "paper's Sudoku experiment)", choices=(1, 2))
     test_time_training: bool = setting(True, "train a fresh LoRA on each task's own examples first", flag="--ttt")
-    ttt: TestTimeSettings = setting(default_factory=TestTimeSettings, help="test-time training")
+    ttt: LoraTrainingSettings = setting(TEST_TIME_TRAINING, "test-time training (its sequences' token budget is "
+                                        "max_len, never a second one)", flags=TEST_TIME_FLAGS)
     max_len: int | None = setting(DEFAULT_TOKEN_BUDGET, "token budget of a prompt plus its longest answer, and of "
                                   "test-time training sequences, for every model (authors: max_tokens=8192 in every "
                                   "NeMo-8B run; their Llama-3B evaluation 16384); cut to what the model takes (its "
-                                  "positions); unset (older run files): this default", at_least=64)
+                                  "positions); unset (older run files): this default", at_least=64, at_most=1 << 20)
     decoding: str = setting("authors", "how generated text becomes a grid. authors: theirs (arc_loader.py decode): "
                             "rows split at newlines, every non-digit dropped, empty rows skipped, no eos needed; "
                             "strict: ours, earlier: digits and row breaks only, up to an eos", choices=DECODING_MODES)
     keep_background: bool = setting(False, "augmentations keep colour 0 (the authors permute all 10)",
                                     command_line=False)
-    scoring_batch_size: int = setting(16, "answers scored together on one prompt's cache (batched: prompts "
-                                      "per forward, and rows per answer forward)", neutral=True, command_line=False,
-                                      at_least=1)
-    batched: bool = setting(True, "search a test input's augmentations together (DFS lanes after the first, "
-                            "which gives their guess) and score all scoring augmentations together; the same "
-                            "candidates and NLLs up to rounding unless a DFS cap is hit (--no-batched: one by one)")
+    scoring_batch_size: int = setting(16, "answers scored together after one prompt (its keys and values copied "
+                                      "into a lane per answer)", neutral=True, command_line=False, at_least=1,
+                                      at_most=4096)
     seed: int = setting(0, "seeds every augmentation and sample (with the task id)", at_least=0, below=2**63)
-    engine: str = setting("fast", "fast: the static-cache decode engine (LoRA merged, one fixed-shape step per "
-                          "token; models it cannot run fall back to the reference, logged); reference: "
-                          "transformers' forward and caches. The same answers up to float rounding",
-                          choices=ENGINE_KINDS, neutral=True)
-    engine_compile: str = setting("auto", "fast engine: torch.compile its step (auto: on a GPU, with CUDA graphs; "
-                                  "eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
+    engine_compile: str = setting("auto", "the decode engine: torch.compile its step (auto: on a GPU, with CUDA "
+                                  "graphs; eager on the CPU)", choices=ENGINE_COMPILE_MODES, neutral=True)
 
     def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
-        if self.engine not in ENGINE_KINDS:
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINE_KINDS}")
-        if self.engine_compile not in ENGINE_COMPILE_MODES:
-            raise ValueError(f"unknown engine compile mode {self.engine_compile!r}; expected one of "
-                             f"{ENGINE_COMPILE_MODES}")
-        if self.aggregation not in (*AGGREGATION_NAMES, "generation"):
-            raise ValueError(f"unknown aggregation {self.aggregation!r}")
-        if self.probabilities not in PROBABILITY_MODES:
-            raise ValueError(f"unknown probabilities {self.probabilities!r}; expected one of {PROBABILITY_MODES}")
-        if self.attempts not in (1, 2):
-            raise ValueError(f"attempts must be 1 or 2, got {self.attempts}")
-        if self.decoding not in DECODING_MODES:
-            raise ValueError(f"unknown decoding {self.decoding!r}; expected one of {DECODING_MODES}")
+        super().__post_init__()  # the declared ranges and choices, nested settings' as they were made
+        if self.ttt.steps is None:
+            raise ValueError("ttt steps must be set: test-time training plans no epoch of its own")
+        if self.sampler.kind not in SEARCH_KINDS:
+            raise ValueError(f"a solve searches by {' or '.join(SEARCH_KINDS)}, not {self.sampler.kind!r} (sample and "
+                             "beam run in the samplers table: arc-kit samplers)")
 
     @property
     def description(self) -> str:
@@ -122,17 +105,61 @@ class SolveSettings(Settings):
 
 
 @dataclass(frozen=True)
+class BudgetSettings(Settings):
+    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
+
+    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
+                                      "short (it keeps what it found)", at_least=0, at_most=1000)
+    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
+                                  at_least=0, at_most=31_536_000)
+    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
+                                        "generation seconds", at_least=0, at_most=1000)
+    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0,
+                                    at_most=31_536_000)
+
+
+@dataclass(frozen=True)
 class CompetitionSettings(Settings):
     """The competition job's clock (``competition.run_competition``); the defaults are the competition's limits."""
 
     hours: float = setting(12.0, "the limit, counted from the job's start", above=0, at_most=8760)
-    safety_minutes: float = setting(45.0, "plan to end this long before the limit", at_least=0)
+    safety_minutes: float = setting(45.0, "plan to end this long before the limit", at_least=0, at_most=525600)
     stop_minutes: float = setting(15.0, "stop workers still running this long before the limit (the last write "
-                                        "follows)", at_least=0)
-    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder", at_least=1)
+                                        "follows)", at_least=0, at_most=525600)
+    smoke_tasks: int = setting(3, "tasks solved when the test file is the public placeholder", at_least=1,
+                               at_most=10**7)
     job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
                                "placeholder (its ids all among the evaluation or training ids), else every task; "
                                "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "
                                "every task", choices=("auto", "smoke", "full"))
     workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
                                       "measured peak memory allows, at most 8)", at_least=0, at_most=8)
+
+
+# The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
+# longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token
+# Sudoku sequences records as its own budget. A right answer is ~92 tokens.
+SUDOKU_TOKEN_BUDGET = 2048
+
+# The paper's Sudoku setting (section 5.5): DFS at T = 1%, the product of experts over 8 views, no test-time
+# training (the rules never change, so a task's examples teach nothing). Everything else (the
+# aggregation, how an answer's NLL is read) is the solver's default, so the Sudoku run follows the kit's recipe.
+SUDOKU_SOLVING = SolveSettings(sampler=SamplerSettings(threshold=0.01), inference_augmentations=8,
+                               scoring_augmentations=8, test_time_training=False, max_len=SUDOKU_TOKEN_BUDGET)
+
+# The options the Sudoku evaluation gives (``sudoku.experiment.solve_puzzle`` uses these and nothing else there).
+SUDOKU_FLAGS = {"sampler.threshold": "--threshold", "inference_augmentations": "--augmentations",
+                "scoring_augmentations": "--scoring-augmentations", "sampler.max_forward_calls": "--max-forward-calls",
+                "seed": "--seed"}
+
+
+@dataclass(frozen=True)
+class SudokuEvalSettings(Settings):
+    """The paper's Sudoku evaluation: the solver's settings (``SUDOKU_SOLVING``), top-1, and a greedy diagnostic."""
+
+    retired = ("batched",)  # the solver's, as an earlier kit mirrored it here
+
+    solve: SolveSettings = setting(SUDOKU_SOLVING, "the solver: DFS under the inference views, the identity first; "
+                                   "the product of experts over fresh scoring views", flags=SUDOKU_FLAGS)
+    greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
+                                 "count the empty cells it gets right: a diagnostic, not the paper's recipe")

@@ -1,8 +1,10 @@
-"""The settings of training: how sequences are drawn, what the initial fine-tune trains on, the run, test-time training.
+"""The settings of training: how sequences are drawn, what the initial fine-tune trains on, the training itself.
 
-Each stage has one frozen dataclass whose defaults are the paper's recipe; every default names its
-source in its help: the paper's appendix table, the authors' code, or ours and why (the table is in
-``docs/method.md``).
+``LoraTrainingSettings`` is the training both stages run (steps, rates, the LoRA, the optimizer): the
+initial fine-tune holds it (``TrainingSettings.lora``), and so does the solver for test-time training
+(``SolveSettings.ttt``, from ``TEST_TIME_TRAINING``: the paper's test-time column). Each field is declared
+once; its default is the initial fine-tune's and every default names its source in its help: the paper's
+appendix table, the authors' code, or ours and why (the table is in ``docs/method.md``).
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -29,30 +31,29 @@ class SequenceSettings(Settings):
     sampler: str = setting("passes", "passes: the authors' (every sequence the same number of pairs, each example "
                            "at most once per pass; arc_loader.py load_from_rearc); random: ours, earlier, the shipped "
                            "model's (min-max pairs drawn afresh for every sequence)", flag="--sequence-sampler",
-                           choices=("passes", "random"))
+                           choices=("passes", "random"))  # training_data.SequenceDataset implements exactly these
     pairs: int = setting(7, "passes: pairs per sequence, the last one playing the test (authors: 6 shown + 1, "
-                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1)
+                         "sizes=[6] in finetune_NemoReArc1200.py)", at_least=1, at_most=1000)
     sequences_per_task: int = setting(1200, "passes: sequences drawn from each task (paper App. B: 1200 epochs for "
                                       "NeMo-8B, 368 for Llama-3B; authors: n=1200); fewer where --max-passes runs a "
-                                      "task out of examples; weighted pools scale it", at_least=1)
+                                      "task out of examples; weighted pools scale it", at_least=1, at_most=10**7)
     max_passes: int = setting(1, "passes: most passes over a task's examples, each example at most once per pass "
                               "(authors: 1, every example used once in the whole run, their loader stops when a task "
                               "runs short); more reuse examples to reach --sequences-per-task (ours). Whole tasks "
                               "mixed in with --tasks are repeated without this limit, as the authors repeat theirs",
-                              at_least=1)
-    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1)
-    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1)
-    max_len: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
-                           "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
-                           "model's positions", at_least=64)
-    mask_first_output: bool = setting(True, "the first output carries no loss: it cannot be predicted without an "
-                                      "example (paper, section 5.2; authors: mask_first_n_examples=1)")
-    keep_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)")
+                              at_least=1, at_most=10**6)
+    min_pairs: int = setting(3, "random: fewest pairs per sequence, the last one playing the test (ours)", at_least=1,
+                             at_most=1000)
+    max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1, at_most=1000)
+    max_tokens: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
+                              "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
+                              "model's positions", flag="--max-len", at_least=64, at_most=1 << 20,
+                              formerly="max_len")
+    fixed_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)",
+                                     flag="--keep-background", formerly="keep_background")
 
     def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
-        if self.sampler not in ("passes", "random"):  # training_data.SequenceDataset implements exactly these
-            raise ValueError(f"unknown sequence sampler {self.sampler!r}; expected passes or random")
+        super().__post_init__()  # the declared ranges and choices
         if not self.min_pairs <= self.max_pairs:
             raise ValueError(f"need min_pairs <= max_pairs, got {self.min_pairs}, {self.max_pairs}")
 
@@ -77,8 +78,60 @@ class DataSettings(Settings):
                                   "the thousands they generated)", at_least=0, below=1)
 
     def __post_init__(self):
-        super().__post_init__()  # the numbers, in their ranges
+        super().__post_init__()  # the declared ranges
         object.__setattr__(self, "task_sets", tuple(str(name) for name in self.task_sets))  # a list from JSON
+
+
+@dataclass(frozen=True)
+class LoraTrainingSettings(Settings):
+    """The training itself, as the initial fine-tune and test-time training both run it; the defaults are the
+    paper's initial fine-tune (Appendix table), ``TEST_TIME_TRAINING`` its test-time column."""
+
+    steps: int | None = setting(None, "optimizer steps (test-time: per task, paper App. B: 64, the authors' 8 "
+                                "symmetries x 8 copies); initial fine-tune unset: one epoch over every sequence the "
+                                "passes sampler plans (authors: num_train_epochs=1; needed with the random sampler)",
+                                at_least=1, at_most=10**9)
+    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B: 4; test-time 1)", at_least=1,
+                              at_most=1024)
+    learning_rate: float = setting(1e-4, "LoRA adapters, or every non-embedding weight when training fully (paper "
+                                   "App. B, both stages)", flag="--lr", at_least=0, at_most=10)
+    embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B, both stages)",
+                                             flag="--embedding-lr", at_least=0, at_most=10)
+    warmup_ratio: float = setting(0.25, "share of the steps spent warming up linearly (paper App. B: 25%, test-time "
+                                  "50%, the authors' warmup_steps=32 of 64; the authors' finetune_NemoReArc1200.py "
+                                  "uses 10%: preset paper-code)", flag="--warmup", at_least=0, at_most=1)
+    max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)",
+                                   above=0, at_most=1e6)
+    lora_rank: int = setting(256, "LoRA rank (paper App. B: 256, test-time 32), rank-stabilised, no dropout, no bias",
+                             flag="--rank", at_least=1, at_most=65536)
+    lora_alpha: int = setting(24, "LoRA alpha (paper App. B: 24, test-time 16)", flag="--alpha", at_least=1,
+                              at_most=1 << 20)
+    train_embeddings: bool = setting(True, "train the input embeddings and output head too, at their own rate "
+                                     "(paper: LoRA on the embeddings too; authors: embed_tokens and lm_head among "
+                                     "the targets)")
+    optimizer: str = setting("auto", "auto: 8-bit AdamW (paper App. B) where bitsandbytes works (a GPU), else AdamW",
+                             choices=("auto", "adamw", "adamw_8bit"))  # optimization.build_optimizer's kinds
+    gradient_checkpointing: bool = setting(True, "recompute activations in the backward pass: long sequences fit in "
+                                           "memory, the same gradients (authors: on; test-time off: what a large "
+                                           "model needs on a small GPU, arc-kit check-model says when)", neutral=True)
+    mask_first_output: bool = setting(True, "the first output of a sequence carries no loss: it cannot be predicted "
+                                      "without an example (paper, section 5.2; authors: mask_first_n_examples=1)")
+    training_seed: int = setting(0, "seeds the LoRA initialisation (every task's test-time training starts from it) "
+                                 "and every drawn sequence (ours; authors: 42 for the global generators)",
+                                 flag="--seed", at_least=0, below=2**63, formerly="seed")
+
+
+# The paper's test-time training (Appendix B, test-time column): 64 steps of one sequence (the authors: the 8
+# symmetries x 8 copies), half of them warm-up (warmup_steps=32 of 64), a rank-32, alpha-16 LoRA; no activation
+# checkpointing (a small model does not need it). Rates, clipping, optimizer and loss mask as the initial fine-tune.
+TEST_TIME_TRAINING = LoraTrainingSettings(steps=64, batch_size=1, warmup_ratio=0.5, lora_rank=32, lora_alpha=16,
+                                          gradient_checkpointing=False)
+
+# The options test-time training gives the solving commands (the others keep the defaults above).
+TEST_TIME_FLAGS = {"steps": "--ttt-steps", "batch_size": "--ttt-batch-size", "learning_rate": "--ttt-lr",
+                   "embedding_learning_rate": "--ttt-embedding-lr", "warmup_ratio": "--ttt-warmup",
+                   "lora_rank": "--ttt-rank", "lora_alpha": "--ttt-alpha",
+                   "gradient_checkpointing": "--ttt-checkpointing"}
 
 
 @dataclass(frozen=True)
@@ -90,76 +143,23 @@ class TrainingSettings(Settings):
     (``docs/method.md`` has the table).
     """
 
-    steps: int | None = setting(None, "optimizer steps; unset: one epoch over every sequence the passes sampler "
-                                "plans (authors: num_train_epochs=1; needed with the random sampler)", at_least=1)
-    batch_size: int = setting(4, "sequences per device and micro-batch (paper App. B)", at_least=1)
+    lora: LoraTrainingSettings = setting(default_factory=LoraTrainingSettings, help="the training: steps, rates, "
+                                         "the LoRA, the optimizer")
     gradient_accumulation: int = setting(2, "micro-batches per optimizer step (paper App. B)", flag="--accumulation",
-                                         at_least=1)
-    learning_rate: float = setting(1e-4, "LoRA adapters, or every non-embedding weight when training fully (paper "
-                                   "table)", flag="--lr", at_least=0, at_most=10)
-    embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
-                                             flag="--embedding-lr", at_least=0, at_most=10)
-    warmup_ratio: float = setting(0.25, "share of the steps spent warming up linearly (paper App. B: 25%; the "
-                                  "authors' finetune_NemoReArc1200.py uses 10%: preset paper-code)", flag="--warmup",
-                                  at_least=0, at_most=1)
-    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0)
-    max_grad_norm: float = setting(1.0, "gradient clipping (ours; also the default of the authors' trainer)",
-                                   above=0)
-    lora_rank: int = setting(256, "LoRA rank (paper App. B), rank-stabilised, no dropout, no bias", flag="--rank",
-                             at_least=1, at_most=65536)
-    lora_alpha: int = setting(24, "LoRA alpha (paper App. B)", flag="--alpha", at_least=1)
+                                         at_least=1, at_most=65536)
+    weight_decay: float = setting(0.0, "paper App. B: off", at_least=0, at_most=10)
     full_finetune: bool = setting(False, "train every weight instead of LoRA adapters (ours: models from scratch)",
                                   flag="--full")
-    train_embeddings: bool = setting(True, "train the input embeddings and output head too, at their own rate "
-                                     "(paper: LoRA on the embeddings too; authors: embed_tokens and lm_head among "
-                                     "the targets)")
-    optimizer: str = setting("auto", "auto: 8-bit AdamW (paper App. B) where bitsandbytes works (a GPU), else AdamW",
-                             choices=("auto", "adamw", "adamw_8bit"))
     precision: str = setting("auto", "auto: bf16 (paper App. B) on GPUs that have it, fp16 on older GPUs, fp32 on "
                              "the CPU", choices=("auto", "bf16", "fp16", "fp32"))
-    gradient_checkpointing: bool = setting(True, "recompute activations: long sequences fit in memory (authors: "
-                                           "on)")
     group_by_length: bool = setting(True, "cut each step's sequences into micro-batches of similar length "
                                     "(ours: less padding; the same sequences either way)")
     sequences: SequenceSettings = setting(default_factory=SequenceSettings, help="how sequences are drawn")
     data: DataSettings = setting(default_factory=DataSettings, help="what is trained on")
-    seed: int = setting(0, "seeds the LoRA initialisation and every drawn sequence (ours; authors: 42 for the "
-                        "global generators)", at_least=0, below=2**63)
     save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True,
-                              at_least=1)
-    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1)
+                              at_least=1, at_most=10**9)
+    log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1, at_most=10**9)
     minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long (0: at the "
                                     "first step)", neutral=True, at_least=0, at_most=525600)
     data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True,
                                 at_least=0, at_most=256)
-
-
-@dataclass(frozen=True)
-class TestTimeSettings(Settings):
-    """Per-task training; the defaults are the paper's (Appendix table, test-time column).
-
-    The sequences' token budget is the solve budget (``SolveSettings.max_len``), never a second one.
-    """
-
-    steps: int = setting(64, "optimizer steps per task (paper App. B; authors: the 8 symmetries x 8 copies)", flag="--ttt-steps",
-                         at_least=1)
-    batch_size: int = setting(1, "sequences per step (paper App. B)", flag="--ttt-batch-size", at_least=1)
-    learning_rate: float = setting(1e-4, "LoRA adapters (paper App. B)", flag="--ttt-lr", at_least=0, at_most=10)
-    embedding_learning_rate: float = setting(1e-5, "input embeddings and output head (paper App. B)",
-                                             flag="--ttt-embedding-lr", at_least=0, at_most=10)
-    warmup_ratio: float = setting(0.5, "share of the steps spent warming up (paper App. B: 50%; authors: "
-                                  "warmup_steps=32 of 64)", flag="--ttt-warmup", at_least=0, at_most=1)
-    lora_rank: int = setting(32, "rank of the per-task LoRA (paper App. B)", flag="--ttt-rank", at_least=1,
-                             at_most=65536)
-    lora_alpha: int = setting(16, "alpha of the per-task LoRA (paper App. B)", flag="--ttt-alpha", at_least=1)
-    train_embeddings: bool = setting(True, "train the embeddings and head too", command_line=False)
-    max_grad_norm: float = setting(1.0, "gradient clipping", command_line=False, above=0)
-    optimizer: str = setting("auto", "8-bit AdamW where bitsandbytes works, else AdamW", command_line=False)
-    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass: what a large model "
-                                           "needs on a small GPU (arc-kit check-model says when)",
-                                           flag="--ttt-checkpointing", neutral=True)
-    mask_first_output: bool = setting(True, "the first output of a sequence carries no loss", command_line=False)
-    seed: int = setting(0, "the adapter's initial weights (every task starts from them)", command_line=False,
-                        at_least=0, below=2**63)
-
-    __test__ = False  # not a pytest test class despite the name

@@ -11,6 +11,8 @@
   of puzzles whose solution was generated, selected by PoE, and selected by generation probability,
   against the threshold (exact for thresholds at or above the run's, see ``analysis.threshold_curve``).
 
+Its settings (``settings.SudokuEvalSettings``, ``settings.sudoku_training``) live with the kit's other settings.
+
 Knows the Sudoku pieces and how the kit's solver is put together; nothing of files beyond its outputs.
 """
 
@@ -20,7 +22,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +31,10 @@ from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
-from arc_kit.method.scoring import select
-from arc_kit.outputs import FolderKind, claim_folder, small_json
-from arc_kit.settings import (
-    SamplerSettings,
-    SequenceSettings,
-    Settings,
-    SolveSettings,
-    TrainingSettings,
-    setting,
-    setting_like,
-)
+from arc_kit.method.experts import select
+from arc_kit.model.devices import check_device_name
+from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
+from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
 from arc_kit.sudoku.puzzles import (
     SudokuAugmentation,
     SudokuPool,
@@ -52,76 +46,30 @@ from arc_kit.sudoku.puzzles import (
 
 logger = logging.getLogger(__name__)
 
-# One puzzle per sequence, its solution in the loss: the random sampler drawing exactly one pair (the
-# authors' passes sampler would put ``pairs`` puzzles in a sequence and permute the whole pool per
-# item). The trainer's own augmentation (a symmetry of the square, digits permuted with 0 kept) is a
-# Sudoku symmetry too.
-SUDOKU_SEQUENCES = SequenceSettings(sampler="random", min_pairs=1, max_pairs=1, max_len=512,
-                                    mask_first_output=False, keep_background=True)
-
-
 def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: TrainingSettings, *,
-          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True):
+          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True, adopt: bool = False):
     """Fine-tune (or train a preset from scratch) on ``pairs``; ``training.PretrainResult``."""
     from arc_kit.model.training import pretrain
 
-    pool = SudokuPool(pairs, copies=copies, seed=settings.seed)
-    settings = settings.replace(sequences=SUDOKU_SEQUENCES)
+    pool = SudokuPool(pairs, copies=copies, seed=settings.lora.training_seed)
+    settings = sudoku_training(settings)  # one puzzle per sequence, its solution in the loss
     clues = [clue_count(pair.input) for pair in pairs]
     description = (f"Sudoku: {len(pairs)} puzzles ({min(clues)}-{max(clues)} clues, mean {np.mean(clues):.1f}), "
                    f"each under {copies} random Sudoku augmentations, one puzzle per sequence")
     return pretrain(model, out, {"sudoku": pool}, settings, data_description=description, resume=resume,
-                    device=device, progress=progress, command="sudoku train")
+                    device=device, progress=progress, command="sudoku train", adopt=adopt)
 
 
 def _an_earlier_kits_evaluation(folder: Path) -> bool:
-    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json``."""
+    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json`` (adopted
+    only with --adopt: ``outputs``)."""
     identity = small_json(folder / "evaluation.json")
     return isinstance(identity, dict) and set(identity) == {"model", "settings"}
 
 
-EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl",), resumable=True,
+EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl", "evaluation.json", "metrics.json",
+                                                       "threshold_curve.csv", "threshold_curve.png"), resumable=True,
                              legacy=_an_earlier_kits_evaluation, kept="the records of the puzzles done")
-
-
-# The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
-# longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token
-# Sudoku sequences records as its own budget. A right answer is ~92 tokens.
-SUDOKU_TOKEN_BUDGET = 2048
-
-
-@dataclass(frozen=True)
-class SudokuEvalSettings(Settings):
-    """The paper's Sudoku setting: no test-time training, DFS at T = 1%, PoE over 8 augmentations, top-1.
-
-    Everything else (the aggregation, how an answer's NLL is read) is the solver's default
-    (``settings.SolveSettings``), so the Sudoku run follows the kit's recipe as it changes. The fields it
-    shares with the solver's settings are theirs (``setting_like``: the same range, flag and check),
-    with the Sudoku experiment's defaults.
-    """
-
-    threshold: float = setting_like(SamplerSettings, "threshold", 0.01,
-                                    "DFS: minimum probability of a candidate (the paper's 1% for Sudoku)")
-    inference_augmentations: int = setting_like(SolveSettings, "inference_augmentations", 8,
-                                                "views DFS runs under, the identity first (the paper: 8)")
-    scoring_augmentations: int = setting_like(SolveSettings, "scoring_augmentations", 8,
-                                              "fresh views the product of experts multiplies over")
-    max_forward_calls: int = setting_like(SamplerSettings, "max_forward_calls", 20_000,
-                                          "cap on single-token calls per search; a capped search is counted in the "
-                                          "metrics")
-    batched: bool = setting_like(SolveSettings, "batched", False, "DFS lanes of the views after the first together, "
-                                 "and scoring views together: the same candidates unless a cap is hit", neutral=True)
-    greedy_check: bool = setting(True, "also decode the puzzle as given greedily (one answer, no search) and "
-                                 "count the empty cells it gets right: a diagnostic, not the paper's recipe")
-    seed: int = setting_like(SolveSettings, "seed", 0, "with the puzzle id, seeds the augmentations")
-
-    def solve_settings(self) -> SolveSettings:
-        default = SolveSettings()
-        return default.replace(sampler=default.sampler.replace(kind="dfs", threshold=self.threshold,
-                                                               max_forward_calls=self.max_forward_calls),
-                               inference_augmentations=self.inference_augmentations,
-                               scoring_augmentations=self.scoring_augmentations, test_time_training=False,
-                               batched=self.batched, seed=self.seed, max_len=SUDOKU_TOKEN_BUDGET)
 
 
 CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
@@ -132,11 +80,10 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
     from arc_kit.method.solver import task_rng
 
     started = time.monotonic()
-    rng = task_rng(settings.seed, puzzle_id, "sudoku")
-    inference = SudokuAugmentation.inference_set(rng, settings.inference_augmentations)
-    scoring = SudokuAugmentation.inference_set(rng, settings.scoring_augmentations)
-    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, rng,
-                                       task_id=puzzle_id)
+    rng = task_rng(settings.solve.seed, puzzle_id, "sudoku")
+    inference = SudokuAugmentation.inference_set(rng, settings.solve.inference_augmentations)
+    scoring = SudokuAugmentation.inference_set(rng, settings.solve.scoring_augmentations)
+    candidates, search = solver.sample(solver.model, (), puzzle, inference, solver.settings.sampler, task_id=puzzle_id)
     generated = time.monotonic()
     solver.score(solver.model, (), puzzle, candidates, scoring)
     chosen = select(candidates, solver.settings.aggregation if scoring else "generation", count=1)  # top-1
@@ -145,9 +92,9 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
                                    [a.key for a in scoring], search))
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
-    if settings.greedy_check:  # after everything else: its draws from rng change nothing above
+    if settings.greedy_check:  # after everything else
         greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
-                                  solver.settings.sampler.replace(kind="greedy"), rng, task_id=puzzle_id, batched=False)
+                                  solver.settings.sampler.replace(kind="greedy"), task_id=puzzle_id)
         record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record
 
@@ -237,39 +184,54 @@ def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""
     return figure
 
 
+def _same_evaluation(stored, identity: dict) -> bool:
+    """True when ``evaluation.json``'s ``stored`` identity is ``identity``'s: the same model, and settings that read
+    (an earlier kit's layout too) as the same."""
+    if not isinstance(stored, dict) or stored.get("model") != identity["model"]:
+        return False
+    try:
+        return SudokuEvalSettings.from_json(stored.get("settings") or {}).result_json() == identity["settings"]
+    except (TypeError, ValueError):
+        return False
+
+
 def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os.PathLike,
              settings: SudokuEvalSettings = SudokuEvalSettings(), *, device: str = "cpu", minutes: float | None = None,
-             resume: bool = True, progress: bool = True) -> dict:
+             resume: bool = True, progress: bool = True, adopt: bool = False) -> dict:
     """Solve the puzzles, write records.jsonl, metrics.json, threshold_curve.csv and .png; the metrics.
 
     Puzzle i is ``sudoku-<i>``. ``resume``: puzzles already in ``out/records.jsonl`` (from a run with
     the same model and settings, checked against ``out/evaluation.json``) are kept, not solved again.
-    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done.
+    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done. ``adopt``:
+    an evaluation folder an earlier kit made without a marker becomes this one's (``outputs.adopt_folder``).
     """
     import matplotlib.pyplot as plt
     from tqdm.auto import tqdm
 
     from arc_kit.data.jsonio import read_json
-    from arc_kit.method.records import append_record, read_records
+    from arc_kit.run.record_json import append_record, read_records
     from arc_kit.method.solver import Solver
-    from arc_kit.model.loading import LoadSettings, load_model
+    from arc_kit.model.loading import load_model
     from arc_kit.provenance import run_info
 
+    check_device_name(device)  # an unknown device: one line, before the folder is made
+    if adopt:
+        adopt_folder(out, EVALUATION_KIND, "sudoku evaluate")
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
     records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
     if resume and records_path.exists():
-        if not identity_path.exists() or read_json(identity_path) != identity:
+        if not identity_path.exists() or not _same_evaluation(read_json(identity_path), identity):
             raise ValueError(f"{out} holds an evaluation of another model or with other settings; "
                              "choose another --out or pass --no-resume")
     else:
-        records_path.unlink(missing_ok=True)
+        remove_entry(records_path)
     write_json_atomically(identity_path, identity, indent=2)
     by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
     records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
         if records_path.exists() else {}
     loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
-    solver = Solver.from_loaded(loaded, settings.solve_settings())
+    solver = Solver.from_loaded(loaded, settings.solve)
     started = time.monotonic()
     for puzzle_id, pair in tqdm(by_id.items(), desc="sudoku", disable=not progress):
         if puzzle_id in records:
@@ -284,11 +246,14 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
         append_record(records_path, record)
     records = {puzzle_id: records[puzzle_id] for puzzle_id in by_id if puzzle_id in records}  # in puzzle order
     metrics = {**puzzle_metrics(records, by_id), "puzzles_asked": len(by_id)}
-    thresholds = [t for t in CURVE_THRESHOLDS if t >= settings.threshold]
+    threshold = settings.solve.sampler.threshold
+    thresholds = [t for t in CURVE_THRESHOLDS if t >= threshold]
     curve = sudoku_curve(records, by_id, thresholds)
-    curve.to_csv(out / "threshold_curve.csv", index=False)
-    figure = draw_sudoku_curve(curve, settings.threshold, f"{Path(model_path).name}: {len(records)} puzzles")
-    figure.savefig(out / "threshold_curve.png", dpi=100)
+    with replacing(out / "threshold_curve.csv", newline="") as handle:  # never through a link
+        curve.to_csv(handle, index=False)
+    figure = draw_sudoku_curve(curve, threshold, f"{Path(model_path).name}: {len(records)} puzzles")
+    with replacing(out / "threshold_curve.png", binary=True) as handle:
+        figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
     info = run_info(model=identity["model"], settings=settings.to_json(), device=device,
                     seconds_this_call=round(time.monotonic() - started, 1))

@@ -37,6 +37,7 @@ import numpy as np
 from arc_kit.data.grids import freeze
 from arc_kit.data.jsonio import check_regular_file
 from arc_kit.data.tasks import Pair
+from arc_kit.outputs import replacing
 from arc_kit.sudoku.generation import (
     DEFAULT_CLUES,
     MAX_PASSES,
@@ -110,7 +111,7 @@ def write_csv(path: str | Path, pairs: Iterable[Pair]) -> Path:
     """Write ``puzzle,solution,clues`` rows (readable by ``load_csv``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
+    with replacing(path, newline="") as handle:  # written aside, renamed into place: never through a link
         writer = csv.writer(handle)
         writer.writerow(["puzzle", "solution", "clues"])
         for pair in pairs:

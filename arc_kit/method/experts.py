@@ -1,15 +1,13 @@
-"""Scoring answers, and selecting them by a product of experts over augmented views (paper, section 4).
+"""The product of experts (paper, section 4): candidates, their per-augmentation NLLs, the aggregations, the choice.
 
-Every NLL is measured on a decode engine (``engine.DecodeEngine.score``: each prompt run
-once, its keys and values reused by all its answers, answers right-padded in batched calls,
-out-of-memory errors answered by halving the rows per call). ``score_prompts`` scores many prompts'
-answers together; ``augmented_nlls`` scores candidates under each scoring augmentation (augmented
-prompt, augmented answer), one augmentation after another or, ``batched``, all together. An
-engine may be given as a model (``engines.as_engine``: the fast engine, made for the call).
+A ``Candidate`` is one distinct answer grid in the task's original frame with what is known of it:
+its NLL under each augmentation it was generated in, and under each scoring augmentation (measured
+by the engine's scoring, ``solver.Solver.score``). The aggregations are small pure functions from a
+candidate's per-augmentation NLLs to one NLL (lower is better): product of probabilities (the sum of
+NLLs; the paper's choice and the default), min, max and sum of probabilities. ``select`` takes the
+best (two, or as many as asked).
 
-The aggregations are small pure functions from a candidate's per-augmentation NLLs to one NLL
-(lower is better): product of probabilities (the sum of NLLs; the paper's choice and the default),
-min, max and sum of probabilities. ``select`` takes the best (two, or as many as asked).
+Knows grids and numbers; knows nothing of models, engines or how the NLLs were measured.
 """
 
 from __future__ import annotations
@@ -19,57 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
-from arc_kit.data.tasks import Pair
-from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.engine import BatchLimit
-from arc_kit.method.engines import as_engine
-from arc_kit.text import TaskEncoder
-
-
-def score_prompts(engine, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]],
-                  space: AnswerSpace, batch_size: int = 16, prompt_batch_size: int | None = None, *,
-                  prompt_limit: BatchLimit | None = None, answer_limit: BatchLimit | None = None) -> list[np.ndarray]:
-    """The NLLs of ``answers[p]`` after ``prompts[p]``, in as few batched calls as memory allows.
-
-    Up to ``prompt_batch_size`` (default ``batch_size``) prompts share one call, up to
-    ``batch_size`` (prompt, answer) rows each answer call; out of memory, the answer rows per call
-    (``answer_limit``) and then the prompts per call (``prompt_limit``) are halved
-    (``DecodeEngine.score``). Equal to ``reference.nlls.score_answers`` of each prompt up to float rounding.
-    """
-    return as_engine(engine).score(prompts, answers, space, batch_size, prompt_batch_size, prompt_limit=prompt_limit,
-                                   answer_limit=answer_limit)
-
-
-def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,
-                   candidates: Sequence[np.ndarray], augmentations: Sequence[Augmentation],
-                   batch_size: int = 16, max_len: int | None = None, batched: bool = False,
-                   probabilities: str = "full") -> np.ndarray:
-    """NLLs of candidate grids (original frame) under each augmentation: shape (candidates, augmentations).
-
-    ``batched``: every augmentation's prompt and answers together; otherwise one augmentation after
-    another. The same numbers up to float rounding. ``probabilities``: as
-    ``answers.AnswerSpace.probabilities`` (the full softmax by default).
-    """
-    engine = as_engine(engine)
-    space = AnswerSpace.from_encoder(encoder, probabilities)
-    table = np.zeros((len(candidates), len(augmentations)))
-    prompts, answers = [], []
-    for augmentation in augmentations:
-        prompt = encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
-                                       max_len=max_len)
-        prompts.append(prompt.ids)
-        answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in candidates])
-    if batched:
-        columns = engine.score(prompts, answers, space, batch_size)
-    else:
-        limit = BatchLimit("answers")  # one for all augmentations: a size that ran out of memory is not tried again
-        columns = [engine.score([prompt], [chunk], space, batch_size, answer_limit=limit)[0]
-                   for prompt, chunk in zip(prompts, answers)]
-    for column, nlls in enumerate(columns):
-        table[:, column] = nlls
-    return table
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,42 +1,39 @@
-"""The weights the fast decode engine reads: LoRA merged in, projections fused, norms folded, refreshed in place.
+"""The weights the engine reads: LoRA merged in, projections fused, norms folded, refreshed in place; which models.
 
 ``DecodeWeights(model)`` copies a Llama-family model's weights (Llama and SmolLM2, Mistral, Qwen2
-with its q/k/v biases, Qwen3 with its q/k norms) into the form one decode step wants: per layer one
-matrix for the query, key and value projections and one for the gate and up projections, the
-RMS-norm weight that precedes each folded into its columns (``(x * r) * w @ W.T = (x * r) @ (W * w).T``),
-likewise the final norm into the output head, and the attention scale into the queries (rope is
-linear: scaling a query before or after rotating it is the same). A peft LoRA adapter is merged as the peft
-model's forward applies it at this moment: ``W + scaling * B @ A`` for every active adapter of
-every LoRA layer, the trained copies of ``modules_to_save`` (embeddings, head) where the adapter is
-on, the base weights where it is disabled (``PeftModel.disable_adapter``). Merging is done in
-float32 and stored in the model's dtype (bfloat16 on a GPU), on the model's device.
+with its q/k/v biases, Qwen3 with its q/k norms) into the form one forward wants: per layer one
+matrix for query, key and value and one for gate and up, the RMS-norm weight that precedes each
+folded into its columns (``(x * r) * w @ W.T = (x * r) @ (W * w).T``), likewise the final norm into
+the head, and the attention scale (``head_dim ** -0.5``) into the queries (rope is linear: scaling
+before or after rotating is the same). Shapes, rope, epsilon and sliding windows come from the
+config, the weights from the modules' parameters, never from a module's forward or attributes, so a
+model whose modules were patched (unsloth) reads the same. A peft LoRA adapter is merged as the peft
+model applies it now: ``W + scaling * B @ A`` for every active adapter, the trained copies of
+``modules_to_save`` where the adapter is on, the base weights where it is disabled. Merging is done in
+float32 and stored in the model's dtype, on its device.
 
-Layers held in bitsandbytes 4 bits (``BitsAndBytesConfig(load_in_4bit=True)``: nf4 or fp4, double
-quantization or not) cannot be merged into or folded without re-quantizing: each such group
-(query/key/value, gate/up, output, down, a 4-bit head) is a ``four_bit.FourBitProjection`` instead,
-which reads the model's own packed weights through bitsandbytes' matmul and applies the norm weight,
-the attention scale, the biases and the LoRA (as a low-rank pair) itself; no matrix is copied,
-dequantized or not. Embeddings are never 4-bit (transformers does not quantize them).
+Layers held in bitsandbytes 4 bits (nf4 or fp4, double quantization or not) cannot be merged into or
+folded without re-quantizing: each such group is a ``four_bit.FourBitProjection``, which reads the
+model's own packed weights through bitsandbytes' matmul and applies the norm weight, the scale, the
+biases and the LoRA itself; no matrix is copied. Embeddings are never 4-bit.
 
-``refresh()`` reads the model again and copies into the same tensors, layer by layer (the peak is
-one layer more): compiled steps and CUDA graphs that hold these tensors stay valid. Training keeps
-the adapter; only decoding reads this copy, which costs a second copy of the weights' memory (over
-4-bit weights, only the norms, biases and LoRA pairs are copied).
+``refresh()`` reads the model again into the same tensors, layer by layer (the peak is one layer
+more): compiled steps and CUDA graphs that hold them stay valid. The copy costs a second copy of the
+weights' memory (over 4 bits, only the norms, biases and LoRA pairs).
 
 ``unsupported_reason(model)`` says in a few words why a model cannot be read this way (another
-architecture or activation, 8-bit or another quantizer's weights, unsloth's patched forward, a LoRA
-variant such as DoRA, a rope whose frequencies change with the length); None when it can.
-Sliding-window layers are supported: each layer's window is kept (``LayerWeights.window``).
+architecture or activation, 8-bit or another quantizer's weights, a LoRA variant such as DoRA, a
+rope whose frequencies change with the length); None when it can.
 
-Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of
-caches, searches or tasks.
+Knows the module layout of these transformers models and peft's LoRA layers; knows nothing of caches,
+searches or tasks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.method.fast.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
+from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
@@ -74,7 +71,7 @@ def _lora_reason(module) -> str | None:
 def _missing_part(core) -> str | None:
     """The first module of the Llama layout that ``core`` lacks, or None."""
     inner = getattr(core, "model", None)
-    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+    for name in ("embed_tokens", "layers", "norm"):
         if not hasattr(inner, name):
             return f"model.{name}"
     if not hasattr(core, "lm_head"):
@@ -91,7 +88,7 @@ def _missing_part(core) -> str | None:
 
 
 def _quantization_reason(config) -> str | None:
-    """Why the config's quantization is not one the fast engine runs (bitsandbytes 4-bit is), or None."""
+    """Why the config's quantization is not one the engine runs (bitsandbytes 4-bit is), or None."""
     quantization = getattr(config, "quantization_config", None)
     if quantization is None:
         return None
@@ -99,9 +96,9 @@ def _quantization_reason(config) -> str | None:
     method = read("quant_method")
     method = getattr(method, "value", method)  # an enum in transformers' config classes
     if method != "bitsandbytes":
-        return f"{method} quantized weights (the fast engine runs bitsandbytes 4-bit)"
+        return f"{method} quantized weights (the engine runs bitsandbytes 4-bit)"
     if not (read("load_in_4bit") or read("_load_in_4bit")):
-        return "8-bit bitsandbytes weights (the fast engine runs bitsandbytes 4-bit)"
+        return "8-bit bitsandbytes weights (the engine runs bitsandbytes 4-bit)"
     return None
 
 
@@ -123,25 +120,22 @@ def _four_bit_reason(core) -> str | None:
 
 
 def unsupported_reason(model) -> str | None:
-    """Why ``model`` cannot run on the fast engine, in a few words; None when it can."""
+    """Why ``model`` cannot run on the engine, in a few words; None when it can."""
     core = core_model(model)
     config = getattr(core, "config", None)
     if config is None:
         return f"{type(model).__name__} has no transformers config"
     kind = getattr(config, "model_type", None)
     if kind not in SUPPORTED_TYPES:
-        return f"architecture {kind!r} (the fast engine runs {', '.join(SUPPORTED_TYPES)})"
+        return f"architecture {kind!r} (the engine runs {', '.join(SUPPORTED_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
-        return f"activation {config.hidden_act!r} (the fast engine runs silu)"
+        return f"activation {config.hidden_act!r} (the engine runs silu)"
     if _quantization_reason(config):
         return _quantization_reason(config)
     missing = _missing_part(core)
     if missing is not None:
         return f"{type(core).__name__} has no {missing}"
-    if any(getattr(type(part).forward, "__module__", "").startswith("unsloth")
-           for part in (core, core.model, core.model.layers[0].self_attn)):
-        return "unsloth's patched forward"
-    rope_type = getattr(core.model.rotary_emb, "rope_type", "default")
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type not in STATIC_ROPE_TYPES:
         return f"rope type {rope_type!r} (its frequencies change with the length)"
     layer_types = getattr(config, "layer_types", None) or ()
@@ -176,6 +170,11 @@ def effective_weights(module):
         return weight, bias
     bias = getattr(module, "bias", None)
     return module.weight.detach().float(), None if bias is None else bias.detach().float()
+
+
+def head_dim(config) -> int:
+    """The width of one attention head, as the config says it."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def _window(config, index: int) -> int | None:
@@ -266,7 +265,7 @@ def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
     input_norm = layer.input_layernorm.weight.detach().float()
     post_norm = layer.post_attention_layernorm.weight.detach().float()
     norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm")]
-    scaling = float(getattr(attention, "scaling", attention.head_dim ** -0.5))
+    scaling = head_dim(config) ** -0.5
     # the attention scale goes into the query rows (or after Qwen3's query norm, into it)
     qkv, qkv_bias = _group([attention.q_proj, attention.k_proj, attention.v_proj], input_norm, dtype,
                            [scaling if norms[0] is None else 1.0, 1.0, 1.0])
@@ -293,9 +292,8 @@ class DecodeWeights:
         self.device = (embed.original_module if _is_saved_copy(embed) else embed).weight.device
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.head_dim = head_dim(config)
         self.eps = float(config.rms_norm_eps)
-        self.rotary = core.model.rotary_emb
         self.embed, self.head, self.head_bias, self.layers = self._read()
         self.vocab_size = self.head.shape[0]
         self.windows = tuple(dict.fromkeys(layer.window for layer in self.layers))  # distinct, in layer order

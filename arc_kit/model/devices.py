@@ -3,8 +3,10 @@
 Every question about the hardware goes through here, so that a request the machine cannot serve
 (quantizing to 4 bits as a model loads without a GPU, unsloth without a GPU; weights already stored
 in 4 bits do run on a CPU, through bitsandbytes' CPU kernels) fails early with a clear ``UnsupportedSetupError``
-instead of a traceback from deep inside a library. Importing this module (``import arc_kit`` does)
-sets the Hugging Face variables that keep every library off the network.
+instead of a traceback from deep inside a library. ``stay_offline`` sets the Hugging Face variables
+that keep every library off the network: the command line calls it first, and so does every function
+that reads a model's files (``folders.load_tokenizer`` and ``folders.read_weights``, which ``loading`` reads
+through, ``shrinking.shrink_model_folder``, ``bases.read_gguf``); importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 from functools import lru_cache
 
 OFFLINE_VARIABLES = {
@@ -24,15 +27,13 @@ OFFLINE_VARIABLES = {
 
 
 def stay_offline() -> None:
-    """Make sure nothing tries to reach a model hub (a user's explicit setting wins)."""
+    """Make sure nothing tries to reach a model hub (a user's explicit setting wins); called before transformers
+    or huggingface_hub is first imported, since they read the variables then."""
     for name, value in OFFLINE_VARIABLES.items():
         os.environ.setdefault(name, value)
-
-
-stay_offline()
-# bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
-# its plain CPU kernels serve the kit's 4-bit folders on a CPU (tests, dry runs), so the warning only misleads.
-logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    # bitsandbytes warns on import, on CPUs with AVX-512, that an optional CPU 4-bit kernel is missing;
+    # its plain CPU kernels serve the kit's 4-bit folders on a CPU (tests, dry runs), so the warning only misleads.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 class UnsupportedSetupError(RuntimeError):
@@ -58,8 +59,20 @@ def visible_gpus() -> list[str]:
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]{1,3})?")  # the devices the kit places a model on
+
+
+def check_device_name(device: str) -> str:
+    """``device`` when it names a device the kit knows (auto, cpu, cuda, cuda:N); ValueError in one line else."""
+    if not isinstance(device, str) or not DEVICE_NAME.fullmatch(device):
+        raise ValueError(f"unknown device {str(device)[:40]!r}: expected auto, cpu, cuda or cuda:N")
+    return device
+
+
 def resolve_device(device: str = "auto") -> str:
-    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU is an error."""
+    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; a CUDA device without a GPU, or a device the kit does
+    not know, is an error."""
+    check_device_name(device)
     if device == "auto":
         return "cuda" if cuda_available() else "cpu"
     if device.startswith("cuda") and not cuda_available():
@@ -77,9 +90,7 @@ def resolve_dtype(dtype: str, device: str):
         if device.startswith("cuda"):
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; expected auto, bfloat16, float16 or float32")
-    return names[dtype]
+    return names[dtype]  # one of LoadSettings.dtype's choices
 
 
 @lru_cache(maxsize=1)
@@ -97,6 +108,13 @@ def bitsandbytes_imports() -> bool:
 def bitsandbytes_works() -> bool:
     """True when bitsandbytes imports and a CUDA GPU is there for its 4-bit and 8-bit kernels."""
     return cuda_available() and bitsandbytes_imports()
+
+
+# Said where 4-bit weights are checked or loaded without a GPU (the figures: docs/results.md, issue 44)
+FOUR_BIT_ON_CPU = ("4-bit weights on a CPU run slower than 16-bit ones, as bitsandbytes unpacks every weight at every "
+                   "call (on the kit's 2-core machines a decode step took 1.5 to 2.7 times as long, and issue 44 "
+                   "reports a whole calibration solve 5.6 times, docs/results.md); 4 bits are for a GPU's memory: "
+                   "check such a model here on a task or two (arc-kit kaggle check --tasks 1), run it on the GPUs")
 
 
 def require_4bit(on_cpu: bool = False) -> None:
@@ -122,9 +140,8 @@ def unsloth_available() -> bool:
 
 
 def resolve_backend(backend: str) -> str:
-    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error."""
-    if backend not in ("auto", "unsloth", "transformers"):
-        raise ValueError(f"unknown backend {backend!r}; expected auto, unsloth or transformers")
+    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error
+    (``backend``: one of LoadSettings.backend's choices)."""
     if backend == "unsloth":
         if not cuda_available():
             raise UnsupportedSetupError("unsloth needs a CUDA GPU and this machine has none; use "

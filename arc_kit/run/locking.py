@@ -33,7 +33,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from arc_kit.outputs import FolderKind, claim_folder
+from arc_kit.outputs import FolderKind, OutputRefused, claim_folder, replace_file, small_json
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.json"
@@ -59,7 +59,7 @@ def describe_holder(folder: Path, wait_seconds: float = RECORD_WAIT_SECONDS) -> 
     give_up = time.monotonic() + wait_seconds
     while True:
         try:
-            record = json.loads((folder / HOLDER_FILE).read_text(encoding="utf-8"))
+            record = small_json(folder / HOLDER_FILE)  # never a FIFO's endless wait
             pid, host, since = int(record["pid"]), str(record["host"]), str(record["since"])
             command = str(record.get("command", ""))
             break
@@ -74,6 +74,9 @@ def _take(folder: Path) -> FileLock | None:
     """Take ``folder``'s lock now, or FolderInUseError; the lock object, held (None, with a warning, where the
     file system cannot lock: the run goes on, unguarded, rather than not at all)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if (folder / LOCK_FILE).is_symlink() or (folder / LOCK_FILE).exists() and not (folder / LOCK_FILE).is_file():
+        raise OutputRefused(f"{folder / LOCK_FILE} is no lock file of arc-kit's (a link, a folder, a FIFO): it never "
+                            "writes through one; move it away and run again")  # an older filelock would truncate it
     lock = FileLock(str(folder / LOCK_FILE))
     try:
         lock.acquire(timeout=0)
@@ -85,9 +88,8 @@ def _take(folder: Path) -> FileLock | None:
                       stacklevel=3)
         return None
     try:
-        temporary = folder / f".{HOLDER_FILE}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(holder_record()) + "\n", encoding="utf-8")
-        os.replace(temporary, folder / HOLDER_FILE)  # a reader sees the old record or the new, never half
+        # a reader sees the old record or the new, never half (and never through a link)
+        replace_file(folder / HOLDER_FILE, json.dumps(holder_record()) + "\n", within=folder, durable=False)
     except OSError:
         lock.release()
         raise

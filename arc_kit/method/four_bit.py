@@ -1,29 +1,22 @@
-"""Projections over bitsandbytes 4-bit weights for the fast engine: bitsandbytes' own matmul, the LoRA beside it.
+"""Projections over bitsandbytes 4-bit weights for the engine: bitsandbytes' own matmul, the LoRA beside it.
 
-A model loaded with ``BitsAndBytesConfig(load_in_4bit=True)`` (nf4 or fp4, double quantization or
-not) holds its linear layers as ``bnb.nn.Linear4bit``: a packed weight (``Params4bit``) and its
-``quant_state``. Merging a LoRA, folding an RMS-norm weight or the attention scale into such a weight
-would mean re-quantizing it, so ``FourBitProjection`` leaves the packed weights alone and applies,
-for a group of layers that read the same input (query, key and value; gate and up; or one layer):
+A model loaded with ``BitsAndBytesConfig(load_in_4bit=True)`` holds its linear layers as
+``bnb.nn.Linear4bit``: a packed weight and its ``quant_state``. Merging a LoRA, folding an RMS-norm
+weight or the attention scale into it would mean re-quantizing, so ``FourBitProjection`` leaves the
+packed weights alone and applies, for a group of layers that read one input (query, key and value;
+gate and up; or one layer):
 
     y = concat_i( matmul_4bit((x * norm) in the layer's compute dtype, W_i, bias_i) * scale_i )
         + ((x * norm) @ A.T) @ B.T
 
-``matmul_4bit`` is bitsandbytes' own, called as ``Linear4bit.forward`` calls it (the input and the
-bias in the compute dtype, the bias added by the matmul, the product cast back), hence what
-transformers and peft compute; ``norm`` is the RMS-norm weight that precedes the group (None when none does);
-``scale_i`` is the attention scale on the query layer (1 elsewhere). ``A`` stacks the ``lora_A``
-matrices of every adapter of every layer of the group, ``B`` places each ``scaling * lora_B`` (times
-``scale_i``) in its layer's rows and its adapter's columns, zeros where an adapter is inactive or
-disabled: one low-rank pair per group, in float32, of a shape that never changes, so ``refresh``
-copies the adapter's new state into the same tensors.
-
-Why separate quantized matmuls rather than one over concatenated packed weights: the packed tensors
-stay the model's own (no copy: they are most of the memory of a 4-bit model, and training goes on
-using them), and a double-quantized layer's absmax is itself quantized per layer (its own code
-and offset), so concatenating layers means de-nesting or re-quantizing. The work is the same
-either way (bitsandbytes dequantizes each weight once per call); only the launches differ, one
-per layer rather than per group, which CUDA graphs take away on a GPU.
+``matmul_4bit`` is called as ``Linear4bit.forward`` calls it, hence what transformers and peft
+compute; ``norm`` is the RMS-norm weight before the group (or None); ``scale_i`` the attention scale
+on the query layer (1 elsewhere). ``A`` stacks the ``lora_A`` of every adapter of every layer of the
+group, ``B`` places each ``scaling * lora_B`` (times ``scale_i``) in its layer's rows and its
+adapter's columns, zeros where an adapter is inactive or disabled: one low-rank pair per group, in
+float32, of a fixed shape, so ``refresh`` copies a new adapter into the same tensors. The layers are
+not concatenated: the packed tensors stay the model's own (most of a 4-bit model's memory, which
+training goes on using), and a double-quantized layer's absmax is quantized per layer.
 
 Knows bitsandbytes' 4-bit layers and peft's LoRA layers; knows nothing of the decoder's arithmetic,
 caches or searches.

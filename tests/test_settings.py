@@ -1,0 +1,164 @@
+"""The settings are declared once: every class in ``settings/``, every field in one class, every choice checked once;
+and what today's kit wrote (a run's, a trained model's, a Sudoku evaluation's settings) still reads."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+import arc_kit.settings as settings_package
+from arc_kit.settings import (
+    SOLVE_PRESETS,
+    TEST_TIME_TRAINING,
+    TRAINING_PRESETS,
+    LoadSettings,
+    LoraTrainingSettings,
+    SamplerSettings,
+    Settings,
+    SolveSettings,
+    SudokuEvalSettings,
+    TrainingSettings,
+    options,
+)
+
+PACKAGE = Path(__file__).resolve().parent.parent / "arc_kit"
+EARLIER = json.loads((Path(__file__).parent / "data" / "earlier_settings.json").read_text())  # today's kit's files
+
+
+def settings_classes() -> list[type]:
+    """Every settings class ``arc_kit.settings`` hands on."""
+    return [value for value in vars(settings_package).values()
+            if isinstance(value, type) and issubclass(value, Settings) and value is not Settings]
+
+
+def declared_twice(classes) -> dict[str, list[str]]:
+    """Field name -> the classes that declare it, for every name declared by more than one; a field holding
+    nested settings (``ttt``, ``sequences``) is no declaration of their fields."""
+    declared: dict[str, list[str]] = {}
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):
+            if not (isinstance(hints[item.name], type) and issubclass(hints[item.name], Settings)):
+                declared.setdefault(item.name, []).append(cls.__name__)
+    return {name: owners for name, owners in declared.items() if len(owners) > 1}
+
+
+def test_no_field_is_declared_in_two_settings_classes():
+    classes = settings_classes()
+    assert len(classes) >= 10 and LoadSettings in classes and SudokuEvalSettings in classes  # the walk sees them all
+    assert declared_twice(classes) == {}
+
+
+def test_the_walk_finds_a_field_declared_twice_and_passes_over_nested_settings():
+    @dataclasses.dataclass(frozen=True)
+    class Copy(Settings):
+        lora_rank: int = 4  # LoraTrainingSettings declares it
+        ttt: LoraTrainingSettings = TEST_TIME_TRAINING  # holds nested settings, as SolveSettings does
+
+    assert declared_twice([*settings_classes(), Copy]) == {"lora_rank": ["LoraTrainingSettings", "Copy"]}
+
+
+def test_no_settings_class_is_defined_outside_the_settings_package():
+    """Parsed, not imported: a class named ``*Settings`` or deriving from ``Settings`` anywhere else in the kit."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("settings/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and (node.name.endswith("Settings") or any(
+                    getattr(base, "id", getattr(base, "attr", None)) == "Settings" for base in node.bases)):
+                found.add((relative, node.name))
+    assert found == set()
+
+
+def test_both_training_stages_hold_one_training_dataclass_with_their_own_defaults():
+    assert typing.get_type_hints(TrainingSettings)["lora"] is LoraTrainingSettings
+    assert typing.get_type_hints(SolveSettings)["ttt"] is LoraTrainingSettings
+    assert TrainingSettings().lora == LoraTrainingSettings() and SolveSettings().ttt == TEST_TIME_TRAINING
+    paper, test_time = TrainingSettings().lora, SolveSettings().ttt
+    assert (paper.lora_rank, paper.lora_alpha, paper.batch_size, paper.warmup_ratio) == (256, 24, 4, 0.25)
+    assert (test_time.lora_rank, test_time.lora_alpha, test_time.batch_size, test_time.warmup_ratio,
+            test_time.steps) == (32, 16, 1, 0.5, 64)
+    # the test-time options keep their flags; the initial fine-tune's keep theirs
+    ttt = {option.path[1]: option.flag for option in options(SolveSettings) if option.path[0] == "ttt"}
+    assert ttt == {"steps": "--ttt-steps", "batch_size": "--ttt-batch-size", "learning_rate": "--ttt-lr",
+                   "embedding_learning_rate": "--ttt-embedding-lr", "warmup_ratio": "--ttt-warmup",
+                   "lora_rank": "--ttt-rank", "lora_alpha": "--ttt-alpha",
+                   "gradient_checkpointing": "--ttt-checkpointing"}
+    pretrain = {option.path[-1]: option.flag for option in options(TrainingSettings)}
+    assert (pretrain["learning_rate"], pretrain["lora_rank"], pretrain["training_seed"], pretrain["max_tokens"]) == \
+        ("--lr", "--rank", "--seed", "--max-len")
+    with pytest.raises(ValueError, match="ttt steps must be set"):
+        SolveSettings(ttt=TEST_TIME_TRAINING.replace(steps=None))
+
+
+def test_a_nested_field_may_be_replaced_by_its_name_alone():
+    changed = TRAINING_PRESETS["smollm2-gpu"].replace(steps=7, minutes=3.0, max_tokens=512)
+    assert (changed.lora.steps, changed.minutes, changed.sequences.max_tokens) == (7, 3.0, 512)
+    assert SudokuEvalSettings().replace(threshold=0.2).solve.sampler.threshold == 0.2
+    with pytest.raises(TypeError, match="no field 'lerning_rate'"):
+        TrainingSettings().replace(lerning_rate=1.0)
+
+
+@pytest.mark.parametrize("make, phrase", [
+    (lambda: SamplerSettings(kind="beams"), "unknown kind 'beams' (--sampler); expected one of: dfs, greedy, sample,"),
+    (lambda: SolveSettings(attempts=3), "unknown attempts 3; expected one of: 1, 2"),
+    (lambda: TEST_TIME_TRAINING.replace(optimizer="sgd"), "unknown optimizer 'sgd'; expected one of: auto, adamw,"),
+    (lambda: LoadSettings(quantization="8bit"), "unknown quantization '8bit'; expected one of: 4bit (or unset)"),
+    (lambda: TrainingSettings().replace(precision="fp8"), "unknown precision 'fp8'"),
+])
+def test_a_choice_is_checked_once_by_the_settings_in_one_line(make, phrase):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert phrase in str(error.value) and "\n" not in str(error.value)
+    assert LoadSettings(quantization=None).quantization is None  # an optional choice may be unset
+
+
+def test_a_bad_choice_on_the_command_line_is_one_line_naming_the_field(capsys, tmp_path):
+    from arc_kit.cli import main
+
+    assert main(["solve", "--sampler", "beams", "--out", str(tmp_path / "run"), "--tasks", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "arc-kit solve: error: unknown kind 'beams' (--sampler); expected one of: dfs, greedy, sample, beam"
+    assert not (tmp_path / "run").exists()
+
+
+def test_settings_today_s_kit_wrote_read_into_the_new_layout():
+    """A run's settings (the test-time training's fields flat, its seed under its old name), a trained model's (the
+    training's fields flat), a Sudoku evaluation's (the solver's fields mirrored): each reads as the same settings."""
+    assert SolveSettings.from_json(EARLIER["run"], strict=True) == SOLVE_PRESETS["dry-run"]
+    assert TrainingSettings.from_json(EARLIER["training"]) == TRAINING_PRESETS["smollm2-gpu"]
+    sudoku = SudokuEvalSettings.from_json(EARLIER["sudoku"], strict=True)
+    assert sudoku == SudokuEvalSettings().replace(threshold=0.02, seed=3)  # its batched searches: the one path
+    # a field missing takes the default of where it is held: the test-time training's, not the initial fine-tune's
+    assert SolveSettings.from_json({"ttt": {"steps": 8}}).ttt == TEST_TIME_TRAINING.replace(steps=8)
+    with pytest.raises(ValueError, match="unknown LoraTrainingSettings field"):
+        SolveSettings.from_json({"ttt": {"stpes": 8}}, strict=True)
+
+
+def test_a_run_folder_of_today_s_kit_is_resumed_not_refused(tmp_path):
+    """``kaggle run`` and ``solve`` refuse a folder of other settings: never one of their own after an upgrade."""
+    from arc_kit.run.runs import RunFolderError, check_run
+
+    (tmp_path / "run.json").write_text(json.dumps({"settings": EARLIER["run"], "dataset": "d"}))
+    assert check_run(tmp_path, SOLVE_PRESETS["dry-run"], {"dataset": "d"})
+    with pytest.raises(RunFolderError, match=r"ttt.steps 8 -> 9"):
+        check_run(tmp_path, SOLVE_PRESETS["dry-run"].replace(steps=9), {"dataset": "d"})
+
+
+def test_a_sudoku_evaluation_of_today_s_kit_is_resumed():
+    from arc_kit.sudoku.experiment import _same_evaluation
+
+    settings = SudokuEvalSettings().replace(threshold=0.02, seed=3)
+    identity = {"model": "/m", "settings": settings.result_json()}
+    stored = {"model": "/m", "settings": EARLIER["sudoku"]}  # batched searches then: the one path now
+    assert _same_evaluation(stored, identity)
+    assert _same_evaluation(identity, identity)
+    assert not _same_evaluation({**stored, "model": "/other"}, identity)
+    assert not _same_evaluation(stored, {**identity, "settings": settings.replace(seed=4).result_json()})
