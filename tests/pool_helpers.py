@@ -4,8 +4,8 @@
 model (``actors.load_solver`` replaced in the driver, which hands it to each actor; this module
 travels with it by value, so the actors need not find it on their path). The fake answers [[7]]
 (then [[7, 7]]) at once, or as ``behaviour`` says for a task: ``die`` (the process exits), ``die-once``,
-``hang`` (sleeps, making no engine step), ``hang-once``, or ``work`` (2 s of engine steps, as a model's
-forward passes make them, then the answer). Each try of a task leaves an empty file in ``marks``
+``hang`` (sleeps, making no engine step), ``hang-once``, ``held`` (waits while ``marks/hold`` is there), or
+``work`` (2 s of engine steps, as a model's forward passes make them, then the answer). Each try of a task leaves an empty file in ``marks``
 (``<task>.<try>.<pid>``), so a test can tell who tried what and whether that process still runs; each
 load another (``loads``: where the actor runs, the model folder it got and that folder's digest). A
 record's ``extra`` says where it was made (the actor's ``CUDA_VISIBLE_DEVICES``, its node) and the caps
@@ -32,9 +32,10 @@ def read_json(path: Path):
 
 
 def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool = False,
-                 wait_for_loads: int = 0, broken: bool = False) -> None:
+                 wait_for_loads: int = 0, broken: bool = False, peak_gib: float | None = None) -> None:
     """From now on (until ``patch`` undoes it) every pool's actors load the fake solve (``silent``: loading never
-    ends; ``broken``: it raises; ``wait_for_loads``: no answer before that many actors have loaded). Each load leaves a file in ``marks``
+    ends; ``broken``: it raises; ``wait_for_loads``: no answer before that many actors have loaded; ``peak_gib``:
+    the calibration measures this peak memory on a 24 GiB GPU, after a second). Each load leaves a file in ``marks``
     (``load.<pid>.<CUDA_VISIBLE_DEVICES>``, holding the node, the model folder and its digest), each try of a task
     another."""
     import ray.cloudpickle
@@ -44,10 +45,10 @@ def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool 
     marks.mkdir(parents=True, exist_ok=True)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     patch.setattr(actors, "load_solver", functools.partial(fake_load, dict(behaviour), str(marks), silent,
-                                                           wait_for_loads, broken))
+                                                           wait_for_loads, broken, peak_gib))
 
 
-def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, broken: bool, model: str,
+def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, broken: bool, peak_gib, model: str,
               settings: dict, load_options: dict):
     from arc_kit.settings import SolveSettings
 
@@ -58,7 +59,7 @@ def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, br
     device = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     Path(marks, f"load.{os.getpid()}.{device}").write_text(json.dumps(
         {"node": _node(), "model": model, "model_digest": folder_digest(model)}))
-    return FakeSolver(behaviour, marks, model, SolveSettings.from_json(settings), wait_for_loads)
+    return FakeSolver(behaviour, marks, model, SolveSettings.from_json(settings), wait_for_loads, peak_gib)
 
 
 def loads(marks: Path) -> list[dict]:
@@ -86,9 +87,10 @@ class FakeSolver:
     (``settings``, ``solve_with_retry``).
     """
 
-    def __init__(self, behaviour: dict, marks: str, model: str, settings, wait_for_loads: int = 0):
+    def __init__(self, behaviour: dict, marks: str, model: str, settings, wait_for_loads: int = 0,
+                 peak_gib: float | None = None):
         self.behaviour, self.marks, self.model, self.settings = behaviour, marks, model, settings
-        self.wait_for_loads = wait_for_loads
+        self.wait_for_loads, self.peak_gib = wait_for_loads, peak_gib
 
     def solve_with_retry(self, task, rung=0, rungs=None, deadline=None, search_seconds=None):
         return self.solve(task, rung, None)
@@ -106,6 +108,8 @@ class FakeSolver:
         if what == "hang" or (what == "hang-once" and tries == 0):
             while True:  # no engine step: the watchdog's stall, or the task's deadline, tells
                 time.sleep(60)
+        while what == "held" and os.path.exists(os.path.join(self.marks, "hold")):  # until the test lets it go
+            time.sleep(0.05)
         if what == "die" or (what == "die-once" and tries == 0):
             os._exit(3)
         if what == "work":
@@ -121,9 +125,11 @@ class FakeSolver:
         return record
 
     def calibrate(self, task, settings):
-        from arc_kit.method.records import TaskRecord
-
-        return TaskRecord(task.id, timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875})
+        measured = {"task_id": task.id, "timings": {"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}}
+        if self.peak_gib is not None:
+            time.sleep(1.0)
+            measured.update(peak_bytes=self.peak_gib * 2**30, total_bytes=24 * 2**30)
+        return measured
 
 
 def _node() -> str | None:

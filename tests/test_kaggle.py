@@ -40,7 +40,7 @@ from arc_kit.run.planner import FALLBACK
 from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import SolveRun, solve
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke
-from pool_helpers import fake_workers
+from pool_helpers import FakeSolver
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SolveSettings(  # settings.smoke cuts these to 2 + 2 augmentations and 4 TTT steps
@@ -247,24 +247,25 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
 
 
-@pytest.mark.slow
 def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
-    """Two Ray actors around pool_helpers' fake solve, which answers [[7]]: the model's own answers in a Kaggle
-    run are the smoke run's above."""
-    fake_workers(monkeypatch, tmp_path / "marks", {})
+    """One worker, in this process, around pool_helpers' fake solve, which answers [[7]]: the model's own answers in
+    a Kaggle run are the smoke run's above (on Ray)."""
+    (tmp_path / "marks").mkdir()
+    fake = FakeSolver({}, str(tmp_path / "marks"), str(model_folder), SETTINGS)
+    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, rung=0, *_, **__: fake.solve(task, rung, None))
     result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
-                                    force_full=True, workers=2)
+                                    force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.answered == 4
     assert len(result.score.table) == 4  # the evaluation set given as the test file is scored too
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
-    assert list(records) == tasks.ids and all(record["error"] is None for record in records.values())
+    assert sorted(records) == sorted(tasks.ids) and all(record["error"] is None for record in records.values())
     assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "run.json")["settings"]) == SETTINGS
     submission = read_json(result.submission_path)
     assert submission_problems(submission, tasks) == []
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
-        assert submission[task_id][0]["attempt_1"] == [[7]]  # the actors' answers, not the fallbacks
+        assert submission[task_id][0]["attempt_1"] == [[7]]  # the solver's answers, not the fallbacks
 
 
 def add_hidden_task(input_root: Path) -> str:

@@ -29,7 +29,7 @@ from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.model.devices import UnsupportedSetupError
-from arc_kit.run import ray_session
+from arc_kit.run import ray_session, slots
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.runs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, PoolSettings, SamplerSettings, SolveSettings
@@ -113,9 +113,12 @@ def test_a_small_dev_shm_puts_the_object_store_on_disk(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_sigterm_stops_the_command_and_its_ray_keeps_what_was_done_and_a_rerun_finishes(model_folder, six, tmp_path,
                                                                                       monkeypatch, capsys):
-    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(SIX, "work"))  # 2 s each
+    four = SIX[:4]
+    # the first task answered at once, the others held until the rerun: the stop comes with one task done
+    fake_workers(monkeypatch, tmp_path / "marks", {task_id: "held" for task_id in four[1:]})
+    (tmp_path / "marks" / "hold").touch()
     out = tmp_path / "out"
-    command = ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *SIX, "--model", str(model_folder),
+    command = ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *four, "--model", str(model_folder),
                "--out", str(out), "--workers", "2", *OPTIONS]
 
     def terminate():
@@ -131,12 +134,13 @@ def test_sigterm_stops_the_command_and_its_ray_keeps_what_was_done_and_a_rerun_f
     (session,) = (out / "ray-logs").iterdir()
     assert gone_within(session.name) == []
     kept = read_json(out / "submission.json")
-    assert submission_problems(kept, six) == []  # complete and valid though stopped
-    done = [task_id for task_id in SIX if recorded(out, task_id)]
-    assert 1 <= len(done) < len(SIX)
+    assert submission_problems(kept, six.select(four)) == []  # complete and valid though stopped
+    done = [task_id for task_id in four if recorded(out, task_id)]
+    assert done == four[:1]
+    (tmp_path / "marks" / "hold").unlink()
     assert main(command) == 0  # resumed: only the rest solved
     assert all(len(tries(tmp_path / "marks", task_id)) == 1 for task_id in done)
-    assert all(read_json(out / "submission.json")[task_id][0]["attempt_1"] == [[7]] for task_id in SIX)
+    assert all(read_json(out / "submission.json")[task_id][0]["attempt_1"] == [[7]] for task_id in four)
 
 
 # -- a Ray that cannot start: one line ------------------------------------------------------------------------
@@ -237,6 +241,24 @@ def test_on_a_simulated_kaggle_machine_a_killed_and_a_stopped_actor_are_replaced
     assert not is_running(events["killed"]) and not is_running(events["stopped"])
 
 
+@pytest.mark.slow
+def test_with_a_deadline_the_first_actor_calibrates_and_its_peak_memory_sets_the_actors_per_gpu(
+        model_folder, six, tmp_path, monkeypatch, capsys):
+    """One actor on each of two fake GPUs; the first measures a short solve (10 GiB at its peak of a 24 GiB GPU: two
+    fit), then one more actor joins each GPU (16 cores said: the cores per GPU would allow more)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(slots.os, "cpu_count", lambda: 16)
+    fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(SIX, "work"), peak_gib=10.0)
+    run = solve_in_pool(six, model_folder, SETTINGS, tmp_path / "out", deadline=time.time() + 3600,
+                        pool=PoolSettings(poll_seconds=0.05))
+    printed = capsys.readouterr().out
+    assert "started 2 worker(s) on Ray (1 on GPU 0, 1 on GPU 1)" in printed
+    assert "; peak 10.00 GiB of 24.0 GiB: 2 worker(s) per GPU" in printed and "calibrated on task " in printed
+    assert "started 2 more: 4 worker(s) on Ray (2 on GPU 0, 2 on GPU 1)" in printed
+    assert len(loads(tmp_path / "marks")) == 4 and list(run.records) == SIX
+    assert all(record.got_model_work for record in run.records.values())
+
+
 # -- two nodes on this machine ----------------------------------------------------------------------------------
 
 def start_node(*arguments: str) -> int:
@@ -297,7 +319,7 @@ def test_two_nodes_share_a_run_and_the_second_stopped_mid_run_loses_no_task(mode
     folder = tempfile.mkdtemp(prefix="arc-kit-two-")  # short: Ray's sockets live below it
     sessions = []
     marks, out = tmp_path / "marks", tmp_path / "out"
-    fake_workers(monkeypatch, marks, dict.fromkeys(SIX, "work"))
+    fake_workers(monkeypatch, marks, dict.fromkeys(SIX[:4], "work"), wait_for_loads=2)  # an actor on each node
     try:
         sessions.append(start_node("--head", f"--port={port}", "--node-ip-address=127.0.0.1",
                                    "--include-dashboard=false", f"--temp-dir={folder}"))
@@ -317,16 +339,16 @@ def test_two_nodes_share_a_run_and_the_second_stopped_mid_run_loses_no_task(mode
                     return
                 time.sleep(0.02)
         threading.Thread(target=stop_the_second_node, daemon=True).start()
-        run = solve_in_pool(six, model_folder, SETTINGS, out, workers=2, address=f"127.0.0.1:{port}",
+        run = solve_in_pool(six.select(SIX[:4]), model_folder, SETTINGS, out, workers=2, address=f"127.0.0.1:{port}",
                             progress=False, pool=PoolSettings(poll_seconds=0.05))
     finally:
         for session in reversed(sessions):
             end_session(session)
         shutil.rmtree(folder, ignore_errors=True)
     assert "pid" in events, "no task ever ran on the second node"
-    lost = [task_id for task_id in SIX if events["pid"] in tries(marks, task_id)]
-    assert lost and all(tries(marks, task_id) for task_id in SIX)  # the second node's task, tried there first
-    assert list(run.records) == SIX and all(record.got_model_work for record in run.records.values())
+    lost = [task_id for task_id in SIX[:4] if events["pid"] in tries(marks, task_id)]
+    assert lost and all(tries(marks, task_id) for task_id in SIX[:4])  # the second node's task, tried there first
+    assert list(run.records) == SIX[:4] and all(record.got_model_work for record in run.records.values())
     loaded = {load["pid"]: load for load in loads(marks)}
     assert len({load["node"] for load in loaded.values()}) == 2  # an actor on each node
     there = loaded[events["pid"]]  # the second node's actor got the model through Ray, byte for byte
@@ -335,5 +357,6 @@ def test_two_nodes_share_a_run_and_the_second_stopped_mid_run_loses_no_task(mode
     Path(there["model"] + ".lock").unlink(missing_ok=True)
     alone = tmp_path / "alone"
     (tmp_path / "alone-marks").mkdir()
-    solve(six, FakeSolver({}, str(tmp_path / "alone-marks"), str(model_folder), SETTINGS), alone, progress=False)
+    solve(six.select(SIX[:4]), FakeSolver({}, str(tmp_path / "alone-marks"), str(model_folder), SETTINGS), alone,
+          progress=False)
     assert (out / "submission.json").read_bytes() == (alone / "submission.json").read_bytes()

@@ -71,8 +71,10 @@ class SlotSolver:
 
         return solve_one(self.solver, task, rung, self.rungs, budget)
 
-    def calibrate(self, task, settings: SolveSettings):
-        return self.solver.solve_task(task, settings=settings)
+    def calibrate(self, task, settings: SolveSettings) -> dict:
+        """One short real solve of ``task`` at ``settings``: its timings, and this process's peak GPU memory."""
+        record = self.solver.solve_task(task, settings=settings)
+        return {"task_id": task.id, "timings": record.timings, "error": record.error, **gpu_memory()}
 
 
 def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
@@ -125,8 +127,7 @@ class SlotActor:
     def calibrate(self, task, settings: dict) -> dict:
         """One short real solve of ``task`` at ``settings``, timed; this process's peak GPU memory (none on a CPU)."""
         try:
-            record = self.slot_solver.calibrate(task, SolveSettings.from_json(settings))
-            return {"task_id": task.id, "timings": record.timings, "error": record.error, **gpu_memory()}
+            return self.slot_solver.calibrate(task, SolveSettings.from_json(settings))
         except Exception as error:  # noqa: BLE001 - a failed measurement leaves the guessed speeds, never the run
             return {"error": f"{type(error).__name__}: {error}"}
 

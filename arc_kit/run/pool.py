@@ -99,9 +99,10 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     run.write()
     if run.planner.remaining:  # a rerun with nothing left to do needs no Ray
         cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
-        with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as ray:
+        with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as session:
             try:
-                run.begin(ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
+                run.session = session
+                run.begin(session.ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
                           address=address, shared_model=shared_model)
                 run.watch()
             finally:
@@ -161,6 +162,7 @@ class _Pool:
     limits: PoolSettings = field(default_factory=PoolSettings)
     progress: bool = True
     ray: Any = None
+    session: Any = None  # ``ray_session.Session``: a SIGTERM held while Ray's calls block
     slots: list[_Slot] = field(default_factory=list)
     waiting: dict = field(default_factory=dict)  # each awaited answer: (its slot, what it answers)
     start_options: dict = field(default_factory=dict)  # how an actor is made and loaded
@@ -251,6 +253,7 @@ class _Pool:
         while True:
             self.changed = False
             self.take_answers()
+            self.session.check_signals()  # a SIGTERM that came meanwhile, raised here: outside Ray's calls
             now = time.time()
             if self.stop_at is not None and now >= self.stop_at:
                 logger.warning("the run's stop time has come: stopping %d worker(s)",
@@ -347,7 +350,7 @@ class _Pool:
         """Kill a dead or hung actor; its task back to the queue (or fallback answers); a fresh actor."""
         self.waiting = {reference: (owner, what) for reference, (owner, what) in self.waiting.items()
                         if owner is not slot}
-        self.kill(slot)
+        self.kill(slot, hung=True)
         pid = slot.loaded["pid"] if slot.loaded else None
         logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
                        f" (pid {pid})" if pid else "", why, pid or "PID")
@@ -363,9 +366,10 @@ class _Pool:
         if self.planner.remaining and slot.starts <= self.limits.restarts:
             self.start(slot)
 
-    def kill(self, slot: _Slot) -> None:
-        """Kill ``slot``'s actor; on this node its process at once too (Ray's kill waits on a stopped process, which
-        a Ray shut down meanwhile would leave behind)."""
+    def kill(self, slot: _Slot, hung: bool = False) -> None:
+        """Kill ``slot``'s actor. On this node its process is also sent SIGKILL when ``hung`` (a stopped process
+        would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
+        found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
         if slot.actor is not None:
             try:
                 self.ray.kill(slot.actor, no_restart=True)
@@ -373,7 +377,7 @@ class _Pool:
                 pass
             if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
                 try:
-                    os.kill(slot.loaded["pid"], signal.SIGKILL)
+                    os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
                 except OSError:  # gone already
                     pass
         slot.actor, slot.asking = None, False

@@ -10,9 +10,10 @@ small /dev/shm never stops it), its processes tied to this one (they end with it
 killed), its files in a short folder of its own (a Unix socket's path takes at most 107 bytes) whose
 logs are copied to the run folder's ``ray-logs/`` as the session ends. However the session ends (the
 run's end, an error, Ctrl-C, SIGTERM raised by the caller's handler), Ray is shut down and its folder
-removed. ``ray.init`` replaces the SIGTERM handler: the caller's is given back at once (where there
-was none, Ray's stays for the session, so that SIGTERM leaves through the same clean-up). A Ray that
-is not installed or cannot start is ``UnsupportedSetupError``, in one line.
+removed. For the session SIGTERM is held and handed to the caller's handler between Ray's calls
+(``Session``: Ray would turn what a handler raises inside its calls into a KeyboardInterrupt); the
+caller's handler is back once it ends. A Ray that is not installed or cannot start is
+``UnsupportedSetupError``, in one line.
 
 ``gpu_bundles`` reserves the cluster's GPUs, one bundle each (a placement group), and
 ``actor_options`` places an actor on a bundle's GPU or on a CPU: so the actors sharing a GPU share
@@ -27,12 +28,15 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.outputs import copy_file, kit_subfolder
@@ -62,31 +66,60 @@ def import_ray():
     return ray
 
 
+@dataclass
+class Session:
+    """A run's Ray: the ``ray`` module, and a SIGTERM held while the run's calls into Ray block.
+
+    Ray turns an exception that a signal handler raises inside its own calls (``ray.wait``, ``ray.get``) into
+    a plain KeyboardInterrupt, which reads as Ctrl-C: so for the session SIGTERM is only noted, and
+    ``check_signals`` (the run's loop calls it between Ray's calls) hands it to the caller's own handler then.
+    """
+
+    ray: Any
+    caller: Any = None  # the SIGTERM handler before the session (None: not the main thread, nothing held)
+    pending: int | None = None
+
+    def hold(self, number: int, frame) -> None:
+        self.pending = number
+
+    def check_signals(self) -> None:
+        """Act on a SIGTERM that came since the last look: the caller's handler (its default: exit, 143)."""
+        if self.pending is not None:
+            number, self.pending = self.pending, None
+            if callable(self.caller):
+                self.caller(number, None)
+            else:
+                sys.exit(128 + number)
+
+
 @contextmanager
 def ray_session(out: Path, *, address: str | None = None, cpus: int = 1, gpus: int = 0,
-                settings: PoolSettings = PoolSettings()) -> Iterator:
+                settings: PoolSettings = PoolSettings()) -> Iterator[Session]:
     """Ray for one run (see the module's docstring): joined at ``address``, or this machine's own with ``cpus`` and
-    ``gpus``; yields the ``ray`` module."""
+    ``gpus``; yields its ``Session``."""
     ray = import_ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    folder = None if address else Path(tempfile.mkdtemp(prefix="arc-kit-ray-", dir=_short_temporary_folder()))
-    handler = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    main = threading.current_thread() is threading.main_thread()
+    session = Session(ray, signal.getsignal(signal.SIGTERM) if main else None)
+    started = not ray.is_initialized()
+    folder = None if address or not started else \
+        Path(tempfile.mkdtemp(prefix="arc-kit-ray-", dir=_short_temporary_folder()))
     try:
-        _start(ray, address, folder, cpus, gpus, settings)
-        if callable(handler) or handler is signal.SIG_IGN:  # the caller's own: given back at once
-            signal.signal(signal.SIGTERM, handler)
-        yield ray
+        if started:
+            _start(ray, address, folder, cpus, gpus, settings)
+        if main:  # ray.init's own handler replaced too; an ignored SIGTERM stays ignored
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if session.caller is signal.SIG_IGN else session.hold)
+        yield session
     finally:
         try:
-            ray.shutdown()
+            if started:
+                ray.shutdown()
         finally:
-            if handler is not None:
-                signal.signal(signal.SIGTERM, handler)
+            if main:
+                signal.signal(signal.SIGTERM, session.caller if session.caller is not None else signal.SIG_DFL)
             if folder is not None:
                 _keep_logs(folder, out / LOGS_FOLDER)
                 shutil.rmtree(folder, ignore_errors=True)
+            session.check_signals()  # one that came while the session ended
 
 
 def _start(ray, address: str | None, folder: Path | None, cpus: int, gpus: int, settings: PoolSettings) -> None:
