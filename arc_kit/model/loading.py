@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,13 @@ def build_tokenizer(vocabulary: Vocabulary = Vocabulary()):
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
     # Longest symbols first, then any single character: "+/-=O" stays one token.
     multi = sorted((s for s in vocabulary.symbols if len(s) > 1 and s not in specials), key=len, reverse=True)
-    pattern = "|".join([*(_regex_escape(s) for s in multi), r"[\s\S]"])
+    pattern = "|".join([*map(re.escape, multi), r"[\s\S]"])
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     backend.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD,
                                         clean_up_tokenization_spaces=False, model_max_length=1 << 20)
     tokenizer.add_bos_token = False  # the TaskEncoder places bos itself
     return tokenizer
-
-
-def _regex_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in r".^$*+?{}[]\|()/-" else ch for ch in text)
 
 
 def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary = Vocabulary(),

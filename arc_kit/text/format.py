@@ -96,9 +96,13 @@ def read_grid(text: str, row_separator: str = "\n") -> np.ndarray:
         rows = [[int(character) for character in row if character.isdigit()] for row in text.split(row_separator)]
     except ValueError:
         raise NotAGridError(f"a digit that is not a number in {text[:40]!r}") from None
-    rows = [row for row in rows if row]
+    return grid_of_rows([row for row in rows if row], "an empty answer: no digit")
+
+
+def grid_of_rows(rows: list[list[int]], empty: str) -> np.ndarray:
+    """The grid of ``rows`` of digits; NotAGridError when there are none (``empty``), they are ragged or over 30."""
     if not rows:
-        raise NotAGridError("an empty answer: no digit")
+        raise NotAGridError(empty)
     if len({len(row) for row in rows}) > 1:
         raise NotAGridError(f"ragged rows: widths {[len(row) for row in rows]}")
     if len(rows) > MAX_SIDE or len(rows[0]) > MAX_SIDE:
