@@ -1,22 +1,15 @@
 """Initial fine-tuning (``arc-kit pretrain``): LoRA or full training on drawn sequences.
 
 The loop runs on Hugging Face ``accelerate``, so the same code trains on a CPU, one GPU, or
-several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). Defaults
-are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
-layer, with the input embeddings and output head trained in full at their own learning rate;
-lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
-bitsandbytes works; RE-ARC alone, sequences of 7 pairs, each example used at most once, up to 1200
-sequences per task, and as many steps as those take (``training_data``); sequences within the
-authors' 8192 tokens, cut to the model's positions. ``docs/method.md`` gives each default's source.
-The ``from-scratch`` preset is the variant for models built from a preset (full training, higher
-learning rates, the kit's random sampler, 1000 steps: not in the paper).
+several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). The defaults
+are the paper's recipe (``settings.TrainingSettings``; ``docs/method.md`` gives each one's source);
+the ``from-scratch`` preset, for models built from a preset, is the kit's own (not in the paper).
 
-A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
-per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
-and ``checkpoints/`` that a rerun resumes from; it is new, empty or a training run's
-(``TRAINING_KIND``, ``outputs``): never a folder of the user's, nor a model another command made.
-This module knows how to train; what it trains on comes from ``training_data``, and the log's file
-and its plot are ``training_log``'s.
+A run folder is a loadable model folder plus ``training_log.csv``, ``arc_kit.json`` (settings,
+package version, git commit, seeds, data), a loss curve and ``checkpoints/`` that a rerun resumes
+from; it is new, empty or a training run's (``TRAINING_KIND``, ``outputs``): never a folder of the
+user's, nor a model another command made. This module knows how to train; what it trains on comes
+from ``training_data``, and the log's file and its plot are ``training_log``'s.
 """
 
 from __future__ import annotations
