@@ -35,9 +35,8 @@ ADAPTER_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetenso
 MODEL_KIND = FolderKind("model", owned=(*MODEL_FILES, *ADAPTER_FILES), kept="a model folder, maybe incomplete")
 JSON_BYTES = 1 << 26  # the most a model folder's JSON file may hold (a large tokenizer.json holds ~20 MB)
 CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
-# what a model is read with whole (configs, tokenizer files): each at most JSON_BYTES
-TEXT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
-              "chat_template.jinja", "chat_template.json", "adapter_config.json", DELTA_INDEX, "arc_kit.json")
+# what a model is read with whole (configs, tokenizer files, indexes): each at most JSON_BYTES
+TEXT_FILES = tuple(name for name in MODEL_FILES if not name.endswith(".safetensors"))
 # the files one of which holds a tokenizer's vocabulary (the rest only configure it)
 VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
 

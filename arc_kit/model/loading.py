@@ -8,13 +8,12 @@
   the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
   shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
   load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang
-(absurd sizes, weights missing or cut short, a pickle that is not plain tensors, weights larger than
-the machine). A full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``:
-nothing written); a plain LoRA adapter is merged into its base; weights stored in 4 bits load on the
-CPU too. This module knows how to build, save and load models; the folder's files, and the one-line
-errors that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed
-on from here). It knows nothing of tasks beyond the vocabulary, nor of training.
+Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang. A
+full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``: nothing written); a
+plain LoRA adapter is merged into its base; weights stored in 4 bits load on the CPU too. This module
+knows how to build, save and load models; the folder's files, and the one-line errors that name a
+broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on from here).
+It knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -122,17 +121,15 @@ class LoadedModel:
         return HuggingFaceTokenizer(self.tokenizer)
 
     def token_budget(self, requested: int | None = None) -> int:
-        """The token budget to use with this model: ``requested`` (default: the authors' cap, 8192) cut to
-        its maximum positions (``token_limit_of``), with a one-line warning when it is cut."""
+        """``token_budget_of`` this model, whose maximum positions its config says."""
         config = getattr(self.model, "config", None)
         return token_budget_of(self.path, requested, max_positions=getattr(config, "max_position_embeddings", None))
 
     def encoder(self, text_format: TextFormat = TextFormat(), max_len: int | None = None) -> TaskEncoder:
         """A TaskEncoder over this model's tokenizer within ``max_len`` tokens (default: the model's budget).
 
-        Fails clearly if the tokenizer is not vocabulary-shrunk.
+        The encoder writes grids cell by cell: a tokenizer that merges digits (not vocabulary-shrunk) is refused.
         """
-        # The encoder writes grids cell by cell; a tokenizer that merges digits would read them otherwise.
         problem = format_problem(self.tokenizer, text_format)
         if problem is not None:
             raise ValueError(f"the tokenizer of {self.path}: {problem}; shrink its vocabulary first (arc-kit shrink)")
@@ -271,10 +268,7 @@ def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> P
 
 def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings,
                         device: str) -> None:
-    """Refuse a 4-bit delta; check that 4-bit can run here when it is asked for.
-
-    Quantizing as it loads needs a GPU; weights stored in 4 bits load on the CPU too (bitsandbytes runs there).
-    """
+    """Refuse a 4-bit delta; check that 4-bit can run here (quantizing as it loads needs a GPU) when it is asked for."""
     if delta and (settings.quantization or quantized_on_disk):
         raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, merged on load; 4-bit needs a merged "
                                             "folder first (arc-kit base merge)")

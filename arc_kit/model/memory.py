@@ -1,18 +1,13 @@
 """What a model needs in memory, computed from its config alone (nothing is allocated).
 
 ``Architecture`` holds the sizes that matter (``checks.architecture_of`` reads them from a
-config.json); ``parameters(architecture)`` counts a Llama-family model's parameters (the linear layers apart:
-they are what 4 bits pack); ``weight_bytes`` sizes them as loaded (16-bit on a GPU, 4-bit
-bitsandbytes with its block scales); ``training_bytes`` the test-time training of the paper's
-recipe (a rank-32 LoRA on every linear layer, the embeddings and head trained too, AdamW, one
-sequence of the token budget, activations kept unless checkpointing); ``kv_cache_bytes`` the fast
-engine's static cache (layers x 2 x lanes x key-value heads x capacity x head width). ``needs`` puts
-them together, with the engine's merged copy of 16-bit weights (over 4-bit ones, which it reads
-in place, only what is not packed and its LoRA pairs), and ``GPUS`` holds what the
-competition's and the usual cards offer. Estimates, not measurements: the activations are the
-tensors the backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md);
-the backward's passing buffers and allocator slack are not counted (on the CPU the step's peak was
-about twice the estimate without checkpointing, more with it).
+config.json); the functions below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes
+with its block scales: the linear layers are what 4 bits pack), test-time training at the paper's
+recipe and the engine's static KV cache; ``needs`` puts them together, as ``arc-kit check-model``
+shows them against ``GPUS`` (the competition's and the usual cards). Estimates, not measurements:
+the activations are the tensors the backward keeps (within 3% of those counted on SmolLM2-135M's
+shape, docs/results.md); the backward's passing buffers and allocator slack are not counted (on the
+CPU the step's peak was about twice the estimate without checkpointing, more with it).
 
 Knows sizes and bytes; knows nothing of files (``checks``), devices or tasks.
 """

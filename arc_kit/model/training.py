@@ -72,14 +72,11 @@ TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "traini
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """accelerate's mixed-precision name for a setting: 'bf16', 'fp16' or 'no'."""
-    if precision == "auto":
-        if device.startswith("cuda"):
-            import torch
-
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "no"
-    return "no" if precision == "fp32" else precision  # one of TrainingSettings.precision's choices
+    """accelerate's mixed-precision name for a setting (one of TrainingSettings.precision's choices): bf16, fp16, no."""
+    if precision == "auto":  # as a model loads: bf16 or fp16 on a GPU, fp32 on the CPU
+        dtype = str(devices.resolve_dtype("auto", device)).removeprefix("torch.")
+        precision = {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
+    return "no" if precision == "fp32" else precision
 
 
 def prepare_for_training(model, settings: TrainingSettings):
@@ -111,11 +108,6 @@ def _checkpoints(folder: Path) -> list[Path]:
     """The checkpoint folders in ``folder``, oldest first."""
     return sorted((path for path in folder.glob("step-*") if _checkpoint_number(path) is not None),
                   key=_checkpoint_number)
-
-
-def _latest_checkpoint(folder: Path) -> Path | None:
-    done = [path for path in _checkpoints(folder) if isinstance(small_json(path / "progress.json"), dict)]
-    return done[-1] if done else None
 
 
 def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
@@ -152,7 +144,8 @@ def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
     """
     checkpoints = out / "checkpoints"
     first_step = 0
-    latest = _latest_checkpoint(checkpoints) if resume else None
+    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)]
+    latest = done[-1] if done and resume else None
     if latest is not None:
         accelerator.load_state(str(latest))
         first_step = _checkpoint_number(latest)
@@ -236,7 +229,7 @@ class _Source:
     tokenizer: Any
     description: str  # "preset micro", or the resolved folder
     preset: str | None  # the from-scratch preset's name; None for a model folder or a base
-    base_name: str | None  # a named base: what training adds is saved as a delta on it (models.save_delta)
+    base_name: str | None  # a named base: what training adds is saved as a delta on it (deltas.save_delta)
 
 
 def _load_source(model_source: str | os.PathLike, settings: TrainingSettings) -> _Source:
@@ -413,8 +406,7 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
 
     budget = token_budget_after_training(source.preset is not None, settings.sequences.max_tokens,
                                          getattr(trained.config, "max_position_embeddings", None))
-    record = {"preset": source.preset, "training": info,
-              "token_budget": budget}  # models.token_budget_of reads it first
+    record = {"preset": source.preset, "training": info, "token_budget": budget}
     if source.base_name is not None and not settings.full_finetune:
         save_delta(trained, source.tokenizer, out, source.base_name, record,  # megabytes, not the whole model
                    dtype=torch.bfloat16 if mixed_precision == "bf16" else None)
