@@ -93,10 +93,8 @@ def get_spec(name: str) -> BaseSpec:
 
 def cache_folder() -> Path:
     """The kit's cache: $ARC_KIT_CACHE, else $XDG_CACHE_HOME/arc_kit, else ~/.cache/arc_kit."""
-    if os.environ.get("ARC_KIT_CACHE"):
-        return Path(os.environ["ARC_KIT_CACHE"])
     root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "arc_kit"
+    return Path(os.environ.get("ARC_KIT_CACHE") or Path(root) / "arc_kit")
 
 
 def _checked(path: Path, spec: BaseSpec) -> Path:

@@ -64,19 +64,14 @@ def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: Tas
     return encoded, tuple(augmentation.reorder(chosen))
 
 
-def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *,
-                         held_out: int | None = None, symmetry: int | None = None, mask_first_output: bool = True,
+def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *, held_out: int,
+                         symmetry: int | None = None, mask_first_output: bool = True,
                          keep_background: bool = False) -> Encoded:
-    """A test-time-training sequence: one train pair held out as the test, the others as examples.
-
-    The examples come in random order, then the whole sequence gets a symmetry (``symmetry``, or a
-    random one) and a random colour permutation (the held-out pair stays last), within the
-    encoder's token budget. Only train pairs are ever used.
-    """
+    """A test-time-training sequence: train pair ``held_out`` last, as the test, the others before it in random
+    order; the whole sequence in a symmetry (``symmetry``, or a random one) and random colours, within the
+    encoder's token budget."""
     if len(train) < 2:
         raise ValueError("leave-one-out needs at least 2 train pairs")
-    if held_out is None:
-        held_out = int(rng.integers(len(train)))
     others = [train[i] for i in rng.permutation(len(train)) if i != held_out]
     augmentation = Augmentation.random(rng, None, symmetry=symmetry, keep_background=keep_background)
     return encoder.encode_training(augmentation.apply_pairs(others + [train[held_out]]),

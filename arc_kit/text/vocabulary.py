@@ -88,9 +88,6 @@ class Vocabulary:
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.symbols[int(i)] for i in ids)
 
-    def token_strings(self) -> list[str]:
-        return list(self.symbols)
-
 
 class HuggingFaceTokenizer:
     """Adapts a ``transformers`` tokenizer (already shrunk to single characters) to GridTokenizer."""
