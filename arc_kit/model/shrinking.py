@@ -26,6 +26,7 @@ shrunk as it loads (``loading`` then cuts the model and tokenizer in memory, wri
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -55,16 +56,10 @@ def without_normalizer(tokenizer):
     A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
     ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
     """
-    from tokenizers import Tokenizer
-
-    data = json.loads(tokenizer.backend_tokenizer.to_str())
-    if data.get("normalizer") is None:
+    if tokenizer.backend_tokenizer.normalizer is None:
         return tokenizer
-    import copy
-
-    data["normalizer"] = None
     stripped = copy.deepcopy(tokenizer)
-    stripped._tokenizer = Tokenizer.from_str(json.dumps(data))  # the fast tokenizer's one backend slot
+    stripped.backend_tokenizer.normalizer = None
     return stripped
 
 

@@ -338,15 +338,14 @@ class PaddingCollator:
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
+        from torch.nn.functional import pad
+        from torch.nn.utils.rnn import pad_sequence
 
-        longest = max(len(item["input_ids"]) for item in items)
-        longest = -(-longest // self.multiple_of) * self.multiple_of
-        input_ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(items), longest), -100, dtype=torch.long)
-        attention = torch.zeros((len(items), longest), dtype=torch.long)
-        for row, item in enumerate(items):
-            length = len(item["input_ids"])
-            input_ids[row, :length] = item["input_ids"]
-            labels[row, :length] = item["labels"]
-            attention[row, :length] = 1
-        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
+        extra = -max(len(item["input_ids"]) for item in items) % self.multiple_of
+
+        def padded(rows: list, value: int):
+            return pad(pad_sequence(rows, batch_first=True, padding_value=value), (0, extra), value=value)
+
+        return {"input_ids": padded([item["input_ids"] for item in items], self.pad_id),
+                "labels": padded([item["labels"] for item in items], -100),
+                "attention_mask": padded([torch.ones(len(item["input_ids"]), dtype=torch.long) for item in items], 0)}
