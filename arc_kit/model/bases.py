@@ -377,7 +377,3 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
-
-
-__all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder", "cache_lock",
-           "built_base_name", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]

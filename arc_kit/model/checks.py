@@ -249,8 +249,3 @@ def check_before_load(folder: Path, adapter: Path | None = None, device: str | N
         needed = weight_bytes(architecture, value_bytes, four_bit or architecture.four_bit)
         check_fits_machine(needed, f"the model in {folder} ({value_bytes} bytes a weight)", device)
     return architecture, weights
-
-
-__all__ = ["MAX_SIZES", "PLAIN_TENSORS_ONLY", "WeightFiles", "architecture_of", "check_against_weights",
-           "check_before_load", "check_fits_machine", "machine_memory", "read_architecture", "safetensors_tensors",
-           "weight_files"]

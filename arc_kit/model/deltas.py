@@ -138,7 +138,3 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
         raise ModelFolderError(f"the delta in {path} lacks {len(missing)} of its tensors (e.g. {missing[0]}): "
                                "a shard is missing or damaged")
     return wrapped.merge_and_unload() if merge else wrapped
-
-
-__all__ = ["ADAPTER_CONFIG", "DELTA_SHARD_BYTES", "OLDEST_PEFT", "OLDEST_PEFT_LORA_KEYS", "apply_delta",
-           "make_adapter_config_portable", "portable_adapter_config", "save_delta"]

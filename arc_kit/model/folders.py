@@ -166,8 +166,3 @@ def read_weights(auto_class, folder: Path, arguments: dict):
         if isinstance(error, devices.UnsupportedSetupError):
             raise
         raise ModelFolderError(f"cannot load the model in {folder}: {first_line(error)}") from None
-
-
-__all__ = ["ADAPTER_FILES", "CUSTOM_CODE_FILES", "DELTA_INDEX", "JSON_BYTES", "MODEL_FILES", "MODEL_KIND",
-           "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder", "default_model_path", "first_line",
-           "is_delta_folder", "load_tokenizer", "read_json", "read_weights", "refuse_custom_code", "save_model"]

@@ -192,7 +192,3 @@ def count_text(count: int) -> str:
         if count >= size:
             return f"{count / size:.3g} {unit}"
     return str(count)
-
-
-__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "count_text",
-           "kv_cache_bytes", "lora_parameters", "memory_table", "needs", "parameters", "training_bytes", "weight_bytes"]

@@ -116,23 +116,13 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
         raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
     if kept == "authors":
         tokenizer = without_normalizer(tokenizer)
-    required = needed_characters(text_format)
-    keep, failures = set(), []
-    for character in required:
-        token, why = _single_token(tokenizer, character)
-        if token is None:
-            failures.append(why)
-        else:
-            keep.add(token)
+    required = [_single_token(tokenizer, character) for character in needed_characters(text_format)]
+    failures = [why for token, why in required if token is None]
     if failures:
         raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
-    keep.update(i for i in tokenizer.all_special_ids if i is not None)
+    keep = {token for token, _ in required} | set(tokenizer.all_special_ids)
     if kept == "authors":
-        for character in AUTHORS_CHARACTERS:
-            if character not in required:
-                token, _ = _single_token(tokenizer, character)
-                if token is not None:
-                    keep.add(token)
+        keep |= {_single_token(tokenizer, character)[0] for character in AUTHORS_CHARACTERS}  # None where not one
         keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
         keep |= config_token_ids(*configs)
         keep.discard(tokenizer.unk_token_id)

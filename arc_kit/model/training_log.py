@@ -74,6 +74,3 @@ def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
         figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
     return out_path
-
-
-__all__ = ["LOG_COLUMNS", "CsvLog", "log_row", "plot_loss_curve"]

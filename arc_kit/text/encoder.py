@@ -116,10 +116,7 @@ class TaskEncoder:
         kept = list(range(len(pair_lengths)))
         dropped = []
         while kept and fixed + sum(pair_lengths[i] for i in kept) > budget:
-            if self.format.drop_order == "last":
-                victim = kept[-1]
-            else:
-                victim = max(kept, key=lambda i: (pair_lengths[i], i))
+            victim = kept[-1] if self.format.drop_order == "last" else max(kept, key=lambda i: (pair_lengths[i], i))
             kept.remove(victim)
             dropped.append(victim)
         return kept, sorted(dropped)
