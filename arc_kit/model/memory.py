@@ -150,13 +150,13 @@ class MemoryNeeds:
 
 
 def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(), four_bit: bool | None = None,
-          tokens: int | None = None, fast_engine: bool = True) -> MemoryNeeds:
+          fast_engine: bool = True) -> MemoryNeeds:
     """The memory of ``architecture`` on a GPU (16-bit values) at ``settings``: weights (4-bit when the config
     says so or ``four_bit``), the engine's own tensors when it runs the model (a merged copy of 16-bit
     weights; over 4-bit ones, which it reads in place, what is not packed and its float32 LoRA pairs),
     test-time training at the token budget, and the KV cache of the default lanes (one per inference
     augmentation) at the token budget."""
-    budget = min(tokens or settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)
+    budget = min(settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)
     packed = architecture.four_bit if four_bit is None else four_bit
     weights = weight_bytes(architecture, 2, packed)
     lanes = settings.inference_augmentations
