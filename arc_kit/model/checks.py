@@ -121,10 +121,7 @@ def weight_files(folder: str | os.PathLike, stem: str = "model") -> WeightFiles:
             files = sorted(path for path in folder.glob("*.safetensors") if not path.name.startswith("adapter_"))
         if files:
             read = safetensors_tensors if kind == "safetensors" else _pickled_tensors
-            tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-            for path in files:
-                tensors.update(read(path))
-            return WeightFiles(kind, tuple(files), tensors)
+            return WeightFiles(kind, tuple(files), {name: what for path in files for name, what in read(path).items()})
     raise ModelFolderError(f"{folder} holds no weights ({stem}.safetensors, its shards, or pytorch_{stem}.bin): "
                            "copy the weights files into it")
 

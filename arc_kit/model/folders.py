@@ -89,7 +89,7 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ModelFolderError(f"cannot read {path}: {str(error).splitlines()[0] or type(error).__name__}") from None
+        raise ModelFolderError(f"cannot read {path}: {first_line(error)}") from None
     if not isinstance(data, dict):
         raise ModelFolderError(f"cannot read {path}: it holds {type(data).__name__}, expected a JSON object")
     return data

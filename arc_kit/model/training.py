@@ -37,7 +37,7 @@ from arc_kit.model.optimization import (
     parameter_groups,
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
-from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
+from arc_kit.model.training_log import CsvLog, log_row, plot_loss_curve
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
@@ -325,7 +325,7 @@ class _TrainingLoop:
 
         self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
         self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
-        self.log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
+        self.log = CsvLog(out / "training_log.csv") if accelerator.is_main_process else None
         self.bar = tqdm(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
