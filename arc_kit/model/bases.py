@@ -313,8 +313,8 @@ def built_base_name(folder: str | os.PathLike) -> str | None:
 
 
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
-               weights: str | os.PathLike | None = None, download: bool = True, kept: str = "authors",
-               progress: bool = True, adopt: bool = False) -> Path:
+               weights: str | os.PathLike | None = None, download: bool = True, progress: bool = True,
+               adopt: bool = False) -> Path:
     """The shrunk model folder of base ``name``, built once (cached and idempotent).
 
     ``out`` defaults to ``built_folder(name)``; ``weights`` is where to look first (see
@@ -332,7 +332,7 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
             return out
-        return _build(spec, out, weights, download, kept, progress)
+        return _build(spec, out, weights, download, progress)
 
 
 def _an_earlier_kits_base(folder: Path) -> bool:
@@ -354,7 +354,7 @@ def _refuse_foreign(out: Path) -> None:
         raise BaseUnavailableError(str(refusal)) from None
 
 
-def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progress: bool) -> Path:
+def _build(spec: BaseSpec, out: Path, weights, download: bool, progress: bool) -> Path:
     """``build_base``'s work, under the lock: find the weights, read them, shrink, and rename into place."""
     name = spec.name
     _refuse_foreign(out)
@@ -367,7 +367,7 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
     try:
         provenance = {**asdict(spec), "build_format": BUILD_FORMAT, "weights_file": str(path)}
         claim_folder(staging, BASE_KIND, "base build")  # its marker: a later build may replace it
-        save_shrunk(model, tokenizer, staging, kept=kept, info={"base": provenance})
+        save_shrunk(model, tokenizer, staging, info={"base": provenance})  # the authors' kept set
         if out.exists():  # an earlier build's folder: its files replaced, a user's file beside them kept
             remove_owned(out, BASE_KIND)
             for entry in staging.iterdir():
