@@ -112,11 +112,13 @@ def require_4bit(on_cpu: bool = False) -> None:
                                     "here (pip install bitsandbytes)")
 
 
-def resolve_backend(backend: str) -> str:
-    """'auto' -> 'unsloth' when it can work here (installed, never imported here, and a GPU), else 'transformers';
-    'unsloth' where it cannot is an error (``backend``: one of LoadSettings.backend's choices)."""
+def resolve_backend(backend: str, device: str = "cuda") -> str:
+    """'auto' -> 'unsloth' when it can work here (installed, never imported here, and the model goes to a GPU),
+    else 'transformers'; 'unsloth' where it cannot is an error (``backend``: one of LoadSettings.backend's choices;
+    ``device``: the resolved device the model is loaded on)."""
     if backend == "auto":
-        return "unsloth" if cuda_available() and importlib.util.find_spec("unsloth") is not None else "transformers"
+        on_gpu = device.startswith("cuda") and cuda_available()
+        return "unsloth" if on_gpu and importlib.util.find_spec("unsloth") is not None else "transformers"
     if backend == "unsloth":
         if not cuda_available():
             raise UnsupportedSetupError("unsloth needs a CUDA GPU and this machine has none; use "

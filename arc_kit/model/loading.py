@@ -229,7 +229,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     path = checked_model_folder(path)
     device = devices.resolve_device(settings.device)
     dtype = devices.resolve_dtype(settings.dtype, device)
-    backend = devices.resolve_backend(settings.backend)
+    backend = devices.resolve_backend(settings.backend, device)
     delta = is_delta_folder(path)
     adapter_config = {} if delta else read_json(path / "adapter_config.json")
     base_path = path
