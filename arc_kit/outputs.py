@@ -21,23 +21,12 @@ and returns what it kept; a resumable kind's folder (a run, a training run) is c
 ``clear`` (``--restart``), first cleared so; any other kind's is replaced only with ``overwrite``, and then
 only by the command that made it. Whatever else a kit folder holds is kept, and said in one warning line.
 
-Writing into the kit's folders. Every file the kit writes there goes through one of these (the whole API;
-other modules, the worker pool's logs included, call nothing else to write):
-
-- ``appending(path)``: a file object that appends to ``path`` (made if missing); opened with ``O_NOFOLLOW``,
-  so a link at ``path`` is refused, and refused too when it is no regular file (a FIFO, a device).
-- ``replacing(path)``: a file object on a new temporary file beside ``path``; when the block ends without an
-  error it is flushed to disk and renamed over ``path`` (``os.replace``: a link there is replaced itself,
-  never what it points to; a reader sees the old file or the new one, never half). ``replace_file(path,
-  data)`` and ``copy_file(source, path)`` are the one-call forms.
-- ``staged_into(folder)``: a new, empty temporary folder for a library that writes a whole folder of files
-  (``save_pretrained``, accelerate's checkpoints); when the block ends, every file it holds is moved over
-  its name in ``folder``, as ``replacing`` would.
-- ``kit_subfolder(path)``: a sub-folder of a kit folder, made if missing; refused when it is a link or a file.
-- ``remove_entry(path)``: deletes one file of the kit's (a link: the link itself).
-- ``refuse_links(folder, kind)``: refuses a folder with a link at any name of its kind's layout, for code that
-  opens files itself (``open_run`` calls it, before worker processes write into a run folder).
-
+Writing into the kit's folders. Every file the kit writes there goes through one of ``appending`` (a link or
+no regular file at the name refused), ``replacing`` with its one-call forms ``replace_file`` and ``copy_file``
+(written aside and renamed over the name: a link there is replaced itself, never followed; a reader sees the
+old file or the new one), ``staged_into`` (for a library that writes a whole folder: ``save_pretrained``,
+accelerate's checkpoints), ``kit_subfolder``, ``remove_entry``, and ``refuse_links`` for code that opens its
+files itself (worker processes); other modules, the worker pool's logs included, call nothing else to write.
 Each takes ``within``, the kit folder the path lies in: every folder between it and the file must be a real
 folder (a link there is refused: a sub-folder linked to a user's folder never receives a file; missing ones
 are made). Left out, it is the innermost folder this process claimed that holds the path, else the path's
@@ -128,16 +117,10 @@ def read_marker(folder: str | os.PathLike) -> dict | None:
         return None
     except OSError as error:
         raise OutputRefused(f"{path}: cannot read it ({error.strerror}); give another folder") from None
-    try:
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MARKER_BYTES:
-            raise ValueError("not a marker")
-        marker = json.loads(path.read_bytes())
-        if not (isinstance(marker, dict) and isinstance(marker.get("kind"), str)
-                and isinstance(marker.get("command"), str)):
-            raise ValueError("not a marker")
-    except (OSError, ValueError):
+    marker = small_json(path, MARKER_BYTES) if stat.S_ISREG(status.st_mode) else None  # never through a link
+    if not (isinstance(marker, dict) and all(isinstance(marker.get(key), str) for key in ("kind", "command"))):
         raise OutputRefused(f"{folder} holds a {MARKER} that arc-kit cannot read as its own: it writes there only "
-                            "if that file is its marker; give another folder") from None
+                            "if that file is its marker; give another folder")
     return marker
 
 
@@ -311,7 +294,7 @@ def kit_subfolder(path: str | os.PathLike, *, within: str | os.PathLike | None =
 
 
 @contextlib.contextmanager
-def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None, binary: bool = False,
+def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None,
               newline: str | None = None) -> Iterator[IO]:
     """A file object appending to ``path`` (made if missing), flushed to disk when the block ends; OutputRefused
     when ``path`` is a link or no regular file. Opened for reading too (``os.pread`` on its ``fileno()``)."""
@@ -321,8 +304,7 @@ def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = Non
     descriptor = _opened(path, flags)
     if hasattr(os, "O_NONBLOCK"):
         os.set_blocking(descriptor, True)
-    with _naming(path), os.fdopen(descriptor, "ab" if binary else "a", **({} if binary else _TEXT),
-                                  newline=newline) as handle:
+    with _naming(path), os.fdopen(descriptor, "a", newline=newline, **_TEXT) as handle:
         yield handle
         handle.flush()
         os.fsync(descriptor)
@@ -428,10 +410,9 @@ def describe_os_error(error: OSError) -> str:
     process claimed), and what to do."""
     if error.errno is None or not error.strerror:  # a message of the kit's own (FolderInUseError...)
         return str(error)
-    where = error.filename if error.filename is not None else None
     text = error.strerror
-    if where is not None:
-        text += f": {os.fsdecode(where)}" + (f" -> {os.fsdecode(error.filename2)}" if error.filename2 else "")
+    if error.filename is not None:
+        text += f": {os.fsdecode(error.filename)}" + (f" -> {os.fsdecode(error.filename2)}" if error.filename2 else "")
     elif _claimed:
         text += f" while writing into {_claimed[-1].path}"
     fix = FIXES.get(error.errno)
