@@ -404,7 +404,7 @@ def _every_dataset_name():
     seen, names = set(), []
     for name in dataset_names():
         version, split = name.split("/")
-        key = (datasets._version_files()[version], split.startswith("train"))
+        key = (datasets._VERSION_FILES[version], split.startswith("train"))
         names.append(pytest.param(name, marks=pytest.mark.slow) if key in seen else name)
         seen.add(key)
     return names
@@ -414,7 +414,7 @@ def _every_dataset_name():
 def test_every_dataset_name_loads(name):
     version, split = name.split("/")
     tasks = load_dataset(name)
-    training, evaluation = EXPECTED_SIZES[datasets._version_files()[version]]
+    training, evaluation = EXPECTED_SIZES[datasets._VERSION_FILES[version]]
     assert len(tasks) == (training if split.startswith("train") else evaluation)
     assert tasks.has_solutions and not tasks.skipped
     assert tasks.ids == sorted(tasks.ids)

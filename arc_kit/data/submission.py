@@ -97,13 +97,9 @@ def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[s
             candidates = list(task_answers[index]) if index < len(task_answers) else []
             chosen: list = []
             for grid in candidates + _fallback_grids(challenges, task_id, index):
-                if len(chosen) == attempts:
-                    break
-                if grid is None or grid_problems(grid, "", limit):
-                    continue
-                if any(grids_equal(grid, other) for other in chosen):
-                    continue
-                chosen.append(grid)
+                if len(chosen) < attempts and grid is not None and not grid_problems(grid, "", limit) \
+                        and not any(grids_equal(grid, other) for other in chosen):
+                    chosen.append(grid)
             while len(chosen) < 2:  # one attempt, or the only fallback left equals the first attempt
                 chosen.append(chosen[0])
             entries.append({name: grid_to_json(grid) for name, grid in zip(ATTEMPTS, chosen)})
@@ -301,17 +297,12 @@ def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Seque
     submission = read_json(submission_path)
     if not isinstance(submission, dict):
         raise InvalidDataError(submission_problems(submission), str(submission_path))
-    expected = challenges if challenges is not None else _solution_counts(solutions)
+    expected = challenges if challenges is not None else solutions if isinstance(solutions, TaskSet) \
+        else {task_id: len(grids) for task_id, grids in solutions.items()}
     if max_side is None and isinstance(solutions, TaskSet) and not isinstance(expected, TaskSet):
         max_side = solutions.max_side
     problems = submission_problems(submission, expected, max_side=max_side)
     return score_submission(submission, solutions), problems
-
-
-def _solution_counts(solutions: Mapping[str, Sequence] | TaskSet) -> dict[str, int]:
-    if isinstance(solutions, TaskSet):
-        return solutions.test_counts()
-    return {task_id: len(grids) for task_id, grids in solutions.items()}
 
 
 def _kind_of_entry(entry: Any) -> str | None:
