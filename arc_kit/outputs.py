@@ -279,8 +279,7 @@ def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], b
 
 def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     """True when ``path`` is ``folder`` or lies below it (links followed, so another name for it counts)."""
-    path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
-    return path == folder or folder in path.parents
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 # -- writing into the kit's folders --------------------------------------------------------------------------------
@@ -318,8 +317,7 @@ def replacing(path: str | os.PathLike, *, within: str | os.PathLike | None = Non
     OutputRefused when a folder is at ``path``; an error of the operating system that names no file names ``path``."""
     path = Path(path)
     folder = _guarded(path, within)
-    if path.is_dir() and not path.is_symlink():
-        raise OutputRefused(f"{path} is a folder where arc-kit writes a file: move it away, or give another folder")
+    _no_folder_at(path)
     temporary = folder / f".{path.name[:80]}.{os.getpid()}.{next(_temporary_numbers)}.tmp"
     descriptor = _opened(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW)
     try:
@@ -355,8 +353,7 @@ def remove_entry(path: str | os.PathLike, *, within: str | os.PathLike | None = 
     """Delete the kit's file ``path`` if it is there (a link: the link itself); never a folder."""
     path = Path(path)
     _guarded(path, within)
-    if path.is_dir() and not path.is_symlink():
-        raise OutputRefused(f"{path} is a folder where arc-kit keeps a file: move it away, or give another folder")
+    _no_folder_at(path, "keeps")
     path.unlink(missing_ok=True)
 
 
@@ -382,9 +379,7 @@ def _move_into(staging: Path, folder: Path, within: Path) -> None:
         if entry.is_dir() and not entry.is_symlink():
             _move_into(entry, kit_subfolder(target, within=within), within)
             continue
-        if target.is_dir() and not target.is_symlink():
-            raise OutputRefused(f"{target} is a folder where arc-kit writes a file: move it away, or give another "
-                                "folder")
+        _no_folder_at(target)
         os.replace(entry, target)
 
 
@@ -453,6 +448,12 @@ def _opened(path: Path, flags: int) -> int:
         os.close(descriptor)
         raise OutputRefused(f"{path} is no regular file (a FIFO, a device?) where arc-kit writes one: move it away")
     return descriptor
+
+
+def _no_folder_at(path: Path, verb: str = "writes") -> None:
+    """OutputRefused when a folder (not a link to one) is where the kit ``verb`` a file."""
+    if path.is_dir() and not path.is_symlink():
+        raise OutputRefused(f"{path} is a folder where arc-kit {verb} a file: move it away, or give another folder")
 
 
 def _anchor(path: Path, within: str | os.PathLike | None) -> Path:

@@ -64,15 +64,11 @@ def side_limit(challenges: TaskSet | Mapping[str, int] | None = None, max_side: 
 
 def _fallback_grids(challenges: TaskSet | Mapping[str, int], task_id: str, index: int) -> list:
     """The fallback answers for one test input: its own input (when known), then [[0]]."""
-    fallbacks = []
-    if isinstance(challenges, TaskSet):
-        if task_id in challenges:
-            fallbacks.append(challenges[task_id].test[index].input)
-        elif task_id in challenges.skipped:
-            salvaged = challenges.skipped[task_id].test_inputs
-            if index < len(salvaged) and salvaged[index] is not None:
-                fallbacks.append(salvaged[index])
-    fallbacks.append(np.array(EMPTY_ANSWER, dtype=np.uint8))
+    fallbacks = [np.array(EMPTY_ANSWER, dtype=np.uint8)]
+    if isinstance(challenges, TaskSet) and task_id in challenges:
+        return [challenges[task_id].test[index].input, *fallbacks]
+    if isinstance(challenges, TaskSet) and task_id in challenges.skipped:  # a salvaged input, or None (passed over)
+        return [*challenges.skipped[task_id].test_inputs[index:index + 1], *fallbacks]
     return fallbacks
 
 
@@ -100,8 +96,7 @@ def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[s
                 if len(chosen) < attempts and grid is not None and not grid_problems(grid, "", limit) \
                         and not any(grids_equal(grid, other) for other in chosen):
                     chosen.append(grid)
-            while len(chosen) < 2:  # one attempt, or the only fallback left equals the first attempt
-                chosen.append(chosen[0])
+            chosen += [chosen[0]] * (2 - len(chosen))  # one attempt, or the only fallback left equals the first
             entries.append({name: grid_to_json(grid) for name, grid in zip(ATTEMPTS, chosen)})
         submission[task_id] = entries
     return submission
