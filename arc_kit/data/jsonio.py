@@ -21,6 +21,7 @@ import re
 import stat
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,8 @@ def _object_from_pairs(pairs: list[tuple[str, Any]]) -> dict:
     result = dict(pairs)
     if len(result) == len(pairs):
         return result
-    counts: dict[str, int] = {}
-    for key, _ in pairs:
-        counts[key] = counts.get(key, 0) + 1
     repeated = JsonObject(result)
-    repeated.repeated_keys = {key: count for key, count in counts.items() if count > 1}
+    repeated.repeated_keys = {key: count for key, count in Counter(key for key, _ in pairs).items() if count > 1}
     return repeated
 
 

@@ -49,8 +49,7 @@ class Pair:
 
     def __post_init__(self):
         object.__setattr__(self, "input", freeze(self.input))
-        if self.output is not None:
-            object.__setattr__(self, "output", freeze(self.output))
+        object.__setattr__(self, "output", None if self.output is None else freeze(self.output))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Pair):
@@ -97,9 +96,7 @@ class Task:
     @property
     def test_outputs(self) -> list[np.ndarray] | None:
         """The test outputs, or None unless all of them are known."""
-        if not self.has_solutions:
-            return None
-        return [pair.output for pair in self.test]
+        return [pair.output for pair in self.test] if self.has_solutions else None
 
     @property
     def has_solutions(self) -> bool:
@@ -330,11 +327,9 @@ class TaskSet(Mapping[str, Task]):
         """
         outputs = {}
         for task_id in self.test_counts():
-            if task_id in self._tasks:
-                if self._tasks[task_id].has_solutions:
-                    outputs[task_id] = list(self._tasks[task_id].test_outputs)
-            elif self.skipped[task_id].solutions is not None:
-                outputs[task_id] = list(self.skipped[task_id].solutions)
+            known = self._tasks[task_id].test_outputs if task_id in self._tasks else self.skipped[task_id].solutions
+            if known is not None:
+                outputs[task_id] = list(known)
         return outputs
 
     def without_solutions(self) -> TaskSet:
@@ -345,8 +340,8 @@ class TaskSet(Mapping[str, Task]):
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
 
     def solutions_json(self) -> dict[str, list]:
-        if not self.has_solutions:
-            missing = [task.id for task in self.tasks() if not task.has_solutions]
+        missing = [task.id for task in self.tasks() if not task.has_solutions]
+        if missing:
             raise ValueError(f"no solutions known for {len(missing)} tasks, e.g. {missing[:3]}")
         return {task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in self.tasks()}
 
