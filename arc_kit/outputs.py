@@ -187,14 +187,10 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
 
 def claim_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, overwrite: bool = False,
                  clear: bool = False, option: str = "--out") -> Path:
-    """Make ``path`` this ``command``'s ``kind`` folder, or refuse (OutputRefused, one line, nothing written).
-
-    Allowed: a folder that does not exist (made, with its parents), an empty one, one the kit made as this
-    kind (its marker). A resumable kind's folder is continued, and with ``clear`` what its layout names is
-    deleted first; any other kind's is refused unless ``overwrite`` (then only for the command that made it:
-    its layout's entries are deleted first). What else the folder holds is kept, and said in a warning. The
-    marker is written (or rewritten) before the folder is returned; ``option`` names the path in messages.
-    """
+    """Make ``path`` this ``command``'s ``kind`` folder (made with its parents where missing), or refuse
+    (``check_folder``: OutputRefused, one line, nothing written). With ``clear``, or ``overwrite`` of a kind that
+    is not resumable, what its layout names is deleted first (``remove_owned``; what else it holds is said in a
+    warning). The marker is written before the folder is returned; ``option`` names the path in messages."""
     path = Path(path)
     marker = check_folder(path, kind, command, overwrite=overwrite, option=option)
     target = _followed(path, option)
