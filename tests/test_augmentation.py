@@ -14,7 +14,6 @@ from arc_kit.data.augmentation import (
     IDENTITY_COLOURS,
     SYMMETRY_INVERSE,
     SYMMETRY_NAMES,
-    SYMMETRY_THEN,
     Augmentation,
     apply_symmetry,
 )
@@ -136,6 +135,17 @@ def test_symmetry_out_of_range(symmetry):
 
 
 # -- 9. the group of symmetries ------------------------------------------------------------------------
+def composition_table() -> tuple[tuple[int, ...], ...]:
+    """THEN[a][b]: the symmetry that is a, then b, found from the action on a grid with no symmetry of its own."""
+    probe = np.arange(6).reshape(2, 3)
+    images = [apply_symmetry(probe, s) for s in range(8)]
+    return tuple(tuple(next(s for s in range(8) if np.array_equal(images[s], apply_symmetry(images[first], second)))
+                       for second in range(8)) for first in range(8))
+
+
+SYMMETRY_THEN = composition_table()
+
+
 @HYPOTHESIS
 @given(grids(min_side=2), st.integers(0, 7), st.integers(0, 7))
 def test_symmetry_composition_is_closed(grid, first, second):

@@ -35,16 +35,9 @@ def apply_symmetry(grid: np.ndarray, symmetry: int) -> np.ndarray:
     return np.rot90(grid, k=symmetry % 4)
 
 
-def _symmetry_tables() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """Inverse and composition tables, found from the action on a grid with no symmetry of its own."""
-    probe = np.arange(6).reshape(2, 3)
-    images = [apply_symmetry(probe, s) for s in range(8)]
-    then = tuple(tuple(next(s for s in range(8) if np.array_equal(images[s], apply_symmetry(images[first], second)))
-                       for second in range(8)) for first in range(8))
-    return tuple(row.index(0) for row in then), then  # the inverse of a: the b with a, then b, the identity
+# k quarter turns are undone by 4 - k; a transpose, then turns, is a reflection: its own inverse
+SYMMETRY_INVERSE = (0, 3, 2, 1, 4, 5, 6, 7)
 
-
-SYMMETRY_INVERSE, SYMMETRY_THEN = _symmetry_tables()  # SYMMETRY_THEN[a][b]: a first, then b
 
 def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
     """``count`` symmetries, each of the 8 used ``count // 8`` or ``count // 8 + 1`` times.
