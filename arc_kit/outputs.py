@@ -561,9 +561,3 @@ def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:
               "and deletes only what it made here", "command_line": command_line[:300],
               "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     replace_file(folder / MARKER, json.dumps(marker, indent=1) + "\n", within=folder, durable=False)
-
-
-__all__ = ["FIXES", "MARKER", "Claim", "FolderKind", "OutputRefused", "adopt_folder", "appending", "check_folder",
-           "claim_file", "claim_folder", "claimed", "copy_file", "describe_os_error", "inside", "is_made_folder",
-           "kit_subfolder", "read_marker", "refuse_links", "remove_entry", "remove_owned", "replace_file", "replacing",
-           "small_json", "staged_into"]

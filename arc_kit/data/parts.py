@@ -153,6 +153,3 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
             raise PartsError(f"{path} is missing or does not match its manifest after unpacking")
         extracted.append(path)
     return extracted
-
-
-__all__ = ["DEFAULT_PART_BYTES", "PartsError", "pack", "sha256_of", "unpack"]
