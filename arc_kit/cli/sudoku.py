@@ -28,7 +28,7 @@ def setup_sudoku(parser):
     _add_evaluate_arguments(actions)
 
     def run(args):
-        from arc_kit.sudoku import puzzles as sudoku
+        from arc_kit import sudoku
 
         if args.action == "generate":
             return _generate(args)
@@ -87,7 +87,7 @@ def _add_evaluate_arguments(actions) -> None:
 
 def _generate(args) -> int:
     """``sudoku generate``: write the puzzles and say how many clues they have."""
-    from arc_kit.sudoku import puzzles as sudoku
+    from arc_kit import sudoku
 
     claim_file(args.out, "sudoku generate")  # before any work: a file of the user's is never replaced
     excluded = [pair for path in args.exclude for pair in sudoku.load_csv(path, check=False)]

@@ -35,14 +35,8 @@ from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
 from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
-from arc_kit.sudoku.puzzles import (
-    SudokuAugmentation,
-    SudokuPool,
-    clue_count,
-    is_valid_solution,
-    keeps_clues,
-    score_answer,
-)
+from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool
+from arc_kit.sudoku.rules import clue_count, is_valid_solution, keeps_clues, score_answer
 
 logger = logging.getLogger(__name__)
 
