@@ -16,12 +16,13 @@ from arc_kit.cli.options import (
     model_path,
     number_argument,
     overwrite_argument,
+    preset_arguments,
     restart_arguments,
     settings_from_options,
 )
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, solve_preset
+from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
 
 
 @command("kaggle", "Kaggle: build the dataset folder, check it here as Kaggle runs it, or run the competition job")
@@ -115,9 +116,7 @@ def _add_run_arguments(actions) -> None:
     given.add_argument("--settings", dest="settings_file", metavar="FILE",
                        help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
                             "options below change it further")
-    given.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
-                       help="named settings the options below start from (default: %(default)s)")
-    add_settings_options(run, solve_preset("paper"), "the method (defaults: the 'paper' preset)")
+    preset_arguments(run, group=given)
 
 
 def _kaggle_run(args) -> int:

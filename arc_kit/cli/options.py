@@ -181,9 +181,21 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
                     "--safety-minutes, which must leave some)", above=0, at_most=MAX_HOURS)
     number_argument(parser, "--safety-minutes", float, "margin kept before the end of --hours (default: "
                     "%(default)s)", at_least=0, at_most=60 * MAX_HOURS, default=30.0)
-    parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
-                        help="named settings the options below start from (default: %(default)s)")
-    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
+    preset_arguments(parser, preset)
+
+
+def preset_arguments(parser, preset: str = "paper", *, group=None, note: str = "",
+                     help: str = "named settings the options below start from (default: %(default)s)") -> None:
+    """``--preset`` (in ``group``, where given) and the method's options, shown with ``preset``'s defaults."""
+    (group or parser).add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS), help=help)
+    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset){note}")
+
+
+def print_training(result) -> None:
+    """What a training run (``training.PretrainResult``) did, printed by its main process only."""
+    if result.main_process:
+        print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final loss "
+              f"{'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; model in {result.path}")
 
 
 MAX_WORKERS = 256  # worker processes: more than any machine the kit runs on has GPUs or cores for

@@ -13,6 +13,7 @@ from arc_kit.cli.options import (
     adopt_argument,
     device_argument,
     number_argument,
+    print_training,
     settings_from_options,
 )
 from arc_kit.cli.registry import command
@@ -109,10 +110,7 @@ def _train(args, pairs) -> int:
     settings = settings_from_options(args, training_settings_for(args.model))
     result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
                           resume=not args.no_resume, device=args.device, adopt=args.adopt)
-    if result.main_process:
-        loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
-        print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
-              f"loss {loss}; model in {result.path}")
+    print_training(result)
     return 0
 
 

@@ -102,7 +102,7 @@ class _Board:
         self.cells[index] = value
 
     def pick(self, rng: np.random.Generator | None) -> tuple[int, list[int]] | None:
-        """The empty cell with the fewest candidates and its digits (the last tried first); None when the grid is full."""
+        """The empty cell with the fewest candidates and its digits (the last tried first); None when it is full."""
         best, best_mask, best_count, cells, units = -1, 0, 10, self.cells, self.units
         for index in self.empty:
             if cells[index]:
