@@ -119,7 +119,7 @@ def _add_run_arguments(actions) -> None:
     preset_arguments(run, group=given)
 
 
-def _kaggle_run(args) -> int:
+def _kaggle_run(args) -> None:
     from arc_kit.kaggle import competition as kaggle
 
     clock = settings_from_options(args, CompetitionSettings())
@@ -128,7 +128,6 @@ def _kaggle_run(args) -> int:
                                     force_full=args.full, restart=args.restart, adopt=args.adopt)
     end, *score = result.lines()
     print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
-    return 0
 
 
 def _kaggle_check(args) -> int:
@@ -194,7 +193,7 @@ def _kaggle_build(args) -> int:
     return 0
 
 
-def _kaggle_image(args) -> int:
+def _kaggle_image(args) -> None:
     from arc_kit.data.jsonio import write_json_atomically
     from arc_kit.kaggle.wheelhouse import manifest_from_freeze
 
@@ -203,7 +202,6 @@ def _kaggle_image(args) -> int:
     write_json_atomically(Path(args.out), image.to_json(), indent=1)
     print(f"{args.out}: {len(image.packages)} packages, Python {image.python}, torch {image.packages.get('torch')} "
           f"({image.source})")
-    return 0
 
 
 def _is_image_manifest(path: Path) -> bool:

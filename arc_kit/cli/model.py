@@ -65,7 +65,6 @@ def setup_pretrain(parser):
                           data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
                           device=args.device, adopt=args.adopt)
         print_training(result)
-        return 0
     return run
 
 
@@ -82,7 +81,6 @@ def setup_create_model(parser):
 
         count = create_model_folder(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
         print(f"wrote {args.out} ({args.preset}, {count:,} parameters)")
-        return 0
     return run
 
 
@@ -100,7 +98,6 @@ def setup_shrink(parser):
 
         path = shrink_model_folder(args.source, args.destination, kept=args.kept, overwrite=args.overwrite)
         print(f"wrote {path}")
-        return 0
     return run
 
 
@@ -154,14 +151,13 @@ def setup_base(parser):
                 state = "built" if is_built(built_folder(name), name) else "not built"
                 print(f"{name}: {spec.description}; {spec.requirement} ({spec.wheel_size_mb} MB), {spec.licence}; "
                       f"{state} ({built_folder(name)})")
-            return 0
+            return
         started = time.monotonic()
         if args.action == "build":
             path = build_base(args.name, args.out, weights=args.weights, download=not args.offline, adopt=args.adopt)
         else:
             path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
         print(f"{path} ({time.monotonic() - started:.0f} s)")
-        return 0
     return run
 
 
@@ -200,7 +196,6 @@ def setup_held_out(parser):
                                   "results": {name: {**r.to_json(), "per_output": r.per_output}
                                               for name, r in results.items()}})
             print(f"wrote {args.out}")
-        return 0
     return run
 
 

@@ -86,7 +86,7 @@ def _add_evaluate_arguments(actions) -> None:
     add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
 
 
-def _generate(args) -> int:
+def _generate(args) -> None:
     """``sudoku generate``: write the puzzles and say how many clues they have."""
     from arc_kit import sudoku
 
@@ -99,10 +99,9 @@ def _generate(args) -> int:
     print(f"wrote {args.out}: {len(pairs)} puzzles, each with a unique solution, {min(clues)}-{max(clues)} "
           f"clues (mean {sum(clues) / len(clues):.2f}; by count {sudoku.clue_histogram(pairs)})"
           + (f", none on a solution grid of {len(excluded)} excluded puzzles" if excluded else ""))
-    return 0
 
 
-def _train(args, pairs) -> int:
+def _train(args, pairs) -> None:
     """``sudoku train``: fine-tune (or train from scratch) on ``pairs``; the main process reports."""
     from arc_kit.model.training import training_settings_for
     from arc_kit.sudoku.experiment import train as train_sudoku
@@ -111,10 +110,9 @@ def _train(args, pairs) -> int:
     result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
                           resume=not args.no_resume, device=args.device, adopt=args.adopt)
     print_training(result)
-    return 0
 
 
-def _evaluate(args, pairs) -> int:
+def _evaluate(args, pairs) -> None:
     """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
     import json
 
@@ -124,4 +122,3 @@ def _evaluate(args, pairs) -> int:
                               device=args.device, minutes=args.minutes, resume=not args.no_resume,
                               adopt=args.adopt)
     print(json.dumps(metrics, indent=1))
-    return 0

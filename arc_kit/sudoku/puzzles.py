@@ -184,12 +184,8 @@ class SudokuPool(Sequence):
     def __len__(self) -> int:
         return len(self.pairs) * self.copies
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = int(index)
-        if not -len(self) <= index < len(self):
+    def __getitem__(self, index: int) -> Pair:
+        if not 0 <= index < len(self):  # (the trainer asks by position; iteration ends at the IndexError)
             raise IndexError(index)
-        index %= len(self)
-        augmentation = SudokuAugmentation.random(np.random.default_rng((self.seed, index)))
+        augmentation = SudokuAugmentation.random(np.random.default_rng((self.seed, int(index))))
         return augmentation.apply_pair(self.pairs[index % len(self.pairs)])
