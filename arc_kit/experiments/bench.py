@@ -232,13 +232,10 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
     chosen = sorted(chosen, key=lambda task: task.id)[:count or 5]
     yield f"{environment()} | model {label}"
+    options = {"decode": {"threshold": threshold}, "search": {"threshold": threshold}, "scoring": {},
+               "engine": {"label": label, "compile": engine_compile},
+               "drafts": {"threshold": threshold, "augmentations": augmentations, "draft_tokens": draft_tokens}}
     for name in which:
-        keywords = {"threshold": threshold} if name not in ("scoring", "engine") else {}
-        keywords["probabilities"] = probabilities
-        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {})
-        picked = chosen
-        if name == "drafts":
-            keywords.update(augmentations=augmentations, draft_tokens=draft_tokens)
-            picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
-        result = BENCHMARKS[name](model, encoder, picked, **keywords)
+        picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks()) if name == "drafts" else chosen
+        result = BENCHMARKS[name](model, encoder, picked, **options[name], probabilities=probabilities)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]
