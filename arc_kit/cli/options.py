@@ -3,8 +3,9 @@ set a command works on, the options of solving, the model folder.
 
 The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
 the defaults a command really uses; a choice the settings do not take is refused by the settings as they are made
-(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options become settings, tasks and paths; it knows nothing of
-any one command (each lives in its group's module) nor of the top parser (``cli.build_parser``).
+(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options
+become settings, tasks and paths; it knows nothing of any one command (each lives in its group's module) nor of
+the top parser (``cli.build_parser``).
 """
 
 from __future__ import annotations

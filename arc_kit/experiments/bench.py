@@ -236,6 +236,7 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
                "engine": {"label": label, "compile": engine_compile},
                "drafts": {"threshold": threshold, "augmentations": augmentations, "draft_tokens": draft_tokens}}
     for name in which:
-        picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks()) if name == "drafts" else chosen
+        picked = chosen if name != "drafts" else \
+            list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
         result = BENCHMARKS[name](model, encoder, picked, **options[name], probabilities=probabilities)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]
