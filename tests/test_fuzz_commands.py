@@ -302,6 +302,7 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(tables, "sampler_task", lambda solver, task, samplers=(): SamplerRecord(task.id))
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_or_stray_file(
         capsys, tmp_path, monkeypatch, micro_model, no_model_work):
@@ -674,6 +675,7 @@ def workers_in_process(monkeypatch):
     monkeypatch.setattr(workers, "solve_in_workers", in_process)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, monkeypatch, micro_model, no_model_work,
                                                            no_wheel_built, workers_in_process):

@@ -443,6 +443,7 @@ def test_gpu_4bit_loads_or_says_why(micro_folder):
 # ---------------------------------------------------------------------------------------------
 # offline
 
+@pytest.mark.processes
 def test_importing_changes_no_variable_and_reading_a_model_turns_the_hub_off(micro_folder):
     """In a fresh interpreter without the variables: importing the kit sets none; reading a model folder sets them all
     (before transformers is imported, which reads them then), a user's own setting kept."""

@@ -241,6 +241,7 @@ def test_one_puzzle_per_training_sequence():
         assert text.count("I") == 1 and len(encoded) < 256
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_whole_command_on_a_micro_model(tmp_path):
     from arc_kit.cli import main
