@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml .ci/co
 install: $(VENV)/.installed
 
 test: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 dry-run: install
 	$(BIN)/arc-kit dry-run

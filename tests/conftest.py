@@ -38,6 +38,18 @@ def pytest_collection_finish(session):
     gc.enable()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (``make test``: ``-n 2 --dist loadgroup``)
+def pytest_collection_modifyitems(config, items):
+    """Two groups that ``make test`` runs side by side: the tests that start processes (``@pytest.mark.processes``:
+    installs, notebooks, Ray, commands run as processes, training in two processes), one at a time as before, and
+    the in-process tests on the shared tiny models (``pytest -m "not processes"`` runs those alone)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "processes" if item.get_closest_marker("processes") else "in-process"
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def frozen_after_each_module():
     """After each test file, what outlives it (the session's fixtures, modules its tests imported) is frozen too."""

@@ -780,6 +780,7 @@ def release_together(go: Path, processes: list[subprocess.Popen], timeout: float
     go.touch()
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_processes_that_build_one_base_at_once_take_turns_and_it_is_built_once(registered, gguf_files, fresh_cache,
                                                                                tmp_path):
@@ -840,6 +841,7 @@ sys.exit(main(["base", "build", name]))
 """
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_base_build_commands_on_a_fresh_cache_both_succeed_with_one_download_and_one_build(
         registered, gguf_files, fresh_cache, tmp_path):

@@ -121,6 +121,7 @@ def test_the_entry_point_runs_as_a_process(tmp_path):
     assert bad.returncode == 1 and "no such file" in bad.stdout and "Traceback" not in bad.stderr
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_dry_run_runs_as_a_process(tmp_path, fallback_model):
     out = tmp_path / "run"

@@ -357,6 +357,7 @@ def test_buckets():
         256, 256, 512, 1024, 1024, 2048, 2048, 3072, 8192]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_step_compiles_whole_and_equals_the_eager_step():
     """``torch.compile(fullgraph=True)`` (a graph break would raise): the same NLLs as the eager step, one graph

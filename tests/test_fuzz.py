@@ -177,6 +177,7 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "fuzz"))
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_malformed_files_give_exit_status_1_no_traceback_and_name_the_bad_task(capsys, tmp_path, started,
                                                                                micro_model, no_model_work):
@@ -566,6 +567,7 @@ def test_bad_ids_in_errors_and_warnings_are_escaped(capsys, tmp_path, micro_mode
     assert "\x1b" not in warned and "\n" not in warned and "'x\\n[ok] all tasks valid\\x1b[2J'" in warned
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_lenient_warning_is_one_line_and_shows_no_source(tmp_path):
     """Failure 9: the ``--lenient`` warning printed a line of the kit's Python source (as a process: the way a

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 import arc_kit.experiments.tables as tables
-import arc_kit.sudoku.puzzles as sudoku
+import arc_kit.sudoku as sudoku
 from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import fallback_record
@@ -301,6 +301,7 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(tables, "sampler_task", lambda solver, task, samplers=(): SamplerRecord(task.id))
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_or_stray_file(
         capsys, tmp_path, monkeypatch, micro_model, no_model_work):
@@ -677,6 +678,7 @@ def workers_in_process(monkeypatch):
     monkeypatch.setattr(jobs, "solve_job", in_process)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, monkeypatch, micro_model, no_model_work,
                                                            no_wheel_built, workers_in_process):

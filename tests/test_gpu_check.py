@@ -22,6 +22,7 @@ def _script(name: str):
     return module
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_gpu_check_runs_every_stage_on_the_cpu_and_writes_every_figure(model_folder, tmp_path):
     check = _script("gpu_check")
@@ -73,6 +74,7 @@ def test_the_gpu_check_writes_only_into_a_new_or_empty_folder_or_its_own_and_rep
     assert json.loads((out / "gpu_check.json").read_text())["engine"]["measured"] == 1
 
 
+@pytest.mark.processes
 def test_a_stage_out_of_time_or_failing_is_said_and_the_next_one_starts(model_folder, tmp_path, monkeypatch):
     check = _script("gpu_check")
     monkeypatch.setattr(check, "MIN_STAGE_SECONDS", 0.1)

@@ -36,6 +36,7 @@ from arc_kit.kaggle.dataset_build import IMAGE_MANIFEST, build_dataset
 from arc_kit.kaggle.image_environment import image_environment
 from arc_kit.run.record_json import read_records, to_json
 
+pytestmark = pytest.mark.processes  # an environment of Kaggle's versions and its processes
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("66e6c45b", "be03b35f")  # two small ARC-AGI-1 evaluation tasks (one test input each)
 READ_ADAPTER = """

@@ -133,6 +133,7 @@ print(json.dumps({"file": arc_kit.__file__, "version": arc_kit.__version__, "ids
 """
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, capsys):
     out = tmp_path / "arc-kit"
@@ -197,6 +198,7 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
 
 # -- the competition run ------------------------------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answer(model_folder, simulated, tmp_path):
     """Two actors on this machine's own Ray load the micro model and solve the smoke job's two tasks."""
@@ -408,6 +410,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
 
 # -- the commands ------------------------------------------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_model, tmp_path, capsys):
     hours = 0.002  # 7.2 seconds for six tasks: too little for the settings below on this machine
@@ -461,6 +464,7 @@ def test_kaggle_run_command_writes_the_submission_and_notes_the_placeholder(fall
     assert call["deadline"] == pytest.approx(time.time() + 2 * 3600 - 45 * 60, abs=60)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_kaggle_build_of_a_base_plus_delta_carries_the_base_wheel_gguf_and_every_tokenizer_file(tmp_path,
                                                                                               monkeypatch):
@@ -700,6 +704,7 @@ QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augme
                  "--ttt-steps"]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_kaggle_run_resumes_its_own_run_and_refuses_one_of_other_settings_in_one_line(fallback_model, simulated,
                                                                                      tmp_path, capsys, monkeypatch):

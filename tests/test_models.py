@@ -347,6 +347,18 @@ def test_auto_settings_pick_the_cpu_here():
     assert devices.resolve_dtype("bf16", "cpu") == torch.bfloat16
 
 
+def test_auto_backend_takes_unsloth_only_for_a_model_on_the_gpu(monkeypatch):
+    """On a GPU machine with unsloth installed, a model loaded onto the CPU goes through transformers."""
+    import importlib.util
+
+    monkeypatch.setattr(devices, "cuda_available", lambda: True)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: object() if name == "unsloth" else
+                        found(name, *rest))
+    assert devices.resolve_backend("auto", "cpu") == "transformers"
+    assert devices.resolve_backend("auto", "cuda:0") == "unsloth"
+
+
 def test_a_folder_without_config_names_itself(tmp_path):
     empty = tmp_path / "not-a-model"
     empty.mkdir()
@@ -431,6 +443,7 @@ def test_gpu_4bit_loads_or_says_why(micro_folder):
 # ---------------------------------------------------------------------------------------------
 # offline
 
+@pytest.mark.processes
 def test_importing_changes_no_variable_and_reading_a_model_turns_the_hub_off(micro_folder):
     """In a fresh interpreter without the variables: importing the kit sets none; reading a model folder sets them all
     (before transformers is imported, which reads them then), a user's own setting kept."""

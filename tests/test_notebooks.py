@@ -9,6 +9,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.util import run_sync
 
+pytestmark = pytest.mark.processes  # each notebook in a kernel of its own
 NOTEBOOK_FOLDER = Path(__file__).resolve().parents[1] / "notebooks"
 SOURCES = sorted(NOTEBOOK_FOLDER.glob("*.py"))
 

@@ -444,6 +444,7 @@ def test_kaggle_build_of_a_no_go_model_stops_before_writing_anything(good_folder
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]  # no dataset, no notebook folder
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_kaggle_build_for_a_kaggle_model_ships_no_model_and_names_it_in_the_kernel_metadata(good_folder, tmp_path,
                                                                                             capsys):

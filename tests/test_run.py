@@ -343,6 +343,7 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
     assert sorted(path.name for path in out.iterdir()) == [MARKER, LOCK_FILE, RUN_FILE]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_folder):
     from arc_kit.data.datasets import load_tasks
@@ -360,6 +361,7 @@ def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_
 
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_solve_runs_started_together_on_one_folder_solve_each_task_once(tmp_path, model_folder, make_task_json,
                                                                            split_kaggle):

@@ -10,7 +10,7 @@ from arc_kit.data.tasks import Pair
 from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.experts import Candidate
 from arc_kit.run.record_json import from_json, to_json
-from arc_kit.sudoku.puzzles import (
+from arc_kit.sudoku import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,
     SudokuAugmentation,
@@ -241,6 +241,7 @@ def test_one_puzzle_per_training_sequence():
         assert text.count("I") == 1 and len(encoded) < 256
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_whole_command_on_a_micro_model(tmp_path):
     from arc_kit.cli import main

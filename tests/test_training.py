@@ -175,7 +175,7 @@ def test_leave_one_out_labels_and_the_held_out_pair_last(mask_first_output, task
         assert colour_profile(pairs[-1][0]) == colour_profile(task.train[held_out].input)
         assert sorted(colour_profile(p[1]) for p in pairs) == sorted(colour_profile(p.output) for p in task.train)
     with pytest.raises(ValueError, match="at least 2 train pairs"):
-        sample_leave_one_out(task.train[:1], np.random.default_rng(0), vocabulary_encoder)
+        sample_leave_one_out(task.train[:1], np.random.default_rng(0), vocabulary_encoder, held_out=0)
 
 
 @pytest.mark.parametrize("sampler", ["passes", "random"])
@@ -325,6 +325,7 @@ def test_full_training_groups_put_embeddings_and_head_at_their_rate():
     assert model.config.use_cache is False
 
 
+@pytest.mark.processes
 def test_lora_groups_put_the_embedding_copies_at_the_embedding_rate(trained):
     loaded = load_model(trained.folder, device="cpu")
     settings = TrainingSettings().replace(lora_rank=4, gradient_checkpointing=False)
@@ -504,6 +505,7 @@ def assert_same_log(run: Run, reference: Run):
         assert mine["tokens"] == expected["tokens"], mine["step"]
 
 
+@pytest.mark.processes
 def test_a_resumed_run_continues_the_schedule(uninterrupted, pools, tmp_path, caplog):
     assert sorted(p.name for p in (uninterrupted.folder / "checkpoints").iterdir()) == ["step-4", "step-6"]
     folder = tmp_path / "resumed"
@@ -522,6 +524,7 @@ def test_a_resumed_run_continues_the_schedule(uninterrupted, pools, tmp_path, ca
     assert_same_weights(folder, uninterrupted.folder)
 
 
+@pytest.mark.processes
 def test_a_time_limit_stops_cleanly_and_the_rerun_finishes(uninterrupted, pools, tmp_path):
     folder = tmp_path / "timed"
     limited = RESUMABLE.replace(minutes=1e-9)
@@ -711,6 +714,7 @@ def run_two_processes(out: Path, *options: str) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_process_pretrain(tmp_path):
     out = tmp_path / "ddp"
@@ -726,6 +730,7 @@ def test_two_process_pretrain(tmp_path):
     assert loaded.encoder().encode_prompt([], np.zeros((2, 2), dtype=np.uint8)).ids[0] == Vocabulary().bos_id
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_process_time_limit_stops_every_process_at_the_same_step(tmp_path):
     out = tmp_path / "ddp-timed"
