@@ -16,6 +16,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pool_helpers import TASK_IDS, fake_workers, is_running, read_json, tries
@@ -264,6 +265,35 @@ def test_the_driver_prepares_a_deltas_base_once_and_the_actors_get_its_folder(tm
     assert actors.prepare_model(tmp_path, {"device": "cpu"}) == {"device": "cpu"} and len(calls) == 1  # no delta
     # what an actor on another node receives: the delta's folder and its base's
     assert actors.model_folders(delta, options) == {"model": str(delta.resolve()), "base_model": str(built.resolve())}
+
+
+def test_an_actor_on_another_node_receives_the_models_files_byte_for_byte_once_through_its_server(tmp_path,
+                                                                                                    monkeypatch):
+    """``receive_model`` in this process: the server's calls answered at once (``ray.get`` of a value is the value),
+    the node's temporary folder a folder of the test's."""
+    import ray
+
+    model = tmp_path / "model"
+    for name, data in {"config.json": b"{}", "model.safetensors": bytes(range(256)) * 40, "empty.txt": b"",
+                       "tokenizer/vocab.json": b'{"a": 1}', ".cache/lock": b"hidden", "checkpoints/optimizer.pt": b"x"
+                       }.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(data)
+    server, pieces = actors.ModelServer({"model": str(model)}), []
+    answered = SimpleNamespace(listing=SimpleNamespace(remote=server.listing), piece=SimpleNamespace(
+        remote=lambda *arguments: pieces.append(arguments) or server.piece(*arguments)))
+    monkeypatch.setattr(ray, "get", lambda value: value)
+    monkeypatch.setattr(actors.tempfile, "gettempdir", lambda: str(tmp_path / "node"))
+    source = actors.ModelSource({"model": str(model)}, node="head", server=answered, chunk_bytes=4096)
+    assert source.here("head") == {"model": str(model)}  # the driver's node loads from the path itself
+    received = Path(source.here("other")["model"])
+    assert received.parent == tmp_path / "node" / actors.MODEL_CACHE
+    sent = actors.model_files(model)
+    assert sorted(sent) == ["config.json", "empty.txt", "model.safetensors", "tokenizer/vocab.json"]
+    assert {name: path.read_bytes() for name, path in actors.model_files(received).items()} == \
+        {name: path.read_bytes() for name, path in sent.items()}
+    assert len(pieces) == 3 + 2  # 10,240 bytes in 4,096-byte pieces, one for each small file, none for the empty
+    assert source.here("other")["model"] == str(received) and len(pieces) == 5  # the node's second actor: cached
 
 
 def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():

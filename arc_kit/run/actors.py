@@ -36,7 +36,7 @@ from arc_kit import progress
 from arc_kit.data.jsonio import read_json
 from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
-from arc_kit.outputs import appending, kit_subfolder, replace_file
+from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
 from arc_kit.settings import LoadSettings, SolveSettings, ladder
@@ -171,8 +171,8 @@ class ModelServer:
 
     def listing(self, role: str) -> dict:
         """The folder of ``role``: its path on the driver's node and its files' names, sizes and change times."""
-        return {"folder": self.folders[role],
-                "files": [[name, path.stat().st_size, path.stat().st_mtime_ns] for name, path in self.files[role].items()]}
+        return {"folder": self.folders[role], "files": [[name, path.stat().st_size, path.stat().st_mtime_ns]
+                                                        for name, path in self.files[role].items()]}
 
     def piece(self, role: str, name: str, offset: int, size: int) -> bytes:
         with open(self.files[role][name], "rb") as handle:  # KeyError: a name it does not list
@@ -197,7 +197,7 @@ def receive_model(server, role: str, chunk_bytes: int) -> Path:
         shutil.rmtree(partial, ignore_errors=True)
         for name, size, _ in listing["files"]:
             kit_subfolder((partial / name).parent, within=cache)
-            with appending(partial / name, within=cache, binary=True) as handle:  # never through a link
+            with replacing(partial / name, within=cache, binary=True) as handle:  # never through a link
                 for offset in range(0, size, chunk_bytes):
                     handle.write(ray.get(server.piece.remote(role, name, offset, chunk_bytes)))
         replace_file(partial / COMPLETE, json.dumps(listing), within=cache)
