@@ -1,15 +1,15 @@
 """What the pool's tests share (not a test module): a fake solve that runs in real Ray actors, and ways to watch them.
 
-``fake_workers`` makes every actor of the pools that start after it load a fake solve instead of a
-model (``actors.load_solver`` replaced in the driver, which hands it to each actor; this module
-travels with it by value, so the actors need not find it on their path). The fake answers [[7]]
-(then [[7, 7]]) at once, or as ``behaviour`` says for a task: ``die`` (the process exits), ``die-once``,
-``hang`` (sleeps, making no engine step), ``hang-once``, ``held`` (waits while ``marks/hold`` is there), or
-``work`` (2 s of engine steps, as a model's forward passes make them, then the answer). Each try of a task leaves an empty file in ``marks``
-(``<task>.<try>.<pid>``), so a test can tell who tried what and whether that process still runs; each
-load another (``loads``: where the actor runs, the model folder it got and that folder's digest). A
-record's ``extra`` says where it was made (the actor's ``CUDA_VISIBLE_DEVICES``, its node) and the caps
-it got.
+``fake_workers`` makes every actor of the pools that start after it load a fake solve instead of a model
+(``actors.load_solver`` replaced in the driver, which hands it to each actor; this module travels with
+it by value, so the actors need not find it on their path). The fake answers [[7]] (then [[7, 7]]) at
+once, or as ``behaviour`` says for a task: ``die`` (the process exits), ``die-once``, ``hang`` (sleeps,
+making no engine step), ``hang-once``, ``held`` (waits while ``marks/hold`` is there), or ``work`` (2 s
+of engine steps, as a model's forward passes make them, then the answer). Each try of a task leaves an
+empty file in ``marks`` (``<task>.<try>.<pid>``), so a test can tell who tried what and whether that
+process still runs; each load another (``loads``: where the actor runs, the model folder it got and that
+folder's digest). A record's ``extra`` says where it was made (the actor's ``CUDA_VISIBLE_DEVICES``, its
+node) and the caps it got.
 """
 
 from __future__ import annotations

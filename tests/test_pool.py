@@ -1,4 +1,4 @@
-"""A run's tasks on a pool of Ray actors: the queue the driver owns, the watchdog, and a pool's run equal to one process's.
+"""A run's tasks on a pool of Ray actors: the queue the driver owns, the watchdog, a pool's run equal to one process's.
 
 Every test here shares one Ray of this machine (``shared_ray``, started once through the library's own
 ``ray_session``; a pool finds it started and uses it). The first test's actors load the bigram micro model
@@ -44,8 +44,8 @@ LOGGER = "arc_kit.run.pool"
 @pytest.fixture(scope="module")
 def shared_ray(tmp_path_factory):
     """One Ray for this module's pools (four CPUs: the fake actors mostly sleep)."""
-    with ray_session(tmp_path_factory.mktemp("shared_ray"), cpus=4) as ray:
-        yield ray
+    with ray_session(tmp_path_factory.mktemp("shared_ray"), cpus=4) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,7 @@ def single_process(model_folder, tasks, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_actors_give_the_same_submission_and_records_as_one_process(shared_ray, model_folder, tasks,
                                                                         tmp_path, single_process):
@@ -108,6 +109,7 @@ def no_ray(patch) -> None:
     patch.setattr(pool, "ray_session", refused)
 
 
+@pytest.mark.processes
 def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, model_folder, tasks, tmp_path,
                                                                   finished_run, monkeypatch):
     """On the fake solve's run: that an actor recomputes a task as the first run did is the first test's."""
@@ -126,6 +128,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, mo
         assert to_json(resumed.records[task_id])["test"] == to_json(first[task_id])["test"]
 
 
+@pytest.mark.processes
 def test_a_rerun_with_nothing_left_finds_every_record_without_ray_even_in_an_earlier_kits_worker_folders(
         model_folder, tasks, tmp_path, finished_run, monkeypatch):
     out = tmp_path / "earlier"
@@ -141,6 +144,7 @@ def test_a_rerun_with_nothing_left_finds_every_record_without_ray_even_in_an_ear
     assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
 
 
+@pytest.mark.processes
 def test_a_rerun_with_other_settings_is_refused_before_ray_starts(model_folder, tasks, tmp_path, finished_run,
                                                                    monkeypatch):
     out = tmp_path / "other"
@@ -156,6 +160,7 @@ def test_a_rerun_with_other_settings_is_refused_before_ray_starts(model_folder, 
 
 # -- the queue and the watchdog, around the fake solve --------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_dead_actors_task_goes_back_to_the_queue_once_and_the_others_take_the_rest(shared_ray, model_folder, tasks,
                                                                                       tmp_path, monkeypatch, caplog):
@@ -178,6 +183,7 @@ def test_a_dead_actors_task_goes_back_to_the_queue_once_and_the_others_take_the_
     assert speeds["measured_tasks"] == 3 and speeds["generation"] != Speeds().generation
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(shared_ray, model_folder, tasks,
                                                                                     tmp_path, monkeypatch, caplog):
@@ -201,6 +207,7 @@ def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallb
     assert not any(is_running(pid) for pid in tries(tmp_path / "marks", hanging))
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_at_the_stop_time_a_hung_actor_is_stopped_and_the_submission_is_complete(shared_ray, model_folder, tasks,
                                                                                   tmp_path, monkeypatch):
@@ -219,6 +226,7 @@ def test_at_the_stop_time_a_hung_actor_is_stopped_and_the_submission_is_complete
     assert not is_running(tries(tmp_path / "marks", first)[0])
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_an_actor_that_never_loads_is_replaced_and_with_none_left_the_tasks_get_fallbacks(
         shared_ray, model_folder, tasks, tmp_path, monkeypatch, caplog):
@@ -235,6 +243,7 @@ def test_an_actor_that_never_loads_is_replaced_and_with_none_left_the_tasks_get_
     assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
 
 
+@pytest.mark.processes
 def test_a_model_that_does_not_load_is_said_in_one_line_and_the_tasks_get_fallbacks(shared_ray, model_folder, tasks,
                                                                                    tmp_path, monkeypatch, caplog):
     fake_workers(monkeypatch, tmp_path / "marks", {}, broken=True)

@@ -1,11 +1,12 @@
 """Ray as a run starts and stops it, the GPUs it hands out, and a cluster of two nodes losing one mid-run.
 
 Each test here starts Ray its own way (test_pool.py's tests share one): a run's own Ray, quiet, its
-logs kept and no process left behind, on a small /dev/shm too; Ctrl-C and SIGTERM through the command
-line; the one-line refusals of a Ray that cannot start; two fake GPUs (``CUDA_VISIBLE_DEVICES``: Ray
-hands each actor its GPU, the actors on the CPU none) with actors killed and stopped; and two Ray
-nodes on this machine (``ray start --head`` and ``ray start --address``), the second stopped while
-it works. The actors run ``pool_helpers``' fake solve.
+logs kept and no process left behind, on a small /dev/shm too; SIGTERM through the command line
+(Ctrl-C leaves through the same ``finally``); the one-line refusals of a Ray that cannot start; two
+fake GPUs (``CUDA_VISIBLE_DEVICES``: Ray hands each actor its GPU, the actors on the CPU none) with
+actors killed and stopped; the first actor's calibration; and two Ray nodes on this machine (``ray
+start --head`` and ``ray start --address``), the second stopped while it works. The actors run
+``pool_helpers``' fake solve.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def busy(marks: Path, out: Path, not_pid: int | None = None, not_task: str | Non
 
 # -- a run's own Ray ------------------------------------------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_run_starts_its_own_ray_quietly_on_a_small_dev_shm_keeps_its_logs_and_leaves_no_process_behind(
         model_folder, six, tmp_path, monkeypatch, capfd):
@@ -90,7 +92,8 @@ def test_a_run_starts_its_own_ray_quietly_on_a_small_dev_shm_keeps_its_logs_and_
                         if str(path) == "/dev/shm" else real(path))  # a container's 1 MB /dev/shm
     handler = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "out"
-    run = solve_in_pool(six, model_folder, SETTINGS, out, workers=2, progress=False, pool=PoolSettings(poll_seconds=0.05))
+    run = solve_in_pool(six, model_folder, SETTINGS, out, workers=2, progress=False,
+                        pool=PoolSettings(poll_seconds=0.05))
     printed = capfd.readouterr()
     assert printed.out == "" and printed.err == ""  # not a line of Ray's
     assert list(run.records) == SIX and all(record.got_model_work for record in run.records.values())
@@ -110,6 +113,7 @@ def test_a_small_dev_shm_puts_the_object_store_on_disk(tmp_path, monkeypatch):
         assert ray_session._plasma_directory(256 * 2**20, tmp_path) == expected
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_sigterm_stops_the_command_and_its_ray_keeps_what_was_done_and_a_rerun_finishes(model_folder, six, tmp_path,
                                                                                       monkeypatch, capsys):
@@ -182,6 +186,7 @@ def test_a_ray_that_cannot_start_or_be_joined_is_one_line(model_folder, tmp_path
 
 # -- GPUs: each actor gets its own, several share one ----------------------------------------------------------
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_actors_get_the_gpus_the_driver_names_and_the_rest_run_on_cpus(model_folder, six, tmp_path, monkeypatch,
                                                                        capsys):
@@ -198,6 +203,7 @@ def test_actors_get_the_gpus_the_driver_names_and_the_rest_run_on_cpus(model_fol
         ["training", "generation", "scoring"], len(SIX))
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_on_a_simulated_kaggle_machine_a_killed_and_a_stopped_actor_are_replaced_and_the_submission_is_complete(
         model_folder, six, tmp_path, monkeypatch, caplog, capsys):
@@ -241,6 +247,7 @@ def test_on_a_simulated_kaggle_machine_a_killed_and_a_stopped_actor_are_replaced
     assert not is_running(events["killed"]) and not is_running(events["stopped"])
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_with_a_deadline_the_first_actor_calibrates_and_its_peak_memory_sets_the_actors_per_gpu(
         model_folder, six, tmp_path, monkeypatch, capsys):
@@ -310,6 +317,7 @@ def child_of(pid: int, parent: int) -> bool:
         return False
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_two_nodes_share_a_run_and_the_second_stopped_mid_run_loses_no_task(model_folder, six, tmp_path, monkeypatch):
     """A head and a second node (``ray start``, one CPU each, this machine's own address), an actor on each; the

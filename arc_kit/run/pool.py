@@ -1,22 +1,22 @@
-"""A run's tasks on Ray: one actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
+"""A run's tasks on Ray: an actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
 
-The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) opens the run folder (``runs.open_run``: one of other settings is refused before
-Ray starts), takes the records already there (``runs.run_records``: an earlier kit's worker folders
-too) and queues the tasks left longest first (``planner.Planner``, priced with the speeds measured
-so far, ``speeds.json``). It starts Ray (``ray_session``) and an actor per slot (``slots``: round the
-cluster's GPUs, several sharing one, or on CPUs), each loading the model once (``actors``). Its loop:
-a loaded, idle actor gets the next task with the rung the time left allows and the task's caps; a
-finished task's record is appended to ``records.jsonl``, its timings refine the planner's speeds, and
-``submission.json`` is rewritten (complete and valid at all times). The watchdog gives up on an actor
-whose process died (or whose node went), that has not loaded its model after ``load_seconds``, whose
-task runs ``hang_seconds`` past its deadline, or whose engine made no step for ``stall_seconds`` (a
-SIGSTOP, a hang; ``actors.engine_steps``): it is killed, its task goes back to the queue once (then
-gets fallback answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at``
-every actor is stopped, the tasks left get fallback answers and the last writes follow. With a
-deadline and no speeds measured, the first actor first times a short solve (``slots.fold_calibration``):
-its speeds price the queue, its peak memory says how many more actors share each GPU. Every task's
-result depends only on the seed and the task, so a pool gives the submission one process gives; a
-rerun resumes.
+The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) opens the run folder
+(``runs.open_run``: one of other settings is refused before Ray starts), takes the records already there
+(``runs.run_records``: an earlier kit's worker folders too) and queues the tasks left longest first
+(``planner.Planner``, priced with the speeds measured so far, ``speeds.json``). It starts Ray
+(``ray_session``) and an actor per slot (``slots``: round the cluster's GPUs, several sharing one, or on
+CPUs), each loading the model once (``actors``). Its loop: a loaded, idle actor gets the next task with
+the rung the time left allows and the task's caps; a finished task's record is appended to
+``records.jsonl``, its timings refine the planner's speeds, and ``submission.json`` is rewritten
+(complete and valid at all times). The watchdog gives up on an actor whose process died (or whose node
+went), that has not loaded its model after ``load_seconds``, whose task runs ``hang_seconds`` past its
+deadline, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang;
+``actors.engine_steps``): it is killed, its task goes back to the queue once (then gets fallback
+answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at`` every actor is
+stopped, the tasks left get fallback answers and the last writes follow. With a deadline and no speeds
+measured, the first actor first times a short solve (``slots.fold_calibration``): its speeds price the
+queue, its peak memory says how many more actors share each GPU. Every task's result depends only on the
+seed and the task, so a pool gives the submission one process gives; a rerun resumes.
 
 This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
 ``ray_session``'s, an actor's side ``actors``', where actors go ``slots``'.
