@@ -341,7 +341,8 @@ def check_every_id(path, tasks) -> None:
     assert len(submission["ragged"]) == 2 and submission["ragged"][0]["attempt_1"] == [[5]]  # a salvaged input
 
 
-@pytest.mark.parametrize("path", ["single process", pytest.param("workers", marks=pytest.mark.slow), "kaggle"])
+@pytest.mark.parametrize("path", ["single process", pytest.param("workers", marks=[pytest.mark.slow,
+                                                                                  pytest.mark.processes]), "kaggle"])
 def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, tmp_path, fallback_model,
                                                                   monkeypatch):
     challenges = tmp_path / "input" / "competitions" / "arc-prize" / "arc-agi_test_challenges.json"
