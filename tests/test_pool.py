@@ -295,6 +295,8 @@ def test_an_actor_on_another_node_receives_the_models_files_byte_for_byte_once_t
     monkeypatch.setattr(actors.tempfile, "gettempdir", lambda: str(tmp_path / "node"))
     source = actors.ModelSource({"model": str(model)}, node="head", server=answered, chunk_bytes=4096)
     assert source.here("head") == {"model": str(model)}  # the driver's node loads from the path itself
+    shared = actors.ModelSource({"model": str(model)}, node="head")  # --shared-model: no server, the path on every node
+    assert shared.here("other") == {"model": str(model)}
     received = Path(source.here("other")["model"])
     assert received.parent == tmp_path / "node" / actors.MODEL_CACHE
     sent = actors.model_files(model)
