@@ -21,7 +21,8 @@ source of each answer the search finds (a later branch often ends like an earlie
 
 ``draft_source(kind, encoder, prompt_ids, test_input, augmentation, grids)`` makes the source of the
 DFS under one augmentation, as ``SamplerSettings.drafts`` names it: "none" (no source, one token per
-step), "prompt" (prompt lookup in the augmented prompt) or "all": the answers read position by
+step), "prompt" (prompt lookup in the augmented prompt) or "all" (and "auto", whose lengths the
+search chooses by cost: ``step_costs``): the answers read position by
 position (``grids``, the candidates found so far under the other augmentations, best first, mapped
 into this augmentation's frame, then the augmented test input itself, each written as an answer) and
 prompt lookup in the prompt and the path, the better supported of the two (``MostSupported``). A row
