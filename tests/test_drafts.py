@@ -373,13 +373,15 @@ def test_the_solver_finds_the_same_candidates_with_every_setting_of_drafts():
     solver = Solver(model, TaskEncoder(Vocabulary()), SolveSettings(test_time_training=False))
     augmentations = Augmentation.inference_set(np.random.default_rng(4), len(TRAIN), 4)
     found = {}
-    for drafts in ("none", "prompt", "all"):
+    for drafts in ("none", "prompt", "all", "auto"):
         sampler = SamplerSettings("dfs", threshold=0.02, drafts=drafts)
         candidates, stats = solver.sample(solver.model, TRAIN, TEST_INPUT, augmentations, sampler)
         found[drafts] = ({c.grid.tobytes() + bytes(c.grid.shape): c.generation_nlls for c in candidates}, stats)
+        counted = solver.draft_odds.tried.sum() - len(solver.draft_odds.tried)  # auto alone counts, kept by the solver
+        assert (counted > 0) == (drafts == "auto")
     plain, plain_stats = found["none"]
     assert len(plain) > 3 and plain_stats.draft_tokens == 0 and plain_stats.engine_steps > 0
-    for drafts in ("prompt", "all"):
+    for drafts in ("prompt", "all", "auto"):
         nlls, stats = found[drafts]
         assert nlls.keys() == plain.keys()
         for key, by_view in nlls.items():

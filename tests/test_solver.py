@@ -77,7 +77,7 @@ def test_answers_from_different_augmentations_merge(monkeypatch):
     assert len({a.key for a in augmentations}) == 5
     calls = []
 
-    def fake_search(engine, prompts, space, settings, guesses, drafts=None, deadline=None):
+    def fake_search(engine, prompts, space, settings, guesses, drafts=None, deadline=None, odds=None):
         searches.append(len(prompts))
         results = []
         for prompt_ids, guess in zip(prompts, guesses):

@@ -278,12 +278,13 @@ class Engine:
         rows = lanes.cache.shape[2] if self.compiled else len(fed_rows)
         row_tokens, row_positions, row_lengths = [[0] * width for _ in range(rows)], [0] * rows, [width] * rows
         for row, run, position in zip(fed_rows, runs, positions):  # rows past the live lanes: token 0 at 0
-            row_tokens[row][:len(run)], row_positions[row], row_lengths[row] = [int(t) for t in run], int(position), \
-                len(run)
+            row_tokens[row][:len(run)] = [int(token) for token in run]
+            row_positions[row], row_lengths[row] = int(position), len(run)
         cos, sin = self._rope_tables(lanes.capacity)
         used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
         cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
-        lengths = None if self.compiled else torch.tensor(row_lengths, device=self.device)
+        ragged = not self.compiled and min(row_lengths) < width  # runs of one length: nothing to leave out
+        lengths = torch.tensor(row_lengths, device=self.device) if ragged else None
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used, lengths)
@@ -303,7 +304,7 @@ class Engine:
             self.compiled, self._step = False, step_nlls
             return self._run_step(runs, positions, fed_rows)
         nlls = nlls.numpy()
-        if self.compiled:
+        if not ragged:
             return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(fed_rows, runs)]
         ends = np.cumsum(row_lengths)  # eager: the rows' tokens, row by row
         return [nlls[ends[row] - len(run):ends[row]].astype(np.float64) for row, run in zip(fed_rows, runs)]

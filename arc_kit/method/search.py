@@ -21,8 +21,8 @@ call however long its draft). Only answer tokens are walked (no path through ano
 grid); their NLLs are the space's (``answers.answer_log_probs``). With ``settings.drafts`` "auto"
 each step's draft lengths are chosen by cost (``step_costs.draft_lengths``): the engine's measured
 costs of a step (``step_costs``, timed once its lanes are prefilled) against each draft token's
-chance of being followed, counted over the search's lanes by the support its source gave it
-(``step_costs.DraftOdds``); otherwise every draft is fed whole.
+chance of being followed, counted over the lanes by the support its source gave it
+(``step_costs.DraftOdds``, kept by the caller from search to search); otherwise every draft is fed whole.
 
 Greedy decoding (``settings.kind`` "greedy") is the same search with one child per branch point, the
 most probable token, and no threshold: under the full softmax chosen over the whole vocabulary (as
@@ -179,7 +179,8 @@ class _Lane:
 
 def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, settings: SamplerSettings = SamplerSettings(),
            guesses: Sequence[Sequence[int] | None] | None = None, *, drafts: Sequence[DraftSource | None] | None = None,
-           deadline: float | None = None, limit: BatchLimit | None = None) -> list[SearchResult]:
+           deadline: float | None = None, limit: BatchLimit | None = None,
+           odds: DraftOdds | None = None) -> list[SearchResult]:
     """Every answer with probability >= ``settings.threshold`` after each prompt (best first), or its greedy answer.
 
     ``engine``: an ``engine.Engine`` (or ``transformers_forward.TransformersDecoder``). ``settings``:
@@ -189,7 +190,8 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     out-of-memory error keeps what its sources learnt (proposals only: the answers are the same). Past
     ``deadline`` no model call starts (a lane whose first pass never ran returns no answers, ``capped``
     saying why); ``seconds`` of a result is the time from the start until its lane left. ``limit``:
-    the most lanes held and fed together (none at first), halved on out-of-memory errors.
+    the most lanes held and fed together (none at first), halved on out-of-memory errors. ``odds``: what
+    "auto" drafts learnt so far of how often draft tokens are followed (counted into; None: a fresh count).
     """
     started = time.monotonic()
     if settings.kind not in SEARCH_KINDS:
@@ -203,18 +205,19 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     guesses = [clean_guess(guess, space) if settings.kind == "dfs" and settings.use_guess else []
                for guess in guesses]
     limit = limit if limit is not None else BatchLimit("lanes")
+    odds = odds if odds is not None else DraftOdds()
     results: list[SearchResult] = []
     while len(results) < len(prompts):
         done = len(results)
         results += with_halving(limit, len(prompts) - done, lambda size, start=done: _search_lanes(
             engine, prompts[start:start + size], guesses[start:start + size], space, settings, started, deadline,
-            drafts[start:start + size]))
+            drafts[start:start + size], odds))
     return results
 
 
 def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
                   settings: SamplerSettings, started: float, deadline: float | None,
-                  drafts: Sequence[DraftSource | None]) -> list[SearchResult]:
+                  drafts: Sequence[DraftSource | None], odds: DraftOdds) -> list[SearchResult]:
     """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group.
 
     Each lane's first pass (prompt and guess in one forward) is made alone; then every step feeds
@@ -242,7 +245,7 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
             lane.frontier.walk(guess, increments)  # its distributions are already computed
             lane.tell_answers()
             lanes.append(lane)
-        _steps(engine, lanes, settings, started, deadline, _step_costs(engine, lanes, settings, deadline))
+        _steps(engine, lanes, settings, started, deadline, _step_costs(engine, lanes, settings, deadline), odds)
     finally:
         engine.release()
     return [_result(lane) for lane in lanes]
@@ -258,11 +261,10 @@ def _step_costs(engine, lanes: list[_Lane], settings: SamplerSettings, deadline:
 
 
 def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float, deadline: float | None,
-           costs: StepCosts | None) -> None:
+           costs: StepCosts | None, odds: DraftOdds) -> None:
     """Step every live lane until none is left (each lane's branch, the most probable first, per step), its drafts
-    cut to ``draft_lengths`` under ``costs`` (None: fed whole)."""
+    cut to ``draft_lengths`` under ``costs`` and ``odds`` (counted into; ``costs`` None: fed whole, not counted)."""
     live = list(range(len(lanes)))  # the lane of each engine lane
-    odds = DraftOdds()
     while True:
         out_of_time = deadline_passed(deadline)
         keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, started, out_of_time)]
@@ -271,30 +273,38 @@ def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float
                 return
             engine.keep_lanes(keep)
             live = [live[row] for row in keep]
-        branches = []
-        for index in live:
-            lane = lanes[index]
-            depth, token, total = lane.frontier.pop()
-            lane.frontier.path.append(token)
-            branches.append((depth, token, total, *lane.draft(depth, settings.draft_tokens)))
-        lengths = [len(branch[3]) for branch in branches] if costs is None else draft_lengths(
-            costs, [odds.chances(support, len(draft)) for _, _, _, draft, support in branches])
-        runs, positions = [], []
-        for index, (depth, token, total, draft, support), length in zip(live, branches, lengths):
-            lane = lanes[index]
-            lane.forward_calls += 1
-            lane.draft_tokens += length
-            runs.append([token, *draft[:length]])
-            positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
-            lane.pending = (depth, total, draft[:length], support)
+        runs, positions = _branches(lanes, live, settings, costs, odds)
         # each lane's distributions after its branch's token and after each draft token
         for lane_rows, index in zip(engine.step(runs, positions), live):
             lane = lanes[index]
             depth, total, draft, support = lane.pending
             followed = lane.frontier.walk(draft, lane_rows, depth + 1, total)
-            odds.count(support, len(draft), followed)
+            if costs is not None:
+                odds.count(support, len(draft), followed)
             lane.draft_accepted += followed
             lane.tell_answers()
+
+
+def _branches(lanes: list[_Lane], live: list[int], settings: SamplerSettings, costs: StepCosts | None,
+              odds: DraftOdds) -> tuple[list[list[int]], list[int]]:
+    """The runs (each live lane's next branch's token and its draft) and their positions of the next step."""
+    branches = []
+    for index in live:
+        lane = lanes[index]
+        depth, token, total = lane.frontier.pop()
+        lane.frontier.path.append(token)
+        branches.append((depth, token, total, *lane.draft(depth, settings.draft_tokens)))
+    lengths = [len(branch[3]) for branch in branches] if costs is None else draft_lengths(
+        costs, [odds.chances(support, len(draft)) for _, _, _, draft, support in branches])
+    runs, positions = [], []
+    for index, (depth, token, total, draft, support), length in zip(live, branches, lengths):
+        lane = lanes[index]
+        lane.forward_calls += 1
+        lane.draft_tokens += length
+        runs.append([token, *draft[:length]])
+        positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
+        lane.pending = (depth, total, draft[:length], support)
+    return runs, positions
 
 
 def _result(lane: _Lane) -> SearchResult:
