@@ -6,7 +6,9 @@ capacity, space)`` makes room (``capacity``: positions per lane, grown when a po
 after each of ``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run
 of tokens (a DFS branch's token and its draft) from its own position, all lanes in one model call, and
 returns an NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as
-lanes 0..; ``release()`` ends the search; ``steps`` counts the steps. ``score(prompts, answers, space)``
+lanes 0..; ``release()`` ends the search; ``steps`` counts the steps; ``step_costs(positions, width)``
+says what a step costs on this device (``step_costs.StepCosts``), measured once per lane bucket and
+capacity by timed steps of the live lanes that no search reads back. ``score(prompts, answers, space)``
 gives every answer's NLL after its prompt: each prompt run once into a lane, its keys and values
 copied into the lanes of its answers, the answers fed as runs after it. NLLs are ``-answer_log_probs``
 under the given space, float64 numpy rows. ``on_step`` (no arguments: a worker's heartbeat) is called
@@ -21,7 +23,8 @@ rows: when lanes finish, the rows beyond the new count move into the freed ones,
 a smaller bucket, into its cache; a position past the capacity moves the cache into a larger one.
 
 Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
-chunks at their positions). A step runs eagerly on exactly the live lanes, or compiled (``compile``,
+chunks at their positions). A step runs eagerly on exactly the live lanes, their runs ragged (each
+lane's tokens alone go through the matmuls: a long draft costs its own lane), or compiled (``compile``,
 the default on a GPU): ``forward.step_nlls`` under ``torch.compile(fullgraph=True)``, one graph per
 lane bucket and run bucket (runs padded to a power of two with token 0, written past the path and
 never read before they are written again) with the capacity dynamic, on CUDA with CUDA graphs
