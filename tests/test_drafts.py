@@ -34,6 +34,11 @@ PER_STEP = StepCosts(fixed=1.0, lane=0.0, token=0.0, slot=0.0)  # costs of a dev
 MIXED = StepCosts(fixed=1.0, lane=0.05, token=0.3, slot=0.02)  # a token worth feeding only where likely followed
 
 
+def proposal(source: DraftSource, path, limit: int) -> list[int]:
+    """What ``source`` proposes after ``path``, without its support."""
+    return source.supported(path, limit)[0]
+
+
 class Constant(DraftSource):
     """Proposes the same tokens after every path (cut to the limit)."""
 
@@ -282,20 +287,20 @@ def test_auto_measures_each_device_once_and_finds_exactly_the_enumerated_answers
 def test_prompt_lookup_proposes_what_follows_the_longest_suffix_at_its_latest_occurrence():
     prompt = [1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 3, 8, 0]
     lookup = PromptLookup(prompt, min_length=1, in_path=False)
-    assert lookup.propose([2, 3], 3) == [5, 6, 7]  # (2, 3) twice: the later one
-    assert lookup.propose([1, 2, 3], 2) == [4, 9]  # the longer suffix wins over the later (2, 3)
-    assert lookup.propose([3], 2) == [8, 0]  # the latest 3
-    assert lookup.propose([8, 0], 4) == []  # the prompt's end: nothing follows
-    assert lookup.propose([42], 4) == [] and lookup.propose([], 4) == [] and lookup.propose([2, 3], 0) == []
+    assert proposal(lookup, [2, 3], 3) == [5, 6, 7]  # (2, 3) twice: the later one
+    assert proposal(lookup, [1, 2, 3], 2) == [4, 9]  # the longer suffix wins over the later (2, 3)
+    assert proposal(lookup, [3], 2) == [8, 0]  # the latest 3
+    assert proposal(lookup, [8, 0], 4) == []  # the prompt's end: nothing follows
+    assert proposal(lookup, [42], 4) == [] and proposal(lookup, [], 4) == [] and proposal(lookup, [2, 3], 0) == []
     strict = PromptLookup(prompt, min_length=3, in_path=False)
-    assert strict.propose([7, 2, 3], 2) == [] and strict.propose([9, 2, 3], 2) == [5, 6]
+    assert proposal(strict, [7, 2, 3], 2) == [] and proposal(strict, [9, 2, 3], 2) == [5, 6]
     # the suffix reaches back into the prompt: after the prompt's last tokens (8, 0) and a path (1)
-    assert PromptLookup([8, 0, 1, 5, 5, 8, 0], min_length=3).propose([1], 2) == [5, 5]
+    assert proposal(PromptLookup([8, 0, 1, 5, 5, 8, 0], min_length=3), [1], 2) == [5, 5]
     # in the path too: a path that repeats itself is read on from its latest repetition
     in_path = PromptLookup(prompt, min_length=2)
-    assert in_path.propose([4, 4, 7, 6, 4, 4], 3) == [7, 6, 4]
-    assert in_path.propose([8, 0], 4) == [8, 0]  # the prompt's (3) 8 0 then the path's 8 0
-    assert in_path.propose([2, 3], 3) == [5, 6, 7]  # nothing in the path: the prompt as before
+    assert proposal(in_path, [4, 4, 7, 6, 4, 4], 3) == [7, 6, 4]
+    assert proposal(in_path, [8, 0], 4) == [8, 0]  # the prompt's (3) 8 0 then the path's 8 0
+    assert proposal(in_path, [2, 3], 3) == [5, 6, 7]  # nothing in the path: the prompt as before
 
 
 def test_aligned_answers_read_the_reference_whose_shape_and_cells_fit_the_path():
@@ -303,19 +308,19 @@ def test_aligned_answers_read_the_reference_whose_shape_and_cells_fit_the_path()
     wide = [1, 2, 3, newline, 4, 5, 6, EOS]
     narrow = [7, 8, newline, 9, 9, newline, 1, 1, EOS]
     source = AlignedAnswers([wide, narrow], [newline, EOS])
-    assert source.propose([1, 2], 10) == [3, newline, 4, 5, 6, EOS]
-    assert source.propose([7, 8], 3) == [newline, 9, 9]
-    assert source.propose([1, 8, 3], 2) == [newline, 4]  # a row of 3: the wide one, a cell changed
-    assert source.propose([7, 8, 3], 2) == [newline, 4]  # the narrow one wants its row break here
-    assert source.propose([1, 2, newline], 2) == [9, 9]  # a row of 2: the narrow one
-    assert source.propose([1, 2, 3, 4], 2) == []  # no reference has a row of 4
-    assert source.propose(wide, 3) == []  # past every reference's end
+    assert proposal(source, [1, 2], 10) == [3, newline, 4, 5, 6, EOS]
+    assert proposal(source, [7, 8], 3) == [newline, 9, 9]
+    assert proposal(source, [1, 8, 3], 2) == [newline, 4]  # a row of 3: the wide one, a cell changed
+    assert proposal(source, [7, 8, 3], 2) == [newline, 4]  # the narrow one wants its row break here
+    assert proposal(source, [1, 2, newline], 2) == [9, 9]  # a row of 2: the narrow one
+    assert proposal(source, [1, 2, 3, 4], 2) == []  # no reference has a row of 4
+    assert proposal(source, wide, 3) == []  # past every reference's end
     source.found([1, 2, 3, newline, 4, 5, 0, EOS])
-    assert source.propose([1, 2, 3, newline, 4], 2) == [5, 0]  # the found answer first among equals
+    assert proposal(source, [1, 2, 3, newline, 4], 2) == [5, 0]  # the found answer first among equals
     source.found([1, 2, 3, newline, 4, 5, 0, EOS])
     assert len(source.references) == 3  # known already
     assert AlignedAnswers([wide], [newline], learn=False).found(narrow) is None
-    assert MostSupported([DraftSource(), source]).propose([1, 2], 1) == [3]
+    assert proposal(MostSupported([DraftSource(), source]), [1, 2], 1) == [3]
 
 
 def test_a_proposals_support_is_how_much_of_the_path_its_source_saw_coming():
@@ -329,9 +334,9 @@ def test_a_proposals_support_is_how_much_of_the_path_its_source_saw_coming():
     assert lookup.supported([6], 1) == ([7], 1)  # the suffix matched the prompt's end too: only the path counts
     assert DraftSource().supported([1], 3) == ([], 0)
     both = MostSupported([aligned, lookup])
-    assert both.propose([1, 2, 3, newline, 5, 6], 2) == [7, newline]  # lookup saw 2 coming, the reference 0
-    assert both.propose([1, 2, 3, newline, 4, 6], 3) == [6, newline, 7]  # the reference saw 5 coming
-    assert both.propose([1, 2], 2) == [3, newline]  # a tie: the earlier source
+    assert proposal(both, [1, 2, 3, newline, 5, 6], 2) == [7, newline]  # lookup saw 2 coming, the reference 0
+    assert proposal(both, [1, 2, 3, newline, 4, 6], 3) == [6, newline, 7]  # the reference saw 5 coming
+    assert proposal(both, [1, 2], 2) == [3, newline]  # a tie: the earlier source
 
 
 def test_the_solvers_sources_follow_the_setting():
@@ -345,18 +350,18 @@ def test_the_solvers_sources_follow_the_setting():
     source = draft_source("all", encoder, prompt, grid, identity, [candidate])
     digit = encoder.digit_ids
     expected = encoder.encode_answer(candidate).tolist()
-    assert source.propose([digit[5]], 4) == expected[1:5]  # the candidate, cell by cell
-    assert source.propose([digit[0], digit[6], encoder.row_separator[0], digit[3]], 3) == expected[4:7]
+    assert proposal(source, [digit[5]], 4) == expected[1:5]  # the candidate, cell by cell
+    assert proposal(source, [digit[0], digit[6], encoder.row_separator[0], digit[3]], 3) == expected[4:7]
     test_as_answer = encoder.encode_answer(grid).tolist()
     # "1 0" is in the prompt (its first output), followed by a row "4 3": the lookup saw the whole path coming,
     # the test input only its first cell
-    assert source.propose([digit[1], digit[0]], 3) == [encoder.row_separator[0], digit[4], digit[3]]
+    assert proposal(source, [digit[1], digit[0]], 3) == [encoder.row_separator[0], digit[4], digit[3]]
     # the test input's first row: it saw the whole path coming, as the lookup did; a tie goes to the answers
-    assert source.propose([digit[1], digit[2]], 3) == test_as_answer[2:5]
-    assert source.propose([digit[1], digit[0], digit[0]], 3) == []  # no row of 3: prompt lookup finds no 3-gram
+    assert proposal(source, [digit[1], digit[2]], 3) == test_as_answer[2:5]
+    assert proposal(source, [digit[1], digit[0], digit[0]], 3) == []  # no row of 3: prompt lookup finds no 3-gram
     swapped = Augmentation(colours=(0, 1, 2, 3, 4, 6, 5, 7, 8, 9))
     source = draft_source("all", encoder, prompt, grid, swapped, [candidate])
-    assert source.propose([digit[6]], 1) == [digit[5]]  # the candidate, in the augmentation's frame
+    assert proposal(source, [digit[6]], 1) == [digit[5]]  # the candidate, in the augmentation's frame
     with pytest.raises(ValueError, match="unknown drafts"):
         draft_source("every", encoder, prompt, grid, identity)
 
