@@ -20,10 +20,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import assert_same_finds
 from arc_kit.run import calibration, worker_process, worker_slots, workers
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model.loading import load_model
-from arc_kit.run.record_json import read_records, to_json
+from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.method.solver import Solver
@@ -100,7 +101,7 @@ def test_two_workers_give_the_same_submission_as_one_worker_and_as_one_process(
         assert list(records) == TASK_IDS
         for task_id in TASK_IDS:
             assert records[task_id].error is None
-            assert to_json(records[task_id])["test"] == to_json(alone[task_id])["test"]
+            assert_same_finds(records[task_id], alone[task_id])
     assert any(test.candidates for record in alone.values() for test in record.tests)  # a real comparison
     assert run.score is not None and run.score.correct == read_json(single_process / "score.json")["correct"]
 
@@ -158,7 +159,7 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(model_folder, 
     assert [json.loads(line)["task_id"] for line in (out / "records.jsonl").read_text().splitlines()] == TASK_IDS
     first = read_records(source / "records.jsonl")
     for task_id in TASK_IDS:
-        assert to_json(resumed.records[task_id])["test"] == to_json(first[task_id])["test"]
+        assert_same_finds(resumed.records[task_id], first[task_id])
 
 
 @pytest.fixture(scope="module")
