@@ -70,6 +70,3 @@ def file_name(name: str, suffix: str = "") -> str:
         readable = f"_{readable}"[:READABLE_LENGTH]
     digest = hashlib.sha256(encoded(name)).hexdigest()[:HASH_LENGTH]
     return f"{readable}{HASH_MARK}{digest}{suffix}"
-
-
-__all__ = ["HASH_LENGTH", "READABLE_LENGTH", "SHOWN_LENGTH", "encoded", "file_name", "is_plain", "shown"]

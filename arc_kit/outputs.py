@@ -21,23 +21,12 @@ and returns what it kept; a resumable kind's folder (a run, a training run) is c
 ``clear`` (``--restart``), first cleared so; any other kind's is replaced only with ``overwrite``, and then
 only by the command that made it. Whatever else a kit folder holds is kept, and said in one warning line.
 
-Writing into the kit's folders. Every file the kit writes there goes through one of these (the whole API;
-other modules, the worker pool's logs included, call nothing else to write):
-
-- ``appending(path)``: a file object that appends to ``path`` (made if missing); opened with ``O_NOFOLLOW``,
-  so a link at ``path`` is refused, and refused too when it is no regular file (a FIFO, a device).
-- ``replacing(path)``: a file object on a new temporary file beside ``path``; when the block ends without an
-  error it is flushed to disk and renamed over ``path`` (``os.replace``: a link there is replaced itself,
-  never what it points to; a reader sees the old file or the new one, never half). ``replace_file(path,
-  data)`` and ``copy_file(source, path)`` are the one-call forms.
-- ``staged_into(folder)``: a new, empty temporary folder for a library that writes a whole folder of files
-  (``save_pretrained``, accelerate's checkpoints); when the block ends, every file it holds is moved over
-  its name in ``folder``, as ``replacing`` would.
-- ``kit_subfolder(path)``: a sub-folder of a kit folder, made if missing; refused when it is a link or a file.
-- ``remove_entry(path)``: deletes one file of the kit's (a link: the link itself).
-- ``refuse_links(folder, kind)``: refuses a folder with a link at any name of its kind's layout, for code that
-  opens files itself (``open_run`` calls it, before worker processes write into a run folder).
-
+Writing into the kit's folders. Every file the kit writes there goes through one of ``appending`` (a link or
+no regular file at the name refused), ``replacing`` with its one-call forms ``replace_file`` and ``copy_file``
+(written aside and renamed over the name: a link there is replaced itself, never followed; a reader sees the
+old file or the new one), ``staged_into`` (for a library that writes a whole folder: ``save_pretrained``,
+accelerate's checkpoints), ``kit_subfolder``, ``remove_entry``, and ``refuse_links`` for code that opens its
+files itself (worker processes); other modules, the worker pool's logs included, call nothing else to write.
 Each takes ``within``, the kit folder the path lies in: every folder between it and the file must be a real
 folder (a link there is refused: a sub-folder linked to a user's folder never receives a file; missing ones
 are made). Left out, it is the innermost folder this process claimed that holds the path, else the path's
@@ -128,16 +117,10 @@ def read_marker(folder: str | os.PathLike) -> dict | None:
         return None
     except OSError as error:
         raise OutputRefused(f"{path}: cannot read it ({error.strerror}); give another folder") from None
-    try:
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MARKER_BYTES:
-            raise ValueError("not a marker")
-        marker = json.loads(path.read_bytes())
-        if not (isinstance(marker, dict) and isinstance(marker.get("kind"), str)
-                and isinstance(marker.get("command"), str)):
-            raise ValueError("not a marker")
-    except (OSError, ValueError):
+    marker = small_json(path, MARKER_BYTES) if stat.S_ISREG(status.st_mode) else None  # never through a link
+    if not (isinstance(marker, dict) and all(isinstance(marker.get(key), str) for key in ("kind", "command"))):
         raise OutputRefused(f"{folder} holds a {MARKER} that arc-kit cannot read as its own: it writes there only "
-                            "if that file is its marker; give another folder") from None
+                            "if that file is its marker; give another folder")
     return marker
 
 
@@ -204,14 +187,10 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
 
 def claim_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, overwrite: bool = False,
                  clear: bool = False, option: str = "--out") -> Path:
-    """Make ``path`` this ``command``'s ``kind`` folder, or refuse (OutputRefused, one line, nothing written).
-
-    Allowed: a folder that does not exist (made, with its parents), an empty one, one the kit made as this
-    kind (its marker). A resumable kind's folder is continued, and with ``clear`` what its layout names is
-    deleted first; any other kind's is refused unless ``overwrite`` (then only for the command that made it:
-    its layout's entries are deleted first). What else the folder holds is kept, and said in a warning. The
-    marker is written (or rewritten) before the folder is returned; ``option`` names the path in messages.
-    """
+    """Make ``path`` this ``command``'s ``kind`` folder (made with its parents where missing), or refuse
+    (``check_folder``: OutputRefused, one line, nothing written). With ``clear``, or ``overwrite`` of a kind that
+    is not resumable, what its layout names is deleted first (``remove_owned``; what else it holds is said in a
+    warning). The marker is written before the folder is returned; ``option`` names the path in messages."""
     path = Path(path)
     marker = check_folder(path, kind, command, overwrite=overwrite, option=option)
     target = _followed(path, option)
@@ -296,8 +275,7 @@ def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], b
 
 def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     """True when ``path`` is ``folder`` or lies below it (links followed, so another name for it counts)."""
-    path, folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
-    return path == folder or folder in path.parents
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
 # -- writing into the kit's folders --------------------------------------------------------------------------------
@@ -311,7 +289,7 @@ def kit_subfolder(path: str | os.PathLike, *, within: str | os.PathLike | None =
 
 
 @contextlib.contextmanager
-def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None, binary: bool = False,
+def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None,
               newline: str | None = None) -> Iterator[IO]:
     """A file object appending to ``path`` (made if missing), flushed to disk when the block ends; OutputRefused
     when ``path`` is a link or no regular file. Opened for reading too (``os.pread`` on its ``fileno()``)."""
@@ -321,8 +299,7 @@ def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = Non
     descriptor = _opened(path, flags)
     if hasattr(os, "O_NONBLOCK"):
         os.set_blocking(descriptor, True)
-    with _naming(path), os.fdopen(descriptor, "ab" if binary else "a", **({} if binary else _TEXT),
-                                  newline=newline) as handle:
+    with _naming(path), os.fdopen(descriptor, "a", newline=newline, **_TEXT) as handle:
         yield handle
         handle.flush()
         os.fsync(descriptor)
@@ -336,8 +313,7 @@ def replacing(path: str | os.PathLike, *, within: str | os.PathLike | None = Non
     OutputRefused when a folder is at ``path``; an error of the operating system that names no file names ``path``."""
     path = Path(path)
     folder = _guarded(path, within)
-    if path.is_dir() and not path.is_symlink():
-        raise OutputRefused(f"{path} is a folder where arc-kit writes a file: move it away, or give another folder")
+    _no_folder_at(path)
     temporary = folder / f".{path.name[:80]}.{os.getpid()}.{next(_temporary_numbers)}.tmp"
     descriptor = _opened(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW)
     try:
@@ -373,8 +349,7 @@ def remove_entry(path: str | os.PathLike, *, within: str | os.PathLike | None = 
     """Delete the kit's file ``path`` if it is there (a link: the link itself); never a folder."""
     path = Path(path)
     _guarded(path, within)
-    if path.is_dir() and not path.is_symlink():
-        raise OutputRefused(f"{path} is a folder where arc-kit keeps a file: move it away, or give another folder")
+    _no_folder_at(path, "keeps")
     path.unlink(missing_ok=True)
 
 
@@ -400,9 +375,7 @@ def _move_into(staging: Path, folder: Path, within: Path) -> None:
         if entry.is_dir() and not entry.is_symlink():
             _move_into(entry, kit_subfolder(target, within=within), within)
             continue
-        if target.is_dir() and not target.is_symlink():
-            raise OutputRefused(f"{target} is a folder where arc-kit writes a file: move it away, or give another "
-                                "folder")
+        _no_folder_at(target)
         os.replace(entry, target)
 
 
@@ -428,10 +401,9 @@ def describe_os_error(error: OSError) -> str:
     process claimed), and what to do."""
     if error.errno is None or not error.strerror:  # a message of the kit's own (FolderInUseError...)
         return str(error)
-    where = error.filename if error.filename is not None else None
     text = error.strerror
-    if where is not None:
-        text += f": {os.fsdecode(where)}" + (f" -> {os.fsdecode(error.filename2)}" if error.filename2 else "")
+    if error.filename is not None:
+        text += f": {os.fsdecode(error.filename)}" + (f" -> {os.fsdecode(error.filename2)}" if error.filename2 else "")
     elif _claimed:
         text += f" while writing into {_claimed[-1].path}"
     fix = FIXES.get(error.errno)
@@ -472,6 +444,12 @@ def _opened(path: Path, flags: int) -> int:
         os.close(descriptor)
         raise OutputRefused(f"{path} is no regular file (a FIFO, a device?) where arc-kit writes one: move it away")
     return descriptor
+
+
+def _no_folder_at(path: Path, verb: str = "writes") -> None:
+    """OutputRefused when a folder (not a link to one) is where the kit ``verb`` a file."""
+    if path.is_dir() and not path.is_symlink():
+        raise OutputRefused(f"{path} is a folder where arc-kit {verb} a file: move it away, or give another folder")
 
 
 def _anchor(path: Path, within: str | os.PathLike | None) -> Path:
@@ -583,9 +561,3 @@ def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:
               "and deletes only what it made here", "command_line": command_line[:300],
               "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     replace_file(folder / MARKER, json.dumps(marker, indent=1) + "\n", within=folder, durable=False)
-
-
-__all__ = ["FIXES", "MARKER", "Claim", "FolderKind", "OutputRefused", "adopt_folder", "appending", "check_folder",
-           "claim_file", "claim_folder", "claimed", "copy_file", "describe_os_error", "inside", "is_made_folder",
-           "kit_subfolder", "read_marker", "refuse_links", "remove_entry", "remove_owned", "replace_file", "replacing",
-           "small_json", "staged_into"]

@@ -32,7 +32,7 @@ SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 # %%
 import numpy as np
 
-from arc_kit.sudoku import puzzles as sudoku
+from arc_kit import sudoku
 from arc_kit.data.plotting import draw_grids
 
 puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=sudoku.parse_clues(CLUES))

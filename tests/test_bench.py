@@ -283,7 +283,9 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
     timed = iter([({"engine": 0.004}, 0.0), ({"engine": 0.008}, 0.0)])  # one lane, then 16
     monkeypatch.setattr(engine_bench, "_timed_steps", lambda engines, chosen, *rest: next(timed))
     space = AnswerSpace.from_encoder(loaded.encoder())
-    lines = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "NVIDIA H100 80GB HBM3")
+    name = "NVIDIA H100 80GB HBM3"
+    lines = [measured.line(name) for measured in engine_bench.throughput(engine, prompts, space, 2, 1,
+                                                                             bandwidth.device_bandwidth(name))]
     decode_bytes = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
     per_token = bandwidth.kv_bytes_per_token(loaded.model.config, 4)
     floor = bandwidth.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
@@ -291,7 +293,9 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
     assert lines[1].startswith("engine on NVIDIA H100 80GB HBM3: 16 lane(s), 2000 tokens/s per process")
     assert f"{0.008 / floor:.1f}x the bandwidth floor" in lines[1]
     monkeypatch.undo()  # timed for real now, on the CPU
-    unknown = engine_bench.throughput_lines(engine, prompts, space, 2, 1, "a card nobody has heard of")
+    name = "a card nobody has heard of"
+    unknown = [measured.line(name) for measured in engine_bench.throughput(engine, prompts, space, 2, 1,
+                                                                               bandwidth.device_bandwidth(name))]
     assert len(unknown) == 2 and not any("floor" in line for line in unknown)
     assert "1 lane(s)" in unknown[0] and "16 lane(s)" in unknown[1]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 import arc_kit.experiments.tables as tables
-import arc_kit.sudoku.puzzles as sudoku
+import arc_kit.sudoku as sudoku
 from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import fallback_record

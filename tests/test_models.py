@@ -347,6 +347,18 @@ def test_auto_settings_pick_the_cpu_here():
     assert devices.resolve_dtype("bf16", "cpu") == torch.bfloat16
 
 
+def test_auto_backend_takes_unsloth_only_for_a_model_on_the_gpu(monkeypatch):
+    """On a GPU machine with unsloth installed, a model loaded onto the CPU goes through transformers."""
+    import importlib.util
+
+    monkeypatch.setattr(devices, "cuda_available", lambda: True)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: object() if name == "unsloth" else
+                        found(name, *rest))
+    assert devices.resolve_backend("auto", "cpu") == "transformers"
+    assert devices.resolve_backend("auto", "cuda:0") == "unsloth"
+
+
 def test_a_folder_without_config_names_itself(tmp_path):
     empty = tmp_path / "not-a-model"
     empty.mkdir()

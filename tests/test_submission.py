@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import warnings
 
 import numpy as np
@@ -15,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import arc_kit.data.datasets
 from arc_kit.data.grids import grid_problems
 from arc_kit.data.submission import (
     build_submission,
@@ -338,11 +338,10 @@ def test_write_submission_keeps_the_old_file_when_writing_fails(tmp_path, monkey
     path = write_submission(tmp_path / "submission.json", build_submission(tasks, {}), tasks)
     before = path.read_bytes()
 
-    def broken_dump(data, handle, **options):
-        handle.write('{"z": [')  # half a file, then the disk "fills up"
+    def broken_fsync(descriptor):  # the disk "fills up" as the file written aside is flushed
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(arc_kit.data.datasets.json, "dump", broken_dump)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="no space left"):
         write_submission(path, build_submission(tasks, {"a": [[[[1]]]]}), tasks)
     assert path.read_bytes() == before

@@ -10,7 +10,7 @@ from arc_kit.data.tasks import Pair
 from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.experts import Candidate
 from arc_kit.run.record_json import from_json, to_json
-from arc_kit.sudoku.puzzles import (
+from arc_kit.sudoku import (
     DEFAULT_CLUES,
     SUDOKU_3M_CLUES,
     SudokuAugmentation,

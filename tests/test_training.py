@@ -175,7 +175,7 @@ def test_leave_one_out_labels_and_the_held_out_pair_last(mask_first_output, task
         assert colour_profile(pairs[-1][0]) == colour_profile(task.train[held_out].input)
         assert sorted(colour_profile(p[1]) for p in pairs) == sorted(colour_profile(p.output) for p in task.train)
     with pytest.raises(ValueError, match="at least 2 train pairs"):
-        sample_leave_one_out(task.train[:1], np.random.default_rng(0), vocabulary_encoder)
+        sample_leave_one_out(task.train[:1], np.random.default_rng(0), vocabulary_encoder, held_out=0)
 
 
 @pytest.mark.parametrize("sampler", ["passes", "random"])

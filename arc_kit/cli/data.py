@@ -88,7 +88,6 @@ def setup_export(parser):
         for kind, path in export_kaggle(tasks, args.out, split).items():
             print(f"wrote {kind}: {path}")
         print(f"{len(tasks)} tasks, {sum(tasks.test_counts().values())} test inputs")
-        return 0
     return run
 
 
@@ -139,7 +138,6 @@ def setup_show(parser):
 
         out = save_task_picture(load_given_tasks(args).lookup(args.task), args.out, args.augmentation)
         print(f"wrote {out}")
-        return 0
     return run
 
 
@@ -149,5 +147,4 @@ def setup_datasets(parser):
         from arc_kit.data.datasets import dataset_names
 
         print("\n".join(dataset_names()))
-        return 0
     return run

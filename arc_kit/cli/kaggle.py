@@ -16,12 +16,13 @@ from arc_kit.cli.options import (
     model_path,
     number_argument,
     overwrite_argument,
+    preset_arguments,
     restart_arguments,
     settings_from_options,
 )
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import SOLVE_PRESETS, CompetitionSettings, SolveSettings, solve_preset
+from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
 
 
 @command("kaggle", "Kaggle: build the dataset folder, check it here as Kaggle runs it, or run the competition job")
@@ -115,12 +116,10 @@ def _add_run_arguments(actions) -> None:
     given.add_argument("--settings", dest="settings_file", metavar="FILE",
                        help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
                             "options below change it further")
-    given.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
-                       help="named settings the options below start from (default: %(default)s)")
-    add_settings_options(run, solve_preset("paper"), "the method (defaults: the 'paper' preset)")
+    preset_arguments(run, group=given)
 
 
-def _kaggle_run(args) -> int:
+def _kaggle_run(args) -> None:
     from arc_kit.kaggle import competition as kaggle
 
     clock = settings_from_options(args, CompetitionSettings())
@@ -129,7 +128,6 @@ def _kaggle_run(args) -> int:
                                     force_full=args.full, restart=args.restart, adopt=args.adopt)
     end, *score = result.lines()
     print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
-    return 0
 
 
 def _kaggle_check(args) -> int:
@@ -195,7 +193,7 @@ def _kaggle_build(args) -> int:
     return 0
 
 
-def _kaggle_image(args) -> int:
+def _kaggle_image(args) -> None:
     from arc_kit.data.jsonio import write_json_atomically
     from arc_kit.kaggle.wheelhouse import manifest_from_freeze
 
@@ -204,7 +202,6 @@ def _kaggle_image(args) -> int:
     write_json_atomically(Path(args.out), image.to_json(), indent=1)
     print(f"{args.out}: {len(image.packages)} packages, Python {image.python}, torch {image.packages.get('torch')} "
           f"({image.source})")
-    return 0
 
 
 def _is_image_manifest(path: Path) -> bool:

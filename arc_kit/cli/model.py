@@ -19,20 +19,16 @@ from arc_kit.cli.options import (
     model_path,
     number_argument,
     overwrite_argument,
+    preset_arguments,
+    print_training,
     select_tasks,
     settings_from_options,
+    solve_settings,
     tasks_argument,
 )
 from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import (
-    PROBABILITY_MODES,
-    SOLVE_PRESETS,
-    TRAINING_PRESETS,
-    SolveSettings,
-    TrainingSettings,
-    solve_preset,
-)
+from arc_kit.settings import PROBABILITY_MODES, TRAINING_PRESETS, SolveSettings, TrainingSettings
 
 
 @command("pretrain", "initial fine-tuning (or from-scratch training) on RE-ARC, and task sets if asked")
@@ -68,11 +64,7 @@ def setup_pretrain(parser):
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
                           data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
                           device=args.device, adopt=args.adopt)
-        if result.main_process:
-            print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, "
-                  f"final loss {'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; "
-                  f"model in {result.path}")
-        return 0
+        print_training(result)
     return run
 
 
@@ -89,7 +81,6 @@ def setup_create_model(parser):
 
         count = create_model_folder(args.preset, args.out, seed=args.seed, overwrite=args.overwrite)
         print(f"wrote {args.out} ({args.preset}, {count:,} parameters)")
-        return 0
     return run
 
 
@@ -107,7 +98,6 @@ def setup_shrink(parser):
 
         path = shrink_model_folder(args.source, args.destination, kept=args.kept, overwrite=args.overwrite)
         print(f"wrote {path}")
-        return 0
     return run
 
 
@@ -121,16 +111,14 @@ def setup_check_model(parser):
                                                                  "QUANTIZATION = '4bit' does")
     parser.add_argument("--gpu", choices=list(GPUS), default="L4", help="the GPU it must fit for a go (default: "
                                                                         "%(default)s, the competition's)")
-    parser.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
-                        help="the settings it will run with (default: %(default)s); the options below change them")
-    add_settings_options(parser, solve_preset("paper"), "the method (defaults: the 'paper' preset): the memory "
-                                                        "table follows --augmentations, --max-len and --ttt-rank")
+    preset_arguments(parser, note=": the memory table follows --augmentations, --max-len and --ttt-rank",
+                     help="the settings it will run with (default: %(default)s); the options below change them")
 
     def run(args):
         from arc_kit.run.model_check import check_model
 
-        settings = settings_from_options(args, solve_preset(args.preset))
-        check = check_model(model_path(args), quantization=args.quantization, settings=settings, gpu=args.gpu)
+        check = check_model(model_path(args), quantization=args.quantization, settings=solve_settings(args),
+                            gpu=args.gpu)
         print(check.report())
         return 0 if check.go else 1
     return run
@@ -163,14 +151,13 @@ def setup_base(parser):
                 state = "built" if is_built(built_folder(name), name) else "not built"
                 print(f"{name}: {spec.description}; {spec.requirement} ({spec.wheel_size_mb} MB), {spec.licence}; "
                       f"{state} ({built_folder(name)})")
-            return 0
+            return
         started = time.monotonic()
         if args.action == "build":
             path = build_base(args.name, args.out, weights=args.weights, download=not args.offline, adopt=args.adopt)
         else:
             path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
         print(f"{path} ({time.monotonic() - started:.0f} s)")
-        return 0
     return run
 
 
@@ -209,7 +196,6 @@ def setup_held_out(parser):
                                   "results": {name: {**r.to_json(), "per_output": r.per_output}
                                               for name, r in results.items()}})
             print(f"wrote {args.out}")
-        return 0
     return run
 
 

@@ -3,8 +3,9 @@ set a command works on, the options of solving, the model folder.
 
 The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
 the defaults a command really uses; a choice the settings do not take is refused by the settings as they are made
-(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options become settings, tasks and paths; it knows nothing of
-any one command (each lives in its group's module) nor of the top parser (``cli.build_parser``).
+(one line naming the field), a number out of range already by the parser (naming its flag). It knows how options
+become settings, tasks and paths; it knows nothing of any one command (each lives in its group's module) nor of
+the top parser (``cli.build_parser``).
 """
 
 from __future__ import annotations
@@ -181,9 +182,21 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
                     "--safety-minutes, which must leave some)", above=0, at_most=MAX_HOURS)
     number_argument(parser, "--safety-minutes", float, "margin kept before the end of --hours (default: "
                     "%(default)s)", at_least=0, at_most=60 * MAX_HOURS, default=30.0)
-    parser.add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS),
-                        help="named settings the options below start from (default: %(default)s)")
-    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset)")
+    preset_arguments(parser, preset)
+
+
+def preset_arguments(parser, preset: str = "paper", *, group=None, note: str = "",
+                     help: str = "named settings the options below start from (default: %(default)s)") -> None:
+    """``--preset`` (in ``group``, where given) and the method's options, shown with ``preset``'s defaults."""
+    (group or parser).add_argument("--preset", default=preset, choices=list(SOLVE_PRESETS), help=help)
+    add_settings_options(parser, solve_preset(preset), f"the method (defaults: the {preset!r} preset){note}")
+
+
+def print_training(result) -> None:
+    """What a training run (``training.PretrainResult``) did, printed by its main process only."""
+    if result.main_process:
+        print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final loss "
+              f"{'n/a' if result.final_loss is None else f'{result.final_loss:.4f}'}; model in {result.path}")
 
 
 MAX_WORKERS = 256  # worker processes: more than any machine the kit runs on has GPUs or cores for

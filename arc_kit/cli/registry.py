@@ -10,7 +10,8 @@ COMMANDS = {}
 
 
 def command(name: str, help_text: str):
-    """Register ``function(parser)`` as the argument setup of a sub-command; it returns the runner."""
+    """Register ``function(parser)`` as the argument setup of a sub-command; it returns the runner, which returns
+    the exit status (None: 0)."""
     def register(setup):
         COMMANDS[name] = (help_text, setup)
         return setup

@@ -13,6 +13,7 @@ from arc_kit.cli.options import (
     adopt_argument,
     device_argument,
     number_argument,
+    print_training,
     settings_from_options,
 )
 from arc_kit.cli.registry import command
@@ -28,7 +29,7 @@ def setup_sudoku(parser):
     _add_evaluate_arguments(actions)
 
     def run(args):
-        from arc_kit.sudoku import puzzles as sudoku
+        from arc_kit import sudoku
 
         if args.action == "generate":
             return _generate(args)
@@ -85,9 +86,9 @@ def _add_evaluate_arguments(actions) -> None:
     add_settings_options(evaluate, SudokuEvalSettings(), "evaluation settings (the paper's Sudoku recipe)")
 
 
-def _generate(args) -> int:
+def _generate(args) -> None:
     """``sudoku generate``: write the puzzles and say how many clues they have."""
-    from arc_kit.sudoku import puzzles as sudoku
+    from arc_kit import sudoku
 
     claim_file(args.out, "sudoku generate")  # before any work: a file of the user's is never replaced
     excluded = [pair for path in args.exclude for pair in sudoku.load_csv(path, check=False)]
@@ -98,10 +99,9 @@ def _generate(args) -> int:
     print(f"wrote {args.out}: {len(pairs)} puzzles, each with a unique solution, {min(clues)}-{max(clues)} "
           f"clues (mean {sum(clues) / len(clues):.2f}; by count {sudoku.clue_histogram(pairs)})"
           + (f", none on a solution grid of {len(excluded)} excluded puzzles" if excluded else ""))
-    return 0
 
 
-def _train(args, pairs) -> int:
+def _train(args, pairs) -> None:
     """``sudoku train``: fine-tune (or train from scratch) on ``pairs``; the main process reports."""
     from arc_kit.model.training import training_settings_for
     from arc_kit.sudoku.experiment import train as train_sudoku
@@ -109,14 +109,10 @@ def _train(args, pairs) -> int:
     settings = settings_from_options(args, training_settings_for(args.model))
     result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
                           resume=not args.no_resume, device=args.device, adopt=args.adopt)
-    if result.main_process:
-        loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
-        print(f"trained {result.steps_done} steps ({result.stopped_by}) in {result.seconds:.0f} s, final "
-              f"loss {loss}; model in {result.path}")
-    return 0
+    print_training(result)
 
 
-def _evaluate(args, pairs) -> int:
+def _evaluate(args, pairs) -> None:
     """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
     import json
 
@@ -126,4 +122,3 @@ def _evaluate(args, pairs) -> int:
                               device=args.device, minutes=args.minutes, resume=not args.no_resume,
                               adopt=args.adopt)
     print(json.dumps(metrics, indent=1))
-    return 0

@@ -35,21 +35,9 @@ def apply_symmetry(grid: np.ndarray, symmetry: int) -> np.ndarray:
     return np.rot90(grid, k=symmetry % 4)
 
 
-def _symmetry_tables() -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """Inverse and composition tables, found from the action on a grid with no symmetry of its own."""
-    probe = np.arange(6).reshape(2, 3)
-    images = [apply_symmetry(probe, s) for s in range(8)]
+# k quarter turns are undone by 4 - k; a transpose, then turns, is a reflection: its own inverse
+SYMMETRY_INVERSE = (0, 3, 2, 1, 4, 5, 6, 7)
 
-    def which(grid):
-        return next(s for s in range(8) if images[s].shape == grid.shape and np.array_equal(images[s], grid))
-
-    inverse = tuple(next(t for t in range(8) if np.array_equal(apply_symmetry(images[s], t), probe))
-                    for s in range(8))
-    then = tuple(tuple(which(apply_symmetry(images[first], second)) for second in range(8)) for first in range(8))
-    return inverse, then
-
-
-SYMMETRY_INVERSE, SYMMETRY_THEN = _symmetry_tables()  # SYMMETRY_THEN[a][b]: a first, then b
 
 def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
     """``count`` symmetries, each of the 8 used ``count // 8`` or ``count // 8 + 1`` times.
@@ -102,21 +90,14 @@ class Augmentation:
 
     @classmethod
     def random(cls, rng: np.random.Generator, train_count: int | None = None, *, symmetry: int | None = None,
-               keep_background: bool = False, shuffle: bool = True) -> Augmentation:
-        """A random symmetry (unless given), colour permutation and (if ``train_count``) order.
+               keep_background: bool = False) -> Augmentation:
+        """A random symmetry (unless given), colour permutation and (if ``train_count``) order, drawn in that order.
 
         keep_background: colour 0 stays 0 and only 1-9 are permuted.
         """
-        if symmetry is None:
-            symmetry = int(rng.integers(8))
-        if keep_background:
-            colours = (0, *(int(c) + 1 for c in rng.permutation(COLOURS - 1)))
-        else:
-            colours = tuple(int(c) for c in rng.permutation(COLOURS))
-        order = None
-        if train_count is not None and shuffle:
-            order = tuple(int(i) for i in rng.permutation(train_count))
-        return cls(symmetry, colours, order)
+        symmetry = int(rng.integers(8)) if symmetry is None else symmetry
+        colours = (0, *(rng.permutation(COLOURS - 1) + 1)) if keep_background else rng.permutation(COLOURS)
+        return cls(symmetry, colours, None if train_count is None else rng.permutation(train_count))
 
     @classmethod
     def inference_set(cls, rng: np.random.Generator, train_count: int | None = None,

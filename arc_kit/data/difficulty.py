@@ -71,6 +71,3 @@ def drop_easiest(pool: Sequence[Pair], share: float) -> tuple[Pair, ...]:
         return tuple(pool)
     order = np.argsort([pso_difficulty(pair) for pair in pool], kind="stable")
     return tuple(pool[int(i)] for i in order[int(len(pool) * share):])
-
-
-__all__ = ["drop_easiest", "pso_difficulty", "region_count"]

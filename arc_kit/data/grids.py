@@ -22,41 +22,27 @@ LARGEST_SIDE = 255  # the most any grid may have on a side (grid_key stores a si
 COLOURS = 10  # colours are the integers 0..9
 GRID_DTYPE = np.uint8
 MAX_CELL_PROBLEMS = 10  # bad cells listed per grid before the rest are only counted
-
-
-def describe_value(value: Any) -> str:
-    """A JSON-flavoured description of a bad value, for messages: ``'3' (a string)``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true (a boolean)" if value else "false (a boolean)"
-    if isinstance(value, float):
-        return f"{value!r} (a float)" if value.is_integer() else f"{value!r} (a number with a fraction)"
-    if isinstance(value, str):
-        shown = value if len(value) <= 20 else value[:17] + "..."
-        return f"{shown!r} (a string)"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return repr(value)
+_COLOUR_SET = frozenset(range(COLOURS))
+_JSON_TYPES = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), ((list, tuple), "a list"),
+               (dict, "an object"))  # bool first: True is an int too
 
 
 def json_type_name(value: Any) -> str:
     """The JSON name of a value's type: object, list, string, number, boolean or null."""
     if value is None:
         return "null"
+    return next((name for types, name in _JSON_TYPES if isinstance(value, types)), type(value).__name__)
+
+
+def describe_value(value: Any) -> str:
+    """A JSON-flavoured description of a bad value, for messages: ``'3' (a string)``."""
     if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, float):
+        return f"{value!r} ({'a float' if value.is_integer() else 'a number with a fraction'})"
     if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+        return f"{value if len(value) <= 20 else value[:17] + '...'!r} (a string)"
+    return json_type_name(value) if value is None or isinstance(value, (list, tuple, dict)) else repr(value)
 
 
 def _is_colour(cell: Any) -> bool:
@@ -65,21 +51,11 @@ def _is_colour(cell: Any) -> bool:
 
 def _looks_valid(value: Any, max_side: int = MAX_SIDE) -> bool:
     """A fast yes for the common case; a no only means 'look closer'."""
-    if type(value) is not list or not 0 < len(value) <= max_side:
+    if type(value) is not list or not 0 < len(value) <= max_side or type(value[0]) is not list:
         return False
-    first = value[0]
-    if type(first) is not list:
-        return False
-    width = len(first)
-    if not 0 < width <= max_side:
-        return False
-    for row in value:
-        if type(row) is not list or len(row) != width:
-            return False
-        for cell in row:
-            if type(cell) is not int or not 0 <= cell < COLOURS:
-                return False
-    return True
+    width = len(value[0])  # below: every cell an int (`type is int` rejects True/False) of a colour
+    return 0 < width <= max_side and all(type(row) is list and len(row) == width and set(map(type, row)) == {int}
+                                         and _COLOUR_SET.issuperset(row) for row in value)
 
 
 def check_max_side(max_side: int, name: str = "max_side") -> int:

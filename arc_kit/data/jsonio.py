@@ -15,22 +15,23 @@ module knows JSON and files; it knows nothing of what the files hold.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.names import shown
-from arc_kit.outputs import appending, replacing
+from arc_kit.outputs import appending, replace_file
 
 MAX_FILE_BYTES = 2**30  # the most a JSON file the kit reads may hold (ARC's largest files hold tens of MB)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 class JsonObject(dict):
@@ -61,11 +62,8 @@ def _object_from_pairs(pairs: list[tuple[str, Any]]) -> dict:
     result = dict(pairs)
     if len(result) == len(pairs):
         return result
-    counts: dict[str, int] = {}
-    for key, _ in pairs:
-        counts[key] = counts.get(key, 0) + 1
     repeated = JsonObject(result)
-    repeated.repeated_keys = {key: count for key, count in counts.items() if count > 1}
+    repeated.repeated_keys = {key: count for key, count in Counter(key for key, _ in pairs).items() if count > 1}
     return repeated
 
 
@@ -194,13 +192,17 @@ def read_json(path: str | os.PathLike) -> Any:
     return parse_json(read_file(path), str(path))
 
 
-def _not_regular(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is no regular file (a reader of it might wait forever); None for one."""
+def _refuse_irregular(mode: int, path: Path, what: str) -> None:
+    """InvalidDataError, one line, when a file of ``mode`` is no regular file (a reader might wait on it forever)."""
     kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a named pipe (FIFO)", stat.S_ISCHR: "a character device",
              stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
+        raise InvalidDataError([f"{path} is {kind}, expected a {what}"])
+
+
+def _cannot_read(path: Path, error: OSError) -> InvalidDataError:
+    return InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path))
 
 
 def check_regular_file(path: str | os.PathLike, what: str = "file") -> Path:
@@ -212,10 +214,8 @@ def check_regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     except FileNotFoundError:
         raise InvalidDataError([f"no such file: {path}"]) from None
     except OSError as error:
-        raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
-    kind = _not_regular(mode)
-    if kind is not None:
-        raise InvalidDataError([f"{path} is {kind}, expected a {what}"])
+        raise _cannot_read(path, error) from None
+    _refuse_irregular(mode, path, what)
     return path
 
 
@@ -227,62 +227,38 @@ def read_file(path: str | os.PathLike, limit: int = MAX_FILE_BYTES, what: str = 
     """
     path = check_regular_file(path, what)
     try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO's open would wait
+        descriptor = os.open(path, os.O_RDONLY | _NONBLOCK)  # a FIFO's open would wait
     except OSError as error:
-        raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
+        raise _cannot_read(path, error) from None
     with os.fdopen(descriptor, "rb") as handle:
-        status = os.fstat(descriptor)
-        kind = _not_regular(status.st_mode)
-        if kind is not None:
-            raise InvalidDataError([f"{path} is {kind}, expected a {what}"])
-        if hasattr(os, "O_NONBLOCK"):
+        _refuse_irregular(os.fstat(descriptor).st_mode, path, what)
+        if _NONBLOCK:
             os.set_blocking(descriptor, True)
         try:
             data = handle.read(limit + 1)
         except OSError as error:
-            raise InvalidDataError([f"cannot read the file: {error.strerror or error}"], str(path)) from None
+            raise _cannot_read(path, error) from None
     if len(data) > limit:
         raise InvalidDataError([f"the file holds more than {limit:,} bytes, more than any {what} the kit reads: "
                                 "is it the right file?"], str(path))
     return data
 
 
-@contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """An OSError of the block that names no file (a full disk on ``write``) names ``path``."""
-    try:
-        yield
-    except OSError as error:
-        if error.filename is not None or error.errno is None:
-            raise
-        raise OSError(error.errno, error.strerror, str(path)) from error
-
-
-def _write_atomically(path: str | os.PathLike, write: Callable[[TextIO], None]) -> Path:
-    """Call ``write`` on a temporary file beside ``path``, flush it to disk, then rename it into place
-    (``outputs.replacing``: a link at ``path`` is replaced itself, never what it points to)."""
-    path = Path(path)
-    with _naming(path), replacing(path) as handle:  # its folder made where missing (never through a link)
-        write(handle)
-    return path
-
-
 def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | None = None) -> Path:
-    """Write JSON to a temporary file beside ``path``, then rename it into place."""
-    return _write_atomically(path, lambda handle: json.dump(data, handle, indent=indent,
-                                                            separators=None if indent else (",", ":")))
+    """Write JSON as the whole of ``path`` (``outputs.replace_file``: aside, then renamed into place; a link
+    there is replaced itself, never what it points to)."""
+    return replace_file(path, json.dumps(data, indent=indent, separators=None if indent else (",", ":")))
 
 
 def write_json_lines_atomically(path: str | os.PathLike, values: Iterable[Any]) -> Path:
-    """Write one JSON value per line to a temporary file beside ``path``, then rename it into place."""
-    return _write_atomically(path, lambda handle: handle.writelines(json.dumps(value) + "\n" for value in values))
+    """Write one JSON value per line as the whole of ``path``, as ``write_json_atomically`` does."""
+    return replace_file(path, "".join(json.dumps(value) + "\n" for value in values))
 
 
 def append_json_line(path: str | os.PathLike, data: Any) -> None:
     """Append one JSON value as a line (``outputs.appending``: never through a link); a torn last line (a killed
     writer) is closed first, not continued."""
-    path = Path(path)
-    with _naming(path), appending(path) as handle:
+    with appending(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         torn = size > 0 and os.pread(handle.fileno(), 1, size - 1) != b"\n"
         handle.write(("\n" if torn else "") + json.dumps(data) + "\n")

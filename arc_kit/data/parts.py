@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import shutil
 import tarfile
@@ -35,25 +34,20 @@ class PartsError(RuntimeError):
 
 
 def sha256_of(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, as hex (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
+    """The sha256 of a file's bytes, as hex."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-class _PartWriter(io.RawIOBase):
-    """A write-only stream that starts a new part file every ``part_bytes`` bytes."""
+class _PartWriter:
+    """A write-only stream (all that tarfile's stream mode asks of one) that starts a new part file every
+    ``part_bytes`` bytes."""
 
     def __init__(self, folder: Path, name: str, part_bytes: int):
         self.folder, self.name, self.part_bytes = folder, name, part_bytes
         self.parts: list[dict] = []
         self._handle, self._digest, self._written = None, None, 0
         self._part = contextlib.ExitStack()  # the part being written (``outputs.replacing``: never through a link)
-
-    def writable(self) -> bool:
-        return True
 
     def _finish_part(self) -> None:
         if self._handle is not None:
@@ -79,7 +73,6 @@ class _PartWriter(io.RawIOBase):
 
     def close(self) -> None:
         self._finish_part()
-        super().close()
 
 
 def pack(paths: Sequence[str | os.PathLike], out: str | os.PathLike, name: str,
@@ -160,6 +153,3 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
             raise PartsError(f"{path} is missing or does not match its manifest after unpacking")
         extracted.append(path)
     return extracted
-
-
-__all__ = ["DEFAULT_PART_BYTES", "PartsError", "pack", "sha256_of", "unpack"]

@@ -72,20 +72,19 @@ def draw_task(task: Task, answers: Sequence[Sequence[np.ndarray]] | None = None,
     import matplotlib.pyplot as plt
 
     columns = list(task.train) + list(task.test)
-    answer_rows = max((len(a) for a in answers), default=0) if answers else 0
+    answers = answers or []
+    answer_rows = max((len(a) for a in answers), default=0)
     rows = 2 + answer_rows
     figure, axes = plt.subplots(rows, len(columns), figsize=(cell_inches * len(columns), cell_inches * rows),
                                 squeeze=False)
     for column, pair in enumerate(columns):
-        is_test = column >= len(task.train)
-        label = f"test {column - len(task.train)}" if is_test else f"train {column}"
+        test_index = column - len(task.train)  # negative for a train pair
+        label = f"test {test_index}" if test_index >= 0 else f"train {column}"
         draw_grid(pair.input, axes[0][column], f"{label} input")
-        output = pair.output if (show_solutions or not is_test) else None
-        draw_grid(output, axes[1][column], f"{label} output")
+        draw_grid(pair.output if show_solutions or test_index < 0 else None, axes[1][column], f"{label} output")
+        candidates = answers[test_index] if 0 <= test_index < len(answers) else []
         for row in range(answer_rows):
             ax = axes[2 + row][column]
-            candidates = answers[column - len(task.train)] if is_test and answers and \
-                column - len(task.train) < len(answers) else []
             if row < len(candidates):
                 right = pair.output is not None and np.array_equal(np.asarray(candidates[row]), pair.output)
                 color = "black" if pair.output is None else ("green" if right else "red")
@@ -232,18 +231,12 @@ def picture_path(task_id: str, out: str | os.PathLike | None = None) -> Path:
 
 
 def is_task_picture(path: Path) -> bool:
-    """True when ``path`` is a PNG that ``save_task_picture`` wrote: its text chunk names ``PICTURE_SOFTWARE``."""
-    with open(path, "rb") as handle:
-        head = handle.read(1 << 16)
-    if not head.startswith(b"\x89PNG\r\n\x1a\n"):
+    """True when ``path`` is a PNG that ``save_task_picture`` wrote: its text names ``PICTURE_SOFTWARE`` (read by
+    Pillow, matplotlib's own reader, from the chunks before the pixels)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path, formats=["PNG"]) as image:
+            return image.info.get("Software") == PICTURE_SOFTWARE
+    except Exception:  # whatever Pillow raises on a file that is no PNG, a damaged one or a bomb: not the kit's
         return False
-    position = 8
-    while position + 8 <= len(head):  # chunks: length, type, data, CRC; the text ones come before the pixels
-        length = int.from_bytes(head[position:position + 4], "big")
-        kind, data = head[position + 4:position + 8], head[position + 8:position + 8 + length]
-        if kind == b"tEXt" and data == b"Software\x00" + PICTURE_SOFTWARE.encode():
-            return True
-        if kind == b"IDAT":
-            return False
-        position += 12 + length
-    return False

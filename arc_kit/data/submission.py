@@ -64,15 +64,11 @@ def side_limit(challenges: TaskSet | Mapping[str, int] | None = None, max_side: 
 
 def _fallback_grids(challenges: TaskSet | Mapping[str, int], task_id: str, index: int) -> list:
     """The fallback answers for one test input: its own input (when known), then [[0]]."""
-    fallbacks = []
-    if isinstance(challenges, TaskSet):
-        if task_id in challenges:
-            fallbacks.append(challenges[task_id].test[index].input)
-        elif task_id in challenges.skipped:
-            salvaged = challenges.skipped[task_id].test_inputs
-            if index < len(salvaged) and salvaged[index] is not None:
-                fallbacks.append(salvaged[index])
-    fallbacks.append(np.array(EMPTY_ANSWER, dtype=np.uint8))
+    fallbacks = [np.array(EMPTY_ANSWER, dtype=np.uint8)]
+    if isinstance(challenges, TaskSet) and task_id in challenges:
+        return [challenges[task_id].test[index].input, *fallbacks]
+    if isinstance(challenges, TaskSet) and task_id in challenges.skipped:  # a salvaged input, or None (passed over)
+        return [*challenges.skipped[task_id].test_inputs[index:index + 1], *fallbacks]
     return fallbacks
 
 
@@ -97,15 +93,10 @@ def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[s
             candidates = list(task_answers[index]) if index < len(task_answers) else []
             chosen: list = []
             for grid in candidates + _fallback_grids(challenges, task_id, index):
-                if len(chosen) == attempts:
-                    break
-                if grid is None or grid_problems(grid, "", limit):
-                    continue
-                if any(grids_equal(grid, other) for other in chosen):
-                    continue
-                chosen.append(grid)
-            while len(chosen) < 2:  # one attempt, or the only fallback left equals the first attempt
-                chosen.append(chosen[0])
+                if len(chosen) < attempts and grid is not None and not grid_problems(grid, "", limit) \
+                        and not any(grids_equal(grid, other) for other in chosen):
+                    chosen.append(grid)
+            chosen += [chosen[0]] * (2 - len(chosen))  # one attempt, or the only fallback left equals the first
             entries.append({name: grid_to_json(grid) for name, grid in zip(ATTEMPTS, chosen)})
         submission[task_id] = entries
     return submission
@@ -301,17 +292,12 @@ def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Seque
     submission = read_json(submission_path)
     if not isinstance(submission, dict):
         raise InvalidDataError(submission_problems(submission), str(submission_path))
-    expected = challenges if challenges is not None else _solution_counts(solutions)
+    expected = challenges if challenges is not None else solutions if isinstance(solutions, TaskSet) \
+        else {task_id: len(grids) for task_id, grids in solutions.items()}
     if max_side is None and isinstance(solutions, TaskSet) and not isinstance(expected, TaskSet):
         max_side = solutions.max_side
     problems = submission_problems(submission, expected, max_side=max_side)
     return score_submission(submission, solutions), problems
-
-
-def _solution_counts(solutions: Mapping[str, Sequence] | TaskSet) -> dict[str, int]:
-    if isinstance(solutions, TaskSet):
-        return solutions.test_counts()
-    return {task_id: len(grids) for task_id, grids in solutions.items()}
 
 
 def _kind_of_entry(entry: Any) -> str | None:

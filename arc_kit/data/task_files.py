@@ -15,16 +15,7 @@ from typing import Any
 import numpy as np
 
 from arc_kit.data.grids import MAX_SIDE, check_max_side, grid_problems, json_type_name, to_grid
-from arc_kit.data.tasks import (
-    InvalidDataError,
-    SkippedTask,
-    Task,
-    TaskSet,
-    count_test_inputs,
-    parse_task,
-    repeated_keys,
-    unreadable_keys,
-)
+from arc_kit.data.tasks import InvalidDataError, SkippedTask, Task, TaskSet, parse_task, repeated_keys, unreadable_keys
 from arc_kit.names import shown
 
 
@@ -77,48 +68,30 @@ def _parse_each_task(challenges: dict, solutions: dict | None,
     repeated, unreadable = repeated_keys(challenges), unreadable_keys(challenges)
     unreadable_solutions = unreadable_keys(solutions)
     for task_id, data in challenges.items():
+        prefix = f"task {shown(task_id)}:"
+        task_solutions = None if solutions is None else solutions.get(task_id)
         if task_id in unreadable or task_id in unreadable_solutions:  # the rest of the file was read: skip only it
             why = unreadable.get(task_id) or f"its solutions: {unreadable_solutions[task_id]}"
-            problems = (f"task {shown(task_id)}: cannot be read: {why}",)
-            skipped[task_id] = SkippedTask(task_id, problems, count_test_inputs(data),
-                                           _salvage_test_inputs(data, max_side))
-            continue
-        task_solutions = None
-        if solutions is not None:
-            task_solutions = solutions.get(task_id)
-            if task_solutions is None:
-                skipped[task_id] = SkippedTask(task_id, (f"task {shown(task_id)}: missing from the solutions",),
-                                               count_test_inputs(data), _salvage_test_inputs(data, max_side))
-                continue
-        task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
-        if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
-            problems = [f"task {shown(task_id)}: appears {repeated[task_id]} times in the file (task ids must be "
-                        "unique; only the last copy was read)", *problems]
-            task = None
-        if problems:
-            skipped[task_id] = SkippedTask(task_id, tuple(problems), count_test_inputs(data),
-                                           _salvage_test_inputs(data, max_side),
-                                           _salvage_grids(task_solutions, max_side))
+            problems, task_solutions = [f"{prefix} cannot be read: {why}"], None
+        elif solutions is not None and task_solutions is None:
+            problems = [f"{prefix} missing from the solutions"]
         else:
+            task, problems = parse_task(task_id, data, task_solutions, max_side=max_side)
+            if task_id in repeated:  # a JSON object keeps the last copy; which one was meant cannot be told
+                problems = [f"{prefix} appears {repeated[task_id]} times in the file (task ids must be unique; only "
+                            "the last copy was read)", *problems]
+        if not problems:
             tasks.append(task)
+            continue
+        inputs = data["test"] if isinstance(data, dict) and isinstance(data.get("test"), list) else []
+        salvaged = _salvaged([pair.get("input") if isinstance(pair, dict) else None for pair in inputs], max_side)
+        skipped[task_id] = SkippedTask(task_id, tuple(problems), max(len(inputs), 1), salvaged,
+                                       _salvaged(task_solutions, max_side))
     return tasks, skipped
 
 
-def _salvage_grids(grids: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...] | None:
+def _salvaged(grids: Any, max_side: int) -> tuple[np.ndarray | None, ...] | None:
     """The valid grids of a (possibly malformed) list of grids, None where one is bad; None for no list."""
     if not isinstance(grids, list):
         return None
-    return tuple(to_grid(grid, max_side=max_side) if not grid_problems(grid, "", max_side) else None
-                 for grid in grids)
-
-
-def _salvage_test_inputs(data: Any, max_side: int = MAX_SIDE) -> tuple[np.ndarray | None, ...]:
-    """The test inputs of a bad task that are themselves valid grids (None where not)."""
-    if not isinstance(data, dict) or not isinstance(data.get("test"), list):
-        return ()
-    salvaged = []
-    for pair in data["test"]:
-        grid = pair.get("input") if isinstance(pair, dict) else None
-        salvaged.append(to_grid(grid, max_side=max_side) if grid is not None and not grid_problems(grid, "", max_side)
-                        else None)
-    return tuple(salvaged)
+    return tuple(None if grid_problems(grid, "", max_side) else to_grid(grid, max_side=max_side) for grid in grids)

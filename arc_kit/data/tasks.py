@@ -49,8 +49,7 @@ class Pair:
 
     def __post_init__(self):
         object.__setattr__(self, "input", freeze(self.input))
-        if self.output is not None:
-            object.__setattr__(self, "output", freeze(self.output))
+        object.__setattr__(self, "output", None if self.output is None else freeze(self.output))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Pair):
@@ -97,9 +96,7 @@ class Task:
     @property
     def test_outputs(self) -> list[np.ndarray] | None:
         """The test outputs, or None unless all of them are known."""
-        if not self.has_solutions:
-            return None
-        return [pair.output for pair in self.test]
+        return [pair.output for pair in self.test] if self.has_solutions else None
 
     @property
     def has_solutions(self) -> bool:
@@ -108,13 +105,6 @@ class Task:
     def without_solutions(self) -> Task:
         """The same task with its test outputs removed (what a solver may see)."""
         return Task(self.id, self.train, tuple(Pair(pair.input) for pair in self.test))
-
-    def with_solutions(self, outputs: Sequence[Any], *, max_side: int = MAX_SIDE) -> Task:
-        if len(outputs) != len(self.test):
-            raise ValueError(f"task {shown(self.id)}: {len(outputs)} solutions for {len(self.test)} test inputs")
-        pairs = tuple(Pair(pair.input, to_grid(output, f"task {shown(self.id)}: solution[{index}]", max_side))
-                      for index, (pair, output) in enumerate(zip(self.test, outputs)))
-        return Task(self.id, self.train, pairs)
 
     def to_json(self, with_solutions: bool = False) -> dict[str, Any]:
         """The challenge form ``{"train": [...], "test": [{"input": ...}]}``; outputs only if asked."""
@@ -216,36 +206,22 @@ def parse_task(task_id: str, data: Any, solutions: Any = None, *,
         return None, problems  # the unreadable part would only be reported again as missing
     train = _parse_pairs(task_id, data, "train", True, problems, max_side)
     test = _parse_pairs(task_id, data, "test", False, problems, max_side)
-    solution_grids = None
-    if solutions is not None:
-        if not isinstance(solutions, list):
-            problems.append(f"{prefix} solutions are {json_type_name(solutions)}, expected a list of grids")
-        else:
-            if test is not None and len(solutions) != len(test):
-                problems.append(f"{prefix} has {len(solutions)} solutions for {len(test)} test inputs")
-            solution_grids = []
-            for index, grid in enumerate(solutions):
-                found = grid_problems(grid, f"solutions[{index}]", max_side)
-                problems.extend(f"{prefix} {problem}" for problem in found)
-                solution_grids.append(grid)
+    if solutions is not None and not isinstance(solutions, list):
+        problems.append(f"{prefix} solutions are {json_type_name(solutions)}, expected a list of grids")
+    elif solutions is not None:
+        if test is not None and len(solutions) != len(test):
+            problems.append(f"{prefix} has {len(solutions)} solutions for {len(test)} test inputs")
+        for index, value in enumerate(solutions):
+            problems.extend(f"{prefix} {problem}" for problem in grid_problems(value, f"solutions[{index}]", max_side))
     if problems:
         return None, problems
-    test_pairs = []
-    for index, (grid_in, grid_out) in enumerate(test):
-        if solution_grids is not None:
-            grid_out = solution_grids[index]
-        test_pairs.append(Pair(to_grid(grid_in, max_side=max_side),
-                               None if grid_out is None else to_grid(grid_out, max_side=max_side)))
-    task = Task(task_id, tuple(Pair(to_grid(i, max_side=max_side), to_grid(o, max_side=max_side)) for i, o in train),
-                tuple(test_pairs))
-    return task, []
 
+    def grid(value: Any) -> np.ndarray | None:
+        return None if value is None else to_grid(value, max_side=max_side)
 
-def count_test_inputs(data: Any) -> int:
-    """How many test inputs a (possibly malformed) task JSON declares; at least 1."""
-    if isinstance(data, dict) and isinstance(data.get("test"), list) and data["test"]:
-        return len(data["test"])
-    return 1
+    outputs = solutions if solutions is not None else [grid_out for _, grid_out in test]
+    return Task(task_id, tuple(Pair(grid(grid_in), grid(grid_out)) for grid_in, grid_out in train),
+                tuple(Pair(grid(grid_in), grid(grid_out)) for (grid_in, _), grid_out in zip(test, outputs))), []
 
 
 @dataclass(frozen=True)
@@ -329,15 +305,10 @@ class TaskSet(Mapping[str, Task]):
 
     def test_counts(self) -> dict[str, int]:
         """Every task id, skipped ones included, with its number of test inputs (file order)."""
-        counts = {}
-        for task_id in [*self._order, *self._tasks, *self.skipped]:  # ids missing from the order go last
-            if task_id in counts:
-                continue
-            if task_id in self._tasks:
-                counts[task_id] = len(self._tasks[task_id].test)
-            elif task_id in self.skipped:
-                counts[task_id] = self.skipped[task_id].test_count
-        return counts
+        counts = {task_id: skipped.test_count for task_id, skipped in self.skipped.items()}
+        counts.update((task_id, len(task.test)) for task_id, task in self._tasks.items())
+        ids = dict.fromkeys([*self._order, *self._tasks, *self.skipped])  # ids missing from the order go last
+        return {task_id: counts[task_id] for task_id in ids if task_id in counts}
 
     def select(self, ids: Iterable[str]) -> TaskSet:
         ids = list(ids)  # skipped ids are kept as skipped; an unknown id is a KeyError
@@ -356,11 +327,9 @@ class TaskSet(Mapping[str, Task]):
         """
         outputs = {}
         for task_id in self.test_counts():
-            if task_id in self._tasks:
-                if self._tasks[task_id].has_solutions:
-                    outputs[task_id] = list(self._tasks[task_id].test_outputs)
-            elif self.skipped[task_id].solutions is not None:
-                outputs[task_id] = list(self.skipped[task_id].solutions)
+            known = self._tasks[task_id].test_outputs if task_id in self._tasks else self.skipped[task_id].solutions
+            if known is not None:
+                outputs[task_id] = list(known)
         return outputs
 
     def without_solutions(self) -> TaskSet:
@@ -371,8 +340,8 @@ class TaskSet(Mapping[str, Task]):
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
 
     def solutions_json(self) -> dict[str, list]:
-        if not self.has_solutions:
-            missing = [task.id for task in self.tasks() if not task.has_solutions]
+        missing = [task.id for task in self.tasks() if not task.has_solutions]
+        if missing:
             raise ValueError(f"no solutions known for {len(missing)} tasks, e.g. {missing[:3]}")
         return {task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in self.tasks()}
 

@@ -31,7 +31,7 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Task
 from arc_kit.experiments.drafts_bench import bench_drafts
-from arc_kit.experiments.engine_bench import bench_engine
+from arc_kit.experiments.engine_bench import bench_engine, synchronize
 from arc_kit.method.answers import AnswerSpace
 from arc_kit.method.engine import make_engine
 from arc_kit.method.search import search
@@ -61,20 +61,13 @@ class BenchResult:
                 f"ms{self.unit}  ratio {self.ratio:6.2f}x  {self.note}")
 
 
-def _synchronize(model) -> None:
-    import torch
-
-    if next(model.parameters()).device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def _timed(model, function, repeats: int) -> tuple[float, object]:
-    times, result = [], None
+    device, times, result = next(model.parameters()).device, [], None
     for _ in range(repeats):
-        _synchronize(model)
+        synchronize(device)
         started = time.perf_counter()
         result = function()
-        _synchronize(model)
+        synchronize(device)
         times.append(time.perf_counter() - started)
     return statistics.median(times), result
 
@@ -164,7 +157,7 @@ def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
         for task in tasks:
             views = Augmentation.inference_set(np.random.default_rng(seed), len(task.train), augmentations)
             solver.sample(model, task.train, task.test[0].input, views, sampler)
-        _synchronize(model)
+        synchronize(next(model.parameters()).device)
         totals[name] = time.perf_counter() - started
     return BenchResult(f"search: DFS T={threshold * 100:g}% vs greedy", totals["dfs"], totals["greedy"], "",
                        f"{len(tasks)} tasks x {augmentations} augmentations, whole test inputs")
@@ -239,13 +232,11 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
     chosen = sorted(chosen, key=lambda task: task.id)[:count or 5]
     yield f"{environment()} | model {label}"
+    options = {"decode": {"threshold": threshold}, "search": {"threshold": threshold}, "scoring": {},
+               "engine": {"label": label, "compile": engine_compile},
+               "drafts": {"threshold": threshold, "augmentations": augmentations, "draft_tokens": draft_tokens}}
     for name in which:
-        keywords = {"threshold": threshold} if name not in ("scoring", "batched-scoring", "engine") else {}
-        keywords["probabilities"] = probabilities
-        keywords.update({"label": label, "compile": engine_compile} if name == "engine" else {})
-        picked = chosen
-        if name == "drafts":
-            keywords.update(augmentations=augmentations, draft_tokens=draft_tokens)
-            picked = list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
-        result = BENCHMARKS[name](model, encoder, picked, **keywords)
+        picked = chosen if name != "drafts" else \
+            list(shortest_tasks(tasks, encoder, count or DRAFT_BENCH_TASKS).tasks())
+        result = BENCHMARKS[name](model, encoder, picked, **options[name], probabilities=probabilities)
         yield from result.lines() if hasattr(result, "lines") else [result.line()]

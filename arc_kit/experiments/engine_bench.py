@@ -106,7 +106,8 @@ def typical_task(encoder: TaskEncoder, tasks: Sequence[Task]) -> Task:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def _synchronize(device) -> None:
+def synchronize(device) -> None:
+    """Wait for the device's queued work (a CUDA device's; the CPU's is done when a call returns)."""
     import torch
 
     if device.type == "cuda":
@@ -131,12 +132,12 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
         for step in range(warmup + steps):
             found = {}
             for name, engine in engines.items():
-                _synchronize(device)
+                synchronize(device)
                 started = time.perf_counter()
                 with torch.no_grad():
                     found[name] = np.stack([rows[0] for rows in engine.step([[token] for token in tokens],
                                                                             positions)])
-                _synchronize(device)
+                synchronize(device)
                 if step >= warmup:
                     times[name].append(time.perf_counter() - started)
             rows = list(found.values())
@@ -172,6 +173,7 @@ class Throughput:
     lanes: int
     seconds: float  # per step
     floor_seconds: float | None
+    bandwidth: float | None  # bytes/s the floor is measured at
 
     @property
     def tokens_per_second(self) -> float:
@@ -181,10 +183,19 @@ class Throughput:
     def floor_ratio(self) -> float | None:
         return None if self.floor_seconds is None else self.seconds / self.floor_seconds
 
+    def line(self, device_name: str) -> str:
+        line = f"engine on {device_name}: {self.lanes} lane(s), {self.tokens_per_second:.0f} tokens/s per " \
+               f"process ({self.seconds * 1e3:.3f} ms/step)"
+        if self.floor_seconds is not None:
+            line += f", {self.floor_ratio:.1f}x the bandwidth floor ({self.floor_seconds * 1e3:.3f} ms at " \
+                    f"{self.bandwidth / 1e9:.0f} GB/s)"
+        return line
+
 
 def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
                bandwidth: float | None) -> list[Throughput]:
-    """The engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor)."""
+    """The engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor; a GPU's is
+    ``bandwidth.device_bandwidth``, ``PEAK_BANDWIDTH``)."""
     import torch
 
     decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())
@@ -195,25 +206,8 @@ def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
         seconds = _timed_steps({"engine": engine}, chosen, space, steps, warmup)[0]["engine"]
         floor = None if bandwidth is None else \
             decode_floor_seconds(decode_bytes, sum(len(p) for p in chosen), per_token, bandwidth)
-        found.append(Throughput(lanes, seconds, floor))
+        found.append(Throughput(lanes, seconds, floor, bandwidth))
     return found
-
-
-def throughput_line(measured: Throughput, device_name: str, bandwidth: float | None) -> str:
-    line = f"engine on {device_name}: {measured.lanes} lane(s), {measured.tokens_per_second:.0f} tokens/s per " \
-           f"process ({measured.seconds * 1e3:.3f} ms/step)"
-    if measured.floor_seconds is not None:
-        line += f", {measured.floor_ratio:.1f}x the bandwidth floor ({measured.floor_seconds * 1e3:.3f} ms at " \
-                f"{bandwidth / 1e9:.0f} GB/s)"
-    return line
-
-
-def throughput_lines(engine, prompts, space: AnswerSpace, steps: int, warmup: int, device_name: str) -> list[str]:
-    """Tokens per second per process of the engine for 1 and 16 lanes, against the bandwidth floor of
-    ``device_name``'s memory (``PEAK_BANDWIDTH``; the ratio is left out for a device not on record)."""
-    bandwidth = device_bandwidth(device_name)
-    return [throughput_line(measured, device_name, bandwidth)
-            for measured in throughput(engine, prompts, space, steps, warmup, bandwidth)]
 
 
 def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: int = 24, warmup: int = 3,
@@ -240,7 +234,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
         name = torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else engine.device.type
         bandwidth = bandwidth if bandwidth is not None else device_bandwidth(name)
         result.throughput = throughput(engine, prompts, space, steps, warmup, bandwidth)
-        result.cuda = [throughput_line(measured, name, bandwidth) for measured in result.throughput]
+        result.cuda = [measured.line(name) for measured in result.throughput]
     del engine
     if not overhead:
         return result

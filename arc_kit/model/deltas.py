@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from arc_kit.model.folders import DELTA_INDEX, ModelFolderError, read_json
+from arc_kit.model.folders import DELTA_INDEX, ModelFolderError, first_line, read_json
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.outputs import remove_entry, replace_file, staged_into
 
@@ -106,8 +106,8 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
     return replace_file(target, json.dumps(saved, indent=2) + "\n")
 
 
-def apply_delta(model, path: str | os.PathLike, merge: bool = True):
-    """The base ``model`` with the delta of folder ``path`` on it: merged into plain weights by default."""
+def apply_delta(model, path: str | os.PathLike):
+    """The base ``model`` with the delta of folder ``path`` merged into its weights: a plain model."""
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -122,7 +122,7 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
         try:
             state.update(load_file(str(path / name)))
         except Exception as error:  # safetensors raises its own error types for damaged files
-            raise ModelFolderError(f"cannot read {path / name}: {str(error).splitlines()[0]}") from None
+            raise ModelFolderError(f"cannot read {path / name}: {first_line(error)}") from None
     with quiet_peft(model):
         wrapped = get_peft_model(model, config)
     dtype = next(model.parameters()).dtype
@@ -137,8 +137,4 @@ def apply_delta(model, path: str | os.PathLike, merge: bool = True):
     if missing:  # peft lists every base weight as missing too; only the adapter's own count
         raise ModelFolderError(f"the delta in {path} lacks {len(missing)} of its tensors (e.g. {missing[0]}): "
                                "a shard is missing or damaged")
-    return wrapped.merge_and_unload() if merge else wrapped
-
-
-__all__ = ["ADAPTER_CONFIG", "DELTA_SHARD_BYTES", "OLDEST_PEFT", "OLDEST_PEFT_LORA_KEYS", "apply_delta",
-           "make_adapter_config_portable", "portable_adapter_config", "save_delta"]
+    return wrapped.merge_and_unload()

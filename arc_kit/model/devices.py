@@ -5,8 +5,7 @@ Every question about the hardware goes through here, so that a request the machi
 in 4 bits do run on a CPU, through bitsandbytes' CPU kernels) fails early with a clear ``UnsupportedSetupError``
 instead of a traceback from deep inside a library. ``stay_offline`` sets the Hugging Face variables
 that keep every library off the network: the command line calls it first, and so does every function
-that reads a model's files (``folders.load_tokenizer`` and ``folders.read_weights``, which ``loading`` reads
-through, ``shrinking.shrink_model_folder``, ``bases.read_gguf``); importing this module changes nothing.
+that reads a model's files; importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -17,13 +16,8 @@ import os
 import re
 from functools import lru_cache
 
-OFFLINE_VARIABLES = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+OFFLINE_VARIABLES = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                     "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def stay_offline() -> None:
@@ -71,23 +65,20 @@ def resolve_dtype(dtype: str, device: str):
     """'auto' -> bfloat16 on GPUs that have it, float16 on older GPUs (T4), float32 on the CPU."""
     import torch
 
-    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-             "float32": torch.float32, "fp32": torch.float32}
     if dtype == "auto":
-        if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    return names[dtype]  # one of LoadSettings.dtype's choices
+        if not device.startswith("cuda"):
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    # one of LoadSettings.dtype's choices: a torch dtype's name, or its short one
+    return getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype))
 
 
 @lru_cache(maxsize=1)
 def bitsandbytes_imports() -> bool:
     """True when bitsandbytes is installed and imports (its CPU kernels then run 4-bit weights)."""
-    if importlib.util.find_spec("bitsandbytes") is None:
-        return False
     try:
         import bitsandbytes  # noqa: F401
-    except Exception:  # a broken native library shows up as any kind of error
+    except Exception:  # not installed, or a broken native library, which shows up as any kind of error
         return False
     return True
 
@@ -121,14 +112,13 @@ def require_4bit(on_cpu: bool = False) -> None:
                                     "here (pip install bitsandbytes)")
 
 
-def unsloth_available() -> bool:
-    """True when unsloth is installed and can work (it needs a GPU); never imports it."""
-    return cuda_available() and importlib.util.find_spec("unsloth") is not None
-
-
-def resolve_backend(backend: str) -> str:
-    """'auto' -> 'unsloth' when it can work here, else 'transformers'; 'unsloth' where it cannot is an error
-    (``backend``: one of LoadSettings.backend's choices)."""
+def resolve_backend(backend: str, device: str = "cuda") -> str:
+    """'auto' -> 'unsloth' when it can work here (installed, never imported here, and the model goes to a GPU),
+    else 'transformers'; 'unsloth' where it cannot is an error (``backend``: one of LoadSettings.backend's choices;
+    ``device``: the resolved device the model is loaded on)."""
+    if backend == "auto":
+        on_gpu = device.startswith("cuda") and cuda_available()
+        return "unsloth" if on_gpu and importlib.util.find_spec("unsloth") is not None else "transformers"
     if backend == "unsloth":
         if not cuda_available():
             raise UnsupportedSetupError("unsloth needs a CUDA GPU and this machine has none; use "
@@ -137,6 +127,4 @@ def resolve_backend(backend: str) -> str:
             raise UnsupportedSetupError("unsloth is not installed (pip install unsloth on a GPU machine); "
                                         "use backend='transformers' (or 'auto')")
         return "unsloth"
-    if backend == "auto":
-        return "unsloth" if unsloth_available() else "transformers"
     return backend

@@ -35,9 +35,8 @@ ADAPTER_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetenso
 MODEL_KIND = FolderKind("model", owned=(*MODEL_FILES, *ADAPTER_FILES), kept="a model folder, maybe incomplete")
 JSON_BYTES = 1 << 26  # the most a model folder's JSON file may hold (a large tokenizer.json holds ~20 MB)
 CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
-# what a model is read with whole (configs, tokenizer files): each at most JSON_BYTES
-TEXT_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
-              "chat_template.jinja", "chat_template.json", "adapter_config.json", DELTA_INDEX, "arc_kit.json")
+# what a model is read with whole (configs, tokenizer files, indexes): each at most JSON_BYTES
+TEXT_FILES = tuple(name for name in MODEL_FILES if not name.endswith(".safetensors"))
 # the files one of which holds a tokenizer's vocabulary (the rest only configure it)
 VOCABULARY_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
 
@@ -90,7 +89,7 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ModelFolderError(f"cannot read {path}: {str(error).splitlines()[0] or type(error).__name__}") from None
+        raise ModelFolderError(f"cannot read {path}: {first_line(error)}") from None
     if not isinstance(data, dict):
         raise ModelFolderError(f"cannot read {path}: it holds {type(data).__name__}, expected a JSON object")
     return data
@@ -167,8 +166,3 @@ def read_weights(auto_class, folder: Path, arguments: dict):
         if isinstance(error, devices.UnsupportedSetupError):
             raise
         raise ModelFolderError(f"cannot load the model in {folder}: {first_line(error)}") from None
-
-
-__all__ = ["ADAPTER_FILES", "CUSTOM_CODE_FILES", "DELTA_INDEX", "JSON_BYTES", "MODEL_FILES", "MODEL_KIND",
-           "TOKENIZER_FILES", "ModelFolderError", "checked_model_folder", "default_model_path", "first_line",
-           "is_delta_folder", "load_tokenizer", "read_json", "read_weights", "refuse_custom_code", "save_model"]

@@ -35,19 +35,6 @@ class UnsupportedTokenizerError(ValueError):
     """The GGUF file describes a tokenizer this module does not build (the message says which, in one line)."""
 
 
-def byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, in which every byte-level token is spelled."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    characters = list(printable)
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            characters.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, characters)))
-
-
 def read_metadata(path: str | os.PathLike) -> dict:
     """The file's tokenizer metadata (``tokenizer.*`` keys) and ``general.architecture``, as Python values."""
     from gguf import GGUFReader
@@ -75,6 +62,7 @@ def gguf_tokenizer(path: str | os.PathLike):
 def byte_level_backend(metadata: dict, path: str | os.PathLike = "the file"):
     """A ``tokenizers.Tokenizer``: byte-level BPE over the file's tokens and merges, its added tokens marked."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     kind, split = metadata.get("tokenizer.ggml.model"), metadata.get("tokenizer.ggml.pre")
     if kind != "gpt2":
@@ -83,7 +71,7 @@ def byte_level_backend(metadata: dict, path: str | os.PathLike = "the file"):
     if split not in GPT2_SPLITS and split not in SPLITS:
         raise UnsupportedTokenizerError(f"{path} splits text as {split!r}, which this kit does not know; known: "
                                         f"{', '.join(sorted(s for s in (*GPT2_SPLITS, *SPLITS) if s))}")
-    alphabet = byte_alphabet()
+    alphabet = bytes_to_unicode()  # GPT-2's byte -> printable character map, in which byte-level tokens are spelled
     spelled = set(alphabet.values())
     tokens = list(metadata["tokenizer.ggml.tokens"])
     vocab = {token if set(token) <= spelled else "".join(alphabet[byte] for byte in token.encode("utf-8")): index

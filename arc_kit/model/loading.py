@@ -8,13 +8,12 @@
   the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
   shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
   load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang
-(absurd sizes, weights missing or cut short, a pickle that is not plain tensors, weights larger than
-the machine). A full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``:
-nothing written); a plain LoRA adapter is merged into its base; weights stored in 4 bits load on the
-CPU too. This module knows how to build, save and load models; the folder's files, and the one-line
-errors that name a broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed
-on from here). It knows nothing of tasks beyond the vocabulary, nor of training.
+Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang. A
+full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``: nothing written); a
+plain LoRA adapter is merged into its base; weights stored in 4 bits load on the CPU too. This module
+knows how to build, save and load models; the folder's files, and the one-line errors that name a
+broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on from here).
+It knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import functools
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,17 +63,13 @@ def build_tokenizer(vocabulary: Vocabulary = Vocabulary()):
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
     # Longest symbols first, then any single character: "+/-=O" stays one token.
     multi = sorted((s for s in vocabulary.symbols if len(s) > 1 and s not in specials), key=len, reverse=True)
-    pattern = "|".join([*(_regex_escape(s) for s in multi), r"[\s\S]"])
+    pattern = "|".join([*map(re.escape, multi), r"[\s\S]"])
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     backend.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=BOS, eos_token=EOS, pad_token=PAD,
                                         clean_up_tokenization_spaces=False, model_max_length=1 << 20)
     tokenizer.add_bos_token = False  # the TaskEncoder places bos itself
     return tokenizer
-
-
-def _regex_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in r".^$*+?{}[]\|()/-" else ch for ch in text)
 
 
 def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary = Vocabulary(),
@@ -125,17 +121,15 @@ class LoadedModel:
         return HuggingFaceTokenizer(self.tokenizer)
 
     def token_budget(self, requested: int | None = None) -> int:
-        """The token budget to use with this model: ``requested`` (default: the authors' cap, 8192) cut to
-        its maximum positions (``token_limit_of``), with a one-line warning when it is cut."""
+        """``token_budget_of`` this model, whose maximum positions its config says."""
         config = getattr(self.model, "config", None)
         return token_budget_of(self.path, requested, max_positions=getattr(config, "max_position_embeddings", None))
 
     def encoder(self, text_format: TextFormat = TextFormat(), max_len: int | None = None) -> TaskEncoder:
         """A TaskEncoder over this model's tokenizer within ``max_len`` tokens (default: the model's budget).
 
-        Fails clearly if the tokenizer is not vocabulary-shrunk.
+        The encoder writes grids cell by cell: a tokenizer that merges digits (not vocabulary-shrunk) is refused.
         """
-        # The encoder writes grids cell by cell; a tokenizer that merges digits would read them otherwise.
         problem = format_problem(self.tokenizer, text_format)
         if problem is not None:
             raise ValueError(f"the tokenizer of {self.path}: {problem}; shrink its vocabulary first (arc-kit shrink)")
@@ -235,7 +229,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     path = checked_model_folder(path)
     device = devices.resolve_device(settings.device)
     dtype = devices.resolve_dtype(settings.dtype, device)
-    backend = devices.resolve_backend(settings.backend)
+    backend = devices.resolve_backend(settings.backend, device)
     delta = is_delta_folder(path)
     adapter_config = {} if delta else read_json(path / "adapter_config.json")
     base_path = path
@@ -274,10 +268,7 @@ def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> P
 
 def _check_quantization(path: Path, delta: bool, quantized_on_disk: bool, settings: LoadSettings,
                         device: str) -> None:
-    """Refuse a 4-bit delta; check that 4-bit can run here when it is asked for.
-
-    Quantizing as it loads needs a GPU; weights stored in 4 bits load on the CPU too (bitsandbytes runs there).
-    """
+    """Refuse a 4-bit delta; check that 4-bit can run here (quantizing as it loads needs a GPU) when it is asked for."""
     if delta and (settings.quantization or quantized_on_disk):
         raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, merged on load; 4-bit needs a merged "
                                             "folder first (arc-kit base merge)")

@@ -1,18 +1,13 @@
 """What a model needs in memory, computed from its config alone (nothing is allocated).
 
 ``Architecture`` holds the sizes that matter (``checks.architecture_of`` reads them from a
-config.json); ``parameters(architecture)`` counts a Llama-family model's parameters (the linear layers apart:
-they are what 4 bits pack); ``weight_bytes`` sizes them as loaded (16-bit on a GPU, 4-bit
-bitsandbytes with its block scales); ``training_bytes`` the test-time training of the paper's
-recipe (a rank-32 LoRA on every linear layer, the embeddings and head trained too, AdamW, one
-sequence of the token budget, activations kept unless checkpointing); ``kv_cache_bytes`` the fast
-engine's static cache (layers x 2 x lanes x key-value heads x capacity x head width). ``needs`` puts
-them together, with the engine's merged copy of 16-bit weights (over 4-bit ones, which it reads
-in place, only what is not packed and its LoRA pairs), and ``GPUS`` holds what the
-competition's and the usual cards offer. Estimates, not measurements: the activations are the
-tensors the backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md);
-the backward's passing buffers and allocator slack are not counted (on the CPU the step's peak was
-about twice the estimate without checkpointing, more with it).
+config.json); the functions below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes
+with its block scales: the linear layers are what 4 bits pack), test-time training at the paper's
+recipe and the engine's static KV cache; ``needs`` puts them together, as ``arc-kit check-model``
+shows them against ``GPUS`` (the competition's and the usual cards). Estimates, not measurements:
+the activations are the tensors the backward keeps (within 3% of those counted on SmolLM2-135M's
+shape, docs/results.md); the backward's passing buffers and allocator slack are not counted (on the
+CPU the step's peak was about twice the estimate without checkpointing, more with it).
 
 Knows sizes and bytes; knows nothing of files (``checks``), devices or tasks.
 """
@@ -155,13 +150,13 @@ class MemoryNeeds:
 
 
 def needs(architecture: Architecture, settings: SolveSettings = SolveSettings(), four_bit: bool | None = None,
-          tokens: int | None = None, fast_engine: bool = True) -> MemoryNeeds:
+          fast_engine: bool = True) -> MemoryNeeds:
     """The memory of ``architecture`` on a GPU (16-bit values) at ``settings``: weights (4-bit when the config
     says so or ``four_bit``), the engine's own tensors when it runs the model (a merged copy of 16-bit
     weights; over 4-bit ones, which it reads in place, what is not packed and its float32 LoRA pairs),
     test-time training at the token budget, and the KV cache of the default lanes (one per inference
     augmentation) at the token budget."""
-    budget = min(tokens or settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)
+    budget = min(settings.max_len or DEFAULT_TOKEN_BUDGET, architecture.max_positions or 1 << 62)
     packed = architecture.four_bit if four_bit is None else four_bit
     weights = weight_bytes(architecture, 2, packed)
     lanes = settings.inference_augmentations
@@ -197,7 +192,3 @@ def count_text(count: int) -> str:
         if count >= size:
             return f"{count / size:.3g} {unit}"
     return str(count)
-
-
-__all__ = ["GIB", "GPUS", "Architecture", "MemoryNeeds", "ParameterCount", "activation_bytes", "count_text",
-           "kv_cache_bytes", "lora_parameters", "memory_table", "needs", "parameters", "training_bytes", "weight_bytes"]

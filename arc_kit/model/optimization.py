@@ -17,12 +17,9 @@ from arc_kit.model import devices
 
 def embedding_module_names(model) -> list[str]:
     """Leaf names of the input embedding and output head modules (``embed_tokens``, ``lm_head``)."""
-    targets = {id(model.get_input_embeddings()): None, id(model.get_output_embeddings()): None}
-    names = []
-    for name, module in model.named_modules():
-        if id(module) in targets and name:
-            names.append(name.rsplit(".", 1)[-1])
-    return sorted(set(names))
+    targets = (model.get_input_embeddings(), model.get_output_embeddings())
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if name and any(module is target for target in targets)})
 
 
 def embeddings_tied(model) -> bool:

@@ -13,7 +13,7 @@ Two kept sets (``kept=``):
   minus the unknown token; the tokenizer's normaliser is dropped. Ids keep their old order.
 - ``"minimal"``: only the characters the text format writes, plus the special tokens.
 
-A tied output head is untied (``untie=True``): with a few dozen rows left the copy costs nothing,
+A tied output head is untied: with a few dozen rows left the copy costs nothing,
 and the paper's recipe trains the embeddings and the head as separate modules.
 
 Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
@@ -26,6 +26,7 @@ shrunk as it loads (``loading`` then cuts the model and tokenizer in memory, wri
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -34,8 +35,8 @@ from typing import Any
 from arc_kit.data.jsonio import check_regular_file, read_json
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.model import devices
-from arc_kit.model.folders import MODEL_KIND, checked_model_folder
-from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, staged_into
+from arc_kit.model.folders import JSON_BYTES, MODEL_KIND, checked_model_folder
+from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, small_json, staged_into
 from arc_kit.text import TextFormat
 
 KEPT_SETS = ("authors", "minimal")
@@ -55,16 +56,10 @@ def without_normalizer(tokenizer):
     A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
     ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
     """
-    from tokenizers import Tokenizer
-
-    data = json.loads(tokenizer.backend_tokenizer.to_str())
-    if data.get("normalizer") is None:
+    if tokenizer.backend_tokenizer.normalizer is None:
         return tokenizer
-    import copy
-
-    data["normalizer"] = None
     stripped = copy.deepcopy(tokenizer)
-    stripped._tokenizer = Tokenizer.from_str(json.dumps(data))  # the fast tokenizer's one backend slot
+    stripped.backend_tokenizer.normalizer = None
     return stripped
 
 
@@ -84,28 +79,28 @@ def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
 
 def _post_processor_special_ids(node: Any) -> set[int]:
     """Every id named in a tokenizer.json post-processor's special tokens, recursively."""
-    found: set[int] = set()
-    if isinstance(node, dict):
-        if isinstance(node.get("special_tokens"), dict):
-            for entry in node["special_tokens"].values():
-                found.update(int(i) for i in entry.get("ids", []))
-        for value in node.values():
-            found |= _post_processor_special_ids(value)
-    elif isinstance(node, list):
-        for item in node:
-            found |= _post_processor_special_ids(item)
-    return found
+    if isinstance(node, list):
+        return set().union(*map(_post_processor_special_ids, node))
+    if not isinstance(node, dict):
+        return set()
+    special = node.get("special_tokens") if isinstance(node.get("special_tokens"), dict) else {}
+    found = {int(i) for entry in special.values() for i in entry.get("ids", [])}
+    return found.union(*map(_post_processor_special_ids, node.values()))
+
+
+def _token_id_fields(config) -> dict[str, Any]:
+    """The ``*_token_id`` fields of a config (a transformers config or a dict; anything else has none) that are set."""
+    fields = config.to_dict() if hasattr(config, "to_dict") else config
+    return {key: value for key, value in fields.items() if key.endswith("token_id") and value is not None} \
+        if isinstance(fields, dict) else {}
 
 
 def config_token_ids(*configs) -> set[int]:
     """Every id under a ``*_token_id`` key of the given configs (ints or lists of ints)."""
     found: set[int] = set()
     for config in configs:
-        if config is None:
-            continue
-        for key, value in (config.to_dict() if hasattr(config, "to_dict") else dict(config)).items():
-            if key.endswith("token_id") and value is not None:
-                found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
+        for value in _token_id_fields(config).values():
+            found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
     return found
 
 
@@ -121,23 +116,13 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
         raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
     if kept == "authors":
         tokenizer = without_normalizer(tokenizer)
-    required = needed_characters(text_format)
-    keep, failures = set(), []
-    for character in required:
-        token, why = _single_token(tokenizer, character)
-        if token is None:
-            failures.append(why)
-        else:
-            keep.add(token)
+    required = [_single_token(tokenizer, character) for character in needed_characters(text_format)]
+    failures = [why for token, why in required if token is None]
     if failures:
         raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
-    keep.update(i for i in tokenizer.all_special_ids if i is not None)
+    keep = {token for token, _ in required} | set(tokenizer.all_special_ids)
     if kept == "authors":
-        for character in AUTHORS_CHARACTERS:
-            if character not in required:
-                token, _ = _single_token(tokenizer, character)
-                if token is not None:
-                    keep.add(token)
+        keep |= {_single_token(tokenizer, character)[0] for character in AUTHORS_CHARACTERS}  # None where not one
         keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
         keep |= config_token_ids(*configs)
         keep.discard(tokenizer.unk_token_id)
@@ -157,22 +142,18 @@ def _remap_ids(value: Any, mapping: dict[int, int]) -> Any:
 
 def _remap_post_processor(node: Any, mapping: dict[int, int]) -> Any:
     """Rewrite the special-token ids inside a tokenizer.json post-processor, recursively."""
-    if isinstance(node, dict):
-        node = dict(node)
-        if isinstance(node.get("special_tokens"), dict):
-            tokens = {}
-            for name, entry in node["special_tokens"].items():
-                ids = [mapping[i] for i in entry.get("ids", []) if i in mapping]
-                if ids:
-                    tokens[name] = {**entry, "ids": ids}
-            node["special_tokens"] = tokens
-        for key in ("sep", "cls"):  # BERT/RoBERTa-style processors: [token, id]
-            if isinstance(node.get(key), list) and len(node[key]) == 2 and node[key][1] in mapping:
-                node[key] = [node[key][0], mapping[node[key][1]]]
-        return {key: _remap_post_processor(value, mapping) if key != "special_tokens" else value
-                for key, value in node.items()}
     if isinstance(node, list):
         return [_remap_post_processor(item, mapping) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: value if key == "special_tokens" else _remap_post_processor(value, mapping)
+            for key, value in node.items()}
+    if isinstance(node.get("special_tokens"), dict):
+        node["special_tokens"] = {name: {**entry, "ids": ids} for name, entry in node["special_tokens"].items()
+                                  if (ids := [mapping[i] for i in entry.get("ids", []) if i in mapping])}
+    for key in ("sep", "cls"):  # BERT/RoBERTa-style processors: [token, id]
+        if isinstance(node.get(key), list) and len(node[key]) == 2 and node[key][1] in mapping:
+            node[key] = [node[key][0], mapping[node[key][1]]]
     return node
 
 
@@ -198,10 +179,9 @@ def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
     if data.get("post_processor") is not None:
         data["post_processor"] = _remap_post_processor(data["post_processor"], mapping)
     backend = Tokenizer.from_str(json.dumps(data))
-    special = {name: getattr(tokenizer, name) for name in ("bos_token", "eos_token", "pad_token", "unk_token")
-               if getattr(tokenizer, name, None) is not None}
-    special = {name: token for name, token in special.items()
-               if tokenizer.convert_tokens_to_ids(token) in mapping}
+    special = {name: token for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+               if (token := getattr(tokenizer, name, None)) is not None
+               and tokenizer.convert_tokens_to_ids(token) in mapping}
     shrunk = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False,
                                      model_max_length=tokenizer.model_max_length, **special)
     post_processor = shrunk.backend_tokenizer.post_processor  # the original's, remapped
@@ -213,11 +193,10 @@ def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
     return shrunk
 
 
-def shrink_model(model, keep: list[int], untie: bool = True) -> None:
+def shrink_model(model, keep: list[int]) -> None:
     """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids.
 
-    ``untie``: a head tied to the embeddings gets its own copy of the kept rows (and the config
-    says so); otherwise a tied head stays tied.
+    A head tied to the embeddings gets its own copy of the kept rows, and the config says so.
     """
     import torch
 
@@ -234,44 +213,37 @@ def shrink_model(model, keep: list[int], untie: bool = True) -> None:
         if head is not None:
             new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
                                        device=head.weight.device, dtype=head.weight.dtype)
-            if tied and not untie:
-                new_head.weight = new_embeddings.weight
-            else:
-                new_head.weight.copy_(head.weight.index_select(0, index.to(head.weight.device)))
+            new_head.weight.copy_(head.weight.index_select(0, index.to(head.weight.device)))
             if head.bias is not None:
                 new_head.bias.copy_(head.bias.index_select(0, index.to(head.bias.device)))
             model.set_output_embeddings(new_head)
-    if tied and untie:
+    if tied:
         model.config.tie_word_embeddings = False
         text_config = getattr(model.config, "text_config", None)
         if text_config is not None and hasattr(text_config, "tie_word_embeddings"):
             text_config.tie_word_embeddings = False
     for config in (model.config, getattr(model, "generation_config", None)):
-        if config is None:
-            continue
-        for name, value in list(config.to_dict().items()):
-            if name.endswith("token_id") and value is not None:
-                setattr(config, name, _remap_ids(value, mapping))
+        for name, value in _token_id_fields(config).items():
+            setattr(config, name, _remap_ids(value, mapping))
     model.config.vocab_size = len(keep)
     text_config = getattr(model.config, "text_config", None)
     if text_config is not None and hasattr(text_config, "vocab_size"):
         text_config.vocab_size = len(keep)
 
 
-def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
-                      untie: bool = True):
+def shrink_vocabulary(model, tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors"):
     """Shrink a model and its tokenizer in one go; returns ``(model, new_tokenizer, kept_old_ids)``."""
     keep = tokens_to_keep(tokenizer, text_format, kept,
                           configs=(model.config, getattr(model, "generation_config", None)))
-    model, new_tokenizer = shrink_both(model, tokenizer, keep, drop_normalizer=kept == "authors", untie=untie)
+    model, new_tokenizer = shrink_both(model, tokenizer, keep, drop_normalizer=kept == "authors")
     return model, new_tokenizer, keep
 
 
-def shrink_both(model, tokenizer, keep: list[int], drop_normalizer: bool = True, untie: bool = True):
+def shrink_both(model, tokenizer, keep: list[int], drop_normalizer: bool = True):
     """``(model, tokenizer)`` cut to the ``keep`` ids (the model in place; ``model`` None: the tokenizer alone)."""
     new_tokenizer = shrink_tokenizer(tokenizer, keep, drop_normalizer=drop_normalizer)
     if model is not None:
-        shrink_model(model, keep, untie=untie)
+        shrink_model(model, keep)
     if new_tokenizer.pad_token is None and new_tokenizer.eos_token is not None:
         new_tokenizer.pad_token = new_tokenizer.eos_token
     return model, new_tokenizer
@@ -297,7 +269,7 @@ def kept_at_load(folder: str | os.PathLike, tokenizer, text_format: TextFormat =
     ValueError in one line when the tokenizer can neither write the format nor be shrunk to it.
     """
     problem = format_problem(tokenizer, text_format)
-    configs = tuple(_json_object(Path(folder) / name) for name in ("config.json", "generation_config.json"))
+    configs = tuple(small_json(Path(folder) / name, JSON_BYTES) for name in ("config.json", "generation_config.json"))
     try:
         keep = tokens_to_keep(tokenizer, text_format, "authors", configs=configs)
     except ValueError as error:
@@ -308,17 +280,9 @@ def kept_at_load(folder: str | os.PathLike, tokenizer, text_format: TextFormat =
     return keep if len(keep) < len(tokenizer) else None
 
 
-def _json_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLike,
                         text_format: TextFormat = TextFormat(), dtype: str = "auto", kept: str = "authors",
-                        untie: bool = True, overwrite: bool = False) -> Path:
+                        overwrite: bool = False) -> Path:
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder: ``destination``
     is new, empty, or (with ``overwrite``) one that shrink made (``outputs.claim_folder``), never the source's."""
     devices.stay_offline()
@@ -337,13 +301,13 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True,
                                                  trust_remote_code=False)
     claim_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
-    return save_shrunk(model, tokenizer, destination, text_format, kept, untie, {"shrunk_from": str(source)})
+    return save_shrunk(model, tokenizer, destination, text_format, kept, {"shrunk_from": str(source)})
 
 
 def save_shrunk(model, tokenizer, destination: str | os.PathLike, text_format: TextFormat = TextFormat(),
-                kept: str = "authors", untie: bool = True, info: dict | None = None) -> Path:
+                kept: str = "authors", info: dict | None = None) -> Path:
     """Shrink a loaded model and tokenizer and save them as a model folder with ``arc_kit.json``."""
-    model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format, kept, untie)
+    model, tokenizer, keep = shrink_vocabulary(model, tokenizer, text_format, kept)
     destination = Path(destination)
     with staged_into(destination) as staging:  # every file renamed into place: a link there is never followed
         model.save_pretrained(staging)

@@ -1,22 +1,15 @@
 """Initial fine-tuning (``arc-kit pretrain``): LoRA or full training on drawn sequences.
 
 The loop runs on Hugging Face ``accelerate``, so the same code trains on a CPU, one GPU, or
-several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). Defaults
-are the paper's recipe (Appendix table): LoRA rank 256, alpha 24, rank-stabilised, on every linear
-layer, with the input embeddings and output head trained in full at their own learning rate;
-lr 1e-4 / 1e-5, batch 4 x 2, cosine schedule with 25% warm-up, no weight decay, 8-bit AdamW where
-bitsandbytes works; RE-ARC alone, sequences of 7 pairs, each example used at most once, up to 1200
-sequences per task, and as many steps as those take (``training_data``); sequences within the
-authors' 8192 tokens, cut to the model's positions. ``docs/method.md`` gives each default's source.
-The ``from-scratch`` preset is the variant for models built from a preset (full training, higher
-learning rates, the kit's random sampler, 1000 steps: not in the paper).
+several processes under ``accelerate launch`` / ``torchrun`` (DDP; gloo on the CPU). The defaults
+are the paper's recipe (``settings.TrainingSettings``; ``docs/method.md`` gives each one's source);
+the ``from-scratch`` preset, for models built from a preset, is the kit's own (not in the paper).
 
-A run folder is a loadable model folder plus ``training_log.csv`` (loss, learning rate, tokens
-per second), ``arc_kit.json`` (settings, package version, git commit, seeds, data), a loss curve
-and ``checkpoints/`` that a rerun resumes from; it is new, empty or a training run's
-(``TRAINING_KIND``, ``outputs``): never a folder of the user's, nor a model another command made.
-This module knows how to train; what it trains on comes from ``training_data``, and the log's file
-and its plot are ``training_log``'s.
+A run folder is a loadable model folder plus ``training_log.csv``, ``arc_kit.json`` (settings,
+package version, git commit, seeds, data), a loss curve and ``checkpoints/`` that a rerun resumes
+from; it is new, empty or a training run's (``TRAINING_KIND``, ``outputs``): never a folder of the
+user's, nor a model another command made. This module knows how to train; what it trains on comes
+from ``training_data``, and the log's file and its plot are ``training_log``'s.
 """
 
 from __future__ import annotations
@@ -44,7 +37,7 @@ from arc_kit.model.optimization import (
     parameter_groups,
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
-from arc_kit.model.training_log import LOG_COLUMNS, CsvLog, log_row, plot_loss_curve
+from arc_kit.model.training_log import CsvLog, log_row, plot_loss_curve
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
@@ -79,14 +72,11 @@ TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "traini
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """accelerate's mixed-precision name for a setting: 'bf16', 'fp16' or 'no'."""
-    if precision == "auto":
-        if device.startswith("cuda"):
-            import torch
-
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "no"
-    return "no" if precision == "fp32" else precision  # one of TrainingSettings.precision's choices
+    """accelerate's mixed-precision name for a setting (one of TrainingSettings.precision's choices): bf16, fp16, no."""
+    if precision == "auto":  # as a model loads: bf16 or fp16 on a GPU, fp32 on the CPU
+        dtype = str(devices.resolve_dtype("auto", device)).removeprefix("torch.")
+        precision = {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp32")
+    return "no" if precision == "fp32" else precision
 
 
 def prepare_for_training(model, settings: TrainingSettings):
@@ -118,11 +108,6 @@ def _checkpoints(folder: Path) -> list[Path]:
     """The checkpoint folders in ``folder``, oldest first."""
     return sorted((path for path in folder.glob("step-*") if _checkpoint_number(path) is not None),
                   key=_checkpoint_number)
-
-
-def _latest_checkpoint(folder: Path) -> Path | None:
-    done = [path for path in _checkpoints(folder) if isinstance(small_json(path / "progress.json"), dict)]
-    return done[-1] if done else None
 
 
 def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
@@ -159,7 +144,8 @@ def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
     """
     checkpoints = out / "checkpoints"
     first_step = 0
-    latest = _latest_checkpoint(checkpoints) if resume else None
+    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)]
+    latest = done[-1] if done and resume else None
     if latest is not None:
         accelerator.load_state(str(latest))
         first_step = _checkpoint_number(latest)
@@ -243,7 +229,7 @@ class _Source:
     tokenizer: Any
     description: str  # "preset micro", or the resolved folder
     preset: str | None  # the from-scratch preset's name; None for a model folder or a base
-    base_name: str | None  # a named base: what training adds is saved as a delta on it (models.save_delta)
+    base_name: str | None  # a named base: what training adds is saved as a delta on it (deltas.save_delta)
 
 
 def _load_source(model_source: str | os.PathLike, settings: TrainingSettings) -> _Source:
@@ -339,7 +325,7 @@ class _TrainingLoop:
 
         self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
         self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
-        self.log = CsvLog(out / "training_log.csv", LOG_COLUMNS) if accelerator.is_main_process else None
+        self.log = CsvLog(out / "training_log.csv") if accelerator.is_main_process else None
         self.bar = tqdm(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
@@ -420,8 +406,7 @@ def _save_trained(trained, source: _Source, out: Path, settings: TrainingSetting
 
     budget = token_budget_after_training(source.preset is not None, settings.sequences.max_tokens,
                                          getattr(trained.config, "max_position_embeddings", None))
-    record = {"preset": source.preset, "training": info,
-              "token_budget": budget}  # models.token_budget_of reads it first
+    record = {"preset": source.preset, "training": info, "token_budget": budget}
     if source.base_name is not None and not settings.full_finetune:
         save_delta(trained, source.tokenizer, out, source.base_name, record,  # megabytes, not the whole model
                    dtype=torch.bfloat16 if mixed_precision == "bf16" else None)

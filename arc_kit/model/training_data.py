@@ -1,24 +1,14 @@
 """Training sequences: draw examples from a pool, augment, encode, mask the loss to the outputs.
 
 A *pool* is the list of pairs that belong to one task: the generated RE-ARC examples of a
-training task, or a task's own train (and known test) pairs. Two samplers draw sequences from
-pools (``SequenceSettings.sampler``):
-
-- ``passes``, the authors': every sequence holds the same number of pairs (7: six shown, one to
-  answer). A *pass* over a pool shuffles its examples and cuts them into sequences, so no example
-  appears twice within a pass; each pool gives ``sequences_per_task`` sequences (scaled by its
-  weight), but at most ``max_passes`` passes' worth (1, the authors': each example once in the
-  whole run), except the pools named ``repeatable`` (whole tasks mixed in, which the authors
-  repeat). The plan is laid out like the authors' epochs: a pool's sequences spread evenly over
-  the run, in random order within each stretch. ``SequenceDataset.summary`` says what the plan
-  holds and how often examples recur.
-- ``random``, the kit's earlier one (the shipped model's): each sequence picks a pool, then
-  ``min_pairs`` to ``max_pairs`` distinct pairs afresh; examples recur across sequences at random.
-
-Either way the last pair plays the test, the sequence gets a random augmentation (symmetry,
-colours, order) and is encoded with loss only on the outputs (not the first, by default:
-``mask_first_output``, the training's setting, ``LoraTrainingSettings.mask_first_output``).
-Test-time training uses leave-one-out sequences of one task's train pairs instead.
+training task, or a task's own train (and known test) pairs. ``SequenceDataset`` draws sequences
+from pools with one of the two samplers of ``SequenceSettings``: ``passes``, the authors', whose
+plan is laid out like their epochs (a pool's sequences spread evenly over the run, in random order
+within each stretch; ``SequenceDataset.summary`` says how often examples recur), or ``random``, the
+kit's earlier one. Either way the last pair plays the test, the sequence gets a random augmentation
+(symmetry, colours, order) and is encoded with loss only on the outputs (not the first, by default:
+``LoraTrainingSettings.mask_first_output``). Test-time training uses leave-one-out sequences of one
+task's train pairs instead (``sample_leave_one_out``).
 
 Every draw takes an explicit ``numpy.random.Generator``; ``SequenceDataset`` item ``i`` is drawn
 from the generator seeded ``(seed, i)`` (its place in the plan from generators seeded by the
@@ -47,15 +37,9 @@ from arc_kit.text import Encoded, TaskEncoder, TaskTooLongError
 logger = logging.getLogger(__name__)
 
 
-def pools_from_tasks(tasks: TaskSet, include_test: bool = True, prefix: str = "") -> dict[str, tuple[Pair, ...]]:
+def pools_from_tasks(tasks: TaskSet) -> dict[str, tuple[Pair, ...]]:
     """One pool per task: its train pairs, plus its test pairs where their outputs are known."""
-    pools = {}
-    for task in tasks.tasks():
-        pairs = list(task.train)
-        if include_test:
-            pairs += [pair for pair in task.test if pair.output is not None]
-        pools[prefix + task.id] = tuple(pairs)
-    return pools
+    return {task.id: (*task.train, *(pair for pair in task.test if pair.output is not None)) for task in tasks.tasks()}
 
 
 def sample_sequence(pool: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
@@ -80,27 +64,14 @@ def sample_examples(pool: Sequence[Pair], rng: np.random.Generator, encoder: Tas
     return encoded, tuple(augmentation.reorder(chosen))
 
 
-def encode_sequence(pairs: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder,
-                    settings: SequenceSettings = SequenceSettings(), *, mask_first_output: bool = True) -> Encoded:
-    """Pairs in the order given (the last plays the test), a random symmetry and colours, encoded."""
-    augmentation = Augmentation.random(rng, None, keep_background=settings.fixed_background)
-    return encoder.encode_training(augmentation.apply_pairs(pairs), mask_first_output=mask_first_output,
-                                   max_len=settings.max_tokens)
-
-
-def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *,
-                         held_out: int | None = None, symmetry: int | None = None, mask_first_output: bool = True,
+def sample_leave_one_out(train: Sequence[Pair], rng: np.random.Generator, encoder: TaskEncoder, *, held_out: int,
+                         symmetry: int | None = None, mask_first_output: bool = True,
                          keep_background: bool = False) -> Encoded:
-    """A test-time-training sequence: one train pair held out as the test, the others as examples.
-
-    The examples come in random order, then the whole sequence gets a symmetry (``symmetry``, or a
-    random one) and a random colour permutation (the held-out pair stays last), within the
-    encoder's token budget. Only train pairs are ever used.
-    """
+    """A test-time-training sequence: train pair ``held_out`` last, as the test, the others before it in random
+    order; the whole sequence in a symmetry (``symmetry``, or a random one) and random colours, within the
+    encoder's token budget."""
     if len(train) < 2:
         raise ValueError("leave-one-out needs at least 2 train pairs")
-    if held_out is None:
-        held_out = int(rng.integers(len(train)))
     others = [train[i] for i in rng.permutation(len(train)) if i != held_out]
     augmentation = Augmentation.random(rng, None, symmetry=symmetry, keep_background=keep_background)
     return encoder.encode_training(augmentation.apply_pairs(others + [train[held_out]]),
@@ -317,11 +288,15 @@ class SequenceDataset:
         learn), another pair of the same sequence plays the test; None if none can."""
         pool_index, _, chosen = self.plan(index)
         pool = self.pools[pool_index]
+        # a symmetry and colours (the pairs keep the order given), the same for every try
+        augmentation = Augmentation.random(np.random.default_rng((self.seed, index)), None,
+                                           keep_background=self.settings.fixed_background)
         for last in reversed(range(len(chosen))):
             order = [*chosen[:last], *chosen[last + 1:], chosen[last]]
-            try:  # every try draws the same augmentation
-                encoded = encode_sequence([pool[i] for i in order], np.random.default_rng((self.seed, index)),
-                                          self.encoder, self.settings, mask_first_output=self.mask_first_output)
+            try:
+                encoded = self.encoder.encode_training(augmentation.apply_pairs([pool[i] for i in order]),
+                                                       mask_first_output=self.mask_first_output,
+                                                       max_len=self.settings.max_tokens)
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
@@ -363,15 +338,14 @@ class PaddingCollator:
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
+        from torch.nn.functional import pad
+        from torch.nn.utils.rnn import pad_sequence
 
-        longest = max(len(item["input_ids"]) for item in items)
-        longest = -(-longest // self.multiple_of) * self.multiple_of
-        input_ids = torch.full((len(items), longest), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(items), longest), -100, dtype=torch.long)
-        attention = torch.zeros((len(items), longest), dtype=torch.long)
-        for row, item in enumerate(items):
-            length = len(item["input_ids"])
-            input_ids[row, :length] = item["input_ids"]
-            labels[row, :length] = item["labels"]
-            attention[row, :length] = 1
-        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
+        extra = -max(len(item["input_ids"]) for item in items) % self.multiple_of
+
+        def padded(rows: list, value: int):
+            return pad(pad_sequence(rows, batch_first=True, padding_value=value), (0, extra), value=value)
+
+        return {"input_ids": padded([item["input_ids"] for item in items], self.pad_id),
+                "labels": padded([item["labels"] for item in items], -100),
+                "attention_mask": padded([torch.ones(len(item["input_ids"]), dtype=torch.long) for item in items], 0)}

@@ -8,27 +8,30 @@ columns and files; it knows nothing of models, optimizers or how a step is train
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from arc_kit.data.plotting import draw_loss_curve
 from arc_kit.outputs import appending, remove_entry, replacing
 
+LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
+               "elapsed_seconds")
+
 
 class CsvLog:
-    """Append-only CSV with a fixed header; a resumed run cuts the rows past its checkpoint, then appends. Written
-    through ``outputs`` (appended, or replaced whole): never through a link."""
+    """The log at ``path``: append-only, its header ``LOG_COLUMNS``; a resumed run cuts the rows past its checkpoint,
+    then appends. Written through ``outputs`` (appended, or replaced whole): never through a link."""
 
-    def __init__(self, path: Path, columns: Sequence[str]):
-        self.path, self.columns = path, list(columns)
+    def __init__(self, path: Path):
+        self.path = path
         if not (path.is_file() and not path.is_symlink()):
             with replacing(path, newline="") as handle:
-                csv.writer(handle).writerow(self.columns)
+                csv.writer(handle).writerow(LOG_COLUMNS)
 
     def write(self, row: Mapping[str, Any]) -> None:
         with appending(self.path, newline="") as handle:
-            csv.writer(handle).writerow([row.get(column, "") for column in self.columns])
+            csv.writer(handle).writerow([row.get(column, "") for column in LOG_COLUMNS])
 
     @staticmethod
     def cut(path: Path, step: int) -> None:
@@ -44,10 +47,6 @@ class CsvLog:
         kept = [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
         with replacing(path, newline="") as handle:
             csv.writer(handle).writerows([rows[0] if rows else list(LOG_COLUMNS), *kept])
-
-
-LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "tokens", "tokens_per_second",
-               "elapsed_seconds")
 
 
 def log_row(step: int, loss: float, rates: Mapping[str | None, float], tokens: int, window_seconds: float,
@@ -74,6 +73,3 @@ def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
         figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
     return out_path
-
-
-__all__ = ["LOG_COLUMNS", "CsvLog", "log_row", "plot_loss_curve"]

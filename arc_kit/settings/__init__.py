@@ -1,22 +1,14 @@
 """The settings of every stage in one place: the dataclasses, their named presets, and the ladder of cheaper ones.
 
-Each stage has one frozen dataclass whose defaults are the paper's recipe; each field carries a
-one-line reason (``help``), which is also what ``--help`` prints: the command line is generated
-from these fields (``options``), so it cannot disagree with what runs. Each field is declared once,
-in one class (a test holds every class to it); what two stages share is one dataclass both hold
-(``LoraTrainingSettings``: the initial fine-tune's and test-time training's). What a field takes
-(a range, choices) is declared on it and checked once, as the settings are made. Named presets
-(``paper``, ``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``, ``from-scratch``,
-``smollm2-gpu``, ``smollm2-cpu`` for training; the from-scratch models) live here and nowhere else.
-Every default names its source in its help: the paper's appendix table, the authors' code, or ours
-and why (the table is in ``docs/method.md``). ``from_json`` reads what an older or newer kit wrote:
-fields it does not know are dropped (or refused, with ``strict``), fields missing take their
-defaults, fields an earlier kit wrote elsewhere or under another name are read where they are now.
-
-``base`` holds what every settings dataclass shares and the command-line options; ``training`` the
-training stages; ``solving`` the solver, the run's time caps, the competition job and the Sudoku
-evaluation; ``model`` the from-scratch models and how a model is loaded; ``presets`` the named
-presets and the ladder. Import the names from here.
+Each stage has one frozen dataclass whose defaults are the paper's recipe; each field is declared once,
+in one class (a test holds every class to it), with a one-line reason (``help``) that names its source
+(the paper's appendix table, the authors' code, or ours and why; the table is in ``docs/method.md``)
+and is what ``--help`` prints. What two stages share is one dataclass both hold
+(``LoraTrainingSettings``: the initial fine-tune's and test-time training's). ``base`` holds what every
+settings dataclass shares (checks, JSON that reads an older kit's layout, the command-line options);
+``training`` the training stages; ``solving`` the solver, the run's time caps, the competition job and
+the Sudoku evaluation; ``model`` the from-scratch models and how a model is loaded; ``presets`` the
+named presets (and nowhere else) and the ladder. Import the names from here.
 
 This package needs only the standard library; it knows nothing of models, tasks or files.
 """

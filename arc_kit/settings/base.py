@@ -20,6 +20,7 @@ tasks or files.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Iterator, Mapping
@@ -42,10 +43,8 @@ class Bounds:
     high_open: bool = False
 
     @classmethod
-    def of(cls, at_least=None, above=None, at_most=None, below=None) -> Bounds | None:
-        """The bounds given by keywords (at most one low and one high); None when none is given."""
-        if at_least is None and above is None and at_most is None and below is None:
-            return None
+    def of(cls, at_least=None, above=None, at_most=None, below=None) -> Bounds:
+        """The bounds given by keywords (at most one low and one high)."""
         return cls(above if above is not None else at_least, below if below is not None else at_most,
                    above is not None, below is not None)
 
@@ -59,28 +58,18 @@ class Bounds:
             parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
         return ", ".join(parts) or "any finite number"
 
-    def check(self, value: Any, name: str, kind: type = float) -> Any:
-        """``value`` when it is a finite number of ``kind`` (an int field takes whole numbers only) in range;
-        else ValueError in one line naming ``name``."""
-        problem = self.problem(value, kind)
-        if problem:
-            raise ValueError(f"{name} {problem}")
-        return value
-
     def problem(self, value: Any, kind: type = float) -> str | None:
-        """What is wrong with ``value`` ('must be at least 1, got 0'), or None when nothing is."""
+        """What is wrong with ``value`` ('must be at least 1, got 0'), or None when it is a finite number of
+        ``kind`` (an int field takes whole numbers only) in range."""
         whole = kind is int
         if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
             return f"must be a {'whole number' if whole else 'number'} ({self.text}), got {shown(repr(value))}"
         finite = isinstance(value, int) or math.isfinite(value)  # an int of any size is finite
-        if not finite or not self.holds(value):
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if not finite or too_low or too_high:
             return f"must be {'' if finite else 'a finite number, '}{self.text}, got {value!r}"
         return None
-
-    def holds(self, value: float) -> bool:
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
 
 
 ANY_NUMBER = Bounds()  # a number field without a declared range: finite is all it must be
@@ -107,23 +96,19 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | N
     return field(default=default, metadata=metadata)
 
 
+def _optional(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
 def _number_kind(hint: Any) -> type | None:
     """int or float for a field that holds a number (optionally None), else None."""
     arguments = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     return arguments[0] if len(arguments) == 1 and arguments[0] in (int, float) else None
 
 
-def _optional(hint: Any) -> bool:
-    return type(None) in typing.get_args(hint)
-
-
 def _nested(hint: Any) -> type | None:
     """The settings class a field of this type holds, else None."""
     return hint if isinstance(hint, type) and issubclass(hint, Settings) else None
-
-
-def _default(item: dataclasses.Field) -> Any:
-    return item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
 
 
 class Settings:
@@ -146,8 +131,9 @@ class Settings:
                 raise ValueError(f"unknown {item.name} {given}{flag}; expected one of: "
                                  f"{', '.join(map(str, choices))}{' (or unset)' if _optional(hint) else ''}")
             kind = _number_kind(hint)
-            if kind is not None:
-                (item.metadata.get("bounds") or ANY_NUMBER).check(value, item.name, kind)
+            problem = kind and (item.metadata.get("bounds") or ANY_NUMBER).problem(value, kind)
+            if problem:
+                raise ValueError(f"{item.name} {problem}")
 
     def replace(self, **changes):
         """These settings with ``changes``; a field of nested settings may be named alone (``steps=8`` for
@@ -172,23 +158,17 @@ class Settings:
         class default; one an earlier kit wrote elsewhere is read where it is declared now (``upgraded``)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-        data = cls.upgraded(data)
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        data, defaults = cls.upgraded(data), cls() if defaults is None else defaults
+        known = [item.name for item in dataclasses.fields(cls)]
         unknown = [name for name in data if name not in known]
         if unknown and strict:
             raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(map(shown, unknown))}; known: "
                              f"{', '.join(known)}")
         hints = typing.get_type_hints(cls)
-        values = {}
-        for name, value in data.items():
-            if name not in known:
-                continue
-            nested = _nested(hints[name])
-            if nested and isinstance(value, Mapping):
-                inner = getattr(defaults, name) if defaults is not None else _default(known[name])
-                value = nested.from_json(value, strict=strict, defaults=inner)
-            values[name] = value
-        return defaults.replace(**values) if defaults is not None else cls(**values)
+        values = {name: _nested(hints[name]).from_json(value, strict=strict, defaults=getattr(defaults, name))
+                  if _nested(hints[name]) and isinstance(value, Mapping) else value
+                  for name, value in data.items() if name in known}
+        return dataclasses.replace(defaults, **values)
 
     @classmethod
     def upgraded(cls, data: Mapping) -> dict:
@@ -211,36 +191,33 @@ class Settings:
                     break
                 inner[step] = inner = dict(inner.get(step, {}))
             else:
-                inner.setdefault(path[-1], data[name])
-                del data[name]
+                inner.setdefault(path[-1], data.pop(name))
         return data
 
     def result_json(self) -> dict:
         """``to_json`` without the neutral fields: what two runs must share to be one run."""
-        result = {}
-        for item in dataclasses.fields(self):
-            if item.metadata.get("neutral"):
-                continue
-            value = getattr(self, item.name)
-            result[item.name] = value.result_json() if isinstance(value, Settings) else \
-                (dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value)
-        return result
+        return {item.name: value.result_json() if isinstance(value := getattr(self, item.name), Settings) else value
+                for item in dataclasses.fields(self) if not item.metadata.get("neutral")}
+
+
+def _leaves(cls: type, prefix: tuple[str, ...] = (), holders: tuple = ()) -> Iterator[tuple]:
+    """(path, field, type, holders) of every field of ``cls`` and of its nested settings that holds no settings
+    itself, in field order; ``holders``: the fields on the way down to it."""
+    hints = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        if _nested(hints[item.name]):
+            yield from _leaves(hints[item.name], (*prefix, item.name), (*holders, item))
+        else:
+            yield (*prefix, item.name), item, hints[item.name], holders
 
 
 def _declared_path(cls: type, name: str, former: bool = True) -> tuple[str, ...] | None:
     """Where field ``name`` lives inside the nested settings of ``cls`` (by its name now, else, ``former``, by a
     former one), as field names from ``cls`` down; None when no nested settings declare it, or more than one."""
-    for by_former in (False, True) if former else (False,):
-        found, pending = [], [(cls, ())]
-        while pending:
-            outer, prefix = pending.pop()
-            hints = typing.get_type_hints(outer)
-            for item in dataclasses.fields(outer):
-                nested = _nested(hints[item.name])
-                if nested:
-                    pending.append((nested, (*prefix, item.name)))
-                elif prefix and name == (item.metadata.get("formerly") if by_former else item.name):
-                    found.append((*prefix, item.name))
+    nested = [(path, item) for path, item, _, holders in _leaves(cls) if holders]
+    for key in ("name", "formerly")[:1 + former]:
+        found = [path for path, item in nested
+                 if name == (item.name if key == "name" else item.metadata.get("formerly"))]
         if found:
             return found[0] if len(found) == 1 else None
     return None
@@ -259,36 +236,27 @@ class Option:
     bounds: Bounds | None = None  # a number's range (checked by the parser too, shown in --help)
 
 
-def options(cls: type, prefix: tuple[str, ...] = (), chosen: Mapping[str, str] | None = None) -> Iterator[Option]:
+def options(cls: type) -> Iterator[Option]:
     """Every command-line option of a settings class, nested settings flattened, in field order.
 
-    ``chosen`` (a nested field's ``flags``): the only options, by dotted path below ``cls``, with their flags.
-    """
-    hints = typing.get_type_hints(cls)
-    for item in dataclasses.fields(cls):
-        kind = hints[item.name]
-        if _nested(kind):
-            inner = item.metadata.get("flags") if chosen is None else \
-                {path[len(item.name) + 1:]: flag for path, flag in chosen.items() if path.startswith(item.name + ".")}
-            yield from options(kind, (*prefix, item.name), inner)
-            continue
-        if (chosen is None and not item.metadata.get("command_line", True)) or \
-                (chosen is not None and item.name not in chosen):
-            continue
-        arguments = [a for a in typing.get_args(kind) if a is not type(None)]
-        optional = bool(arguments) and len(arguments) < len(typing.get_args(kind))
-        base = arguments[0] if optional else kind
-        flag = chosen[item.name] if chosen is not None else \
-            item.metadata.get("flag") or "--" + item.name.replace("_", "-")
-        yield Option((*prefix, item.name), flag, base, item.metadata.get("help", ""), item.metadata.get("choices"),
-                     optional, item.metadata.get("bounds"))
+    Where a field holding nested settings names ``flags`` (the outermost such field), those are the only
+    options below it, with those flags."""
+    for path, item, hint, holders in _leaves(cls):
+        depth, chosen = next(((depth, holder.metadata["flags"]) for depth, holder in enumerate(holders)
+                              if holder.metadata.get("flags")), (0, None))
+        if chosen is not None:
+            flag = chosen.get(".".join(path[depth + 1:]))
+        else:
+            flag = (item.metadata.get("flag") or "--" + item.name.replace("_", "-")) \
+                if item.metadata.get("command_line", True) else None
+        if flag is not None:
+            arguments = [a for a in typing.get_args(hint) if a is not type(None)]
+            yield Option(path, flag, arguments[0] if _optional(hint) else hint, item.metadata.get("help", ""),
+                         item.metadata.get("choices"), _optional(hint), item.metadata.get("bounds"))
 
 
 def get_path(settings: Settings, path: tuple[str, ...]) -> Any:
-    value = settings
-    for name in path:
-        value = getattr(value, name)
-    return value
+    return functools.reduce(getattr, path, settings)
 
 
 def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:

@@ -28,9 +28,8 @@ def smoke(settings: SolveSettings) -> SolveSettings:
     """A few seconds per task: enough to prove that the whole path works, not to score."""
     return settings.replace(inference_augmentations=min(2, settings.inference_augmentations),
                             scoring_augmentations=min(2, settings.scoring_augmentations),
-                            ttt=settings.ttt.replace(steps=min(4, settings.ttt.steps)),
-                            sampler=settings.sampler.replace(
-                                max_forward_calls=min(2000, settings.sampler.max_forward_calls)))
+                            steps=min(4, settings.ttt.steps),
+                            max_forward_calls=min(2000, settings.sampler.max_forward_calls))
 
 
 def _cpu() -> SolveSettings:

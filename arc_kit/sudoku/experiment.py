@@ -35,14 +35,8 @@ from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
 from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
-from arc_kit.sudoku.puzzles import (
-    SudokuAugmentation,
-    SudokuPool,
-    clue_count,
-    is_valid_solution,
-    keeps_clues,
-    score_answer,
-)
+from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool
+from arc_kit.sudoku.rules import clue_count, is_valid_solution, keeps_clues, score_answer
 
 logger = logging.getLogger(__name__)
 
@@ -130,27 +124,24 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
             rows[-1].update(greedy_cells=blank_cells_right(pair.input, pair.output, greedy),
                             greedy_solved=score_answer(pair.input, None if greedy is None else np.asarray(greedy)),
                             greedy_valid=greedy is not None and is_valid_solution(np.asarray(greedy)))
-    count = len(rows)
 
-    def share(name):
-        return round(sum(float(row[name]) for row in rows) / count, 4) if count else 0.0
+    def mean(name, digits=4):
+        return round(sum(float(row[name]) for row in rows) / len(rows), digits) if rows else 0.0
 
     greedy = {}
     if rows and all("greedy_cells" in row for row in rows):  # the diagnostic, when every puzzle has it
-        greedy = {"greedy_blank_cells_right": share("greedy_cells"), "greedy_solved": share("greedy_solved"),
-                  "greedy_valid_sudoku": share("greedy_valid")}
+        greedy = {"greedy_blank_cells_right": mean("greedy_cells"), "greedy_solved": mean("greedy_solved"),
+                  "greedy_valid_sudoku": mean("greedy_valid")}
     by_clues = {}
     for clues in sorted({row["clues"] for row in rows}):
         group = [row for row in rows if row["clues"] == clues]
         by_clues[str(clues)] = {"puzzles": len(group), "solved_poe": int(sum(row["poe"] for row in group)),
                                 "solution_found": int(sum(row["found"] for row in group))}
-    return {"puzzles": count, "top1_accuracy_poe": share("poe"), "top1_accuracy_generation": share("generation"),
-            "solution_found": share("found"), "answered": share("answered"), "answers_valid_sudoku": share("valid"),
-            "answers_keeping_clues": share("keeps_clues"), "searches_capped": share("capped"),
-            "mean_candidates": round(float(np.mean([r["candidates"] for r in rows])), 2) if rows else 0.0,
-            "mean_clues": round(float(np.mean([r["clues"] for r in rows])), 2) if rows else 0.0,
-            "seconds_per_puzzle": round(float(np.mean([r["seconds"] for r in rows])), 2) if rows else 0.0,
-            "by_clues": by_clues, **greedy}
+    return {"puzzles": len(rows), "top1_accuracy_poe": mean("poe"), "top1_accuracy_generation": mean("generation"),
+            "solution_found": mean("found"), "answered": mean("answered"), "answers_valid_sudoku": mean("valid"),
+            "answers_keeping_clues": mean("keeps_clues"), "searches_capped": mean("capped"),
+            "mean_candidates": mean("candidates", 2), "mean_clues": mean("clues", 2),
+            "seconds_per_puzzle": mean("seconds", 2), "by_clues": by_clues, **greedy}
 
 
 def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresholds: Sequence[float]):

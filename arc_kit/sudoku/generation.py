@@ -12,6 +12,7 @@ Needs numpy only; knows nothing of files, augmentations, models or text.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
@@ -131,8 +132,5 @@ def parse_clues(text: str):
 
 def clue_histogram(pairs: Iterable[Pair]) -> dict[int, int]:
     """{clue count: puzzles}, sorted by count."""
-    counts: dict[int, int] = {}
-    for pair in pairs:
-        counts[clue_count(pair.input)] = counts.get(clue_count(pair.input), 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(clue_count(pair.input) for pair in pairs).items()))
 

@@ -1,24 +1,18 @@
-"""Sudoku puzzles for the paper's section 5.5: an exact solver, a seeded generator, a CSV loader, augmentations.
+"""Sudoku puzzles as files, augmentations and a training pool, for the paper's section 5.5.
 
 A puzzle is a 9x9 grid with 0 for an empty cell; its solution is the filled grid. As a ``tasks.Pair``
 the puzzle is the input and the solution the output, so the kit's text format, encoder, DFS and
 scoring take puzzles as they take ARC test inputs (with no train pairs: the rules never change).
-
-Two modules below this one hold the rest, and their names are importable from here too:
-
-- ``rules``: checking (``solves``, ``score_answer``), 81-character grids, and the exact solver
-  (``count_solutions`` / ``solve``); ``count_solutions(p, 2) == 1`` is the uniqueness check.
-- ``generation``: ``generate_puzzle`` / ``generate_puzzles``, puzzles with a unique solution and clue
-  counts drawn from Sudoku 3M's histogram or a range; puzzle ``i`` from the generator seeded ``(seed, i)``.
-
-This module holds:
+The rules and the exact solver live in ``rules``, the generator in ``generation``; the package
+(``arc_kit.sudoku``) hands on the names of all three.
 
 - ``load_csv`` / ``write_csv``: the Sudoku 3M layout (``puzzle,solution`` as 81-character strings,
   '.' or '0' for an empty cell; other columns are ignored).
 - ``SudokuAugmentation``: the symmetries that keep a Sudoku a Sudoku (digits permuted with 0 fixed,
   transposition, bands, rows within a band, stacks, columns within a stack): typed, invertible,
-  with a compact key that ``from_key`` parses. It offers the grid/pair methods of
-  ``augmentation.Augmentation``, so the solver's sampling and scoring take it as they are.
+  with a compact key that ``from_key`` parses. Its digits and transposition are an
+  ``augmentation.Augmentation`` (a colour permutation, symmetry 4), whose grid and pair methods it
+  shares, so the solver's sampling and scoring take it as they are.
 - ``SudokuPool``: puzzles under fresh augmentations, drawn lazily, as a training pool.
 
 Needs numpy only; knows nothing of models or text.
@@ -27,6 +21,7 @@ Needs numpy only; knows nothing of models or text.
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,44 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import freeze
 from arc_kit.data.jsonio import check_regular_file
 from arc_kit.data.tasks import Pair
 from arc_kit.outputs import replacing
-from arc_kit.sudoku.generation import (
-    DEFAULT_CLUES,
-    MAX_PASSES,
-    SUDOKU_3M_CLUES,
-    clue_histogram,
-    clue_weights,
-    generate_puzzle,
-    generate_puzzles,
-    parse_clues,
-)
-from arc_kit.sudoku.rules import (
-    ALL_DIGITS,
-    SIZE,
-    as_grid,
-    clue_count,
-    count_solutions,
-    grid_from_text,
-    grid_text,
-    has_unique_solution,
-    is_valid_solution,
-    keeps_clues,
-    random_solution,
-    score_answer,
-    solve,
-    solves,
-)
-
-__all__ = [
-    "ALL_DIGITS", "DEFAULT_CLUES", "IDENTITY_DIGITS", "IDENTITY_LINES", "MAX_PASSES", "SIZE", "SUDOKU_3M_CLUES",
-    "SudokuAugmentation", "SudokuPool", "as_grid", "clue_count", "clue_histogram", "clue_weights", "count_solutions",
-    "generate_puzzle", "generate_puzzles", "grid_from_text", "grid_text", "has_unique_solution", "is_valid_solution",
-    "keeps_clues", "load_csv", "parse_clues", "random_line_permutation", "random_solution", "score_answer", "solve",
-    "solves", "write_csv",
-]
+from arc_kit.sudoku.rules import SIZE, as_grid, clue_count, grid_from_text, grid_text, solves
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,26 +47,20 @@ def load_csv(path: str | Path, limit: int | None = None, check: bool = True) -> 
     regular file (a FIFO, a folder) or no CSV text is a ValueError in one line too.
     """
     check_regular_file(path, "CSV file")  # a FIFO would be waited on forever
+    pairs = []
     with open(path, newline="", encoding="utf-8") as handle:
         try:
-            return _read_pairs(csv.DictReader(handle), path, limit, check)
+            reader = csv.DictReader(handle)
+            missing = {"puzzle", "solution"} - set(reader.fieldnames or [])
+            if missing:
+                raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found {reader.fieldnames})")
+            for line, row in itertools.islice(enumerate(reader, start=2), limit):
+                puzzle, solution = grid_from_text(row["puzzle"] or ""), grid_from_text(row["solution"] or "")
+                if check and not solves(puzzle, solution):  # (a short row's missing cells read as "")
+                    raise ValueError(f"{path}, line {line}: the solution does not solve the puzzle")
+                pairs.append(Pair(puzzle, solution))
         except csv.Error as error:  # a NUL byte, a field over csv's limit...
             raise ValueError(f"{path}: not a CSV file of puzzles ({error})") from None
-
-
-def _read_pairs(reader: csv.DictReader, path, limit: int | None, check: bool) -> list[Pair]:
-    """The rows of ``load_csv``'s open file."""
-    pairs = []
-    missing = {"puzzle", "solution"} - set(reader.fieldnames or [])
-    if missing:
-        raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found {reader.fieldnames})")
-    for line, row in enumerate(reader, start=2):
-        if limit is not None and len(pairs) >= limit:
-            break
-        puzzle, solution = grid_from_text(row["puzzle"] or ""), grid_from_text(row["solution"] or "")  # short row
-        if check and not solves(puzzle, solution):
-            raise ValueError(f"{path}, line {line}: the solution does not solve the puzzle")
-        pairs.append(Pair(puzzle, solution))
     return pairs
 
 
@@ -122,16 +79,14 @@ def write_csv(path: str | Path, pairs: Iterable[Pair]) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Augmentations.
 
-IDENTITY_DIGITS = tuple(range(10))
-IDENTITY_LINES = tuple(range(SIZE))
+LINES = tuple(range(SIZE))
 _KEY = re.compile(r"^t([01])-d([0-9]{10})-r([0-8]{9})-c([0-8]{9})$")
 
 
 def _is_line_permutation(order: tuple[int, ...]) -> bool:
     """True for a permutation of 0-8 that moves whole bands and rows only within a band."""
-    if sorted(order) != list(IDENTITY_LINES):
-        return False
-    return all(len({line // 3 for line in order[band * 3:band * 3 + 3]}) == 1 for band in range(3))
+    return sorted(order) == list(LINES) and all(len({line // 3 for line in order[band * 3:band * 3 + 3]}) == 1
+                                                for band in range(3))
 
 
 def random_line_permutation(rng: np.random.Generator) -> tuple[int, ...]:
@@ -149,27 +104,20 @@ class SudokuAugmentation:
     stays a Sudoku. Key: ``t<0|1>-d<10 digits>-r<9 rows>-c<9 columns>``.
     """
 
-    digits: tuple[int, ...] = IDENTITY_DIGITS
+    digits: tuple[int, ...] = tuple(range(10))
     transpose: bool = False
-    rows: tuple[int, ...] = IDENTITY_LINES
-    columns: tuple[int, ...] = IDENTITY_LINES
+    rows: tuple[int, ...] = LINES
+    columns: tuple[int, ...] = LINES
 
     def __post_init__(self):
-        object.__setattr__(self, "digits", tuple(int(d) for d in self.digits))
-        object.__setattr__(self, "transpose", bool(self.transpose))
-        object.__setattr__(self, "rows", tuple(int(r) for r in self.rows))
-        object.__setattr__(self, "columns", tuple(int(c) for c in self.columns))
-        if sorted(self.digits) != list(IDENTITY_DIGITS) or self.digits[0] != 0:
+        if sorted(self.digits) != list(range(10)) or self.digits[0] != 0:
             raise ValueError(f"digits must be a permutation of 0-9 that keeps 0, got {self.digits}")
         for name in ("rows", "columns"):
             if not _is_line_permutation(getattr(self, name)):
                 raise ValueError(f"{name} must permute bands and lines within bands, got {getattr(self, name)}")
-        object.__setattr__(self, "_digit_table", np.array(self.digits, dtype=np.uint8))
-        object.__setattr__(self, "_inverse_digits", np.argsort(self.digits).astype(np.uint8))
-        object.__setattr__(self, "_inverse_rows", np.argsort(self.rows))
-        object.__setattr__(self, "_inverse_columns", np.argsort(self.columns))
+        # the digits and the transposition: a colour permutation and symmetry 4 (the transpose)
+        object.__setattr__(self, "_square", Augmentation(4 if self.transpose else 0, self.digits))
 
-    # -- constructors ----------------------------------------------------------------------------
     @classmethod
     def identity(cls) -> SudokuAugmentation:
         return cls()
@@ -198,7 +146,6 @@ class SudokuAugmentation:
         transpose, digits, rows, columns = match.groups()
         return cls(tuple(map(int, digits)), transpose == "1", tuple(map(int, rows)), tuple(map(int, columns)))
 
-    # -- properties ------------------------------------------------------------------------------
     @property
     def key(self) -> str:
         return (f"t{int(self.transpose)}-d{''.join(map(str, self.digits))}-r{''.join(map(str, self.rows))}"
@@ -211,22 +158,14 @@ class SudokuAugmentation:
     def __str__(self) -> str:
         return self.key
 
-    # -- grids and pairs -------------------------------------------------------------------------
     def apply_grid(self, grid) -> np.ndarray:
-        grid = self._digit_table[as_grid(grid)]
-        if self.transpose:
-            grid = grid.T
-        return freeze(grid[np.ix_(self.rows, self.columns)])
+        return freeze(self._square.apply_grid(as_grid(grid))[np.ix_(self.rows, self.columns)])
 
     def invert_grid(self, grid) -> np.ndarray:
         """Undo apply_grid on a grid in this augmentation's frame (an answer, say)."""
-        grid = np.asarray(as_grid(grid))[np.ix_(self._inverse_rows, self._inverse_columns)]
-        if self.transpose:
-            grid = grid.T
-        return freeze(self._inverse_digits[grid])
+        return self._square.invert_grid(as_grid(grid)[np.ix_(np.argsort(self.rows), np.argsort(self.columns))])
 
-    def apply_pair(self, pair: Pair) -> Pair:
-        return Pair(self.apply_grid(pair.input), None if pair.output is None else self.apply_grid(pair.output))
+    apply_pair = Augmentation.apply_pair  # both grids (the output where there is one) through apply_grid
 
     def apply_pairs(self, pairs: Sequence[Pair]) -> list[Pair]:
         """Every pair transformed, order kept (the interface of ``augmentation.Augmentation``)."""
@@ -245,12 +184,8 @@ class SudokuPool(Sequence):
     def __len__(self) -> int:
         return len(self.pairs) * self.copies
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = int(index)
-        if not -len(self) <= index < len(self):
+    def __getitem__(self, index: int) -> Pair:
+        if not 0 <= index < len(self):  # (the trainer asks by position; iteration ends at the IndexError)
             raise IndexError(index)
-        index %= len(self)
-        augmentation = SudokuAugmentation.random(np.random.default_rng((self.seed, index)))
+        augmentation = SudokuAugmentation.random(np.random.default_rng((self.seed, int(index))))
         return augmentation.apply_pair(self.pairs[index % len(self.pairs)])

@@ -15,7 +15,7 @@ from arc_kit.data.grids import freeze
 
 SIZE = 9
 ALL_DIGITS = 0b1111111110  # bits 1..9
-_BOX = [(row // 3) * 3 + col // 3 for row in range(SIZE) for col in range(SIZE)]
+_UNITS = [(row, SIZE + column, 2 * SIZE + row // 3 * 3 + column // 3) for row in range(SIZE) for column in range(SIZE)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,54 +75,40 @@ def grid_text(grid) -> str:
 # The exact solver.
 
 class _Board:
-    """A puzzle being filled: its 81 cells, and for each row, column and box a bit mask of the digits in it."""
+    """A puzzle being filled: its 81 cells, and for each unit (9 rows, 9 columns, 9 boxes) a bit mask of its digits."""
 
-    def __init__(self, cells: list[int]):
-        self.cells = cells
-        self.rows, self.columns, self.boxes = [0] * SIZE, [0] * SIZE, [0] * SIZE
-        self.empty = [index for index, value in enumerate(cells) if not value]
-
-    @classmethod
-    def from_puzzle(cls, puzzle) -> _Board | None:
-        """The board of a puzzle's clues; None when two equal clues share a unit (no solution then)."""
-        board = cls([int(v) for v in as_grid(puzzle).reshape(-1)])
-        for index, value in enumerate(board.cells):
+    def __init__(self, puzzle):
+        """The board of a puzzle's clues; ``clash`` when two equal clues share a unit (no solution then)."""
+        clues = [int(value) for value in as_grid(puzzle).reshape(-1)]
+        self.cells, self.units, self.clash = [0] * len(clues), [0] * 3 * SIZE, False
+        self.empty = [index for index, value in enumerate(clues) if not value]
+        for index, value in enumerate(clues):
             if value:
                 if not 1 <= value <= 9:
                     raise ValueError(f"a Sudoku cell holds 0-9, got {value}")
-                if board.units(index) & (1 << value):
-                    return None  # two equal clues in one unit
-                board.flip(index, value)
-        return board
+                self.clash = self.clash or bool(self.taken(index) >> value & 1)
+                self.set(index, value)
 
-    def units(self, index: int) -> int:
+    def taken(self, index: int) -> int:
         """The digits already in the cell's row, column and box, as bits."""
-        return self.rows[index // SIZE] | self.columns[index % SIZE] | self.boxes[_BOX[index]]
+        row, column, box = _UNITS[index]
+        return self.units[row] | self.units[column] | self.units[box]
 
-    def flip(self, index: int, value: int) -> None:
-        """The digit's bit toggled in the cell's row, column and box."""
-        bit = 1 << value
-        row, column, box = index // SIZE, index % SIZE, _BOX[index]
-        self.rows[row] ^= bit
-        self.columns[column] ^= bit
-        self.boxes[box] ^= bit
-
-    def place(self, index: int, value: int) -> None:
-        self.flip(index, value)
+    def set(self, index: int, value: int) -> None:
+        """The cell set to ``value`` (0: cleared), its units' bits toggled to match."""
+        bit = 1 << (value or self.cells[index])
+        for unit in _UNITS[index]:
+            self.units[unit] ^= bit
         self.cells[index] = value
 
-    def clear(self, index: int) -> None:
-        self.flip(index, self.cells[index])
-        self.cells[index] = 0
-
     def pick(self, rng: np.random.Generator | None) -> tuple[int, list[int]] | None:
-        """The empty cell with the fewest candidates and its digits; None when the grid is full."""
-        cells, rows, columns, boxes = self.cells, self.rows, self.columns, self.boxes
-        best, best_mask, best_count = -1, 0, 10
+        """The empty cell with the fewest candidates and its digits (the last tried first); None when it is full."""
+        best, best_mask, best_count, cells, units = -1, 0, 10, self.cells, self.units
         for index in self.empty:
             if cells[index]:
                 continue
-            mask = ALL_DIGITS & ~(rows[index // SIZE] | columns[index % SIZE] | boxes[_BOX[index]])
+            row, column, box = _UNITS[index]  # self.taken(index), written out: the solver's innermost loop
+            mask = ALL_DIGITS & ~(units[row] | units[column] | units[box])
             count = bin(mask).count("1")
             if count < best_count:
                 best, best_mask, best_count = index, mask, count
@@ -132,10 +118,8 @@ class _Board:
             return None
         digits = [value for value in range(1, 10) if best_mask >> value & 1]
         if rng is not None and len(digits) > 1:
-            digits = [digits[i] for i in rng.permutation(len(digits))]
-        else:
-            digits.reverse()  # popped from the end: 1 is tried first
-        return best, digits
+            return best, [digits[i] for i in rng.permutation(len(digits))]
+        return best, digits[::-1]  # popped from the end: 1 is tried first
 
 
 def _search(puzzle, limit: int, rng: np.random.Generator | None = None) -> list[np.ndarray]:
@@ -144,8 +128,8 @@ def _search(puzzle, limit: int, rng: np.random.Generator | None = None) -> list[
     The stack holds (cell, untried digits) for every cell filled by the search; a dead end pops back
     to the latest cell with a digit left. ``rng`` shuffles the order digits are tried in.
     """
-    board = _Board.from_puzzle(puzzle)
-    if board is None:
+    board = _Board(puzzle)
+    if board.clash:
         return []
     solutions: list[np.ndarray] = []
     stack: list[tuple[int, list[int]]] = []
@@ -158,14 +142,14 @@ def _search(puzzle, limit: int, rng: np.random.Generator | None = None) -> list[
             frame = (-1, [])
         index, digits = frame
         if digits:
-            board.place(index, digits.pop())
+            board.set(index, digits.pop())
             stack.append((index, digits))
             frame = board.pick(rng)
             continue
         if not stack:  # every branch tried
             break
         index, digits = stack.pop()
-        board.clear(index)
+        board.set(index, 0)
         frame = (index, digits)
     return solutions
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.data.grids import MAX_SIDE, freeze
+from arc_kit.data.grids import MAX_SIDE
 from arc_kit.data.tasks import Pair
 from arc_kit.names import shown
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET
-from arc_kit.text.format import NotAGridError, TextFormat, read_grid
+from arc_kit.text.format import NotAGridError, TextFormat, grid_of_rows, read_grid
 from arc_kit.text.vocabulary import GridTokenizer
 
 logger = logging.getLogger(__name__)
@@ -96,8 +96,7 @@ class TaskEncoder:
 
     def _pair_pieces(self, pair: Pair) -> tuple[np.ndarray, np.ndarray]:
         """(prompt part, output part) of one train pair."""
-        return (np.concatenate([self.input_prefix, self.encode_grid(pair.input), self.output_prefix]),
-                self.encode_answer(pair.output))
+        return self._query(pair.input), self.encode_answer(pair.output)
 
     def pair_tokens(self, pair: Pair) -> int:
         """Tokens one train pair takes in a sequence: input, output prefix, output, end, eos."""
@@ -117,10 +116,7 @@ class TaskEncoder:
         kept = list(range(len(pair_lengths)))
         dropped = []
         while kept and fixed + sum(pair_lengths[i] for i in kept) > budget:
-            if self.format.drop_order == "last":
-                victim = kept[-1]
-            else:
-                victim = max(kept, key=lambda i: (pair_lengths[i], i))
+            victim = kept[-1] if self.format.drop_order == "last" else max(kept, key=lambda i: (pair_lengths[i], i))
             kept.remove(victim)
             dropped.append(victim)
         return kept, sorted(dropped)
@@ -205,15 +201,7 @@ class TaskEncoder:
         end = [int(i) for i in self.end_of_example]
         if end and ids[len(ids) - len(end):] == end:
             ids = ids[:len(ids) - len(end)]
-        rows = self._digit_rows(ids)
-        if not rows:
-            raise NotAGridError("an empty answer: no digit before eos")
-        widths = {len(r) for r in rows}
-        if len(widths) > 1:
-            raise NotAGridError(f"ragged rows: widths {[len(r) for r in rows]}")
-        if len(rows) > MAX_SIDE or len(rows[0]) > MAX_SIDE:
-            raise NotAGridError(f"{len(rows)}x{len(rows[0])} is larger than {MAX_SIDE}x{MAX_SIDE}")
-        return freeze(np.array(rows, dtype=np.uint8))
+        return grid_of_rows(self._digit_rows(ids), "an empty answer: no digit before eos")
 
     def _digit_rows(self, ids: list[int]) -> list[list[int]]:
         """The digits of ``ids`` split at the row separators, empty rows skipped; NotAGridError on any other id."""

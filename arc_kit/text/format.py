@@ -12,12 +12,9 @@ A grid's rows are joined by the row separator ``\\n``; the output prefix ``\\n+/
 input's last row and the end of example ``\\n`` closes the output's, so every row is followed by
 exactly one newline. The loss mask covers each output's rows, its closing newline and the eos.
 
-A task longer than the token budget loses train pairs: by default the last one in the current
-order first, as the authors did (``TextFormat.drop_order = "longest"`` drops the longest first).
-An answer is read as ``TextFormat.decoding`` says (``encoder.TaskEncoder.decode_answer``): ``authors``, the
-authors' decoder (``read_grid``): the text up to the first eos (all of it without one) split at the
-row separators, every non-digit character dropped, empty rows skipped; ``strict``, the kit's earlier
-rule: digits and row separators only, up to an eos that must be there.
+A task longer than the token budget loses train pairs (``TextFormat.drop_order``); an answer is read
+back as ``TextFormat.decoding`` says: by the authors' lenient rule (``read_grid``) or the kit's earlier
+strict one (``encoder.TaskEncoder.decode_strict``).
 
 This module needs numpy only; it knows nothing of token ids (``vocabulary``, ``encoder``), models or
 augmentations.
@@ -96,9 +93,13 @@ def read_grid(text: str, row_separator: str = "\n") -> np.ndarray:
         rows = [[int(character) for character in row if character.isdigit()] for row in text.split(row_separator)]
     except ValueError:
         raise NotAGridError(f"a digit that is not a number in {text[:40]!r}") from None
-    rows = [row for row in rows if row]
+    return grid_of_rows([row for row in rows if row], "an empty answer: no digit")
+
+
+def grid_of_rows(rows: list[list[int]], empty: str) -> np.ndarray:
+    """The grid of ``rows`` of digits; NotAGridError when there are none (``empty``), they are ragged or over 30."""
     if not rows:
-        raise NotAGridError("an empty answer: no digit")
+        raise NotAGridError(empty)
     if len({len(row) for row in rows}) > 1:
         raise NotAGridError(f"ragged rows: widths {[len(row) for row in rows]}")
     if len(rows) > MAX_SIDE or len(rows[0]) > MAX_SIDE:

@@ -9,6 +9,7 @@ imported); it knows the format's symbols, and nothing of grids, tasks or models.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -52,8 +53,8 @@ class Vocabulary:
             if name not in self.symbols:
                 raise ValueError(f"vocabulary needs {name}")
         object.__setattr__(self, "_ids", {symbol: index for index, symbol in enumerate(self.symbols)})
-        lengths = sorted({len(symbol) for symbol in self.symbols if symbol not in (BOS, EOS, PAD)}, reverse=True)
-        object.__setattr__(self, "_lengths", tuple(lengths))
+        plain = sorted((symbol for symbol in self.symbols if symbol not in (BOS, EOS, PAD)), key=len, reverse=True)
+        object.__setattr__(self, "_longest_first", re.compile("|".join(map(re.escape, plain))))
 
     @property
     def vocab_size(self) -> int:
@@ -74,22 +75,16 @@ class Vocabulary:
     def encode(self, text: str) -> list[int]:
         ids, position = [], 0
         while position < len(text):
-            for length in self._lengths:
-                symbol_id = self._ids.get(text[position:position + length])
-                if symbol_id is not None and text[position:position + length] not in (BOS, EOS, PAD):
-                    ids.append(symbol_id)
-                    position += length
-                    break
-            else:
+            match = self._longest_first.match(text, position)  # the longest symbol there (specials never match)
+            if match is None:
                 raise ValueError(f"the vocabulary has no symbol for {text[position]!r} "
                                  f"(at position {position} of {text[:40]!r})")
+            ids.append(self._ids[match.group()])
+            position = match.end()
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return "".join(self.symbols[int(i)] for i in ids)
-
-    def token_strings(self) -> list[str]:
-        return list(self.symbols)
 
 
 class HuggingFaceTokenizer:
