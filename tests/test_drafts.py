@@ -278,7 +278,7 @@ def test_auto_measures_each_device_once_and_finds_exactly_the_enumerated_answers
         assert_exact(result, enumeration, "auto, as measured", threshold)
         steps += result.forward_calls
     assert engine.steps == steps  # the timed steps count as none
-    assert asked == [([len(PROMPT)], 8)] * len(kinds)  # past the prompt; at most 7 draft tokens and the branch's
+    assert asked == [([len(PROMPT)], 4)] * len(kinds)  # past the prompt; the probe's width (PROBE_WIDTH), below 7 + 1
     assert given[0].seconds([1]) > 0 and all(costs is given[0] for costs in given)  # measured once
 
 

@@ -237,7 +237,8 @@ class Engine:
 
     def step_costs(self, positions: Sequence[int], width: int) -> StepCosts:
         """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket and capacity bucket by
-        timed steps of the live lanes (the best of three, after one untimed), none counted in ``steps``: one lane
+        timed steps of the live lanes (eagerly the best of two; compiled the best of three after one untimed, which
+        builds the graph), none counted in ``steps``: one lane
         and every lane fed a token, every lane ``width`` tokens, one lane ``width`` and the others one. Each lane is
         fed at its ``positions``, past everything it holds: nothing written there is read before it is written
         again (the search's next token for a lane is at or before it)."""
@@ -249,12 +250,12 @@ class Engine:
 
             def seconds(lengths: list[int]) -> float:  # lengths[r]: the run fed to row r (rows 0.. are the live ones)
                 times = []
-                for _ in range(4):
+                for _ in range(4 if self.compiled else 2):  # eagerly a probe costs what a search's steps do: few
                     started = time.perf_counter()
                     self._run_step([[0] * length for length in lengths], [at[row] for row in range(len(lengths))],
                                    range(len(lengths)))
                     times.append(time.perf_counter() - started)
-                return min(times[1:])  # the first builds a compiled step's graph
+                return min(times[1:] if self.compiled else times)  # compiled, the first builds the graph
 
             wide = [width] * count
             self._costs[key] = StepCosts.measured(

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 SUPPORT_CLASSES = 7  # supports 0, 1, 2-3, 4-7, 8-15, 16-31, 32 and more
-PROBE_WIDTH = 8  # the run length of the widest timed step (``StepCosts.measured``)
+PROBE_WIDTH = 4  # the run length of the widest timed step (``StepCosts.measured``): the costs are linear in it, and
+# on the CPU at 16 lanes the probes at 8 cost 5 s, 40 steps' worth (docs/results.md)
 
 
 def _bucket(count: int) -> int:
