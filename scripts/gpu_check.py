@@ -13,7 +13,10 @@ soon as it is measured (device, date, commit, versions, then a section per stage
   (``engine_bench.engine_agreement``), in the model's dtype (bf16 on a GPU: the
   compiled graphs of the throughput are reused; float32 would compile every graph again), saved after
   each test input.
-- drafts: engine steps and wall time with and without the speculative DFS's drafts.
+- drafts: engine steps and wall time of the speculative DFS, none against auto and all at caps of 7,
+  15 and 31 draft tokens a step (``DRAFT_CAPS``), after one untimed test input in every setting
+  (it builds the compiled graphs each needs), saved after each test input; the figures that set the
+  GPU's draft default (docs/gpu/README.md).
 - tasks: the 30 shortest ARC-AGI-1 evaluation tasks at the paper's preset (what the Kaggle
   notebook runs), in this process, shortest first until the time box runs out (the planner is given
   no deadline, so no task's settings are stepped down), per task its seconds and score; then the
@@ -56,6 +59,8 @@ KAGGLE_GPUS = 4  # the ARC Prize notebook's machine: 4x L4
 ESTIMATE_SET = "arc-agi-2/evaluation"
 MIN_STAGE_SECONDS = 5.0
 TASKS_RESERVE = 20.0  # seconds of the tasks stage kept for reading its records and the estimate
+DRAFT_MODES = ("none", "auto", "all")  # the drafts stage's settings, each at every cap of DRAFT_CAPS
+DRAFT_CAPS = (7, 15, 31)
 
 
 class StageTimeout(BaseException):  # not an Exception: the kit's own "except Exception" must not swallow it
@@ -239,18 +244,27 @@ def stage_drafts(check: Check, facts: dict) -> None:
         raise RuntimeError("no trained model here: drafts on random weights measure nothing")
     count = 2 if check.args.quick else check.args.drafts_tasks
     threshold = SamplerSettings().threshold
-    result = bench_drafts(check.loaded.model, check.loaded.encoder(), check.tasks[:count], threshold=threshold,
-                          augmentations=2 if check.args.quick else 8, modes=("none", "all"))
+    caps = DRAFT_CAPS[:2] if check.args.quick else DRAFT_CAPS
+    model, encoder, tasks = check.loaded.model, check.loaded.encoder(), check.tasks[:count]
+    options = dict(threshold=threshold, augmentations=2 if check.args.quick else 8, modes=DRAFT_MODES,
+                   draft_tokens=caps)
+    bench_drafts(model, encoder, tasks[:1], **options)  # untimed: every setting's graphs built before timing
+    facts.update(tasks=count, threshold=threshold, caps=list(caps))
+
+    def save(result) -> None:  # after each test input: a time box that runs out keeps what was measured
+        facts.update(note=result.note, inputs=result.inputs, settings={
+            name: {"engine_steps": total.steps, "seconds": total.seconds, "draft_tokens": total.fed,
+                   "draft_tokens_followed": total.accepted, "differing": total.differing,
+                   "largest_nll_difference": total.largest} for name, total in result.totals.items()})
+        plain = result.totals["none"]
+        facts["against_none"] = {name: {"fewer_steps": plain.steps / max(total.steps, 1),
+                                        "wall_speed_up": plain.seconds / total.seconds if total.seconds else None}
+                                 for name, total in result.totals.items() if name != "none"}
+        check.report.save()
+
+    result = bench_drafts(model, encoder, tasks, progress=save, **options)
     for line in result.lines():
         check.report.log(line)
-    facts.update(tasks=count, threshold=threshold, note=result.note, inputs=result.inputs,
-                 settings={name: {"engine_steps": total.steps, "seconds": total.seconds, "draft_tokens": total.fed,
-                                  "draft_tokens_followed": total.accepted, "differing": total.differing,
-                                  "largest_nll_difference": total.largest}
-                           for name, total in result.totals.items()})
-    plain, drafted = result.totals["none"], result.totals["all"]
-    facts["fewer_steps"] = plain.steps / max(drafted.steps, 1)
-    facts["wall_speed_up"] = plain.seconds / drafted.seconds if drafted.seconds else None
 
 
 class _Tee(io.TextIOBase):

@@ -312,19 +312,26 @@ def test_the_drafts_benchmark_compares_every_setting_with_none_on_the_same_views
 
     monkeypatch.setattr(drafts_bench.Solver, "sample", recorded)
     tasks = list(small_task_set.tasks())[:2]
-    result = drafts_bench.bench_drafts(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3)
+    seen = []
+    result = drafts_bench.bench_drafts(loaded.model, loaded.encoder(), tasks, threshold=0.05, augmentations=3,
+                                       progress=lambda figures: seen.append(figures.inputs))
     inputs = sum(len(task.test_inputs) for task in tasks)
-    assert result.inputs == inputs and len(calls) == 3 * inputs
-    for start in range(0, len(calls), 3):  # every setting on the same views; which goes first rotates
-        assert len({views for _, views in calls[start:start + 3]}) == 1 and len(calls[start][1]) == 3
-    assert [drafts for drafts, _ in calls[:3]] == ["none", "prompt", "all"]
-    assert [drafts for drafts, _ in calls[3:6]] == ["prompt", "all", "none"]
+    assert result.inputs == inputs and len(calls) == 4 * inputs and seen == list(range(1, inputs + 1))
+    for start in range(0, len(calls), 4):  # every setting on the same views; which goes first rotates
+        assert len({views for _, views in calls[start:start + 4]}) == 1 and len(calls[start][1]) == 3
+    assert [drafts for drafts, _ in calls[:4]] == ["none", "prompt", "all", "auto"]
+    assert [drafts for drafts, _ in calls[4:8]] == ["prompt", "all", "auto", "none"]
     lines = result.lines()
-    plain, best = result.totals["none"], result.totals["all"]
+    plain, best, auto = result.totals["none"], result.totals["all"], result.totals["auto"]
     assert plain.fed == 0 and 0 < best.accepted <= best.fed and 0 < best.steps < plain.steps
-    assert not best.differing and not result.totals["prompt"].differing
-    assert lines[-1] == f"drafts: {plain.steps / best.steps:.2f}x fewer steps, {plain.seconds / best.seconds:.2f}x wall"
+    assert auto.accepted <= auto.fed and auto.steps <= plain.steps
+    assert not best.differing and not result.totals["prompt"].differing and not auto.differing
+    assert lines[-1] == f"auto: {plain.steps / auto.steps:.2f}x fewer steps, {plain.seconds / auto.seconds:.2f}x wall"
     assert "same candidates" in lines[-2] and "3 augmentations" in lines[0]
+    capped = drafts_bench.bench_drafts(loaded.model, loaded.encoder(), tasks[:1], threshold=0.05, augmentations=2,
+                                       modes=("none", "all"), draft_tokens=(1, 3))
+    assert list(capped.totals) == ["none", "all@1", "all@3"] and capped.lines()[-1].startswith("all@3: ")
+    assert capped.totals["all@1"].fed <= capped.totals["all@1"].steps  # one draft token a step at most
 
 
 def test_the_drafts_benchmark_takes_the_shortest_tasks_and_its_augmentations(monkeypatch, model_folder,

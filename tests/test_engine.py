@@ -63,7 +63,7 @@ def family_model(name: str):
 FAMILIES = ("llama", "llama-biases-tied-head-dim", "llama3-rope", "mistral", "mistral-window", "qwen2", "qwen3")
 SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "full")  # token 4 plays eos
 SEARCH_SPACE = AnswerSpace((0, 1, 2, 3, 4), 4, 7, "answer-mask")  # renormalised: paths deep enough to search
-SEARCH = SamplerSettings(threshold=0.02)  # the searches' DFS on it
+SEARCH = SamplerSettings(threshold=0.02, drafts="all")  # the searches' DFS on it, every draft fed whole
 PROMPTS = [[9, *range(20, 40), 5, 6], [9, 30, 31, 32, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
 
 
@@ -174,6 +174,26 @@ def test_every_run_of_a_speculative_dfs_matches_the_transformers_forward(family,
         np.testing.assert_allclose([c.nll for c in drafted.completions], [c.nll for c in single.completions],
                                    rtol=0, atol=1e-4)
         assert drafted.forward_calls + drafted.draft_accepted == single.forward_calls  # the same positions explored
+
+
+def test_the_eager_step_feeds_ragged_runs_to_lanes_in_any_row_order(monkeypatch):
+    """Runs of different lengths in one step (each row computes and writes only its own tokens), after
+    ``keep_lanes`` left lanes in rows out of their order: every NLL row equals transformers' forward."""
+    model = family_model("llama")
+    engine = Engine(model)
+    recorder = Recorder(engine, monkeypatch)
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0][:9], PROMPTS[1][:6]]
+    ends = [len(prompt) for prompt in prompts]
+    engine.start(4, 40, SEARCH_SPACE)
+    for lane, prompt in enumerate(prompts):
+        engine.prefill(lane, prompt, len(prompt))
+    engine.step([[1, 2, 3], [0], [2, 2], [3]], ends)
+    engine.keep_lanes([1, 3])  # lane 3 moves into row 0, before lane 1's row 1
+    engine.step([[1, 1, 1, 1], [2]], [ends[1] + 1, ends[3] + 1])
+    engine.step([[0], [3, 2, 0]], [ends[1] + 2, ends[3] + 1])  # lane 0 rewound into its run
+    engine.release()
+    assert sorted(recorder.runs) == [1, 1, 1, 1, 2, 3, 3, 4]
+    assert_rows_match(model, recorder.rows)
 
 
 def test_transformers_forward_runs_the_speculative_search_as_the_engine_does(monkeypatch):

@@ -42,9 +42,14 @@ def test_the_gpu_check_runs_every_stage_on_the_cpu_and_writes_every_figure(model
     agreement = report["engine"]["agreement"]
     assert agreement["same_candidates"] and agreement["candidates"] > 0 and agreement["largest_nll_difference"] < 1e-4
     drafts = report["drafts"]
-    assert drafts["settings"]["none"]["engine_steps"] > drafts["settings"]["all"]["engine_steps"] > 0
-    assert drafts["fewer_steps"] == pytest.approx(drafts["settings"]["none"]["engine_steps"]
-                                                  / drafts["settings"]["all"]["engine_steps"])
+    settings = drafts["settings"]
+    assert list(settings) == ["none", "auto@7", "all@7", "auto@15", "all@15"] and drafts["caps"] == [7, 15]
+    assert settings["none"]["engine_steps"] > settings["all@7"]["engine_steps"] > 0
+    for name, figures in settings.items():
+        assert not figures["differing"] and figures["draft_tokens_followed"] <= figures["draft_tokens"], name
+        if name != "none":
+            assert drafts["against_none"][name]["fewer_steps"] == pytest.approx(
+                settings["none"]["engine_steps"] / figures["engine_steps"])
     tasks = report["tasks"]
     assert tasks["exit_status"] == 0 and tasks["tasks_run"] == 2 and len(tasks["per_task"]) == 2
     assert all(row["seconds"] > 0 and row["correct"] is not None for row in tasks["per_task"])

@@ -132,7 +132,9 @@ def test_a_bad_choice_on_the_command_line_is_one_line_naming_the_field(capsys, t
 def test_settings_today_s_kit_wrote_read_into_the_new_layout():
     """A run's settings (the test-time training's fields flat, its seed under its old name), a trained model's (the
     training's fields flat), a Sudoku evaluation's (the solver's fields mirrored): each reads as the same settings."""
-    assert SolveSettings.from_json(EARLIER["run"], strict=True) == SOLVE_PRESETS["dry-run"]
+    earlier_run = SolveSettings.from_json(EARLIER["run"], strict=True)  # drafts "all", the default then (neutral)
+    assert earlier_run == SOLVE_PRESETS["dry-run"].replace(drafts="all")
+    assert earlier_run.result_json() == SOLVE_PRESETS["dry-run"].result_json()
     assert TrainingSettings.from_json(EARLIER["training"]) == TRAINING_PRESETS["smollm2-gpu"]
     sudoku = SudokuEvalSettings.from_json(EARLIER["sudoku"], strict=True)
     assert sudoku == SudokuEvalSettings().replace(threshold=0.02, seed=3)  # its batched searches: the one path

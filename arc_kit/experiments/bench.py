@@ -10,8 +10,8 @@
 - engine: the decode engine's step against transformers' own forward, 16 lanes, at the model's
   width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``);
 - drafts (only when asked for): the speculative DFS against one token per step, engine steps and
-  wall time, on the 30 shortest tasks by prompt tokens (``drafts_bench``; it ends with the line
-  ``drafts: N.NNx fewer steps, M.MMx wall``).
+  wall time, on the 30 shortest tasks by prompt tokens, every setting of the drafts (``drafts_bench``;
+  it ends with the line ``auto: N.NNx fewer steps, M.MMx wall``, the default against none).
 Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
 and every search and scoring runs on the decode engine (``engine.make_engine``), the baselines it is
 held against (transformers' ``generate``, one full forward per answer) on the model itself.

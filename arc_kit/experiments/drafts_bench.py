@@ -3,12 +3,13 @@
 Each test input of the given tasks (the bench command gives the 30 shortest by prompt tokens) is
 searched under its inference augmentations, drawn as the solver draws them (``Solver.views``), by
 the solver's candidate generation as a run makes it (``Solver.sample``: lanes after the
-first search), once for each setting of ``SamplerSettings.drafts``, in turns (which goes first
-rotates by test input, so that none always finds the machine's caches warm). The engine's steps
+first search), once for each setting of ``SamplerSettings.drafts`` (at each cap of draft tokens
+asked for: a setting's name is then ``all@15``), in turns (which goes first rotates by test input,
+so that none always finds the machine's caches warm). The engine's steps
 (``SearchStats.engine_steps``), the wall time and the draft tokens fed and followed are summed per
 setting, and every setting's candidates (their grids, and their NLL under each augmentation, to
-1e-4) are compared with those of "none". The last line is ``drafts: N.NNx fewer steps, M.MMx wall``
-for "all" against "none" (the wall figure is the speed-up: below 1, slower).
+1e-4) are compared with those of "none". The last line is ``auto: N.NNx fewer steps, M.MMx wall``
+for "auto" (else the last setting) against "none" (the wall figure is the speed-up: below 1, slower).
 
 Knows the solver's interface and the settings; knows nothing of how drafts are made or walked.
 """
@@ -16,7 +17,7 @@ Knows the solver's interface and the settings; knows nothing of how drafts are m
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from arc_kit.data.grids import grid_key
@@ -40,7 +41,7 @@ class _Totals:
 
 @dataclass
 class DraftsBench:
-    """What the benchmark measured, per setting of the drafts."""
+    """What the benchmark measured, per setting of the drafts (its name: the mode, and ``@cap`` beside others)."""
 
     totals: dict[str, _Totals]
     inputs: int
@@ -57,8 +58,9 @@ class DraftsBench:
                                               f"; candidates differ on {len(total.differing)} test input(s): "
                                               f"{', '.join(total.differing[:3])}")
             lines.append(f"  {name:<7} {total.steps:8d} engine steps {total.seconds:9.1f} s  {share}{same}")
-        best = self.totals.get("all", plain)
-        lines.append(f"drafts: {plain.steps / max(best.steps, 1):.2f}x fewer steps, "
+        name = "auto" if "auto" in self.totals else list(self.totals)[-1]
+        best = self.totals[name]
+        lines.append(f"{name}: {plain.steps / max(best.steps, 1):.2f}x fewer steps, "
                      f"{plain.seconds / best.seconds if best.seconds else float('nan'):.2f}x wall")
         return lines
 
@@ -82,33 +84,39 @@ def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
 
 def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
                  probabilities: str = "full", modes: Sequence[str] = DRAFT_SOURCES,
-                 seed: int = 0, draft_tokens: int = SamplerSettings().draft_tokens) -> DraftsBench:
-    """Every test input of ``tasks`` under ``augmentations`` views, searched with each setting in ``modes``."""
+                 seed: int = 0, draft_tokens: int | Sequence[int] = SamplerSettings().draft_tokens,
+                 progress: Callable[[DraftsBench], None] | None = None) -> DraftsBench:
+    """Every test input of ``tasks`` under ``augmentations`` views, searched with each setting in ``modes`` at each
+    cap in ``draft_tokens`` ("none" once); ``progress`` is given the figures so far after each test input."""
     if "none" not in modes:
         raise ValueError("the drafts benchmark compares with 'none': it must be among the modes")
+    caps = [draft_tokens] if isinstance(draft_tokens, int) else list(draft_tokens)
+    settings = {(mode if mode == "none" or len(caps) == 1 else f"{mode}@{cap}"): SamplerSettings(
+        "dfs", threshold=threshold, drafts=mode, draft_tokens=cap) for cap in caps for mode in modes}
     solver = Solver(model, encoder, SolveSettings(test_time_training=False, probabilities=probabilities,
                                                   inference_augmentations=augmentations, seed=seed))
-    totals = {mode: _Totals() for mode in modes}
-    inputs = 0
+    note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, on the {solver.engine().kind}, "
+            f"at most {' or '.join(map(str, caps))} draft tokens per step")
+    result = DraftsBench({name: _Totals() for name in settings}, 0, note)
+    names = list(settings)
     for task in tasks:
         for index, test_input in enumerate(task.test_inputs):
             views, _ = solver.views(task, index)
-            order = list(modes[inputs % len(modes):]) + list(modes[:inputs % len(modes)])
             found = {}
-            for mode in order:
-                sampler = SamplerSettings("dfs", threshold=threshold, drafts=mode, draft_tokens=draft_tokens)
+            for name in names[result.inputs % len(names):] + names[:result.inputs % len(names)]:
                 started = time.perf_counter()
-                candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler, task_id=task.id)
-                total = totals[mode]
+                candidates, stats = solver.sample(solver.model, task.train, test_input, views, settings[name],
+                                                  task_id=task.id)
+                total = result.totals[name]
                 total.seconds += time.perf_counter() - started
                 total.steps += stats.engine_steps
                 total.fed += stats.draft_tokens
                 total.accepted += stats.draft_accepted
-                found[mode] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-            for mode in modes:
-                if mode != "none":
-                    _compare(found[mode], found["none"], totals[mode], f"{task.id}[{index}]")
-            inputs += 1
-    note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, on the {solver.engine().kind}, "
-            f"at most {draft_tokens} draft tokens per step")
-    return DraftsBench(totals, inputs, note)
+                found[name] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+            for name in names:
+                if name != "none":
+                    _compare(found[name], found["none"], result.totals[name], f"{task.id}[{index}]")
+            result.inputs += 1
+            if progress is not None:
+                progress(result)
+    return result

@@ -1,10 +1,11 @@
 """Draft sources of the speculative DFS: proposals of how a path goes on, checked by the model, never trusted.
 
 A ``DraftSource`` maps a search's path (the answer's token ids so far, after the prompt, its
-newest token last) to a proposed continuation of at most ``limit`` tokens, and says how well it
-saw the path coming (its *support*: how many of the path's latest tokens it would have proposed). The DFS feeds a
+newest token last) to a proposed continuation of at most ``limit`` tokens (``supported``), and says
+how well it saw the path coming (its *support*: how many of the path's latest tokens it would have
+proposed; with "auto" drafts, what the search's odds of a draft token are counted by). The DFS feeds a
 branch's token and its draft in one engine step and walks the draft exactly as it walks a guess
-(``dfs.Frontier.walk``): it follows each draft token while it keeps the path within the threshold,
+(``search.Frontier.walk``): it follows each draft token while it keeps the path within the threshold,
 pushing the siblings at every position it passes, so a right draft saves the steps of the positions
 it covers, and a wrong one costs only the positions it wasted, never an answer. ``found`` tells a
 source of each answer the search finds (a later branch often ends like an earlier answer).
@@ -21,7 +22,8 @@ source of each answer the search finds (a later branch often ends like an earlie
 
 ``draft_source(kind, encoder, prompt_ids, test_input, augmentation, grids)`` makes the source of the
 DFS under one augmentation, as ``SamplerSettings.drafts`` names it: "none" (no source, one token per
-step), "prompt" (prompt lookup in the augmented prompt) or "all": the answers read position by
+step), "prompt" (prompt lookup in the augmented prompt) or "all" (and "auto", whose lengths the
+search chooses by cost: ``step_costs``): the answers read position by
 position (``grids``, the candidates found so far under the other augmentations, best first, mapped
 into this augmentation's frame, then the augmented test input itself, each written as an answer) and
 prompt lookup in the prompt and the path, the better supported of the two (``MostSupported``). A row
@@ -45,12 +47,9 @@ from arc_kit.text import TaskEncoder
 class DraftSource:
     """Proposes a continuation of a path (module docstring); the base proposes nothing."""
 
-    def propose(self, path: Sequence[int], limit: int) -> list[int]:
-        """At most ``limit`` tokens that may follow ``path`` (empty: no proposal)."""
-        return self.supported(path, limit)[0]
-
     def supported(self, path: Sequence[int], limit: int) -> tuple[list[int], int]:
-        """``propose``'s proposal and its support (module docstring); ([], 0) without one."""
+        """At most ``limit`` tokens that may follow ``path``, and their support (module docstring); ([], 0)
+        without a proposal."""
         return [], 0
 
     def found(self, answer: Sequence[int]) -> None:

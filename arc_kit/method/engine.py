@@ -6,7 +6,9 @@ capacity, space)`` makes room (``capacity``: positions per lane, grown when a po
 after each of ``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run
 of tokens (a DFS branch's token and its draft) from its own position, all lanes in one model call, and
 returns an NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as
-lanes 0..; ``release()`` ends the search; ``steps`` counts the steps. ``score(prompts, answers, space)``
+lanes 0..; ``release()`` ends the search; ``steps`` counts the steps; ``step_costs(positions, width)``
+says what a step costs on this device (``step_costs.StepCosts``), measured once per lane bucket and
+capacity by timed steps of the live lanes that no search reads back. ``score(prompts, answers, space)``
 gives every answer's NLL after its prompt: each prompt run once into a lane, its keys and values
 copied into the lanes of its answers, the answers fed as runs after it. NLLs are ``-answer_log_probs``
 under the given space, float64 numpy rows. ``on_step`` (no arguments: a worker's heartbeat) is called
@@ -21,7 +23,8 @@ rows: when lanes finish, the rows beyond the new count move into the freed ones,
 a smaller bucket, into its cache; a position past the capacity moves the cache into a larger one.
 
 Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
-chunks at their positions). A step runs eagerly on exactly the live lanes, or compiled (``compile``,
+chunks at their positions). A step runs eagerly on exactly the live lanes, their runs ragged (each
+lane's tokens alone go through the matmuls: a long draft costs its own lane), or compiled (``compile``,
 the default on a GPU): ``forward.step_nlls`` under ``torch.compile(fullgraph=True)``, one graph per
 lane bucket and run bucket (runs padded to a power of two with token 0, written past the path and
 never read before they are written again) with the capacity dynamic, on CUDA with CUDA graphs
@@ -34,6 +37,7 @@ logged line. Knows lanes, buckets and the cache; knows nothing of the searches' 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +47,7 @@ import numpy as np
 from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
                                     summed_nlls, with_halving)
 from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
+from arc_kit.method.step_costs import StepCosts
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.method.weights import DecodeWeights, unsupported_reason
 from arc_kit.settings import ENGINE_COMPILE_MODES
@@ -103,6 +108,7 @@ class Engine:
         self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
         self._swap = half_swap(self.weights.head_dim, self.dtype, self.device)
         self._lanes: _Lanes | None = None
+        self._costs: dict[tuple[int, int], StepCosts] = {}  # (lane bucket, capacity) -> what a step costs there
         self._step = self._compiled_step() if compile else step_nlls
         for tensor in [*self.weights.tensors(), self._swap]:
             self._fixed(tensor)
@@ -225,28 +231,67 @@ class Engine:
     def step(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
         per lane its NLL rows (len(runs[i]), vocab), row j after ``runs[i][:j + 1]``."""
+        nlls = self._run_step(runs, positions, self._lanes.rows)
+        self.steps += 1
+        return nlls
+
+    def step_costs(self, positions: Sequence[int], width: int) -> StepCosts:
+        """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket and capacity bucket by
+        timed steps of the live lanes (eagerly the best of two; compiled the best of three after one untimed, which
+        builds the graph), none counted in ``steps``: one lane
+        and every lane fed a token, every lane ``width`` tokens, one lane ``width`` and the others one. Each lane is
+        fed at its ``positions``, past everything it holds: nothing written there is read before it is written
+        again (the search's next token for a lane is at or before it)."""
+        lanes = self._lanes
+        key = (lanes.bucket, lanes.capacity)
+        if key not in self._costs:
+            at = dict(zip(lanes.rows, positions))  # cache row -> the position it is probed at
+            count = len(lanes.rows)
+
+            def seconds(lengths: list[int]) -> float:  # lengths[r]: the run fed to row r (rows 0.. are the live ones)
+                times = []
+                for _ in range(4 if self.compiled else 2):  # eagerly a probe costs what a search's steps do: few
+                    started = time.perf_counter()
+                    self._run_step([[0] * length for length in lengths], [at[row] for row in range(len(lengths))],
+                                   range(len(lengths)))
+                    times.append(time.perf_counter() - started)
+                return min(times[1:] if self.compiled else times)  # compiled, the first builds the graph
+
+            wide = [width] * count
+            self._costs[key] = StepCosts.measured(
+                count, width, 0.0 if self.compiled else seconds([1]), seconds([1] * count), seconds(wide),
+                None if self.compiled or count == 1 else seconds([width] + [1] * (count - 1)), buckets=self.compiled)
+        return self._costs[key]
+
+    def _run_step(self, runs: Sequence[Sequence[int]], positions: Sequence[int], fed_rows: Sequence[int]
+                  ) -> list[np.ndarray]:
+        """``step`` uncounted, run ``runs[i]`` fed to cache row ``fed_rows[i]`` (eagerly, the rows 0.. are computed:
+        ``fed_rows`` must hold each of them once)."""
         import torch
 
         lanes = self._lanes
         longest = max(len(run) for run in runs)
         width = lane_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
-        furthest = max(int(position) for position in positions) + width  # padding tokens are written too
+        # compiled: the whole bucket's cache (fixed shapes, fixed addresses), every run padded to the width with token
+        # 0, written at the positions after the run, which no later step reads before writing them again (the
+        # search's next token for the lane is at or before the run's end); eager: just the live rows, ragged (each
+        # row's padding neither computed nor written)
+        furthest = max(int(position) + (width if self.compiled else len(run)) for run, position in zip(runs, positions))
         if furthest > lanes.capacity:
             self._grow(furthest)
-        # compiled: the whole bucket's cache (fixed shapes, fixed addresses); eager: just the live rows. Rows past
-        # the live lanes feed token 0 from position 0; a run shorter than the width is padded with token 0 at the
-        # positions after it, which no later step reads before writing them again (the search's next token for the
-        # lane is at or before the run's end)
-        rows = lanes.cache.shape[2] if self.compiled else len(lanes.rows)
-        row_tokens, row_positions = [[0] * width for _ in range(rows)], [0] * rows
-        for row, run, position in zip(lanes.rows, runs, positions):
-            row_tokens[row][:len(run)], row_positions[row] = [int(token) for token in run], int(position)
+        rows = lanes.cache.shape[2] if self.compiled else len(fed_rows)
+        row_tokens, row_positions, row_lengths = [[0] * width for _ in range(rows)], [0] * rows, [width] * rows
+        for row, run, position in zip(fed_rows, runs, positions):  # rows past the live lanes: token 0 at 0
+            row_tokens[row][:len(run)] = [int(token) for token in run]
+            row_positions[row], row_lengths[row] = int(position), len(run)
         cos, sin = self._rope_tables(lanes.capacity)
         used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
         cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
+        ragged = not self.compiled and min(row_lengths) < width  # runs of one length: nothing to leave out
+        lengths = torch.tensor(row_lengths, device=self.device) if ragged else None
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
-                     lanes.space.probabilities, used)
+                     lanes.space.probabilities, used, lengths)
         self._tick()
         try:
             with torch.no_grad():
@@ -261,10 +306,12 @@ class Engine:
             logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
                            type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
             self.compiled, self._step = False, step_nlls
-            return self.step(runs, positions)
-        self.steps += 1
+            return self._run_step(runs, positions, fed_rows)
         nlls = nlls.numpy()
-        return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(lanes.rows, runs)]
+        if not ragged:
+            return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(fed_rows, runs)]
+        ends = np.cumsum(row_lengths)  # eager: the rows' tokens, row by row
+        return [nlls[ends[row] - len(run):ends[row]].astype(np.float64) for row, run in zip(fed_rows, runs)]
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:
         import torch

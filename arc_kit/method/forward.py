@@ -13,7 +13,9 @@ and runs the MLP with one matmul for gate and up. ``step_nlls`` ends it with eve
 next-token NLLs (``answers.answer_log_probs``). Nothing in it branches on values, synchronises with
 the host or allocates by the data, so ``torch.compile(fullgraph=True)`` takes ``step_nlls`` whole
 (one graph per rows and run length); eagerly, ``used`` (the columns any token can see) limits
-attention to the columns in use.
+attention to the columns in use, and ``lengths`` feeds the rows ragged: only each row's first
+``lengths[r]`` tokens are computed and written (the matmuls, most of a step's cost, see only them;
+attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
 
 ``rope_tables`` are made from the model's config (transformers' own rope-init function of its
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were
@@ -84,8 +86,8 @@ def _biases(weights, positions, used: int, dtype) -> dict:
     return biases
 
 
-def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None):
-    """Hidden states (rows * run, hidden; before the final norm) after row r feeds ``tokens[r]`` from ``positions[r]``.
+def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None, lengths=None):
+    """Hidden states (tokens fed, hidden; before the final norm) after row r feeds ``tokens[r]`` from ``positions[r]``.
 
     ``tokens``: (rows, run); ``positions``: (rows,). ``cache``: (layers, 2, rows, kv heads, capacity,
     head dim) (eagerly, a view of some rows of a larger one is fine), written in place at each
@@ -93,29 +95,34 @@ def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None)
     ``half_swap``; ``used``: attend to columns [0, used), which must hold every token's position
     (None: every column of the cache, so that one compiled graph serves every capacity). A token
     sees the cache up to its own position: the run's earlier tokens, never its later ones.
+    ``lengths`` (rows,), eagerly: row r feeds only ``tokens[r, :lengths[r]]`` (the rest is padding,
+    neither computed nor written); None: every token. The rows' tokens come out in order, row by row.
     """
     import torch
     import torch.nn.functional as F
 
     (rows, run), used = tokens.shape, cache.shape[4] if used is None else used
-    count = rows * run  # the tokens, row by row: the matmuls take them as one batch
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
-    token_positions = positions[:, None] + torch.arange(run, device=positions.device)[None, :]  # (rows, run)
-    flat_positions = token_positions.reshape(count)
+    device = tokens.device
+    token_positions = positions[:, None] + torch.arange(run, device=device)[None, :]  # (rows, run)
+    token_rows = torch.arange(rows, device=device)[:, None].expand(rows, run)
+    fed = None if lengths is None else torch.nonzero(  # the real tokens among the rows * run slots
+        (torch.arange(run, device=device)[None, :] < lengths[:, None]).reshape(-1)).squeeze(1)
+    flat_tokens, flat_positions, flat_rows = (tensor.reshape(rows * run) if fed is None else tensor.reshape(-1)[fed]
+                                              for tensor in (tokens, token_positions, token_rows))
+    count = flat_tokens.shape[0]  # the tokens fed, row by row: the matmuls take them as one batch
     rotation = torch.diag_embed(cos[flat_positions]) + swap * sin[flat_positions][:, None, :]  # x @ rotation: rope
     # per row, the queries of a key-value head are its group's heads at each token of the run: (run * group) queries
     biases = {window: bias[:, None, :, None, :].expand(rows, 1, run, group, used).reshape(rows, 1, run * group, used)
               for window, bias in _biases(weights, token_positions, used, cos.dtype).items()}
     # (layer, key or value, row, kv head, position): one index_put_ per layer on the cache itself (not on a
     # view of it, which a compiler could only rewrite as a copy of the whole cache) writes each token's key and value
-    device = tokens.device
     layer_index = torch.arange(len(weights.layers), device=device)
-    where = (torch.arange(2, device=device)[None, None, :, None],
-             torch.arange(rows, device=device)[:, None, None, None],
-             torch.arange(kv_heads, device=device)[None, None, None, :], token_positions[:, :, None, None])
+    where = (torch.arange(2, device=device)[None, :, None], flat_rows[:, None, None],
+             torch.arange(kv_heads, device=device)[None, None, :], flat_positions[:, None, None])
     keys, values = cache[:, 0, :, :, :used].unbind(0), cache[:, 1, :, :, :used].unbind(0)  # per layer: views
-    hidden = weights.embed[tokens.reshape(count)]
+    hidden = weights.embed[flat_tokens]
     for index, layer in enumerate(weights.layers):
         mixed = linear(normalized(hidden, weights.eps), layer.qkv, layer.qkv_bias)  # (count, (H + 2K) * D)
         query_key = mixed[:, :rotated_heads * head_dim].view(count, rotated_heads, head_dim)
@@ -124,26 +131,40 @@ def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None)
                                    layer.key_norm * normalized(query_key[:, heads:], weights.eps)), dim=1)
         rotated = torch.bmm(query_key, rotation)
         mixed[:, query_width:rotated_heads * head_dim] = rotated[:, heads:].reshape(count, -1)  # keys, rotated
-        cache.index_put_((layer_index[index], *where), mixed[:, query_width:].view(rows, run, 2, kv_heads, head_dim))
+        cache.index_put_((layer_index[index], *where), mixed[:, query_width:].view(count, 2, kv_heads, head_dim))
         # a row's query heads grouped by their key-value head (head h reads h // group): the group, at every token
         # of the run, plays the queries of one attention over that head's keys and values, never expanded; queries
         # carry the scale
-        query = rotated[:, :heads].reshape(rows, run, kv_heads, group, head_dim).transpose(1, 2).reshape(
+        query = _padded(rotated[:, :heads], fed, rows * run)
+        query = query.reshape(rows, run, kv_heads, group, head_dim).transpose(1, 2).reshape(
             rows, kv_heads, run * group, head_dim)
         attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
                                                   scale=1.0)
-        attended = attended.view(rows, kv_heads, run, group, head_dim).transpose(1, 2).reshape(count, query_width)
-        hidden = _plus_linear(hidden, attended, layer.output, layer.output_bias)
+        attended = attended.view(rows, kv_heads, run, group, head_dim).transpose(1, 2).reshape(rows * run, query_width)
+        hidden = _plus_linear(hidden, attended if fed is None else attended[fed], layer.output, layer.output_bias)
         gate, up = linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
         hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down, layer.down_bias)
     return hidden
 
 
-def step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None):
+def _padded(rows, fed, slots: int):
+    """``rows`` (one per token fed) at their slots among ``slots`` (zeros elsewhere); ``fed`` None: every slot."""
+    import torch
+
+    if fed is None:
+        return rows
+    padded = torch.zeros((slots, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
+    return padded.index_copy_(0, fed, rows)
+
+
+def step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None,
+              lengths=None):
     """``forward``, then every token's next-token NLLs (rows, run, vocab; float32) under ``allowed`` (the answer
-    mask) and ``probabilities``: the engine's step, what ``torch.compile`` takes whole."""
-    hidden = forward(weights, cache, tokens, positions, cos, sin, swap, used)
-    return -answer_log_probs(logits(weights, hidden), allowed, probabilities).view(*tokens.shape, -1)
+    mask) and ``probabilities``: the engine's step, what ``torch.compile`` takes whole. With ``lengths`` (eagerly:
+    the runs ragged), (tokens fed, vocab), row by row."""
+    hidden = forward(weights, cache, tokens, positions, cos, sin, swap, used, lengths)
+    nlls = -answer_log_probs(logits(weights, hidden), allowed, probabilities)
+    return nlls if lengths is not None else nlls.view(*tokens.shape, -1)
 
 
 def linear(inputs, weight, bias):

@@ -18,7 +18,11 @@ search would push, the siblings pushed as ``expand`` pushes them. Every position
 search explores anyway: the answers and NLLs are the same without drafts; only the order changes
 (which matters only where a cap or the deadline cuts a search short: a step counts as one forward
 call however long its draft). Only answer tokens are walked (no path through another can spell a
-grid); their NLLs are the space's (``answers.answer_log_probs``).
+grid); their NLLs are the space's (``answers.answer_log_probs``). With ``settings.drafts`` "auto"
+each step's draft lengths are chosen by cost (``step_costs.draft_lengths``): the engine's measured
+costs of a step (``step_costs``, timed once its lanes are prefilled) against each draft token's
+chance of being followed, counted over the lanes by the support its source gave it
+(``step_costs.DraftOdds``, kept by the caller from search to search); otherwise every draft is fed whole.
 
 Greedy decoding (``settings.kind`` "greedy") is the same search with one child per branch point, the
 most probable token, and no threshold: under the full softmax chosen over the whole vocabulary (as
@@ -45,6 +49,7 @@ import numpy as np
 
 from arc_kit.method.answers import AnswerSpace, BatchLimit, Completion, SearchResult, deadline_passed, with_halving
 from arc_kit.method.drafts import DraftSource
+from arc_kit.method.step_costs import PROBE_WIDTH, DraftOdds, StepCosts, draft_lengths
 from arc_kit.settings import SEARCH_KINDS, SamplerSettings
 
 SPARE_POSITIONS = 256  # room asked of the engine after the longest prompt and guess (it grows when paths need more)
@@ -143,23 +148,25 @@ class _Lane:
         self.draft_accepted = 0  # draft tokens followed: positions that cost no step of their own
         self.capped: str | None = None
         self.seconds = 0.0
-        self.pending: tuple[int, float, list[int]] = (0, 0.0, [])  # (depth, NLL) of the branch fed, and its draft
+        self.pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft
+        # and the draft's support
         self.answers_told = 0  # completions the draft source has been told of
 
-    def draft(self, depth: int, limit: int) -> list[int]:
-        """The draft after the path (its branch at ``depth`` just taken), cut to what a walk could follow:
-        answer tokens before any eos, at most ``limit``, none past the room left for an eos."""
+    def draft(self, depth: int, limit: int) -> tuple[list[int], int]:
+        """The draft after the path (its branch at ``depth`` just taken) and its support, cut to what a walk could
+        follow: answer tokens before any eos, at most ``limit``, none past the room left for an eos."""
         space = self.frontier.space
         room = min(limit, space.max_length - depth - 2)
         if self.drafts is None or room <= 0:
-            return []
+            return [], 0
+        proposal, support = self.drafts.supported(self.frontier.path, room)
         draft = []
-        for token in self.drafts.propose(self.frontier.path, room)[:room]:
+        for token in proposal[:room]:
             token = int(token)
             if token == space.eos_id or token not in self.frontier.allowed:
                 break
             draft.append(token)
-        return draft
+        return draft, support
 
     def tell_answers(self) -> None:
         """Tell the draft source of the answers found since it was last told."""
@@ -172,7 +179,8 @@ class _Lane:
 
 def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, settings: SamplerSettings = SamplerSettings(),
            guesses: Sequence[Sequence[int] | None] | None = None, *, drafts: Sequence[DraftSource | None] | None = None,
-           deadline: float | None = None, limit: BatchLimit | None = None) -> list[SearchResult]:
+           deadline: float | None = None, limit: BatchLimit | None = None,
+           odds: DraftOdds | None = None) -> list[SearchResult]:
     """Every answer with probability >= ``settings.threshold`` after each prompt (best first), or its greedy answer.
 
     ``engine``: an ``engine.Engine`` (or ``transformers_forward.TransformersDecoder``). ``settings``:
@@ -182,7 +190,8 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     out-of-memory error keeps what its sources learnt (proposals only: the answers are the same). Past
     ``deadline`` no model call starts (a lane whose first pass never ran returns no answers, ``capped``
     saying why); ``seconds`` of a result is the time from the start until its lane left. ``limit``:
-    the most lanes held and fed together (none at first), halved on out-of-memory errors.
+    the most lanes held and fed together (none at first), halved on out-of-memory errors. ``odds``: what
+    "auto" drafts learnt so far of how often draft tokens are followed (counted into; None: a fresh count).
     """
     started = time.monotonic()
     if settings.kind not in SEARCH_KINDS:
@@ -196,18 +205,19 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     guesses = [clean_guess(guess, space) if settings.kind == "dfs" and settings.use_guess else []
                for guess in guesses]
     limit = limit if limit is not None else BatchLimit("lanes")
+    odds = odds if odds is not None else DraftOdds()
     results: list[SearchResult] = []
     while len(results) < len(prompts):
         done = len(results)
         results += with_halving(limit, len(prompts) - done, lambda size, start=done: _search_lanes(
             engine, prompts[start:start + size], guesses[start:start + size], space, settings, started, deadline,
-            drafts[start:start + size]))
+            drafts[start:start + size], odds))
     return results
 
 
 def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
                   settings: SamplerSettings, started: float, deadline: float | None,
-                  drafts: Sequence[DraftSource | None]) -> list[SearchResult]:
+                  drafts: Sequence[DraftSource | None], odds: DraftOdds) -> list[SearchResult]:
     """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group.
 
     Each lane's first pass (prompt and guess in one forward) is made alone; then every step feeds
@@ -235,14 +245,25 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
             lane.frontier.walk(guess, increments)  # its distributions are already computed
             lane.tell_answers()
             lanes.append(lane)
-        _steps(engine, lanes, settings, started, deadline)
+        _steps(engine, lanes, settings, started, deadline, _step_costs(engine, lanes, settings, deadline), odds)
     finally:
         engine.release()
     return [_result(lane) for lane in lanes]
 
 
-def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float, deadline: float | None) -> None:
-    """Step every live lane until none is left (each lane's branch, the most probable first, per step)."""
+def _step_costs(engine, lanes: list[_Lane], settings: SamplerSettings, deadline: float | None) -> StepCosts | None:
+    """The engine's costs of a step, for "auto" drafts (None: every draft is fed whole), measured at each lane's
+    first position past its prompt and guess."""
+    if settings.drafts != "auto" or not settings.draft_tokens or all(lane.drafts is None for lane in lanes) \
+            or deadline_passed(deadline):  # no model call after the deadline
+        return None
+    return engine.step_costs([lane.sequence_length for lane in lanes], min(settings.draft_tokens + 1, PROBE_WIDTH))
+
+
+def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float, deadline: float | None,
+           costs: StepCosts | None, odds: DraftOdds) -> None:
+    """Step every live lane until none is left (each lane's branch, the most probable first, per step), its drafts
+    cut to ``draft_lengths`` under ``costs`` and ``odds`` (counted into; ``costs`` None: fed whole, not counted)."""
     live = list(range(len(lanes)))  # the lane of each engine lane
     while True:
         out_of_time = deadline_passed(deadline)
@@ -252,23 +273,38 @@ def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float
                 return
             engine.keep_lanes(keep)
             live = [live[row] for row in keep]
-        runs, positions = [], []
-        for index in live:
-            lane = lanes[index]
-            depth, token, total = lane.frontier.pop()
-            lane.frontier.path.append(token)
-            draft = lane.draft(depth, settings.draft_tokens)
-            lane.forward_calls += 1
-            lane.draft_tokens += len(draft)
-            runs.append([token, *draft])
-            positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
-            lane.pending = (depth, total, draft)
+        runs, positions = _branches(lanes, live, settings, costs, odds)
         # each lane's distributions after its branch's token and after each draft token
         for lane_rows, index in zip(engine.step(runs, positions), live):
             lane = lanes[index]
-            depth, total, draft = lane.pending
-            lane.draft_accepted += lane.frontier.walk(draft, lane_rows, depth + 1, total)
+            depth, total, draft, support = lane.pending
+            followed = lane.frontier.walk(draft, lane_rows, depth + 1, total)
+            if costs is not None:
+                odds.count(support, len(draft), followed)
+            lane.draft_accepted += followed
             lane.tell_answers()
+
+
+def _branches(lanes: list[_Lane], live: list[int], settings: SamplerSettings, costs: StepCosts | None,
+              odds: DraftOdds) -> tuple[list[list[int]], list[int]]:
+    """The runs (each live lane's next branch's token and its draft) and their positions of the next step."""
+    branches = []
+    for index in live:
+        lane = lanes[index]
+        depth, token, total = lane.frontier.pop()
+        lane.frontier.path.append(token)
+        branches.append((depth, token, total, *lane.draft(depth, settings.draft_tokens)))
+    lengths = [len(branch[3]) for branch in branches] if costs is None else draft_lengths(
+        costs, [odds.chances(support, len(draft)) for _, _, _, draft, support in branches])
+    runs, positions = [], []
+    for index, (depth, token, total, draft, support), length in zip(live, branches, lengths):
+        lane = lanes[index]
+        lane.forward_calls += 1
+        lane.draft_tokens += length
+        runs.append([token, *draft[:length]])
+        positions.append(lane.prompt_length + depth)  # everything the lane held from here on is forgotten
+        lane.pending = (depth, total, draft[:length], support)
+    return runs, positions
 
 
 def _result(lane: _Lane) -> SearchResult:

@@ -46,6 +46,7 @@ from arc_kit.method.engine import make_engine
 from arc_kit.method.experts import Candidate, select
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.method.search import search
+from arc_kit.method.step_costs import DraftOdds
 from arc_kit.method.ttt import TestTimeTrainer
 from arc_kit.names import encoded, shown
 from arc_kit.settings import SamplerSettings, SolveSettings, ladder
@@ -84,6 +85,7 @@ class Solver:
         self._engine = engine  # None: ``engine.make_engine``'s, on first use (given: the GPU check's oracle)
         self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
         self._adapter_off = False  # inside ``base_model``
+        self.draft_odds = DraftOdds()  # how often "auto" drafts were followed, learnt over every search of the solver
         self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
         if settings.test_time_training:
             self.trainer = TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
@@ -153,8 +155,8 @@ class Solver:
 
         The first augmentation's search runs alone; the others' then run together, as lanes, each
         guided by the first one's best answer (mapped into its frame). Each search gets the draft source
-        ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts).
-        Each of the two stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes
+        ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts;
+        "auto" learns in ``draft_odds`` how often they are followed). Each of the two stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes
         first. The stats count the engine's steps and the drafts fed and followed.
         """
         engine = self.engine(model)
@@ -180,7 +182,7 @@ class Solver:
                       for view in views]
             searched = earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
             results = search(engine, [prompts[view] for view in views], self.space, sampler, guesses, drafts=drafts,
-                             deadline=searched)
+                             deadline=searched, odds=self.draft_odds)
             for augmentation, result in zip(chosen, results):
                 self.merge(result, augmentation, merged, stats)
         stats.engine_steps = engine.steps - steps_before

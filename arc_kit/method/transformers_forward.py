@@ -1,8 +1,8 @@
 """transformers' own forward, one lane at a time: the tests' oracle, and the path for a model the engine cannot run.
 
 ``TransformersDecoder`` does what the searches and the scorer ask of ``engine.Engine`` (lanes
-started, prefilled, stepped with runs at positions, kept and released; answers scored) with the
-model's own forward and one ``DynamicCache`` per lane, as the paper's authors decode: a step at
+started, prefilled, stepped with runs at positions, kept and released; answers scored; no cost model
+of its steps) with the model's own forward and one ``DynamicCache`` per lane, as the paper's authors decode: a step at
 position p first crops the lane's cache to p (``crop`` with a non-positive count: how many positions
 to remove, the one form every transformers 5 takes), then feeds the run. Each lane is a model call
 of its own; a prompt's answers are scored one after another on its cache, cropped back after each.
@@ -96,6 +96,11 @@ class TransformersDecoder:
             logits, self._caches[lane] = self._call(self._caches[lane], run)
             rows.append(self._nlls(logits, self._space))
         return rows
+
+    def step_costs(self, positions: Sequence[int], width: int) -> None:
+        """No cost model: each lane is a model call of its own, whose overhead a draft token barely adds to (on the
+        CPU, a step of 16 lanes costs about 5 of the engine's: docs/results.md), so "auto" feeds whole drafts."""
+        return None
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:
         self._caches = [self._caches[lane] for lane in lanes]

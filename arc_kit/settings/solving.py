@@ -21,7 +21,8 @@ SEARCH_KINDS = ("dfs", "greedy")  # what a solve runs (method.search)
 PROBABILITY_MODES = ("full", "answer-mask")  # decoding.answer_log_probs implements exactly these
 DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer implements exactly these
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
-DRAFT_SOURCES = ("none", "prompt", "all")  # method.drafts' sources implement exactly these
+DRAFT_SOURCES = ("none", "prompt", "all", "auto")  # method.drafts implements these (auto: all's source, lengths
+# chosen by cost in method.search)
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,17 @@ class SamplerSettings(Settings):
     max_forward_calls: int = setting(20_000, "DFS: cap on model calls (steps) per search, a step with a draft "
                                      "counting one (reported when hit)", at_least=1, at_most=10**9)
     use_guess: bool = setting(True, "DFS: explore the best answer found so far first", command_line=False)
-    drafts: str = setting("all", "DFS: speculative steps, each branch's token fed with a draft that the search "
+    drafts: str = setting("auto", "DFS: speculative steps, each branch's token fed with a draft that the search "
                           "follows while it stays within the threshold (the same answers; ours). none: one token "
                           "per step; prompt: prompt lookup; all: also the test input cell by cell and the answers "
-                          "found under other augmentations and by the search itself", choices=DRAFT_SOURCES)
-    draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (ours: on the "
-                                "CPU, 7 took nearly as few steps as 15, 139 against 135, with a larger gain in time, "
-                                "docs/results.md)", at_least=0, at_most=64)
+                          "found under other augmentations and by the search itself; auto: all's drafts, each "
+                          "step's lengths chosen by what a step costs on the device (measured) against each draft "
+                          "token's chance of being followed (counted)", choices=DRAFT_SOURCES, neutral=True)
+    draft_tokens: int = setting(7, "DFS: the most draft tokens fed with a branch's token in one step (auto: it "
+                                "chooses fewer where they do not pay)", at_least=0, at_most=64, neutral=True)
+    # drafts are neutral as the engine's compile mode is: a run made with other drafts may be resumed, since they
+    # change a search's speed, never its answers (only where the call cap or the deadline stops it early, which
+    # answers it reached by then, as a faster machine would)
 
     @property
     def name(self) -> str:
