@@ -156,8 +156,9 @@ class Solver:
         The first augmentation's search runs alone; the others' then run together, as lanes, each
         guided by the first one's best answer (mapped into its frame). Each search gets the draft source
         ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts;
-        "auto" learns in ``draft_odds`` how often they are followed). Each of the two stops at ``deadline`` or ``search_seconds`` after it starts, whichever comes
-        first. The stats count the engine's steps and the drafts fed and followed.
+        "auto" learns in ``draft_odds`` how often they are followed). Each of the two stops at ``deadline``
+        or ``search_seconds`` after it starts, whichever comes first. The stats count the engine's steps
+        and the drafts fed and followed.
         """
         engine = self.engine(model)
         merged: dict[bytes, Candidate] = {}
