@@ -4,7 +4,8 @@ Read in this order, following one task: ``solver`` (the method on one task), ``t
 training), ``search`` (the one search: DFS over lanes, one prompt a lane, with its guess, drafts,
 deadline and out-of-memory halving; greedy decoding is a case of it), ``drafts`` (the speculative
 search's proposals), ``step_costs`` (what a step costs, and how many draft tokens pay for it),
-``answers`` (the answer alphabet, a search's completions and results), ``engine`` (the one decode engine: lanes on a static KV cache, steps and prefix-reusing scoring),
+``answers`` (the answer alphabet, a search's completions and results), ``engine`` (the one decode
+engine: lanes on a static KV cache, steps and prefix-reusing scoring),
 ``forward`` (its one forward pass: tokens at positions), ``weights`` (the model's weights as it
 reads them, and which models it runs; ``four_bit`` for bitsandbytes' 4-bit layers), ``experts``
 (candidates, the aggregations, the choice) and ``records`` (what a task returns, as the run folders
