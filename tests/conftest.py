@@ -101,6 +101,27 @@ def _split_kaggle(tasks: dict[str, dict]) -> tuple[dict, dict]:
     return challenges, solutions
 
 
+PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}  # the smallest valid task
+
+
+@pytest.fixture
+def no_model_work(monkeypatch):
+    """The solver gives every task fallback answers at once: a run then tests loading, folders and the submission."""
+    from arc_kit.method.records import fallback_record
+    from arc_kit.method.solver import Solver
+
+    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "test"))
+
+
+@pytest.fixture
+def tasks_file(tmp_path) -> Path:
+    """Two plain tasks, ``t1`` and ``t2``, in ``tmp_path/input/challenges.json``."""
+    path = tmp_path / "input" / "challenges.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"t1": PLAIN, "t2": PLAIN}))
+    return path
+
+
 def _write_json(path: Path, data) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data), encoding="utf-8")

@@ -31,6 +31,7 @@ import threading
 import time
 
 import pytest
+from conftest import PLAIN
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_challenges
@@ -170,11 +171,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def started():
     return time.process_time()
 
-
-@pytest.fixture
-def no_model_work(monkeypatch):
-    """The solver gives every task fallback answers at once: a lenient run then tests loading and the submission."""
-    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "fuzz"))
 
 
 @pytest.mark.processes
@@ -379,7 +375,6 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
 # -- what a new user met (issue 26): names that are paths, ids JSON allows, files that never end, a folder two
 # runs share. Each test failed on the kit before the fix.
 
-PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
 HOSTILE_IDS = ["../../escaped", "no/such/folder", "..", ".", "", "A", "a", "con", "x" * 300, "\udc80", "a\udc80b",
                "line\n[ok] forged", "\x1b[31mred\x1b[0m", "tab\there", "back\\slash", "~tilde", "sp ace"]
 

@@ -37,18 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import PLAIN
 
 import arc_kit.experiments.tables as tables
 import arc_kit.sudoku as sudoku
 from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import fallback_record
-from arc_kit.method.solver import Solver
 from arc_kit.run.record_json import to_json
 
 INPUTS = int(os.environ.get("ARC_KIT_FUZZ_INPUTS", "12"))  # about 14 runs each
 SEED = 26
-PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
 IDS = ["../../escaped", "no/such/folder", "..", ".", "", "A", "con", "x" * 300, "\udc80", "a\udc80b",
        "line\n[ok] forged", "\x1b[31mred\x1b[0m", "tab\there", "back\\slash", "~tilde", "sp ace", "$\\frac{", "-h",
        "--out", "0", "１２"]
@@ -288,10 +287,9 @@ def files_under(folder: Path) -> set[Path]:
 
 
 @pytest.fixture
-def no_model_work(monkeypatch):
-    """Every task gets fallback answers at once; the tables' per-task work is a record of the test inputs."""
-    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "fuzz"))
-
+def no_model_work(no_model_work, monkeypatch):
+    """Every task gets fallback answers at once (conftest's); the tables' per-task work is a record of the test
+    inputs."""
     def ablation(solver, task, **_):
         stages = {stage: [[pair.input] for pair in task.test] for stage in tables.ABLATION_STAGES}
         correct = {stage: [False] * len(task.test) for stage in stages}

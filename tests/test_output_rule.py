@@ -33,10 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from arc_kit import outputs
 from arc_kit.cli import build_parser, main
-from arc_kit.method.records import fallback_record
-from arc_kit.method.solver import Solver
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.outputs import (
     MARKER,
@@ -53,7 +50,6 @@ from arc_kit.outputs import (
 from arc_kit.run.runs import RUN_FILE, RUN_KIND
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
 QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
          "--max-len", "2048", "--device", "cpu"]
 
@@ -76,17 +72,6 @@ def last_line(err: str) -> str:
     return err.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def no_model_work(monkeypatch):
-    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "test"))
-
-
-@pytest.fixture
-def tasks_file(tmp_path) -> Path:
-    path = tmp_path / "input" / "challenges.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps({"t1": PLAIN, "t2": PLAIN}))
-    return path
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import PLAIN
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_folder
@@ -29,7 +30,6 @@ from arc_kit.provenance import git_commit
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}
 QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
          "--max-len", "2048", "--device", "cpu"]
 
@@ -69,17 +69,6 @@ def one_line_error(err: str, *phrases: str) -> None:
         assert phrase in lines[0], lines[0]
 
 
-@pytest.fixture
-def no_model_work(monkeypatch):
-    monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, *_, **__: fallback_record(task.id, "test"))
-
-
-@pytest.fixture
-def tasks_file(tmp_path) -> Path:
-    path = tmp_path / "input" / "challenges.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps({"t1": PLAIN, "t2": PLAIN}))
-    return path
 
 
 # -- 1: kaggle build never deletes the model it copies, nor the shipped kaggle_dataset/ ------------------------
