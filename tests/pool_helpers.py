@@ -35,7 +35,7 @@ def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool 
                  wait_for_loads: int = 0, broken: bool = False, peak_gib: float | None = None) -> None:
     """From now on (until ``patch`` undoes it) every pool's actors load the fake solve (``silent``: loading never
     ends; ``broken``: it raises; ``wait_for_loads``: no answer before that many actors have loaded; ``peak_gib``:
-    the calibration measures this peak memory on a 24 GiB GPU, after a second). Each load leaves a file in ``marks``
+    each actor reports this peak memory on a 24 GiB GPU with its records). Each load leaves a file in ``marks``
     (``load.<pid>.<CUDA_VISIBLE_DEVICES>``, holding the node, the model folder and its digest), each try of a task
     another."""
     import ray.cloudpickle
@@ -83,7 +83,7 @@ def folder_digest(folder: str | Path) -> str:
 class FakeSolver:
     """Answers [[7]] then [[7, 7]] to every test input, or dies, hangs or works first (the module's docstring).
 
-    It serves an actor (``solve``, ``calibrate``) and, for a one-process run to compare with, ``runs.solve``
+    It serves an actor (``solve``, ``memory``) and, for a one-process run to compare with, ``runs.solve``
     (``settings``, ``solve_with_retry``).
     """
 
@@ -124,12 +124,8 @@ class FakeSolver:
                         "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
         return record
 
-    def calibrate(self, task, settings):
-        measured = {"task_id": task.id, "timings": {"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}}
-        if self.peak_gib is not None:
-            time.sleep(1.0)
-            measured.update(peak_bytes=self.peak_gib * 2**30, total_bytes=24 * 2**30)
-        return measured
+    def memory(self):
+        return {} if self.peak_gib is None else {"peak_bytes": self.peak_gib * 2**30, "total_bytes": 24 * 2**30}
 
 
 def _node() -> str | None:

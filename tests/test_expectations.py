@@ -157,25 +157,24 @@ def test_estimate_says_what_is_guessed_and_warns_when_a_run_recorded_no_speeds(t
     assert "warning" not in printed and "on a CPU" in printed and "with the paper settings" in printed
 
 
-def test_the_calibration_replaces_the_parts_it_measured_and_keeps_the_guess_for_the_others():
+def test_the_first_task_measures_the_speeds_and_its_peak_memory_the_actors_per_gpu():
     from arc_kit.run.planner import Planner, work_units
-    from arc_kit.run.slots import calibration_settings, fold_calibration
+    from arc_kit.run.slots import first_task_line
 
     guessed = guessed_speeds(NEMO_8B, gpu_named("L4"), PAPER, SIZES)
     planner = Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed)
-    settings = calibration_settings(PAPER)
-    units = work_units(SIZES[0], settings)
-    measured = {"timings": {"generation": 2.0 * units["generation"], "scoring": 3.0 * units["scoring"]}}
-    per_gpu, line = fold_calibration(planner, "t0", settings, measured, 1)
-    assert (planner.speeds.generation, planner.speeds.scoring) == pytest.approx((2.0, 3.0))
-    assert planner.speeds.training == guessed.training  # no training in the measurement: the guess stands
-    assert planner.speeds.guess == guessed.guess and line.startswith("calibrated on task t0") and per_gpu is None
+    units = work_units(SIZES[0], PAPER)
+    timings = {"ttt": 4.0 * units["training"], "generation": 2.0 * units["generation"],
+               "scoring": 3.0 * units["scoring"], "total": 9.5}
+    planner.done("t0", 0, timings)  # what the pool does with every finished task
+    per_gpu, line = first_task_line(planner, "t0", timings, {}, 1)
+    assert (planner.speeds.training, planner.speeds.generation, planner.speeds.scoring) == pytest.approx((4, 2, 3))
+    assert line.startswith("measured on task t0 in 9.5 s: 4.00e+00 s per training token") and per_gpu is None
     gib = 2**30  # with the peak memory, how many share a GPU
-    per_gpu, line = fold_calibration(planner, "t0", settings, {**measured, "peak_bytes": 4 * gib,
-                                                               "total_bytes": 24 * gib}, 1)
-    assert per_gpu == slots_per_gpu(4 * gib, 24 * gib) and f"{per_gpu} worker(s) per GPU" in line
-    per_gpu, line = fold_calibration(planner, "t0", settings, {"error": "OutOfMemoryError: boom"}, 1)
-    assert per_gpu is None and line.startswith("calibration failed (OutOfMemoryError: boom)")
+    per_gpu, line = first_task_line(planner, "t0", timings, {"peak_bytes": 4 * gib, "total_bytes": 24 * gib}, 1)
+    assert per_gpu == slots_per_gpu(4 * gib, 24 * gib) and line.endswith(f"{per_gpu} worker(s) per GPU")
+    per_gpu, line = first_task_line(Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed), "t1", None, {}, 1)
+    assert per_gpu is None and line == f"task t1 measured nothing: the planner keeps its guessed speeds ({guessed.guess})"
 
 
 def slots_per_gpu(peak: float, total: float) -> int:

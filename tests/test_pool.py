@@ -195,7 +195,7 @@ def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallb
     with caplog.at_level(logging.INFO, logger=LOGGER):
         run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, progress=False,
                             deadline=started + 3600, budget=caps, pool=QUICK)
-    assert any(message.startswith("calibrated on task ") for message in warnings_of(caplog))  # the first actor's
+    assert any(message.startswith("measured on task ") for message in warnings_of(caplog))  # the first task's
     assert time.time() - started < 60  # two caps and the kills, not the hour
     assert run.records[hanging].skipped == "its worker died or hung 2 times"
     assert sum(f"hung: task {hanging} is" in message for message in warnings_of(caplog)) == 2
@@ -329,7 +329,7 @@ def test_one_worker_solves_in_this_process_and_several_or_an_address_make_a_pool
     assert jobs.uses_pool(2, None, None, None) and jobs.uses_pool(None, None, "10.0.0.1:6379", None)
     monkeypatch.setattr(jobs, "visible_gpus", lambda: ["0"])
     assert not jobs.uses_pool(None, None, None, None)  # one GPU, no deadline: this process
-    assert jobs.uses_pool(None, None, None, deadline=1e12)  # a deadline: the calibration may find room for more
+    assert jobs.uses_pool(None, None, None, deadline=1e12)  # a deadline: the first task's memory may find room for more
     assert jobs.uses_pool(None, 2, None, None) and not jobs.uses_pool(1, 2, None, None)
 
 

@@ -4,7 +4,7 @@ Each test here starts Ray its own way (test_pool.py's tests share one): a run's 
 logs kept and no process left behind, on a small /dev/shm too; SIGTERM through the command line
 (Ctrl-C leaves through the same ``finally``); the one-line refusals of a Ray that cannot start; two
 fake GPUs (``CUDA_VISIBLE_DEVICES``: Ray hands each actor its GPU, the actors on the CPU none) with
-actors killed and stopped; the first actor's calibration; and two Ray nodes on this machine (``ray
+actors killed and stopped; the first task's measurement; and two Ray nodes on this machine (``ray
 start --head`` and ``ray start --address``), the second stopped while it works. The actors run
 ``pool_helpers``' fake solve.
 """
@@ -249,10 +249,11 @@ def test_on_a_simulated_kaggle_machine_a_killed_and_a_stopped_actor_are_replaced
 
 @pytest.mark.processes
 @pytest.mark.slow
-def test_with_a_deadline_the_first_actor_calibrates_and_its_peak_memory_sets_the_actors_per_gpu(
+def test_with_a_deadline_the_first_task_measures_and_its_peak_memory_sets_the_actors_per_gpu(
         model_folder, six, tmp_path, monkeypatch, capsys):
-    """One actor on each of two fake GPUs; the first measures a short solve (10 GiB at its peak of a 24 GiB GPU: two
-    fit), then one more actor joins each GPU (16 cores said: the cores per GPU would allow more)."""
+    """One actor on each of two fake GPUs; the first task to finish measures the speeds and 10 GiB at its peak of a
+    24 GiB GPU (two fit), then one more actor joins each GPU (16 cores said: the cores per GPU would allow more).
+    No task is solved twice: there is no separate measuring solve."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setattr(slots.os, "cpu_count", lambda: 16)
     fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(SIX, "work"), peak_gib=10.0)
@@ -260,9 +261,11 @@ def test_with_a_deadline_the_first_actor_calibrates_and_its_peak_memory_sets_the
                         pool=PoolSettings(poll_seconds=0.05))
     printed = capsys.readouterr().out
     assert "started 2 worker(s) on Ray (1 on GPU 0, 1 on GPU 1)" in printed
-    assert "; peak 10.00 GiB of 24.0 GiB: 2 worker(s) per GPU" in printed and "calibrated on task " in printed
+    assert "; peak 10.00 GiB of 24.0 GiB: 2 worker(s) per GPU" in printed and "measured on task " in printed
+    assert printed.index("measured on task ") < printed.index("started 2 more")
     assert "started 2 more: 4 worker(s) on Ray (2 on GPU 0, 2 on GPU 1)" in printed
     assert len(loads(tmp_path / "marks")) == 4 and list(run.records) == SIX
+    assert all(len(tries(tmp_path / "marks", task_id)) == 1 for task_id in SIX)  # each solved once
     assert all(record.got_model_work for record in run.records.values())
 
 

@@ -8,7 +8,7 @@ size and the device (``bandwidth``: a decode step's memory-bandwidth floor), and
 prices one from an earlier run's speeds (``expectations_table``: per model size and GPU);
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
-an actor's side, ``slots`` where actors go and the first one's calibration);
+an actor's side, ``slots`` where actors go and how many share a GPU);
 ``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``).
 The method on one task is ``method.solver``'s, and the records it returns are ``method.records``'.
 It may import ``method``, ``model`` and everything below; it knows nothing of the tables, Kaggle's

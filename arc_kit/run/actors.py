@@ -2,9 +2,8 @@
 
 ``SlotActor`` (made a Ray actor by ``pool``, placed by ``ray_session.actor_options``) answers four
 calls: ``load`` (the model, from this node's disk or received through Ray, see below, loaded by the
-loader the driver hands it: ``load_solver``), ``calibrate`` (one short solve, timed, with the peak
-GPU memory), ``solve`` (one task at the rung and within the caps the driver chose: its record, as
-JSON) and ``steps`` (the engine steps made so far; it answers while a solve runs, so the driver's
+loader the driver hands it: ``load_solver``), ``solve`` (one task at the rung and within the caps the
+driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the engine steps made so far; it answers while a solve runs, so the driver's
 watchdog can tell a working actor from a stopped one). ``count_engine_steps`` installs the count
 and ``engine_steps`` reads it: the one place that knows what an engine step is.
 
@@ -71,10 +70,8 @@ class SlotSolver:
 
         return solve_one(self.solver, task, rung, self.rungs, budget)
 
-    def calibrate(self, task, settings: SolveSettings) -> dict:
-        """One short real solve of ``task`` at ``settings``: its timings, and this process's peak GPU memory."""
-        record = self.solver.solve_task(task, settings=settings)
-        return {"task_id": task.id, "timings": record.timings, "error": record.error, **gpu_memory()}
+    def memory(self) -> dict:
+        return gpu_memory()
 
 
 def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
@@ -124,18 +121,12 @@ class SlotActor:
                        "model": paths["model"]}
         return self.loaded
 
-    def calibrate(self, task, settings: dict) -> dict:
-        """One short real solve of ``task`` at ``settings``, timed; this process's peak GPU memory (none on a CPU)."""
-        try:
-            return self.slot_solver.calibrate(task, SolveSettings.from_json(settings))
-        except Exception as error:  # noqa: BLE001 - a failed measurement leaves the guessed speeds, never the run
-            return {"error": f"{type(error).__name__}: {error}"}
-
     def solve(self, task, rung: int, caps: tuple[float, float] | None) -> dict:
         """``task`` at ``rung`` within ``caps`` (seconds from now for the task, seconds for each search; None:
-        uncapped): its record's JSON. The caps count from this node's clock, whatever the driver's says."""
+        uncapped): its record's JSON, and this process's peak GPU memory so far ({} on a CPU). The caps count from
+        this node's clock, whatever the driver's says."""
         budget = None if caps is None else TaskBudget(time.time() + caps[0], caps[1])
-        return to_json(self.slot_solver.solve(task, rung, budget))
+        return {"record": to_json(self.slot_solver.solve(task, rung, budget)), "memory": self.slot_solver.memory()}
 
     def steps(self) -> int:
         return engine_steps()

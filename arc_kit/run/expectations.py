@@ -28,8 +28,8 @@ out from it below, not chosen:
 Not measured: how close transformers' decode gets to its bandwidth floor (the 135M model's step is
 almost all overhead), so its ratio is 1, the floor itself; and the engine's scoring forward, priced as
 transformers'. On the CPU the first speeds are those the dry run measured on the CPU machine (the
-reference engine of the time, 2026-11-24), scaled by the model's parameters. The first worker's
-calibration, then every finished task, replace all of these.
+reference engine of the time, 2026-11-24), scaled by the model's parameters. Every finished task's
+measurement replaces these.
 
 This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
 config).

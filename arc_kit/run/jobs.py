@@ -1,8 +1,8 @@
 """What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, in this process or in a pool.
 
 One worker solves in this process (``runs.solve``; Ray is neither started nor imported); several
-workers, several GPUs, one GPU with a deadline (whose calibration may find room for more workers on
-it) or a cluster's address make a pool of Ray actors (``pool.solve_in_pool``). This module knows
+workers, several GPUs, one GPU with a deadline (whose first task's peak memory may find room for more
+workers on it) or a cluster's address make a pool of Ray actors (``pool.solve_in_pool``). This module knows
 which; how either runs is ``runs``' and ``pool``'s.
 """
 
@@ -23,7 +23,7 @@ from arc_kit.settings import LoadSettings, SolveSettings
 
 def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:
     """Whether a run needs a pool: an address, several workers, or GPUs a pool serves better than one process
-    (several of them, workers per GPU asked for, or one with a deadline, whose calibration may find room for more)."""
+    (several of them, workers per GPU asked for, or one with a deadline, whose first task may find room for more)."""
     if address:
         return True
     if workers is not None:

@@ -4,8 +4,8 @@ A task's cost is estimated from its token counts, in three parts that the solver
 test-time training (steps x tokens of a leave-one-out sequence), generation (augmentations x
 (prompt + expected answer tokens)) and scoring (augmentations x prompt tokens). The first estimates
 come from guessed speeds (``expectations``: the model's size against the device's floors, times ratios
-measured on real runs; ``Speeds.guess`` says which), or from a short measurement on the machine at the
-start (``calibrate``: the worker pool times one short solve); each finished task refines them.
+measured on real runs; ``Speeds.guess`` says which); each finished task refines them (``done``; after
+the first, the worker pool prices the queue again: ``calibrate``).
 
 Before each task the planner picks the first rung of a ladder of cheaper settings (fewer TTT steps,
 fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everything left is

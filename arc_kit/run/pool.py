@@ -14,8 +14,9 @@ deadline, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang;
 ``actors.engine_steps``): it is killed, its task goes back to the queue once (then gets fallback
 answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at`` every actor is
 stopped, the tasks left get fallback answers and the last writes follow. With a deadline and no speeds
-measured, the first actor first times a short solve (``slots.fold_calibration``): its speeds price the
-queue, its peak memory says how many more actors share each GPU. Every task's result depends only on the
+measured, the first tasks are priced with guessed speeds; the first task to finish measures them
+(``slots.first_task_line``), the queue is priced again, and its peak GPU memory says how many more
+actors share each GPU. Every task's result depends only on the
 seed and the task, so a pool gives the submission one process gives; a rerun resumes.
 
 This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
@@ -50,8 +51,7 @@ from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ra
 from arc_kit.run.record_json import append_record, from_json, write_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, mark_correct, open_run, run_records, task_line, \
     write_scores
-from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, calibration_settings, calibration_task, fold_calibration, \
-    slot_layout
+from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, first_task_line, slot_layout
 from arc_kit.settings import BudgetSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class _Slot:
     starts: int = 0
     started_at: float = 0.0  # when its actor was asked to load
     loaded: dict | None = None  # where it runs (pid, node, GPU), once its model is loaded
-    task: str | None = None  # the task it runs ("" while it calibrates)
+    task: str | None = None  # the task it runs
     task_started: float = 0.0
     task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
     steps: int = -1  # its engine steps as last read
@@ -166,7 +166,7 @@ class _Pool:
     slots: list[_Slot] = field(default_factory=list)
     waiting: dict = field(default_factory=dict)  # each awaited answer: (its slot, what it answers)
     start_options: dict = field(default_factory=dict)  # how an actor is made and loaded
-    calibration: tuple[str, SolveSettings] | None = None  # (task id, settings) of the first actor's measurement
+    measuring: bool = False  # nothing measured yet: the first finished task sets the speeds and actors per GPU
     lost: dict[str, int] = field(default_factory=dict)  # task id -> times its actor died or hung on it
     solved: float = 0.0
     changed: bool = False  # a record came in since the last write
@@ -203,8 +203,8 @@ class _Pool:
         gpus = cluster_gpus(ray)
         spread = workers is None  # slots go round the GPUs; else the first ones, then the CPUs
         count = workers or _count(gpus, workers_per_gpu)
-        if self.deadline is not None and self.planner.remaining and not self.planner.speeds.measured_tasks:
-            self.calibration = (calibration_task(self.planner, bool(gpus)), calibration_settings(self.settings))
+        self.measuring = self.deadline is not None and bool(self.planner.remaining) \
+            and not self.planner.speeds.measured_tasks
         layout = slot_layout(count, gpus, spread)
         used = gpus if spread else sum(slot.gpu is not None for slot in layout)
         folders = actors.model_folders(model, load_options)
@@ -302,28 +302,24 @@ class _Pool:
             slot.loaded, slot.moved_at = value, now
             logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
                         value["node"][:12], value["device"])
-            if self.calibration is not None and not any(other.task == "" for other in self.slots):
-                self.begin_task(slot, "", math.inf)
-                self.waiting[slot.actor.calibrate.remote(self.tasks[self.calibration[0]],
-                                                         self.calibration[1].to_json())] = (slot, "calibrate")
-        elif what == "calibrate":
-            slot.task = None
-            self.calibrate(value)
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-            record = from_json(TaskRecord, value)
+            record = from_json(TaskRecord, value["record"])
             if task_id in self.tasks and task_id not in self.mine:
                 self.finish(task_id, record)
+                if self.measuring:
+                    self.measured(task_id, None if record.failed else record.timings, value["memory"])
 
     def begin_task(self, slot: _Slot, task_id: str, deadline: float) -> None:
         slot.task, slot.task_started, slot.task_deadline = task_id, time.time(), deadline
 
-    def calibrate(self, measured: dict) -> None:
-        """Fold the first actor's measurement into the planner; start as many more actors as its memory allows."""
-        task_id, settings = self.calibration
-        self.calibration = None
+    def measured(self, task_id: str, timings: dict | None, memory: dict) -> None:
+        """The first finished task's measurement: the queue priced again with its speeds; as many more actors started
+        as its peak memory allows."""
+        self.measuring = False
+        self.planner.calibrate(self.planner.speeds)
         options = self.start_options
-        per_gpu, line = fold_calibration(self.planner, task_id, settings, measured, options["gpus"])
+        per_gpu, line = first_task_line(self.planner, task_id, timings, memory, options["gpus"])
         self.note(line)
         if per_gpu and options["spread"] and options["gpus"] and options["workers_per_gpu"] is None:
             self.add_slots(slot_layout(options["gpus"] * (per_gpu - 1), options["gpus"], True, first=len(self.slots)))
@@ -337,7 +333,7 @@ class _Pool:
             return f"hung: no model after {waited:.0f} s" if waited > self.limits.load_seconds else None
         if slot.task is None:
             return None
-        doing = f"task {shown(slot.task)}" if slot.task else "its calibration"
+        doing = f"task {shown(slot.task)}"
         if now > slot.task_deadline + self.limits.hang_seconds:
             return f"hung: {doing} is {now - slot.task_deadline:.0f} s past its deadline"
         stalled = now - max(slot.moved_at, slot.task_started)
@@ -355,9 +351,7 @@ class _Pool:
         logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
                        f" (pid {pid})" if pid else "", why, pid or "PID")
         task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-        if task_id == "":
-            self.calibrate({"error": f"the worker {why}"})
-        elif task_id is not None:
+        if task_id is not None:
             self.lost[task_id] = self.lost.get(task_id, 0) + 1
             if self.lost[task_id] <= self.limits.retries:
                 self.planner.requeue(task_id)

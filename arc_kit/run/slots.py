@@ -1,11 +1,11 @@
-"""Where a pool's actors go, and the first actor's calibration: how many share a GPU, and what it measures first.
+"""Where a pool's actors go, and how many share a GPU once the first task has measured its peak memory.
 
 A slot is one actor's place: one of the cluster's GPUs (by its index, which is the pool's bundle of
 that GPU) or the CPU. ``slot_layout`` says where each goes: round the GPUs, or the first ones on the
-GPUs and the rest on the CPU. A pool with a deadline and no speeds measured asks its first actor to
-time one short real solve (``calibration_settings``) of one task (``calibration_task``) before it
-takes work; ``fold_calibration`` makes the timings the planner's first estimates and the peak
-memory the number of actors that share each GPU (``workers_per_gpu_for``).
+GPUs and the rest on the CPU. A pool with a deadline and no speeds measured prices its first tasks
+with guessed speeds and starts one actor per GPU; the first task that finishes (the queue runs
+longest first, so on one GPU it is the longest) measures the speeds, and ``first_task_line`` makes
+its peak memory the number of actors that share each GPU (``workers_per_gpu_for``).
 
 This module knows the planner and these numbers; nothing of Ray or processes (``pool`` starts the actors).
 """
@@ -15,8 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from arc_kit.run.planner import Planner, Speeds
-from arc_kit.settings import SamplerSettings, SolveSettings
+from arc_kit.run.planner import Planner
 
 CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
 MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
@@ -46,37 +45,21 @@ def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: 
     return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
 
 
-def calibration_settings(settings: SolveSettings) -> SolveSettings:
-    """The short solve the first actor times at the start: two TTT steps, greedy under one augmentation, one
-    scoring pass (per unit of work, what the planner prices every part of every rung with)."""
-    return settings.replace(inference_augmentations=1, scoring_augmentations=1, sampler=SamplerSettings("greedy"),
-                            ttt=settings.ttt.replace(steps=min(2, settings.ttt.steps)))
-
-
-def calibration_task(planner: Planner, gpus: bool) -> str:
-    """The task to measure on: on GPUs the longest (its peak memory is the run's), on the CPU the shortest."""
-    sizes = sorted(planner.sizes.values(), key=lambda size: (size.training_tokens + size.prompt_tokens, size.task_id))
-    return (sizes[-1] if gpus else sizes[0]).task_id
-
-
-def fold_calibration(planner: Planner, task_id: str, settings: SolveSettings, measured: dict,
-                     gpus: int) -> tuple[int | None, str]:
-    """Fold the first actor's measurement into the planner: (the actors per GPU its peak memory allows, if known;
-    the line that says what was measured)."""
-    if measured.get("error") or not measured.get("timings"):
-        return None, (f"calibration failed ({measured.get('error') or 'no timings'}): the planner keeps its guessed "
-                      f"speeds ({planner.speeds.guess or 'the fixed assumption'})")
-    speeds = Speeds.from_json({**planner.speeds.to_json(), "measured_tasks": 0, "measured_parts": {}})
-    speeds.update(planner.sizes[task_id], settings, measured["timings"])  # a part it did not run keeps the guess
-    speeds.measured_tasks, speeds.measured_parts = 0, {}  # a first estimate: the first real task replaces it
-    planner.calibrate(speeds)
+def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory: dict,
+                    gpus: int) -> tuple[int | None, str]:
+    """What the first task a pool finishes tells it when it had measured nothing (its timings are the planner's
+    already, ``Planner.done``): the actors per GPU its peak memory allows (None when not measured), and the line
+    that says what was measured."""
+    if not timings:
+        line = (f"task {task_id} measured nothing: the planner keeps its guessed speeds "
+                f"({planner.speeds.guess or 'the fixed assumption'})")
+    else:
+        speeds = planner.speeds
+        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per "
+                f"training token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
     per_gpu = None
-    if measured.get("peak_bytes") and measured.get("total_bytes"):
-        per_gpu = workers_per_gpu_for(measured["peak_bytes"], measured["total_bytes"], gpus)
-    line = (f"calibrated on task {task_id} in {measured['timings'].get('total', 0):.1f} s: "
-            f"{speeds.training:.2e} s per training token, {speeds.generation:.2e} s per generated token, "
-            f"{speeds.scoring:.2e} s per scored token")
-    if per_gpu:
-        line += (f"; peak {measured['peak_bytes'] / 2**30:.2f} GiB of {measured['total_bytes'] / 2**30:.1f} GiB: "
+    if memory.get("peak_bytes") and memory.get("total_bytes"):
+        per_gpu = workers_per_gpu_for(memory["peak_bytes"], memory["total_bytes"], gpus)
+        line += (f"; peak {memory['peak_bytes'] / 2**30:.2f} GiB of {memory['total_bytes'] / 2**30:.1f} GiB: "
                  f"{per_gpu} worker(s) per GPU")
     return per_gpu, line
