@@ -29,7 +29,8 @@ from arc_kit.data.datasets import load_challenges, load_tasks
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.model.folders import default_model_path
 from arc_kit.model.loading import load_encoder, token_budget_of
-from arc_kit.run.expectations import Device, ModelShape, guessed_speeds, shape_of_folder
+from arc_kit.model.memory import Architecture
+from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder, sized
 from arc_kit.run.expectations_table import Machine, expectations_table, expected_cell, paper_check
 from arc_kit.run.planner import PARTS, Speeds, estimate_run, measure, speeds_from_records
 from arc_kit.run.record_json import read_records
@@ -62,7 +63,7 @@ class MeasuredRun:
     settings: SolveSettings
     tasks: TaskSet
     model: Path  # the run's model where it is here, else the model whose tokenizer counts its tokens
-    shape: ModelShape | None  # the run's model's shape (its folder's, or the one recorded with it)
+    shape: Architecture | None  # the run's model's shape (its folder's, or the one recorded with it)
     notes: list[str]
 
 
@@ -93,7 +94,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     shape = _recorded_shape(info)
     notes.append(f"the model: {named or 'none named'}, not here: tokens counted with {default_model_path()}'s "
                  "tokenizer (every shrunk model writes a symbol a token); "
-                 + (f"its recorded shape ({shape.sized}) prices what the run did not measure" if shape else
+                 + (f"its recorded shape ({sized(shape)}) prices what the run did not measure" if shape else
                     "what the run did not measure is priced at the kit's fixed assumption (pass --model)"))
     return MeasuredRun(folder, settings, tasks, default_model_path(), shape, notes)
 
@@ -113,10 +114,10 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
                          f"holds no {POOL_TASKS_FILE}: which tasks its records timed cannot be told")
 
 
-def _recorded_shape(info: dict) -> ModelShape | None:
+def _recorded_shape(info: dict) -> Architecture | None:
     """The model shape ``run.json`` recorded (``model_shape``), or None."""
     try:
-        return ModelShape(**info["model_shape"])
+        return Architecture(**info["model_shape"])
     except (KeyError, TypeError):
         return None
 
@@ -159,7 +160,7 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
 
 
 def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
-                  shape: ModelShape | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
+                  shape: Architecture | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
     """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``: a measured part's one-worker seconds over all
     the workers; a guessed part's as the table prices it (the workers' overheads overlap, the GPU's time not)."""
     workers = max(1, gpus) * workers_per_gpu
