@@ -34,8 +34,8 @@ from arc_kit.model.folders import (
     is_delta_folder,
     load_tokenizer,
     read_json,
-    refuse_custom_code,
 )
+from arc_kit.model.loading import adapter_base
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.shrinking import format_problem, kept_at_load
@@ -96,11 +96,7 @@ def _weights(check: ModelCheck, folder: Path, quantization: str | None) -> tuple
     adapter = read_json(folder / "adapter_config.json")
     base = folder
     if adapter:
-        base = Path(adapter.get("base_model_name_or_path") or "")
-        if not adapter.get("base_model_name_or_path") or not (base / "config.json").exists():
-            raise FileNotFoundError(f"the adapter in {folder} needs its base model folder, and "
-                                    f"{str(base)!r} is none here: check the adapter with its base beside it")
-        refuse_custom_code(base)  # the adapter's own folder was checked already
+        base = adapter_base(folder, adapter, advice="check the adapter with its base beside it")
         check.lines.append(f"folder: a peft adapter ({adapter.get('peft_type', 'LORA')}, rank {adapter.get('r')}) "
                            f"on {base}")
     else:
