@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
@@ -109,8 +109,7 @@ class Speeds:
             self.scoring * units["scoring"]
 
     def to_json(self) -> dict:
-        return {"training": self.training, "generation": self.generation, "scoring": self.scoring,
-                "measured_tasks": self.measured_tasks, "measured_parts": dict(self.measured_parts), "guess": self.guess}
+        return asdict(self)
 
     def sources(self) -> list[str]:
         """Which parts' speeds were measured (on how many tasks) and which guessed (and from what), a line each."""
