@@ -198,11 +198,8 @@ def _meta_model(folder: Path, config: dict):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    settings = {key: value for key, value in config.items() if key not in ("transformers_version",)}
-    model_type = settings.pop("model_type", None)
-    built = AutoConfig.for_model(model_type, **settings)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), trust_remote_code=False)
     if (folder / "adapter_config.json").exists() and not is_delta_folder(folder):
         from peft import LoraConfig, get_peft_model
 
