@@ -91,7 +91,10 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     if named and Path(named).exists():
         notes.append(f"the model: {named}" + ("" if model else f" (named in its {RUN_FILE})"))
         return MeasuredRun(folder, settings, tasks, Path(named), shape_of_folder(named), notes)
-    shape = _recorded_shape(info)
+    try:
+        shape = Architecture(**info["model_shape"])  # as the Kaggle job recorded it
+    except (KeyError, TypeError):
+        shape = None
     notes.append(f"the model: {named or 'none named'}, not here: tokens counted with {default_model_path()}'s "
                  "tokenizer (every shrunk model writes a symbol a token); "
                  + (f"its recorded shape ({sized(shape)}) prices what the run did not measure" if shape else
@@ -112,14 +115,6 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
             [f"the tasks: {folder / POOL_TASKS_FILE} (what its workers were given)"]
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
                          f"holds no {POOL_TASKS_FILE}: which tasks its records timed cannot be told")
-
-
-def _recorded_shape(info: dict) -> Architecture | None:
-    """The model shape ``run.json`` recorded (``model_shape``), or None."""
-    try:
-        return Architecture(**info["model_shape"])
-    except (KeyError, TypeError):
-        return None
 
 
 def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model: str | os.PathLike | None = None,

@@ -124,14 +124,10 @@ class Speeds:
         """The inverse of ``to_json``; what is missing takes the assumed value (ValueError when it is no object)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"speeds: expected an object, got {type(data).__name__}")
-        speeds = cls()
-        for part, _ in PARTS:
-            if isinstance(data.get(part), (int, float)) and data[part] > 0:
-                setattr(speeds, part, float(data[part]))
-        speeds.measured_tasks = int(data.get("measured_tasks", 0))
-        speeds.measured_parts = {str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()}
-        speeds.guess = str(data.get("guess") or "")
-        return speeds
+        parts = {part: float(data[part]) for part, _ in PARTS
+                 if isinstance(data.get(part), (int, float)) and data[part] > 0}
+        return cls(**parts, measured_tasks=int(data.get("measured_tasks", 0)), guess=str(data.get("guess") or ""),
+                   measured_parts={str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()})
 
 
 def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
@@ -178,10 +174,9 @@ class Planner:
         self.speeds = speeds or Speeds()
         self.workers = max(1, workers)
         self.budget_settings = budget
-        cost = {size.task_id: self.speeds.seconds(size, settings) for size in sizes}
         self.longest_first = longest_first
-        self.position = {task_id: (-cost[task_id] if longest_first else cost[task_id], task_id) for task_id in cost}
-        self.remaining = sorted(cost, key=self.position.__getitem__)
+        self.position, self.remaining = {}, list(self.sizes)
+        self.calibrate(self.speeds)
 
     def calibrate(self, speeds: Speeds) -> None:
         """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
