@@ -1,13 +1,14 @@
 """What a model needs in memory, computed from its config alone (nothing is allocated).
 
 ``Architecture`` holds the sizes that matter (``checks.architecture_of`` reads them from a
-config.json; the planner's first guesses, ``run.expectations``, price the same shape); the functions below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes
-with its block scales: the linear layers are what 4 bits pack), test-time training at the paper's
-recipe and the engine's static KV cache; ``needs`` puts them together, as ``arc-kit check-model``
-shows them against ``GPUS`` (the competition's and the usual cards). Estimates, not measurements:
-the activations are the tensors the backward keeps (within 3% of those counted on SmolLM2-135M's
-shape, docs/results.md); the backward's passing buffers and allocator slack are not counted (on the
-CPU the step's peak was about twice the estimate without checkpointing, more with it).
+config.json; the planner's first guesses, ``run.expectations``, price the same shape); the functions
+below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes with its block scales: the
+linear layers are what 4 bits pack), test-time training at the paper's recipe and the engine's static
+KV cache; ``needs`` puts them together, as ``arc-kit check-model`` shows them against ``GPUS`` (the
+competition's and the usual cards). Estimates, not measurements: the activations are the tensors the
+backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md); the backward's
+passing buffers and allocator slack are not counted (on the CPU the step's peak was about twice the
+estimate without checkpointing, more with it).
 
 Knows sizes and bytes; knows nothing of files (``checks``), devices or tasks.
 """

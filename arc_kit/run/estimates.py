@@ -6,9 +6,9 @@ working folder holds its run in ``arc_kit_run/``), takes the tasks it solved and
 its own records (``run.json``'s data set where it loads here, else the ``tasks.json`` its pool wrote;
 ``run.json``'s model, and the shape recorded with it where the model is not here), prices the speeds its
 records show (``planner.speeds_from_records``: every task that finished with the model) and applies them
-to the tasks and settings asked about (``planner.estimate_run``). A part no record measured is priced at
-the speed ``expectations.guessed_speeds`` guesses for the model on the GPU named (``Speeds.sources`` says
-which is which); without a run every part is guessed.
+to the tasks and settings asked about (their ``planner.work_units``). A part no record measured is priced
+at the speed ``expectations.guessed_speeds`` guesses for the model on the GPU named (``Speeds.sources``
+says which is which); without a run every part is guessed.
 
 The wall time is for a machine stated in its units: ``gpus`` GPUs with ``workers_per_gpu`` worker
 processes sharing each (none: this machine's CPU, one process). A measured speed is one worker's, as the
@@ -32,7 +32,7 @@ from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.model.memory import Architecture
 from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder, sized
 from arc_kit.run.expectations_table import Machine, expectations_table, expected_cell, paper_check
-from arc_kit.run.planner import PARTS, Speeds, estimate_run, measure, speeds_from_records
+from arc_kit.run.planner import PARTS, Speeds, measure, speeds_from_records, work_units
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_info, read_run_settings
 from arc_kit.settings import SolveSettings, solve_preset
@@ -142,11 +142,10 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
         counting = load_encoder(model, max_len=run.settings.max_len)
         speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE), run.tasks, counting, run.settings,
                                      speeds)
-    seconds = estimate_run(tasks, encoder, target, speeds)
-    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in seconds.values()):
-        raise ValueError(f"the speeds give {seconds['total'] / 3600:.3g} hours, beyond any run: "
+    seconds = {part: getattr(speeds, part) * sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
+    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in (*seconds.values(), sum(seconds.values()))):
+        raise ValueError(f"the speeds give {sum(seconds.values()) / 3600:.3g} hours, beyond any run: "
                          f"{folder or 'the guesses'} cannot be right (a damaged record?)")
-    seconds = {part: seconds[part] for part in ("training", "generation", "scoring")}
     wall = _wall_seconds(seconds, speeds, sizes, target, shape, device, gpus, workers_per_gpu)
     wall = {part: value / speedup for part, value in wall.items()}
     return Estimate(speeds, {**seconds, "total": sum(seconds.values())}, {**wall, "total": sum(wall.values())},

@@ -171,7 +171,8 @@ DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_
 # The engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
 # model's floor is tiny): two equations, two unknowns.
 _WIDTH_64 = Architecture("llama", 28, 64, 128, 4, 2, 16, 64, False, name="width 64")
-_OVERHEAD_FLOOR = decode_floor_seconds(weight_bytes(_WIDTH_64), 16 * 64, kv_cache_bytes(_WIDTH_64, 1, 1), H100.bandwidth)
+_OVERHEAD_FLOOR = decode_floor_seconds(weight_bytes(_WIDTH_64), 16 * 64, kv_cache_bytes(_WIDTH_64, 1, 1),
+                                       H100.bandwidth)
 _FAST_FLOOR = decode_floor_seconds(weight_bytes(LLAMA_3B), 16 * 1619, kv_cache_bytes(LLAMA_3B, 1, 1), H100.bandwidth)
 FAST_BANDWIDTH_RATIO = (MEASUREMENTS["fast_step"].value - MEASUREMENTS["fast_overhead_step"].value) / \
     (_FAST_FLOOR - _OVERHEAD_FLOOR)

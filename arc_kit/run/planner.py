@@ -265,12 +265,3 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
         speeds.update(size, rungs[record.rung], record.timings)
     return speeds
 
-
-def estimate_run(tasks: TaskSet, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
-    """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
-    totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
-    for task in tasks.tasks():
-        units = work_units(measure(task, encoder, settings.max_len or DEFAULT_TOKEN_BUDGET), settings)
-        for part in totals:
-            totals[part] += getattr(speeds, part) * units[part]
-    return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}
