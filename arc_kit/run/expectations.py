@@ -59,10 +59,6 @@ def forward_flops(shape: Architecture, context: float) -> float:
         4 * shape.layers * context * shape.heads * shape.head_dim
 
 
-def label(shape: Architecture) -> str:
-    return f"{shape.name or shape.model_type}, {'4-bit' if shape.four_bit else 'bf16'}"
-
-
 def sized(shape: Architecture) -> str:
     return f"{shape.name or shape.model_type} ({parameters(shape).total / 1e6:,.0f}M parameters), " \
            f"{'4-bit' if shape.four_bit else 'bf16'}"
@@ -301,5 +297,5 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
 
 __all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "FAST_BANDWIDTH_RATIO", "FAST_DECODE_OVERHEAD", "Device",
            "GPUS", "MEASUREMENTS", "Measurement", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical",
-           "decodes_on_fast_engine", "first_speeds", "forward_flops", "gpu_named", "guessed_speeds", "label",
-           "part_costs", "shape_of_folder", "sized", "speeds_for_model", "visible_gpu_name"]
+           "decodes_on_fast_engine", "first_speeds", "forward_flops", "gpu_named", "guessed_speeds", "part_costs",
+           "shape_of_folder", "sized", "speeds_for_model", "visible_gpu_name"]

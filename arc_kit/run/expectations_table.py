@@ -33,7 +33,6 @@ from arc_kit.run.expectations import (
     Typical,
     decodes_on_fast_engine,
     gpu_named,
-    label,
     part_costs,
 )
 from arc_kit.run.planner import PARTS, TaskSize, hours, work_units
@@ -136,7 +135,8 @@ def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what:
     for shape in shapes:
         cells = [expected_cell(sizes, settings, shape, machine).text(settings.inference_augmentations)
                  for machine in machines]
-        lines.append(f"| {label(shape)} | {parameters(shape).total / 1e9:.2f}B | " + " | ".join(cells) + " |")
+        bits = "4-bit" if shape.four_bit else "bf16"
+        lines.append(f"| {shape.name}, {bits} | {parameters(shape).total / 1e9:.2f}B | " + " | ".join(cells) + " |")
     return lines + ["", "ratios:", *ratio_lines()]
 
 
