@@ -19,7 +19,6 @@ sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
