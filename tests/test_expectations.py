@@ -3,10 +3,14 @@ the estimate's sources and the model size x GPU table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
+from arc_kit.model.checks import architecture_of
+from arc_kit.model.memory import FOUR_BIT_MATRIX_BYTES, Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run import expectations
 from arc_kit.run.bandwidth import decode_floor_seconds, kv_bytes_per_token
 from arc_kit.run.expectations import (
@@ -15,7 +19,6 @@ from arc_kit.run.expectations import (
     NEMO_8B,
     SMOLLM2_135M,
     TABLE_SHAPES,
-    ModelShape,
     Typical,
     gpu_named,
     guessed_speeds,
@@ -33,10 +36,10 @@ SIZES = [TaskSize(f"t{i}", training_tokens=1500 + 100 * i, prompt_tokens=2000 + 
 H100 = gpu_named("NVIDIA H100 80GB HBM3")
 
 
-def transformers_config(shape: ModelShape):
+def transformers_config(shape: Architecture):
     """The config of ``shape`` as transformers writes it (Mistral for an untied head, as NeMo-Minitron is)."""
     kind = LlamaConfig if shape.tied else MistralConfig
-    return kind(vocab_size=shape.vocabulary, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+    return kind(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
                 num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
                 head_dim=shape.head_dim, tie_word_embeddings=shape.tied)
 
@@ -46,17 +49,19 @@ def test_a_shapes_parameters_and_cache_are_what_transformers_builds(shape):
     config = transformers_config(shape)
     with torch.device("meta"):  # no memory: the 8B model's parameters are counted, never allocated
         model = (LlamaForCausalLM if shape.tied else MistralForCausalLM)(config)
-    assert shape.parameters == sum(parameter.numel() for parameter in model.parameters())
-    assert shape.kv_bytes_per_token == kv_bytes_per_token(config, 2)
-    assert ModelShape.from_config(config, shape.name) == shape == ModelShape.from_config(config.to_dict(), shape.name)
-    assert shape.weight_bytes == 2 * shape.parameters
-    assert ModelShape.from_config({**config.to_dict(), "quantization_config": {"load_in_4bit": True}}).bits == 4
+    assert parameters(shape).total == sum(parameter.numel() for parameter in model.parameters())
+    assert kv_cache_bytes(shape, 1, 1) == kv_bytes_per_token(config, 2)
+    read = architecture_of(config.to_dict())  # the positions and the stored dtype are no table shape's
+    assert replace(read, name=shape.name, max_positions=None, stored_dtype=None) == shape
+    assert weight_bytes(shape) == 2 * parameters(shape).total
+    assert architecture_of({**config.to_dict(), "quantization_config": {"quant_method": "bitsandbytes",
+                                                                        "load_in_4bit": True}}).four_bit
     # the linear weights in nf4, doubly quantized (an 8-bit absmax a block of 64, a float32 one a block of 256 of
-    # those: about 4.13 bits, check-model's estimate), the rest (embeddings, norms) at 16
-    quantized = shape.with_bits(4)
-    linear = shape.layers * shape.layer_weights
+    # those: about 4.13 bits, check-model's estimate) with each matrix's two code tables, the rest at 16
+    linear, matrices = parameters(shape).linear, 7 * shape.layers
     nf4 = 0.5 + 1 / 64 + 4 / (64 * 256)
-    assert quantized.weight_bytes == pytest.approx(linear * nf4 + (shape.parameters - linear) * 2)
+    assert weight_bytes(shape.with_four_bit()) == pytest.approx(
+        linear * nf4 + matrices * FOUR_BIT_MATRIX_BYTES + (parameters(shape).total - linear) * 2)
 
 
 def test_the_overheads_and_ratio_reproduce_the_measurements_they_come_from():
@@ -65,7 +70,7 @@ def test_the_overheads_and_ratio_reproduce_the_measurements_they_come_from():
     costs = part_costs(SMOLLM2_135M, H100, one_lane)
     assert costs["generation"].seconds == pytest.approx(MEASUREMENTS["decode_step"].value)  # 1 / 12 tokens a second
     assert costs["generation"].floor == pytest.approx(decode_floor_seconds(
-        SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, 3.35e12))
+        weight_bytes(SMOLLM2_135M), 1024, kv_cache_bytes(SMOLLM2_135M, 1, 1), 3.35e12))
     assert costs["training"].seconds * 110 == pytest.approx(MEASUREMENTS["ttt_step"].value)  # 19.2 s / 64 steps
     finetune = part_costs(SMOLLM2_135M, H100, Typical(prompt=1024, answer=0, training=2_333, lanes=1))["training"]
     step = 2 * finetune.overhead * 2_333 + 16 * finetune.ratio * finetune.floor * 2_333  # 2 passes of 8 sequences
@@ -86,7 +91,7 @@ def test_first_speeds_grow_with_the_model_and_shrink_with_the_gpu():
         assert ladder == sorted(ladder) and getattr(speeds(SMOLLM2_135M, "L4"), part) < ladder[-1], part
         assert getattr(speeds(NEMO_8B, "H100"), part) < getattr(speeds(NEMO_8B, "T4"), part), part
     # decoding reads the weights: 4 bits decode faster than 16 on the same GPU
-    assert speeds(NEMO_8B.with_bits(4), "L4").generation < speeds(NEMO_8B, "L4").generation
+    assert speeds(NEMO_8B.with_four_bit(), "L4").generation < speeds(NEMO_8B, "L4").generation
     guessed = speeds(NEMO_8B, "L4")
     assert guessed.measured_parts == {} and "on L4" in guessed.guess and "not measured" in guessed.guess
     assert Speeds.from_json(guessed.to_json()) == guessed  # the guess travels in speeds.json
@@ -96,7 +101,8 @@ def test_on_the_cpu_the_dry_runs_speeds_scale_with_the_parameters():
     small = guessed_speeds(SMOLLM2_135M, None, PAPER, SIZES)
     assert (small.training, small.generation, small.scoring) == pytest.approx((0.00802, 0.153, 0.0118))
     large = guessed_speeds(NEMO_8B, None, PAPER, SIZES)
-    assert large.generation / small.generation == pytest.approx(NEMO_8B.parameters / SMOLLM2_135M.parameters)
+    ratio = parameters(NEMO_8B).total / parameters(SMOLLM2_135M).total
+    assert large.generation / small.generation == pytest.approx(ratio)
     assert guessed_speeds(None, H100, PAPER, SIZES).guess.startswith("the kit's fixed assumption")
 
 
@@ -105,12 +111,12 @@ def test_a_loaded_model_and_a_model_folder_are_priced_by_their_own_shape(model_f
 
     loaded = load_model(model_folder, device="cpu").model
     shape = shape_of_folder(model_folder)
-    assert shape == ModelShape.from_config(loaded.config, shape.name)
+    assert shape == replace(architecture_of(loaded.config.to_dict()), name=shape.name)
     speeds, from_folder = speeds_for_model(loaded, PAPER, SIZES), guessed_speeds(shape, None, PAPER, SIZES)
     assert (speeds.training, speeds.generation, speeds.scoring) == \
         (from_folder.training, from_folder.generation, from_folder.scoring)
     assert "on a CPU" in speeds.guess and speeds.generation == pytest.approx(
-        0.153 * shape.parameters / SMOLLM2_135M.parameters)
+        0.153 * parameters(shape).total / parameters(SMOLLM2_135M).total)
 
 
 def test_a_cell_halves_its_lanes_to_fit_and_says_when_nothing_fits():
@@ -186,7 +192,7 @@ def slots_per_gpu(peak: float, total: float) -> int:
 def test_the_fast_engines_overhead_and_ratio_reproduce_its_h100_measurements_and_price_the_default_settings():
     """The compiled engine's two H100 steps, put back into the cost model, come out as measured; the default
     settings decode on it, the reference engine's and an eager engine's are priced as the reference's."""
-    width_64 = expectations.ModelShape("width 64", 28, 64, 128, 4, 2, 16, vocabulary=64, tied=False)
+    width_64 = Architecture("llama", 28, 64, 128, 4, 2, 16, 64, False, name="width 64")
     overhead = part_costs(width_64, H100, Typical(prompt=64, answer=0, training=1, lanes=16), fast=True)
     assert overhead["generation"].seconds * 16 == pytest.approx(MEASUREMENTS["fast_overhead_step"].value)
     step = part_costs(expectations.LLAMA_3B, H100, Typical(prompt=1619, answer=0, training=1, lanes=16), fast=True)

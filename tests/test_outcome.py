@@ -7,7 +7,7 @@ import numpy as np
 from arc_kit.data.submission import score_submission
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, TestResult, fallback_record
-from arc_kit.run.outcome import answered_by_model, outcome_line, outcome_parts
+from arc_kit.run.outcome import answered_by_model, outcome_parts
 
 GRID = np.array([[1, 2], [3, 4]])
 
@@ -34,5 +34,5 @@ def test_the_line_counts_right_tasks_among_those_with_known_solutions_shares_inc
     submission = {task_id: [{"attempt_1": grid.tolist(), "attempt_2": [[0]]} for grid in
                             (GRID,) * len(solutions[task_id].test)] for task_id in solutions.ids}
     score = score_submission(submission, solutions)
-    assert outcome_line(records, score) == "answered by the model: 2, correct: 1.5 (of 2 with known solutions)"
+    assert outcome_parts(records, score) == ["answered by the model: 2", "correct: 1.5 (of 2 with known solutions)"]
     assert outcome_parts(records) == ["answered by the model: 2", "correct: unknown (no solutions known)"]

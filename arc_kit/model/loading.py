@@ -240,8 +240,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
                                                 "use backend='transformers' (or 'auto')")
         backend = "transformers"
     elif adapter_config:
-        base_path = _adapter_base(path, adapter_config, settings)
-        refuse_custom_code(base_path)  # the adapter's own folder was checked by checked_model_folder
+        base_path = adapter_base(path, adapter_config, settings.base_model)
     quantized_on_disk = "quantization_config" in read_json(base_path / "config.json")
     _check_quantization(path, delta, quantized_on_disk, settings, device)
     if not delta:  # a delta's base is the kit's own build
@@ -254,15 +253,19 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
                      quantized_on_disk)
 
 
-def _adapter_base(path: Path, adapter_config: dict, settings: LoadSettings) -> Path:
-    """The base model folder an adapter goes on: the one given, else the one its config names."""
-    named = settings.base_model or adapter_config.get("base_model_name_or_path")
+def adapter_base(path: Path, adapter_config: dict, named: str | None = None,
+                 advice: str = "pass base_model=...") -> Path:
+    """The base model folder the adapter in ``path`` goes on: ``named``, else the one its config names;
+    FileNotFoundError in one line ending in ``advice`` when that is no local model folder, and the
+    refusal of ``refuse_custom_code`` for a base that asks to run code of its own."""
+    named = named or adapter_config.get("base_model_name_or_path")
     if not named:  # never Path(""), which is the working folder
-        raise FileNotFoundError(f"the adapter in {path} names no base model; pass base_model=...")
+        raise FileNotFoundError(f"the adapter in {path} names no base model; {advice}")
     base_path = Path(named)
     if not (base_path / "config.json").exists():
         raise FileNotFoundError(f"the adapter in {path} needs its base model, {str(base_path)!r} is not a local "
-                                "model folder; pass base_model=...")
+                                f"model folder; {advice}")
+    refuse_custom_code(base_path)  # the adapter's own folder was checked by checked_model_folder
     return base_path
 
 
@@ -377,7 +380,8 @@ def model_info(loaded: LoadedModel) -> dict:
             "arc_kit": read_json(loaded.path / "arc_kit.json").get("preset")}
 
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "apply_delta",
+__all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "adapter_base",
+           "apply_delta",
            "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
            "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
            "save_model", "token_budget_of", "token_limit_of"]

@@ -1,20 +1,21 @@
 """What a model needs in memory, computed from its config alone (nothing is allocated).
 
 ``Architecture`` holds the sizes that matter (``checks.architecture_of`` reads them from a
-config.json); the functions below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes
-with its block scales: the linear layers are what 4 bits pack), test-time training at the paper's
-recipe and the engine's static KV cache; ``needs`` puts them together, as ``arc-kit check-model``
-shows them against ``GPUS`` (the competition's and the usual cards). Estimates, not measurements:
-the activations are the tensors the backward keeps (within 3% of those counted on SmolLM2-135M's
-shape, docs/results.md); the backward's passing buffers and allocator slack are not counted (on the
-CPU the step's peak was about twice the estimate without checkpointing, more with it).
+config.json; the planner's first guesses, ``run.expectations``, price the same shape); the functions
+below size its weights as loaded (16-bit on a GPU, or 4-bit bitsandbytes with its block scales: the
+linear layers are what 4 bits pack), test-time training at the paper's recipe and the engine's static
+KV cache; ``needs`` puts them together, as ``arc-kit check-model`` shows them against ``GPUS`` (the
+competition's and the usual cards). Estimates, not measurements: the activations are the tensors the
+backward keeps (within 3% of those counted on SmolLM2-135M's shape, docs/results.md); the backward's
+passing buffers and allocator slack are not counted (on the CPU the step's peak was about twice the
+estimate without checkpointing, more with it).
 
 Knows sizes and bytes; knows nothing of files (``checks``), devices or tasks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET, TEST_TIME_TRAINING, LoraTrainingSettings, SolveSettings
 
@@ -25,6 +26,7 @@ GPUS = {"L4": 23034 * (1 << 20), "T4": 15360 * (1 << 20), "H100": 81559 * (1 << 
 NOMINAL = {"L4": "24 GB", "T4": "16 GB", "H100": "80 GB"}
 FOUR_BIT_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # nf4 values, double-quantized 8-bit absmax per 64, fp32 per 256 blocks
 FOUR_BIT_MATRIX_BYTES = 4 * (256 + 16)  # and per matrix its two code tables (the nested one's 256, nf4's 16 floats)
+FOUR_BIT = "bitsandbytes 4-bit nf4"  # the quantization 4-bit weights are packed in, as ``Architecture`` says it
 ADAMW_BYTES = 4 + 4 + 8  # a trained float32 parameter: itself, its gradient, two moments
 
 
@@ -41,15 +43,20 @@ class Architecture:
     head_dim: int
     vocab: int
     tied: bool  # the output head is the input embeddings
-    max_positions: int | None
-    attention_bias: bool  # q, k, v projections with biases (Qwen2)
-    head_norms: bool  # q and k RMS norms per head (Qwen3)
-    quantization: str | None  # None, or what the config's quantization_config says ("bitsandbytes 4-bit nf4")
-    stored_dtype: str | None  # the dtype the weights were saved in, as the config says
+    max_positions: int | None = None
+    attention_bias: bool = False  # q, k, v projections with biases (Qwen2)
+    head_norms: bool = False  # q and k RMS norms per head (Qwen3)
+    quantization: str | None = None  # None, or what the config's quantization_config says (``FOUR_BIT``)
+    stored_dtype: str | None = None  # the dtype the weights were saved in, as the config says
+    name: str = ""  # what a reader calls it (a folder's name, a published model's), where not its model_type
 
     @property
     def four_bit(self) -> bool:
         return (self.quantization or "").startswith("bitsandbytes 4-bit")
+
+    def with_four_bit(self) -> Architecture:
+        """The same model, its linear weights packed in 4 bits."""
+        return replace(self, quantization=FOUR_BIT)
 
     def describe(self) -> str:
         """One line: the type and its sizes."""

@@ -6,9 +6,9 @@ working folder holds its run in ``arc_kit_run/``), takes the tasks it solved and
 its own records (``run.json``'s data set where it loads here, else the ``tasks.json`` its pool wrote;
 ``run.json``'s model, and the shape recorded with it where the model is not here), prices the speeds its
 records show (``planner.speeds_from_records``: every task that finished with the model) and applies them
-to the tasks and settings asked about (``planner.estimate_run``). A part no record measured is priced at
-the speed ``expectations.guessed_speeds`` guesses for the model on the GPU named (``Speeds.sources`` says
-which is which); without a run every part is guessed.
+to the tasks and settings asked about (their ``planner.work_units``). A part no record measured is priced
+at the speed ``expectations.guessed_speeds`` guesses for the model on the GPU named (``Speeds.sources``
+says which is which); without a run every part is guessed.
 
 The wall time is for a machine stated in its units: ``gpus`` GPUs with ``workers_per_gpu`` worker
 processes sharing each (none: this machine's CPU, one process). A measured speed is one worker's, as the
@@ -29,9 +29,10 @@ from arc_kit.data.datasets import load_challenges, load_tasks
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.model.folders import default_model_path
 from arc_kit.model.loading import load_encoder, token_budget_of
-from arc_kit.run.expectations import Device, ModelShape, guessed_speeds, shape_of_folder
+from arc_kit.model.memory import Architecture
+from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder, sized
 from arc_kit.run.expectations_table import Machine, expectations_table, expected_cell, paper_check
-from arc_kit.run.planner import PARTS, Speeds, estimate_run, measure, speeds_from_records
+from arc_kit.run.planner import PARTS, Speeds, measure, speeds_from_records, work_units
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_info, read_run_settings
 from arc_kit.settings import SolveSettings, solve_preset
@@ -62,7 +63,7 @@ class MeasuredRun:
     settings: SolveSettings
     tasks: TaskSet
     model: Path  # the run's model where it is here, else the model whose tokenizer counts its tokens
-    shape: ModelShape | None  # the run's model's shape (its folder's, or the one recorded with it)
+    shape: Architecture | None  # the run's model's shape (its folder's, or the one recorded with it)
     notes: list[str]
 
 
@@ -90,10 +91,13 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     if named and Path(named).exists():
         notes.append(f"the model: {named}" + ("" if model else f" (named in its {RUN_FILE})"))
         return MeasuredRun(folder, settings, tasks, Path(named), shape_of_folder(named), notes)
-    shape = _recorded_shape(info)
+    try:
+        shape = Architecture(**info["model_shape"])  # as the Kaggle job recorded it
+    except (KeyError, TypeError):
+        shape = None
     notes.append(f"the model: {named or 'none named'}, not here: tokens counted with {default_model_path()}'s "
                  "tokenizer (every shrunk model writes a symbol a token); "
-                 + (f"its recorded shape ({shape.sized}) prices what the run did not measure" if shape else
+                 + (f"its recorded shape ({sized(shape)}) prices what the run did not measure" if shape else
                     "what the run did not measure is priced at the kit's fixed assumption (pass --model)"))
     return MeasuredRun(folder, settings, tasks, default_model_path(), shape, notes)
 
@@ -111,14 +115,6 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
             [f"the tasks: {folder / POOL_TASKS_FILE} (what its workers were given)"]
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
                          f"holds no {POOL_TASKS_FILE}: which tasks its records timed cannot be told")
-
-
-def _recorded_shape(info: dict) -> ModelShape | None:
-    """The model shape ``run.json`` recorded (``model_shape``), or None."""
-    try:
-        return ModelShape(**info["model_shape"])
-    except (KeyError, TypeError):
-        return None
 
 
 def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model: str | os.PathLike | None = None,
@@ -146,11 +142,10 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
         counting = load_encoder(model, max_len=run.settings.max_len)
         speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE), run.tasks, counting, run.settings,
                                      speeds)
-    seconds = estimate_run(tasks, encoder, target, speeds)
-    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in seconds.values()):
-        raise ValueError(f"the speeds give {seconds['total'] / 3600:.3g} hours, beyond any run: "
+    seconds = {part: getattr(speeds, part) * sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
+    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in (*seconds.values(), sum(seconds.values()))):
+        raise ValueError(f"the speeds give {sum(seconds.values()) / 3600:.3g} hours, beyond any run: "
                          f"{folder or 'the guesses'} cannot be right (a damaged record?)")
-    seconds = {part: seconds[part] for part in ("training", "generation", "scoring")}
     wall = _wall_seconds(seconds, speeds, sizes, target, shape, device, gpus, workers_per_gpu)
     wall = {part: value / speedup for part, value in wall.items()}
     return Estimate(speeds, {**seconds, "total": sum(seconds.values())}, {**wall, "total": sum(wall.values())},
@@ -159,7 +154,7 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
 
 
 def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
-                  shape: ModelShape | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
+                  shape: Architecture | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
     """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``: a measured part's one-worker seconds over all
     the workers; a guessed part's as the table prices it (the workers' overheads overlap, the GPU's time not)."""
     workers = max(1, gpus) * workers_per_gpu

@@ -39,99 +39,42 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from arc_kit.model.bases import built_folder
+from arc_kit.model.checks import architecture_of
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
-from arc_kit.model.memory import FOUR_BIT_BYTES
+from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth
 from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
 from arc_kit.settings import SolveSettings
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """What a model's cost depends on: its layers' sizes, its vocabulary, and how its weights are stored."""
-
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocabulary: int = 76  # the kit's shrunk alphabet
-    tied: bool = True  # the head shares the embeddings' weights
-    bits: int = 16  # 16: bf16 or fp16; 4: the layers' linear weights in bitsandbytes NF4
-
-    @property
-    def layer_weights(self) -> int:
-        """The linear weights of one layer: q, k, v, o and the gated MLP."""
-        attention = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
-        return attention + 3 * self.hidden * self.intermediate
-
-    @property
-    def parameters(self) -> int:
-        """Every parameter: the layers (with their two norms), the embeddings and head, the final norm."""
-        return self.layers * (self.layer_weights + 2 * self.hidden) + self.vocabulary * self.hidden * \
-            (1 if self.tied else 2) + self.hidden
-
-    @property
-    def weight_bytes(self) -> float:
-        linear = self.layers * self.layer_weights
-        return linear * (FOUR_BIT_BYTES if self.bits == 4 else 2) + (self.parameters - linear) * 2
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes one token adds to a 16-bit KV cache (as ``bandwidth.kv_bytes_per_token``)."""
-        return self.layers * 2 * self.kv_heads * self.head_dim * 2
-
-    def forward_flops(self, context: float) -> float:
-        """Arithmetic of one token's forward pass with ``context`` tokens before it: the matrix products (head
-        included, embeddings are a lookup) and attention's scores and sums."""
-        return 2 * (self.layers * self.layer_weights + self.vocabulary * self.hidden) + \
-            4 * self.layers * context * self.heads * self.head_dim
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}, {'4-bit' if self.bits == 4 else 'bf16'}"
-
-    @property
-    def sized(self) -> str:
-        return f"{self.name} ({self.parameters / 1e6:,.0f}M parameters), {'4-bit' if self.bits == 4 else 'bf16'}"
-
-    def with_bits(self, bits: int) -> ModelShape:
-        return replace(self, bits=bits)
-
-    @classmethod
-    def from_config(cls, config, name: str = "", bits: int = 16) -> ModelShape:
-        """The shape of a transformers config (an object or its dict); 4 bits when it says it was quantized so."""
-        get = config.get if isinstance(config, Mapping) else lambda key, default=None: getattr(config, key, default)
-        heads = get("num_attention_heads")
-        quantization = get("quantization_config") or {}
-        if not isinstance(quantization, Mapping):
-            quantization = quantization.to_dict()
-        if quantization.get("load_in_4bit") or quantization.get("_load_in_4bit"):
-            bits = 4
-        return cls(name or get("model_type") or "model", get("num_hidden_layers"), get("hidden_size"),
-                   get("intermediate_size"), heads, get("num_key_value_heads") or heads,
-                   get("head_dim") or get("hidden_size") // heads, get("vocab_size"),
-                   bool(get("tie_word_embeddings", False)), bits)
+def forward_flops(shape: Architecture, context: float) -> float:
+    """Arithmetic of one token's forward pass with ``context`` tokens before it: the matrix products (head
+    included, embeddings are a lookup) and attention's scores and sums."""
+    return 2 * (parameters(shape).linear + shape.vocab * shape.hidden) + \
+        4 * shape.layers * context * shape.heads * shape.head_dim
 
 
-# The table's models, shrunk to the kit's alphabet; the shapes are their published config.json's.
-SMOLLM2_135M = ModelShape("SmolLM2-135M", 30, 576, 1536, 9, 3, 64)
-LLAMA_1B = ModelShape("Llama-3.2-1B", 16, 2048, 8192, 32, 8, 64)
-LLAMA_3B = ModelShape("Llama-3.2-3B", 28, 3072, 8192, 24, 8, 128)
-NEMO_8B = ModelShape("Mistral-NeMo-Minitron-8B", 40, 4096, 11520, 32, 8, 128, tied=False)
-TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_bits(4), LLAMA_3B, LLAMA_3B.with_bits(4), NEMO_8B,
-                NEMO_8B.with_bits(4))
+def sized(shape: Architecture) -> str:
+    return f"{shape.name or shape.model_type} ({parameters(shape).total / 1e6:,.0f}M parameters), " \
+           f"{'4-bit' if shape.four_bit else 'bf16'}"
+
+
+# The table's models, shrunk to the kit's alphabet (76 tokens); the shapes are their published config.json's.
+SMOLLM2_135M = Architecture("llama", 30, 576, 1536, 9, 3, 64, 76, True, name="SmolLM2-135M")
+LLAMA_1B = Architecture("llama", 16, 2048, 8192, 32, 8, 64, 76, True, name="Llama-3.2-1B")
+LLAMA_3B = Architecture("llama", 28, 3072, 8192, 24, 8, 128, 76, True, name="Llama-3.2-3B")
+NEMO_8B = Architecture("mistral", 40, 4096, 11520, 32, 8, 128, 76, False, name="Mistral-NeMo-Minitron-8B")
+TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_four_bit(), LLAMA_3B, LLAMA_3B.with_four_bit(), NEMO_8B,
+                NEMO_8B.with_four_bit())
 NAMED_BASES = {"smollm2-135m": SMOLLM2_135M}  # a delta's base, when it is not built on this machine
 
 
-def shape_of_folder(path: str | os.PathLike, bits: int = 16) -> ModelShape | None:
+def shape_of_folder(path: str | os.PathLike) -> Architecture | None:
     """The shape of a model folder (its config, a delta's base's, or a named base's); None when none says."""
     path = Path(path)
     config, name = read_json(path / "config.json"), path.name
@@ -139,8 +82,8 @@ def shape_of_folder(path: str | os.PathLike, bits: int = 16) -> ModelShape | Non
         name = str(read_json(path / DELTA_INDEX).get("base"))  # a FIFO or a damaged index: one line
         config = read_json(built_folder(name) / "config.json")
         if not config and name in NAMED_BASES:
-            return NAMED_BASES[name].with_bits(bits)
-    return ModelShape.from_config(config, name, bits) if config.get("num_hidden_layers") else None
+            return NAMED_BASES[name]
+    return replace(architecture_of(config, path), name=name) if config.get("num_hidden_layers") else None
 
 
 @dataclass(frozen=True)
@@ -205,7 +148,7 @@ MEASUREMENTS = {
     "fast_overhead_step": Measurement(2.03e-3, "seconds a step of the engine (compiled, CUDA graphs), 16 lanes "
                                       "of 64-token prompts, 28 layers of width 64 (the overhead: almost no arithmetic)",
                                       "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
-    "cpu_speeds": Measurement(SMOLLM2_135M.parameters, "parameters of the shipped model, whose dry run measured "
+    "cpu_speeds": Measurement(parameters(SMOLLM2_135M).total, "parameters of the shipped model, whose dry run measured "
                               f"{0.00802:g} s a training token-step, {0.153:g} s a generation unit, {0.0118:g} s a "
                               "scored prompt token (2 threads)",
                               "docs/results.md 'The planner's estimates', the CPU machine (2 cores), 2026-11-24"),
@@ -213,19 +156,20 @@ MEASUREMENTS = {
 CPU_SPEEDS = Speeds(0.00802, 0.153, 0.0118)  # the dry run's, for MEASUREMENTS["cpu_speeds"].value parameters
 
 
-def _training_floor(shape: ModelShape, device: Device, tokens: float) -> float:
+def _training_floor(shape: Architecture, device: Device, tokens: float) -> float:
     """Seconds of one training step's arithmetic (forward and backward: three forwards) on ``tokens`` tokens."""
-    return 3 * shape.forward_flops(tokens / 2) * tokens / device.flops
+    return 3 * forward_flops(shape, tokens / 2) * tokens / device.flops
 
 
 BANDWIDTH_RATIO = 1.0  # not measured: no GPU decode of a model large enough for its floor to show
 DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_floor_seconds(
-    SMOLLM2_135M.weight_bytes, 1024, SMOLLM2_135M.kv_bytes_per_token, H100.bandwidth)) / SMOLLM2_135M.layers
+    weight_bytes(SMOLLM2_135M), 1024, kv_cache_bytes(SMOLLM2_135M, 1, 1), H100.bandwidth)) / SMOLLM2_135M.layers
 # The engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
 # model's floor is tiny): two equations, two unknowns.
-_WIDTH_64 = ModelShape("width 64", 28, 64, 128, 4, 2, 16, vocabulary=64, tied=False)
-_OVERHEAD_FLOOR = decode_floor_seconds(_WIDTH_64.weight_bytes, 16 * 64, _WIDTH_64.kv_bytes_per_token, H100.bandwidth)
-_FAST_FLOOR = decode_floor_seconds(LLAMA_3B.weight_bytes, 16 * 1619, LLAMA_3B.kv_bytes_per_token, H100.bandwidth)
+_WIDTH_64 = Architecture("llama", 28, 64, 128, 4, 2, 16, 64, False, name="width 64")
+_OVERHEAD_FLOOR = decode_floor_seconds(weight_bytes(_WIDTH_64), 16 * 64, kv_cache_bytes(_WIDTH_64, 1, 1),
+                                       H100.bandwidth)
+_FAST_FLOOR = decode_floor_seconds(weight_bytes(LLAMA_3B), 16 * 1619, kv_cache_bytes(LLAMA_3B, 1, 1), H100.bandwidth)
 FAST_BANDWIDTH_RATIO = (MEASUREMENTS["fast_step"].value - MEASUREMENTS["fast_overhead_step"].value) / \
     (_FAST_FLOOR - _OVERHEAD_FLOOR)
 FAST_DECODE_OVERHEAD = (MEASUREMENTS["fast_overhead_step"].value - FAST_BANDWIDTH_RATIO * _OVERHEAD_FLOOR) / \
@@ -286,13 +230,13 @@ def decodes_on_fast_engine(settings: SolveSettings) -> bool:
     return settings.engine_compile != "off"
 
 
-def part_costs(shape: ModelShape, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
+def part_costs(shape: Architecture, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
     """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model); ``fast``: generation
     decodes on the compiled engine (``decodes_on_fast_engine``), else as transformers' step."""
     context = typical.prompt + typical.answer / 2
-    decode_floor = decode_floor_seconds(shape.weight_bytes, typical.lanes * context, shape.kv_bytes_per_token,
+    decode_floor = decode_floor_seconds(weight_bytes(shape), typical.lanes * context, kv_cache_bytes(shape, 1, 1),
                                         device.bandwidth)
-    scoring_floor = shape.forward_flops(typical.prompt / 2) * typical.prompt / device.flops
+    scoring_floor = forward_flops(shape, typical.prompt / 2) * typical.prompt / device.flops
     return {"training": PartCost(shape.layers * TRAINING_OVERHEAD / typical.training,
                                  _training_floor(shape, device, typical.training) / typical.training, COMPUTE_RATIO),
             "generation": PartCost(shape.layers * (FAST_DECODE_OVERHEAD if fast else DECODE_OVERHEAD) / typical.lanes,
@@ -301,33 +245,33 @@ def part_costs(shape: ModelShape, device: Device, typical: Typical, fast: bool =
                                 COMPUTE_RATIO)}
 
 
-def guessed_speeds(shape: ModelShape | None, device: Device | None, settings: SolveSettings,
+def guessed_speeds(shape: Architecture | None, device: Device | None, settings: SolveSettings,
                    sizes: Sequence[TaskSize]) -> Speeds:
     """The planner's first speeds for ``shape`` on ``device`` (None: the CPU), said in ``Speeds.guess``; the
     kit's fixed assumption when the shape is unknown."""
     if shape is None:
         return Speeds(guess="the kit's fixed assumption (the model's shape is unknown)")
     if device is None:
-        scale = shape.parameters / MEASUREMENTS["cpu_speeds"].value
+        scale = parameters(shape).total / MEASUREMENTS["cpu_speeds"].value
         return Speeds(CPU_SPEEDS.training * scale, CPU_SPEEDS.generation * scale, CPU_SPEEDS.scoring * scale,
-                      guess=f"{shape.sized} on a CPU: the CPU machine's dry-run speeds (2 cores, 2026-11-24) scaled "
+                      guess=f"{sized(shape)} on a CPU: the CPU machine's dry-run speeds (2 cores, 2026-11-24) scaled "
                             "by the parameters")
     fast = decodes_on_fast_engine(settings)
     costs = part_costs(shape, device, Typical.of(sizes, settings), fast)
     engine = "decoding on the compiled engine" if fast else "transformers' decode"
     return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
-                  guess=f"{shape.sized} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
+                  guess=f"{sized(shape)} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
                         "scoring priced as transformers', not measured)")
 
 
 def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],
-                 device_name: str | None, bits: int = 16) -> Speeds:
+                 device_name: str | None) -> Speeds:
     """``guessed_speeds`` for a model folder on the named GPU (None: the CPU; a GPU not on record: fixed)."""
     device = gpu_named(device_name) if device_name else None
     if device_name and device is None:
         return Speeds(guess=f"the kit's fixed assumption ({device_name} is not on record)")
     try:
-        shape = shape_of_folder(model, bits)
+        shape = shape_of_folder(model)
     except (OSError, ValueError, KeyError, TypeError) as error:  # a first guess never stops a run
         return Speeds(guess=f"the kit's fixed assumption (the model's config: {type(error).__name__})")
     return guessed_speeds(shape, device, settings, sizes)
@@ -346,11 +290,12 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
         device = gpu_named(name)
         if device is None:
             return Speeds(guess=f"the kit's fixed assumption ({name} is not on record)")
-    bits = 4 if getattr(model, "is_loaded_in_4bit", False) else 16
-    return guessed_speeds(ModelShape.from_config(config, bits=bits), device, settings, sizes)
+    shape = architecture_of(config.to_dict(), "the model's config")
+    return guessed_speeds(shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape, device,
+                          settings, sizes)
 
 
 __all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "FAST_BANDWIDTH_RATIO", "FAST_DECODE_OVERHEAD", "Device",
-           "GPUS", "MEASUREMENTS", "Measurement", "ModelShape", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD",
-           "Typical", "decodes_on_fast_engine", "first_speeds", "gpu_named", "guessed_speeds", "part_costs",
-           "shape_of_folder", "speeds_for_model", "visible_gpu_name"]
+           "GPUS", "MEASUREMENTS", "Measurement", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical",
+           "decodes_on_fast_engine", "first_speeds", "forward_flops", "gpu_named", "guessed_speeds", "part_costs",
+           "shape_of_folder", "sized", "speeds_for_model", "visible_gpu_name"]

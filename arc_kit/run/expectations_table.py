@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run.expectations import (
     BANDWIDTH_RATIO,
     COMPUTE_RATIO,
@@ -29,7 +30,6 @@ from arc_kit.run.expectations import (
     TABLE_SHAPES,
     TRAINING_OVERHEAD,
     Device,
-    ModelShape,
     Typical,
     decodes_on_fast_engine,
     gpu_named,
@@ -73,12 +73,12 @@ class Cell:
         return f"{self.seconds['total'] / 3600:.1f} h d ({self.workers}/GPU{fewer}; least {self.least / 3600:.2f} h)"
 
 
-def worker_bytes(shape: ModelShape, typical: Typical, lanes: int) -> float:
+def worker_bytes(shape: Architecture, typical: Typical, lanes: int) -> float:
     """What one worker holds on its GPU: the weights, and the KV cache of ``lanes`` lanes of a test input."""
-    return shape.weight_bytes + lanes * (typical.prompt + typical.answer) * shape.kv_bytes_per_token
+    return weight_bytes(shape) + lanes * (typical.prompt + typical.answer) * kv_cache_bytes(shape, 1, 1)
 
 
-def expected_cell(sizes: Sequence[TaskSize], settings: SolveSettings, shape: ModelShape, machine: Machine,
+def expected_cell(sizes: Sequence[TaskSize], settings: SolveSettings, shape: Architecture, machine: Machine,
                   workers: int | None = None, lanes: float | None = None) -> Cell:
     """The seconds ``sizes`` take at ``settings`` for ``shape`` on ``machine`` (``workers`` a GPU: as many as fit;
     the lanes halved, as the engine halves them, while a worker's cache does not fit; ``lanes``: searched
@@ -89,7 +89,7 @@ def expected_cell(sizes: Sequence[TaskSize], settings: SolveSettings, shape: Mod
         lanes //= 2
     need = worker_bytes(shape, typical, lanes)
     if need + CUDA_CONTEXT_BYTES > 0.9 * memory:
-        return Cell(unfit=f"{shape.weight_bytes / 1e9:.1f} GB of weights, {memory / 1e9:.0f} GB")
+        return Cell(unfit=f"{weight_bytes(shape) / 1e9:.1f} GB of weights, {memory / 1e9:.0f} GB")
     typical = replace(typical, lanes=max(1.0, typical.lanes * lanes / settings.inference_augmentations))
     workers = workers or workers_per_gpu_for(need, memory, 1, cpus=MAX_WORKERS_PER_GPU)
     units = {part: 0.0 for part, _ in PARTS}
@@ -123,7 +123,7 @@ def ratio_lines() -> list[str]:
 
 
 def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what: str,
-                       shapes: Sequence[ModelShape] = TABLE_SHAPES,
+                       shapes: Sequence[Architecture] = TABLE_SHAPES,
                        machines: Sequence[Machine] = TABLE_MACHINES) -> list[str]:
     """The table's lines: a row per model, a column per machine, each cell derived (d); the ratios below it."""
     engine = "the compiled engine's decode" if settings.engine_compile != "off" else \
@@ -135,14 +135,15 @@ def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what:
     for shape in shapes:
         cells = [expected_cell(sizes, settings, shape, machine).text(settings.inference_augmentations)
                  for machine in machines]
-        lines.append(f"| {shape.label} | {shape.parameters / 1e9:.2f}B | " + " | ".join(cells) + " |")
+        bits = "4-bit" if shape.four_bit else "bf16"
+        lines.append(f"| {shape.name}, {bits} | {parameters(shape).total / 1e9:.2f}B | " + " | ".join(cells) + " |")
     return lines + ["", "ratios:", *ratio_lines()]
 
 
 def paper_check(sizes: Sequence[TaskSize], settings: SolveSettings) -> str:
     """The table's model against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
     machine = Machine(gpu_named("RTX 4090"), 1, "RTX 4090")
-    cell = expected_cell(sizes, settings.replace(engine_compile="off"), NEMO_8B.with_bits(4), machine, workers=1,
+    cell = expected_cell(sizes, settings.replace(engine_compile="off"), NEMO_8B.with_four_bit(), machine, workers=1,
                          lanes=1)
     predicted = {part: hours(seconds) for part, seconds in cell.seconds.items()}
     measured = {part: hours(seconds) for part, seconds in PAPER_RUN.items()}

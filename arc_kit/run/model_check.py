@@ -19,7 +19,6 @@ sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,8 @@ from arc_kit.model.folders import (
     is_delta_folder,
     load_tokenizer,
     read_json,
-    refuse_custom_code,
 )
+from arc_kit.model.loading import adapter_base
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.shrinking import format_problem, kept_at_load
@@ -96,11 +95,7 @@ def _weights(check: ModelCheck, folder: Path, quantization: str | None) -> tuple
     adapter = read_json(folder / "adapter_config.json")
     base = folder
     if adapter:
-        base = Path(adapter.get("base_model_name_or_path") or "")
-        if not adapter.get("base_model_name_or_path") or not (base / "config.json").exists():
-            raise FileNotFoundError(f"the adapter in {folder} needs its base model folder, and "
-                                    f"{str(base)!r} is none here: check the adapter with its base beside it")
-        refuse_custom_code(base)  # the adapter's own folder was checked already
+        base = adapter_base(folder, adapter, advice="check the adapter with its base beside it")
         check.lines.append(f"folder: a peft adapter ({adapter.get('peft_type', 'LORA')}, rank {adapter.get('r')}) "
                            f"on {base}")
     else:
@@ -202,11 +197,8 @@ def _meta_model(folder: Path, config: dict):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    settings = {key: value for key, value in config.items() if key not in ("transformers_version",)}
-    model_type = settings.pop("model_type", None)
-    built = AutoConfig.for_model(model_type, **settings)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(built, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), trust_remote_code=False)
     if (folder / "adapter_config.json").exists() and not is_delta_folder(folder):
         from peft import LoraConfig, get_peft_model
 

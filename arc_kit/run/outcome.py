@@ -1,8 +1,8 @@
 """A run's end line: the tasks the model answered, and how many were right where the solutions are known.
 
 ``outcome_parts`` gives the line's parts as a list, so that a caller adds parts of its own (a share of
-accepted drafts, the minutes taken); ``outcome_line`` joins them: ``answered by the model: 6, correct: 1
-(of 6 with known solutions)``. "Answered by the model" counts the tasks whose submitted attempts came
+accepted drafts, the minutes taken) before it joins them: ``answered by the model: 6, correct: 1 (of 6 with
+known solutions)``. "Answered by the model" counts the tasks whose submitted attempts came
 from the model (a finished solve with at least one attempt), not every task that got model work;
 "correct" counts the tasks an attempt got right (a task of several test outputs counts its share of
 them), among the tasks whose solutions are known (the submission's ``Score``). This module knows
@@ -33,8 +33,4 @@ def outcome_parts(records: Mapping[str, TaskRecord], score: Score | None = None)
     return parts
 
 
-def outcome_line(records: Mapping[str, TaskRecord], score: Score | None = None) -> str:
-    return ", ".join(outcome_parts(records, score))
-
-
-__all__ = ["answered_by_model", "outcome_line", "outcome_parts"]
+__all__ = ["answered_by_model", "outcome_parts"]

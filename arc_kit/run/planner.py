@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
@@ -109,8 +109,7 @@ class Speeds:
             self.scoring * units["scoring"]
 
     def to_json(self) -> dict:
-        return {"training": self.training, "generation": self.generation, "scoring": self.scoring,
-                "measured_tasks": self.measured_tasks, "measured_parts": dict(self.measured_parts), "guess": self.guess}
+        return asdict(self)
 
     def sources(self) -> list[str]:
         """Which parts' speeds were measured (on how many tasks) and which guessed (and from what), a line each."""
@@ -125,14 +124,10 @@ class Speeds:
         """The inverse of ``to_json``; what is missing takes the assumed value (ValueError when it is no object)."""
         if not isinstance(data, Mapping):
             raise ValueError(f"speeds: expected an object, got {type(data).__name__}")
-        speeds = cls()
-        for part, _ in PARTS:
-            if isinstance(data.get(part), (int, float)) and data[part] > 0:
-                setattr(speeds, part, float(data[part]))
-        speeds.measured_tasks = int(data.get("measured_tasks", 0))
-        speeds.measured_parts = {str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()}
-        speeds.guess = str(data.get("guess") or "")
-        return speeds
+        parts = {part: float(data[part]) for part, _ in PARTS
+                 if isinstance(data.get(part), (int, float)) and data[part] > 0}
+        return cls(**parts, measured_tasks=int(data.get("measured_tasks", 0)), guess=str(data.get("guess") or ""),
+                   measured_parts={str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()})
 
 
 def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
@@ -179,10 +174,9 @@ class Planner:
         self.speeds = speeds or Speeds()
         self.workers = max(1, workers)
         self.budget_settings = budget
-        cost = {size.task_id: self.speeds.seconds(size, settings) for size in sizes}
         self.longest_first = longest_first
-        self.position = {task_id: (-cost[task_id] if longest_first else cost[task_id], task_id) for task_id in cost}
-        self.remaining = sorted(cost, key=self.position.__getitem__)
+        self.position, self.remaining = {}, list(self.sizes)
+        self.calibrate(self.speeds)
 
     def calibrate(self, speeds: Speeds) -> None:
         """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
@@ -271,12 +265,3 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
         speeds.update(size, rungs[record.rung], record.timings)
     return speeds
 
-
-def estimate_run(tasks: TaskSet, encoder: TaskEncoder, settings: SolveSettings, speeds: Speeds) -> dict:
-    """Seconds the configured settings would take on every task of ``tasks`` at ``speeds``: total and parts."""
-    totals = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
-    for task in tasks.tasks():
-        units = work_units(measure(task, encoder, settings.max_len or DEFAULT_TOKEN_BUDGET), settings)
-        for part in totals:
-            totals[part] += getattr(speeds, part) * units[part]
-    return {**totals, "total": sum(totals.values()), "tasks": len(tasks)}

@@ -362,10 +362,9 @@ class SolveRun:
 
 
 def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
-          info: dict | None = None, progress: bool = True, restart: bool = False,
-          task_ids: Sequence[str] | None = None, deadline: float | None = None,
-          records_name: str = RECORDS_FILE, write_outputs: bool = True, adopt: bool = False) -> SolveRun:
-    """Solve every task (or ``task_ids``) of ``tasks``, writing records, submission and scores to ``out``.
+          info: dict | None = None, progress: bool = True, restart: bool = False, deadline: float | None = None,
+          adopt: bool = False) -> SolveRun:
+    """Solve every task of ``tasks``, writing records, submission and scores to ``out``.
 
     ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
     only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
@@ -374,33 +373,25 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
     task that fails is retried once, cheaper. ``restart`` and ``adopt``: as in ``open_run``; the run
     holds ``out``'s lock throughout (``locking``: a second run on it is refused, naming this one).
-    ``write_outputs=False`` (a worker process) writes only the records, under ``records_name``, into
-    a folder its parent opened and holds.
     """
     out = Path(out)
-    if not write_outputs:
-        kit_subfolder(out, within=out.parent)  # a worker's folder, made by its parent: never a link
-        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
     if adopt:
         adopt_folder(out, RUN_KIND, "solve")
     with hold_folder(out, RUN_KIND, "solve"):
         open_run(out, solver.settings, info, restart=restart, adopt=adopt)
-        return _solve_in(tasks, solver, out, solutions, progress, task_ids, deadline, records_name, write_outputs)
+        return _solve_in(tasks, solver, out, solutions, progress, deadline)
 
 
 def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
-              task_ids: Sequence[str] | None, deadline: float | None, records_name: str,
-              write_outputs: bool) -> SolveRun:
+              deadline: float | None) -> SolveRun:
     """The body of ``solve``, in a folder made ready for it."""
     from tqdm.auto import tqdm
 
-    records_path = out / records_name
+    records_path = out / RECORDS_FILE
     records = read_records(records_path)
-    wanted = list(task_ids) if task_ids is not None else tasks.ids
-    scored = list(task_ids) if task_ids is not None else list(tasks.test_counts())  # skipped tasks count too
-    todo = [task_id for task_id in wanted if task_id not in records]
-    if records and todo != wanted:
-        logger.warning("resuming: %d of %d tasks already done in %s", len(wanted) - len(todo), len(wanted), out)
+    todo = [task_id for task_id in tasks.ids if task_id not in records]
+    if records and todo != tasks.ids:
+        logger.warning("resuming: %d of %d tasks already done in %s", len(tasks) - len(todo), len(tasks), out)
     answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
     if answers is not None and not answers.known_outputs():
         answers = None  # nothing to score against (every task skipped, say)
@@ -415,9 +406,8 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
         todo = planner.order()
 
     def write() -> None:
-        if write_outputs:
-            write_submission(submission_path, build_submission(tasks, answers_from_records(records),
-                                                               attempts=attempts), tasks)
+        write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
+                         tasks)
 
     write()  # a complete, valid submission exists from the start
     bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
@@ -441,10 +431,10 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
         write()
         if progress:
             bar.write(task_line(record))
-    mine = {task_id: records[task_id] for task_id in wanted if task_id in records}  # not another set's leftovers
+    mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}  # not another set's leftovers
     run = SolveRun(out, mine, submission_path, seconds=time.monotonic() - started)
-    if answers is not None and write_outputs:
-        run.score = write_scores(out, submission_path, mine, answers, scored, attempts)
+    if answers is not None:  # skipped tasks count too
+        run.score = write_scores(out, submission_path, mine, answers, list(tasks.test_counts()), attempts)
     return run
 
 
