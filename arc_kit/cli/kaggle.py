@@ -13,6 +13,7 @@ from pathlib import Path
 from arc_kit.cli.options import (
     MAX_WORKERS,
     add_settings_options,
+    command,
     model_path,
     number_argument,
     overwrite_argument,
@@ -20,7 +21,6 @@ from arc_kit.cli.options import (
     restart_arguments,
     settings_from_options,
 )
-from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
 
