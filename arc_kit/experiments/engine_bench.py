@@ -19,12 +19,14 @@ read once per step). The output ends with the line ``engine speed-up: X.XXx (ove
 
 ``engine_agreement`` compares what the two answer rather than their steps: the DFS's candidates
 (grids and NLLs) for every test input of some tasks, searched by the solver on the engine (compiled
-where asked) and on transformers' forward under the same views (the GPU check, ``scripts/gpu_check.py``).
+where asked) and on transformers' forward under the same views, in the drafts bench's loop
+(``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -33,9 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
-from arc_kit.experiments.drafts_bench import candidate_difference
+from arc_kit.experiments.drafts_bench import compare_searches
 from arc_kit.method.answers import AnswerSpace
 from arc_kit.method.engine import Engine, compiles
 from arc_kit.method.solver import Solver
@@ -273,27 +274,15 @@ def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, thre
     ``progress``: called with the result so far after each test input."""
     settings = SolveSettings(test_time_training=False, probabilities=probabilities,
                              inference_augmentations=augmentations, seed=seed, engine_compile=compile)
-    solvers = {"engine": Solver(model, encoder, settings),
-               "transformers": Solver(model, encoder, settings, engine=TransformersDecoder(model))}
     sampler = SamplerSettings("dfs", threshold=threshold)
-    result = EngineAgreement(seconds={side: 0.0 for side in solvers})
-    for task in tasks:
-        for index, test_input in enumerate(task.test_inputs):
-            views, _ = solvers["transformers"].views(task, index)
-            found = {}
-            for side, solver in solvers.items():
-                started = time.perf_counter()
-                candidates, _ = solver.sample(solver.model, task.train, test_input, views, sampler, task_id=task.id)
-                result.seconds[side] += time.perf_counter() - started
-                found[side] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-            difference = candidate_difference(found["engine"], found["transformers"])
-            if difference is None:
-                result.differing.append(f"{task.id}[{index}]")
-            else:
-                result.largest = max(result.largest, difference)
-            result.inputs += 1
-            result.candidates += len(found["transformers"])
-            result.compiled = bool(getattr(solvers["engine"].engine(), "compiled", False))
-            if progress is not None:
-                progress(result)
+    engine = Solver(model, encoder, settings)
+    searches = {"engine": (engine, sampler),
+                "transformers": (Solver(model, encoder, settings, engine=TransformersDecoder(model)), sampler)}
+    result = EngineAgreement(seconds={side: 0.0 for side in searches})
+    for totals in compare_searches(tasks, searches, "transformers", tolerance=math.inf):
+        result = EngineAgreement(result.inputs + 1, totals["transformers"].candidates, totals["engine"].differing,
+                                 totals["engine"].largest, {side: total.seconds for side, total in totals.items()},
+                                 bool(getattr(engine.engine(), "compiled", False)))
+        if progress is not None:
+            progress(result)
     return result
