@@ -35,6 +35,7 @@ from arc_kit.run import jobs  # called through the module, so that a replaced so
 from arc_kit.run.expectations import shape_of_folder
 from arc_kit.run.locking import hold_folder
 from arc_kit.run.outcome import answered_by_model, outcome_parts
+from arc_kit.run.planner import hours
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
@@ -112,15 +113,15 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     run_folder = working / RUN_FOLDER
     if not adopt:
         check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
-    claim_file(working / "submission.json", "kaggle run", option="--working",
-               own=lambda path: _jobs_submission(path, run_folder, adopt))
+    submission_path = claim_file(working / "submission.json", "kaggle run", option="--working",
+                                 own=lambda path: _jobs_submission(path, run_folder, adopt))
     if adopt:
         adopt_folder(run_folder, RUN_KIND, "kaggle run")
     with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
         _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
-        submission_path = working / "submission.json"
         attempts = settings.attempts
-        earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
+        earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
+        _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
         limit = started + 3600 * hours
         deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
         solutions = _public_solutions(files, chosen)
@@ -200,12 +201,9 @@ def _jobs_submission(path: Path, run_folder: Path, adopt: bool = False) -> bool:
                                     for entries in submission.values() for entry in entries)
 
 
-def _write_first_submission(submission_path: Path, run_folder: Path, tasks: TaskSet, attempts: int) -> dict:
-    """Write a complete submission at once: an earlier run's answers, fallbacks elsewhere; that run's records."""
-    earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
-    write_submission(submission_path, build_submission(tasks, answers_from_records(earlier), attempts=attempts),
-                     tasks)  # at once
-    return earlier
+def _write_submission(submission_path: Path, tasks: TaskSet, records: dict, attempts: int) -> None:
+    """A complete submission: the records' answers, fallbacks elsewhere."""
+    write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts), tasks)
 
 
 def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: bool, deadline: float) -> None:
@@ -215,7 +213,7 @@ def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: boo
     skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
     gpus = visible_gpus()
     print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
-          f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
+          f"{len(gpus) or 'no'} GPU(s) visible; {hours(max(0.0, deadline - time.time()))} to plan in", flush=True)
 
 
 def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict, str | None]:
@@ -237,19 +235,12 @@ def _write_final_submission(submission_path: Path, tasks: TaskSet, records: dict
                             error: str | None) -> str | None:
     """Write the records' submission, reloaded and checked; the fallbacks alone when that breaks. The error."""
     try:
-        write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
-                         tasks)
+        _write_submission(submission_path, tasks, records, attempts)
         load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
     except Exception as failure:  # noqa: BLE001 - the records broke it: the fallbacks, then
         error = error or f"{type(failure).__name__}: {failure}"
         write_submission(submission_path, build_submission(tasks, {}), tasks)
     return error
-
-
-def time_left(deadline: float) -> str:
-    from arc_kit.run.planner import hours
-
-    return hours(max(0.0, deadline - time.time()))
 
 
 def _public_solutions(files, chosen: TaskSet) -> TaskSet | None:

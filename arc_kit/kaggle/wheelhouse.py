@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from arc_kit.data.jsonio import check_regular_file, read_file
 from arc_kit.data.tasks import InvalidDataError
@@ -61,11 +64,6 @@ print(f"{len(packages)} packages, Python {manifest['python']}: kaggle-image.json
 """
 
 
-def normalise(name: str) -> str:
-    """A distribution name as package indexes compare them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str, ...]:
     """The wheel platforms pip accepts on a glibc 2.``glibc_minor`` Linux (Kaggle's image: Ubuntu 22.04, 2.35)."""
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc_minor, 4, -1)]
@@ -78,7 +76,7 @@ def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str
 class ImageManifest:
     """What a Kaggle image has: package versions, Python, wheel platforms (recorded there, or Kaggle's list)."""
 
-    packages: dict[str, str]  # normalised name -> version
+    packages: dict[str, str]  # canonical name (PEP 503) -> version
     python: str
     platforms: tuple[str, ...] = ()
     recorded: str = ""
@@ -93,11 +91,9 @@ class ImageManifest:
         text = _read_small(path, "Kaggle image manifest")
         try:
             data = json.loads(text)
-            packages = {normalise(name): str(version) for name, version in data["packages"].items()}
+            packages = {canonicalize_name(name): str(version) for name, version in data["packages"].items()}
             return cls(packages, str(data["python"]), tuple(data.get("platforms") or ()), str(data.get("recorded", "")),
                        str(data.get("source") or path))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no image manifest at {path}") from None
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             raise ValueError(f"{path} is no image manifest ({type(error).__name__}: {error}); write one with "
                              "`arc-kit kaggle image` or the recipe in kaggle_dataset/README.md") from None
@@ -108,9 +104,7 @@ class ImageManifest:
 
     def satisfies(self, requirement) -> bool:
         """True when the image has a version of ``requirement`` (a ``packaging`` Requirement) that it accepts."""
-        from packaging.version import InvalidVersion, Version
-
-        version = self.packages.get(normalise(requirement.name))
+        version = self.packages.get(canonicalize_name(requirement.name))
         if version is None:
             return False
         try:
@@ -130,7 +124,7 @@ def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: 
     for line in _read_small(path, "pip freeze list").decode("utf-8", "replace").splitlines():
         name, separator, version = line.strip().partition("==")
         if separator and name and not name.startswith("#"):
-            packages[normalise(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
+            packages[canonicalize_name(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
     if not packages:
         raise ValueError(f"{path} holds no `name==version` line: not a pip freeze")
     if gpu:
@@ -159,8 +153,6 @@ def _read_small(path: str | os.PathLike, what: str) -> bytes:
 def check_wheel(path: Path) -> Path:
     """``path`` when it is a wheel: a regular file named as one (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl), a zip
     archive holding its ``.dist-info/METADATA`` of a sane size; ValueError in one line for anything else."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename:
@@ -200,8 +192,6 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
     ``pip download --no-deps`` for the image's Python and platforms (offline: RuntimeError in one
     line). Returns the wheels the image needs, in the order they were resolved, each with its reason.
     """
-    from packaging.requirements import Requirement
-
     environment = {"python_version": ".".join(image.python.split(".")[:2]), "python_full_version": image.python,
                    "extra": "", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
                    "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython"}
@@ -211,7 +201,7 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
         requirement = Requirement(line)
         if requirement.marker is not None and not requirement.marker.evaluate(environment):
             continue  # an extra's, or another Python's or platform's
-        name = normalise(requirement.name)
+        name = canonicalize_name(requirement.name)
         if name in seen or image.satisfies(requirement):
             continue
         if name in NEVER_SHIPPED:
@@ -231,14 +221,12 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
 
 def wheel_in(folder: Path, requirement) -> Path | None:
     """A wheel in ``folder`` that satisfies ``requirement`` (the first by name), or None."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     for path in sorted(folder.glob("*.whl")):
         try:
             name, version, _, _ = parse_wheel_filename(path.name)
         except InvalidWheelFilename:
             continue
-        if normalise(name) == normalise(requirement.name) and \
+        if canonicalize_name(name) == canonicalize_name(requirement.name) and \
                 requirement.specifier.contains(version, prereleases=True):
             return path
     return None
