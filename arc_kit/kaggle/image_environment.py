@@ -16,6 +16,7 @@ Knows uv, virtual environments and nbclient; nothing of models, datasets or task
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -142,20 +143,15 @@ def fresh_copy(python: Path, folder: str | os.PathLike) -> Path:
         shutil.rmtree(folder, ignore_errors=True)
         shutil.copytree(source, folder, symlinks=True)
     for script in (folder / "bin").iterdir():
-        if script.is_file() and not script.is_symlink() and _is_text_script(script, source):
-            text = script.read_text()
+        try:  # a script whose text names the environment it was made in (an entry point's #! line)
+            text = script.read_text() if script.is_file() and not script.is_symlink() else ""
+        except (UnicodeDecodeError, OSError):
+            continue
+        if str(source) in text:
             script.unlink()  # a new file, not the linked one
             script.write_text(text.replace(str(source), str(folder)))
             script.chmod(0o755)
     return folder / "bin" / "python"
-
-
-def _is_text_script(path: Path, source: Path) -> bool:
-    """True for a script whose text names the environment it was made in (an entry point's #! line)."""
-    try:
-        return str(source) in path.read_text()
-    except (UnicodeDecodeError, OSError):
-        return False
 
 
 def package_versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
@@ -178,12 +174,6 @@ def start_notebook(python: Path, notebook: Path, environment: dict, cwd: Path) -
 def stop_notebook(running: subprocess.Popen) -> None:
     """Stop a notebook ``start_notebook`` started, its kernel and the kernel's children with it."""
     if running.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(running.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     running.wait()
-
-
-__all__ = ["ImageEnvironmentError", "IMAGE_PACKAGES", "fresh_copy", "image_environment", "image_pins",
-           "package_versions", "start_notebook", "stop_notebook"]
