@@ -313,9 +313,7 @@ def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
 def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
                     handle: ModelHandle | None = None) -> None:
     """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
-    notebook = ROOT / "notebooks" / "submission.ipynb"
-    if notebook.exists():
-        copy_file(notebook, out / "submission.ipynb")
+    copy_file(ROOT / "notebooks" / "submission.ipynb", out / "submission.ipynb")
     licences = WHEEL_LICENCES + model_licence(model, handle)
     metadata = {"title": title, "id": f"{owner}/{slug}", "licenses": [{"name": LICENCE}],
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
@@ -371,7 +369,6 @@ def _card_licence(card: Path) -> str | None:
 def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHandle | None = None) -> Path:
     """The folder ``kaggle kernels push -p`` takes: the notebook and its metadata, the owner filled in (and the
     Kaggle Model in ``model_sources``)."""
-    folder.mkdir(parents=True, exist_ok=True)
     metadata = json.loads(KERNEL_TEMPLATE.read_text())
     metadata["id"] = metadata["id"].replace(OWNER_FIELD, owner)
     metadata["dataset_sources"] = [f"{owner}/{slug}"]

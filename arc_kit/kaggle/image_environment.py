@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -89,13 +90,10 @@ def image_environment(root: str | os.PathLike, manifest: str | os.PathLike) -> P
 
 def _uv() -> list[str]:
     """How to call uv: this Python's module, else the one on the PATH; ImageEnvironmentError when there is none."""
-    try:
-        import uv  # noqa: F401
-
+    if importlib.util.find_spec("uv") is not None:
         return [sys.executable, "-m", "uv"]
-    except ImportError:
-        if shutil.which("uv"):
-            return [shutil.which("uv")]
+    if shutil.which("uv"):
+        return [shutil.which("uv")]
     raise ImageEnvironmentError("the image's environment is made with uv, which is not installed here: pip install uv")
 
 
