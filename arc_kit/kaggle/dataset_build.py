@@ -285,8 +285,8 @@ def _build_folders(out: Path) -> list[tuple[Path, FolderKind, str]]:
 
 
 def copy_model_files(model: Path, target: Path) -> list[str]:
-    """Every model file of ``model`` (regular files of ``MODEL_FILES``' names) into ``target``, a sub-folder of the dataset
-    (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
+    """Every model file of ``model`` (regular files of ``MODEL_FILES``' names) into ``target``, a sub-folder of the
+    dataset (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
     subfolders with a slash)."""
     kit_subfolder(target)
     left_behind = []

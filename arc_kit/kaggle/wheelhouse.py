@@ -3,12 +3,13 @@
 An ``ImageManifest`` lists an image's packages and versions, its Python and the wheel platforms
 its pip accepts. One comes from the list Kaggle publishes with its image (``manifest_from_freeze``:
 a ``pip freeze`` of the CPU image; the GPU image holds the same versions with torch's CUDA build),
-or from a notebook run on the image itself (``RECORD_IMAGE_CELL``). ``resolve_wheels`` puts into a
-folder a wheel of every requirement the image lacks or holds at a version the requirement rejects,
-then of theirs, each with the reason it is there (``ShippedWheel``), for the image's Python and
-platform. Packages the image's CUDA stack is made of (torch and its kin) are never shipped: a second
-torch in the wheels would replace the image's CUDA build, so a requirement on another one is an
-error in one line. This module knows wheels, pip and version specifiers; nothing of models.
+or from a notebook run on the image itself (the recipe cell in ``kaggle_dataset/README.md``).
+``resolve_wheels`` puts into a folder a wheel of every requirement the image lacks or holds at a
+version the requirement rejects, then of theirs, each with the reason it is there (``ShippedWheel``),
+for the image's Python and platform. Packages the image's CUDA stack is made of (torch and its kin)
+are never shipped: a second torch in the wheels would replace the image's CUDA build, so a
+requirement on another one is an error in one line. This module knows wheels, pip and version
+specifiers; nothing of models.
 """
 
 from __future__ import annotations
@@ -40,28 +41,6 @@ GPU_EXTRAS = ("bitsandbytes>=0.45", "unsloth")
 CUDA_BUILD_PACKAGES = {"2.10.0": {"triton": "3.6.0"}}
 # Never shipped: the image's own builds, tied to its CUDA (a wheel of one would replace them)
 NEVER_SHIPPED = ("torch", "torchvision", "torchaudio", "triton")
-
-# The recipe cell (kaggle_dataset/README.md): run in a Kaggle notebook on the competition's image,
-# it records what the image has, with the standard library alone (no internet needed).
-RECORD_IMAGE_CELL = """\
-import datetime, importlib.metadata, json, platform, re
-
-packages = {}
-for distribution in importlib.metadata.distributions():
-    name = re.sub(r"[-_.]+", "-", (distribution.metadata["Name"] or "")).lower()
-    if name:
-        packages[name] = distribution.version
-try:
-    from packaging.tags import sys_tags
-    platforms = sorted({tag.platform for tag in sys_tags()} - {"any"})
-except ImportError:
-    platforms = []
-manifest = {"recorded": datetime.date.today().isoformat(), "python": platform.python_version(),
-            "platforms": platforms, "packages": dict(sorted(packages.items()))}
-with open("kaggle-image.json", "w") as handle:  # a notebook runs in /kaggle/working
-    json.dump(manifest, handle, indent=1)
-print(f"{len(packages)} packages, Python {manifest['python']}: kaggle-image.json")
-"""
 
 
 def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str, ...]:
