@@ -102,9 +102,7 @@ def _make(folder: Path, pins: str) -> None:
     uv = _uv()
     python = folder / "bin" / "python"
     _run([*uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(folder)], "make a virtual environment")
-    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site_packages = Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True,
-                                        check=True).stdout.strip())
+    site_packages = next((folder / "lib").glob("python*/site-packages"))  # a virtual environment's, on Linux or macOS
     linked = folder / "torch"
     linked.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
