@@ -127,9 +127,9 @@ def _kaggle_run(args) -> None:
     from arc_kit.kaggle import competition as kaggle
 
     clock = settings_from_options(args, CompetitionSettings())
-    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
-                                    working=args.working, **clock.to_json(), workers=args.workers,
-                                    force_full=args.full, restart=args.restart, adopt=args.adopt)
+    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), clock, input_root=args.input,
+                                    working=args.working, workers=args.workers, force_full=args.full,
+                                    restart=args.restart, adopt=args.adopt)
     end, *score = result.lines()
     print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
 
