@@ -33,17 +33,13 @@ def encoded(name: str) -> bytes:
     return name.encode("utf-8", "surrogatepass")
 
 
-def is_plain(name: str) -> bool:
-    """True when ``name`` can be shown as it is: printable, no spaces, quotes or backslashes, not empty or long."""
-    return (0 < len(name) <= SHOWN_LENGTH and name.isprintable()
-            and not any(character.isspace() or character in "'\"\\" for character in name))
-
-
 def shown(name: str) -> str:
-    """``name`` as a message shows it: as it is when plain, else escaped like ``repr`` (quoted, no raw newline,
-    escape or control character), and cut to ``SHOWN_LENGTH`` characters with the rest counted."""
+    """``name`` as a message shows it: as it is when plain (printable, no spaces, quotes or backslashes, not empty or
+    long), else escaped like ``repr`` (quoted, no raw newline, escape or control character), and cut to
+    ``SHOWN_LENGTH`` characters with the rest counted."""
     name = str(name)
-    if is_plain(name):
+    if 0 < len(name) <= SHOWN_LENGTH and name.isprintable() and not any(
+            character.isspace() or character in "'\"\\" for character in name):
         return name
     if len(name) <= SHOWN_LENGTH:
         return repr(name)

@@ -488,9 +488,7 @@ def _name_matches(pattern: str, name: str) -> bool:
     """Whether ``name`` is one the layout's ``pattern`` names (``{n}``: digits; ``*``: any text; ``**``: any)."""
     if pattern == "**":
         return True
-    pieces = [re.escape(piece) for piece in re.split(r"(\{n\}|\*)", pattern)]
-    expression = "".join("[0-9]+" if piece == re.escape("{n}") else ".*" if piece == re.escape("*") else piece
-                         for piece in pieces)
+    expression = re.escape(pattern).replace(re.escape("{n}"), "[0-9]+").replace(re.escape("*"), ".*")
     return re.fullmatch(expression, name, re.DOTALL) is not None
 
 

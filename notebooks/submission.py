@@ -195,7 +195,7 @@ if READY:
     from arc_kit.kaggle.model_input import notebook_model, overridden_model
     from arc_kit.model.loading import default_model_path
     from arc_kit.run.model_check import card_here, check_model
-    from arc_kit.settings import replace_path, solve_preset
+    from arc_kit.settings import CompetitionSettings, replace_path, solve_preset
 
     try:
         if ON_KAGGLE:
@@ -232,10 +232,10 @@ if READY:
 result = None
 if READY:
     try:  # a task log line each, and the progress, come from the run itself
-        result = kaggle.run_competition(model, settings, input_root=INPUT, working=WORKING, started=STARTED,
-                                        hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
-                                        smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers=WORKERS or None,
-                                        workers_per_gpu=WORKERS_PER_GPU, load_options={"quantization": QUANTIZATION})
+        clock = CompetitionSettings(hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
+                                    smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers_per_gpu=WORKERS_PER_GPU)
+        result = kaggle.run_competition(model, settings, clock, input_root=INPUT, working=WORKING, started=STARTED,
+                                        workers=WORKERS or None, load_options={"quantization": QUANTIZATION})
         print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score
     except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly
         print(f"the run failed ({type(error).__name__}: {error}); the submission on disk stands")

@@ -39,7 +39,7 @@ from arc_kit.run import jobs
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.runs import SolveRun, solve
-from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke
+from arc_kit.settings import TEST_TIME_TRAINING, CompetitionSettings, SamplerSettings, SolveSettings, ladder, smoke
 from pool_helpers import FakeSolver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,8 +203,8 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
 def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answer(model_folder, simulated, tmp_path):
     """Two actors on this machine's own Ray load the micro model and solve the smoke job's two tasks."""
     working = tmp_path / "working"
-    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=working, smoke_tasks=2,
-                                    workers=2)
+    result = kaggle.run_competition(model_folder, SETTINGS, CompetitionSettings(smoke_tasks=2), input_root=simulated,
+                                    working=working, workers=2)
     files = find_competition_files(simulated)
     tasks = load_challenges(files.test_challenges)
     assert files.is_placeholder_test() and result.placeholder
@@ -242,8 +242,8 @@ def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_worker
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
-    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
-                                    force_full=how == "force_full")
+    result = kaggle.run_competition("model", SETTINGS, CompetitionSettings(smoke_tasks=2), input_root=simulated,
+                                    working=tmp_path, force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     (call,) = calls
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
@@ -255,8 +255,8 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     (tmp_path / "marks").mkdir()
     fake = FakeSolver({}, str(tmp_path / "marks"), str(model_folder), SETTINGS)
     monkeypatch.setattr(Solver, "solve_with_retry", lambda self, task, rung=0, *_, **__: fake.solve(task, rung, None))
-    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, smoke_tasks=2,
-                                    force_full=True)
+    result = kaggle.run_competition(model_folder, SETTINGS, CompetitionSettings(smoke_tasks=2), input_root=simulated,
+                                    working=tmp_path, force_full=True)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == result.answered == 4
     assert len(result.score.table) == 4  # the evaluation set given as the test file is scored too
@@ -312,8 +312,8 @@ def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(si
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     started = time.time() - 600
-    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, started=started,
-                                    hours=2.0, safety_minutes=30.0, smoke_tasks=1)
+    clock = CompetitionSettings(hours=2.0, safety_minutes=30.0, smoke_tasks=1)
+    result = kaggle.run_competition("model", SETTINGS, clock, input_root=simulated, working=tmp_path, started=started)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == 5 and hidden in tasks
     (call,) = calls
@@ -556,11 +556,10 @@ def test_kernel_metadata_has_the_fields_the_readme_documents_for_the_current_com
     assert f'COMPETITION = "{kaggle.COMPETITION}"' in notebook  # its standard-library fallback looks for it too
 
 
-def test_the_readme_shows_the_recipe_that_records_the_image_and_the_recipe_works(tmp_path):
+def test_the_recipe_the_readme_shows_to_record_the_image_works(tmp_path):
     readme = (ROOT / "kaggle_dataset" / "README.md").read_text()
-    assert wheelhouse.RECORD_IMAGE_CELL.strip() in readme
-    done = subprocess.run([sys.executable, "-c", wheelhouse.RECORD_IMAGE_CELL], cwd=tmp_path, capture_output=True,
-                          text=True)
+    recipe = readme.split("## 6. Record the image on Kaggle")[1].split("```python\n")[1].split("```")[0]
+    done = subprocess.run([sys.executable, "-c", recipe], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     image = wheelhouse.ImageManifest.read(tmp_path / "kaggle-image.json")
     assert image.packages["torch"] == torch_version() and image.python == sys.version.split()[0]

@@ -11,7 +11,7 @@ given back, a run's workers and the Ray it started stopped.
 
 This module holds the top parser, ``main`` (the ``arc-kit`` console script) and how errors and warnings are
 shown; the commands live in one module per group (``data``, ``solve``, ``bench``, ``kaggle``, ``model``,
-``sudoku``), the options they share in ``options``, and the table of commands in ``registry``.
+``sudoku``), the options they share and the table of commands in ``options``.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-# Each group's module registers its commands (``registry.COMMANDS``) as it is imported: ``--help`` lists the
+# Each group's module registers its commands (``options.COMMANDS``) as it is imported: ``--help`` lists the
 # commands in this order.
 # isort: off
 from arc_kit.cli import data, solve, bench, kaggle, model, sudoku  # noqa: F401
 # isort: on
-from arc_kit.cli.registry import COMMANDS
+from arc_kit.cli.options import COMMANDS
 from arc_kit.outputs import Claim, claimed, describe_os_error
 from arc_kit.provenance import __version__
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from arc_kit.cli.options import (
     MAX_COUNT,
     MAX_TOKENS,
+    command,
     device_argument,
     load_given_tasks,
     model_path,
@@ -17,7 +18,6 @@ from arc_kit.cli.options import (
     option_bounds,
     tasks_argument,
 )
-from arc_kit.cli.registry import command
 from arc_kit.settings import ENGINE_COMPILE_MODES, SamplerSettings, SolveSettings
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from arc_kit.cli.options import (
     MAX_COUNT,
+    command,
     load_given_tasks,
     max_side_argument,
     number_argument,
     shown_table,
     tasks_argument,
 )
-from arc_kit.cli.registry import command
 from arc_kit.names import shown
 from arc_kit.outputs import claim_file, replacing
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from arc_kit.cli.options import (
     MAX_WORKERS,
     add_settings_options,
+    command,
     model_path,
     number_argument,
     overwrite_argument,
@@ -20,7 +21,6 @@ from arc_kit.cli.options import (
     restart_arguments,
     settings_from_options,
 )
-from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
 
@@ -127,9 +127,9 @@ def _kaggle_run(args) -> None:
     from arc_kit.kaggle import competition as kaggle
 
     clock = settings_from_options(args, CompetitionSettings())
-    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), input_root=args.input,
-                                    working=args.working, **clock.to_json(), workers=args.workers,
-                                    force_full=args.full, restart=args.restart, adopt=args.adopt)
+    result = kaggle.run_competition(model_path(args), _kaggle_settings(args), clock, input_root=args.input,
+                                    working=args.working, workers=args.workers, force_full=args.full,
+                                    restart=args.restart, adopt=args.adopt)
     end, *score = result.lines()
     print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
 

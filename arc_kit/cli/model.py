@@ -14,6 +14,7 @@ from arc_kit.cli.options import (
     MAX_TOKENS,
     add_settings_options,
     adopt_argument,
+    command,
     device_argument,
     max_side_argument,
     model_path,
@@ -26,7 +27,6 @@ from arc_kit.cli.options import (
     solve_settings,
     tasks_argument,
 )
-from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import PROBABILITY_MODES, TRAINING_PRESETS, SolveSettings, TrainingSettings
 

@@ -1,5 +1,5 @@
-"""The option groups and the glue the ``arc-kit`` commands share: the method's settings as options, the task
-set a command works on, the options of solving, the model folder.
+"""The option groups and the glue the ``arc-kit`` commands share: the table of commands (``command``), the method's
+settings as options, the task set a command works on, the options of solving, the model folder.
 
 The method's options are generated from the settings dataclasses (``settings.options``), so ``--help`` shows
 the defaults a command really uses; a choice the settings do not take is refused by the settings as they are made
@@ -26,6 +26,17 @@ from arc_kit.settings import (
     replace_path,
     solve_preset,
 )
+
+COMMANDS = {}  # name -> (one-line help, setup): each group's module registers its commands as it is imported
+
+
+def command(name: str, help_text: str):
+    """Register ``setup(parser)`` as a sub-command's argument setup; it returns the runner, which returns the exit
+    status (None: 0)."""
+    def register(setup):
+        COMMANDS[name] = (help_text, setup)
+        return setup
+    return register
 
 
 def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, title: str) -> None:

@@ -13,6 +13,7 @@ from arc_kit.cli.options import (
     MAX_COUNT,
     MAX_HOURS,
     MAX_WORKERS,
+    command,
     load_given_tasks,
     load_options,
     model_path,
@@ -23,7 +24,6 @@ from arc_kit.cli.options import (
     solve_settings,
     tasks_argument,
 )
-from arc_kit.cli.registry import command
 from arc_kit.names import shown
 from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
 

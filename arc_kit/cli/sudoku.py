@@ -11,12 +11,12 @@ from arc_kit.cli.options import (
     MAX_COUNT,
     add_settings_options,
     adopt_argument,
+    command,
     device_argument,
     number_argument,
     print_training,
     settings_from_options,
 )
-from arc_kit.cli.registry import command
 from arc_kit.outputs import claim_file
 from arc_kit.settings import SudokuEvalSettings, TrainingSettings
 

@@ -11,13 +11,15 @@ setting, and every setting's candidates (their grids, and their NLL under each a
 1e-4) are compared with those of "none". The last line is ``auto: N.NNx fewer steps, M.MMx wall``
 for "auto" (else the last setting) against "none" (the wall figure is the speed-up: below 1, slower).
 
-Knows the solver's interface and the settings; knows nothing of how drafts are made or walked.
+Its loop (``compare_searches``) also holds the engine against transformers' forward
+(``engine_bench.engine_agreement``). Knows the solver's interface and the settings; knows nothing of
+how drafts are made or walked.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from arc_kit.data.grids import grid_key
@@ -35,8 +37,9 @@ class _Totals:
     seconds: float = 0.0
     fed: int = 0
     accepted: int = 0
-    differing: list[str] = field(default_factory=list)  # test inputs whose candidates differ from "none"'s
-    largest: float = 0.0  # the largest NLL difference from "none" on the same candidates
+    candidates: int = 0
+    differing: list[str] = field(default_factory=list)  # test inputs whose candidates differ from the reference's
+    largest: float = 0.0  # the largest NLL difference from the reference on the same candidates
 
 
 @dataclass
@@ -73,13 +76,39 @@ def candidate_difference(found: dict, plain: dict) -> float | None:
     return max((abs(found[key][view] - nll) for key, nlls in plain.items() for view, nll in nlls.items()), default=0.0)
 
 
-def _compare(found: dict, plain: dict, total: _Totals, label: str) -> None:
-    """Fold one test input's candidates against "none"'s into ``total``."""
-    largest = candidate_difference(found, plain)
-    if largest is not None:
-        total.largest = max(total.largest, largest)
-    if largest is None or largest > NLL_TOLERANCE:
-        total.differing.append(label)
+def compare_searches(tasks: Sequence[Task], searches: dict[str, tuple[Solver, SamplerSettings]], reference: str,
+                     tolerance: float = NLL_TOLERANCE) -> Iterator[dict[str, _Totals]]:
+    """Every test input of ``tasks`` searched by each of ``searches`` (a solver and its sampler) under the views the
+    first solver draws, in turns (which goes first rotating by test input); each search's figures summed, and its
+    candidates compared with ``reference``'s (differing: other grids, or NLLs more than ``tolerance`` apart). Yields
+    the totals after each test input."""
+    totals = {name: _Totals() for name in searches}
+    names, inputs = list(searches), 0
+    first = next(iter(searches.values()))[0]
+    for task in tasks:
+        for index, test_input in enumerate(task.test_inputs):
+            views, _ = first.views(task, index)
+            found = {}
+            for name in names[inputs % len(names):] + names[:inputs % len(names)]:
+                solver, sampler = searches[name]
+                started = time.perf_counter()
+                candidates, stats = solver.sample(solver.model, task.train, test_input, views, sampler,
+                                                  task_id=task.id)
+                total = totals[name]
+                total.seconds += time.perf_counter() - started
+                total.steps += stats.engine_steps
+                total.fed += stats.draft_tokens
+                total.accepted += stats.draft_accepted
+                found[name] = {grid_key(c.grid): c.generation_nlls for c in candidates}
+                total.candidates += len(found[name])
+            for name in names:
+                largest = candidate_difference(found[name], found[reference])
+                if largest is not None:
+                    totals[name].largest = max(totals[name].largest, largest)
+                if largest is None or largest > tolerance:
+                    totals[name].differing.append(f"{task.id}[{index}]")
+            inputs += 1
+            yield totals
 
 
 def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshold: float, augmentations: int,
@@ -98,25 +127,8 @@ def bench_drafts(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
     note = (f"{len(tasks)} tasks x {augmentations} augmentations, DFS T={threshold:g}, on the {solver.engine().kind}, "
             f"at most {' or '.join(map(str, caps))} draft tokens per step")
     result = DraftsBench({name: _Totals() for name in settings}, 0, note)
-    names = list(settings)
-    for task in tasks:
-        for index, test_input in enumerate(task.test_inputs):
-            views, _ = solver.views(task, index)
-            found = {}
-            for name in names[result.inputs % len(names):] + names[:result.inputs % len(names)]:
-                started = time.perf_counter()
-                candidates, stats = solver.sample(solver.model, task.train, test_input, views, settings[name],
-                                                  task_id=task.id)
-                total = result.totals[name]
-                total.seconds += time.perf_counter() - started
-                total.steps += stats.engine_steps
-                total.fed += stats.draft_tokens
-                total.accepted += stats.draft_accepted
-                found[name] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-            for name in names:
-                if name != "none":
-                    _compare(found[name], found["none"], result.totals[name], f"{task.id}[{index}]")
-            result.inputs += 1
-            if progress is not None:
-                progress(result)
+    for totals in compare_searches(tasks, {name: (solver, sampler) for name, sampler in settings.items()}, "none"):
+        result.totals, result.inputs = totals, result.inputs + 1
+        if progress is not None:
+            progress(result)
     return result

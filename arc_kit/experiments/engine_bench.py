@@ -19,12 +19,14 @@ read once per step). The output ends with the line ``engine speed-up: X.XXx (ove
 
 ``engine_agreement`` compares what the two answer rather than their steps: the DFS's candidates
 (grids and NLLs) for every test input of some tasks, searched by the solver on the engine (compiled
-where asked) and on transformers' forward under the same views (the GPU check, ``scripts/gpu_check.py``).
+where asked) and on transformers' forward under the same views, in the drafts bench's loop
+(``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -33,9 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
-from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Task
-from arc_kit.experiments.drafts_bench import candidate_difference
+from arc_kit.experiments.drafts_bench import compare_searches
 from arc_kit.method.answers import AnswerSpace
 from arc_kit.method.engine import Engine, compiles
 from arc_kit.method.solver import Solver
@@ -56,7 +57,6 @@ class EngineBenchResult:
     rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, engine, transformers, note)
     cuda: list[str] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
-    largest_difference: float = 0.0  # the largest NLL difference between the two on the model benchmarked
 
     def lines(self) -> list[str]:
         lines = [f"engine: {LANES} lanes, {name}: engine {ours * 1e3:.2f} ms/step, transformers "
@@ -153,8 +153,8 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
 
 
 def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
-    """(name, engine seconds, transformers seconds, note) of one model's 16 lanes, its engine and the largest NLL
-    difference between the two."""
+    """(name, engine seconds, transformers seconds, note) of one model's 16 lanes (the note says the largest NLL
+    difference between the two), and its engine."""
     adapted = with_test_time_lora(model)
     engines = {"engine": Engine(adapted, compile=compiles(compile, adapted)),
                "transformers": TransformersDecoder(adapted)}
@@ -163,7 +163,7 @@ def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
             f"{TEST_TIME_TRAINING.lora_rank} test-time LoRA attached, engine step "
             f"{'compiled' if engines['engine'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
-    return (name, seconds["engine"], seconds["transformers"], note), engines["engine"], largest
+    return (name, seconds["engine"], seconds["transformers"], note), engines["engine"]
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
-    row, engine, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
+    row, engine = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
     if engine.device.type == "cuda" or bandwidth is not None:
         import torch
@@ -273,27 +273,15 @@ def engine_agreement(model, encoder: TaskEncoder, tasks: Sequence[Task], *, thre
     ``progress``: called with the result so far after each test input."""
     settings = SolveSettings(test_time_training=False, probabilities=probabilities,
                              inference_augmentations=augmentations, seed=seed, engine_compile=compile)
-    solvers = {"engine": Solver(model, encoder, settings),
-               "transformers": Solver(model, encoder, settings, engine=TransformersDecoder(model))}
     sampler = SamplerSettings("dfs", threshold=threshold)
-    result = EngineAgreement(seconds={side: 0.0 for side in solvers})
-    for task in tasks:
-        for index, test_input in enumerate(task.test_inputs):
-            views, _ = solvers["transformers"].views(task, index)
-            found = {}
-            for side, solver in solvers.items():
-                started = time.perf_counter()
-                candidates, _ = solver.sample(solver.model, task.train, test_input, views, sampler, task_id=task.id)
-                result.seconds[side] += time.perf_counter() - started
-                found[side] = {grid_key(c.grid): c.generation_nlls for c in candidates}
-            difference = candidate_difference(found["engine"], found["transformers"])
-            if difference is None:
-                result.differing.append(f"{task.id}[{index}]")
-            else:
-                result.largest = max(result.largest, difference)
-            result.inputs += 1
-            result.candidates += len(found["transformers"])
-            result.compiled = bool(getattr(solvers["engine"].engine(), "compiled", False))
-            if progress is not None:
-                progress(result)
+    engine = Solver(model, encoder, settings)
+    searches = {"engine": (engine, sampler),
+                "transformers": (Solver(model, encoder, settings, engine=TransformersDecoder(model)), sampler)}
+    result = EngineAgreement(seconds={side: 0.0 for side in searches})
+    for totals in compare_searches(tasks, searches, "transformers", tolerance=math.inf):
+        result = EngineAgreement(result.inputs + 1, totals["transformers"].candidates, totals["engine"].differing,
+                                 totals["engine"].largest, {side: total.seconds for side, total in totals.items()},
+                                 bool(getattr(engine.engine(), "compiled", False)))
+        if progress is not None:
+            progress(result)
     return result

@@ -35,6 +35,7 @@ from arc_kit.run import jobs  # called through the module, so that a replaced so
 from arc_kit.run.expectations import shape_of_folder
 from arc_kit.run.locking import hold_folder
 from arc_kit.run.outcome import answered_by_model, outcome_parts
+from arc_kit.run.planner import hours
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
@@ -79,20 +80,17 @@ class CompetitionRun:
         return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else [])
 
 
-def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(), *,
+def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(),
+                    clock: CompetitionSettings = CompetitionSettings(), *,
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
-                    started: float | None = None, hours: float = CompetitionSettings.hours,
-                    safety_minutes: float = CompetitionSettings.safety_minutes,
-                    stop_minutes: float = CompetitionSettings.stop_minutes,
-                    smoke_tasks: int = CompetitionSettings.smoke_tasks, workers: int | None = None,
-                    load_options: dict | None = None, force_full: bool = False, progress: bool = True,
-                    competition: str = COMPETITION, restart: bool = False, adopt: bool = False,
-                    job: str = CompetitionSettings.job,
-                    workers_per_gpu: int = CompetitionSettings.workers_per_gpu) -> CompetitionRun:
+                    started: float | None = None, workers: int | None = None, load_options: dict | None = None,
+                    force_full: bool = False, progress: bool = True, competition: str = COMPETITION,
+                    restart: bool = False, adopt: bool = False) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.
 
-    The limit is ``hours`` after ``started``: the planner plans to end ``safety_minutes`` before it,
-    and workers still running ``stop_minutes`` before it are stopped, so the last write comes first.
+    The limit is ``clock.hours`` after ``started``: the planner plans to end ``clock.safety_minutes``
+    before it, and workers still running ``clock.stop_minutes`` before it are stopped, so the last write
+    comes first; the job is ``clock.job``'s, a smoke job on ``clock.smoke_tasks`` tasks.
     The clock and the test file are checked before anything is made (the working folder included). Then
     ``working/submission.json`` must be the job's to replace (``outputs.claim_file``: absent, an earlier
     job's, or the notebook's fallback; a user's file of that name is refused in one line), and the run folder
@@ -103,31 +101,31 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     that nothing raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started
-    if not 0 <= stop_minutes <= safety_minutes < 60 * hours:
-        raise ValueError(f"stop_minutes ({stop_minutes:g}) must lie between 0 and safety_minutes ({safety_minutes:g}), "
-                         f"and that below the limit ({hours:g} hours)")
+    if not 0 <= clock.stop_minutes <= clock.safety_minutes < 60 * clock.hours:
+        raise ValueError(f"stop_minutes ({clock.stop_minutes:g}) must lie between 0 and safety_minutes "
+                         f"({clock.safety_minutes:g}), and that below the limit ({clock.hours:g} hours)")
     working = Path(working)
     files, tasks = _test_tasks(input_root, competition)
-    placeholder, chosen, run_settings = _choose_job(job, force_full, files, tasks, smoke_tasks, settings)
+    placeholder, chosen, run_settings = _choose_job(clock, force_full, files, tasks, settings)
     run_folder = working / RUN_FOLDER
     if not adopt:
         check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
-    claim_file(working / "submission.json", "kaggle run", option="--working",
-               own=lambda path: _jobs_submission(path, run_folder, adopt))
+    submission_path = claim_file(working / "submission.json", "kaggle run", option="--working",
+                                 own=lambda path: _jobs_submission(path, run_folder, adopt))
     if adopt:
         adopt_folder(run_folder, RUN_KIND, "kaggle run")
     with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
         _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
-        submission_path = working / "submission.json"
         attempts = settings.attempts
-        earlier = _write_first_submission(submission_path, run_folder, tasks, attempts)
-        limit = started + 3600 * hours
-        deadline, stop_at = limit - 60 * safety_minutes, limit - 60 * stop_minutes
+        earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
+        _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
+        limit = started + 3600 * clock.hours
+        deadline, stop_at = limit - 60 * clock.safety_minutes, limit - 60 * clock.stop_minutes
         solutions = _public_solutions(files, chosen)
         if progress:
-            _announce(files, tasks, chosen, job, placeholder, deadline)
+            _announce(files, tasks, chosen, clock.job, placeholder, deadline)
         records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
-            chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=workers_per_gpu or None,
+            chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=clock.workers_per_gpu or None,
             deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
             submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt,
             info=_run_info(files, tasks, model)).records)
@@ -158,17 +156,15 @@ def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:
     return {**dataset_info(files.test_challenges, tasks), **({"model_shape": asdict(shape)} if shape else {})}
 
 
-def _choose_job(job: str, force_full: bool, files, tasks: TaskSet, smoke_tasks: int,
+def _choose_job(clock: CompetitionSettings, force_full: bool, files, tasks: TaskSet,
                 settings: SolveSettings) -> tuple[bool, TaskSet, SolveSettings]:
     """(placeholder, the tasks to solve, their settings): a smoke job on the first tasks when asked for, or
     when the test file is the public placeholder and this is no full job nor Kaggle's rerun; else every task."""
     # Kaggle sets KAGGLE_IS_COMPETITION_RERUN when it runs the notebook on the hidden test set
     rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
-    if job not in ("auto", "smoke", "full"):
-        raise ValueError(f"unknown job {job!r}; expected auto, smoke or full")
-    full = force_full or job == "full"
-    placeholder = job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
-    chosen = tasks.head(smoke_tasks) if placeholder else tasks
+    full = force_full or clock.job == "full"
+    placeholder = clock.job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
+    chosen = tasks.head(clock.smoke_tasks) if placeholder else tasks
     run_settings = smoke(settings) if placeholder else settings
     return placeholder, chosen, run_settings
 
@@ -200,12 +196,9 @@ def _jobs_submission(path: Path, run_folder: Path, adopt: bool = False) -> bool:
                                     for entries in submission.values() for entry in entries)
 
 
-def _write_first_submission(submission_path: Path, run_folder: Path, tasks: TaskSet, attempts: int) -> dict:
-    """Write a complete submission at once: an earlier run's answers, fallbacks elsewhere; that run's records."""
-    earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
-    write_submission(submission_path, build_submission(tasks, answers_from_records(earlier), attempts=attempts),
-                     tasks)  # at once
-    return earlier
+def _write_submission(submission_path: Path, tasks: TaskSet, records: dict, attempts: int) -> None:
+    """A complete submission: the records' answers, fallbacks elsewhere."""
+    write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts), tasks)
 
 
 def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: bool, deadline: float) -> None:
@@ -215,7 +208,7 @@ def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: boo
     skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
     gpus = visible_gpus()
     print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "
-          f"{len(gpus) or 'no'} GPU(s) visible; {time_left(deadline)} to plan in", flush=True)
+          f"{len(gpus) or 'no'} GPU(s) visible; {hours(max(0.0, deadline - time.time()))} to plan in", flush=True)
 
 
 def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict, str | None]:
@@ -237,19 +230,12 @@ def _write_final_submission(submission_path: Path, tasks: TaskSet, records: dict
                             error: str | None) -> str | None:
     """Write the records' submission, reloaded and checked; the fallbacks alone when that breaks. The error."""
     try:
-        write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
-                         tasks)
+        _write_submission(submission_path, tasks, records, attempts)
         load_submission(submission_path, tasks)  # reload and check, as Kaggle will read it
     except Exception as failure:  # noqa: BLE001 - the records broke it: the fallbacks, then
         error = error or f"{type(failure).__name__}: {failure}"
         write_submission(submission_path, build_submission(tasks, {}), tasks)
     return error
-
-
-def time_left(deadline: float) -> str:
-    from arc_kit.run.planner import hours
-
-    return hours(max(0.0, deadline - time.time()))
 
 
 def _public_solutions(files, chosen: TaskSet) -> TaskSet | None:

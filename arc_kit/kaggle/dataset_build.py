@@ -34,6 +34,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from arc_kit.kaggle.model_input import MODEL_SOURCE_FILE, ModelHandle
 from arc_kit.kaggle.wheelhouse import (
     GPU_EXTRAS,
@@ -182,28 +184,18 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
                   image_manifest: str | os.PathLike | None = None, gpu_extras: bool = False,
                   model_source: str | None = None, check: ModelCheck | None = None,
                   quantization: str | None = None, overwrite: bool = False) -> DatasetBuild:
-    """Assemble the Kaggle dataset folder ``out`` (wheels/, model/, metadata, README) and its notebook folder.
+    """Assemble the Kaggle dataset folder ``out`` and its notebook folder (``out`` with ``-notebook`` appended), as
+    the module's docstring says; the wheels resolved against ``image_manifest`` (default ``IMAGE_MANIFEST``).
 
-    ``wheels/`` holds the kit, the wheels in ``extra_wheels``, the base's package for a base-plus-delta
-    model, bitsandbytes for 4-bit weights, and every package the kit (and, with ``gpu_extras``,
-    bitsandbytes and unsloth) needs that the image of ``image_manifest`` (default ``IMAGE_MANIFEST``)
-    lacks or has too old, with theirs. ``model_source``: a Kaggle Model the notebook reads instead of a
-    shipped model (``model``, if given, is its local copy: checked, not shipped). The model is checked
-    first (``check``: done already; ``quantization``: as the notebook will load it): a no-go is a
-    ValueError with its one line, before anything is written. The notebook folder is ``out`` with
-    ``-notebook`` appended. ``owner``: see ``kaggle_owner``. Both folders are new, empty, or (with
-    ``overwrite``) an earlier build's, whose own files are replaced; else, or when the model lies inside
-    either, OutputRefused before anything is written.
+    ``check``: the model's check, done already; else made here (``quantization``: as the notebook will load
+    it), a no-go a ValueError with its one line. ``owner``: see ``kaggle_owner``. Before anything is written,
+    OutputRefused unless both folders are new, empty or (``overwrite``) an earlier build's, apart from the model.
     """
     out, owner = Path(out), kaggle_owner(owner)
     check_kaggle_names(slug=slug)
     check_kaggle_names(title=title)
-    notebook_folder = out.parent / f"{out.name}-notebook"
     handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
-    if handle is None:
-        model = Path(model) if model is not None else default_model_path()
-    else:
-        model = Path(model) if model is not None else None
+    model = Path(model) if model is not None else default_model_path() if handle is None else None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
         raise FileNotFoundError(f"{model} is not a model folder")
     check_build_folders(out, model, overwrite=overwrite)
@@ -214,9 +206,8 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
         raise ValueError(check.verdict)
     delta = handle is None and is_delta_folder(model)
     image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
-    claim_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
-    claim_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
-                 option=f"--out (its notebook folder, {notebook_folder.name})")
+    for folder, kind, option in _build_folders(out):
+        claim_folder(folder, kind, "kaggle build", overwrite=overwrite, option=option)
     wheels = kit_subfolder(out / "wheels")
     kit = build_wheel(wheels)
     shipped = [ShippedWheel(kit, "the kit itself")]
@@ -243,15 +234,13 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     else:
         replace_file(out / MODEL_SOURCE_FILE, json.dumps({"model_source": str(handle)}) + "\n")
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
-    notebook = _write_notebook_folder(notebook_folder, owner, slug, handle)
+    notebook = _write_notebook_folder(_build_folders(out)[1][0], owner, slug, handle)
     return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None, left_behind)
 
 
 def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
     """The kit wheel's requirements the dataset must meet: not its extras', and not those only building a named
     base needs (``BASE_ONLY``) when the model is no base plus a delta."""
-    from packaging.requirements import Requirement
-
     lines = [line for line in wheel_requirements(kit) if "extra ==" not in line]
     return [line for line in lines if base_needed or Requirement(line).name not in BASE_ONLY]
 
@@ -281,30 +270,28 @@ def versioned_handle(model_source: str) -> ModelHandle:
 def check_build_folders(out: str | os.PathLike, model: str | os.PathLike | None, *, overwrite: bool = False) -> None:
     """OutputRefused, before anything is read or written, unless ``out`` and its notebook folder are the build's to
     write (new, empty, or with ``overwrite`` an earlier build's) and neither overlaps ``model``."""
-    out = Path(out)
-    notebook_folder = out.parent / f"{out.name}-notebook"
-    for folder in (out, notebook_folder) if model is not None else ():
+    for folder, _, _ in _build_folders(Path(out)) if model is not None else ():
         if inside(Path(model), folder) or inside(folder, Path(model)):
             raise OutputRefused(f"the model {model} and the folder {folder} overlap: the build would replace the "
                                 "model it copies; build into another --out, or copy the model elsewhere first")
-    check_folder(out, DATASET_KIND, "kaggle build", overwrite=overwrite)
-    check_folder(notebook_folder, NOTEBOOK_KIND, "kaggle build", overwrite=overwrite,
-                 option=f"--out (its notebook folder, {notebook_folder.name})")
+    for folder, kind, option in _build_folders(Path(out)):
+        check_folder(folder, kind, "kaggle build", overwrite=overwrite, option=option)
 
 
-def is_model_file(name: str) -> bool:
-    """True for a file a model folder is read with, or that tells how it was made (``MODEL_FILES``)."""
-    return DATASET_KIND.owns(f"model/{name}")
+def _build_folders(out: Path) -> list[tuple[Path, FolderKind, str]]:
+    """(folder, kind, the option that names it) of the dataset folder and of its notebook folder beside it."""
+    notebook = out.parent / f"{out.name}-notebook"
+    return [(out, DATASET_KIND, "--out"), (notebook, NOTEBOOK_KIND, f"--out (its notebook folder, {notebook.name})")]
 
 
 def copy_model_files(model: Path, target: Path) -> list[str]:
-    """Every model file of ``model`` (``is_model_file``: regular files) into ``target``, a sub-folder of the dataset
-    (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
+    """Every model file of ``model`` (regular files of ``MODEL_FILES``' names) into ``target``, a sub-folder of the
+    dataset (an earlier build's files there were cleared by ``--overwrite``); the names left behind (other files, and
     subfolders with a slash)."""
     kit_subfolder(target)
     left_behind = []
     for path in sorted(model.iterdir()):
-        if path.is_file() and is_model_file(path.name):
+        if path.is_file() and DATASET_KIND.owns(f"model/{path.name}"):
             copy_file(path, target / path.name)
         else:
             left_behind.append(path.name + ("/" if path.is_dir() else ""))
@@ -320,18 +307,13 @@ def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"--extra-wheels {folder} is no folder")
-    wheels = sorted(path for path in folder.glob("*.whl"))
-    for path in wheels:
-        check_wheel(path)
-    return wheels
+    return [check_wheel(path) for path in sorted(folder.glob("*.whl"))]
 
 
 def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
                     handle: ModelHandle | None = None) -> None:
     """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
-    notebook = ROOT / "notebooks" / "submission.ipynb"
-    if notebook.exists():
-        copy_file(notebook, out / "submission.ipynb")
+    copy_file(ROOT / "notebooks" / "submission.ipynb", out / "submission.ipynb")
     licences = WHEEL_LICENCES + model_licence(model, handle)
     metadata = {"title": title, "id": f"{owner}/{slug}", "licenses": [{"name": LICENCE}],
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
@@ -351,11 +333,11 @@ def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:
                 "page names.")
     base = read_json(model / DELTA_INDEX).get("base") if is_delta_folder(model) else None
     recorded = read_json(model / "arc_kit.json").get("base")
-    if base in BASES or isinstance(recorded, dict) and recorded.get("licence"):
-        spec = BASES[base] if base in BASES else None
-        name, licence = (spec.description.split(" (")[0], spec.licence) if spec else \
-            (str(recorded.get("description") or recorded.get("name")).split(" (")[0], str(recorded["licence"]))
-        return f"the model's weights derive from {name} and keep its licence: {licence}."
+    if base in BASES:
+        recorded = {"description": BASES[base].description, "licence": BASES[base].licence}
+    if isinstance(recorded, dict) and recorded.get("licence"):
+        name = str(recorded.get("description") or recorded.get("name")).split(" (")[0]
+        return f"the model's weights derive from {name} and keep its licence: {recorded['licence']}."
     card = _card_licence(model / "README.md")
     if card:
         return f"the model's licence, as its model card (model/README.md) names it: {card}."
@@ -387,7 +369,6 @@ def _card_licence(card: Path) -> str | None:
 def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHandle | None = None) -> Path:
     """The folder ``kaggle kernels push -p`` takes: the notebook and its metadata, the owner filled in (and the
     Kaggle Model in ``model_sources``)."""
-    folder.mkdir(parents=True, exist_ok=True)
     metadata = json.loads(KERNEL_TEMPLATE.read_text())
     metadata["id"] = metadata["id"].replace(OWNER_FIELD, owner)
     metadata["dataset_sources"] = [f"{owner}/{slug}"]

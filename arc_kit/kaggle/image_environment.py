@@ -16,7 +16,9 @@ Knows uv, virtual environments and nbclient; nothing of models, datasets or task
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -88,13 +90,10 @@ def image_environment(root: str | os.PathLike, manifest: str | os.PathLike) -> P
 
 def _uv() -> list[str]:
     """How to call uv: this Python's module, else the one on the PATH; ImageEnvironmentError when there is none."""
-    try:
-        import uv  # noqa: F401
-
+    if importlib.util.find_spec("uv") is not None:
         return [sys.executable, "-m", "uv"]
-    except ImportError:
-        if shutil.which("uv"):
-            return [shutil.which("uv")]
+    if shutil.which("uv"):
+        return [shutil.which("uv")]
     raise ImageEnvironmentError("the image's environment is made with uv, which is not installed here: pip install uv")
 
 
@@ -103,9 +102,7 @@ def _make(folder: Path, pins: str) -> None:
     uv = _uv()
     python = folder / "bin" / "python"
     _run([*uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(folder)], "make a virtual environment")
-    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site_packages = Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True,
-                                        check=True).stdout.strip())
+    site_packages = next((folder / "lib").glob("python*/site-packages"))  # a virtual environment's, on Linux or macOS
     linked = folder / "torch"
     linked.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
@@ -142,20 +139,15 @@ def fresh_copy(python: Path, folder: str | os.PathLike) -> Path:
         shutil.rmtree(folder, ignore_errors=True)
         shutil.copytree(source, folder, symlinks=True)
     for script in (folder / "bin").iterdir():
-        if script.is_file() and not script.is_symlink() and _is_text_script(script, source):
-            text = script.read_text()
+        try:  # a script whose text names the environment it was made in (an entry point's #! line)
+            text = script.read_text() if script.is_file() and not script.is_symlink() else ""
+        except (UnicodeDecodeError, OSError):
+            continue
+        if str(source) in text:
             script.unlink()  # a new file, not the linked one
             script.write_text(text.replace(str(source), str(folder)))
             script.chmod(0o755)
     return folder / "bin" / "python"
-
-
-def _is_text_script(path: Path, source: Path) -> bool:
-    """True for a script whose text names the environment it was made in (an entry point's #! line)."""
-    try:
-        return str(source) in path.read_text()
-    except (UnicodeDecodeError, OSError):
-        return False
 
 
 def package_versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
@@ -178,12 +170,6 @@ def start_notebook(python: Path, notebook: Path, environment: dict, cwd: Path) -
 def stop_notebook(running: subprocess.Popen) -> None:
     """Stop a notebook ``start_notebook`` started, its kernel and the kernel's children with it."""
     if running.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(running.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     running.wait()
-
-
-__all__ = ["ImageEnvironmentError", "IMAGE_PACKAGES", "fresh_copy", "image_environment", "image_pins",
-           "package_versions", "start_notebook", "stop_notebook"]

@@ -199,10 +199,7 @@ class NotebookReport:
 
 
 def _same_folder(first: Path, second: Path) -> bool:
-    try:
-        return first.resolve() == second.resolve() or first == second
-    except OSError:
-        return first == second
+    return os.path.realpath(first) == os.path.realpath(second)
 
 
 def _wrong_model_line(used: Path, expected: Path) -> str:
@@ -297,8 +294,7 @@ def notebook_environment(input_root: Path, working: Path, scratch: Path, tasks: 
     return {**kept, "ARC_KIT_INPUT": str(input_root), "ARC_KIT_WORKING": str(working),
             "ARC_KIT_CACHE": str(scratch / "cache"), "ARC_KIT_CHANGES": json.dumps(changes),
             "ARC_KIT_SMOKE_TASKS": str(tasks), "ARC_KIT_WORKERS": str(workers), "PIP_CONFIG_FILE": os.devnull,
-            "PIP_NO_INDEX": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "JUPYTER_DATA_DIR": str(scratch / "jupyter"),
+            "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "JUPYTER_DATA_DIR": str(scratch / "jupyter"),
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",  # the kernel's debugger: no warning about this Python's build
             "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
@@ -383,7 +379,3 @@ def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, 
     answered = answered_tasks(working)
     problem = problem_of(report, built.wheels, answered, len(tasks), exit_status)
     return LocalCheck(report, problem, built.wheels, answered, len(tasks), (time.monotonic() - started) / 60, scratch)
-
-
-__all__ = ["CHECK_CHANGES", "CHECK_DATASET", "CHECK_TASKS", "BuiltDataset", "CheckRefused", "LocalCheck",
-           "NotebookReport", "check_dataset", "check_tasks", "read_built_dataset", "simulated_input"]

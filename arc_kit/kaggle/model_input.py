@@ -88,12 +88,14 @@ def model_folders(root: str | os.PathLike, skip: Path | None = None) -> list[Pat
     return found
 
 
-def _ends_with(folder: Path, root: Path, parts: tuple[str, ...]) -> int | None:
-    """Where in ``folder``'s path (below ``root``) the run of ``parts`` starts, or None when it has none."""
-    names = [name.lower() for name in folder.relative_to(root).parts]
+def _mount_version(folder: Path, root: Path, handle: ModelHandle) -> int | None:
+    """The number of the version folder after the run of ``handle``'s mount parts in ``folder``'s path (below
+    ``root``; 0 when no version folder follows), or None when the path holds no such run."""
+    names, parts = [name.lower() for name in folder.relative_to(root).parts], handle.mount_parts
     for start in range(len(names) - len(parts) + 1):
         if tuple(names[start:start + len(parts)]) == parts:
-            return start
+            after = names[start + 3:start + 4]
+            return int(after[0]) if after and after[0].isdigit() else 0
     return None
 
 
@@ -112,20 +114,13 @@ def find_model_input(root: str | os.PathLike, handle: ModelHandle | None = None,
         shown = ", ".join(str(path) for path in candidates[:3])
         raise FileNotFoundError(f"{len(candidates)} models below {root} ({shown}, ...): set MODEL to the folder or "
                                 "to the Kaggle Model's handle")
-    matching = [path for path in candidates if _ends_with(path, root, handle.mount_parts) is not None]
+    versions = {path: _mount_version(path, root, handle) for path in candidates}
+    matching = [path for path in candidates if versions[path] is not None]
     if not matching:
         raise FileNotFoundError(f"the Kaggle Model {handle} is not below {root} (no folder "
                                 f"{'/'.join(handle.mount_parts)}/ holding a config.json): add it to the notebook's "
                                 "inputs (Add Input > Models), or check the handle")
-    return max(matching, key=lambda path: (_version_of(path, root, handle), -len(path.parts)))
-
-
-def _version_of(folder: Path, root: Path, handle: ModelHandle) -> int:
-    """The version folder's number in ``folder``'s path (0 when there is none)."""
-    start = _ends_with(folder, root, handle.mount_parts)
-    names = folder.relative_to(root).parts
-    after = start + 3
-    return int(names[after]) if after < len(names) and names[after].isdigit() else 0
+    return max(matching, key=lambda path: (versions[path], -len(path.parts)))
 
 
 def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike | None,
@@ -161,7 +156,3 @@ def overridden_model(given: str | os.PathLike | None, dataset: str | os.PathLike
         return None
     return (f"WARNING: MODEL = {str(given)!r} is run ({chosen}), not the model the dataset carries ({own}): the "
             "submission will be that model's")
-
-
-__all__ = ["MODEL_SOURCE_FILE", "ModelHandle", "find_model_input", "is_handle", "model_folders", "notebook_model",
-           "overridden_model"]

@@ -3,25 +3,29 @@
 An ``ImageManifest`` lists an image's packages and versions, its Python and the wheel platforms
 its pip accepts. One comes from the list Kaggle publishes with its image (``manifest_from_freeze``:
 a ``pip freeze`` of the CPU image; the GPU image holds the same versions with torch's CUDA build),
-or from a notebook run on the image itself (``RECORD_IMAGE_CELL``). ``resolve_wheels`` puts into a
-folder a wheel of every requirement the image lacks or holds at a version the requirement rejects,
-then of theirs, each with the reason it is there (``ShippedWheel``), for the image's Python and
-platform. Packages the image's CUDA stack is made of (torch and its kin) are never shipped: a second
-torch in the wheels would replace the image's CUDA build, so a requirement on another one is an
-error in one line. This module knows wheels, pip and version specifiers; nothing of models.
+or from a notebook run on the image itself (the recipe cell in ``kaggle_dataset/README.md``).
+``resolve_wheels`` puts into a folder a wheel of every requirement the image lacks or holds at a
+version the requirement rejects, then of theirs, each with the reason it is there (``ShippedWheel``),
+for the image's Python and platform. Packages the image's CUDA stack is made of (torch and its kin)
+are never shipped: a second torch in the wheels would replace the image's CUDA build, so a
+requirement on another one is an error in one line. This module knows wheels, pip and version
+specifiers; nothing of models.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from arc_kit.data.jsonio import check_regular_file, read_file
 from arc_kit.data.tasks import InvalidDataError
@@ -38,33 +42,6 @@ CUDA_BUILD_PACKAGES = {"2.10.0": {"triton": "3.6.0"}}
 # Never shipped: the image's own builds, tied to its CUDA (a wheel of one would replace them)
 NEVER_SHIPPED = ("torch", "torchvision", "torchaudio", "triton")
 
-# The recipe cell (kaggle_dataset/README.md): run in a Kaggle notebook on the competition's image,
-# it records what the image has, with the standard library alone (no internet needed).
-RECORD_IMAGE_CELL = """\
-import datetime, importlib.metadata, json, platform, re
-
-packages = {}
-for distribution in importlib.metadata.distributions():
-    name = re.sub(r"[-_.]+", "-", (distribution.metadata["Name"] or "")).lower()
-    if name:
-        packages[name] = distribution.version
-try:
-    from packaging.tags import sys_tags
-    platforms = sorted({tag.platform for tag in sys_tags()} - {"any"})
-except ImportError:
-    platforms = []
-manifest = {"recorded": datetime.date.today().isoformat(), "python": platform.python_version(),
-            "platforms": platforms, "packages": dict(sorted(packages.items()))}
-with open("kaggle-image.json", "w") as handle:  # a notebook runs in /kaggle/working
-    json.dump(manifest, handle, indent=1)
-print(f"{len(packages)} packages, Python {manifest['python']}: kaggle-image.json")
-"""
-
-
-def normalise(name: str) -> str:
-    """A distribution name as package indexes compare them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
 
 def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str, ...]:
     """The wheel platforms pip accepts on a glibc 2.``glibc_minor`` Linux (Kaggle's image: Ubuntu 22.04, 2.35)."""
@@ -78,7 +55,7 @@ def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str
 class ImageManifest:
     """What a Kaggle image has: package versions, Python, wheel platforms (recorded there, or Kaggle's list)."""
 
-    packages: dict[str, str]  # normalised name -> version
+    packages: dict[str, str]  # canonical name (PEP 503) -> version
     python: str
     platforms: tuple[str, ...] = ()
     recorded: str = ""
@@ -93,11 +70,9 @@ class ImageManifest:
         text = _read_small(path, "Kaggle image manifest")
         try:
             data = json.loads(text)
-            packages = {normalise(name): str(version) for name, version in data["packages"].items()}
+            packages = {canonicalize_name(name): str(version) for name, version in data["packages"].items()}
             return cls(packages, str(data["python"]), tuple(data.get("platforms") or ()), str(data.get("recorded", "")),
                        str(data.get("source") or path))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no image manifest at {path}") from None
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             raise ValueError(f"{path} is no image manifest ({type(error).__name__}: {error}); write one with "
                              "`arc-kit kaggle image` or the recipe in kaggle_dataset/README.md") from None
@@ -108,9 +83,7 @@ class ImageManifest:
 
     def satisfies(self, requirement) -> bool:
         """True when the image has a version of ``requirement`` (a ``packaging`` Requirement) that it accepts."""
-        from packaging.version import InvalidVersion, Version
-
-        version = self.packages.get(normalise(requirement.name))
+        version = self.packages.get(canonicalize_name(requirement.name))
         if version is None:
             return False
         try:
@@ -130,7 +103,7 @@ def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: 
     for line in _read_small(path, "pip freeze list").decode("utf-8", "replace").splitlines():
         name, separator, version = line.strip().partition("==")
         if separator and name and not name.startswith("#"):
-            packages[normalise(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
+            packages[canonicalize_name(name)] = version.split("+")[0] if gpu and version.endswith("+cpu") else version
     if not packages:
         raise ValueError(f"{path} holds no `name==version` line: not a pip freeze")
     if gpu:
@@ -159,8 +132,6 @@ def _read_small(path: str | os.PathLike, what: str) -> bytes:
 def check_wheel(path: Path) -> Path:
     """``path`` when it is a wheel: a regular file named as one (NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl), a zip
     archive holding its ``.dist-info/METADATA`` of a sane size; ValueError in one line for anything else."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     try:
         parse_wheel_filename(path.name)
     except InvalidWheelFilename:
@@ -200,8 +171,6 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
     ``pip download --no-deps`` for the image's Python and platforms (offline: RuntimeError in one
     line). Returns the wheels the image needs, in the order they were resolved, each with its reason.
     """
-    from packaging.requirements import Requirement
-
     environment = {"python_version": ".".join(image.python.split(".")[:2]), "python_full_version": image.python,
                    "extra": "", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
                    "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython"}
@@ -211,7 +180,7 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
         requirement = Requirement(line)
         if requirement.marker is not None and not requirement.marker.evaluate(environment):
             continue  # an extra's, or another Python's or platform's
-        name = normalise(requirement.name)
+        name = canonicalize_name(requirement.name)
         if name in seen or image.satisfies(requirement):
             continue
         if name in NEVER_SHIPPED:
@@ -231,14 +200,12 @@ def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
 
 def wheel_in(folder: Path, requirement) -> Path | None:
     """A wheel in ``folder`` that satisfies ``requirement`` (the first by name), or None."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     for path in sorted(folder.glob("*.whl")):
         try:
             name, version, _, _ = parse_wheel_filename(path.name)
         except InvalidWheelFilename:
             continue
-        if normalise(name) == normalise(requirement.name) and \
+        if canonicalize_name(name) == canonicalize_name(requirement.name) and \
                 requirement.specifier.contains(version, prereleases=True):
             return path
     return None

@@ -12,12 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from arc_kit.text.format import PREPROMPT
 
 
-@runtime_checkable
 class GridTokenizer(Protocol):
     """What the encoder needs from a tokenizer: text to ids without specials, and the special ids."""
 
