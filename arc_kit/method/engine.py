@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
-                                    summed_nlls, with_halving)
+from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, summed_nlls,
+                                    with_halving)
 from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
 from arc_kit.method.step_costs import StepCosts
 from arc_kit.method.transformers_forward import TransformersDecoder
@@ -101,7 +101,7 @@ class Engine:
                  pool_bytes: int = POOL_BYTES):
         self.model = model
         self.weights = DecodeWeights(model)
-        self.device, self.dtype = self.weights.device, self.weights.dtype
+        self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
         self.compiled, self.on_step, self.pool_bytes = compile, on_step, pool_bytes
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
         self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
@@ -112,10 +112,6 @@ class Engine:
         self._step = self._compiled_step() if compile else step_nlls
         for tensor in [*self.weights.tensors(), self._swap]:
             self._fixed(tensor)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.weights.vocab_size
 
     def refresh(self) -> None:
         """Read the model's weights again (after its adapter was trained, reset, enabled or disabled)."""
@@ -201,14 +197,8 @@ class Engine:
 
     # -- lanes ---------------------------------------------------------------------------------
     def start(self, lanes: int, capacity: int, space: AnswerSpace) -> None:
-        allowed = space.mask(self.vocab_size, self.device)
         self._lanes = _Lanes(self._cache(lane_bucket(lanes), capacity_bucket(capacity)), list(range(lanes)), space,
-                             allowed)
-
-    def _nlls(self, logit_rows) -> np.ndarray:
-        lanes = self._lanes
-        nlls = -answer_log_probs(logit_rows, lanes.allowed, lanes.space.probabilities)
-        return nlls.cpu().numpy().astype(np.float64)
+                             space.mask(self.vocab_size, self.device))
 
     def _grow(self, positions: int) -> None:
         """Move the search's live rows into a cache of the capacity bucket of ``positions`` (one copy)."""
@@ -226,7 +216,9 @@ class Engine:
         row = lanes.rows[lane]
         hidden = self._feed(lanes.cache[:, :, row:row + 1], [ids], [0])
         with torch.no_grad():
-            return self._nlls(logits(self.weights, hidden[0, logits_from - 1:]))
+            log_probs = answer_log_probs(logits(self.weights, hidden[0, logits_from - 1:]), lanes.allowed,
+                                         lanes.space.probabilities)
+        return (-log_probs).cpu().numpy().astype(np.float64)
 
     def step(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
@@ -298,7 +290,7 @@ class Engine:
                 if self.compiled and self.device.type == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()
                 nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
-        except out_of_memory_errors():
+        except torch.cuda.OutOfMemoryError:
             raise
         except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
             if not self.compiled:
@@ -358,26 +350,22 @@ class Engine:
         targets, valid = answer_targets(answers, space.eos_id)
         allowed = space.mask(self.vocab_size, self.device)
         capacity = capacity_bucket(len(prompt) + targets.shape[1])
-        held = {}  # the cache that holds the prompt in its first rows: cache, rows, the log-probabilities after it
+        held = []  # the cache that holds the prompt in its first rows, how many, the log-probabilities after it
         results = np.zeros(len(answers))
         order = sorted(range(len(answers)), key=lambda index: int(valid[index].sum()))  # similar lengths together
 
-        def prompt_in(rows: int):
-            """A cache whose first ``rows`` rows hold the prompt, and the log-probabilities after it."""
-            if "cache" not in held:  # the prompt's one pass, into a cache of as many rows as the first call takes
-                cache = self._cache(lane_bucket(rows), capacity)
+        def score_rows(chunk: list[int]) -> int:
+            if not held:  # the prompt's one pass, into a cache of as many rows as the first call takes (later calls
+                # take no more: fewer after an out-of-memory error)
+                cache = self._cache(lane_bucket(len(chunk)), capacity)
                 hidden = self._feed(cache[:, :, :1], [prompt], [0])
                 with torch.no_grad():
-                    first = answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed, space.probabilities)
-                held.update(cache=cache, rows=1, first=first)
-            cache = held["cache"]  # later calls take no more rows (fewer after an out-of-memory error)
-            if held["rows"] < rows:  # its keys and values copied into the rows of the answers
-                cache[:, :, held["rows"]:rows, :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
-                held["rows"] = rows
-            return cache, held["first"]
-
-        def score_rows(chunk: list[int]) -> int:
-            cache, first = prompt_in(len(chunk))
+                    held[:] = cache, 1, answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed,
+                                                         space.probabilities)
+            cache, rows, first = held
+            if rows < len(chunk):  # the prompt's keys and values copied into the rows of the answers
+                cache[:, :, rows:len(chunk), :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
+                held[1] = len(chunk)
             rows_targets, rows_valid = targets[chunk].to(self.device), valid[chunk].to(self.device)
             length = int(rows_valid.sum(dim=1).max())
             log_probs = first.expand(len(chunk), 1, -1)

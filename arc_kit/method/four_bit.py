@@ -32,9 +32,14 @@ def is_four_bit(module) -> bool:
     return getattr(getattr(module, "weight", None), "quant_state", None) is not None
 
 
+def is_lora(module) -> bool:
+    """Whether ``module`` is a peft LoRA wrapper."""
+    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
+
+
 def base_of(module):
     """The layer a peft LoRA wrapper wraps (``module`` itself when it is no wrapper)."""
-    return module.get_base_layer() if hasattr(module, "base_layer") and hasattr(module, "lora_A") else module
+    return module.get_base_layer() if is_lora(module) else module
 
 
 def quant_state_reason(module) -> str | None:

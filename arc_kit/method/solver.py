@@ -40,7 +40,7 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, earliest, release_memory
+from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, release_memory
 from arc_kit.method.drafts import draft_source
 from arc_kit.method.engine import make_engine
 from arc_kit.method.experts import Candidate, select
@@ -181,7 +181,8 @@ class Solver:
             guesses = [None if best is None else self.encoder.encode_answer(a.apply_grid(best.grid)) for a in chosen]
             drafts = [draft_source(sampler.drafts, self.encoder, prompts[view], test_input, augmentations[view], grids)
                       for view in views]
-            searched = earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
+            limits = [deadline, None if search_seconds is None else time.monotonic() + search_seconds]
+            searched = min((limit for limit in limits if limit is not None), default=None)
             results = search(engine, [prompts[view] for view in views], self.space, sampler, guesses, drafts=drafts,
                              deadline=searched, odds=self.draft_odds)
             for augmentation, result in zip(chosen, results):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
+from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, is_lora, quant_state_reason
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
@@ -43,10 +43,6 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 def core_model(model):
     """The transformers model inside a peft wrapper (the model itself when there is none)."""
     return model.get_base_model() if hasattr(model, "get_base_model") and hasattr(model, "peft_config") else model
-
-
-def _is_lora(module) -> bool:
-    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
 
 
 def _is_saved_copy(module) -> bool:
@@ -69,22 +65,17 @@ def _lora_reason(module) -> str | None:
 
 
 def _missing_part(core) -> str | None:
-    """The first module of the Llama layout that ``core`` lacks, or None."""
-    inner = getattr(core, "model", None)
-    for name in ("embed_tokens", "layers", "norm"):
-        if not hasattr(inner, name):
-            return f"model.{name}"
-    if not hasattr(core, "lm_head"):
-        return "lm_head"
-    for layer in inner.layers:
-        for path in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                     "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm"):
-            owner = layer
-            for part in path.split("."):
-                owner = getattr(owner, part, None)
-            if owner is None:
-                return f"layers.{path}"
-    return None
+    """That ``core`` lacks a module of the Llama layout (the first it lacks), or None."""
+    def lacks(owner, path: str) -> bool:
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+        return owner is None
+
+    missing = [path for path in ("model.embed_tokens", "model.layers", "model.norm", "lm_head") if lacks(core, path)]
+    missing = missing or [f"layers.{path}" for layer in core.model.layers for path in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+        "mlp.down_proj", "input_layernorm", "post_attention_layernorm") if lacks(layer, path)]
+    return f"{type(core).__name__} has no {missing[0]}" if missing else None
 
 
 def _quantization_reason(config) -> str | None:
@@ -130,11 +121,9 @@ def unsupported_reason(model) -> str | None:
         return f"architecture {kind!r} (the engine runs {', '.join(SUPPORTED_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} (the engine runs silu)"
-    if _quantization_reason(config):
-        return _quantization_reason(config)
-    missing = _missing_part(core)
-    if missing is not None:
-        return f"{type(core).__name__} has no {missing}"
+    reason = _quantization_reason(config) or _missing_part(core)
+    if reason:
+        return reason
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type not in STATIC_ROPE_TYPES:
         return f"rope type {rope_type!r} (its frequencies change with the length)"
@@ -142,7 +131,7 @@ def unsupported_reason(model) -> str | None:
     if any(kind not in LAYER_TYPES for kind in layer_types):
         return f"attention layer types {sorted(set(layer_types) - set(LAYER_TYPES))}"
     for module in core.modules():
-        if _is_lora(module) and _lora_reason(module):
+        if is_lora(module) and _lora_reason(module):
             return _lora_reason(module)
         if (getattr(module, "weight", None) is not None and not module.weight.is_floating_point()
                 and not is_four_bit(module)):
@@ -161,7 +150,7 @@ def effective_weights(module):
         active = [name for name in module.active_adapters if name in module.modules_to_save]
         chosen = module.original_module if module.disable_adapters or not active else module.modules_to_save[active[0]]
         return effective_weights(chosen)
-    if _is_lora(module):
+    if is_lora(module):
         weight, bias = effective_weights(module.get_base_layer())
         if not module.disable_adapters:
             for name in module.active_adapters:
@@ -284,17 +273,21 @@ class DecodeWeights:
     """A model's weights for decoding (module docstring); ``refresh()`` re-reads them into the same tensors."""
 
     def __init__(self, model):
+        import torch
+
         core = core_model(model)
         config = core.config
         self.model, self.config = model, config
         embed = core.model.embed_tokens
-        self.dtype = (embed.original_module if _is_saved_copy(embed) else embed).weight.dtype
-        self.device = (embed.original_module if _is_saved_copy(embed) else embed).weight.device
+        weight = (embed.original_module if _is_saved_copy(embed) else embed).weight
+        self.dtype, self.device = weight.dtype, weight.device
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = head_dim(config)
         self.eps = float(config.rms_norm_eps)
-        self.embed, self.head, self.head_bias, self.layers = self._read()
+        with torch.no_grad():
+            self.embed, self.head, self.head_bias = self._read_outer()
+            self.layers = [_read_layer(layer, config, index, self.dtype) for index, layer in enumerate(core.model.layers)]
         self.vocab_size = self.head.shape[0]
         self.windows = tuple(dict.fromkeys(layer.window for layer in self.layers))  # distinct, in layer order
         self.refreshes = 0  # how many times ``refresh`` re-read the model
@@ -305,16 +298,6 @@ class DecodeWeights:
         embed, _ = effective_weights(core.model.embed_tokens)
         head, head_bias = _group([core.lm_head], core.model.norm.weight.detach().float(), self.dtype)
         return _in(self.dtype, embed), head, head_bias
-
-    def _read(self):
-        import torch
-
-        core = core_model(self.model)
-        with torch.no_grad():
-            embed, head, head_bias = self._read_outer()
-            layers = [_read_layer(layer, self.config, index, self.dtype)
-                      for index, layer in enumerate(core.model.layers)]
-        return embed, head, head_bias, layers
 
     def refresh(self) -> None:
         """Read the model again (its adapter trained, reset, enabled or disabled) into the same tensors."""
