@@ -39,12 +39,8 @@ def max_probability(nlls: Sequence[float]) -> float:
 
 
 def sum_of_probabilities(nlls: Sequence[float]) -> float:
-    """-log sum_j P_j, computed stably."""
-    values = -np.asarray(nlls, dtype=float)
-    top = values.max()
-    if not np.isfinite(top):  # every probability 0: -log 0 = inf (inf - inf below would be nan)
-        return float(-top)
-    return float(-(top + np.log(np.exp(values - top).sum())))
+    """-log sum_j P_j, computed stably (every probability 0: -log 0 = inf)."""
+    return float(-np.logaddexp.reduce(-np.asarray(nlls, dtype=float)))
 
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {

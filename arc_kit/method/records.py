@@ -120,7 +120,3 @@ def fallback_record(task_id: str, reason: str) -> TaskRecord:
 def answers_from_records(records: Mapping[str, TaskRecord]) -> dict[str, list[list[np.ndarray]]]:
     """The attempts of every record, for ``submission.build_submission`` (failed tasks have none)."""
     return {task_id: record.attempts for task_id, record in records.items()}
-
-
-__all__ = ["FALLBACK_RUNG", "SearchStats", "TaskRecord", "TestResult", "TrainingSummary", "answers_from_records",
-           "fallback_record"]

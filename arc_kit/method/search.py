@@ -40,10 +40,12 @@ Knows nothing of tasks, grids, augmentations or the model under the engine: it m
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -122,11 +124,6 @@ class Frontier:
         return depth, token, total
 
 
-def deadline_message(branches: int) -> str:
-    """What ``capped`` says of a search stopped by its deadline."""
-    return f"deadline reached with {branches} branches left"
-
-
 def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     """A guess as a list of ints, cut to the longest answer and after its first eos."""
     guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
@@ -135,22 +132,21 @@ def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     return guess
 
 
+@dataclass
 class _Lane:
     """One prompt's search among the lanes: its frontier and its counts."""
 
-    def __init__(self, prompt_length: int, sequence_length: int, frontier: Frontier, drafts: DraftSource | None):
-        self.prompt_length = prompt_length  # the path's token at depth d is fed at position prompt_length + d
-        self.sequence_length = sequence_length  # prompt and guess, as fed in the first pass
-        self.frontier = frontier
-        self.drafts = drafts
-        self.forward_calls = 0  # steps
-        self.draft_tokens = 0  # draft tokens fed
-        self.draft_accepted = 0  # draft tokens followed: positions that cost no step of their own
-        self.capped: str | None = None
-        self.seconds = 0.0
-        self.pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft
-        # and the draft's support
-        self.answers_told = 0  # completions the draft source has been told of
+    prompt_length: int  # the path's token at depth d is fed at position prompt_length + d
+    sequence_length: int  # prompt and guess, as fed in the first pass
+    frontier: Frontier
+    drafts: DraftSource | None
+    forward_calls: int = 0  # steps
+    draft_tokens: int = 0  # draft tokens fed
+    draft_accepted: int = 0  # draft tokens followed: positions that cost no step of their own
+    capped: str | None = None
+    seconds: float = 0.0
+    pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft, support
+    answers_told: int = 0  # completions the draft source has been told of
 
     def draft(self, depth: int, limit: int) -> tuple[list[int], int]:
         """The draft after the path (its branch at ``depth`` just taken) and its support, cut to what a walk could
@@ -160,13 +156,8 @@ class _Lane:
         if self.drafts is None or room <= 0:
             return [], 0
         proposal, support = self.drafts.supported(self.frontier.path, room)
-        draft = []
-        for token in proposal[:room]:
-            token = int(token)
-            if token == space.eos_id or token not in self.frontier.allowed:
-                break
-            draft.append(token)
-        return draft, support
+        return list(itertools.takewhile(lambda token: token != space.eos_id and token in self.frontier.allowed,
+                                        map(int, proposal[:room]))), support
 
     def tell_answers(self) -> None:
         """Tell the draft source of the answers found since it was last told."""
@@ -320,8 +311,7 @@ def _still_searching(lane: _Lane, settings: SamplerSettings, started: float, out
     if lane.frontier.stack and within_cap and not out_of_time:
         return True
     if lane.frontier.stack:  # the call cap first, then the deadline
-        lane.capped = (deadline_message(len(lane.frontier.stack)) if within_cap else
-                       f"forward-call cap of {settings.max_forward_calls} reached with "
-                       f"{len(lane.frontier.stack)} branches left")
+        lane.capped = (f"{'deadline' if within_cap else f'forward-call cap of {settings.max_forward_calls}'} reached "
+                       f"with {len(lane.frontier.stack)} branches left")
     lane.seconds = time.monotonic() - started
     return False
