@@ -97,12 +97,11 @@ class Engine:
 
     kind = "engine"
 
-    def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None,
-                 pool_bytes: int = POOL_BYTES):
+    def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None):
         self.model = model
         self.weights = DecodeWeights(model)
         self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
-        self.compiled, self.on_step, self.pool_bytes = compile, on_step, pool_bytes
+        self.compiled, self.on_step = compile, on_step
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
         self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
         self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
@@ -158,7 +157,7 @@ class Engine:
         needed = int(np.prod(shape)) * torch.finfo(self.dtype).bits // 8
         held = self._lanes.cache if self._lanes is not None else None
         for old in list(self._pool):  # the least recently used first, never the current search's
-            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= self.pool_bytes:
+            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= POOL_BYTES:
                 break
             if self._pool[old] is not held:
                 del self._pool[old]

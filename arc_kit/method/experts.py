@@ -61,10 +61,6 @@ class Candidate:
     extra: dict = field(default_factory=dict, repr=False, compare=False)  # fields of a later kit, kept as they are
 
     @property
-    def found_by(self) -> list[str]:
-        return list(self.generation_nlls)
-
-    @property
     def best_generation_nll(self) -> float:
         return min(self.generation_nlls.values()) if self.generation_nlls else float("inf")
 

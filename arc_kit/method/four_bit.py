@@ -98,17 +98,14 @@ def _lora_factors(modules, scales, device):
 class FourBitProjection:
     """A group of 4-bit layers reading one input (module docstring); called on (..., in) gives (..., out)."""
 
-    def __init__(self, modules, norm, dtype, scales=None):
+    def __init__(self, modules, norm, dtype, scales):
         """``modules``: the group's layers (LoRA wrappers or not) around ``Linear4bit``; ``norm``: the
         RMS-norm weight before them (float32) or None; ``dtype``: the engine's; ``scales``: one per layer."""
         import bitsandbytes
 
-        scales = [1.0] * len(modules) if scales is None else [float(scale) for scale in scales]
-        bases = [base_of(module) for module in modules]
-        self.matmul = bitsandbytes.matmul_4bit
-        self.dtype = dtype
-        self.parts = []
-        for base, scale in zip(bases, scales):
+        scales = [float(scale) for scale in scales]
+        self.matmul, self.dtype, self.parts = bitsandbytes.matmul_4bit, dtype, []
+        for base, scale in zip(map(base_of, modules), scales):
             compute = getattr(base, "compute_dtype", None) or dtype
             bias = None if base.bias is None else base.bias.detach().to(compute, copy=True)
             self.parts.append(QuantizedPart(base.weight.data, base.weight.quant_state, compute, scale, bias))

@@ -199,39 +199,15 @@ class LayerWeights:
     window: int | None  # sliding window (positions), None: full attention
 
     def parts(self) -> list:
-        return [self.qkv, self.qkv_bias, self.query_norm, self.key_norm, self.output, self.output_bias, self.gate_up,
-                self.gate_up_bias, self.down, self.down_bias]
-
-    def tensors(self) -> list:
-        """The tensors this copy owns, in a fixed order: what ``refresh`` writes into."""
-        return owned_tensors(self.parts())
+        """Its matrices (or projections), norms and biases, in field order: all but the window."""
+        return [value for name, value in vars(self).items() if name != "window"]
 
 
 def owned_tensors(parts) -> list:
-    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own."""
-    found = []
-    for part in parts:
-        if isinstance(part, FourBitProjection):
-            found += part.tensors()
-        elif part is not None:
-            found.append(part)
-    return found
-
-
-def _stacked_biases(weights, biases, scales, device):
-    """The biases of a group's layers, each times its scale, stacked in float32 (zeros for a layer without);
-    None when none has one."""
-    import torch
-
-    if all(bias is None for bias in biases):
-        return None
-    return torch.cat([torch.zeros(weight.shape[0], device=device) if bias is None else bias * scale
-                      for weight, bias, scale in zip(weights, biases, scales)])
-
-
-def _in(dtype, tensor):
-    """A copy of ``tensor`` in ``dtype`` (never the model's own storage: ``refresh`` writes into it), or None."""
-    return None if tensor is None else tensor.to(dtype, copy=True)
+    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own, in a fixed order:
+    what ``refresh`` writes into."""
+    return [tensor for part in parts if part is not None
+            for tensor in (part.tensors() if isinstance(part, FourBitProjection) else [part])]
 
 
 def _group(modules, norm, dtype, scales=None):
@@ -243,9 +219,14 @@ def _group(modules, norm, dtype, scales=None):
     if is_four_bit(base_of(modules[0])):  # the projection adds the biases, as bitsandbytes does
         return FourBitProjection(modules, norm, dtype, scales), None
     pairs = [effective_weights(module) for module in modules]
+    # torch.cat copies: ``refresh`` never writes into the model's own storage
     weight = torch.cat([pair[0] if scale == 1.0 else pair[0] * scale for pair, scale in zip(pairs, scales)])
     weight = weight if norm is None else weight * norm
-    return weight.to(dtype), _in(dtype, _stacked_biases(*zip(*pairs), scales, weight.device))
+    if all(bias is None for _, bias in pairs):
+        return weight.to(dtype), None
+    bias = torch.cat([torch.zeros(matrix.shape[0], device=weight.device) if bias is None else bias * scale
+                      for (matrix, bias), scale in zip(pairs, scales)])  # zeros for a layer without
+    return weight.to(dtype), bias.to(dtype)
 
 
 def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
@@ -297,7 +278,7 @@ class DecodeWeights:
         core = core_model(self.model)
         embed, _ = effective_weights(core.model.embed_tokens)
         head, head_bias = _group([core.lm_head], core.model.norm.weight.detach().float(), self.dtype)
-        return _in(self.dtype, embed), head, head_bias
+        return embed.to(self.dtype, copy=True), head, head_bias
 
     def refresh(self) -> None:
         """Read the model again (its adapter trained, reset, enabled or disabled) into the same tensors."""
@@ -310,7 +291,7 @@ class DecodeWeights:
                 target.copy_(source)
             for index, (layer, held) in enumerate(zip(core.model.layers, self.layers)):
                 fresh = _read_layer(layer, self.config, index, self.dtype)
-                for target, source in zip(held.tensors(), fresh.tensors()):
+                for target, source in zip(owned_tensors(held.parts()), owned_tensors(fresh.parts())):
                     target.copy_(source)
         self.refreshes += 1
 
