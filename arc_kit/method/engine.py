@@ -121,16 +121,13 @@ class Engine:
             self.on_step()
 
     def _compiled_step(self):
-        """``step_nlls`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU; the capacity a dynamic
-        dimension (``_fixed``), so one graph per lane bucket and run bucket serves every capacity."""
+        """``step_nlls`` compiled (module docstring); the capacity a dynamic dimension (``_fixed``)."""
         import torch
 
         config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
         setattr(config, limit, max(getattr(config, limit), 64))
-        if self.device.type == "cuda":
-            return torch.compile(step_nlls, mode="reduce-overhead", fullgraph=True)
-        return torch.compile(step_nlls, fullgraph=True)
+        return torch.compile(step_nlls, fullgraph=True, mode="reduce-overhead" if self.device.type == "cuda" else None)
 
     def _fixed(self, tensor, capacity_dimension: int | None = None):
         """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.

@@ -268,7 +268,8 @@ class DecodeWeights:
         self.eps = float(config.rms_norm_eps)
         with torch.no_grad():
             self.embed, self.head, self.head_bias = self._read_outer()
-            self.layers = [_read_layer(layer, config, index, self.dtype) for index, layer in enumerate(core.model.layers)]
+            self.layers = [_read_layer(layer, config, index, self.dtype)
+                           for index, layer in enumerate(core.model.layers)]
         self.vocab_size = self.head.shape[0]
         self.windows = tuple(dict.fromkeys(layer.window for layer in self.layers))  # distinct, in layer order
         self.refreshes = 0  # how many times ``refresh`` re-read the model
