@@ -181,13 +181,10 @@ class Engine:
         with torch.no_grad():
             for start in range(0, longest, chunk):
                 width = min(chunk, longest - start)
-                tokens = torch.zeros((len(runs), width), dtype=torch.long)
-                for row, run in enumerate(runs):
-                    part = [int(token) for token in run[start:start + width]]
-                    tokens[row, :len(part)] = torch.tensor(part, dtype=torch.long)
+                tokens = torch.tensor([([int(token) for token in run[start:start + width]] + [0] * width)[:width]
+                                       for run in runs], device=self.device)
                 at = torch.tensor([int(position) + start for position in positions], device=self.device)
-                hidden = forward(self.weights, cache, tokens.to(self.device), at, cos, sin, self._swap,
-                                 int(at.max()) + width)
+                hidden = forward(self.weights, cache, tokens, at, cos, sin, self._swap, int(at.max()) + width)
                 pieces.append(hidden.view(len(runs), width, -1))
         return torch.cat(pieces, dim=1)
 
@@ -260,10 +257,8 @@ class Engine:
         lanes = self._lanes
         longest = max(len(run) for run in runs)
         width = lane_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
-        # compiled: the whole bucket's cache (fixed shapes, fixed addresses), every run padded to the width with token
-        # 0, written at the positions after the run, which no later step reads before writing them again (the
-        # search's next token for the lane is at or before the run's end); eager: just the live rows, ragged (each
-        # row's padding neither computed nor written)
+        # compiled: the whole bucket's cache, every run padded to the width with token 0 (module docstring); eager: just
+        # the live rows, ragged (each row's padding neither computed nor written)
         furthest = max(int(position) + (width if self.compiled else len(run)) for run, position in zip(runs, positions))
         if furthest > lanes.capacity:
             self._grow(furthest)
@@ -327,13 +322,10 @@ class Engine:
     # -- scoring -------------------------------------------------------------------------------
     def score(self, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]], space: AnswerSpace,
               batch_size: int = 16, limit: BatchLimit | None = None) -> list[np.ndarray]:
-        """The NLLs of ``answers[p]`` (each through its eos) after ``prompts[p]``, for every p.
-
-        Each prompt runs once, into a lane whose keys and values are then copied into the lanes of
-        its answers; up to ``batch_size`` answers (similar lengths together) share a call, fewer after
-        an out-of-memory error (``limit``, which ends as the size that fitted). Prompts without answers
-        are never run. Equal to one full forward per answer up to float rounding.
-        """
+        """The NLLs of ``answers[p]`` (each through its eos) after ``prompts[p]``, for every p (module docstring); up
+        to ``batch_size`` answers (similar lengths together) share a call, fewer after an out-of-memory error
+        (``limit``, which ends as the size that fitted). Prompts without answers are never run. Equal to one full
+        forward per answer up to float rounding."""
         if len(answers) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
         limit = limit if limit is not None else BatchLimit("answers")

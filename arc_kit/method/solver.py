@@ -76,20 +76,16 @@ class Solver:
         text_format = dataclasses.replace(encoder.format, decoding=settings.decoding)
         if settings.max_len != encoder.max_len or text_format != encoder.format:
             encoder = TaskEncoder(encoder.tokenizer, text_format, settings.max_len)
-        self.settings = settings
-        self.encoder = encoder
+        self.settings, self.encoder, self.on_step = settings, encoder, on_step
         self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
-        self.trainer = None
-        self.model = model
-        self.on_step = on_step
+        self.trainer = (TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
+                        if settings.test_time_training else None)
+        self.model = model if self.trainer is None else self.trainer.model
         self._engine = engine  # None: ``engine.make_engine``'s, on first use (given: the GPU check's oracle)
         self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
         self._adapter_off = False  # inside ``base_model``
         self.draft_odds = DraftOdds()  # how often "auto" drafts were followed, learnt over every search of the solver
         self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
-        if settings.test_time_training:
-            self.trainer = TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
-            self.model = self.trainer.model
 
     @classmethod
     def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(), text_format: TextFormat = TextFormat(),
