@@ -3,12 +3,10 @@
 A ``DraftSource`` maps a search's path (the answer's token ids so far, after the prompt, its
 newest token last) to a proposed continuation of at most ``limit`` tokens (``supported``), and says
 how well it saw the path coming (its *support*: how many of the path's latest tokens it would have
-proposed; with "auto" drafts, what the search's odds of a draft token are counted by). The DFS feeds a
-branch's token and its draft in one engine step and walks the draft exactly as it walks a guess
-(``search.Frontier.walk``): it follows each draft token while it keeps the path within the threshold,
-pushing the siblings at every position it passes, so a right draft saves the steps of the positions
-it covers, and a wrong one costs only the positions it wasted, never an answer. ``found`` tells a
-source of each answer the search finds (a later branch often ends like an earlier answer).
+proposed; with "auto" drafts, what the search's odds of a draft token are counted by). The search walks a
+draft as it walks a guess (``search``): a right draft saves the steps of the positions it covers, a wrong
+one costs only the positions it wasted, never an answer. ``found`` tells a source of each answer the
+search finds (a later branch often ends like an earlier answer).
 
 - ``PromptLookup``: the longest suffix of the prompt and path that occurs earlier in the prompt or
   the path (at its most recent occurrence); proposes the tokens that follow it there.

@@ -67,10 +67,7 @@ def lane_bucket(lanes: int) -> int:
 
 def capacity_bucket(positions: int) -> int:
     """The capacity of a cache for ``positions`` positions: 256, 512 or 1024, else the next multiple of 1024."""
-    for small in (256, 512, 1024):
-        if positions <= small:
-            return small
-    return -(-positions // 1024) * 1024
+    return next((small for small in (256, 512, 1024) if positions <= small), -(-positions // 1024) * 1024)
 
 
 @dataclass

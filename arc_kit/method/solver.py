@@ -109,11 +109,8 @@ class Solver:
                     self._adapter_off = False
 
     def engine(self, model=None):
-        """The decode engine for ``model`` (default: the solver's, in its current adapter state).
-
-        The solver's model gets its one engine, its weights re-read when the adapter changed since;
-        another model gets an engine of its own for this call.
-        """
+        """The decode engine for ``model`` (module docstring); another model than the solver's gets an engine of its
+        own for this call."""
         if model is not None and model is not self.model:
             return make_engine(model, self.settings.engine_compile, self.on_step)
         state = (self._adapter_version, self._adapter_off)
@@ -224,11 +221,8 @@ class Solver:
         so runs, resumptions and tables agree."""
         settings = settings or self.settings
         rng = task_rng(settings.seed, task.id, f"test{test_index}")
-        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
-                                               keep_background=settings.keep_background)
-        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
-                                             keep_background=settings.keep_background)
-        return inference, scoring
+        return tuple(Augmentation.inference_set(rng, len(task.train), count, keep_background=settings.keep_background)
+                     for count in (settings.inference_augmentations, settings.scoring_augmentations))
 
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
@@ -304,7 +298,5 @@ def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_inp
                                        max_len=max_len)
         prompts.append(prompt.ids)
         answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids])
-    table = np.zeros((len(grids), len(augmentations)))
-    for column, nlls in enumerate(engine.score(prompts, answers, space, batch_size)):
-        table[:, column] = nlls
-    return table
+    return np.array(engine.score(prompts, answers, space, batch_size), dtype=float).reshape(len(augmentations),
+                                                                                            len(grids)).T

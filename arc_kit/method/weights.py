@@ -13,9 +13,8 @@ model applies it now: ``W + scaling * B @ A`` for every active adapter, the trai
 float32 and stored in the model's dtype, on its device.
 
 Layers held in bitsandbytes 4 bits (nf4 or fp4, double quantization or not) cannot be merged into or
-folded without re-quantizing: each such group is a ``four_bit.FourBitProjection``, which reads the
-model's own packed weights through bitsandbytes' matmul and applies the norm weight, the scale, the
-biases and the LoRA itself; no matrix is copied. Embeddings are never 4-bit.
+folded without re-quantizing: each such group is a ``four_bit.FourBitProjection`` over the model's own
+packed weights (no matrix copied). Embeddings are never 4-bit.
 
 ``refresh()`` reads the model again into the same tensors, layer by layer (the peak is one layer
 more): compiled steps and CUDA graphs that hold them stay valid. The copy costs a second copy of the
