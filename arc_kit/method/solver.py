@@ -168,10 +168,9 @@ class Solver:
         for views in (range(1), range(1, len(augmentations))):  # the first alone: its best answer guides the others
             if not views:
                 continue
-            best = min(merged.values(), key=lambda c: c.best_generation_nll) if merged else None
-            grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]
+            grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]  # the best first
             chosen = [augmentations[view] for view in views]
-            guesses = [None if best is None else self.encoder.encode_answer(a.apply_grid(best.grid)) for a in chosen]
+            guesses = [self.encoder.encode_answer(a.apply_grid(grids[0])) if grids else None for a in chosen]
             drafts = [draft_source(sampler.drafts, self.encoder, prompts[view], test_input, augmentations[view], grids)
                       for view in views]
             limits = [deadline, None if search_seconds is None else time.monotonic() + search_seconds]

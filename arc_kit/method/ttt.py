@@ -152,7 +152,3 @@ class TestTimeTrainer:
         finally:
             self.model.eval()
         return TestTimeResult(settings.steps, losses, time.monotonic() - started)
-
-    def save_adapter(self, path) -> None:
-        """Save the current adapter (loadable with ``load_model`` on the base model's folder)."""
-        self.model.save_pretrained(path, selected_adapters=[ADAPTER])

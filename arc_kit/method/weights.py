@@ -170,9 +170,7 @@ def _window(config, index: int) -> int | None:
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
         return config.sliding_window if layer_types[index] == "sliding_attention" else None
-    if config.model_type == "mistral":
-        return getattr(config, "sliding_window", None)
-    return None
+    return getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
 
 
 @dataclass
