@@ -62,12 +62,8 @@ class AnswerSpace:
 
 
 def answer_log_probs(logits, allowed_mask, probabilities: str = "full"):
-    """Log-probabilities of the allowed tokens (others -inf), in float32; logits (..., vocab).
-
-    "full": the log-softmax over the whole vocabulary, then every other token set to -inf (so the
-    allowed tokens' probabilities sum to less than 1); "answer-mask": the log-softmax over the
-    allowed tokens only (they sum to 1).
-    """
+    """Log-probabilities of the allowed tokens (others -inf), in float32, as ``probabilities`` measures them
+    (``AnswerSpace``: under "full" the allowed tokens' probabilities sum to less than 1); logits (..., vocab)."""
     import torch
 
     if probabilities == "full":

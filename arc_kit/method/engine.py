@@ -98,7 +98,7 @@ class Engine:
         self.model = model
         self.weights = DecodeWeights(model)
         self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
-        self.compiled, self.on_step = compile, on_step
+        self.compiled, self.on_step = compile, on_step or (lambda: None)
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
         self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
         self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
@@ -112,10 +112,6 @@ class Engine:
     def refresh(self) -> None:
         """Read the model's weights again (after its adapter was trained, reset, enabled or disabled)."""
         self.weights.refresh()
-
-    def _tick(self) -> None:
-        if self.on_step is not None:
-            self.on_step()
 
     def _compiled_step(self):
         """``step_nlls`` compiled (module docstring); the capacity a dynamic dimension (``_fixed``)."""
@@ -174,7 +170,7 @@ class Engine:
         chunk = max(1, PASS_TOKENS // len(runs))
         cos, sin = self._rope_tables(cache.shape[4])
         pieces = []
-        self._tick()
+        self.on_step()
         with torch.no_grad():
             for start in range(0, longest, chunk):
                 width = min(chunk, longest - start)
@@ -272,7 +268,7 @@ class Engine:
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used, lengths)
-        self._tick()
+        self.on_step()
         try:
             with torch.no_grad():
                 if self.compiled and self.device.type == "cuda":

@@ -20,9 +20,6 @@ import numpy as np
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 
 
-# ---------------------------------------------------------------------------------------------
-# Aggregations: per-augmentation NLLs -> one NLL, lower is better.
-
 def product_of_probabilities(nlls: Sequence[float]) -> float:
     """-log prod_j P_j: the product of experts (geometric mean up to a constant)."""
     return float(np.sum(nlls))

@@ -60,7 +60,7 @@ class TransformersDecoder:
     kind = "transformers"
 
     def __init__(self, model, *, on_step: Callable[[], None] | None = None):
-        self.model, self.on_step = model, on_step
+        self.model, self.on_step = model, on_step or (lambda: None)
         self.steps = 0
         self._caches: list = []
         self._space: AnswerSpace | None = None
@@ -77,8 +77,7 @@ class TransformersDecoder:
                                   space.probabilities)).double().cpu().numpy()
 
     def _call(self, cache, ids):
-        if self.on_step is not None:
-            self.on_step()
+        self.on_step()
         return call_with_cache(self.model, cache, ids)
 
     def start(self, lanes: int, capacity: int, space: AnswerSpace) -> None:

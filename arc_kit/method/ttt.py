@@ -108,13 +108,11 @@ class TestTimeTrainer:
         ``steps`` overrides the settings' number of steps (the time budget may ask for fewer). No step
         starts once ``deadline`` (``time.monotonic()``) has passed; the result says so (``stopped``).
         """
-        import dataclasses
-
         import torch
 
         started = time.monotonic()
         self.reset()
-        settings = self.settings if steps is None else dataclasses.replace(self.settings, steps=steps)
+        settings = self.settings if steps is None else self.settings.replace(steps=steps)
         if len(train) < 2:
             return TestTimeResult(0, [], time.monotonic() - started, "fewer than 2 train pairs")
         self.model.train()
