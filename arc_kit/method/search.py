@@ -209,11 +209,8 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
 def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
                   settings: SamplerSettings, started: float, deadline: float | None,
                   drafts: Sequence[DraftSource | None], odds: DraftOdds) -> list[SearchResult]:
-    """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group.
-
-    Each lane's first pass (prompt and guess in one forward) is made alone; then every step feeds
-    each live lane its next branch's token and that branch's draft.
-    """
+    """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group: each
+    lane's first pass (prompt and guess in one forward) alone, then steps of every live lane together."""
     greedy = settings.kind == "greedy"
     engine_space = space  # greedy under the full softmax chooses among every token: the engine gives all their NLLs
     if greedy and space.probabilities == "full":

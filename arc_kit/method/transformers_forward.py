@@ -111,10 +111,8 @@ class TransformersDecoder:
               batch_size: int = 16, limit=None) -> list[np.ndarray]:
         """The NLLs of ``answers[p]`` after ``prompts[p]``: each prompt run once, each answer fed on its cache and
         cropped away again (``batch_size`` and ``limit`` are the engine's; one answer at a time needs neither)."""
-        if len(answers) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
         results = []
-        for prompt, chunk in zip(prompts, answers):
+        for prompt, chunk in zip(prompts, answers, strict=True):
             nlls = np.zeros(len(chunk))
             if len(chunk):
                 logits, cache = self._call(None, prompt)

@@ -139,12 +139,8 @@ def unsupported_reason(model) -> str | None:
 
 
 def effective_weights(module):
-    """(weight, bias) that ``module`` (a Linear or Embedding, a LoRA layer, a saved copy) applies now, float32.
-
-    A LoRA layer: its base weight plus ``scaling * B @ A`` of each active adapter (peft's own
-    ``get_delta_weight``), unless its adapters are disabled; a saved copy: the trained module where
-    its adapter is active, else the original.
-    """
+    """(weight, bias) that ``module`` (a Linear or Embedding, a LoRA layer, a saved copy) applies now, float32, the
+    adapter merged as the module docstring says (``scaling * B @ A`` by peft's own ``get_delta_weight``)."""
     if _is_saved_copy(module):
         active = [name for name in module.active_adapters if name in module.modules_to_save]
         chosen = module.original_module if module.disable_adapters or not active else module.modules_to_save[active[0]]
@@ -175,12 +171,8 @@ def _window(config, index: int) -> int | None:
 
 @dataclass
 class LayerWeights:
-    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D).
-
-    Each of ``qkv``, ``output``, ``gate_up``, ``down`` is a matrix (LoRA merged, norm and scale folded)
-    or, over 4-bit weights, a ``four_bit.FourBitProjection`` that applies its norm, scale and LoRA itself;
-    the biases are tensors either way.
-    """
+    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D); over 4-bit
+    weights each of ``qkv``, ``output``, ``gate_up`` and ``down`` is a ``four_bit.FourBitProjection``."""
 
     qkv: object  # ((H + 2K) * D, hidden): query (times the attention scale), key, value rows, the input norm
     # folded into the columns
