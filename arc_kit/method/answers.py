@@ -97,7 +97,6 @@ class SearchResult:
     completions: list[Completion]  # sorted by NLL, best first; distinct
     forward_calls: int = 0  # model calls after the prompt's (a DFS step with a draft is one)
     tokens_processed: int = 0  # tokens fed to the model, prompt (and guess, and drafts) included
-    seconds: float = 0.0
     capped: str | None = None  # why the search stopped early, if it did (a cap or its deadline was hit)
     dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
     draft_tokens: int = 0  # DFS: draft tokens fed after branch tokens

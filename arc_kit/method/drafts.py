@@ -164,7 +164,6 @@ def draft_source(kind: str, encoder: TaskEncoder, prompt_ids: Sequence[int], tes
     lookup = PromptLookup(prompt_ids)
     if kind == "prompt":
         return lookup
-    references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids]
-    references.append(encoder.encode_answer(augmentation.apply_grid(test_input)))
+    references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in (*grids, test_input)]
     structure = [*encoder.row_separator.tolist(), *encoder.end_of_example.tolist(), encoder.eos_id]
     return MostSupported([AlignedAnswers(references, structure), lookup])

@@ -274,10 +274,8 @@ class Engine:
                 if self.compiled and self.device.type == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()
                 nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
-        except torch.cuda.OutOfMemoryError:
-            raise
         except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
-            if not self.compiled:
+            if not self.compiled or isinstance(error, torch.cuda.OutOfMemoryError):
                 raise
             logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
                            type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,7 +143,6 @@ class _Lane:
     draft_tokens: int = 0  # draft tokens fed
     draft_accepted: int = 0  # draft tokens followed: positions that cost no step of their own
     capped: str | None = None
-    seconds: float = 0.0
     pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft, support
     answers_told: int = 0  # completions the draft source has been told of
 
@@ -180,11 +178,10 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     ``use_guess``). ``guesses``, ``drafts``: one (or None) per prompt; a group started again after an
     out-of-memory error keeps what its sources learnt (proposals only: the answers are the same). Past
     ``deadline`` no model call starts (a lane whose first pass never ran returns no answers, ``capped``
-    saying why); ``seconds`` of a result is the time from the start until its lane left. ``limit``:
-    the most lanes held and fed together (none at first), halved on out-of-memory errors. ``odds``: what
-    "auto" drafts learnt so far of how often draft tokens are followed (counted into; None: a fresh count).
+    saying why). ``limit``: the most lanes held and fed together (none at first), halved on out-of-memory
+    errors. ``odds``: what "auto" drafts learnt so far of how often draft tokens are followed (counted into;
+    None: a fresh count).
     """
-    started = time.monotonic()
     if settings.kind not in SEARCH_KINDS:
         raise ValueError(f"the method searches by {' or '.join(SEARCH_KINDS)}, not {settings.kind!r} (the paper's "
                          "other samplers run in the samplers table)")
@@ -201,13 +198,13 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     while len(results) < len(prompts):
         done = len(results)
         results += with_halving(limit, len(prompts) - done, lambda size, start=done: _search_lanes(
-            engine, prompts[start:start + size], guesses[start:start + size], space, settings, started, deadline,
+            engine, prompts[start:start + size], guesses[start:start + size], space, settings, deadline,
             drafts[start:start + size], odds))
     return results
 
 
 def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
-                  settings: SamplerSettings, started: float, deadline: float | None,
+                  settings: SamplerSettings, deadline: float | None,
                   drafts: Sequence[DraftSource | None], odds: DraftOdds) -> list[SearchResult]:
     """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group: each
     lane's first pass (prompt and guess in one forward) alone, then steps of every live lane together."""
@@ -223,7 +220,7 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
         for lane_index, (prompt_ids, guess, source) in enumerate(zip(prompts, guesses, drafts)):
             if deadline_passed(deadline):  # the deadline came during the first passes: no step is taken
                 for lane in lanes:
-                    _still_searching(lane, settings, started, out_of_time=True)
+                    _still_searching(lane, settings, out_of_time=True)
                 return ([_result(lane) for lane in lanes]
                         + [SearchResult([], capped=DEADLINE_BEFORE_START) for _ in prompts[len(lanes):]])
             ids = [*map(int, prompt_ids), *guess]
@@ -233,7 +230,7 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
             lane.frontier.walk(guess, increments)  # its distributions are already computed
             lane.tell_answers()
             lanes.append(lane)
-        _steps(engine, lanes, settings, started, deadline, _step_costs(engine, lanes, settings, deadline), odds)
+        _steps(engine, lanes, settings, deadline, _step_costs(engine, lanes, settings, deadline), odds)
     finally:
         engine.release()
     return [_result(lane) for lane in lanes]
@@ -248,14 +245,14 @@ def _step_costs(engine, lanes: list[_Lane], settings: SamplerSettings, deadline:
     return engine.step_costs([lane.sequence_length for lane in lanes], min(settings.draft_tokens + 1, PROBE_WIDTH))
 
 
-def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float, deadline: float | None,
+def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, deadline: float | None,
            costs: StepCosts | None, odds: DraftOdds) -> None:
     """Step every live lane until none is left (each lane's branch, the most probable first, per step), its drafts
     cut to ``draft_lengths`` under ``costs`` and ``odds`` (counted into; ``costs`` None: fed whole, not counted)."""
     live = list(range(len(lanes)))  # the lane of each engine lane
     while True:
         out_of_time = deadline_passed(deadline)
-        keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, started, out_of_time)]
+        keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, out_of_time)]
         if len(keep) < len(live):  # lanes that finished leave
             if not keep:
                 return
@@ -298,17 +295,16 @@ def _branches(lanes: list[_Lane], live: list[int], settings: SamplerSettings, co
 def _result(lane: _Lane) -> SearchResult:
     return SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
                         tokens_processed=lane.sequence_length + lane.forward_calls + lane.draft_tokens,
-                        seconds=lane.seconds, capped=lane.capped, dropped=dict(lane.frontier.dropped),
+                        capped=lane.capped, dropped=dict(lane.frontier.dropped),
                         draft_tokens=lane.draft_tokens, draft_accepted=lane.draft_accepted)
 
 
-def _still_searching(lane: _Lane, settings: SamplerSettings, started: float, out_of_time: bool) -> bool:
-    """Whether the lane has a branch to explore within its cap and time; if not, it is finished (and timed)."""
+def _still_searching(lane: _Lane, settings: SamplerSettings, out_of_time: bool) -> bool:
+    """Whether the lane has a branch to explore within its cap and time; if not, it is finished."""
     within_cap = lane.forward_calls < settings.max_forward_calls
     if lane.frontier.stack and within_cap and not out_of_time:
         return True
     if lane.frontier.stack:  # the call cap first, then the deadline
         lane.capped = (f"{'deadline' if within_cap else f'forward-call cap of {settings.max_forward_calls}'} reached "
                        f"with {len(lane.frontier.stack)} branches left")
-    lane.seconds = time.monotonic() - started
     return False
