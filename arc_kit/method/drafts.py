@@ -55,12 +55,9 @@ class DraftSource:
 
 
 class PromptLookup(DraftSource):
-    """Prompt lookup: the tokens after the most recent earlier occurrence of the longest suffix of prompt and path.
-
-    The occurrence is looked for in the prompt and, with ``in_path``, in the path too (a grid that
-    repeats its own rows). A suffix shorter than ``min_length`` tokens proposes nothing (too common
-    to mean anything); suffixes are matched up to ``max_length`` tokens.
-    """
+    """Prompt lookup (module docstring): the occurrence looked for in the prompt and, with ``in_path``, in the path too
+    (a grid that repeats its own rows). A suffix shorter than ``min_length`` tokens proposes nothing (too common to
+    mean anything); suffixes are matched up to ``max_length`` tokens."""
 
     def __init__(self, prompt: Sequence[int], min_length: int = 2, max_length: int = 64, in_path: bool = True):
         self.prompt = np.asarray([int(token) for token in prompt], dtype=np.int64)

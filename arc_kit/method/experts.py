@@ -64,9 +64,7 @@ class Candidate:
     def aggregate(self, name: str) -> float:
         if name == "generation":
             return self.best_generation_nll
-        if not self.scoring_nlls:
-            return float("inf")
-        return AGGREGATIONS[name](self.scoring_nlls)
+        return AGGREGATIONS[name](self.scoring_nlls) if self.scoring_nlls else float("inf")  # inf: never scored
 
     def to_json(self) -> dict:
         """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""

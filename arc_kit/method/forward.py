@@ -12,10 +12,9 @@ value head (never expanded) under a mask ``column <= position`` (and the layer's
 and runs the MLP with one matmul for gate and up. ``step_nlls`` ends it with every token's
 next-token NLLs (``answers.answer_log_probs``). Nothing in it branches on values, synchronises with
 the host or allocates by the data, so ``torch.compile(fullgraph=True)`` takes ``step_nlls`` whole
-(one graph per rows and run length); eagerly, ``used`` (the columns any token can see) limits
-attention to the columns in use, and ``lengths`` feeds the rows ragged: only each row's first
-``lengths[r]`` tokens are computed and written (the matmuls, most of a step's cost, see only them;
-attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
+(one graph per rows and run length); eagerly, ``used`` and ``lengths`` (``forward``) leave out the
+columns no token sees and the runs' padding: the matmuls, most of a step's cost, see only each row's
+own tokens (attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
 
 ``rope_tables`` are made from the model's config (transformers' own rope-init function of its
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were

@@ -133,8 +133,8 @@ class FourBitProjection:
     def tensors(self) -> list:
         """The tensors this projection owns (the norm weight, the biases, the LoRA pair): what ``refresh`` copies
         into."""
-        biases = [part.bias for part in self.parts]
-        return [tensor for tensor in (self.norm, *biases, self.down, self.up) if tensor is not None]
+        return [tensor for tensor in (self.norm, *(part.bias for part in self.parts), self.down, self.up)
+                if tensor is not None]
 
     def shared(self) -> list:
         """The model's own tensors it reads (packed weights, quant states): never copied, never refreshed."""

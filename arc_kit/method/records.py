@@ -1,11 +1,10 @@
 """Typed records of a run: what the method found for each task (``TaskRecord``, one JSON line per task in
 ``records.jsonl``).
 
-``TaskRecord`` holds a task's outcome: per test input the candidates (grids in the task's original
-frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
-statistics; the test-time training summary, timings, the ladder rung it ran at, the stage its
-deadline cut short (if it did), an error if it failed, and (when the answers were known) which
-test outputs it got right. Each record keeps the fields of a later kit it was read with (``extra``).
+``TaskRecord`` holds a task's outcome (its fields say what), per test input a ``TestResult``: the
+candidates (grids in the task's original frame with their per-augmentation NLLs), the attempts chosen,
+the augmentations used and search statistics. Each record keeps the fields of a later kit it was read
+with (``extra``).
 Their JSON is derived from these dataclasses by ``run.record_json``, which reads and writes the
 record files; a field's metadata says what the JSON needs beyond its name and type (``json``: the
 name it is written under; ``when_set``: left out while None).

@@ -59,10 +59,7 @@ DEADLINE_BEFORE_START = "deadline passed before the search started"
 
 
 class Frontier:
-    """One search's open branches, current path and finds; the part of the search that never touches the model.
-
-    ``greedy``: one child per branch point, the most probable token (``max_nll`` is then infinite).
-    """
+    """One search's open branches, current path and finds; the part of the search that never touches the model."""
 
     def __init__(self, space: AnswerSpace, max_nll: float, greedy: bool = False):
         self.space, self.max_nll, self.greedy = space, max_nll, greedy

@@ -98,15 +98,12 @@ class Solver:
     @contextlib.contextmanager
     def base_model(self):
         """The model without the test-time adapter (the model itself when there is none)."""
-        if self.trainer is None:
-            yield self.model
-        else:
-            with self.trainer.adapter_disabled() as model:
-                self._adapter_off = True
-                try:
-                    yield model
-                finally:
-                    self._adapter_off = False
+        with contextlib.nullcontext(self.model) if self.trainer is None else self.trainer.adapter_disabled() as model:
+            self._adapter_off = self.trainer is not None
+            try:
+                yield model
+            finally:
+                self._adapter_off = False
 
     def engine(self, model=None):
         """The decode engine for ``model`` (module docstring); another model than the solver's gets an engine of its
