@@ -291,7 +291,6 @@ def candidate(scoring=(), generation=None) -> Candidate:
 def test_candidate_aggregates_its_views():
     item = candidate([1.0, 4.0], {"s0": 2.5, "s1": 0.7})
     assert item.best_generation_nll == 0.7
-    assert item.found_by == ["s0", "s1"]
     assert item.aggregate("product") == 5.0
     assert item.aggregate("min") == 4.0
     assert item.aggregate("max") == 1.0

@@ -1,18 +1,11 @@
 """The paper's method on one task: test-time training, DFS with cache rewinding, the product of experts.
 
-Read in this order, following one task: ``solver`` (the method on one task), ``ttt`` (test-time
-training), ``search`` (the one search: DFS over lanes, one prompt a lane, with its guess, drafts,
-deadline and out-of-memory halving; greedy decoding is a case of it), ``drafts`` (the speculative
-search's proposals), ``step_costs`` (what a step costs, and how many draft tokens pay for it),
-``answers`` (the answer alphabet, a search's completions and results), ``engine`` (the one decode
-engine: lanes on a static KV cache, steps and prefix-reusing scoring),
-``forward`` (its one forward pass: tokens at positions), ``weights`` (the model's weights as it
-reads them, and which models it runs; ``four_bit`` for bitsandbytes' 4-bit layers), ``experts``
-(candidates, the aggregations, the choice) and ``records`` (what a task returns, as the run folders
-keep it; its JSON is ``run.record_json``'s). ``transformers_forward`` is
-transformers' own forward, one lane at a time: the tests' oracle, and what runs a model the engine
-cannot. It may import ``model``, ``text``, ``data`` and the floors below; it knows nothing of runs,
-workers, tables, Kaggle or the command line.
+The README's reading order follows one task through these modules, ``solver`` first; each says what it
+does and does not know. ``engine`` is the one decode engine (its forward in ``forward``, the weights it
+reads in ``weights`` and ``four_bit``); ``transformers_forward`` is transformers' own forward, one lane
+at a time: the tests' oracle, and what runs a model the engine cannot. It may import ``model``,
+``text``, ``data`` and the floors below; it knows nothing of runs, workers, tables, Kaggle or the
+command line.
 """
 
 from arc_kit.lazy import lazy_exports

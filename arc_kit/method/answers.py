@@ -62,12 +62,8 @@ class AnswerSpace:
 
 
 def answer_log_probs(logits, allowed_mask, probabilities: str = "full"):
-    """Log-probabilities of the allowed tokens (others -inf), in float32; logits (..., vocab).
-
-    "full": the log-softmax over the whole vocabulary, then every other token set to -inf (so the
-    allowed tokens' probabilities sum to less than 1); "answer-mask": the log-softmax over the
-    allowed tokens only (they sum to 1).
-    """
+    """Log-probabilities of the allowed tokens (others -inf), in float32, as ``probabilities`` measures them
+    (``AnswerSpace``: under "full" the allowed tokens' probabilities sum to less than 1); logits (..., vocab)."""
     import torch
 
     if probabilities == "full":
@@ -80,12 +76,6 @@ def answer_log_probs(logits, allowed_mask, probabilities: str = "full"):
 def deadline_passed(deadline: float | None) -> bool:
     """Whether ``deadline`` (a ``time.monotonic()`` value; None: no deadline) has passed."""
     return deadline is not None and time.monotonic() >= deadline
-
-
-def earliest(*deadlines: float | None) -> float | None:
-    """The earliest of the given deadlines (None where none is set)."""
-    known = [deadline for deadline in deadlines if deadline is not None]
-    return min(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -107,7 +97,6 @@ class SearchResult:
     completions: list[Completion]  # sorted by NLL, best first; distinct
     forward_calls: int = 0  # model calls after the prompt's (a DFS step with a draft is one)
     tokens_processed: int = 0  # tokens fed to the model, prompt (and guess, and drafts) included
-    seconds: float = 0.0
     capped: str | None = None  # why the search stopped early, if it did (a cap or its deadline was hit)
     dropped: dict[str, int] = field(default_factory=dict)  # paths abandoned, by reason
     draft_tokens: int = 0  # DFS: draft tokens fed after branch tokens
@@ -121,31 +110,17 @@ class SearchResult:
 def answer_targets(answers: Sequence[Sequence[int]], pad: int):
     """(targets, valid): the answers right-padded with ``pad`` into a (rows, longest) long tensor, and where real."""
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
     tokens = [torch.as_tensor([int(t) for t in answer], dtype=torch.long) for answer in answers]
-    longest = max(len(answer) for answer in tokens)
-    targets = torch.full((len(tokens), longest), pad, dtype=torch.long)
-    valid = torch.zeros((len(tokens), longest), dtype=torch.bool)
-    for row, answer in enumerate(tokens):
-        targets[row, :len(answer)] = answer
-        valid[row, :len(answer)] = True
-    return targets, valid
+    valid = [torch.ones(len(answer), dtype=torch.bool) for answer in tokens]
+    return pad_sequence(tokens, batch_first=True, padding_value=pad), pad_sequence(valid, batch_first=True)
 
 
 def summed_nlls(log_probs, targets, valid) -> np.ndarray:
     """Minus the sum of ``log_probs`` (rows, length, vocab) at ``targets`` where ``valid``: float64, one per row."""
-    import torch
-
-    picked = log_probs.gather(-1, targets[..., None])[..., 0]
-    picked = torch.where(valid, picked, torch.zeros_like(picked))
+    picked = log_probs.gather(-1, targets[..., None])[..., 0].masked_fill(~valid, 0.0)
     return (-picked.sum(dim=1)).double().cpu().numpy()
-
-
-def out_of_memory_errors() -> tuple[type, ...]:
-    """The errors of an allocation the accelerator could not make (``torch.OutOfMemoryError`` where it exists)."""
-    import torch
-
-    return tuple({torch.cuda.OutOfMemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)})
 
 
 @dataclass
@@ -171,12 +146,15 @@ def with_halving(limit: BatchLimit, wanted: int, attempt: Callable[[int], T]) ->
     """``attempt(size)`` with ``size = limit.take(wanted)``, halved and tried again after an out-of-memory error.
 
     ``attempt`` must be safe to repeat. An error with one row is raised: nothing smaller is left to try.
+    ``torch.cuda.OutOfMemoryError`` is every device's (``torch.OutOfMemoryError``) where torch has one.
     """
+    import torch
+
     while True:
         size = limit.take(wanted)
         try:
             return attempt(size)
-        except out_of_memory_errors():
+        except torch.cuda.OutOfMemoryError:
             if size <= 1:
                 raise
         release_memory()  # outside the handler: the failed call's tensors are unreachable by now

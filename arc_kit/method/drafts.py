@@ -3,12 +3,10 @@
 A ``DraftSource`` maps a search's path (the answer's token ids so far, after the prompt, its
 newest token last) to a proposed continuation of at most ``limit`` tokens (``supported``), and says
 how well it saw the path coming (its *support*: how many of the path's latest tokens it would have
-proposed; with "auto" drafts, what the search's odds of a draft token are counted by). The DFS feeds a
-branch's token and its draft in one engine step and walks the draft exactly as it walks a guess
-(``search.Frontier.walk``): it follows each draft token while it keeps the path within the threshold,
-pushing the siblings at every position it passes, so a right draft saves the steps of the positions
-it covers, and a wrong one costs only the positions it wasted, never an answer. ``found`` tells a
-source of each answer the search finds (a later branch often ends like an earlier answer).
+proposed; with "auto" drafts, what the search's odds of a draft token are counted by). The search walks a
+draft as it walks a guess (``search``): a right draft saves the steps of the positions it covers, a wrong
+one costs only the positions it wasted, never an answer. ``found`` tells a source of each answer the
+search finds (a later branch often ends like an earlier answer).
 
 - ``PromptLookup``: the longest suffix of the prompt and path that occurs earlier in the prompt or
   the path (at its most recent occurrence); proposes the tokens that follow it there.
@@ -57,12 +55,9 @@ class DraftSource:
 
 
 class PromptLookup(DraftSource):
-    """Prompt lookup: the tokens after the most recent earlier occurrence of the longest suffix of prompt and path.
-
-    The occurrence is looked for in the prompt and, with ``in_path``, in the path too (a grid that
-    repeats its own rows). A suffix shorter than ``min_length`` tokens proposes nothing (too common
-    to mean anything); suffixes are matched up to ``max_length`` tokens.
-    """
+    """Prompt lookup (module docstring): the occurrence looked for in the prompt and, with ``in_path``, in the path too
+    (a grid that repeats its own rows). A suffix shorter than ``min_length`` tokens proposes nothing (too common to
+    mean anything); suffixes are matched up to ``max_length`` tokens."""
 
     def __init__(self, prompt: Sequence[int], min_length: int = 2, max_length: int = 64, in_path: bool = True):
         self.prompt = np.asarray([int(token) for token in prompt], dtype=np.int64)
@@ -166,7 +161,6 @@ def draft_source(kind: str, encoder: TaskEncoder, prompt_ids: Sequence[int], tes
     lookup = PromptLookup(prompt_ids)
     if kind == "prompt":
         return lookup
-    references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids]
-    references.append(encoder.encode_answer(augmentation.apply_grid(test_input)))
+    references = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in (*grids, test_input)]
     structure = [*encoder.row_separator.tolist(), *encoder.end_of_example.tolist(), encoder.eos_id]
     return MostSupported([AlignedAnswers(references, structure), lookup])

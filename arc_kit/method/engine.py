@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, out_of_memory_errors,
-                                    summed_nlls, with_halving)
+from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, summed_nlls,
+                                    with_halving)
 from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
 from arc_kit.method.step_costs import StepCosts
 from arc_kit.method.transformers_forward import TransformersDecoder
@@ -67,10 +67,7 @@ def lane_bucket(lanes: int) -> int:
 
 def capacity_bucket(positions: int) -> int:
     """The capacity of a cache for ``positions`` positions: 256, 512 or 1024, else the next multiple of 1024."""
-    for small in (256, 512, 1024):
-        if positions <= small:
-            return small
-    return -(-positions // 1024) * 1024
+    return next((small for small in (256, 512, 1024) if positions <= small), -(-positions // 1024) * 1024)
 
 
 @dataclass
@@ -97,12 +94,11 @@ class Engine:
 
     kind = "engine"
 
-    def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None,
-                 pool_bytes: int = POOL_BYTES):
+    def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None):
         self.model = model
         self.weights = DecodeWeights(model)
-        self.device, self.dtype = self.weights.device, self.weights.dtype
-        self.compiled, self.on_step, self.pool_bytes = compile, on_step, pool_bytes
+        self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
+        self.compiled, self.on_step = compile, on_step or (lambda: None)
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
         self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
         self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
@@ -113,29 +109,18 @@ class Engine:
         for tensor in [*self.weights.tensors(), self._swap]:
             self._fixed(tensor)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.weights.vocab_size
-
     def refresh(self) -> None:
         """Read the model's weights again (after its adapter was trained, reset, enabled or disabled)."""
         self.weights.refresh()
 
-    def _tick(self) -> None:
-        if self.on_step is not None:
-            self.on_step()
-
     def _compiled_step(self):
-        """``step_nlls`` under ``torch.compile(fullgraph=True)``: CUDA graphs on a GPU; the capacity a dynamic
-        dimension (``_fixed``), so one graph per lane bucket and run bucket serves every capacity."""
+        """``step_nlls`` compiled (module docstring); the capacity a dynamic dimension (``_fixed``)."""
         import torch
 
         config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
         setattr(config, limit, max(getattr(config, limit), 64))
-        if self.device.type == "cuda":
-            return torch.compile(step_nlls, mode="reduce-overhead", fullgraph=True)
-        return torch.compile(step_nlls, fullgraph=True)
+        return torch.compile(step_nlls, fullgraph=True, mode="reduce-overhead" if self.device.type == "cuda" else None)
 
     def _fixed(self, tensor, capacity_dimension: int | None = None):
         """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.
@@ -162,7 +147,7 @@ class Engine:
         needed = int(np.prod(shape)) * torch.finfo(self.dtype).bits // 8
         held = self._lanes.cache if self._lanes is not None else None
         for old in list(self._pool):  # the least recently used first, never the current search's
-            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= self.pool_bytes:
+            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= POOL_BYTES:
                 break
             if self._pool[old] is not held:
                 del self._pool[old]
@@ -185,30 +170,21 @@ class Engine:
         chunk = max(1, PASS_TOKENS // len(runs))
         cos, sin = self._rope_tables(cache.shape[4])
         pieces = []
-        self._tick()
+        self.on_step()
         with torch.no_grad():
             for start in range(0, longest, chunk):
                 width = min(chunk, longest - start)
-                tokens = torch.zeros((len(runs), width), dtype=torch.long)
-                for row, run in enumerate(runs):
-                    part = [int(token) for token in run[start:start + width]]
-                    tokens[row, :len(part)] = torch.tensor(part, dtype=torch.long)
+                tokens = torch.tensor([([int(token) for token in run[start:start + width]] + [0] * width)[:width]
+                                       for run in runs], device=self.device)
                 at = torch.tensor([int(position) + start for position in positions], device=self.device)
-                hidden = forward(self.weights, cache, tokens.to(self.device), at, cos, sin, self._swap,
-                                 int(at.max()) + width)
+                hidden = forward(self.weights, cache, tokens, at, cos, sin, self._swap, int(at.max()) + width)
                 pieces.append(hidden.view(len(runs), width, -1))
         return torch.cat(pieces, dim=1)
 
     # -- lanes ---------------------------------------------------------------------------------
     def start(self, lanes: int, capacity: int, space: AnswerSpace) -> None:
-        allowed = space.mask(self.vocab_size, self.device)
         self._lanes = _Lanes(self._cache(lane_bucket(lanes), capacity_bucket(capacity)), list(range(lanes)), space,
-                             allowed)
-
-    def _nlls(self, logit_rows) -> np.ndarray:
-        lanes = self._lanes
-        nlls = -answer_log_probs(logit_rows, lanes.allowed, lanes.space.probabilities)
-        return nlls.cpu().numpy().astype(np.float64)
+                             space.mask(self.vocab_size, self.device))
 
     def _grow(self, positions: int) -> None:
         """Move the search's live rows into a cache of the capacity bucket of ``positions`` (one copy)."""
@@ -226,7 +202,9 @@ class Engine:
         row = lanes.rows[lane]
         hidden = self._feed(lanes.cache[:, :, row:row + 1], [ids], [0])
         with torch.no_grad():
-            return self._nlls(logits(self.weights, hidden[0, logits_from - 1:]))
+            log_probs = answer_log_probs(logits(self.weights, hidden[0, logits_from - 1:]), lanes.allowed,
+                                         lanes.space.probabilities)
+        return (-log_probs).cpu().numpy().astype(np.float64)
 
     def step(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
@@ -272,10 +250,8 @@ class Engine:
         lanes = self._lanes
         longest = max(len(run) for run in runs)
         width = lane_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
-        # compiled: the whole bucket's cache (fixed shapes, fixed addresses), every run padded to the width with token
-        # 0, written at the positions after the run, which no later step reads before writing them again (the
-        # search's next token for the lane is at or before the run's end); eager: just the live rows, ragged (each
-        # row's padding neither computed nor written)
+        # compiled: the whole bucket's cache, every run padded to the width with token 0 (module docstring); eager: just
+        # the live rows, ragged (each row's padding neither computed nor written)
         furthest = max(int(position) + (width if self.compiled else len(run)) for run, position in zip(runs, positions))
         if furthest > lanes.capacity:
             self._grow(furthest)
@@ -292,16 +268,14 @@ class Engine:
         arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
                      torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
                      lanes.space.probabilities, used, lengths)
-        self._tick()
+        self.on_step()
         try:
             with torch.no_grad():
                 if self.compiled and self.device.type == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()
                 nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
-        except out_of_memory_errors():
-            raise
         except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
-            if not self.compiled:
+            if not self.compiled or isinstance(error, torch.cuda.OutOfMemoryError):
                 raise
             logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
                            type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
@@ -339,13 +313,10 @@ class Engine:
     # -- scoring -------------------------------------------------------------------------------
     def score(self, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[Sequence[int]]], space: AnswerSpace,
               batch_size: int = 16, limit: BatchLimit | None = None) -> list[np.ndarray]:
-        """The NLLs of ``answers[p]`` (each through its eos) after ``prompts[p]``, for every p.
-
-        Each prompt runs once, into a lane whose keys and values are then copied into the lanes of
-        its answers; up to ``batch_size`` answers (similar lengths together) share a call, fewer after
-        an out-of-memory error (``limit``, which ends as the size that fitted). Prompts without answers
-        are never run. Equal to one full forward per answer up to float rounding.
-        """
+        """The NLLs of ``answers[p]`` (each through its eos) after ``prompts[p]``, for every p (module docstring); up
+        to ``batch_size`` answers (similar lengths together) share a call, fewer after an out-of-memory error
+        (``limit``, which ends as the size that fitted). Prompts without answers are never run. Equal to one full
+        forward per answer up to float rounding."""
         if len(answers) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
         limit = limit if limit is not None else BatchLimit("answers")
@@ -358,26 +329,22 @@ class Engine:
         targets, valid = answer_targets(answers, space.eos_id)
         allowed = space.mask(self.vocab_size, self.device)
         capacity = capacity_bucket(len(prompt) + targets.shape[1])
-        held = {}  # the cache that holds the prompt in its first rows: cache, rows, the log-probabilities after it
+        held = []  # the cache that holds the prompt in its first rows, how many, the log-probabilities after it
         results = np.zeros(len(answers))
         order = sorted(range(len(answers)), key=lambda index: int(valid[index].sum()))  # similar lengths together
 
-        def prompt_in(rows: int):
-            """A cache whose first ``rows`` rows hold the prompt, and the log-probabilities after it."""
-            if "cache" not in held:  # the prompt's one pass, into a cache of as many rows as the first call takes
-                cache = self._cache(lane_bucket(rows), capacity)
+        def score_rows(chunk: list[int]) -> int:
+            if not held:  # the prompt's one pass, into a cache of as many rows as the first call takes (later calls
+                # take no more: fewer after an out-of-memory error)
+                cache = self._cache(lane_bucket(len(chunk)), capacity)
                 hidden = self._feed(cache[:, :, :1], [prompt], [0])
                 with torch.no_grad():
-                    first = answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed, space.probabilities)
-                held.update(cache=cache, rows=1, first=first)
-            cache = held["cache"]  # later calls take no more rows (fewer after an out-of-memory error)
-            if held["rows"] < rows:  # its keys and values copied into the rows of the answers
-                cache[:, :, held["rows"]:rows, :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
-                held["rows"] = rows
-            return cache, held["first"]
-
-        def score_rows(chunk: list[int]) -> int:
-            cache, first = prompt_in(len(chunk))
+                    held[:] = cache, 1, answer_log_probs(logits(self.weights, hidden[0, -1:]), allowed,
+                                                         space.probabilities)
+            cache, rows, first = held
+            if rows < len(chunk):  # the prompt's keys and values copied into the rows of the answers
+                cache[:, :, rows:len(chunk), :, :len(prompt)] = cache[:, :, :1, :, :len(prompt)]
+                held[1] = len(chunk)
             rows_targets, rows_valid = targets[chunk].to(self.device), valid[chunk].to(self.device)
             length = int(rows_valid.sum(dim=1).max())
             log_probs = first.expand(len(chunk), 1, -1)

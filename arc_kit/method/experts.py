@@ -20,9 +20,6 @@ import numpy as np
 from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 
 
-# ---------------------------------------------------------------------------------------------
-# Aggregations: per-augmentation NLLs -> one NLL, lower is better.
-
 def product_of_probabilities(nlls: Sequence[float]) -> float:
     """-log prod_j P_j: the product of experts (geometric mean up to a constant)."""
     return float(np.sum(nlls))
@@ -39,12 +36,8 @@ def max_probability(nlls: Sequence[float]) -> float:
 
 
 def sum_of_probabilities(nlls: Sequence[float]) -> float:
-    """-log sum_j P_j, computed stably."""
-    values = -np.asarray(nlls, dtype=float)
-    top = values.max()
-    if not np.isfinite(top):  # every probability 0: -log 0 = inf (inf - inf below would be nan)
-        return float(-top)
-    return float(-(top + np.log(np.exp(values - top).sum())))
+    """-log sum_j P_j, computed stably (every probability 0: -log 0 = inf)."""
+    return float(-np.logaddexp.reduce(-np.asarray(nlls, dtype=float)))
 
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
@@ -65,19 +58,13 @@ class Candidate:
     extra: dict = field(default_factory=dict, repr=False, compare=False)  # fields of a later kit, kept as they are
 
     @property
-    def found_by(self) -> list[str]:
-        return list(self.generation_nlls)
-
-    @property
     def best_generation_nll(self) -> float:
         return min(self.generation_nlls.values()) if self.generation_nlls else float("inf")
 
     def aggregate(self, name: str) -> float:
         if name == "generation":
             return self.best_generation_nll
-        if not self.scoring_nlls:
-            return float("inf")
-        return AGGREGATIONS[name](self.scoring_nlls)
+        return AGGREGATIONS[name](self.scoring_nlls) if self.scoring_nlls else float("inf")  # inf: never scored
 
     def to_json(self) -> dict:
         """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""

@@ -12,10 +12,9 @@ value head (never expanded) under a mask ``column <= position`` (and the layer's
 and runs the MLP with one matmul for gate and up. ``step_nlls`` ends it with every token's
 next-token NLLs (``answers.answer_log_probs``). Nothing in it branches on values, synchronises with
 the host or allocates by the data, so ``torch.compile(fullgraph=True)`` takes ``step_nlls`` whole
-(one graph per rows and run length); eagerly, ``used`` (the columns any token can see) limits
-attention to the columns in use, and ``lengths`` feeds the rows ragged: only each row's first
-``lengths[r]`` tokens are computed and written (the matmuls, most of a step's cost, see only them;
-attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
+(one graph per rows and run length); eagerly, ``used`` and ``lengths`` (``forward``) leave out the
+columns no token sees and the runs' padding: the matmuls, most of a step's cost, see only each row's
+own tokens (attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
 
 ``rope_tables`` are made from the model's config (transformers' own rope-init function of its
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were
@@ -135,7 +134,8 @@ def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None,
         # a row's query heads grouped by their key-value head (head h reads h // group): the group, at every token
         # of the run, plays the queries of one attention over that head's keys and values, never expanded; queries
         # carry the scale
-        query = _padded(rotated[:, :heads], fed, rows * run)
+        query = rotated[:, :heads] if fed is None else rotated.new_zeros((rows * run, heads, head_dim)).index_copy_(
+            0, fed, rotated[:, :heads])  # ragged: the tokens fed at their slots, zeros in the padding's
         query = query.reshape(rows, run, kv_heads, group, head_dim).transpose(1, 2).reshape(
             rows, kv_heads, run * group, head_dim)
         attended = F.scaled_dot_product_attention(query, keys[index], values[index], attn_mask=biases[layer.window],
@@ -145,16 +145,6 @@ def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None,
         gate, up = linear(normalized(hidden, weights.eps), layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
         hidden = _plus_linear(hidden, F.silu(gate).mul_(up), layer.down, layer.down_bias)
     return hidden
-
-
-def _padded(rows, fed, slots: int):
-    """``rows`` (one per token fed) at their slots among ``slots`` (zeros elsewhere); ``fed`` None: every slot."""
-    import torch
-
-    if fed is None:
-        return rows
-    padded = torch.zeros((slots, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
-    return padded.index_copy_(0, fed, rows)
 
 
 def step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None,

@@ -32,9 +32,14 @@ def is_four_bit(module) -> bool:
     return getattr(getattr(module, "weight", None), "quant_state", None) is not None
 
 
+def is_lora(module) -> bool:
+    """Whether ``module`` is a peft LoRA wrapper."""
+    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
+
+
 def base_of(module):
     """The layer a peft LoRA wrapper wraps (``module`` itself when it is no wrapper)."""
-    return module.get_base_layer() if hasattr(module, "base_layer") and hasattr(module, "lora_A") else module
+    return module.get_base_layer() if is_lora(module) else module
 
 
 def quant_state_reason(module) -> str | None:
@@ -93,17 +98,14 @@ def _lora_factors(modules, scales, device):
 class FourBitProjection:
     """A group of 4-bit layers reading one input (module docstring); called on (..., in) gives (..., out)."""
 
-    def __init__(self, modules, norm, dtype, scales=None):
+    def __init__(self, modules, norm, dtype, scales):
         """``modules``: the group's layers (LoRA wrappers or not) around ``Linear4bit``; ``norm``: the
         RMS-norm weight before them (float32) or None; ``dtype``: the engine's; ``scales``: one per layer."""
         import bitsandbytes
 
-        scales = [1.0] * len(modules) if scales is None else [float(scale) for scale in scales]
-        bases = [base_of(module) for module in modules]
-        self.matmul = bitsandbytes.matmul_4bit
-        self.dtype = dtype
-        self.parts = []
-        for base, scale in zip(bases, scales):
+        scales = [float(scale) for scale in scales]
+        self.matmul, self.dtype, self.parts = bitsandbytes.matmul_4bit, dtype, []
+        for base, scale in zip(map(base_of, modules), scales):
             compute = getattr(base, "compute_dtype", None) or dtype
             bias = None if base.bias is None else base.bias.detach().to(compute, copy=True)
             self.parts.append(QuantizedPart(base.weight.data, base.weight.quant_state, compute, scale, bias))
@@ -131,8 +133,8 @@ class FourBitProjection:
     def tensors(self) -> list:
         """The tensors this projection owns (the norm weight, the biases, the LoRA pair): what ``refresh`` copies
         into."""
-        biases = [part.bias for part in self.parts]
-        return [tensor for tensor in (self.norm, *biases, self.down, self.up) if tensor is not None]
+        return [tensor for tensor in (self.norm, *(part.bias for part in self.parts), self.down, self.up)
+                if tensor is not None]
 
     def shared(self) -> list:
         """The model's own tensors it reads (packed weights, quant states): never copied, never refreshed."""

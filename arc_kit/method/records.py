@@ -1,11 +1,10 @@
 """Typed records of a run: what the method found for each task (``TaskRecord``, one JSON line per task in
 ``records.jsonl``).
 
-``TaskRecord`` holds a task's outcome: per test input the candidates (grids in the task's original
-frame with their per-augmentation NLLs), the attempts chosen, the augmentations used and search
-statistics; the test-time training summary, timings, the ladder rung it ran at, the stage its
-deadline cut short (if it did), an error if it failed, and (when the answers were known) which
-test outputs it got right. Each record keeps the fields of a later kit it was read with (``extra``).
+``TaskRecord`` holds a task's outcome (its fields say what), per test input a ``TestResult``: the
+candidates (grids in the task's original frame with their per-augmentation NLLs), the attempts chosen,
+the augmentations used and search statistics. Each record keeps the fields of a later kit it was read
+with (``extra``).
 Their JSON is derived from these dataclasses by ``run.record_json``, which reads and writes the
 record files; a field's metadata says what the JSON needs beyond its name and type (``json``: the
 name it is written under; ``when_set``: left out while None).
@@ -120,7 +119,3 @@ def fallback_record(task_id: str, reason: str) -> TaskRecord:
 def answers_from_records(records: Mapping[str, TaskRecord]) -> dict[str, list[list[np.ndarray]]]:
     """The attempts of every record, for ``submission.build_submission`` (failed tasks have none)."""
     return {task_id: record.attempts for task_id, record in records.items()}
-
-
-__all__ = ["FALLBACK_RUNG", "SearchStats", "TaskRecord", "TestResult", "TrainingSummary", "answers_from_records",
-           "fallback_record"]

@@ -40,10 +40,11 @@ Knows nothing of tasks, grids, augmentations or the model under the engine: it m
 
 from __future__ import annotations
 
+import itertools
 import math
-import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,10 +59,7 @@ DEADLINE_BEFORE_START = "deadline passed before the search started"
 
 
 class Frontier:
-    """One search's open branches, current path and finds; the part of the search that never touches the model.
-
-    ``greedy``: one child per branch point, the most probable token (``max_nll`` is then infinite).
-    """
+    """One search's open branches, current path and finds; the part of the search that never touches the model."""
 
     def __init__(self, space: AnswerSpace, max_nll: float, greedy: bool = False):
         self.space, self.max_nll, self.greedy = space, max_nll, greedy
@@ -122,11 +120,6 @@ class Frontier:
         return depth, token, total
 
 
-def deadline_message(branches: int) -> str:
-    """What ``capped`` says of a search stopped by its deadline."""
-    return f"deadline reached with {branches} branches left"
-
-
 def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     """A guess as a list of ints, cut to the longest answer and after its first eos."""
     guess = [] if guess is None else [int(t) for t in guess][: space.max_length]  # a list or an array
@@ -135,22 +128,20 @@ def clean_guess(guess: Sequence[int] | None, space: AnswerSpace) -> list[int]:
     return guess
 
 
+@dataclass
 class _Lane:
     """One prompt's search among the lanes: its frontier and its counts."""
 
-    def __init__(self, prompt_length: int, sequence_length: int, frontier: Frontier, drafts: DraftSource | None):
-        self.prompt_length = prompt_length  # the path's token at depth d is fed at position prompt_length + d
-        self.sequence_length = sequence_length  # prompt and guess, as fed in the first pass
-        self.frontier = frontier
-        self.drafts = drafts
-        self.forward_calls = 0  # steps
-        self.draft_tokens = 0  # draft tokens fed
-        self.draft_accepted = 0  # draft tokens followed: positions that cost no step of their own
-        self.capped: str | None = None
-        self.seconds = 0.0
-        self.pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft
-        # and the draft's support
-        self.answers_told = 0  # completions the draft source has been told of
+    prompt_length: int  # the path's token at depth d is fed at position prompt_length + d
+    sequence_length: int  # prompt and guess, as fed in the first pass
+    frontier: Frontier
+    drafts: DraftSource | None
+    forward_calls: int = 0  # steps
+    draft_tokens: int = 0  # draft tokens fed
+    draft_accepted: int = 0  # draft tokens followed: positions that cost no step of their own
+    capped: str | None = None
+    pending: tuple[int, float, list[int], int] = (0, 0.0, [], 0)  # (depth, NLL) of the branch fed, its draft, support
+    answers_told: int = 0  # completions the draft source has been told of
 
     def draft(self, depth: int, limit: int) -> tuple[list[int], int]:
         """The draft after the path (its branch at ``depth`` just taken) and its support, cut to what a walk could
@@ -160,13 +151,8 @@ class _Lane:
         if self.drafts is None or room <= 0:
             return [], 0
         proposal, support = self.drafts.supported(self.frontier.path, room)
-        draft = []
-        for token in proposal[:room]:
-            token = int(token)
-            if token == space.eos_id or token not in self.frontier.allowed:
-                break
-            draft.append(token)
-        return draft, support
+        return list(itertools.takewhile(lambda token: token != space.eos_id and token in self.frontier.allowed,
+                                        map(int, proposal[:room]))), support
 
     def tell_answers(self) -> None:
         """Tell the draft source of the answers found since it was last told."""
@@ -189,11 +175,10 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     ``use_guess``). ``guesses``, ``drafts``: one (or None) per prompt; a group started again after an
     out-of-memory error keeps what its sources learnt (proposals only: the answers are the same). Past
     ``deadline`` no model call starts (a lane whose first pass never ran returns no answers, ``capped``
-    saying why); ``seconds`` of a result is the time from the start until its lane left. ``limit``:
-    the most lanes held and fed together (none at first), halved on out-of-memory errors. ``odds``: what
-    "auto" drafts learnt so far of how often draft tokens are followed (counted into; None: a fresh count).
+    saying why). ``limit``: the most lanes held and fed together (none at first), halved on out-of-memory
+    errors. ``odds``: what "auto" drafts learnt so far of how often draft tokens are followed (counted into;
+    None: a fresh count).
     """
-    started = time.monotonic()
     if settings.kind not in SEARCH_KINDS:
         raise ValueError(f"the method searches by {' or '.join(SEARCH_KINDS)}, not {settings.kind!r} (the paper's "
                          "other samplers run in the samplers table)")
@@ -210,19 +195,16 @@ def search(engine, prompts: Sequence[Sequence[int]], space: AnswerSpace, setting
     while len(results) < len(prompts):
         done = len(results)
         results += with_halving(limit, len(prompts) - done, lambda size, start=done: _search_lanes(
-            engine, prompts[start:start + size], guesses[start:start + size], space, settings, started, deadline,
+            engine, prompts[start:start + size], guesses[start:start + size], space, settings, deadline,
             drafts[start:start + size], odds))
     return results
 
 
 def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[int]], space: AnswerSpace,
-                  settings: SamplerSettings, started: float, deadline: float | None,
+                  settings: SamplerSettings, deadline: float | None,
                   drafts: Sequence[DraftSource | None], odds: DraftOdds) -> list[SearchResult]:
-    """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group.
-
-    Each lane's first pass (prompt and guess in one forward) is made alone; then every step feeds
-    each live lane its next branch's token and that branch's draft.
-    """
+    """The search of each prompt (with its cleaned guess and its draft source) on the engine's lanes, one group: each
+    lane's first pass (prompt and guess in one forward) alone, then steps of every live lane together."""
     greedy = settings.kind == "greedy"
     engine_space = space  # greedy under the full softmax chooses among every token: the engine gives all their NLLs
     if greedy and space.probabilities == "full":
@@ -235,7 +217,7 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
         for lane_index, (prompt_ids, guess, source) in enumerate(zip(prompts, guesses, drafts)):
             if deadline_passed(deadline):  # the deadline came during the first passes: no step is taken
                 for lane in lanes:
-                    _still_searching(lane, settings, started, out_of_time=True)
+                    _still_searching(lane, settings, out_of_time=True)
                 return ([_result(lane) for lane in lanes]
                         + [SearchResult([], capped=DEADLINE_BEFORE_START) for _ in prompts[len(lanes):]])
             ids = [*map(int, prompt_ids), *guess]
@@ -245,7 +227,7 @@ def _search_lanes(engine, prompts: Sequence[Sequence[int]], guesses: list[list[i
             lane.frontier.walk(guess, increments)  # its distributions are already computed
             lane.tell_answers()
             lanes.append(lane)
-        _steps(engine, lanes, settings, started, deadline, _step_costs(engine, lanes, settings, deadline), odds)
+        _steps(engine, lanes, settings, deadline, _step_costs(engine, lanes, settings, deadline), odds)
     finally:
         engine.release()
     return [_result(lane) for lane in lanes]
@@ -260,14 +242,14 @@ def _step_costs(engine, lanes: list[_Lane], settings: SamplerSettings, deadline:
     return engine.step_costs([lane.sequence_length for lane in lanes], min(settings.draft_tokens + 1, PROBE_WIDTH))
 
 
-def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, started: float, deadline: float | None,
+def _steps(engine, lanes: list[_Lane], settings: SamplerSettings, deadline: float | None,
            costs: StepCosts | None, odds: DraftOdds) -> None:
     """Step every live lane until none is left (each lane's branch, the most probable first, per step), its drafts
     cut to ``draft_lengths`` under ``costs`` and ``odds`` (counted into; ``costs`` None: fed whole, not counted)."""
     live = list(range(len(lanes)))  # the lane of each engine lane
     while True:
         out_of_time = deadline_passed(deadline)
-        keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, started, out_of_time)]
+        keep = [row for row, index in enumerate(live) if _still_searching(lanes[index], settings, out_of_time)]
         if len(keep) < len(live):  # lanes that finished leave
             if not keep:
                 return
@@ -310,18 +292,16 @@ def _branches(lanes: list[_Lane], live: list[int], settings: SamplerSettings, co
 def _result(lane: _Lane) -> SearchResult:
     return SearchResult(lane.frontier.completions, forward_calls=lane.forward_calls,
                         tokens_processed=lane.sequence_length + lane.forward_calls + lane.draft_tokens,
-                        seconds=lane.seconds, capped=lane.capped, dropped=dict(lane.frontier.dropped),
+                        capped=lane.capped, dropped=dict(lane.frontier.dropped),
                         draft_tokens=lane.draft_tokens, draft_accepted=lane.draft_accepted)
 
 
-def _still_searching(lane: _Lane, settings: SamplerSettings, started: float, out_of_time: bool) -> bool:
-    """Whether the lane has a branch to explore within its cap and time; if not, it is finished (and timed)."""
+def _still_searching(lane: _Lane, settings: SamplerSettings, out_of_time: bool) -> bool:
+    """Whether the lane has a branch to explore within its cap and time; if not, it is finished."""
     within_cap = lane.forward_calls < settings.max_forward_calls
     if lane.frontier.stack and within_cap and not out_of_time:
         return True
     if lane.frontier.stack:  # the call cap first, then the deadline
-        lane.capped = (deadline_message(len(lane.frontier.stack)) if within_cap else
-                       f"forward-call cap of {settings.max_forward_calls} reached with "
-                       f"{len(lane.frontier.stack)} branches left")
-    lane.seconds = time.monotonic() - started
+        lane.capped = (f"{'deadline' if within_cap else f'forward-call cap of {settings.max_forward_calls}'} reached "
+                       f"with {len(lane.frontier.stack)} branches left")
     return False

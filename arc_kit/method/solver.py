@@ -40,7 +40,7 @@ import numpy as np
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
 from arc_kit.data.tasks import Pair, Task
-from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, earliest, release_memory
+from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, release_memory
 from arc_kit.method.drafts import draft_source
 from arc_kit.method.engine import make_engine
 from arc_kit.method.experts import Candidate, select
@@ -76,20 +76,16 @@ class Solver:
         text_format = dataclasses.replace(encoder.format, decoding=settings.decoding)
         if settings.max_len != encoder.max_len or text_format != encoder.format:
             encoder = TaskEncoder(encoder.tokenizer, text_format, settings.max_len)
-        self.settings = settings
-        self.encoder = encoder
+        self.settings, self.encoder, self.on_step = settings, encoder, on_step
         self.space = AnswerSpace.from_encoder(encoder, settings.probabilities)
-        self.trainer = None
-        self.model = model
-        self.on_step = on_step
+        self.trainer = (TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
+                        if settings.test_time_training else None)
+        self.model = model if self.trainer is None else self.trainer.model
         self._engine = engine  # None: ``engine.make_engine``'s, on first use (given: the GPU check's oracle)
         self._adapter_version = 0  # bumped whenever test-time training changes (or resets) the adapter
         self._adapter_off = False  # inside ``base_model``
         self.draft_odds = DraftOdds()  # how often "auto" drafts were followed, learnt over every search of the solver
         self._engine_state: tuple | None = None  # (adapter version, adapter off) the engine's weights hold
-        if settings.test_time_training:
-            self.trainer = TestTimeTrainer(model, encoder, settings.ttt, keep_background=settings.keep_background)
-            self.model = self.trainer.model
 
     @classmethod
     def from_loaded(cls, loaded, settings: SolveSettings = SolveSettings(), text_format: TextFormat = TextFormat(),
@@ -102,22 +98,16 @@ class Solver:
     @contextlib.contextmanager
     def base_model(self):
         """The model without the test-time adapter (the model itself when there is none)."""
-        if self.trainer is None:
-            yield self.model
-        else:
-            with self.trainer.adapter_disabled() as model:
-                self._adapter_off = True
-                try:
-                    yield model
-                finally:
-                    self._adapter_off = False
+        with contextlib.nullcontext(self.model) if self.trainer is None else self.trainer.adapter_disabled() as model:
+            self._adapter_off = self.trainer is not None
+            try:
+                yield model
+            finally:
+                self._adapter_off = False
 
     def engine(self, model=None):
-        """The decode engine for ``model`` (default: the solver's, in its current adapter state).
-
-        The solver's model gets its one engine, its weights re-read when the adapter changed since;
-        another model gets an engine of its own for this call.
-        """
+        """The decode engine for ``model`` (module docstring); another model than the solver's gets an engine of its
+        own for this call."""
         if model is not None and model is not self.model:
             return make_engine(model, self.settings.engine_compile, self.on_step)
         state = (self._adapter_version, self._adapter_off)
@@ -175,13 +165,13 @@ class Solver:
         for views in (range(1), range(1, len(augmentations))):  # the first alone: its best answer guides the others
             if not views:
                 continue
-            best = min(merged.values(), key=lambda c: c.best_generation_nll) if merged else None
-            grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]
+            grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]  # the best first
             chosen = [augmentations[view] for view in views]
-            guesses = [None if best is None else self.encoder.encode_answer(a.apply_grid(best.grid)) for a in chosen]
+            guesses = [self.encoder.encode_answer(a.apply_grid(grids[0])) if grids else None for a in chosen]
             drafts = [draft_source(sampler.drafts, self.encoder, prompts[view], test_input, augmentations[view], grids)
                       for view in views]
-            searched = earliest(deadline, None if search_seconds is None else time.monotonic() + search_seconds)
+            limits = [deadline, None if search_seconds is None else time.monotonic() + search_seconds]
+            searched = min((limit for limit in limits if limit is not None), default=None)
             results = search(engine, [prompts[view] for view in views], self.space, sampler, guesses, drafts=drafts,
                              deadline=searched, odds=self.draft_odds)
             for augmentation, result in zip(chosen, results):
@@ -227,11 +217,8 @@ class Solver:
         so runs, resumptions and tables agree."""
         settings = settings or self.settings
         rng = task_rng(settings.seed, task.id, f"test{test_index}")
-        inference = Augmentation.inference_set(rng, len(task.train), settings.inference_augmentations,
-                                               keep_background=settings.keep_background)
-        scoring = Augmentation.inference_set(rng, len(task.train), settings.scoring_augmentations,
-                                             keep_background=settings.keep_background)
-        return inference, scoring
+        return tuple(Augmentation.inference_set(rng, len(task.train), count, keep_background=settings.keep_background)
+                     for count in (settings.inference_augmentations, settings.scoring_augmentations))
 
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
@@ -307,7 +294,5 @@ def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_inp
                                        max_len=max_len)
         prompts.append(prompt.ids)
         answers.append([encoder.encode_answer(augmentation.apply_grid(grid)) for grid in grids])
-    table = np.zeros((len(grids), len(augmentations)))
-    for column, nlls in enumerate(engine.score(prompts, answers, space, batch_size)):
-        table[:, column] = nlls
-    return table
+    return np.array(engine.score(prompts, answers, space, batch_size), dtype=float).reshape(len(augmentations),
+                                                                                            len(grids)).T

@@ -60,7 +60,7 @@ class TransformersDecoder:
     kind = "transformers"
 
     def __init__(self, model, *, on_step: Callable[[], None] | None = None):
-        self.model, self.on_step = model, on_step
+        self.model, self.on_step = model, on_step or (lambda: None)
         self.steps = 0
         self._caches: list = []
         self._space: AnswerSpace | None = None
@@ -77,8 +77,7 @@ class TransformersDecoder:
                                   space.probabilities)).double().cpu().numpy()
 
     def _call(self, cache, ids):
-        if self.on_step is not None:
-            self.on_step()
+        self.on_step()
         return call_with_cache(self.model, cache, ids)
 
     def start(self, lanes: int, capacity: int, space: AnswerSpace) -> None:
@@ -112,10 +111,8 @@ class TransformersDecoder:
               batch_size: int = 16, limit=None) -> list[np.ndarray]:
         """The NLLs of ``answers[p]`` after ``prompts[p]``: each prompt run once, each answer fed on its cache and
         cropped away again (``batch_size`` and ``limit`` are the engine's; one answer at a time needs neither)."""
-        if len(answers) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(answers)} lists of answers")
         results = []
-        for prompt, chunk in zip(prompts, answers):
+        for prompt, chunk in zip(prompts, answers, strict=True):
             nlls = np.zeros(len(chunk))
             if len(chunk):
                 logits, cache = self._call(None, prompt)

@@ -4,11 +4,10 @@
 adapter to its initial weights (no reloading from disk), trains it on leave-one-out sequences of
 the task's train pairs (each pair in turn plays the test, the others are the examples, every
 sequence freshly augmented; the 8 symmetries are balanced, each used 8 times in 64 sequences as
-the authors did) and leaves the model in eval mode, ready for inference with the
-adapter on. Defaults are the paper's: rank 32, alpha 16, 64 steps of batch 1, 50% warm-up,
-lr 1e-4 / 1e-5. A ``deadline`` (``time.monotonic()``) is checked between steps: training stops there,
-keeping the steps made (the schedule is not shortened). It never sees a test output: it is only
-ever given ``task.train``.
+the authors did) and leaves the model in eval mode, ready for inference with the adapter on. The
+defaults (``settings.TEST_TIME_TRAINING``) are the paper's. A ``deadline`` (``time.monotonic()``) is
+checked between steps: training stops there, keeping the steps made (the schedule is not shortened).
+It never sees a test output: it is only ever given ``task.train``.
 """
 
 from __future__ import annotations
@@ -108,13 +107,11 @@ class TestTimeTrainer:
         ``steps`` overrides the settings' number of steps (the time budget may ask for fewer). No step
         starts once ``deadline`` (``time.monotonic()``) has passed; the result says so (``stopped``).
         """
-        import dataclasses
-
         import torch
 
         started = time.monotonic()
         self.reset()
-        settings = self.settings if steps is None else dataclasses.replace(self.settings, steps=steps)
+        settings = self.settings if steps is None else self.settings.replace(steps=steps)
         if len(train) < 2:
             return TestTimeResult(0, [], time.monotonic() - started, "fewer than 2 train pairs")
         self.model.train()
@@ -152,7 +149,3 @@ class TestTimeTrainer:
         finally:
             self.model.eval()
         return TestTimeResult(settings.steps, losses, time.monotonic() - started)
-
-    def save_adapter(self, path) -> None:
-        """Save the current adapter (loadable with ``load_model`` on the base model's folder)."""
-        self.model.save_pretrained(path, selected_adapters=[ADAPTER])

@@ -13,9 +13,8 @@ model applies it now: ``W + scaling * B @ A`` for every active adapter, the trai
 float32 and stored in the model's dtype, on its device.
 
 Layers held in bitsandbytes 4 bits (nf4 or fp4, double quantization or not) cannot be merged into or
-folded without re-quantizing: each such group is a ``four_bit.FourBitProjection``, which reads the
-model's own packed weights through bitsandbytes' matmul and applies the norm weight, the scale, the
-biases and the LoRA itself; no matrix is copied. Embeddings are never 4-bit.
+folded without re-quantizing: each such group is a ``four_bit.FourBitProjection`` over the model's own
+packed weights (no matrix copied). Embeddings are never 4-bit.
 
 ``refresh()`` reads the model again into the same tensors, layer by layer (the peak is one layer
 more): compiled steps and CUDA graphs that hold them stay valid. The copy costs a second copy of the
@@ -33,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, quant_state_reason
+from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, is_lora, quant_state_reason
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
@@ -43,10 +42,6 @@ LAYER_TYPES = ("full_attention", "sliding_attention")
 def core_model(model):
     """The transformers model inside a peft wrapper (the model itself when there is none)."""
     return model.get_base_model() if hasattr(model, "get_base_model") and hasattr(model, "peft_config") else model
-
-
-def _is_lora(module) -> bool:
-    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
 
 
 def _is_saved_copy(module) -> bool:
@@ -69,22 +64,17 @@ def _lora_reason(module) -> str | None:
 
 
 def _missing_part(core) -> str | None:
-    """The first module of the Llama layout that ``core`` lacks, or None."""
-    inner = getattr(core, "model", None)
-    for name in ("embed_tokens", "layers", "norm"):
-        if not hasattr(inner, name):
-            return f"model.{name}"
-    if not hasattr(core, "lm_head"):
-        return "lm_head"
-    for layer in inner.layers:
-        for path in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                     "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm"):
-            owner = layer
-            for part in path.split("."):
-                owner = getattr(owner, part, None)
-            if owner is None:
-                return f"layers.{path}"
-    return None
+    """That ``core`` lacks a module of the Llama layout (the first it lacks), or None."""
+    def lacks(owner, path: str) -> bool:
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+        return owner is None
+
+    missing = [path for path in ("model.embed_tokens", "model.layers", "model.norm", "lm_head") if lacks(core, path)]
+    missing = missing or [f"layers.{path}" for layer in core.model.layers for path in (
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+        "mlp.down_proj", "input_layernorm", "post_attention_layernorm") if lacks(layer, path)]
+    return f"{type(core).__name__} has no {missing[0]}" if missing else None
 
 
 def _quantization_reason(config) -> str | None:
@@ -130,11 +120,9 @@ def unsupported_reason(model) -> str | None:
         return f"architecture {kind!r} (the engine runs {', '.join(SUPPORTED_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r} (the engine runs silu)"
-    if _quantization_reason(config):
-        return _quantization_reason(config)
-    missing = _missing_part(core)
-    if missing is not None:
-        return f"{type(core).__name__} has no {missing}"
+    reason = _quantization_reason(config) or _missing_part(core)
+    if reason:
+        return reason
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type not in STATIC_ROPE_TYPES:
         return f"rope type {rope_type!r} (its frequencies change with the length)"
@@ -142,7 +130,7 @@ def unsupported_reason(model) -> str | None:
     if any(kind not in LAYER_TYPES for kind in layer_types):
         return f"attention layer types {sorted(set(layer_types) - set(LAYER_TYPES))}"
     for module in core.modules():
-        if _is_lora(module) and _lora_reason(module):
+        if is_lora(module) and _lora_reason(module):
             return _lora_reason(module)
         if (getattr(module, "weight", None) is not None and not module.weight.is_floating_point()
                 and not is_four_bit(module)):
@@ -151,17 +139,13 @@ def unsupported_reason(model) -> str | None:
 
 
 def effective_weights(module):
-    """(weight, bias) that ``module`` (a Linear or Embedding, a LoRA layer, a saved copy) applies now, float32.
-
-    A LoRA layer: its base weight plus ``scaling * B @ A`` of each active adapter (peft's own
-    ``get_delta_weight``), unless its adapters are disabled; a saved copy: the trained module where
-    its adapter is active, else the original.
-    """
+    """(weight, bias) that ``module`` (a Linear or Embedding, a LoRA layer, a saved copy) applies now, float32, the
+    adapter merged as the module docstring says (``scaling * B @ A`` by peft's own ``get_delta_weight``)."""
     if _is_saved_copy(module):
         active = [name for name in module.active_adapters if name in module.modules_to_save]
         chosen = module.original_module if module.disable_adapters or not active else module.modules_to_save[active[0]]
         return effective_weights(chosen)
-    if _is_lora(module):
+    if is_lora(module):
         weight, bias = effective_weights(module.get_base_layer())
         if not module.disable_adapters:
             for name in module.active_adapters:
@@ -182,19 +166,13 @@ def _window(config, index: int) -> int | None:
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
         return config.sliding_window if layer_types[index] == "sliding_attention" else None
-    if config.model_type == "mistral":
-        return getattr(config, "sliding_window", None)
-    return None
+    return getattr(config, "sliding_window", None) if config.model_type == "mistral" else None
 
 
 @dataclass
 class LayerWeights:
-    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D).
-
-    Each of ``qkv``, ``output``, ``gate_up``, ``down`` is a matrix (LoRA merged, norm and scale folded)
-    or, over 4-bit weights, a ``four_bit.FourBitProjection`` that applies its norm, scale and LoRA itself;
-    the biases are tensors either way.
-    """
+    """One decoder layer, ready for a step (shapes for H query heads, K key-value heads, head dim D); over 4-bit
+    weights each of ``qkv``, ``output``, ``gate_up`` and ``down`` is a ``four_bit.FourBitProjection``."""
 
     qkv: object  # ((H + 2K) * D, hidden): query (times the attention scale), key, value rows, the input norm
     # folded into the columns
@@ -210,39 +188,15 @@ class LayerWeights:
     window: int | None  # sliding window (positions), None: full attention
 
     def parts(self) -> list:
-        return [self.qkv, self.qkv_bias, self.query_norm, self.key_norm, self.output, self.output_bias, self.gate_up,
-                self.gate_up_bias, self.down, self.down_bias]
-
-    def tensors(self) -> list:
-        """The tensors this copy owns, in a fixed order: what ``refresh`` writes into."""
-        return owned_tensors(self.parts())
+        """Its matrices (or projections), norms and biases, in field order: all but the window."""
+        return [value for name, value in vars(self).items() if name != "window"]
 
 
 def owned_tensors(parts) -> list:
-    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own."""
-    found = []
-    for part in parts:
-        if isinstance(part, FourBitProjection):
-            found += part.tensors()
-        elif part is not None:
-            found.append(part)
-    return found
-
-
-def _stacked_biases(weights, biases, scales, device):
-    """The biases of a group's layers, each times its scale, stacked in float32 (zeros for a layer without);
-    None when none has one."""
-    import torch
-
-    if all(bias is None for bias in biases):
-        return None
-    return torch.cat([torch.zeros(weight.shape[0], device=device) if bias is None else bias * scale
-                      for weight, bias, scale in zip(weights, biases, scales)])
-
-
-def _in(dtype, tensor):
-    """A copy of ``tensor`` in ``dtype`` (never the model's own storage: ``refresh`` writes into it), or None."""
-    return None if tensor is None else tensor.to(dtype, copy=True)
+    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own, in a fixed order:
+    what ``refresh`` writes into."""
+    return [tensor for part in parts if part is not None
+            for tensor in (part.tensors() if isinstance(part, FourBitProjection) else [part])]
 
 
 def _group(modules, norm, dtype, scales=None):
@@ -254,9 +208,14 @@ def _group(modules, norm, dtype, scales=None):
     if is_four_bit(base_of(modules[0])):  # the projection adds the biases, as bitsandbytes does
         return FourBitProjection(modules, norm, dtype, scales), None
     pairs = [effective_weights(module) for module in modules]
+    # torch.cat copies: ``refresh`` never writes into the model's own storage
     weight = torch.cat([pair[0] if scale == 1.0 else pair[0] * scale for pair, scale in zip(pairs, scales)])
     weight = weight if norm is None else weight * norm
-    return weight.to(dtype), _in(dtype, _stacked_biases(*zip(*pairs), scales, weight.device))
+    if all(bias is None for _, bias in pairs):
+        return weight.to(dtype), None
+    bias = torch.cat([torch.zeros(matrix.shape[0], device=weight.device) if bias is None else bias * scale
+                      for (matrix, bias), scale in zip(pairs, scales)])  # zeros for a layer without
+    return weight.to(dtype), bias.to(dtype)
 
 
 def _read_layer(layer, config, index: int, dtype) -> LayerWeights:
@@ -284,17 +243,22 @@ class DecodeWeights:
     """A model's weights for decoding (module docstring); ``refresh()`` re-reads them into the same tensors."""
 
     def __init__(self, model):
+        import torch
+
         core = core_model(model)
         config = core.config
         self.model, self.config = model, config
         embed = core.model.embed_tokens
-        self.dtype = (embed.original_module if _is_saved_copy(embed) else embed).weight.dtype
-        self.device = (embed.original_module if _is_saved_copy(embed) else embed).weight.device
+        weight = (embed.original_module if _is_saved_copy(embed) else embed).weight
+        self.dtype, self.device = weight.dtype, weight.device
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = head_dim(config)
         self.eps = float(config.rms_norm_eps)
-        self.embed, self.head, self.head_bias, self.layers = self._read()
+        with torch.no_grad():
+            self.embed, self.head, self.head_bias = self._read_outer()
+            self.layers = [_read_layer(layer, config, index, self.dtype)
+                           for index, layer in enumerate(core.model.layers)]
         self.vocab_size = self.head.shape[0]
         self.windows = tuple(dict.fromkeys(layer.window for layer in self.layers))  # distinct, in layer order
         self.refreshes = 0  # how many times ``refresh`` re-read the model
@@ -304,17 +268,7 @@ class DecodeWeights:
         core = core_model(self.model)
         embed, _ = effective_weights(core.model.embed_tokens)
         head, head_bias = _group([core.lm_head], core.model.norm.weight.detach().float(), self.dtype)
-        return _in(self.dtype, embed), head, head_bias
-
-    def _read(self):
-        import torch
-
-        core = core_model(self.model)
-        with torch.no_grad():
-            embed, head, head_bias = self._read_outer()
-            layers = [_read_layer(layer, self.config, index, self.dtype)
-                      for index, layer in enumerate(core.model.layers)]
-        return embed, head, head_bias, layers
+        return embed.to(self.dtype, copy=True), head, head_bias
 
     def refresh(self) -> None:
         """Read the model again (its adapter trained, reset, enabled or disabled) into the same tensors."""
@@ -327,7 +281,7 @@ class DecodeWeights:
                 target.copy_(source)
             for index, (layer, held) in enumerate(zip(core.model.layers, self.layers)):
                 fresh = _read_layer(layer, self.config, index, self.dtype)
-                for target, source in zip(held.tensors(), fresh.tensors()):
+                for target, source in zip(owned_tensors(held.parts()), owned_tensors(fresh.parts())):
                     target.copy_(source)
         self.refreshes += 1
 
