@@ -57,6 +57,7 @@ class EngineBenchResult:
     rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, engine, transformers, note)
     cuda: list[str] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
+    largest_difference: float = 0.0  # the largest NLL difference between the two on the model benchmarked
 
     def lines(self) -> list[str]:
         lines = [f"engine: {LANES} lanes, {name}: engine {ours * 1e3:.2f} ms/step, transformers "
@@ -154,7 +155,7 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
 
 def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
     """(name, engine seconds, transformers seconds, note) of one model's 16 lanes (the note says the largest NLL
-    difference between the two), and its engine."""
+    difference between the two), its engine and that difference."""
     adapted = with_test_time_lora(model)
     engines = {"engine": Engine(adapted, compile=compiles(compile, adapted)),
                "transformers": TransformersDecoder(adapted)}
@@ -163,7 +164,7 @@ def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup
     note = (f"median of {steps} steps, prompts of {lengths[0]}-{lengths[-1]} tokens, a rank-"
             f"{TEST_TIME_TRAINING.lora_rank} test-time LoRA attached, engine step "
             f"{'compiled' if engines['engine'].compiled else 'eager'}; largest NLL difference {largest:.1e}")
-    return (name, seconds["engine"], seconds["transformers"], note), engines["engine"]
+    return (name, seconds["engine"], seconds["transformers"], note), engines["engine"], largest
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
     result = EngineBenchResult()
     layers = model.config.num_hidden_layers
-    row, engine = _model_row(model, label, prompts, space, steps, warmup, compile)
+    row, engine, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
     result.rows.append(row)
     if engine.device.type == "cuda" or bandwidth is not None:
         import torch
