@@ -47,7 +47,7 @@ import numpy as np
 from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, summed_nlls,
                                     with_halving)
 from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
-from arc_kit.method.step_costs import StepCosts
+from arc_kit.method.step_costs import StepCosts, lane_bucket
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.method.weights import DecodeWeights, unsupported_reason
 from arc_kit.settings import ENGINE_COMPILE_MODES
@@ -58,11 +58,6 @@ POOL_BYTES = 4 * 2**30  # caches kept for later searches, least recently used dr
 PASS_TOKENS = 2048  # tokens of one eager pass (prompt chunks, scored answers): bounds its mask and rotations
 FALLBACK_SLOWDOWN = ("about 5x slower than the engine at 16 lanes on the CPU, 30x where a step is mostly overhead, "
                      "as on a GPU (docs/results.md)")  # transformers' forward, one lane at a time: measured
-
-
-def lane_bucket(lanes: int) -> int:
-    """The rows of the cache that holds ``lanes`` lanes: the next power of two."""
-    return 1 << max(0, int(lanes) - 1).bit_length()
 
 
 def capacity_bucket(positions: int) -> int:

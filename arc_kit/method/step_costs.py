@@ -39,7 +39,9 @@ PROBE_WIDTH = 4  # the run length of the widest timed step (``StepCosts.measured
 # on the CPU at 16 lanes the probes at 8 cost 5 s, 40 steps' worth (docs/results.md)
 
 
-def _bucket(count: int) -> int:
+def lane_bucket(count: int) -> int:
+    """The next power of two: the rows of a cache that holds ``count`` lanes, the run length a compiled step pads
+    ``count`` tokens to."""
     return 1 << max(0, int(count) - 1).bit_length()
 
 
@@ -57,7 +59,7 @@ class StepCosts:
         """A step's seconds, feeding each lane a run of ``runs[i]`` tokens."""
         lanes, width = len(runs), max(runs, default=0)
         if self.buckets:
-            lanes, width = _bucket(lanes), _bucket(width)
+            lanes, width = lane_bucket(lanes), lane_bucket(width)
         return self.fixed + self.lane * lanes + self.token * sum(runs) + self.slot * lanes * width
 
     @classmethod
@@ -68,7 +70,7 @@ class StepCosts:
         ``width`` tokens, the others one. Compiled (``buckets``), only ``every`` and ``wide`` tell anything; with
         one lane, ``fixed`` holds ``lane`` and ``token`` holds ``slot`` (they are the same there)."""
         if buckets:
-            rows, wide_rows = _bucket(lanes), _bucket(width)
+            rows, wide_rows = lane_bucket(lanes), lane_bucket(width)
             slot = max(wide - every, 0.0) / (rows * (wide_rows - 1))
             return cls(max(every - slot * rows, 0.0), 0.0, 0.0, slot, buckets=True)
         per_position = max(wide - every, 0.0) / (lanes * (width - 1))  # a token and its slot
