@@ -21,7 +21,6 @@ from arc_kit.model.optimization import quiet_peft
 from arc_kit.outputs import remove_entry, replace_file, staged_into
 
 DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
-ADAPTER_CONFIG = "adapter_config.json"
 SHARD_NAME = re.compile(r"delta-[0-9]{5}-of-[0-9]{5}\.safetensors")  # the delta's shards, by their exact form
 # LoraConfig's fields in peft 0.17.0, the oldest peft the kit supports (pyproject: peft>=0.17), read from
 # its source (peft/tuners/lora/config.py and peft/config.py), less runtime_config, which peft never saves.
@@ -101,7 +100,7 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
     later one read it without a warning (``portable_adapter_config``); the weights beside it are not touched."""
     from peft import LoraConfig
 
-    target = Path(folder) / ADAPTER_CONFIG
+    target = Path(folder) / "adapter_config.json"
     saved = portable_adapter_config(read_json(target), LoraConfig().to_dict())
     return replace_file(target, json.dumps(saved, indent=2) + "\n")
 

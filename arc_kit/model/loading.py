@@ -88,9 +88,8 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
     with torch.random.fork_rng(devices=[]):  # initialisation draws from the seed; the global state is kept
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    model.generation_config.bos_token_id = vocabulary.bos_id
-    model.generation_config.eos_token_id = vocabulary.eos_id
-    model.generation_config.pad_token_id = vocabulary.pad_id
+    model.generation_config.update(bos_token_id=vocabulary.bos_id, eos_token_id=vocabulary.eos_id,
+                                   pad_token_id=vocabulary.pad_id)
     return model, build_tokenizer(vocabulary)
 
 
@@ -136,9 +135,10 @@ class LoadedModel:
         return TaskEncoder(self.grid_tokenizer, text_format, self.token_budget() if max_len is None else max_len)
 
 
-def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) -> int | None:
-    """The most tokens a model folder takes: its maximum positions (``max_positions``, else its config's,
-    or its base's); None when its files do not say.
+def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
+    """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
+    authors' cap for every model) cut to the model's maximum positions (``max_positions``, else its config's,
+    or its base's; none when its files do not say), with a one-line warning when cut.
 
     The ``token_budget`` that training records in arc_kit.json (the length a model trained on) does
     not bound it: a model may be asked for more than it trained on (room for a 30x30 answer, say).
@@ -149,14 +149,7 @@ def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) ->
         if not config and is_delta_folder(path):
             config = read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
-    return int(max_positions) if max_positions else None
-
-
-def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
-    """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
-    authors' cap for every model) cut to the model's maximum positions (``token_limit_of``), with a
-    one-line warning when cut."""
-    return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, token_limit_of(path, max_positions), str(path))
+    return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, int(max_positions) if max_positions else None, str(path))
 
 
 def cut_to_limit(budget: int, limit: int | None, model: str) -> int:
@@ -300,8 +293,13 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
-    elif plan.is_adapter:  # merged into 16- or 32-bit weights; kept apart on 4-bit ones (rounding would lose it)
-        model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
+    elif plan.is_adapter:  # merged into 16- or 32-bit weights (a plain model, which the engine runs and test-time
+        from peft import PeftModel  # training puts its own adapter on); kept apart on 4-bit ones (rounding would lose it)
+
+        with quiet_peft(model):
+            model = PeftModel.from_pretrained(model, plan.path, is_trainable=False)
+        if not (plan.quantized_on_disk or settings.quantization):
+            model = model.merge_and_unload()
     if "device_map" not in arguments:
         model = model.to(plan.device)
     return keep_four_bit_layout(model)
@@ -333,16 +331,6 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
     if plan.device.startswith("cuda") or plan.quantized_on_disk:  # 4-bit weights are placed as they load
         arguments["device_map"] = {"": plan.device}
     return arguments
-
-
-def _with_adapter(model, path: Path, merge: bool = True):
-    """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
-    which the engine runs and test-time training puts its own adapter on), or kept as a peft model."""
-    from peft import PeftModel
-
-    with quiet_peft(model):
-        adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
-    return adapted.merge_and_unload() if merge else adapted
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,4 +372,4 @@ __all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel
            "apply_delta",
            "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
            "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
-           "save_model", "token_budget_of", "token_limit_of"]
+           "save_model", "token_budget_of"]

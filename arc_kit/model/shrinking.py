@@ -95,15 +95,6 @@ def _token_id_fields(config) -> dict[str, Any]:
         if isinstance(fields, dict) else {}
 
 
-def config_token_ids(*configs) -> set[int]:
-    """Every id under a ``*_token_id`` key of the given configs (ints or lists of ints)."""
-    found: set[int] = set()
-    for config in configs:
-        for value in _token_id_fields(config).values():
-            found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
-    return found
-
-
 def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
                    configs: tuple = ()) -> list[int]:
     """Old ids to keep, ascending (see the module docstring for the two sets).
@@ -124,7 +115,8 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
     if kept == "authors":
         keep |= {_single_token(tokenizer, character)[0] for character in AUTHORS_CHARACTERS}  # None where not one
         keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
-        keep |= config_token_ids(*configs)
+        values = [value for config in configs for value in _token_id_fields(config).values()]  # ints or lists
+        keep |= {int(v) for value in values for v in (value if isinstance(value, list) else [value]) if v is not None}
         keep.discard(tokenizer.unk_token_id)
     keep.discard(None)
     return sorted(keep)
@@ -206,10 +198,8 @@ def shrink_model(model, keep: list[int]) -> None:
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embeddings.weight
     with torch.no_grad():
-        new_embeddings = torch.nn.Embedding(len(keep), embeddings.embedding_dim, padding_idx=None,
-                                            device=embeddings.weight.device, dtype=embeddings.weight.dtype)
-        new_embeddings.weight.copy_(embeddings.weight.index_select(0, index.to(embeddings.weight.device)))
-        model.set_input_embeddings(new_embeddings)
+        kept_rows = embeddings.weight.index_select(0, index.to(embeddings.weight.device))
+        model.set_input_embeddings(torch.nn.Embedding.from_pretrained(kept_rows, freeze=False))
         if head is not None:
             new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
                                        device=head.weight.device, dtype=head.weight.dtype)
