@@ -49,7 +49,6 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     for old in path.glob("delta-*-of-*.safetensors"):  # an earlier save's shards (its count may differ)
         if SHARD_NAME.fullmatch(old.name):
             remove_entry(old)

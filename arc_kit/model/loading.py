@@ -1,19 +1,14 @@
 """Models: building the from-scratch presets with the 64-symbol vocabulary, and loading any causal LM offline.
 
-``load_model`` reads three kinds of model folder:
-- an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer files): a
-  from-scratch preset, a merged fine-tune, a vocabulary-shrunk pretrained model;
-- a peft LoRA adapter folder that names its base model's folder;
-- *a named base plus what training added*: ``arc_kit.json`` names a base of ``bases.BASES``, and
-  the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
-  shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
-  load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang. A
-full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``: nothing written); a
-plain LoRA adapter is merged into its base; weights stored in 4 bits load on the CPU too. This module
-knows how to build, save and load models; the folder's files, and the one-line errors that name a
-broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on from here).
-It knows nothing of tasks beyond the vocabulary, nor of training.
+``load_model`` reads the three kinds of model folder that ``folders`` tells apart: an ordinary Hugging Face
+folder (a from-scratch preset, a merged fine-tune, a shrunk pretrained model), a peft LoRA adapter on the base
+folder its config names (merged in, except on 4-bit weights), and a named base plus what training added
+(``deltas``), the base built or found in the cache (``bases``) and the delta merged in, so that the result is
+a plain model (``merge_delta`` writes it out as an ordinary folder). Before a weight is read,
+``checks.check_before_load`` refuses in one line what would fail or hang; a full-vocabulary folder is shrunk
+to the authors' set as it loads (``shrinking``: nothing written); weights stored in 4 bits load on the CPU
+too. This module knows how to build, save and load models (the names of ``folders`` and ``deltas`` that
+others need are handed on from here); it knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -227,7 +222,9 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     adapter_config = {} if delta else read_json(path / "adapter_config.json")
     base_path = path
     if delta:
-        base_path = _delta_base(path, settings)
+        base_path = Path(settings.base_model) if settings.base_model else build_base(  # the base given, or built
+            json.loads((path / DELTA_INDEX).read_text())["base"], weights=settings.base_weights,
+            download=settings.download_base)
         if backend == "unsloth" and settings.backend == "unsloth":
             raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, which loads through transformers; "
                                                 "use backend='transformers' (or 'auto')")
@@ -335,14 +332,6 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
 
 # ---------------------------------------------------------------------------------------------
 # A named base plus what training added.
-
-def _delta_base(path: Path, settings: LoadSettings) -> Path:
-    """The base model folder a delta goes on: the one given, else ``bases.build_base`` (cached)."""
-    if settings.base_model:
-        return Path(settings.base_model)
-    index = json.loads((path / DELTA_INDEX).read_text())
-    return build_base(index["base"], weights=settings.base_weights, download=settings.download_base)
-
 
 def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False, **load_options) -> Path:
     """Write a base-plus-delta folder as an ordinary, merged model folder ``out``: new, empty, or (with

@@ -87,15 +87,13 @@ def build_optimizer(groups: list[dict], kind: str = "auto"):
 
     if kind == "auto":
         kind = "adamw_8bit" if devices.bitsandbytes_works() else "adamw"
-    if kind == "adamw_8bit":
-        if not devices.bitsandbytes_works():
-            raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
-        import bitsandbytes
-
-        return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
     if kind == "adamw":
         return torch.optim.AdamW(groups, betas=(0.9, 0.999))
-    raise ValueError(f"unknown optimizer {kind!r}; expected auto, adamw or adamw_8bit")
+    if not devices.bitsandbytes_works():  # adamw_8bit, the settings' last choice
+        raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
+    import bitsandbytes
+
+    return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
 
 
 def cosine_schedule(optimizer, steps: int, warmup_ratio: float):

@@ -19,9 +19,8 @@ and the paper's recipe trains the embeddings and the head as separate modules.
 Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
 Qwen, GPT-2, SmolLM2) or WordLevel, where each needed character is one token. Anything else fails
 with a message naming the characters that could not be kept. The authors' released checkpoints are
-already shrunk and need none of this. ``kept_at_load`` says whether a folder's vocabulary is to be
-shrunk as it loads (``loading`` then cuts the model and tokenizer in memory, writing nothing), and
-``format_problem`` whether a tokenizer writes grids one token a cell. Knows nothing of training or tasks.
+already shrunk and need none of this; a folder that is not is shrunk in memory as it loads
+(``kept_at_load``, ``loading``). Knows nothing of training or tasks.
 """
 
 from __future__ import annotations
@@ -97,12 +96,8 @@ def _token_id_fields(config) -> dict[str, Any]:
 
 def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
                    configs: tuple = ()) -> list[int]:
-    """Old ids to keep, ascending (see the module docstring for the two sets).
-
-    The characters the format writes must each be one token (else ValueError naming them); under
-    ``"authors"`` the other characters of their set are kept where they are single tokens, and the
-    ids of ``configs`` (the model's config and generation config) are kept too.
-    """
+    """Old ids to keep, ascending: the module docstring's set ``kept``, the ids of ``configs`` (the model's config
+    and generation config) among them; ValueError naming the characters the format writes that are not one token."""
     if kept not in KEPT_SETS:
         raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
     if kept == "authors":
@@ -186,10 +181,8 @@ def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
 
 
 def shrink_model(model, keep: list[int]) -> None:
-    """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids.
-
-    A head tied to the embeddings gets its own copy of the kept rows, and the config says so.
-    """
+    """Keep only the ``keep`` rows of the input embeddings and output head (a tied head untied: the module
+    docstring); remap config token ids."""
     import torch
 
     index = torch.tensor(keep, dtype=torch.long)
