@@ -209,20 +209,16 @@ def check_against_weights(architecture: Architecture, weights: WeightFiles, wher
 # ---------------------------------------------------------------------------------------------
 # Sizes against this machine, and all of it before a load.
 
-def machine_memory(device: str = "cpu") -> int:
-    """This machine's memory in bytes: the GPU's for a CUDA device, else the physical memory."""
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_fits_machine(needed: int, what: str, device: str = "cpu") -> None:
-    """UnsupportedSetupError in one line when ``needed`` bytes are more than ``device``'s memory."""
-    have = machine_memory(device)
+    """UnsupportedSetupError in one line when ``needed`` bytes are more than ``device``'s memory (the GPU's for a
+    CUDA device, else the physical memory)."""
+    import torch  # loaded already: only a model's load asks
+
+    on_gpu = device.startswith("cuda")
+    have = torch.cuda.get_device_properties(device).total_memory if on_gpu else \
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > have:
-        where = "the GPU" if device.startswith("cuda") else "this machine"
+        where = "the GPU" if on_gpu else "this machine"
         raise UnsupportedSetupError(f"{what} needs about {needed / GIB:,.1f} GiB and {where} has "
                                     f"{have / GIB:,.1f} GiB: load it in 4 bits on a GPU (quantization='4bit'), "
                                     "or choose a smaller model (arc-kit check-model shows what it needs)")

@@ -49,19 +49,6 @@ def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
     return sorted(set(text))
 
 
-def without_normalizer(tokenizer):
-    """The tokenizer with its normaliser removed (a copy; the same object when it has none).
-
-    A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
-    ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
-    """
-    if tokenizer.backend_tokenizer.normalizer is None:
-        return tokenizer
-    stripped = copy.deepcopy(tokenizer)
-    stripped.backend_tokenizer.normalizer = None
-    return stripped
-
-
 def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
     """(id, '') when ``character`` is exactly one token of its own, else (None, why not)."""
     try:
@@ -100,8 +87,9 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
     and generation config) among them; ValueError naming the characters the format writes that are not one token."""
     if kept not in KEPT_SETS:
         raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
-    if kept == "authors":
-        tokenizer = without_normalizer(tokenizer)
+    if kept == "authors" and tokenizer.backend_tokenizer.normalizer is not None:
+        tokenizer = copy.deepcopy(tokenizer)  # a normaliser such as Llama 2's (prepend, spaces as "▁") makes "A"
+        tokenizer.backend_tokenizer.normalizer = None  # read as "▁A": the authors drop it before shrinking
     required = [_single_token(tokenizer, character) for character in needed_characters(text_format)]
     failures = [why for token, why in required if token is None]
     if failures:
