@@ -358,7 +358,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "adapter_base",
-           "apply_delta",
-           "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
-           "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
-           "save_model", "token_budget_of"]
+           "apply_delta", "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit",
+           "default_model_path", "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info",
+           "parameter_count", "save_delta", "save_model", "token_budget_of"]

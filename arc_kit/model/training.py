@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -450,7 +450,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     loader = _batch_loader(dataset, encoder, settings, first_step, accelerator)
 
     info = run_info(settings=settings.to_json(), model_source=source.description, data=data_description,
-                    plan=None if plan is None else plan.to_json(),
+                    plan=None if plan is None else asdict(plan),
                     processes=accelerator.num_processes, device=device,
                     mixed_precision=accelerator.mixed_precision, seeds={"training": settings.lora.training_seed},
                     optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
