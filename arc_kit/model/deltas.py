@@ -53,19 +53,17 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
         if SHARD_NAME.fullmatch(old.name):
             remove_entry(old)
     state = get_peft_model_state_dict(model)
-    shards, current, size = [], {}, 0
+    shards, size = [{}], 0  # a peft model's state is never empty
     for name, tensor in state.items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
         nbytes = tensor.numel() * tensor.element_size()
         if nbytes > max_shard_bytes:
             raise ValueError(f"{name} alone holds {nbytes / 2**20:.1f} MiB, over the shard size")
-        if current and size + nbytes > max_shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = tensor
+        if size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
         size += nbytes
-    if current:
-        shards.append(current)
     names = [f"delta-{number:05d}-of-{len(shards):05d}.safetensors" for number in range(1, len(shards) + 1)]
     with staged_into(path) as staging:  # every file renamed into place: a link there is never followed
         for name, shard in zip(names, shards):

@@ -179,8 +179,10 @@ def shrink_model(model, keep: list[int]) -> None:
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embeddings.weight
     with torch.no_grad():
-        kept_rows = embeddings.weight.index_select(0, index.to(embeddings.weight.device))
-        model.set_input_embeddings(torch.nn.Embedding.from_pretrained(kept_rows, freeze=False))
+        new_embeddings = torch.nn.Embedding(len(keep), embeddings.embedding_dim, padding_idx=None,
+                                            device=embeddings.weight.device, dtype=embeddings.weight.dtype)
+        new_embeddings.weight.copy_(embeddings.weight.index_select(0, index.to(embeddings.weight.device)))
+        model.set_input_embeddings(new_embeddings)
         if head is not None:
             new_head = torch.nn.Linear(head.in_features, len(keep), bias=head.bias is not None,
                                        device=head.weight.device, dtype=head.weight.dtype)

@@ -88,8 +88,7 @@ def prepare_for_training(model, settings: TrainingSettings):
         model = add_lora(model, settings.lora.lora_rank, settings.lora.lora_alpha, settings.lora.train_embeddings)
     if settings.lora.gradient_checkpointing:
         enable_activation_checkpointing(model)
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
+        model.enable_input_require_grads()  # a transformers model, or peft's around one
     model.config.use_cache = False
     return model
 
