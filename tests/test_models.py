@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model import devices
 from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, LoadedModel, build_tokenizer, create_model, load_encoder,
-                                   load_model, model_info, save_model, token_budget_of, token_limit_of)
+                                   load_model, model_info, save_model, token_budget_of)
 from arc_kit.settings import MODEL_PRESETS
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
@@ -248,15 +248,15 @@ def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_mod
     empty = tmp_path / "empty"
     empty.mkdir()
     assert DEFAULT_TOKEN_BUDGET == 8192
-    assert token_budget_of(long) == 8192 and token_limit_of(long) == 131072
+    assert token_budget_of(long) == 8192 and token_budget_of(long, 200_000) == 131072
     assert token_budget_of(long, 16384) == 16384 and token_budget_of(long, 2048) == 2048
-    assert token_budget_of(empty) == 8192 and token_limit_of(empty) is None and token_budget_of(empty, 99999) == 99999
+    assert token_budget_of(empty) == 8192 and token_budget_of(empty, 99999) == 99999
     with caplog.at_level(logging.WARNING, logger="arc_kit.model.loading"):
         assert token_budget_of(plain) == 5000 and token_budget_of(plain, 4000) == 4000
         assert token_budget_of(plain, 6000, max_positions=777) == 777
     assert any("6000 is more than" in record.getMessage() and "using 777" in record.getMessage()
                for record in caplog.records)
-    assert token_limit_of(recorded) == 5000 and token_budget_of(recorded) == 5000  # trained on 3000: a record only
+    assert token_budget_of(recorded, 9000) == 5000 and token_budget_of(recorded) == 5000  # trained on 3000: a record only
     loaded = load_model(recorded, device="cpu")
     assert loaded.token_budget() == 5000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 5000
     assert load_model(long, device="cpu").encoder().max_len == 8192

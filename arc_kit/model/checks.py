@@ -80,15 +80,6 @@ def architecture_of(config: dict, where: str | os.PathLike = "config.json") -> A
                         _quantization(config), config.get("torch_dtype") or config.get("dtype"))
 
 
-def read_architecture(folder: str | os.PathLike) -> Architecture:
-    """``architecture_of`` the folder's config.json; ModelFolderError in one line when it has none."""
-    path = Path(folder) / "config.json"
-    config = read_json(path)
-    if not config:
-        raise ModelFolderError(f"{folder} has no config.json (or an empty one): it is no model folder")
-    return architecture_of(config, path)
-
-
 # ---------------------------------------------------------------------------------------------
 # The weights files.
 
@@ -180,17 +171,12 @@ def _pickled_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         what = f" (it calls {found.group(1)})" if found else ""
         raise ModelFolderError(f"{path} is not plain tensors{what}: {PLAIN_TENSORS_ONLY}") from None
     except (RuntimeError, EOFError, OSError, ValueError) as error:
-        raise ModelFolderError(f"cannot read {path}: {_without_unsafe_advice(error)}: copy it again") from None
+        why = first_line(error).split("weights_only")[0].rstrip(" ,.;(")  # cut before advice to turn safety off
+        raise ModelFolderError(f"cannot read {path}: {why or type(error).__name__}: copy it again") from None
     if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         raise ModelFolderError(f"{path} holds a {type(state).__name__} that is not a name-to-tensor dict: "
                                f"{PLAIN_TENSORS_ONLY}")
     return {str(name): (str(value.dtype).removeprefix("torch."), tuple(value.shape)) for name, value in state.items()}
-
-
-def _without_unsafe_advice(error: BaseException) -> str:
-    """An error's first line, cut before any advice to turn the safe reader off."""
-    line = first_line(error)
-    return line.split("weights_only")[0].rstrip(" ,.;(") or type(error).__name__
 
 
 def check_against_weights(architecture: Architecture, weights: WeightFiles, where: str | os.PathLike) -> None:
@@ -209,20 +195,16 @@ def check_against_weights(architecture: Architecture, weights: WeightFiles, wher
 # ---------------------------------------------------------------------------------------------
 # Sizes against this machine, and all of it before a load.
 
-def machine_memory(device: str = "cpu") -> int:
-    """This machine's memory in bytes: the GPU's for a CUDA device, else the physical memory."""
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.get_device_properties(torch.device(device)).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_fits_machine(needed: int, what: str, device: str = "cpu") -> None:
-    """UnsupportedSetupError in one line when ``needed`` bytes are more than ``device``'s memory."""
-    have = machine_memory(device)
+    """UnsupportedSetupError in one line when ``needed`` bytes are more than ``device``'s memory (the GPU's for a
+    CUDA device, else the physical memory)."""
+    import torch  # loaded already: only a model's load asks
+
+    on_gpu = device.startswith("cuda")
+    have = torch.cuda.get_device_properties(device).total_memory if on_gpu else \
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > have:
-        where = "the GPU" if device.startswith("cuda") else "this machine"
+        where = "the GPU" if on_gpu else "this machine"
         raise UnsupportedSetupError(f"{what} needs about {needed / GIB:,.1f} GiB and {where} has "
                                     f"{have / GIB:,.1f} GiB: load it in 4 bits on a GPU (quantization='4bit'), "
                                     "or choose a smaller model (arc-kit check-model shows what it needs)")
@@ -234,7 +216,10 @@ def check_before_load(folder: Path, adapter: Path | None = None, device: str | N
     the kit loads, the weights there and whole (pickles as plain tensors only), the config against the
     weights, an adapter's weights, and the weights (``value_bytes`` each) against ``device``'s memory (not
     when ``device`` is None: ``arc-kit check-model`` weighs them against the GPUs instead)."""
-    architecture = read_architecture(folder)
+    config = read_json(folder / "config.json")
+    if not config:
+        raise ModelFolderError(f"{folder} has no config.json (or an empty one): it is no model folder")
+    architecture = architecture_of(config, folder / "config.json")
     if architecture.quantization and not architecture.four_bit:
         raise UnsupportedSetupError(f"{folder} holds {architecture.quantization} weights; the kit loads unquantized "
                                     "or bitsandbytes 4-bit weights")

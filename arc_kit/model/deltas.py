@@ -21,7 +21,6 @@ from arc_kit.model.optimization import quiet_peft
 from arc_kit.outputs import remove_entry, replace_file, staged_into
 
 DELTA_SHARD_BYTES = 15 * 2**20  # each shard stays under 16 MiB (Kaggle, transfers, git)
-ADAPTER_CONFIG = "adapter_config.json"
 SHARD_NAME = re.compile(r"delta-[0-9]{5}-of-[0-9]{5}\.safetensors")  # the delta's shards, by their exact form
 # LoraConfig's fields in peft 0.17.0, the oldest peft the kit supports (pyproject: peft>=0.17), read from
 # its source (peft/tuners/lora/config.py and peft/config.py), less runtime_config, which peft never saves.
@@ -50,24 +49,21 @@ def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict 
     from safetensors.torch import save_file
 
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     for old in path.glob("delta-*-of-*.safetensors"):  # an earlier save's shards (its count may differ)
         if SHARD_NAME.fullmatch(old.name):
             remove_entry(old)
     state = get_peft_model_state_dict(model)
-    shards, current, size = [], {}, 0
+    shards, size = [{}], 0  # a peft model's state is never empty
     for name, tensor in state.items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
         nbytes = tensor.numel() * tensor.element_size()
         if nbytes > max_shard_bytes:
             raise ValueError(f"{name} alone holds {nbytes / 2**20:.1f} MiB, over the shard size")
-        if current and size + nbytes > max_shard_bytes:
-            shards.append(current)
-            current, size = {}, 0
-        current[name] = tensor
+        if size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
         size += nbytes
-    if current:
-        shards.append(current)
     names = [f"delta-{number:05d}-of-{len(shards):05d}.safetensors" for number in range(1, len(shards) + 1)]
     with staged_into(path) as staging:  # every file renamed into place: a link there is never followed
         for name, shard in zip(names, shards):
@@ -101,7 +97,7 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
     later one read it without a warning (``portable_adapter_config``); the weights beside it are not touched."""
     from peft import LoraConfig
 
-    target = Path(folder) / ADAPTER_CONFIG
+    target = Path(folder) / "adapter_config.json"
     saved = portable_adapter_config(read_json(target), LoraConfig().to_dict())
     return replace_file(target, json.dumps(saved, indent=2) + "\n")
 

@@ -67,8 +67,7 @@ def save_model(model, tokenizer, path: str | os.PathLike, info: dict | None = No
     """Save weights (safetensors, sharded), config, tokenizer, and ``info`` as ``arc_kit.json``; every file written
     aside first and renamed over its name (``outputs.staged_into``: a link there is replaced, never followed)."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    with staged_into(path) as staging:
+    with staged_into(path) as staging:  # the folder made where missing
         model.save_pretrained(staging, max_shard_size=max_shard_size)
         tokenizer.save_pretrained(staging)
     if info is not None:

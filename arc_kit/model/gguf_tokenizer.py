@@ -35,20 +35,13 @@ class UnsupportedTokenizerError(ValueError):
     """The GGUF file describes a tokenizer this module does not build (the message says which, in one line)."""
 
 
-def read_metadata(path: str | os.PathLike) -> dict:
-    """The file's tokenizer metadata (``tokenizer.*`` keys) and ``general.architecture``, as Python values."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(str(path)).fields
-    return {name: field.contents() for name, field in fields.items()
-            if name.startswith("tokenizer.ggml.") or name == "general.architecture"}
-
-
 def gguf_tokenizer(path: str | os.PathLike):
     """The ``transformers`` fast tokenizer of the GGUF file at ``path`` (see the module docstring)."""
+    from gguf import GGUFReader
     from transformers import PreTrainedTokenizerFast
 
-    metadata = read_metadata(path)
+    metadata = {name: field.contents() for name, field in GGUFReader(str(path)).fields.items()
+                if name.startswith("tokenizer.ggml.")}  # llama.cpp's tokenizer keys, as Python values
     backend = byte_level_backend(metadata, path)
     tokens = metadata["tokenizer.ggml.tokens"]
     special = {name: tokens[int(metadata[key])] for name, key in SPECIAL_IDS.items()

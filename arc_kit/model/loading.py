@@ -1,19 +1,14 @@
 """Models: building the from-scratch presets with the 64-symbol vocabulary, and loading any causal LM offline.
 
-``load_model`` reads three kinds of model folder:
-- an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer files): a
-  from-scratch preset, a merged fine-tune, a vocabulary-shrunk pretrained model;
-- a peft LoRA adapter folder that names its base model's folder;
-- *a named base plus what training added*: ``arc_kit.json`` names a base of ``bases.BASES``, and
-  the folder holds a LoRA adapter with the trained embedding and head rows in small safetensors
-  shards (``save_delta``). The base is built (or found in the cache) and the delta merged in on
-  load, so the result is a plain model; ``merge_delta`` writes it out as an ordinary folder.
-Before a weight is read, ``checks.check_before_load`` refuses in one line what would fail or hang. A
-full-vocabulary folder is shrunk to the authors' set as it loads (``shrinking``: nothing written); a
-plain LoRA adapter is merged into its base; weights stored in 4 bits load on the CPU too. This module
-knows how to build, save and load models; the folder's files, and the one-line errors that name a
-broken one, are ``folders``', the delta's shards ``deltas``' (their names are handed on from here).
-It knows nothing of tasks beyond the vocabulary, nor of training.
+``load_model`` reads the three kinds of model folder that ``folders`` tells apart: an ordinary Hugging Face
+folder (a from-scratch preset, a merged fine-tune, a shrunk pretrained model), a peft LoRA adapter on the base
+folder its config names (merged in, except on 4-bit weights), and a named base plus what training added
+(``deltas``), the base built or found in the cache (``bases``) and the delta merged in, so that the result is
+a plain model (``merge_delta`` writes it out as an ordinary folder). Before a weight is read,
+``checks.check_before_load`` refuses in one line what would fail or hang; a full-vocabulary folder is shrunk
+to the authors' set as it loads (``shrinking``: nothing written); weights stored in 4 bits load on the CPU
+too. This module knows how to build, save and load models (the names of ``folders`` and ``deltas`` that
+others need are handed on from here); it knows nothing of tasks beyond the vocabulary, nor of training.
 """
 
 from __future__ import annotations
@@ -88,9 +83,8 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
     with torch.random.fork_rng(devices=[]):  # initialisation draws from the seed; the global state is kept
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    model.generation_config.bos_token_id = vocabulary.bos_id
-    model.generation_config.eos_token_id = vocabulary.eos_id
-    model.generation_config.pad_token_id = vocabulary.pad_id
+    model.generation_config.update(bos_token_id=vocabulary.bos_id, eos_token_id=vocabulary.eos_id,
+                                   pad_token_id=vocabulary.pad_id)
     return model, build_tokenizer(vocabulary)
 
 
@@ -136,9 +130,10 @@ class LoadedModel:
         return TaskEncoder(self.grid_tokenizer, text_format, self.token_budget() if max_len is None else max_len)
 
 
-def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) -> int | None:
-    """The most tokens a model folder takes: its maximum positions (``max_positions``, else its config's,
-    or its base's); None when its files do not say.
+def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
+    """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
+    authors' cap for every model) cut to the model's maximum positions (``max_positions``, else its config's,
+    or its base's; none when its files do not say), with a one-line warning when cut.
 
     The ``token_budget`` that training records in arc_kit.json (the length a model trained on) does
     not bound it: a model may be asked for more than it trained on (room for a 30x30 answer, say).
@@ -149,14 +144,7 @@ def token_limit_of(path: str | os.PathLike, max_positions: int | None = None) ->
         if not config and is_delta_folder(path):
             config = read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
-    return int(max_positions) if max_positions else None
-
-
-def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
-    """The token budget to use with a model folder: ``requested`` (default ``DEFAULT_TOKEN_BUDGET``, the
-    authors' cap for every model) cut to the model's maximum positions (``token_limit_of``), with a
-    one-line warning when cut."""
-    return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, token_limit_of(path, max_positions), str(path))
+    return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, int(max_positions) if max_positions else None, str(path))
 
 
 def cut_to_limit(budget: int, limit: int | None, model: str) -> int:
@@ -234,7 +222,9 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     adapter_config = {} if delta else read_json(path / "adapter_config.json")
     base_path = path
     if delta:
-        base_path = _delta_base(path, settings)
+        base_path = Path(settings.base_model) if settings.base_model else build_base(  # the base given, or built
+            json.loads((path / DELTA_INDEX).read_text())["base"], weights=settings.base_weights,
+            download=settings.download_base)
         if backend == "unsloth" and settings.backend == "unsloth":
             raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, which loads through transformers; "
                                                 "use backend='transformers' (or 'auto')")
@@ -300,8 +290,13 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
-    elif plan.is_adapter:  # merged into 16- or 32-bit weights; kept apart on 4-bit ones (rounding would lose it)
-        model = _with_adapter(model, plan.path, merge=not (plan.quantized_on_disk or settings.quantization))
+    elif plan.is_adapter:  # merged into 16- or 32-bit weights (a plain model, which the engine runs and test-time
+        from peft import PeftModel  # training puts its own adapter on); kept apart on 4-bit ones (rounding would lose it)
+
+        with quiet_peft(model):
+            model = PeftModel.from_pretrained(model, plan.path, is_trainable=False)
+        if not (plan.quantized_on_disk or settings.quantization):
+            model = model.merge_and_unload()
     if "device_map" not in arguments:
         model = model.to(plan.device)
     return keep_four_bit_layout(model)
@@ -335,26 +330,8 @@ def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[
     return arguments
 
 
-def _with_adapter(model, path: Path, merge: bool = True):
-    """The peft adapter of folder ``path`` on ``model``, for inference: merged into its weights (a plain model,
-    which the engine runs and test-time training puts its own adapter on), or kept as a peft model."""
-    from peft import PeftModel
-
-    with quiet_peft(model):
-        adapted = PeftModel.from_pretrained(model, path, is_trainable=False)
-    return adapted.merge_and_unload() if merge else adapted
-
-
 # ---------------------------------------------------------------------------------------------
 # A named base plus what training added.
-
-def _delta_base(path: Path, settings: LoadSettings) -> Path:
-    """The base model folder a delta goes on: the one given, else ``bases.build_base`` (cached)."""
-    if settings.base_model:
-        return Path(settings.base_model)
-    index = json.loads((path / DELTA_INDEX).read_text())
-    return build_base(index["base"], weights=settings.base_weights, download=settings.download_base)
-
 
 def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False, **load_options) -> Path:
     """Write a base-plus-delta folder as an ordinary, merged model folder ``out``: new, empty, or (with
@@ -381,7 +358,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "adapter_base",
-           "apply_delta",
-           "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit", "default_model_path",
-           "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info", "parameter_count", "save_delta",
-           "save_model", "token_budget_of", "token_limit_of"]
+           "apply_delta", "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit",
+           "default_model_path", "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info",
+           "parameter_count", "save_delta", "save_model", "token_budget_of"]

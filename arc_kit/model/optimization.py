@@ -22,12 +22,6 @@ def embedding_module_names(model) -> list[str]:
                    if name and any(module is target for target in targets)})
 
 
-def embeddings_tied(model) -> bool:
-    """True when the output head is the input embeddings (one tensor), as a config's ``tie_word_embeddings`` says."""
-    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
-    return head is not None and embeddings is not None and head.weight is embeddings.weight
-
-
 @contextmanager
 def quiet_peft(model):
     """Around peft wrapping ``model``: two of its warnings that do not apply silenced. peft asks transformers
@@ -35,7 +29,8 @@ def quiet_peft(model):
     the adapter for any model whose class can tie them, also one whose head is its own tensor (an untied config)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        if not embeddings_tied(model):
+        head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+        if head is None or embeddings is None or head.weight is not embeddings.weight:  # its own tensor: untied
             warnings.filterwarnings("ignore", message=".*`tie_word_embeddings=True` and a tied layer is part of")
         yield
 
@@ -87,15 +82,13 @@ def build_optimizer(groups: list[dict], kind: str = "auto"):
 
     if kind == "auto":
         kind = "adamw_8bit" if devices.bitsandbytes_works() else "adamw"
-    if kind == "adamw_8bit":
-        if not devices.bitsandbytes_works():
-            raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
-        import bitsandbytes
-
-        return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
     if kind == "adamw":
         return torch.optim.AdamW(groups, betas=(0.9, 0.999))
-    raise ValueError(f"unknown optimizer {kind!r}; expected auto, adamw or adamw_8bit")
+    if not devices.bitsandbytes_works():  # adamw_8bit, the settings' last choice
+        raise devices.UnsupportedSetupError("8-bit AdamW needs bitsandbytes on a CUDA GPU; use optimizer='adamw'")
+    import bitsandbytes
+
+    return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
 
 
 def cosine_schedule(optimizer, steps: int, warmup_ratio: float):

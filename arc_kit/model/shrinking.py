@@ -19,9 +19,8 @@ and the paper's recipe trains the embeddings and the head as separate modules.
 Supported tokenizers: fast tokenizers whose model is BPE (byte-level as in Llama 3, Mistral NeMo,
 Qwen, GPT-2, SmolLM2) or WordLevel, where each needed character is one token. Anything else fails
 with a message naming the characters that could not be kept. The authors' released checkpoints are
-already shrunk and need none of this. ``kept_at_load`` says whether a folder's vocabulary is to be
-shrunk as it loads (``loading`` then cuts the model and tokenizer in memory, writing nothing), and
-``format_problem`` whether a tokenizer writes grids one token a cell. Knows nothing of training or tasks.
+already shrunk and need none of this; a folder that is not is shrunk in memory as it loads
+(``kept_at_load``, ``loading``). Knows nothing of training or tasks.
 """
 
 from __future__ import annotations
@@ -48,19 +47,6 @@ def needed_characters(text_format: TextFormat = TextFormat()) -> list[str]:
     text = "0123456789" + text_format.row_separator + text_format.end_of_example + text_format.input_prefix + \
         text_format.output_prefix + text_format.preprompt
     return sorted(set(text))
-
-
-def without_normalizer(tokenizer):
-    """The tokenizer with its normaliser removed (a copy; the same object when it has none).
-
-    A normaliser such as Llama 2's (prepend and replace spaces with ``▁``) makes ``"A"`` read as
-    ``"▁A"``; the authors drop it before shrinking, and so does ``kept="authors"``.
-    """
-    if tokenizer.backend_tokenizer.normalizer is None:
-        return tokenizer
-    stripped = copy.deepcopy(tokenizer)
-    stripped.backend_tokenizer.normalizer = None
-    return stripped
 
 
 def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
@@ -95,27 +81,15 @@ def _token_id_fields(config) -> dict[str, Any]:
         if isinstance(fields, dict) else {}
 
 
-def config_token_ids(*configs) -> set[int]:
-    """Every id under a ``*_token_id`` key of the given configs (ints or lists of ints)."""
-    found: set[int] = set()
-    for config in configs:
-        for value in _token_id_fields(config).values():
-            found.update(int(v) for v in (value if isinstance(value, list) else [value]) if v is not None)
-    return found
-
-
 def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str = "authors",
                    configs: tuple = ()) -> list[int]:
-    """Old ids to keep, ascending (see the module docstring for the two sets).
-
-    The characters the format writes must each be one token (else ValueError naming them); under
-    ``"authors"`` the other characters of their set are kept where they are single tokens, and the
-    ids of ``configs`` (the model's config and generation config) are kept too.
-    """
+    """Old ids to keep, ascending: the module docstring's set ``kept``, the ids of ``configs`` (the model's config
+    and generation config) among them; ValueError naming the characters the format writes that are not one token."""
     if kept not in KEPT_SETS:
         raise ValueError(f"unknown kept set {kept!r}; expected one of {KEPT_SETS}")
-    if kept == "authors":
-        tokenizer = without_normalizer(tokenizer)
+    if kept == "authors" and tokenizer.backend_tokenizer.normalizer is not None:
+        tokenizer = copy.deepcopy(tokenizer)  # a normaliser such as Llama 2's (prepend, spaces as "▁") makes "A"
+        tokenizer.backend_tokenizer.normalizer = None  # read as "▁A": the authors drop it before shrinking
     required = [_single_token(tokenizer, character) for character in needed_characters(text_format)]
     failures = [why for token, why in required if token is None]
     if failures:
@@ -124,7 +98,8 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
     if kept == "authors":
         keep |= {_single_token(tokenizer, character)[0] for character in AUTHORS_CHARACTERS}  # None where not one
         keep |= _post_processor_special_ids(json.loads(tokenizer.backend_tokenizer.to_str()).get("post_processor"))
-        keep |= config_token_ids(*configs)
+        values = [value for config in configs for value in _token_id_fields(config).values()]  # ints or lists
+        keep |= {int(v) for value in values for v in (value if isinstance(value, list) else [value]) if v is not None}
         keep.discard(tokenizer.unk_token_id)
     keep.discard(None)
     return sorted(keep)
@@ -194,10 +169,8 @@ def shrink_tokenizer(tokenizer, keep: list[int], drop_normalizer: bool = True):
 
 
 def shrink_model(model, keep: list[int]) -> None:
-    """Keep only the ``keep`` rows of the input embeddings and output head; remap config token ids.
-
-    A head tied to the embeddings gets its own copy of the kept rows, and the config says so.
-    """
+    """Keep only the ``keep`` rows of the input embeddings and output head (a tied head untied: the module
+    docstring); remap config token ids."""
     import torch
 
     index = torch.tensor(keep, dtype=torch.long)

@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,7 @@ def prepare_for_training(model, settings: TrainingSettings):
         model = add_lora(model, settings.lora.lora_rank, settings.lora.lora_alpha, settings.lora.train_embeddings)
     if settings.lora.gradient_checkpointing:
         enable_activation_checkpointing(model)
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
+        model.enable_input_require_grads()  # a transformers model, or peft's around one
     model.config.use_cache = False
     return model
 
@@ -450,7 +449,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     loader = _batch_loader(dataset, encoder, settings, first_step, accelerator)
 
     info = run_info(settings=settings.to_json(), model_source=source.description, data=data_description,
-                    plan=None if plan is None else plan.to_json(),
+                    plan=None if plan is None else asdict(plan),
                     processes=accelerator.num_processes, device=device,
                     mixed_precision=accelerator.mixed_precision, seeds={"training": settings.lora.training_seed},
                     optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)

@@ -18,7 +18,6 @@ coordination. Needs torch only for the Dataset and the collator.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -163,9 +162,6 @@ class PlanSummary:
     cut: int  # pools that the pass limit gave fewer sequences than asked
     passes: int  # the most passes any pool's plan takes: each example appears at most this often
     pairs: int  # pairs per sequence (fewer in a pool smaller than that)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
 
     def line(self) -> str:
         """One line for the log."""
