@@ -55,8 +55,8 @@ class EngineBenchResult:
     """Per-step seconds of the engine and of transformers' forward on each model, and what the engine does on CUDA."""
 
     rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, engine, transformers, note)
-    cuda: list[str] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
+    device_name: str = ""  # the throughput's device
     largest_difference: float = 0.0  # the largest NLL difference between the two on the model benchmarked
 
     def lines(self) -> list[str]:
@@ -64,7 +64,7 @@ class EngineBenchResult:
                  f"{theirs * 1e3:.2f} ms/step; {note}" for name, ours, theirs, note in self.rows]
         (_, ours, theirs, _), (_, overhead_ours, overhead_theirs, _) = self.rows[0], self.rows[-1]
         lines.append(f"engine speed-up at real width: {theirs / ours:.2f}x ({LANES} lanes)")
-        lines += self.cuda
+        lines += [measured.line(self.device_name) for measured in self.throughput]
         if len(self.rows) > 1:  # the width-64 rows were measured
             lines.append(f"engine speed-up: {overhead_theirs / overhead_ours:.2f}x (overhead, width 64, "
                          f"{LANES} lanes)")
@@ -234,8 +234,7 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
 
         name = torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else engine.device.type
         bandwidth = bandwidth if bandwidth is not None else device_bandwidth(name)
-        result.throughput = throughput(engine, prompts, space, steps, warmup, bandwidth)
-        result.cuda = [measured.line(name) for measured in result.throughput]
+        result.throughput, result.device_name = throughput(engine, prompts, space, steps, warmup, bandwidth), name
     del engine
     if not overhead:
         return result

@@ -68,10 +68,10 @@ class _Clock:
     """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB, the largest of its
     spans)."""
 
-    def __init__(self, cuda: bool = False):
+    def __init__(self, model):
         self.seconds: dict[str, float] = {}
         self.peak_memory_gb: dict[str, float] = {}
-        self.cuda = cuda
+        self.cuda = next(model.parameters()).device.type == "cuda"
 
     @contextmanager
     def __call__(self, name: str):
@@ -92,7 +92,7 @@ def ablation_task(solver: Solver, task: Task) -> AblationRecord:
     correctness and timings."""
     if solver.trainer is None:
         raise ValueError("the ablation needs a solver with test-time training on")
-    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
+    clock = _Clock(solver.model)
     answers, visible, sampler = task.test_outputs, task.without_solutions(), solver.settings.sampler
     greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=sampler.threshold,
                                                              max_forward_calls=sampler.max_forward_calls)
@@ -138,7 +138,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     """Every sampler on one task after one test-time training; shared scoring of all candidates."""
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
-    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
+    clock = _Clock(solver.model)
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
@@ -157,10 +157,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
             result.found.append(grid_key(answers[index]) in {grid_key(c.grid) for c in candidates})
             result.capped += len(search.capped)
             found[sampler.name] = candidates
-        union: dict[bytes, Candidate] = {}
-        for candidates in found.values():
-            for candidate in candidates:
-                union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
+        union = {grid_key(c.grid): Candidate(c.grid) for candidates in found.values() for c in candidates}
         with clock("scoring"):
             solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
         for name, candidates in found.items():
