@@ -225,10 +225,8 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
         raise ValueError("the engine benchmark needs a task (its prompts)")
     space = AnswerSpace.from_encoder(encoder, probabilities)
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
-    result = EngineBenchResult()
-    layers = model.config.num_hidden_layers
-    row, engine, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
-    result.rows.append(row)
+    row, engine, largest = _model_row(model, label, prompts, space, steps, warmup, compile)
+    result, layers = EngineBenchResult([row], largest_difference=largest), model.config.num_hidden_layers
     if engine.device.type == "cuda" or bandwidth is not None:
         import torch
 

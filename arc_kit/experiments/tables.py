@@ -238,13 +238,12 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
-    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
-    rerun resumes, one that ran other settings or another data set (``info``'s, see
-    ``runs.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
-    that lack a ``run.json``. The run holds ``out``'s lock throughout (``locking``). The ablation can run
-    in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
-    ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is
-    stopped (a rerun does it), and the table covers the tasks finished from the first one on, in order.
+    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder (module
+    docstring; ``info``: see ``runs.open_run``); ``restart`` discards the earlier run first, ``adopt``
+    keeps records that lack a ``run.json``. The ablation can run in ``workers`` processes that share
+    the tasks (a small model leaves most of a GPU idle); with ``minutes``, no task starts after that
+    long, a task still running ``grace_minutes`` later is stopped (a rerun does it), and the table
+    covers the tasks finished from the first one on, in order.
     """
     from arc_kit.provenance import run_info
 
