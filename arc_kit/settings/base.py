@@ -44,11 +44,8 @@ class Bounds:
     @property
     def text(self) -> str:
         """The range in words, as ``--help`` and errors show it: 'at least 1', 'above 0, at most 1'."""
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'above' if self.low_open else 'at least'} {self.low:g}")
-        if self.high is not None:
-            parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
+        parts = [f"{'above' if self.low_open else 'at least'} {self.low:g}"] if self.low is not None else []
+        parts += [f"{'below' if self.high_open else 'at most'} {self.high:g}"] if self.high is not None else []
         return ", ".join(parts) or "any finite number"
 
     def problem(self, value: Any, kind: type = float) -> str | None:
@@ -84,9 +81,7 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | N
     """
     metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
                 "bounds": Bounds.of(at_least, above, at_most, below), "formerly": formerly, "flags": flags}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 def _optional(hint: Any) -> bool:
