@@ -224,8 +224,7 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
     import torch
 
     torch.set_num_threads(1)
-    loaded = load_model(model, LoadSettings(**load_options))
-    solver = Solver.from_loaded(loaded, settings)
+    solver = Solver.from_loaded(load_model(model, LoadSettings(**load_options)), settings)
     stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
     run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
@@ -283,8 +282,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
         records = run_records(out, records_file("ablation"), AblationRecord)  # the longest run of tasks from the first
         return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
                               settings, out)
-    loaded = load_model(model, LoadSettings(**(load_options or {})))
-    solver = Solver.from_loaded(loaded, settings)
+    solver = Solver.from_loaded(load_model(model, LoadSettings(**(load_options or {}))), settings)
     if which == "ablation":
         return run_ablation(tasks, solver, out, progress=progress)
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
