@@ -17,10 +17,8 @@ CUDA it also gives the engine's tokens per second per process for 1 and 16 lanes
 against the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache
 read once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
 
-``engine_agreement`` compares what the two answer rather than their steps: the DFS's candidates
-(grids and NLLs) for every test input of some tasks, searched by the solver on the engine (compiled
-where asked) and on transformers' forward under the same views, in the drafts bench's loop
-(``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
+``engine_agreement`` compares what the two answer rather than their steps (the DFS's candidates, in
+the drafts bench's loop, ``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
