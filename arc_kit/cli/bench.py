@@ -14,7 +14,6 @@ from arc_kit.cli.options import (
     load_given_tasks,
     model_path,
     number_argument,
-    number_type,
     option_bounds,
     tasks_argument,
 )
@@ -35,10 +34,9 @@ def setup_bench(parser):
 
     parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
                         help="benchmarks to run (default: all but drafts)")
-    parser.add_argument("--threshold", type=number_type(float, option_bounds(SamplerSettings, "threshold")),
-                        default=SamplerSettings().threshold,
-                        help="DFS: minimum probability of a returned answer (default: %(default)s) "
-                             f"[{option_bounds(SamplerSettings, 'threshold').text}]")
+    number_argument(parser, "--threshold", float, "DFS: minimum probability of a returned answer (default: "
+                    "%(default)s)", bounds=option_bounds(SamplerSettings, "threshold"),
+                    default=SamplerSettings().threshold)
     device_argument(parser)
     number_argument(parser, "--augmentations", int, "--which drafts: inference augmentations per test input (default: "
                     "%(default)s)", at_least=1, at_most=1024, default=SolveSettings().inference_augmentations)

@@ -40,7 +40,6 @@ def setup_kaggle(parser):
 
 
 def _add_build_arguments(actions) -> None:
-    """``kaggle build``: the dataset folder and the notebook folder beside it."""
     build = actions.add_parser("build", help="assemble the Kaggle dataset (the package wheel, the wheels the image "
                                              "lacks, a model, metadata) and the notebook folder that submits")
     build.add_argument("--out", required=True, help="the dataset folder to write (the notebook folder goes beside "
@@ -68,7 +67,6 @@ def _add_build_arguments(actions) -> None:
 
 
 def _add_check_arguments(actions) -> None:
-    """``kaggle check``: a built dataset's notebook run here as Kaggle runs it, go or no-go."""
     from arc_kit.kaggle.local_check import CHECK_CHANGES, CHECK_DATASET, CHECK_TASKS
 
     check = actions.add_parser("check", help="run a built dataset's notebook here as Kaggle runs it after a push (a "
@@ -93,7 +91,6 @@ def _add_check_arguments(actions) -> None:
 
 
 def _add_image_arguments(actions) -> None:
-    """``kaggle image``: the image manifest from Kaggle's package list."""
     image = actions.add_parser("image", help="make the image manifest from the package list Kaggle publishes "
                                              "(a pip freeze of its image)")
     image.add_argument("freeze", help="the list, e.g. installed_cpu_packages.txt of Kaggle's docker-python")
@@ -105,7 +102,6 @@ def _add_image_arguments(actions) -> None:
 
 
 def _add_run_arguments(actions) -> None:
-    """``kaggle run``: the competition job's folders, clock, workers and the method's settings."""
     run = actions.add_parser("run", help="the competition job: find the files, solve in time, write submission.json")
     run.add_argument("--model", help="model folder (default: the shipped model)")
     run.add_argument("--input", default="/kaggle/input", help="where the competition files are (searched)")

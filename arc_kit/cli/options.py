@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from pathlib import Path
 
 from arc_kit.names import shown
@@ -21,7 +22,6 @@ from arc_kit.settings import (
     Bounds,
     Settings,
     SolveSettings,
-    get_path,
     options,
     replace_path,
     solve_preset,
@@ -43,7 +43,7 @@ def add_settings_options(parser: argparse.ArgumentParser, defaults: Settings, ti
     """One option per field of ``defaults``' class (nested settings flattened), its help and default shown."""
     group = parser.add_argument_group(title)
     for option in options(type(defaults)):
-        default = get_path(defaults, option.path)
+        default = functools.reduce(getattr, option.path, defaults)
         dest = "setting__" + "__".join(option.path)
         shown = "unset" if default is None else ("on" if default is True else "off" if default is False else default)
         numeric = option.kind in (int, float) and not option.choices
@@ -92,15 +92,15 @@ def device_argument(parser, default: str = "auto") -> None:
 
 def option_bounds(cls: type, name: str) -> Bounds:
     """The range declared on field ``name`` of settings class ``cls`` (for a command's option that sets it)."""
-    return next(field.metadata.get("bounds") for field in dataclasses.fields(cls) if field.name == name) or ANY_NUMBER
+    return next(field.metadata["bounds"] for field in dataclasses.fields(cls) if field.name == name)
 
 
 def number_argument(parser, flag: str, kind: type, help: str, *, at_least: float | None = None,
                     above: float | None = None, at_most: float | None = None, below: float | None = None,
-                    **options) -> None:
+                    bounds: Bounds | None = None, **options) -> None:
     """A numeric option of a command's own (not a setting): read and range-checked by ``number_type``, its range
-    shown in ``--help``."""
-    bounds = Bounds.of(at_least, above, at_most, below) or ANY_NUMBER
+    (``bounds``, or the keywords) shown in ``--help``."""
+    bounds = bounds or Bounds.of(at_least, above, at_most, below)
     parser.add_argument(flag, type=number_type(kind, bounds), help=f"{help} [{bounds.text}]", **options)
 
 

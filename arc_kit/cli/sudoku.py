@@ -41,7 +41,6 @@ def setup_sudoku(parser):
 
 
 def _add_generate_arguments(actions) -> None:
-    """``sudoku generate``: how many puzzles, from which seed, with how many clues, avoiding which."""
     generate = actions.add_parser("generate", help="puzzles with a unique solution, from a seed, as a CSV "
                                                    "(puzzle,solution,clues; the Sudoku 3M layout)")
     number_argument(generate, "--count", int, "how many puzzles", at_least=1, at_most=10**8, required=True)
@@ -55,7 +54,6 @@ def _add_generate_arguments(actions) -> None:
 
 
 def _add_train_arguments(actions) -> None:
-    """``sudoku train``: the model, the puzzles, the pool's copies and the training settings."""
     train = actions.add_parser("train", help="fine-tune (or train a preset from scratch) on puzzles; resumes")
     train.add_argument("--model", required=True, help="a model folder, or a preset (micro, tiny, ...)")
     train.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
@@ -71,7 +69,6 @@ def _add_train_arguments(actions) -> None:
 
 
 def _add_evaluate_arguments(actions) -> None:
-    """``sudoku evaluate``: the model, the puzzles, the output folder, the clock and the evaluation settings."""
     evaluate = actions.add_parser("evaluate", help="DFS under augmentations, product of experts, top-1 accuracy")
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--puzzles", required=True, help="a CSV with puzzle,solution columns")
@@ -87,7 +84,6 @@ def _add_evaluate_arguments(actions) -> None:
 
 
 def _generate(args) -> None:
-    """``sudoku generate``: write the puzzles and say how many clues they have."""
     from arc_kit import sudoku
 
     claim_file(args.out, "sudoku generate")  # before any work: a file of the user's is never replaced
@@ -113,7 +109,6 @@ def _train(args, pairs) -> None:
 
 
 def _evaluate(args, pairs) -> None:
-    """``sudoku evaluate``: solve ``pairs`` and print the metrics as JSON."""
     import json
 
     from arc_kit.sudoku.experiment import evaluate as evaluate_sudoku

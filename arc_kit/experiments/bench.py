@@ -76,8 +76,7 @@ def _prefill_seconds(model, ids: Sequence[int], repeats: int) -> float:
     """Seconds of one forward of ``ids`` (transformers, no cache kept): what ``generate`` spends first."""
     import torch
 
-    device = next(model.parameters()).device
-    tensor = torch.tensor([list(map(int, ids))], device=device)
+    tensor = torch.tensor([list(map(int, ids))], device=next(model.parameters()).device)
 
     def run():
         with torch.no_grad():
@@ -106,19 +105,19 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
     """Seconds per explored token: DFS (on the engine) against greedy ``generate``, prefill subtracted from both."""
     import torch
 
-    space = AnswerSpace.from_encoder(encoder, probabilities)
-    decoder = make_engine(model)
+    space, decoder = AnswerSpace.from_encoder(encoder, probabilities), make_engine(model)
+    device = next(model.parameters()).device
+    settings = SamplerSettings(threshold=threshold)
     dfs_per_token, greedy_per_token, prompt_lengths = [], [], []
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
         prompt_lengths.append(len(prompt))
+        tensor = torch.tensor([list(map(int, prompt))], device=device)
         prefill = _prefill_seconds(model, prompt, repeats)
         engine_prefill = _engine_prefill_seconds(decoder, prompt, space, repeats)
-        settings = SamplerSettings(threshold=threshold)
         seconds, result = _timed(model, lambda: search(decoder, [prompt], space, settings)[0], repeats)
         if result.forward_calls:
             dfs_per_token.append((seconds - engine_prefill) / result.forward_calls)
-        tensor = torch.tensor([list(map(int, prompt))], device=next(model.parameters()).device)
 
         def greedy():
             with torch.no_grad():
@@ -127,7 +126,6 @@ def bench_decode(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
         seconds, _ = _timed(model, greedy, repeats)
         greedy_per_token.append((seconds - prefill) / (greedy_tokens - 1))
     note = f"{len(dfs_per_token)} prompts, T={threshold:g}, greedy {greedy_tokens} tokens, on the {decoder.kind}"
-    device = next(model.parameters()).device
     if device.type == "cuda" and dfs_per_token:
         note += "; " + floor_note(model, prompt_lengths, statistics.median(dfs_per_token),
                                   torch.cuda.get_device_name(device))
@@ -166,16 +164,14 @@ def bench_search(model, encoder: TaskEncoder, tasks: Sequence[Task], *, threshol
 def bench_scoring(model, encoder: TaskEncoder, tasks: Sequence[Task], *, candidates: int = 16, repeats: int = 3,
                   seed: int = 0, probabilities: str = PROBABILITIES) -> BenchResult:
     """Prefix-reusing batched scoring (on the engine) against one full forward per answer, same answers."""
-    space = AnswerSpace.from_encoder(encoder, probabilities)
-    decoder = make_engine(model)
+    space, decoder = AnswerSpace.from_encoder(encoder, probabilities), make_engine(model)
     rng = np.random.default_rng(seed)
     ours = reference = 0.0
     for task in tasks:
         prompt = encoder.encode_prompt(task.train, task.test[0].input).ids
-        answer = task.test[0].output
         answers = []
         for _ in range(candidates):  # the right answer with a few random cells changed
-            grid = np.array(answer)
+            grid = np.array(task.test[0].output)
             cells = rng.integers(0, grid.size, size=int(rng.integers(0, 4)))
             grid.flat[cells] = rng.integers(0, 10, size=len(cells))
             answers.append(encoder.encode_answer(grid))
@@ -194,13 +190,13 @@ def environment() -> str:
             f"{time.strftime('%Y-%m-%d %H:%M')}")
 
 
-def llama_3b_shaped(device: str = "cuda", dtype: str = "bfloat16"):
-    """A Llama-3.2-3B-shaped model with random weights and the 64-symbol vocabulary, for per-token costs."""
+def llama_3b_shaped(device: str = "cuda"):
+    """A Llama-3.2-3B-shaped model in bf16 with random weights and the 64-symbol vocabulary, for per-token costs."""
     import torch
 
     model, _ = create_model("micro", hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                             num_attention_heads=24, num_key_value_heads=8, head_dim=128)
-    return model.to(device=device, dtype=getattr(torch, dtype)).eval()
+    return model.to(device=device, dtype=torch.bfloat16).eval()
 
 
 BENCHMARKS = {"decode": bench_decode, "search": bench_search, "scoring": bench_scoring, "engine": bench_engine,

@@ -17,10 +17,8 @@ CUDA it also gives the engine's tokens per second per process for 1 and 16 lanes
 against the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache
 read once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
 
-``engine_agreement`` compares what the two answer rather than their steps: the DFS's candidates
-(grids and NLLs) for every test input of some tasks, searched by the solver on the engine (compiled
-where asked) and on transformers' forward under the same views, in the drafts bench's loop
-(``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
+``engine_agreement`` compares what the two answer rather than their steps (the DFS's candidates, in
+the drafts bench's loop, ``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -55,8 +53,8 @@ class EngineBenchResult:
     """Per-step seconds of the engine and of transformers' forward on each model, and what the engine does on CUDA."""
 
     rows: list[tuple[str, float, float, str]] = field(default_factory=list)  # (model, engine, transformers, note)
-    cuda: list[str] = field(default_factory=list)
     throughput: list[Throughput] = field(default_factory=list)  # on CUDA, or where a bandwidth was given
+    device_name: str = ""  # the throughput's device
     largest_difference: float = 0.0  # the largest NLL difference between the two on the model benchmarked
 
     def lines(self) -> list[str]:
@@ -64,7 +62,7 @@ class EngineBenchResult:
                  f"{theirs * 1e3:.2f} ms/step; {note}" for name, ours, theirs, note in self.rows]
         (_, ours, theirs, _), (_, overhead_ours, overhead_theirs, _) = self.rows[0], self.rows[-1]
         lines.append(f"engine speed-up at real width: {theirs / ours:.2f}x ({LANES} lanes)")
-        lines += self.cuda
+        lines += [measured.line(self.device_name) for measured in self.throughput]
         if len(self.rows) > 1:  # the width-64 rows were measured
             lines.append(f"engine speed-up: {overhead_theirs / overhead_ours:.2f}x (overhead, width 64, "
                          f"{LANES} lanes)")
@@ -225,17 +223,14 @@ def bench_engine(model, encoder: TaskEncoder, tasks: Sequence[Task], *, steps: i
         raise ValueError("the engine benchmark needs a task (its prompts)")
     space = AnswerSpace.from_encoder(encoder, probabilities)
     prompts = lane_prompts(encoder, typical_task(encoder, tasks))
-    result = EngineBenchResult()
-    layers = model.config.num_hidden_layers
-    row, engine, result.largest_difference = _model_row(model, label, prompts, space, steps, warmup, compile)
-    result.rows.append(row)
+    row, engine, largest = _model_row(model, label, prompts, space, steps, warmup, compile)
+    result, layers = EngineBenchResult([row], largest_difference=largest), model.config.num_hidden_layers
     if engine.device.type == "cuda" or bandwidth is not None:
         import torch
 
         name = torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda" else engine.device.type
         bandwidth = bandwidth if bandwidth is not None else device_bandwidth(name)
-        result.throughput = throughput(engine, prompts, space, steps, warmup, bandwidth)
-        result.cuda = [measured.line(name) for measured in result.throughput]
+        result.throughput, result.device_name = throughput(engine, prompts, space, steps, warmup, bandwidth), name
     del engine
     if not overhead:
         return result

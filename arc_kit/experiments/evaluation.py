@@ -131,12 +131,7 @@ def compare(results: dict[str, HeldOut]) -> dict[str, float]:
     """NLL per answer token of each model on the outputs that every model measured (a fair comparison),
     weighted by each output's tokens as ``held_out``'s own mean is."""
     shared = sorted(set.intersection(*(set(r.per_output) for r in results.values()))) if results else []
-
-    def mean(result: HeldOut) -> float:
-        if not shared:
-            return float("nan")
-        weights = [result.answer_tokens.get(key, 1) for key in shared]
-        return float(np.average([result.per_output[key] for key in shared], weights=weights))
-
-    return {name: mean(result) for name, result in results.items()}
+    return {name: float(np.average([result.per_output[key] for key in shared],
+                                   weights=[result.answer_tokens[key] for key in shared])) if shared else float("nan")
+            for name, result in results.items()}
 

@@ -75,13 +75,12 @@ def generated_candidates(solver: Solver, train: Sequence[Pair], test_input: np.n
     if sampler.kind not in GENERATE_KINDS:
         raise ValueError(f"transformers' generate samples by {' or '.join(GENERATE_KINDS)}, not {sampler.kind!r}")
     merged, stats = {}, SearchStats()
-    seeds = [int(rng.integers(2**31)) for _ in augmentations]
-    for augmentation, seed in zip(augmentations, seeds):
+    for augmentation in augmentations:
         prompt = solver.encoder.encode_prompt(augmentation.apply_pairs(train), augmentation.apply_grid(test_input),
                                               max_len=solver.settings.max_len, task_id=task_id,
                                               log_drops=augmentation is augmentations[0])
         stats.prompt_tokens.append(len(prompt))
         stats.dropped_train_pairs += len(prompt.dropped)
-        found = generate(solver.model, solver.engine(), prompt.ids, solver.space, sampler, seed)
+        found = generate(solver.model, solver.engine(), prompt.ids, solver.space, sampler, int(rng.integers(2**31)))
         solver.merge(found, augmentation, merged, stats)
     return sorted(merged.values(), key=lambda c: c.best_generation_nll), stats

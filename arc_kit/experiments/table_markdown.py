@@ -42,7 +42,6 @@ def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSetting
     ablation.md and ablation.csv into ``out``."""
     import pandas as pd
 
-    out = Path(out)
     outputs = sum(len(r.correct["baseline"]) for r in records.values())
     rows = []
     top1_known = all(r.correct_top1 is not None for r in records.values())  # records of an earlier kit lack it
@@ -69,7 +68,7 @@ def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSetting
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
                 f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
                 f"process (CUDA only).\n\n" + _markdown(table))
-    _write_table(out, "ablation", table, markdown)
+    _write_table(Path(out), "ablation", table, markdown)
     return TableRun(table, markdown, dict(records))
 
 
@@ -78,7 +77,6 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
     """The sampler table of finished records; writes samplers.md and samplers.csv into ``out``."""
     import pandas as pd
 
-    out = Path(out)
     rows = []
     for sampler in samplers:
         results = [r.samplers[sampler.name] for r in records.values() if sampler.name in r.samplers]
@@ -110,7 +108,7 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
                 f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
                 f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
                 "measured on CUDA only.\n\n" + _markdown(table))
-    _write_table(out, "samplers", table, markdown)
+    _write_table(Path(out), "samplers", table, markdown)
     return TableRun(table, markdown, dict(records))
 
 

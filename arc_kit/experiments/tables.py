@@ -68,10 +68,10 @@ class _Clock:
     """Seconds per named span, and on CUDA the peak memory allocated within each span (GiB, the largest of its
     spans)."""
 
-    def __init__(self, cuda: bool = False):
+    def __init__(self, model):
         self.seconds: dict[str, float] = {}
         self.peak_memory_gb: dict[str, float] = {}
-        self.cuda = cuda
+        self.cuda = next(model.parameters()).device.type == "cuda"
 
     @contextmanager
     def __call__(self, name: str):
@@ -92,7 +92,7 @@ def ablation_task(solver: Solver, task: Task) -> AblationRecord:
     correctness and timings."""
     if solver.trainer is None:
         raise ValueError("the ablation needs a solver with test-time training on")
-    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
+    clock = _Clock(solver.model)
     answers, visible, sampler = task.test_outputs, task.without_solutions(), solver.settings.sampler
     greedy, dfs = SamplerSettings("greedy"), SamplerSettings("dfs", threshold=sampler.threshold,
                                                              max_forward_calls=sampler.max_forward_calls)
@@ -138,7 +138,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     """Every sampler on one task after one test-time training; shared scoring of all candidates."""
     settings, visible, answers = solver.settings, task.without_solutions(), task.test_outputs
     record = SamplerRecord(task.id, solver.adapt(visible), probabilities=solver.space.probabilities)
-    clock = _Clock(cuda=next(solver.model.parameters()).device.type == "cuda")
+    clock = _Clock(solver.model)
     for index, test_input in enumerate(visible.test_inputs):
         inference, scoring = solver.views(visible, index)
         found: dict[str, list[Candidate]] = {}
@@ -157,10 +157,7 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
             result.found.append(grid_key(answers[index]) in {grid_key(c.grid) for c in candidates})
             result.capped += len(search.capped)
             found[sampler.name] = candidates
-        union: dict[bytes, Candidate] = {}
-        for candidates in found.values():
-            for candidate in candidates:
-                union.setdefault(grid_key(candidate.grid), Candidate(candidate.grid))
+        union = {grid_key(c.grid): Candidate(c.grid) for candidates in found.values() for c in candidates}
         with clock("scoring"):
             solver.score(solver.model, visible.train, test_input, list(union.values()), scoring)
         for name, candidates in found.items():
@@ -227,8 +224,7 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
     import torch
 
     torch.set_num_threads(1)
-    loaded = load_model(model, LoadSettings(**load_options))
-    solver = Solver.from_loaded(loaded, settings)
+    solver = Solver.from_loaded(load_model(model, LoadSettings(**load_options)), settings)
     stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
     run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
@@ -241,13 +237,12 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
-    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder: a
-    rerun resumes, one that ran other settings or another data set (``info``'s, see
-    ``runs.open_run``) is refused; ``restart`` discards the earlier run first, ``adopt`` keeps records
-    that lack a ``run.json``. The run holds ``out``'s lock throughout (``locking``). The ablation can run
-    in ``workers`` processes that share the tasks (a small model leaves most of a GPU idle); with
-    ``minutes``, no task starts after that long, a task still running ``grace_minutes`` later is
-    stopped (a rerun does it), and the table covers the tasks finished from the first one on, in order.
+    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder (module
+    docstring; ``info``: see ``runs.open_run``); ``restart`` discards the earlier run first, ``adopt``
+    keeps records that lack a ``run.json``. The ablation can run in ``workers`` processes that share
+    the tasks (a small model leaves most of a GPU idle); with ``minutes``, no task starts after that
+    long, a task still running ``grace_minutes`` later is stopped (a rerun does it), and the table
+    covers the tasks finished from the first one on, in order.
     """
     from arc_kit.provenance import run_info
 
@@ -287,8 +282,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
         records = run_records(out, records_file("ablation"), AblationRecord)  # the longest run of tasks from the first
         return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
                               settings, out)
-    loaded = load_model(model, LoadSettings(**(load_options or {})))
-    solver = Solver.from_loaded(loaded, settings)
+    solver = Solver.from_loaded(load_model(model, LoadSettings(**(load_options or {}))), settings)
     if which == "ablation":
         return run_ablation(tasks, solver, out, progress=progress)
     samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,

@@ -18,9 +18,7 @@ from arc_kit.settings.base import (
     ANY_NUMBER,
     DEFAULT_TOKEN_BUDGET,
     Bounds,
-    Option,
     Settings,
-    get_path,
     options,
     replace_path,
     setting,
@@ -30,7 +28,6 @@ from arc_kit.settings.pool import PoolSettings
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
     SOLVE_PRESETS,
-    SUDOKU_SEQUENCES,
     TRAINING_PRESETS,
     ladder,
     smoke,
@@ -39,15 +36,12 @@ from arc_kit.settings.presets import (
     training_preset,
 )
 from arc_kit.settings.solving import (
-    AGGREGATION_NAMES,
     DECODING_MODES,
     DRAFT_SOURCES,
     ENGINE_COMPILE_MODES,
     PROBABILITY_MODES,
-    SAMPLER_KINDS,
     SEARCH_KINDS,
     SUDOKU_SOLVING,
-    SUDOKU_TOKEN_BUDGET,
     BudgetSettings,
     CompetitionSettings,
     SamplerSettings,
@@ -63,12 +57,10 @@ from arc_kit.settings.training import (
 )
 
 __all__ = [
-    "AGGREGATION_NAMES", "ANY_NUMBER", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRAFT_SOURCES", "DRY_RUN_TASKS",
-    "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SAMPLER_KINDS", "SEARCH_KINDS", "SOLVE_PRESETS",
-    "SUDOKU_SEQUENCES", "SUDOKU_SOLVING", "SUDOKU_TOKEN_BUDGET", "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds",
-    "BudgetSettings", "CompetitionSettings", "DataSettings", "LoadSettings", "LoraTrainingSettings", "Option",
-    "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings", "SolveSettings", "SudokuEvalSettings",
-    "TrainingSettings",
-    "get_path", "ladder", "options", "replace_path", "setting", "smoke", "solve_preset", "sudoku_training",
-    "training_preset"
+    "ANY_NUMBER", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRAFT_SOURCES", "DRY_RUN_TASKS",
+    "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SEARCH_KINDS", "SOLVE_PRESETS", "SUDOKU_SOLVING",
+    "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds", "BudgetSettings", "CompetitionSettings", "DataSettings",
+    "LoadSettings", "LoraTrainingSettings", "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings",
+    "SolveSettings", "SudokuEvalSettings", "TrainingSettings", "ladder", "options", "replace_path", "setting",
+    "smoke", "solve_preset", "sudoku_training", "training_preset",
 ]

@@ -2,16 +2,10 @@
 
 ``setting`` makes a dataclass field that carries its reason (``help``), which is also what ``--help``
 prints: the command line is generated from these fields (``options``), so it cannot disagree with what
-runs. What a field takes is declared on it and checked once, by ``Settings`` as the object is made: a
-number's range (``Bounds``: ``at_least``, ``above``, ``at_most``, ``below``; finite, whole where the field
-is an int) and a word's ``choices``; an unknown value is one ValueError line naming the field, the value
-and what it takes (the command line shows the same range and choices in ``--help``). A nested settings
-field may name the options its settings give there (``flags``: the test-time training's ``--ttt-lr``,
-say), so that one dataclass serves two stages under two sets of flags. ``Settings`` gives every
-settings dataclass ``replace``, ``to_json``/``from_json`` and ``result_json``. ``from_json`` reads what
-an older or newer kit wrote: fields it does not know are dropped (or refused, with ``strict``), fields
-missing take their defaults, a field under its former name (``formerly``) or at the level an earlier
-kit kept it (a flat layout since nested) is read where it is declared now.
+runs. What a field takes (a number's range, ``Bounds``; a word's ``choices``) is declared on it and checked
+once, by ``Settings`` as the object is made: one ValueError line naming the field, the value and what it
+takes. ``Settings`` gives every settings dataclass ``replace``, ``to_json``, ``result_json`` and
+``from_json``, which reads what an older or newer kit wrote (``upgraded``).
 
 This module needs only the standard library; it knows nothing of any stage's settings, nor of models,
 tasks or files.
@@ -20,7 +14,6 @@ tasks or files.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import typing
 from collections.abc import Iterator, Mapping
@@ -51,11 +44,8 @@ class Bounds:
     @property
     def text(self) -> str:
         """The range in words, as ``--help`` and errors show it: 'at least 1', 'above 0, at most 1'."""
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'above' if self.low_open else 'at least'} {self.low:g}")
-        if self.high is not None:
-            parts.append(f"{'below' if self.high_open else 'at most'} {self.high:g}")
+        parts = [f"{'above' if self.low_open else 'at least'} {self.low:g}"] if self.low is not None else []
+        parts += [f"{'below' if self.high_open else 'at most'} {self.high:g}"] if self.high is not None else []
         return ", ".join(parts) or "any finite number"
 
     def problem(self, value: Any, kind: type = float) -> str | None:
@@ -91,9 +81,7 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | N
     """
     metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
                 "bounds": Bounds.of(at_least, above, at_most, below), "formerly": formerly, "flags": flags}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 def _optional(hint: Any) -> bool:
@@ -232,7 +220,6 @@ class Option:
     kind: type
     help: str
     choices: tuple | None
-    optional: bool  # the field may be None
     bounds: Bounds | None = None  # a number's range (checked by the parser too, shown in --help)
 
 
@@ -252,11 +239,7 @@ def options(cls: type) -> Iterator[Option]:
         if flag is not None:
             arguments = [a for a in typing.get_args(hint) if a is not type(None)]
             yield Option(path, flag, arguments[0] if _optional(hint) else hint, item.metadata.get("help", ""),
-                         item.metadata.get("choices"), _optional(hint), item.metadata.get("bounds"))
-
-
-def get_path(settings: Settings, path: tuple[str, ...]) -> Any:
-    return functools.reduce(getattr, path, settings)
+                         item.metadata.get("choices"), item.metadata.get("bounds"))
 
 
 def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:

@@ -18,15 +18,8 @@ from arc_kit.settings.base import DEFAULT_TOKEN_BUDGET, Settings, setting
 
 @dataclass(frozen=True)
 class SequenceSettings(Settings):
-    """How training sequences are drawn for the initial fine-tune; the defaults are the authors'.
-
-    ``passes`` (theirs): every sequence holds ``pairs`` pairs; a pass over a task shuffles its
-    examples and cuts them into sequences, so no example appears twice in a pass; a task gives
-    ``sequences_per_task`` sequences, or fewer where ``max_passes`` passes over its examples run
-    out (the authors use every example once: one pass). ``random`` (the kit's earlier sampler,
-    the shipped model's): each sequence draws ``min_pairs`` to ``max_pairs`` distinct pairs afresh
-    from a randomly chosen task. Sources of every default: ``docs/method.md``.
-    """
+    """How training sequences are drawn for the initial fine-tune (each field's help says for which ``sampler``);
+    the defaults are the authors'. A pass over a task shuffles its examples and cuts them into sequences."""
 
     sampler: str = setting("passes", "passes: the authors' (every sequence the same number of pairs, each example "
                            "at most once per pass; arc_loader.py load_from_rearc); random: ours, earlier, the shipped "
@@ -136,12 +129,8 @@ TEST_TIME_FLAGS = {"steps": "--ttt-steps", "batch_size": "--ttt-batch-size", "le
 
 @dataclass(frozen=True)
 class TrainingSettings(Settings):
-    """One initial fine-tune (or from-scratch) run; the defaults are the paper's initial fine-tune.
-
-    Each field's help names its source: the paper's appendix table of training parameters, the
-    authors' code (da-fr/Product-of-Experts-ARC-Paper, finetune_NemoReArc1200.py), or ours and why
-    (``docs/method.md`` has the table).
-    """
+    """One initial fine-tune (or from-scratch) run; the defaults are the paper's initial fine-tune (the authors'
+    code: da-fr/Product-of-Experts-ARC-Paper, finetune_NemoReArc1200.py)."""
 
     lora: LoraTrainingSettings = setting(default_factory=LoraTrainingSettings, help="the training: steps, rates, "
                                          "the LoRA, the optimizer")
