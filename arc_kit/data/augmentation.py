@@ -83,11 +83,6 @@ class Augmentation:
         object.__setattr__(self, "_colour_table", np.array(self.colours, dtype=np.uint8))
         object.__setattr__(self, "_inverse_table", np.argsort(self.colours).astype(np.uint8))
 
-    # -- constructors ----------------------------------------------------------------------------
-    @classmethod
-    def identity(cls) -> Augmentation:
-        return cls()
-
     @classmethod
     def random(cls, rng: np.random.Generator, train_count: int | None = None, *, symmetry: int | None = None,
                keep_background: bool = False) -> Augmentation:
@@ -117,16 +112,10 @@ class Augmentation:
         return cls(int(symmetry), tuple(int(c) for c in colours),
                    None if order is None else tuple(int(i) for i in order.split(",") if i))
 
-    # -- properties ------------------------------------------------------------------------------
     @property
     def key(self) -> str:
         key = f"s{self.symmetry}-c{''.join(map(str, self.colours))}"
         return key if self.order is None else key + "-o" + ",".join(map(str, self.order))
-
-    @property
-    def is_identity(self) -> bool:
-        return (self.symmetry == 0 and self.colours == IDENTITY_COLOURS
-                and (self.order is None or self.order == tuple(range(len(self.order)))))
 
     def __str__(self) -> str:
         return self.key
@@ -135,7 +124,6 @@ class Augmentation:
         return f"Augmentation({SYMMETRY_NAMES[self.symmetry]}, colours={''.join(map(str, self.colours))}" + \
             ("" if self.order is None else f", order={list(self.order)}") + ")"
 
-    # -- grids -----------------------------------------------------------------------------------
     def apply_grid(self, grid: np.ndarray) -> np.ndarray:
         return freeze(apply_symmetry(self._colour_table[np.asarray(grid)], self.symmetry))
 
@@ -143,7 +131,6 @@ class Augmentation:
         """Undo apply_grid on a grid in this augmentation's frame (an answer, say)."""
         return freeze(self._inverse_table[apply_symmetry(np.asarray(grid), SYMMETRY_INVERSE[self.symmetry])])
 
-    # -- pairs and tasks -------------------------------------------------------------------------
     def reorder(self, items: Sequence) -> list:
         if self.order is None:
             return list(items)

@@ -87,7 +87,7 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
     if settings.greedy_check:  # after everything else
-        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
+        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation()],
                                   solver.settings.sampler.replace(kind="greedy"), task_id=puzzle_id)
         record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record

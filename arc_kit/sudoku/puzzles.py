@@ -119,10 +119,6 @@ class SudokuAugmentation:
         object.__setattr__(self, "_square", Augmentation(4 if self.transpose else 0, self.digits))
 
     @classmethod
-    def identity(cls) -> SudokuAugmentation:
-        return cls()
-
-    @classmethod
     def random(cls, rng: np.random.Generator, *, transpose: bool | None = None) -> SudokuAugmentation:
         """Random digits (0 fixed), bands, rows, stacks, columns; transposition drawn unless given."""
         digits = (0, *(int(d) + 1 for d in rng.permutation(9)))
@@ -133,7 +129,7 @@ class SudokuAugmentation:
     @classmethod
     def inference_set(cls, rng: np.random.Generator, count: int = 8) -> list[SudokuAugmentation]:
         """``count`` views: the identity first, then random ones, transposed every other time."""
-        return [cls.identity() if index == 0 else cls.random(rng, transpose=bool(index % 2))
+        return [cls() if index == 0 else cls.random(rng, transpose=bool(index % 2))
                 for index in range(count)]
 
     @classmethod
@@ -150,10 +146,6 @@ class SudokuAugmentation:
     def key(self) -> str:
         return (f"t{int(self.transpose)}-d{''.join(map(str, self.digits))}-r{''.join(map(str, self.rows))}"
                 f"-c{''.join(map(str, self.columns))}")
-
-    @property
-    def is_identity(self) -> bool:
-        return self == SudokuAugmentation()
 
     def __str__(self) -> str:
         return self.key
