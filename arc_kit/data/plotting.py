@@ -140,20 +140,29 @@ def draw_rank_improvement(ranks, clip: int = 25):
     return figure
 
 
-def draw_threshold_curve(curve, run_threshold: float | None = None):
-    """Share of test outputs found and selected against the DFS threshold (``analysis.threshold_curve``)."""
+# (column, label, marker, line style) of each line of a threshold curve; the first two set the y range
+TASK_CURVE_LINES = (("found", "right answer among the candidates", "o", "-"),
+                    ("selected", "right answer in the two attempts (PoE)", "o", "-"))
+
+
+def draw_threshold_curve(curve, run_threshold: float | None = None, *, lines=TASK_CURVE_LINES,
+                         ylabel: str = "share of test outputs", title: str = "",
+                         threshold_label: str | None = "the run's threshold", legend_size: int = 8):
+    """Shares found and selected against the DFS threshold (``analysis.threshold_curve``), one line each."""
     import matplotlib.pyplot as plt
 
     figure, ax = plt.subplots(figsize=(5.5, 3.5))
-    ax.plot(curve["threshold"], curve["found"], marker="o", label="right answer among the candidates")
-    ax.plot(curve["threshold"], curve["selected"], marker="o", label="right answer in the two attempts (PoE)")
+    for column, label, marker, style in lines:
+        ax.plot(curve["threshold"], curve[column], marker=marker, linestyle=style, label=label)
     if run_threshold is not None:
-        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1, label="the run's threshold")
+        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1, label=threshold_label)
     ax.set_xscale("log")
     ax.set_xlabel("DFS threshold T (minimum probability)")
-    ax.set_ylabel("share of test outputs")
-    ax.set_ylim(0, max(0.05, float(curve[["found", "selected"]].to_numpy().max()) * 1.15))
-    ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, max(0.05, float(curve[[lines[0][0], lines[1][0]]].to_numpy().max()) * 1.15))
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=legend_size)
     figure.tight_layout()
     return figure
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from arc_kit.data.grids import grid_key, grid_to_json
 from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.data.plotting import draw_threshold_curve
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
@@ -152,27 +153,15 @@ def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresho
     return poe.rename(columns={"selected": "selected_poe"}).assign(selected_generation=generation["selected"])
 
 
+SUDOKU_CURVE_LINES = (("found", "solution generated (among the candidates)", "o", "-"),
+                      ("selected_poe", "selected by product of experts (top-1)", "s", "--"),
+                      ("selected_generation", "selected by generation probability (top-1)", "^", ":"))
+
+
 def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""):
     """The paper's Sudoku figure: generated vs selected (PoE, generation probability) against T."""
-    import matplotlib.pyplot as plt
-
-    figure, ax = plt.subplots(figsize=(5.5, 3.5))
-    ax.plot(curve["threshold"], curve["found"], marker="o", label="solution generated (among the candidates)")
-    ax.plot(curve["threshold"], curve["selected_poe"], marker="s", linestyle="--",
-            label="selected by product of experts (top-1)")
-    ax.plot(curve["threshold"], curve["selected_generation"], marker="^", linestyle=":",
-            label="selected by generation probability (top-1)")
-    if run_threshold is not None:
-        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("DFS threshold T (minimum probability)")
-    ax.set_ylabel("share of puzzles")
-    ax.set_ylim(0, max(0.05, float(curve[["found", "selected_poe"]].to_numpy().max()) * 1.15))
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    figure.tight_layout()
-    return figure
+    return draw_threshold_curve(curve, run_threshold, lines=SUDOKU_CURVE_LINES, ylabel="share of puzzles",
+                                title=title, threshold_label=None, legend_size=7)
 
 
 def _same_evaluation(stored, identity: dict) -> bool:
