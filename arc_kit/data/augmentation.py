@@ -48,8 +48,7 @@ def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
-    blocks = [rng.permutation(8) for _ in range(-(-count // 8))]
-    return [int(s) for s in np.concatenate(blocks or [np.zeros(0, dtype=int)])[:count]]
+    return [int(symmetry) for _ in range(-(-count // 8)) for symmetry in rng.permutation(8)][:count]
 
 
 # the order may be empty ("-o"): Augmentation.random(rng, 0) gives order=(), whose key must parse too

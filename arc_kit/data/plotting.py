@@ -27,16 +27,10 @@ ARC_COLOURS = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
 _UNKNOWN = "#FFFFFF"
 
 
-def _colormap():
-    from matplotlib.colors import BoundaryNorm, ListedColormap
-
-    return ListedColormap(ARC_COLOURS), BoundaryNorm(np.arange(-0.5, 10.5, 1), 10)
-
-
-def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, lines: bool = True,
-              title_color: str = "black"):
+def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, title_color: str = "black"):
     """Draw one grid into ``ax`` (a new figure if None) and return the Axes; None draws a '?'."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
     if ax is None:
         _, ax = plt.subplots(figsize=(3, 3))
@@ -47,16 +41,14 @@ def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, lin
         ax.text(0.5, 0.5, "?", ha="center", va="center", fontsize=20, transform=ax.transAxes)
     else:
         grid = np.asarray(grid)
-        cmap, norm = _colormap()
-        ax.imshow(grid, cmap=cmap, norm=norm, interpolation="nearest")
-        if lines:
-            height, width = grid.shape
-            ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
-            ax.set_yticks(np.arange(-0.5, height, 1), minor=True)
-            ax.grid(which="minor", color="#555555", linewidth=0.5 if max(grid.shape) < 20 else 0.25)
-            ax.tick_params(which="minor", length=0)
-    for spine in ax.spines.values():
-        spine.set_color("#888888")
+        ax.imshow(grid, cmap=ListedColormap(ARC_COLOURS), norm=BoundaryNorm(np.arange(-0.5, 10.5, 1), 10),
+                  interpolation="nearest")
+        height, width = grid.shape
+        ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, height, 1), minor=True)
+        ax.grid(which="minor", color="#555555", linewidth=0.5 if max(grid.shape) < 20 else 0.25)
+        ax.tick_params(which="minor", length=0)
+    ax.spines[:].set_color("#888888")
     if title:
         ax.set_title(title, fontsize=9, color=title_color)
     return ax

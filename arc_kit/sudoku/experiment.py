@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.data.grids import grid_key, grid_to_json
-from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.data.jsonio import read_json, write_json_atomically
 from arc_kit.data.plotting import draw_threshold_curve
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
@@ -188,7 +188,6 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     import matplotlib.pyplot as plt
     from tqdm.auto import tqdm
 
-    from arc_kit.data.jsonio import read_json
     from arc_kit.run.record_json import append_record, read_records
     from arc_kit.method.solver import Solver
     from arc_kit.model.loading import load_model
