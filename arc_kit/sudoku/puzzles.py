@@ -3,8 +3,6 @@
 A puzzle is a 9x9 grid with 0 for an empty cell; its solution is the filled grid. As a ``tasks.Pair``
 the puzzle is the input and the solution the output, so the kit's text format, encoder, DFS and
 scoring take puzzles as they take ARC test inputs (with no train pairs: the rules never change).
-The rules and the exact solver live in ``rules``, the generator in ``generation``; the package
-(``arc_kit.sudoku``) hands on the names of all three.
 
 - ``load_csv`` / ``write_csv``: the Sudoku 3M layout (``puzzle,solution`` as 81-character strings,
   '.' or '0' for an empty cell; other columns are ignored).
