@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from arc_kit.data.grids import MAX_SIDE, grid_problems, json_type_name, to_grid
+from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name, to_grid
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
@@ -300,8 +300,8 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
     written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
                                                    tasks.challenges_json())}
     if tasks.has_solutions:
-        written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json",
-                                                     tasks.solutions_json())
+        written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json", {
+            task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in tasks.tasks()})
     loaded = TaskSet(tasks.tasks(), tasks.name, max_side=tasks.max_side)  # the file holds only the loaded tasks
     written["sample_submission"] = write_json_atomically(folder / "sample_submission.json",
                                                          build_submission(loaded, {}))

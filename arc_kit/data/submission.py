@@ -300,23 +300,17 @@ def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Seque
     return score_submission(submission, solutions), problems
 
 
-def _kind_of_entry(entry: Any) -> str | None:
-    if isinstance(entry, dict) and ("train" in entry or "test" in entry):
-        return "challenges"
-    if isinstance(entry, list) and entry and isinstance(entry[0], dict) and any(name in entry[0] for name in ATTEMPTS):
-        return "submission"
-    if isinstance(entry, list) and entry and isinstance(entry[0], list):
-        return "solutions"
-    return None
-
-
 def detect_kind(data: Any) -> str:
     """'challenges', 'solutions' or 'submission', from the shape of the first entry that tells."""
     if isinstance(data, dict) and data:
         for entry in data.values():
-            kind = _kind_of_entry(entry)
-            if kind is not None:
-                return kind
+            first = entry[0] if isinstance(entry, list) and entry else None
+            if isinstance(entry, dict) and ("train" in entry or "test" in entry):
+                return "challenges"
+            if isinstance(first, dict) and any(name in first for name in ATTEMPTS):
+                return "submission"
+            if isinstance(first, list):
+                return "solutions"
         task_id, first = next(iter(data.items()))
         what = "an empty list" if first == [] else "an empty object" if first == {} else json_type_name(first)
         which = "its only task" if len(data) == 1 else f"none of its {len(data)} tasks looks like one, the first"

@@ -339,12 +339,6 @@ class TaskSet(Mapping[str, Task]):
     def challenges_json(self) -> dict[str, Any]:
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
 
-    def solutions_json(self) -> dict[str, list]:
-        missing = [task.id for task in self.tasks() if not task.has_solutions]
-        if missing:
-            raise ValueError(f"no solutions known for {len(missing)} tasks, e.g. {missing[:3]}")
-        return {task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in self.tasks()}
-
     def __repr__(self) -> str:
         name = f"{self.name!r}, " if self.name else ""
         skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
