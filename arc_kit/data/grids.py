@@ -155,7 +155,7 @@ def grids_equal(first: Any, second: Any) -> bool:
 def grid_key(grid: np.ndarray) -> bytes:
     """A hashable key that is equal exactly when two grids are equal (shape and cells)."""
     grid = np.asarray(grid, dtype=GRID_DTYPE)
-    return grid.shape[0].to_bytes(1, "little") + grid.shape[1].to_bytes(1, "little") + grid.tobytes()
+    return bytes(grid.shape) + grid.tobytes()
 
 
 def format_grid(grid: np.ndarray) -> str:

@@ -207,8 +207,7 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
         remove_entry(records_path)
     write_json_atomically(identity_path, identity, indent=2)
     by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
-    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
-        if records_path.exists() else {}
+    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id}
     loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
     solver = Solver.from_loaded(loaded, settings.solve)
     started = time.monotonic()
