@@ -96,9 +96,8 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
 
 def blank_cells_right(puzzle: np.ndarray, solution: np.ndarray, answer) -> float:
     """The share of the puzzle's empty cells that ``answer`` fills as the solution does (0 for no 9x9 answer)."""
-    blank = np.asarray(puzzle) == 0
-    answer = None if answer is None else np.asarray(answer)
-    if answer is None or answer.shape != blank.shape or not blank.any():
+    blank, answer = np.asarray(puzzle) == 0, np.asarray(answer)  # None: an array of no shape
+    if answer.shape != blank.shape or not blank.any():
         return 0.0
     return float(np.mean(answer[blank] == np.asarray(solution)[blank]))
 

@@ -6,10 +6,8 @@ scoring take puzzles as they take ARC test inputs (with no train pairs: the rule
 
 - ``load_csv`` / ``write_csv``: the Sudoku 3M layout (``puzzle,solution`` as 81-character strings,
   '.' or '0' for an empty cell; other columns are ignored).
-- ``SudokuAugmentation``: the symmetries that keep a Sudoku a Sudoku (digits permuted with 0 fixed,
-  transposition, bands, rows within a band, stacks, columns within a stack): typed, invertible,
-  with a compact key that ``from_key`` parses. Its digits and transposition are an
-  ``augmentation.Augmentation`` (a colour permutation, symmetry 4), whose grid and pair methods it
+- ``SudokuAugmentation``: the symmetries that keep a Sudoku a Sudoku, typed, invertible, with a key;
+  its digits and transposition are an ``augmentation.Augmentation``, whose grid and pair methods it
   shares, so the solver's sampling and scoring take it as they are.
 - ``SudokuPool``: puzzles under fresh augmentations, drawn lazily, as a training pool.
 
