@@ -165,10 +165,6 @@ def solve(puzzle) -> np.ndarray | None:
     return freeze(found[0]) if found else None
 
 
-def has_unique_solution(puzzle) -> bool:
-    return count_solutions(puzzle, 2) == 1
-
-
 def random_solution(rng: np.random.Generator) -> np.ndarray:
     """A random full Sudoku grid: the solver on an empty grid, digits tried in random order."""
     return _search(np.zeros((SIZE, SIZE), dtype=np.uint8), 1, rng)[0]
