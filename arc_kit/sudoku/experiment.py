@@ -120,10 +120,9 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
             "candidates": len(test.candidates), "capped": bool(test.search.capped),
             "clues": clue_count(pair.input), "seconds": record.timings.get("total", 0.0)})
         if "greedy_answer" in record.extra:
-            greedy = record.extra["greedy_answer"]
+            greedy = record.extra["greedy_answer"]  # None (no grid) is no solution and no valid Sudoku
             rows[-1].update(greedy_cells=blank_cells_right(pair.input, pair.output, greedy),
-                            greedy_solved=score_answer(pair.input, None if greedy is None else np.asarray(greedy)),
-                            greedy_valid=greedy is not None and is_valid_solution(np.asarray(greedy)))
+                            greedy_solved=score_answer(pair.input, greedy), greedy_valid=is_valid_solution(greedy))
 
     def mean(name, digits=4):
         return round(sum(float(row[name]) for row in rows) / len(rows), digits) if rows else 0.0
