@@ -48,8 +48,7 @@ def balanced_symmetries(rng: np.random.Generator, count: int) -> list[int]:
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
-    blocks = [rng.permutation(8) for _ in range(-(-count // 8))]
-    return [int(s) for s in np.concatenate(blocks or [np.zeros(0, dtype=int)])[:count]]
+    return [int(symmetry) for _ in range(-(-count // 8)) for symmetry in rng.permutation(8)][:count]
 
 
 # the order may be empty ("-o"): Augmentation.random(rng, 0) gives order=(), whose key must parse too
@@ -83,11 +82,6 @@ class Augmentation:
         object.__setattr__(self, "_colour_table", np.array(self.colours, dtype=np.uint8))
         object.__setattr__(self, "_inverse_table", np.argsort(self.colours).astype(np.uint8))
 
-    # -- constructors ----------------------------------------------------------------------------
-    @classmethod
-    def identity(cls) -> Augmentation:
-        return cls()
-
     @classmethod
     def random(cls, rng: np.random.Generator, train_count: int | None = None, *, symmetry: int | None = None,
                keep_background: bool = False) -> Augmentation:
@@ -117,16 +111,10 @@ class Augmentation:
         return cls(int(symmetry), tuple(int(c) for c in colours),
                    None if order is None else tuple(int(i) for i in order.split(",") if i))
 
-    # -- properties ------------------------------------------------------------------------------
     @property
     def key(self) -> str:
         key = f"s{self.symmetry}-c{''.join(map(str, self.colours))}"
         return key if self.order is None else key + "-o" + ",".join(map(str, self.order))
-
-    @property
-    def is_identity(self) -> bool:
-        return (self.symmetry == 0 and self.colours == IDENTITY_COLOURS
-                and (self.order is None or self.order == tuple(range(len(self.order)))))
 
     def __str__(self) -> str:
         return self.key
@@ -135,7 +123,6 @@ class Augmentation:
         return f"Augmentation({SYMMETRY_NAMES[self.symmetry]}, colours={''.join(map(str, self.colours))}" + \
             ("" if self.order is None else f", order={list(self.order)}") + ")"
 
-    # -- grids -----------------------------------------------------------------------------------
     def apply_grid(self, grid: np.ndarray) -> np.ndarray:
         return freeze(apply_symmetry(self._colour_table[np.asarray(grid)], self.symmetry))
 
@@ -143,7 +130,6 @@ class Augmentation:
         """Undo apply_grid on a grid in this augmentation's frame (an answer, say)."""
         return freeze(self._inverse_table[apply_symmetry(np.asarray(grid), SYMMETRY_INVERSE[self.symmetry])])
 
-    # -- pairs and tasks -------------------------------------------------------------------------
     def reorder(self, items: Sequence) -> list:
         if self.order is None:
             return list(items)

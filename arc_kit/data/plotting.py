@@ -27,16 +27,10 @@ ARC_COLOURS = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
 _UNKNOWN = "#FFFFFF"
 
 
-def _colormap():
-    from matplotlib.colors import BoundaryNorm, ListedColormap
-
-    return ListedColormap(ARC_COLOURS), BoundaryNorm(np.arange(-0.5, 10.5, 1), 10)
-
-
-def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, lines: bool = True,
-              title_color: str = "black"):
+def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, title_color: str = "black"):
     """Draw one grid into ``ax`` (a new figure if None) and return the Axes; None draws a '?'."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
     if ax is None:
         _, ax = plt.subplots(figsize=(3, 3))
@@ -47,16 +41,14 @@ def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, lin
         ax.text(0.5, 0.5, "?", ha="center", va="center", fontsize=20, transform=ax.transAxes)
     else:
         grid = np.asarray(grid)
-        cmap, norm = _colormap()
-        ax.imshow(grid, cmap=cmap, norm=norm, interpolation="nearest")
-        if lines:
-            height, width = grid.shape
-            ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
-            ax.set_yticks(np.arange(-0.5, height, 1), minor=True)
-            ax.grid(which="minor", color="#555555", linewidth=0.5 if max(grid.shape) < 20 else 0.25)
-            ax.tick_params(which="minor", length=0)
-    for spine in ax.spines.values():
-        spine.set_color("#888888")
+        ax.imshow(grid, cmap=ListedColormap(ARC_COLOURS), norm=BoundaryNorm(np.arange(-0.5, 10.5, 1), 10),
+                  interpolation="nearest")
+        height, width = grid.shape
+        ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, height, 1), minor=True)
+        ax.grid(which="minor", color="#555555", linewidth=0.5 if max(grid.shape) < 20 else 0.25)
+        ax.tick_params(which="minor", length=0)
+    ax.spines[:].set_color("#888888")
     if title:
         ax.set_title(title, fontsize=9, color=title_color)
     return ax
@@ -140,20 +132,29 @@ def draw_rank_improvement(ranks, clip: int = 25):
     return figure
 
 
-def draw_threshold_curve(curve, run_threshold: float | None = None):
-    """Share of test outputs found and selected against the DFS threshold (``analysis.threshold_curve``)."""
+# (column, label, marker, line style) of each line of a threshold curve; the first two set the y range
+TASK_CURVE_LINES = (("found", "right answer among the candidates", "o", "-"),
+                    ("selected", "right answer in the two attempts (PoE)", "o", "-"))
+
+
+def draw_threshold_curve(curve, run_threshold: float | None = None, *, lines=TASK_CURVE_LINES,
+                         ylabel: str = "share of test outputs", title: str = "",
+                         threshold_label: str | None = "the run's threshold", legend_size: int = 8):
+    """Shares found and selected against the DFS threshold (``analysis.threshold_curve``), one line each."""
     import matplotlib.pyplot as plt
 
     figure, ax = plt.subplots(figsize=(5.5, 3.5))
-    ax.plot(curve["threshold"], curve["found"], marker="o", label="right answer among the candidates")
-    ax.plot(curve["threshold"], curve["selected"], marker="o", label="right answer in the two attempts (PoE)")
+    for column, label, marker, style in lines:
+        ax.plot(curve["threshold"], curve[column], marker=marker, linestyle=style, label=label)
     if run_threshold is not None:
-        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1, label="the run's threshold")
+        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1, label=threshold_label)
     ax.set_xscale("log")
     ax.set_xlabel("DFS threshold T (minimum probability)")
-    ax.set_ylabel("share of test outputs")
-    ax.set_ylim(0, max(0.05, float(curve[["found", "selected"]].to_numpy().max()) * 1.15))
-    ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, max(0.05, float(curve[[lines[0][0], lines[1][0]]].to_numpy().max()) * 1.15))
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=legend_size)
     figure.tight_layout()
     return figure
 

@@ -102,9 +102,9 @@ def build_submission(challenges: TaskSet | Mapping[str, int], answers: Mapping[s
     return submission
 
 
-def _task_id_problems(mapping: dict, challenges) -> tuple[list[str], dict[str, str], dict[str, int] | None]:
-    """A submission's or solutions' problems with its task ids (repeated, unreadable, missing, unknown),
-    its unreadable ids, and the test counts the challenges expect (None without challenges)."""
+def _task_id_problems(mapping: dict, challenges) -> tuple[list[str], list[tuple[str, Any]], dict[str, int] | None]:
+    """A submission's or solutions' problems with its task ids (repeated, unreadable, missing, unknown), its
+    entries that could be read, and the test counts the challenges expect (None without challenges)."""
     problems = [f"task {shown(task_id)}: appears {times} times (only the last copy counts)"
                 for task_id, times in repeated_keys(mapping).items()]
     unreadable = unreadable_keys(mapping)
@@ -113,7 +113,7 @@ def _task_id_problems(mapping: dict, challenges) -> tuple[list[str], dict[str, s
     if expected is not None:
         problems += [f"task {shown(task_id)}: missing" for task_id in expected if task_id not in mapping]
         problems += [f"task {shown(task_id)}: not in the challenges" for task_id in mapping if task_id not in expected]
-    return problems, unreadable, expected
+    return problems, [(task_id, value) for task_id, value in mapping.items() if task_id not in unreadable], expected
 
 
 def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None, *,
@@ -125,11 +125,9 @@ def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int]
     limit = side_limit(challenges, max_side)
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
-    problems, unreadable, expected = _task_id_problems(submission, challenges)
-    for task_id, entries in submission.items():
+    problems, readable, expected = _task_id_problems(submission, challenges)
+    for task_id, entries in readable:
         prefix = f"task {shown(task_id)}:"
-        if task_id in unreadable:
-            continue
         if not isinstance(entries, list):
             problems.append(f"{prefix} is {json_type_name(entries)}, expected a list of attempt objects")
             continue
@@ -159,10 +157,8 @@ def solutions_problems(solutions: Any, challenges: TaskSet | Mapping[str, int] |
     limit = side_limit(challenges, max_side)
     if not isinstance(solutions, dict):
         return [f"the solutions are {json_type_name(solutions)}, expected an object mapping task ids to lists"]
-    problems, unreadable, expected = _task_id_problems(solutions, challenges)
-    for task_id, grids in solutions.items():
-        if task_id in unreadable:
-            continue
+    problems, readable, expected = _task_id_problems(solutions, challenges)
+    for task_id, grids in readable:
         if not isinstance(grids, list) or not grids:
             what = json_type_name(grids) if not isinstance(grids, list) else "empty"
             problems.append(f"task {shown(task_id)}: is {what}, expected a list of grids")
@@ -300,23 +296,17 @@ def score_file(submission_path: str | os.PathLike, solutions: Mapping[str, Seque
     return score_submission(submission, solutions), problems
 
 
-def _kind_of_entry(entry: Any) -> str | None:
-    if isinstance(entry, dict) and ("train" in entry or "test" in entry):
-        return "challenges"
-    if isinstance(entry, list) and entry and isinstance(entry[0], dict) and any(name in entry[0] for name in ATTEMPTS):
-        return "submission"
-    if isinstance(entry, list) and entry and isinstance(entry[0], list):
-        return "solutions"
-    return None
-
-
 def detect_kind(data: Any) -> str:
     """'challenges', 'solutions' or 'submission', from the shape of the first entry that tells."""
     if isinstance(data, dict) and data:
         for entry in data.values():
-            kind = _kind_of_entry(entry)
-            if kind is not None:
-                return kind
+            first = entry[0] if isinstance(entry, list) and entry else None
+            if isinstance(entry, dict) and ("train" in entry or "test" in entry):
+                return "challenges"
+            if isinstance(first, dict) and any(name in first for name in ATTEMPTS):
+                return "submission"
+            if isinstance(first, list):
+                return "solutions"
         task_id, first = next(iter(data.items()))
         what = "an empty list" if first == [] else "an empty object" if first == {} else json_type_name(first)
         which = "its only task" if len(data) == 1 else f"none of its {len(data)} tasks looks like one, the first"

@@ -152,7 +152,8 @@ def unreadable_keys(mapping: Any) -> dict[str, str]:
 
 
 def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
-                 problems: list[str], max_side: int = MAX_SIDE) -> list[tuple[Any, Any]] | None:
+                 problems: list[str], max_side: int = MAX_SIDE) -> list[tuple[np.ndarray | None, ...]] | None:
+    """``data[part]``'s pairs as (input, output) grids, None where one is missing or bad; ``problems`` says why."""
     prefix = f"task {shown(task_id)}:"
     if part not in data:
         problems.append(f"{prefix} missing '{part}'")
@@ -183,7 +184,7 @@ def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
                 continue
             found = grid_problems(pair[key], f"{where}.{key}", max_side)
             problems.extend(f"{prefix} {problem}" for problem in found)
-            grids.append(pair[key] if not found else None)
+            grids.append(None if found else to_grid(pair[key], max_side=max_side))
         parsed.append(tuple(grids))
     return parsed
 
@@ -215,13 +216,10 @@ def parse_task(task_id: str, data: Any, solutions: Any = None, *,
             problems.extend(f"{prefix} {problem}" for problem in grid_problems(value, f"solutions[{index}]", max_side))
     if problems:
         return None, problems
-
-    def grid(value: Any) -> np.ndarray | None:
-        return None if value is None else to_grid(value, max_side=max_side)
-
-    outputs = solutions if solutions is not None else [grid_out for _, grid_out in test]
-    return Task(task_id, tuple(Pair(grid(grid_in), grid(grid_out)) for grid_in, grid_out in train),
-                tuple(Pair(grid(grid_in), grid(grid_out)) for (grid_in, _), grid_out in zip(test, outputs))), []
+    outputs = [grid_out for _, grid_out in test] if solutions is None else [to_grid(value, max_side=max_side)
+                                                                            for value in solutions]
+    return Task(task_id, tuple(Pair(*pair) for pair in train),
+                tuple(Pair(grid_in, grid_out) for (grid_in, _), grid_out in zip(test, outputs))), []
 
 
 @dataclass(frozen=True)
@@ -338,12 +336,6 @@ class TaskSet(Mapping[str, Task]):
 
     def challenges_json(self) -> dict[str, Any]:
         return {task.id: task.to_json(with_solutions=False) for task in self.tasks()}
-
-    def solutions_json(self) -> dict[str, list]:
-        missing = [task.id for task in self.tasks() if not task.has_solutions]
-        if missing:
-            raise ValueError(f"no solutions known for {len(missing)} tasks, e.g. {missing[:3]}")
-        return {task.id: [grid_to_json(grid) for grid in task.test_outputs] for task in self.tasks()}
 
     def __repr__(self) -> str:
         name = f"{self.name!r}, " if self.name else ""

@@ -9,10 +9,9 @@ from arc_kit.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "rules": ("ALL_DIGITS", "SIZE", "as_grid", "clue_count", "count_solutions", "grid_from_text", "grid_text",
-              "has_unique_solution", "is_valid_solution", "keeps_clues", "random_solution", "score_answer", "solve",
-              "solves"),
-    "generation": ("DEFAULT_CLUES", "MAX_PASSES", "SUDOKU_3M_CLUES", "clue_histogram", "clue_weights",
-                   "generate_puzzle", "generate_puzzles", "parse_clues"),
+              "is_valid_solution", "keeps_clues", "random_solution", "score_answer", "solve", "solves"),
+    "generation": ("MAX_PASSES", "SUDOKU_3M_CLUES", "clue_histogram", "clue_weights", "generate_puzzle",
+                   "generate_puzzles", "parse_clues"),
     "puzzles": ("SudokuAugmentation", "SudokuPool", "load_csv", "write_csv"),
     "experiment": ("SudokuEvalSettings", "evaluate", "solve_puzzle", "train"),
 })

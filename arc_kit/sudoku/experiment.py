@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.data.grids import grid_key, grid_to_json
-from arc_kit.data.jsonio import write_json_atomically
+from arc_kit.data.jsonio import read_json, write_json_atomically
+from arc_kit.data.plotting import draw_threshold_curve
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
@@ -87,7 +88,7 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
     record.timings.update(generation=round(generated - started, 3), scoring=round(time.monotonic() - generated, 3),
                           total=round(time.monotonic() - started, 3))
     if settings.greedy_check:  # after everything else
-        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation.identity()],
+        greedy, _ = solver.sample(solver.model, (), puzzle, [SudokuAugmentation()],
                                   solver.settings.sampler.replace(kind="greedy"), task_id=puzzle_id)
         record.extra["greedy_answer"] = grid_to_json(greedy[0].grid) if greedy else None
     return record
@@ -95,9 +96,8 @@ def solve_puzzle(solver, puzzle_id: str, puzzle: np.ndarray, settings: SudokuEva
 
 def blank_cells_right(puzzle: np.ndarray, solution: np.ndarray, answer) -> float:
     """The share of the puzzle's empty cells that ``answer`` fills as the solution does (0 for no 9x9 answer)."""
-    blank = np.asarray(puzzle) == 0
-    answer = None if answer is None else np.asarray(answer)
-    if answer is None or answer.shape != blank.shape or not blank.any():
+    blank, answer = np.asarray(puzzle) == 0, np.asarray(answer)  # None: an array of no shape
+    if answer.shape != blank.shape or not blank.any():
         return 0.0
     return float(np.mean(answer[blank] == np.asarray(solution)[blank]))
 
@@ -120,10 +120,9 @@ def puzzle_metrics(records: dict[str, TaskRecord], pairs: dict[str, Pair]) -> di
             "candidates": len(test.candidates), "capped": bool(test.search.capped),
             "clues": clue_count(pair.input), "seconds": record.timings.get("total", 0.0)})
         if "greedy_answer" in record.extra:
-            greedy = record.extra["greedy_answer"]
+            greedy = record.extra["greedy_answer"]  # None (no grid) is no solution and no valid Sudoku
             rows[-1].update(greedy_cells=blank_cells_right(pair.input, pair.output, greedy),
-                            greedy_solved=score_answer(pair.input, None if greedy is None else np.asarray(greedy)),
-                            greedy_valid=greedy is not None and is_valid_solution(np.asarray(greedy)))
+                            greedy_solved=score_answer(pair.input, greedy), greedy_valid=is_valid_solution(greedy))
 
     def mean(name, digits=4):
         return round(sum(float(row[name]) for row in rows) / len(rows), digits) if rows else 0.0
@@ -152,27 +151,15 @@ def sudoku_curve(records: dict[str, TaskRecord], pairs: dict[str, Pair], thresho
     return poe.rename(columns={"selected": "selected_poe"}).assign(selected_generation=generation["selected"])
 
 
+SUDOKU_CURVE_LINES = (("found", "solution generated (among the candidates)", "o", "-"),
+                      ("selected_poe", "selected by product of experts (top-1)", "s", "--"),
+                      ("selected_generation", "selected by generation probability (top-1)", "^", ":"))
+
+
 def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""):
     """The paper's Sudoku figure: generated vs selected (PoE, generation probability) against T."""
-    import matplotlib.pyplot as plt
-
-    figure, ax = plt.subplots(figsize=(5.5, 3.5))
-    ax.plot(curve["threshold"], curve["found"], marker="o", label="solution generated (among the candidates)")
-    ax.plot(curve["threshold"], curve["selected_poe"], marker="s", linestyle="--",
-            label="selected by product of experts (top-1)")
-    ax.plot(curve["threshold"], curve["selected_generation"], marker="^", linestyle=":",
-            label="selected by generation probability (top-1)")
-    if run_threshold is not None:
-        ax.axvline(run_threshold, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("DFS threshold T (minimum probability)")
-    ax.set_ylabel("share of puzzles")
-    ax.set_ylim(0, max(0.05, float(curve[["found", "selected_poe"]].to_numpy().max()) * 1.15))
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    figure.tight_layout()
-    return figure
+    return draw_threshold_curve(curve, run_threshold, lines=SUDOKU_CURVE_LINES, ylabel="share of puzzles",
+                                title=title, threshold_label=None, legend_size=7)
 
 
 def _same_evaluation(stored, identity: dict) -> bool:
@@ -199,7 +186,6 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     import matplotlib.pyplot as plt
     from tqdm.auto import tqdm
 
-    from arc_kit.data.jsonio import read_json
     from arc_kit.run.record_json import append_record, read_records
     from arc_kit.method.solver import Solver
     from arc_kit.model.loading import load_model
@@ -219,8 +205,7 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
         remove_entry(records_path)
     write_json_atomically(identity_path, identity, indent=2)
     by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
-    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id} \
-        if records_path.exists() else {}
+    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id}
     loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
     solver = Solver.from_loaded(loaded, settings.solve)
     started = time.monotonic()

@@ -24,7 +24,6 @@ from arc_kit.sudoku.rules import (
     clue_count,
     count_solutions,
     grid_text,
-    has_unique_solution,
     random_solution,
     solves,
 )
@@ -35,7 +34,6 @@ from arc_kit.sudoku.rules import (
 # (measured over 600 passes: 21: 0.2%, 22: 3.5%, 23: 19%, 24: 32%, 25: 30%, 26: 12%, 27: 3%).
 SUDOKU_3M_CLUES = MappingProxyType({19: 1, 20: 210, 21: 8_204, 22: 115_931, 23: 556_412, 24: 1_058_407,
                                     25: 865_548, 26: 327_826, 27: 61_228, 28: 5_926, 29: 297, 30: 9, 31: 1})
-DEFAULT_CLUES = SUDOKU_3M_CLUES
 # Removal passes per puzzle before the closest one above the target is kept: a pass reaches 22
 # clues about 1 time in 27 and 21 about 1 in 600, so 20 and 19 (1 in 14,000 of Sudoku 3M) usually stop at 21-22.
 MAX_PASSES = 200
@@ -70,7 +68,7 @@ def _removal_pass(solution: np.ndarray, target: int, rng: np.random.Generator) -
     return puzzle
 
 
-def generate_puzzle(rng: np.random.Generator, clues=DEFAULT_CLUES, max_passes: int = MAX_PASSES) -> Pair:
+def generate_puzzle(rng: np.random.Generator, clues=SUDOKU_3M_CLUES, max_passes: int = MAX_PASSES) -> Pair:
     """A puzzle with a unique solution (as Pair(puzzle, solution)), its clue count drawn from ``clues``.
 
     ``clues``: a {count: weight} histogram (default: Sudoku 3M's) or a (low, high) range drawn uniformly.
@@ -90,12 +88,12 @@ def generate_puzzle(rng: np.random.Generator, clues=DEFAULT_CLUES, max_passes: i
         if np.count_nonzero(best) <= target:
             break
     puzzle = best.reshape(SIZE, SIZE)
-    if not (has_unique_solution(puzzle) and solves(puzzle, solution)):  # the check every puzzle passes
+    if not (count_solutions(puzzle, 2) == 1 and solves(puzzle, solution)):  # the check every puzzle passes
         raise AssertionError("generated a puzzle without a unique solution")
     return Pair(puzzle, solution)
 
 
-def generate_puzzles(count: int, seed: int = 0, clues=DEFAULT_CLUES, start: int = 0, progress: bool = False,
+def generate_puzzles(count: int, seed: int = 0, clues=SUDOKU_3M_CLUES, start: int = 0, progress: bool = False,
                      exclude: Iterable[Pair] = ()) -> list[Pair]:
     """``count`` puzzles of the set named by ``seed``, from index ``start`` on; puzzle i is drawn from (seed, i).
 

@@ -3,15 +3,11 @@
 A puzzle is a 9x9 grid with 0 for an empty cell; its solution is the filled grid. As a ``tasks.Pair``
 the puzzle is the input and the solution the output, so the kit's text format, encoder, DFS and
 scoring take puzzles as they take ARC test inputs (with no train pairs: the rules never change).
-The rules and the exact solver live in ``rules``, the generator in ``generation``; the package
-(``arc_kit.sudoku``) hands on the names of all three.
 
 - ``load_csv`` / ``write_csv``: the Sudoku 3M layout (``puzzle,solution`` as 81-character strings,
   '.' or '0' for an empty cell; other columns are ignored).
-- ``SudokuAugmentation``: the symmetries that keep a Sudoku a Sudoku (digits permuted with 0 fixed,
-  transposition, bands, rows within a band, stacks, columns within a stack): typed, invertible,
-  with a compact key that ``from_key`` parses. Its digits and transposition are an
-  ``augmentation.Augmentation`` (a colour permutation, symmetry 4), whose grid and pair methods it
+- ``SudokuAugmentation``: the symmetries that keep a Sudoku a Sudoku, typed, invertible, with a key;
+  its digits and transposition are an ``augmentation.Augmentation``, whose grid and pair methods it
   shares, so the solver's sampling and scoring take it as they are.
 - ``SudokuPool``: puzzles under fresh augmentations, drawn lazily, as a training pool.
 
@@ -119,10 +115,6 @@ class SudokuAugmentation:
         object.__setattr__(self, "_square", Augmentation(4 if self.transpose else 0, self.digits))
 
     @classmethod
-    def identity(cls) -> SudokuAugmentation:
-        return cls()
-
-    @classmethod
     def random(cls, rng: np.random.Generator, *, transpose: bool | None = None) -> SudokuAugmentation:
         """Random digits (0 fixed), bands, rows, stacks, columns; transposition drawn unless given."""
         digits = (0, *(int(d) + 1 for d in rng.permutation(9)))
@@ -133,7 +125,7 @@ class SudokuAugmentation:
     @classmethod
     def inference_set(cls, rng: np.random.Generator, count: int = 8) -> list[SudokuAugmentation]:
         """``count`` views: the identity first, then random ones, transposed every other time."""
-        return [cls.identity() if index == 0 else cls.random(rng, transpose=bool(index % 2))
+        return [cls() if index == 0 else cls.random(rng, transpose=bool(index % 2))
                 for index in range(count)]
 
     @classmethod
@@ -150,10 +142,6 @@ class SudokuAugmentation:
     def key(self) -> str:
         return (f"t{int(self.transpose)}-d{''.join(map(str, self.digits))}-r{''.join(map(str, self.rows))}"
                 f"-c{''.join(map(str, self.columns))}")
-
-    @property
-    def is_identity(self) -> bool:
-        return self == SudokuAugmentation()
 
     def __str__(self) -> str:
         return self.key

@@ -80,19 +80,15 @@ class _Board:
     def __init__(self, puzzle):
         """The board of a puzzle's clues; ``clash`` when two equal clues share a unit (no solution then)."""
         clues = [int(value) for value in as_grid(puzzle).reshape(-1)]
-        self.cells, self.units, self.clash = [0] * len(clues), [0] * 3 * SIZE, False
+        self.cells, self.units = [0] * len(clues), [0] * 3 * SIZE
         self.empty = [index for index, value in enumerate(clues) if not value]
         for index, value in enumerate(clues):
             if value:
                 if not 1 <= value <= 9:
                     raise ValueError(f"a Sudoku cell holds 0-9, got {value}")
-                self.clash = self.clash or bool(self.taken(index) >> value & 1)
                 self.set(index, value)
-
-    def taken(self, index: int) -> int:
-        """The digits already in the cell's row, column and box, as bits."""
-        row, column, box = _UNITS[index]
-        return self.units[row] | self.units[column] | self.units[box]
+        # each clue toggles its bit in 3 units, so a digit twice in a unit leaves that unit a bit short
+        self.clash = sum(bin(unit).count("1") for unit in self.units) < 3 * (len(clues) - len(self.empty))
 
     def set(self, index: int, value: int) -> None:
         """The cell set to ``value`` (0: cleared), its units' bits toggled to match."""
@@ -107,7 +103,7 @@ class _Board:
         for index in self.empty:
             if cells[index]:
                 continue
-            row, column, box = _UNITS[index]  # self.taken(index), written out: the solver's innermost loop
+            row, column, box = _UNITS[index]  # the digits in its units: the solver's innermost loop
             mask = ALL_DIGITS & ~(units[row] | units[column] | units[box])
             count = bin(mask).count("1")
             if count < best_count:
@@ -163,10 +159,6 @@ def solve(puzzle) -> np.ndarray | None:
     """The first solution found (digits tried in order), or None when there is none."""
     found = _search(puzzle, 1)
     return freeze(found[0]) if found else None
-
-
-def has_unique_solution(puzzle) -> bool:
-    return count_solutions(puzzle, 2) == 1
 
 
 def random_solution(rng: np.random.Generator) -> np.ndarray:
