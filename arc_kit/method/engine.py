@@ -209,14 +209,14 @@ class Engine:
         return nlls
 
     def step_costs(self, positions: Sequence[int], width: int) -> StepCosts:
-        """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket and capacity bucket by
-        timed steps of the live lanes (eagerly the best of two; compiled the best of three after one untimed, which
-        builds the graph), none counted in ``steps``: one lane
-        and every lane fed a token, every lane ``width`` tokens, one lane ``width`` and the others one. Each lane is
-        fed at its ``positions``, past everything it holds: nothing written there is read before it is written
-        again (the search's next token for a lane is at or before it)."""
+        """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket (compiled: and capacity
+        bucket, a graph each; an eager step computes only the columns it uses) by timed steps of the live lanes
+        (eagerly the best of two; compiled the best of three after one untimed, which builds the graph), none
+        counted in ``steps``: one lane and every lane fed a token, every lane ``width`` tokens, one lane ``width``
+        and the others one. Each lane is fed at its ``positions``, past everything it holds: nothing written there
+        is read before it is written again (the search's next token for a lane is at or before it)."""
         lanes = self._lanes
-        key = (lanes.bucket, lanes.capacity)
+        key = (lanes.bucket, lanes.capacity) if self.compiled else lanes.bucket
         if key not in self._costs:
             at = dict(zip(lanes.rows, positions))  # cache row -> the position it is probed at
             count = len(lanes.rows)
@@ -230,9 +230,10 @@ class Engine:
                     times.append(time.perf_counter() - started)
                 return min(times[1:] if self.compiled else times)  # compiled, the first builds the graph
 
-            wide = [width] * count
+            one = 0.0 if self.compiled else seconds([1])
+            every = one if count == 1 and not self.compiled else seconds([1] * count)
             self._costs[key] = StepCosts.measured(
-                count, width, 0.0 if self.compiled else seconds([1]), seconds([1] * count), seconds(wide),
+                count, width, one, every, seconds([width] * count),
                 None if self.compiled or count == 1 else seconds([width] + [1] * (count - 1)), buckets=self.compiled)
         return self._costs[key]
 
