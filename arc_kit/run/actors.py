@@ -1,10 +1,11 @@
 """One actor of a pool: it loads the model once, then solves the tasks the driver hands it, one at a time.
 
-``SlotActor`` (made a Ray actor by ``pool``, placed by ``ray_session.actor_options``) answers four
+``SlotActor`` (made a Ray actor by ``pool``, placed by ``ray_session.actor_options``) answers three
 calls: ``load`` (the model, from this node's disk or received through Ray, see below, loaded by the
 loader the driver hands it: ``load_solver``), ``solve`` (one task at the rung and within the caps the
-driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the engine steps made so far; it answers while a solve runs, so the driver's
-watchdog can tell a working actor from a stopped one). ``count_engine_steps`` installs the count
+driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the
+engine steps made so far; it answers while a solve runs, so the driver's watchdog can tell a working
+actor from a stopped one). ``count_engine_steps`` installs the count
 and ``engine_steps`` reads it: the one place that knows what an engine step is.
 
 Nothing assumes a shared file system. ``ModelServer``, an actor on the driver's node, hands out the

@@ -16,8 +16,8 @@ answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_a
 stopped, the tasks left get fallback answers and the last writes follow. With a deadline and no speeds
 measured, the first tasks are priced with guessed speeds; the first task to finish measures them
 (``slots.first_task_line``), the queue is priced again, and its peak GPU memory says how many more
-actors share each GPU. Every task's result depends only on the
-seed and the task, so a pool gives the submission one process gives; a rerun resumes.
+actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
+submission one process gives; a rerun resumes.
 
 This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
 ``ray_session``'s, an actor's side ``actors``', where actors go ``slots``'.
