@@ -21,6 +21,7 @@ import torch
 from conftest import bigram_model
 
 import arc_kit.method.engine as engine_module
+import arc_kit.method.weights as weights_module
 from arc_kit.method.answers import AnswerSpace, answer_log_probs
 from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
 from arc_kit.method.engine import Engine, capacity_bucket, lane_bucket, make_engine
@@ -344,6 +345,30 @@ def test_merged_lora_weights_reproduce_the_peft_model_on_and_off(family):
     engine.refresh()
     np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), adapted, rtol=0, atol=1e-4)
     assert [tensor.data_ptr() for tensor in engine.weights.tensors()] == tensors  # refreshed in place
+
+
+@pytest.mark.parametrize("family", ["llama-biases-tied-head-dim", "qwen3"])
+def test_packed_matrices_decode_as_transformers_and_refresh_in_place(family, monkeypatch):
+    """Every layer matrix packed for oneDNN (the threshold lowered for the tiny model): a speculative DFS's rows
+    match transformers' forward, and a refresh with the adapter off packs the base weights into the same tensors."""
+    monkeypatch.setattr(weights_module, "PACKED_ELEMENTS", 0)
+    model = trained_adapter(family_model(family))
+    engine = make_engine(model)
+    layer = engine.weights.layers[0]
+    assert all(isinstance(matrix, weights_module.PackedMatrix)
+               for matrix in (layer.qkv, layer.output, layer.gate_up, layer.down))
+    recorder = Recorder(engine, monkeypatch)
+    search(engine, PROMPTS, SEARCH_SPACE, SEARCH.replace(draft_tokens=5), GUESSES, drafts=drafts_for_the_search())
+    assert len(set(recorder.runs)) > 3  # guard: ragged runs
+    assert_rows_match(model, recorder.rows)
+    tensors, adapted = [id(tensor) for tensor in engine.weights.tensors()], prefilled_nlls(engine, PROMPTS[0])
+    with model.disable_adapter():
+        untouched = transformers_nlls(model, PROMPTS[0], SPACE)
+        assert np.abs(adapted - untouched)[np.isfinite(untouched)].max() > 1e-2  # guard: the refresh has work to do
+        engine.refresh()
+        np.testing.assert_allclose(prefilled_nlls(engine, PROMPTS[0]), untouched, rtol=0, atol=1e-4)
+    assert [id(tensor) for tensor in engine.weights.tensors()] == tensors
+    assert not Engine(model, compile=True).weights.pack  # a compiled step reads plain tensors
 
 
 def test_the_solver_refreshes_its_engine_once_per_adapter_state(tmp_path):

@@ -91,7 +91,7 @@ class Engine:
 
     def __init__(self, model, *, compile: bool = False, on_step: Callable[[], None] | None = None):
         self.model = model
-        self.weights = DecodeWeights(model)
+        self.weights = DecodeWeights(model, pack=not compile)  # eager on the CPU: packed
         self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
         self.compiled, self.on_step = compile, on_step or (lambda: None)
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost

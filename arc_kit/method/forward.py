@@ -20,7 +20,8 @@ own tokens (attention alone takes the runs padded to the longest, its padded que
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were
 patched (unsloth) decodes the same. The RMS norms' weights are folded into the matrices after them and
 the attention scale into the queries (``weights``): what is left of a norm here is ``x * rsqrt(mean(x^2)
-+ eps)``. Over 4-bit weights a projection is a ``four_bit.FourBitProjection``, which applies itself.
++ eps)``. A projection over 4-bit weights is a ``four_bit.FourBitProjection``, a large one on the CPU a
+``weights.PackedMatrix``: each applies itself.
 
 Cache layout: (layers, 2, rows, kv heads, capacity, head dim), keys then values, a row's positions
 contiguous. Knows the decoder's arithmetic; knows nothing of lanes, buckets, searches or tasks.
