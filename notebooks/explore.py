@@ -108,7 +108,7 @@ found = search(engine, [prompt.ids], AnswerSpace.from_encoder(model_encoder),
 candidates = []
 for completion in found.completions:
     try:
-        candidates.append((view.invert_grid(model_encoder.decode_answer(completion.ids)), completion.probability))
+        candidates.append((view.invert_grid(model_encoder.decode_answer(completion.ids)), float(np.exp(-completion.nll))))
     except ValueError:
         pass  # not a grid
 print(f"{len(found.completions)} answers above {THRESHOLD:.0%}, {len(candidates)} of them grids, "

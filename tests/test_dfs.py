@@ -258,7 +258,7 @@ def test_results_are_sorted_distinct_and_above_the_threshold(case):
         nlls = [c.nll for c in result.completions]
         assert nlls == sorted(nlls)
         assert len({c.ids for c in result.completions}) == len(result.completions)
-        assert all(c.probability >= threshold for c in result.completions)
+        assert all(np.exp(-c.nll) >= threshold for c in result.completions)
         assert len(result.completions) <= 1 / threshold
         assert all(c.ids[-1] == EOS and EOS not in c.ids[:-1] for c in result.completions)
         assert all(set(c.ids) <= set(space.allowed_ids) for c in result.completions)

@@ -85,10 +85,6 @@ class Completion:
     ids: tuple[int, ...]
     nll: float
 
-    @property
-    def probability(self) -> float:
-        return float(np.exp(-self.nll))
-
 
 @dataclass
 class SearchResult:

@@ -1,37 +1,36 @@
 """The decode engine: merged weights, a static KV cache per lane bucket, one forward (``forward``) for every pass.
 
 A search holds *lanes*, one per prompt, numbered 0.. in the order they were started: ``start(lanes,
-capacity, space)`` makes room (``capacity``: positions per lane, grown when a position needs more);
-``prefill(lane, ids, logits_from)`` runs a lane's prompt (and guess) and returns the next-token NLLs
-after each of ``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run
-of tokens (a DFS branch's token and its draft) from its own position, all lanes in one model call, and
-returns an NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as
-lanes 0..; ``release()`` ends the search; ``steps`` counts the steps; ``step_costs(positions, width)``
-says what a step costs on this device (``step_costs.StepCosts``), measured once per lane bucket and
-capacity by timed steps of the live lanes that no search reads back. ``score(prompts, answers, space)``
-gives every answer's NLL after its prompt: each prompt run once into a lane, its keys and values
-copied into the lanes of its answers, the answers fed as runs after it. NLLs are ``-answer_log_probs``
-under the given space, float64 numpy rows. ``on_step`` (no arguments: a worker's heartbeat) is called
-once per model pass.
+capacity, space)`` makes room (``capacity``: positions per lane, grown when needed); ``prefill(lane,
+ids, logits_from)`` runs a lane's prompt (and guess) and returns the next-token NLLs after each of
+``ids[:logits_from]``, ..., ``ids``; ``step(runs, positions)`` feeds each live lane a run of tokens (a
+DFS branch's token and its draft) from its own position, all lanes in one model call, and returns an
+NLL row after each token; ``keep_lanes(lanes)`` keeps the given live lanes (increasing) as lanes 0..;
+``release()`` ends the search; ``steps`` counts the steps; ``step_costs(positions, width)`` says what a
+step costs here (``step_costs.StepCosts``, from timed steps that no search reads back). ``score(prompts,
+answers, space)`` gives every answer's NLL after its prompt: each prompt run once into a lane, its keys
+and values copied into the lanes of its answers, the answers fed as runs after it. NLLs are
+``-answer_log_probs`` under the given space, float64 numpy rows. ``on_step`` (no arguments: a
+worker's heartbeat) is called once per model pass.
 
-The weights are read once into ``weights.DecodeWeights`` and re-read in place by ``refresh``. Lanes
-live in a static cache (layers, 2, lanes, kv heads, capacity, head dim), allocated once per (lane
-bucket: a power of two; capacity: 256, 512, 1024, then multiples of 1024) and kept in a pool for the
-next search or scoring. A lane's positions are contiguous, so rewinding a DFS branch is only feeding
-the next token at an earlier position; nothing is copied per token. The live lanes hold the first
-rows: when lanes finish, the rows beyond the new count move into the freed ones, and once they fit
-a smaller bucket, into its cache; a position past the capacity moves the cache into a larger one.
+The weights are read once into ``weights.DecodeWeights`` (eagerly on the CPU, packed for oneDNN) and
+re-read in place by ``refresh``. Lanes live in a static cache (layers, 2, lanes, kv heads, capacity,
+head dim), one per (lane bucket: a power of two; capacity: 256, 512, 1024, then multiples of 1024),
+kept in a pool for the next search or scoring. A lane's positions are contiguous, so rewinding a DFS
+branch is only feeding the next token at an earlier position; nothing is copied per token. The live
+lanes hold the first rows: when lanes finish, the rows beyond the new count move into the freed
+ones, and once they fit a smaller bucket, into its cache; a position past the capacity moves the
+cache into a larger one.
 
 Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
-chunks at their positions). A step runs eagerly on exactly the live lanes, their runs ragged (each
-lane's tokens alone go through the matmuls: a long draft costs its own lane), or compiled (``compile``,
-the default on a GPU): ``forward.step_nlls`` under ``torch.compile(fullgraph=True)``, one graph per
-lane bucket and run bucket (runs padded to a power of two with token 0, written past the path and
-never read before they are written again) with the capacity dynamic, on CUDA with CUDA graphs
-(``mode="reduce-overhead"``, cache and weights at fixed addresses); if compiling fails the engine
-logs one line and goes on eagerly. ``make_engine`` gives this engine where it reads the model
-(``weights.unsupported_reason`` is None), else ``transformers_forward.TransformersDecoder``, with one
-logged line. Knows lanes, buckets and the cache; knows nothing of the searches' bookkeeping or tasks.
+chunks). A step runs eagerly on exactly the live lanes, their runs ragged (a long draft costs only
+its own lane), or compiled (``compile``, the default on a GPU): ``forward.step_nlls`` under
+``torch.compile(fullgraph=True)``, one graph per lane bucket and run bucket (runs padded to a power of
+two with token 0, written past the path and never read before they are written again), the capacity
+dynamic, on CUDA with CUDA graphs (cache and weights at fixed addresses); if compiling fails the
+engine logs one line and goes on eagerly. ``make_engine`` gives this engine where it reads the model,
+else ``transformers_forward.TransformersDecoder``. Knows lanes, buckets and the cache; knows nothing
+of the searches' bookkeeping or tasks.
 """
 
 from __future__ import annotations
@@ -210,11 +209,10 @@ class Engine:
 
     def step_costs(self, positions: Sequence[int], width: int) -> StepCosts:
         """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket (compiled: and capacity
-        bucket, a graph each; an eager step computes only the columns it uses) by timed steps of the live lanes
-        (eagerly the best of two; compiled the best of three after one untimed, which builds the graph), none
-        counted in ``steps``: one lane and every lane fed a token, every lane ``width`` tokens, one lane ``width``
-        and the others one. Each lane is fed at its ``positions``, past everything it holds: nothing written there
-        is read before it is written again (the search's next token for a lane is at or before it)."""
+        bucket, a graph each) by timed steps of the live lanes (eagerly the best of two; compiled the best of three
+        after one that builds the graph), none counted in ``steps``: one lane and every lane fed a token, every lane
+        ``width`` tokens, one lane ``width`` and the others one. Each lane is fed at its ``positions``, past all it
+        holds: nothing written there is read before it is written again."""
         lanes = self._lanes
         key = (lanes.bucket, lanes.capacity) if self.compiled else lanes.bucket
         if key not in self._costs:

@@ -20,8 +20,8 @@ own tokens (attention alone takes the runs padded to the longest, its padded que
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were
 patched (unsloth) decodes the same. The RMS norms' weights are folded into the matrices after them and
 the attention scale into the queries (``weights``): what is left of a norm here is ``x * rsqrt(mean(x^2)
-+ eps)``. A projection over 4-bit weights is a ``four_bit.FourBitProjection``, a large one on the CPU a
-``weights.PackedMatrix``: each applies itself.
++ eps)``. A projection over 4-bit weights is a ``four_bit.FourBitProjection``, which applies itself; a
+matrix packed for oneDNN (``weights``, eagerly on the CPU) goes to oneDNN's linear.
 
 Cache layout: (layers, 2, rows, kv heads, capacity, head dim), keys then values, a row's positions
 contiguous. Knows the decoder's arithmetic; knows nothing of lanes, buckets, searches or tasks.
@@ -159,11 +159,13 @@ def step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probab
 
 
 def linear(inputs, weight, bias):
-    """``inputs @ weight.T (+ bias)``: ``weight`` a matrix, or a 4-bit projection (``four_bit``) that applies itself."""
+    """``inputs @ weight.T (+ bias)``: ``weight`` a matrix (packed or not) or a 4-bit projection (applies itself)."""
     import torch
     import torch.nn.functional as F
 
     if isinstance(weight, torch.Tensor):
+        if weight.layout == torch._mkldnn:  # packed (``weights``)
+            return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
         return F.linear(inputs, weight, bias)
     result = weight(inputs)
     return result if bias is None else result + bias
@@ -173,7 +175,7 @@ def _plus_linear(hidden, inputs, weight, bias):
     """``hidden + inputs @ weight.T (+ bias)``: one addmm for a matrix (the residual added by the matmul)."""
     import torch
 
-    if not isinstance(weight, torch.Tensor):
+    if not isinstance(weight, torch.Tensor) or weight.layout == torch._mkldnn:
         return hidden + linear(inputs, weight, bias)
     result = torch.addmm(hidden, inputs, weight.t())
     return result if bias is None else result + bias

@@ -132,11 +132,8 @@ class Solver:
         if not settings.test_time_training:
             self.trainer.reset()
             return TrainingSummary(skipped="off")
-        result = self.trainer.train(task.train, task_rng(settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
-                                    deadline=deadline)
-        return TrainingSummary(result.steps, round(result.seconds, 3), result.skipped,
-                               result.losses[0] if result.losses else None,
-                               float(np.mean(result.losses[-8:])) if result.losses else None, result.stopped)
+        return self.trainer.train(task.train, task_rng(settings.seed, task.id, "ttt"), steps=settings.ttt.steps,
+                                  deadline=deadline)
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
                sampler: SamplerSettings, task_id: str = "", *, deadline: float | None = None,
@@ -280,7 +277,6 @@ class Solver:
         retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
         retry.retried_after = record.error
         return retry
-
 
 
 def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,

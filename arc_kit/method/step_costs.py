@@ -5,7 +5,7 @@
 fed and ``slot`` per lane and position of the step's width (its longest run: what the runs padded
 to it cost). The eager step feeds the runs ragged, so there a draft costs mostly its own tokens;
 a compiled step computes its lane bucket times its run bucket whatever the runs (``buckets``), so
-there only ``fixed`` and ``slot`` count. On the 2-core CPU a token costs a third to a half of what a
+there only ``fixed`` and ``slot`` count. On the 2-core CPU a token costs a half to two thirds of what a
 lane's share of a step does at 16 lanes; on a GPU a step is mostly fixed cost (docs/results.md).
 
 ``DraftOdds`` counts, over the lanes of one search, how often a draft token was followed, by its

@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from arc_kit.data.augmentation import balanced_symmetries
 from arc_kit.data.tasks import Pair
+from arc_kit.method.records import TrainingSummary
 from arc_kit.model.optimization import (
     add_lora,
     build_optimizer,
@@ -35,17 +35,11 @@ from arc_kit.text import TaskEncoder, TaskTooLongError
 ADAPTER = "ttt"
 
 
-@dataclass
-class TestTimeResult:
-    """What one task's training did."""
-
-    steps: int
-    losses: list[float]
-    seconds: float
-    skipped: str | None = None  # why no training happened (too few pairs, too long)
-    stopped: str | None = None  # why training ended before its last step (the deadline)
-
-    __test__ = False
+def _summary(steps: int, losses: list[float], started: float, skipped: str | None = None,
+             stopped: str | None = None) -> TrainingSummary:
+    """What one task's training did: its steps, seconds since ``started``, first loss and mean of its last 8."""
+    return TrainingSummary(steps, round(time.monotonic() - started, 3), skipped, losses[0] if losses else None,
+                           float(np.mean(losses[-8:])) if losses else None, stopped)
 
 
 class TestTimeTrainer:
@@ -101,7 +95,7 @@ class TestTimeTrainer:
         return None
 
     def train(self, train: Sequence[Pair], rng: np.random.Generator, steps: int | None = None, *,
-              deadline: float | None = None) -> TestTimeResult:
+              deadline: float | None = None) -> TrainingSummary:
         """Reset the adapter and train it on ``train`` (a task's train pairs); eval mode afterwards.
 
         ``steps`` overrides the settings' number of steps (the time budget may ask for fewer). No step
@@ -113,7 +107,7 @@ class TestTimeTrainer:
         self.reset()
         settings = self.settings if steps is None else self.settings.replace(steps=steps)
         if len(train) < 2:
-            return TestTimeResult(0, [], time.monotonic() - started, "fewer than 2 train pairs")
+            return _summary(0, [], started, "fewer than 2 train pairs")
         self.model.train()
         optimizer = build_optimizer(parameter_groups(self.model, settings.learning_rate,
                                                      settings.embedding_learning_rate), settings.optimizer)
@@ -125,15 +119,14 @@ class TestTimeTrainer:
         try:
             for step in range(settings.steps):
                 if deadline is not None and time.monotonic() >= deadline:
-                    return TestTimeResult(step, losses, time.monotonic() - started,
-                                          stopped=f"deadline reached after {step} of {settings.steps} steps")
+                    return _summary(step, losses, started,
+                                    stopped=f"deadline reached after {step} of {settings.steps} steps")
                 items = []
                 for slot in range(settings.batch_size):
                     index = step * settings.batch_size + slot
                     encoded = self._sequence(train, rng, held_out=index % len(train), symmetry=symmetries[index])
                     if encoded is None:
-                        return TestTimeResult(step, losses, time.monotonic() - started,
-                                              "no leave-one-out sequence fits the token budget")
+                        return _summary(step, losses, started, "no leave-one-out sequence fits the token budget")
                     items.append({"input_ids": torch.from_numpy(encoded.ids),
                                   "labels": torch.from_numpy(encoded.labels)})
                 batch = {key: value.to(self.device) for key, value in self._collate(items).items()}
@@ -148,4 +141,4 @@ class TestTimeTrainer:
                 losses.append(float(loss.detach()))
         finally:
             self.model.eval()
-        return TestTimeResult(settings.steps, losses, time.monotonic() - started)
+        return _summary(settings.steps, losses, started)

@@ -13,10 +13,11 @@ model applies it now: ``W + scaling * B @ A`` for every active adapter, the trai
 float32 and stored in the model's dtype, on its device.
 
 With ``pack`` (the engine's eager steps on the CPU), a float32 matrix of at least ``PACKED_ELEMENTS``
-is a ``PackedMatrix``: oneDNN's blocked copy of it, applied by oneDNN's linear, which at the 1 to 48
-rows of a DFS step is up to twice as fast on the 2-core CPU as the dense matrix's matmul (MKL) and
-about 15% faster at a prompt's 228 (docs/results.md); smaller matrices lose more to its call (about
-12 microseconds) than they gain. Its sums run in another order: NLLs move by about 1e-6 relative.
+is held packed: oneDNN's blocked copy (an opaque ``torch._mkldnn`` tensor) that ``forward.linear``
+gives to oneDNN's linear. At the 1 to 48 rows of a DFS step that is up to twice as fast on the
+2-core CPU as the dense matrix's matmul (MKL), about 15% at a prompt's 228 (docs/results.md);
+smaller matrices lose more to its call (about 12 microseconds) than they gain. Its sums run in
+another order: NLLs move by about 1e-6 relative.
 
 Layers held in bitsandbytes 4 bits (nf4 or fp4, double quantization or not) cannot be merged into or
 folded without re-quantizing: each such group is a ``four_bit.FourBitProjection`` over the model's own
@@ -201,43 +202,17 @@ class LayerWeights:
         return [value for name, value in vars(self).items() if name != "window"]
 
 
-class PackedMatrix:
-    """A float32 CPU matrix in oneDNN's blocked layout (module docstring); called on (..., in) gives (..., out)."""
-
-    def __init__(self, matrix):
-        import torch
-
-        self.shape = matrix.shape
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(matrix.contiguous(), PACKED_ROWS)
-
-    def __call__(self, inputs):
-        import torch
-
-        return torch.ops.mkldnn._linear_pointwise(inputs, self.packed, None, "none", [], "")
-
-    def tensors(self) -> list:
-        return [self.packed]  # ``refresh`` copies a fresh packing of the same shape into it
-
-
-def packs(dtype, device) -> bool:
-    """Whether this torch packs ``dtype`` matrices on ``device`` (``PackedMatrix``): float32 on a CPU, with oneDNN."""
-    import torch
-
-    return (str(dtype) == "torch.float32" and device.type == "cpu" and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
-
-
 def owned_tensors(parts) -> list:
-    """The tensors of ``parts`` (tensors, 4-bit projections, packed matrices or None) that the decode weights own, in
-    a fixed order: what ``refresh`` writes into."""
+    """The tensors of ``parts`` (tensors, 4-bit projections or None) that the decode weights own, in a fixed order:
+    what ``refresh`` writes into."""
     return [tensor for part in parts if part is not None
-            for tensor in (part.tensors() if isinstance(part, (FourBitProjection, PackedMatrix)) else [part])]
+            for tensor in (part.tensors() if isinstance(part, FourBitProjection) else [part])]
 
 
 def _group(modules, norm, dtype, scales=None, pack: bool = False):
     """(weight, bias) of layers that read one input: over 4-bit layers a ``FourBitProjection``, else their
     merged matrices (each times its scale) stacked, with the RMS-norm weight ``norm`` folded into the columns
-    (``pack``: a ``PackedMatrix`` when it is large enough)."""
+    (``pack``: packed for oneDNN when it is large enough, module docstring)."""
     import torch
 
     scales = scales or [1.0] * len(modules)
@@ -247,7 +222,8 @@ def _group(modules, norm, dtype, scales=None, pack: bool = False):
     # torch.cat copies: ``refresh`` never writes into the model's own storage
     weight = torch.cat([pair[0] if scale == 1.0 else pair[0] * scale for pair, scale in zip(pairs, scales)])
     weight = (weight if norm is None else weight * norm).to(dtype)
-    weight = PackedMatrix(weight) if pack and weight.numel() >= PACKED_ELEMENTS else weight
+    if pack and weight.numel() >= PACKED_ELEMENTS:  # refresh copies a fresh packing into it (``copy_`` takes it)
+        weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACKED_ROWS)
     if all(bias is None for _, bias in pairs):
         return weight, None
     bias = torch.cat([torch.zeros(matrix.shape[0], device=matrix.device) if bias is None else bias * scale
@@ -278,7 +254,7 @@ def _read_layer(layer, config, index: int, dtype, pack: bool) -> LayerWeights:
 
 class DecodeWeights:
     """A model's weights for decoding (module docstring); ``refresh()`` re-reads them into the same tensors. ``pack``:
-    the layers' large float32 CPU matrices packed (``PackedMatrix``), where this torch can."""
+    the layers' large float32 CPU matrices packed for oneDNN, where this torch can (module docstring)."""
 
     def __init__(self, model, pack: bool = False):
         import torch
@@ -293,7 +269,8 @@ class DecodeWeights:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = head_dim(config)
         self.eps = float(config.rms_norm_eps)
-        self.pack = pack and packs(self.dtype, self.device)
+        self.pack = (pack and self.dtype == torch.float32 and self.device.type == "cpu"
+                     and torch.backends.mkldnn.is_available())  # oneDNN's float32 on a CPU
         with torch.no_grad():
             self.embed, self.head, self.head_bias = self._read_outer()
             self.layers = [_read_layer(layer, config, index, self.dtype, self.pack)
