@@ -12,7 +12,7 @@ model applies it now: ``W + scaling * B @ A`` for every active adapter, the trai
 ``modules_to_save`` where the adapter is on, the base weights where it is disabled. Merging is done in
 float32 and stored in the model's dtype, on its device.
 
-With ``pack`` (the engine's eager steps on the CPU), a float32 matrix of at least ``PACKED_ELEMENTS``
+With ``pack`` (the engine's eager steps on an x86-64 CPU), a float32 matrix of at least ``PACKED_ELEMENTS``
 is held packed: oneDNN's blocked copy (an opaque ``torch._mkldnn`` tensor) that ``forward.linear``
 gives to oneDNN's linear. At the 1 to 48 rows of a DFS step that is up to twice as fast on the
 2-core CPU as the dense matrix's matmul (MKL), about 15% at a prompt's 228 (docs/results.md);
@@ -38,6 +38,7 @@ searches or tasks.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 
 from arc_kit.method.four_bit import FourBitProjection, base_of, is_four_bit, is_lora, quant_state_reason
@@ -269,8 +270,8 @@ class DecodeWeights:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = head_dim(config)
         self.eps = float(config.rms_norm_eps)
-        self.pack = (pack and self.dtype == torch.float32 and self.device.type == "cpu"
-                     and torch.backends.mkldnn.is_available())  # oneDNN's float32 on a CPU
+        self.pack = (pack and self.dtype == torch.float32 and self.device.type == "cpu"  # oneDNN's float32 on an
+                     and torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64"))
         with torch.no_grad():
             self.embed, self.head, self.head_bias = self._read_outer()
             self.layers = [_read_layer(layer, config, index, self.dtype, self.pack)
