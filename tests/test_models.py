@@ -225,8 +225,8 @@ def test_sharded_save_reloads_the_same_model(micro, tmp_path, sample_ids):
 
 def test_loaded_encoder_matches_the_vocabulary_encoder(micro_folder, tasks):
     loaded = load_model(micro_folder, device="cpu")
-    assert isinstance(loaded.grid_tokenizer, HuggingFaceTokenizer)
     encoder = loaded.encoder()
+    assert isinstance(encoder.tokenizer, HuggingFaceTokenizer)
     reference = TaskEncoder(Vocabulary())
     for task in tasks:
         ours = encoder.encode_prompt(task.train, task.test[0].input)

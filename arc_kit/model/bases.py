@@ -17,7 +17,6 @@ This module knows files, checksums, locks and the GGUF reader of transformers (t
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import shutil
@@ -279,9 +278,8 @@ def read_gguf(path: str | os.PathLike):
     return model, tokenizer
 
 
-@contextlib.contextmanager
-def cache_lock(name: str):
-    """Hold the cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock) for the block.
+def cache_lock(name: str) -> FileLock:
+    """The cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock), held by a ``with``.
 
     Processes that build, extract or download the same base take turns: the second finds the
     first's finished work instead of replacing it while a third is reading it. Within one process
@@ -289,8 +287,7 @@ def cache_lock(name: str):
     """
     folder = cache_folder() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(folder / f"{name}.lock", is_singleton=True):
-        yield
+    return FileLock(folder / f"{name}.lock", is_singleton=True)
 
 
 def built_folder(name: str) -> Path:

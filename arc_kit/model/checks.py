@@ -67,7 +67,7 @@ def architecture_of(config: dict, where: str | os.PathLike = "config.json") -> A
     kv_heads = _size(text, "num_key_value_heads", where, default=heads)
     if heads % kv_heads:
         raise ModelFolderError(f"{where}: {heads} attention heads cannot share {kv_heads} key-value heads evenly")
-    head_dim = _size(text, "head_dim", where) if text.get("head_dim") is not None else None
+    head_dim = _size(text, "head_dim", where)  # None where the config leaves it out
     if head_dim is None:
         if hidden % heads:
             raise ModelFolderError(f"{where}: hidden_size {hidden} is not a multiple of its {heads} heads")

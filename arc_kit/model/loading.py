@@ -14,7 +14,6 @@ others need are handed on from here); it knows nothing of tasks beyond the vocab
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
@@ -110,10 +109,6 @@ class LoadedModel:
     backend: str
     is_adapter: bool = False
 
-    @property
-    def grid_tokenizer(self) -> HuggingFaceTokenizer:
-        return HuggingFaceTokenizer(self.tokenizer)
-
     def token_budget(self, requested: int | None = None) -> int:
         """``token_budget_of`` this model, whose maximum positions its config says."""
         config = getattr(self.model, "config", None)
@@ -127,7 +122,8 @@ class LoadedModel:
         problem = format_problem(self.tokenizer, text_format)
         if problem is not None:
             raise ValueError(f"the tokenizer of {self.path}: {problem}; shrink its vocabulary first (arc-kit shrink)")
-        return TaskEncoder(self.grid_tokenizer, text_format, self.token_budget() if max_len is None else max_len)
+        return TaskEncoder(HuggingFaceTokenizer(self.tokenizer), text_format,
+                           self.token_budget() if max_len is None else max_len)
 
 
 def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, max_positions: int | None = None) -> int:
@@ -142,7 +138,7 @@ def token_budget_of(path: str | os.PathLike, requested: int | None = None, *, ma
     if max_positions is None:
         config = read_json(path / "config.json")
         if not config and is_delta_folder(path):
-            config = read_json(built_folder(json.loads((path / DELTA_INDEX).read_text())["base"]) / "config.json")
+            config = read_json(built_folder(read_json(path / DELTA_INDEX)["base"]) / "config.json")
         max_positions = config.get("max_position_embeddings")
     return cut_to_limit(requested or DEFAULT_TOKEN_BUDGET, int(max_positions) if max_positions else None, str(path))
 
@@ -223,7 +219,7 @@ def _plan_load(path: str | os.PathLike, settings: LoadSettings) -> _LoadPlan:
     base_path = path
     if delta:
         base_path = Path(settings.base_model) if settings.base_model else build_base(  # the base given, or built
-            json.loads((path / DELTA_INDEX).read_text())["base"], weights=settings.base_weights,
+            read_json(path / DELTA_INDEX)["base"], weights=settings.base_weights,
             download=settings.download_base)
         if backend == "unsloth" and settings.backend == "unsloth":
             raise devices.UnsupportedSetupError(f"{path} is a base plus a delta, which loads through transformers; "
@@ -283,10 +279,18 @@ def _load_with_unsloth(plan: _LoadPlan, settings: LoadSettings):
 
 
 def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
-    """The model through transformers, with a delta merged in or an adapter put on, on the plan's device."""
-    from transformers import AutoModelForCausalLM
+    """The model through transformers (its dtype, attention, 4-bit quantization), with a delta merged in or an
+    adapter put on, on the plan's device."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    arguments = _from_pretrained_arguments(plan, settings)
+    arguments: dict[str, Any] = dict(dtype=plan.dtype, attn_implementation=settings.attention, local_files_only=True)
+    if settings.quantization == "4bit" and not plan.quantized_on_disk:
+        arguments["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=plan.dtype)
+    placed = plan.device.startswith("cuda") or plan.quantized_on_disk  # 4-bit weights are placed as they load
+    if placed:
+        arguments["device_map"] = {"": plan.device}
     model = read_weights(AutoModelForCausalLM, plan.base_path, arguments)
     if plan.is_delta:
         model = apply_delta(model, plan.path)
@@ -297,7 +301,7 @@ def _load_with_transformers(plan: _LoadPlan, settings: LoadSettings):
             model = PeftModel.from_pretrained(model, plan.path, is_trainable=False)
         if not (plan.quantized_on_disk or settings.quantization):
             model = model.merge_and_unload()
-    if "device_map" not in arguments:
+    if not placed:
         model = model.to(plan.device)
     return keep_four_bit_layout(model)
 
@@ -314,20 +318,6 @@ def keep_four_bit_layout(model):
         if getattr(module, "support_avx512bf16_for_cpu", False):
             module.support_avx512bf16_for_cpu = False
     return model
-
-
-def _from_pretrained_arguments(plan: _LoadPlan, settings: LoadSettings) -> dict[str, Any]:
-    """``from_pretrained``'s keyword arguments: dtype, attention, 4-bit quantization, the GPU to place it on."""
-    arguments: dict[str, Any] = dict(dtype=plan.dtype, attn_implementation=settings.attention, local_files_only=True)
-    if settings.quantization == "4bit" and not plan.quantized_on_disk:
-        from transformers import BitsAndBytesConfig
-
-        arguments["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=plan.dtype)
-    if plan.device.startswith("cuda") or plan.quantized_on_disk:  # 4-bit weights are placed as they load
-        arguments["device_map"] = {"": plan.device}
-    return arguments
 
 
 # ---------------------------------------------------------------------------------------------

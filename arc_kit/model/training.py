@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 def _an_earlier_kits_training(folder: Path) -> bool:
     """A training run that a kit made before output folders had markers: a checkpoint, or its record (adopted only
     with --adopt: ``outputs``)."""
-    if any(_checkpoint_number(path) is not None for path in (folder / "checkpoints").glob("step-*/progress.json")):
+    if any((path / "progress.json").exists() for path in _checkpoints(folder / "checkpoints")):
         return True
     record = small_json(folder / "arc_kit.json")
     return isinstance(record, dict) and isinstance(record.get("training"), dict)
@@ -98,9 +98,8 @@ def prepare_for_training(model, settings: TrainingSettings):
 
 def _checkpoint_number(path: Path) -> int | None:
     """N of a checkpoint folder ``step-N`` (a real folder, not a link); None for any other entry."""
-    folder = path.parent if path.name == "progress.json" else path
-    match = re.fullmatch(r"step-([0-9]{1,12})", folder.name)
-    return int(match.group(1)) if match and folder.is_dir() and not folder.is_symlink() else None
+    match = re.fullmatch(r"step-([0-9]{1,12})", path.name)
+    return int(match.group(1)) if match and path.is_dir() and not path.is_symlink() else None
 
 
 def _checkpoints(folder: Path) -> list[Path]:
@@ -452,7 +451,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
                     plan=None if plan is None else asdict(plan),
                     processes=accelerator.num_processes, device=device,
                     mixed_precision=accelerator.mixed_precision, seeds={"training": settings.lora.training_seed},
-                    optimizer=type(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer).__name__)
+                    optimizer=type(optimizer.optimizer).__name__)  # accelerate's wrapper around it
     loop = _TrainingLoop(accelerator, model, optimizer, scheduler, settings, out=out, started=started,
                          first_step=first_step, progress=progress)
     loop.run(loader)

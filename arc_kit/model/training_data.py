@@ -144,7 +144,6 @@ def pretraining_data(re_arc: str | None = None, data: DataSettings = DataSetting
 class Drawn:
     """One item of a ``SequenceDataset`` as drawn: its pool, the examples written, the encoded sequence."""
 
-    name: str
     pool: int  # index into ``SequenceDataset.pools``
     examples: tuple[int, ...]  # pool indices of the pairs written, in sequence order (the last the test)
     encoded: Encoded
@@ -269,7 +268,7 @@ class SequenceDataset:
     def sequence(self, index: int) -> tuple[str, Encoded]:
         """(pool name, encoded sequence) of item ``index``; see ``draw``."""
         drawn = self._drawn.pop(index, None) or self.draw(index)
-        return drawn.name, drawn.encoded
+        return self.names[drawn.pool], drawn.encoded
 
     def draw(self, index: int) -> Drawn:
         """Item ``index``: as planned (``passes``), else (or if the plan's pairs cannot fit) drawn at random."""
@@ -296,7 +295,7 @@ class SequenceDataset:
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
+                return Drawn(pool_index, tuple(order[i] for i in encoded.kept), encoded)
         if pool_index not in self._warned:
             self._warned.add(pool_index)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
@@ -315,7 +314,7 @@ class SequenceDataset:
             except TaskTooLongError:
                 continue
             if encoded.loss_mask.any():
-                return Drawn(self.names[pool_index], pool_index, tuple(order[i] for i in encoded.kept), encoded)
+                return Drawn(pool_index, tuple(order[i] for i in encoded.kept), encoded)
         raise TaskTooLongError(f"item {index}: 100 draws in a row did not fit {self.settings.max_tokens} tokens")
 
     def __getitem__(self, index: int) -> dict:
