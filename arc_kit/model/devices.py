@@ -120,7 +120,7 @@ def require_4bit(on_cpu: bool = False) -> None:
     if not cuda_available():
         raise UnsupportedSetupError("4-bit loading needs a CUDA GPU (bitsandbytes); this machine has none. "
                                     "Load without quantization (quantization=None) on the CPU.")
-    if not bitsandbytes_works():
+    if not bitsandbytes_imports():
         raise UnsupportedSetupError("4-bit loading needs bitsandbytes, which is not installed or does not work "
                                     "here (pip install bitsandbytes)")
 

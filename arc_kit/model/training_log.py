@@ -60,16 +60,15 @@ def log_row(step: int, loss: float, rates: Mapping[str | None, float], tokens: i
             "elapsed_seconds": f"{elapsed_seconds:.1f}"}
 
 
-def plot_loss_curve(log_path: Path, out_path: Path) -> Path | None:
-    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG; None when the log is empty."""
+def plot_loss_curve(log_path: Path, out_path: Path) -> None:
+    """Save ``plotting.draw_loss_curve`` of training_log.csv as a PNG (nothing when the log is empty)."""
     import matplotlib.pyplot as plt
     import pandas as pd
 
     log = pd.read_csv(log_path)
     if log.empty:
-        return None
+        return
     figure = draw_loss_curve(log)
     with replacing(out_path, binary=True) as handle:  # never through a link
         figure.savefig(handle, dpi=100, format="png")
     plt.close(figure)
-    return out_path
