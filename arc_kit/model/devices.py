@@ -46,10 +46,8 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [entry.strip() for entry in listed.split(",") if entry.strip()]
-    try:
-        import torch
-    except ImportError:
-        return []
+    import torch
+
     return [str(index) for index in range(torch.cuda.device_count())]
 
 

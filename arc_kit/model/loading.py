@@ -111,8 +111,8 @@ class LoadedModel:
 
     def token_budget(self, requested: int | None = None) -> int:
         """``token_budget_of`` this model, whose maximum positions its config says."""
-        config = getattr(self.model, "config", None)
-        return token_budget_of(self.path, requested, max_positions=getattr(config, "max_position_embeddings", None))
+        max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        return token_budget_of(self.path, requested, max_positions=max_positions)
 
     def encoder(self, text_format: TextFormat = TextFormat(), max_len: int | None = None) -> TaskEncoder:
         """A TaskEncoder over this model's tokenizer within ``max_len`` tokens (default: the model's budget).

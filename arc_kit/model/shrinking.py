@@ -189,16 +189,15 @@ def shrink_model(model, keep: list[int]) -> None:
             if head.bias is not None:
                 new_head.bias.copy_(head.bias.index_select(0, index.to(head.bias.device)))
             model.set_output_embeddings(new_head)
+    text_config = getattr(model.config, "text_config", None)  # a multimodal model's
     if tied:
         model.config.tie_word_embeddings = False
-        text_config = getattr(model.config, "text_config", None)
         if text_config is not None and hasattr(text_config, "tie_word_embeddings"):
             text_config.tie_word_embeddings = False
     for config in (model.config, getattr(model, "generation_config", None)):
         for name, value in _token_id_fields(config).items():
             setattr(config, name, _remap_ids(value, mapping))
     model.config.vocab_size = len(keep)
-    text_config = getattr(model.config, "text_config", None)
     if text_config is not None and hasattr(text_config, "vocab_size"):
         text_config.vocab_size = len(keep)
 
