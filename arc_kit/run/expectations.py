@@ -293,9 +293,3 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
     shape = architecture_of(config.to_dict(), "the model's config")
     return guessed_speeds(shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape, device,
                           settings, sizes)
-
-
-__all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "FAST_BANDWIDTH_RATIO", "FAST_DECODE_OVERHEAD", "Device",
-           "GPUS", "MEASUREMENTS", "Measurement", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical",
-           "decodes_on_fast_engine", "first_speeds", "forward_flops", "gpu_named", "guessed_speeds", "part_costs",
-           "shape_of_folder", "sized", "speeds_for_model", "visible_gpu_name"]

@@ -152,7 +152,3 @@ def paper_check(sizes: Sequence[TaskSize], settings: SolveSettings) -> str:
             f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
             f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
             f"{cell.seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
-
-
-__all__ = ["Cell", "Machine", "PAPER_RUN", "TABLE_MACHINES", "expectations_table", "expected_cell", "paper_check",
-           "ratio_lines", "worker_bytes"]

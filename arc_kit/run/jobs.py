@@ -54,6 +54,3 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
                  info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
-
-
-__all__ = ["solve_job", "uses_pool"]

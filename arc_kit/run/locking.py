@@ -147,7 +147,3 @@ def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = No
                 return function(*arguments, **options)
         return holding
     return decorate
-
-
-__all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "RECORD_WAIT_SECONDS", "describe_holder", "hold_folder", "holder_record",
-           "holding_folder"]

@@ -256,6 +256,3 @@ def card_here() -> str | int:
     import torch
 
     return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else "L4"
-
-
-__all__ = ["ModelCheck", "card_here", "check_model"]

@@ -515,6 +515,3 @@ def _stored_speeds(out: Path) -> Speeds | None:
         return Speeds.from_json(read_json(out / SPEEDS_FILE))
     except (OSError, ValueError, TypeError):
         return None
-
-
-__all__ = ["SPEEDS_FILE", "TASKS_FILE", "solve_in_pool"]

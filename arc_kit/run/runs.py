@@ -61,6 +61,8 @@ RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
+SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them)
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
 RAY_LOGS = "ray-logs"  # the logs of a Ray that a run's pool started itself (``ray_session``)
 TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
@@ -84,7 +86,7 @@ def _an_earlier_kits_run(folder: Path) -> bool:
 
 
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, "tasks.json", "speeds.json", f"{CLAIMS_FOLDER}/*",
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*",
                                     *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES),
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
                                     *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{RAY_LOGS}/**"),
@@ -472,10 +474,3 @@ def task_line(record: TaskRecord) -> str:
     if record.error or record.skipped:
         parts.append(f"{'error' if record.error else 'skipped'}: {record.error or record.skipped}")
     return ", ".join(parts)
-
-
-__all__ = ["CLAIMS_FOLDER", "RECORDS_FILE", "RUN_FILE", "RUN_KIND", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
-           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
-           "mark_correct", "open_run", "read_run_info", "read_run_settings",
-           "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
-           "write_scores"]
