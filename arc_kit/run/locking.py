@@ -132,10 +132,9 @@ def hold_folder(folder: str | os.PathLike, kind: FolderKind | None = None, comma
             _give_back(folder, lock)
 
 
-def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = None, command: str = "",
-                   option: str = "--out") -> Callable:
-    """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names
-    (joined with ``below``, when given), as ``hold_folder`` does (claimed as ``kind`` for ``command``, if given)."""
+def holding_folder(parameter: str, kind: FolderKind | None = None, command: str = "") -> Callable:
+    """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names, as
+    ``hold_folder`` does (claimed as ``kind`` for ``command``, if given)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
 
@@ -143,7 +142,7 @@ def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = No
         def holding(*arguments, **options):
             bound = signature.bind(*arguments, **options)
             bound.apply_defaults()
-            with hold_folder(Path(bound.arguments[parameter]) / below, kind, command, option):
+            with hold_folder(bound.arguments[parameter], kind, command):
                 return function(*arguments, **options)
         return holding
     return decorate
