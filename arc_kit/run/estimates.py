@@ -34,12 +34,11 @@ from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder, si
 from arc_kit.run.expectations_table import Machine, expectations_table, expected_cell, paper_check
 from arc_kit.run.planner import PARTS, Speeds, measure, speeds_from_records, work_units
 from arc_kit.run.record_json import read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_info, read_run_settings
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, TASKS_FILE, RunFolderError, read_run_info, read_run_settings
 from arc_kit.settings import SolveSettings, solve_preset
 
 PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
 MAX_ESTIMATE_SECONDS = 100 * 31_536_000.0  # a century: an estimate beyond it comes from damaged speeds
-POOL_TASKS_FILE = "tasks.json"  # the challenges a worker pool wrote into its run folder
 
 
 @dataclass
@@ -110,11 +109,11 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
             return load_tasks(dataset, strict=False), [f"the tasks: {dataset} (its {RUN_FILE})"]
         except (InvalidDataError, OSError, ValueError):
             pass
-    if (folder / POOL_TASKS_FILE).is_file():
-        return load_challenges(folder / POOL_TASKS_FILE, strict=False), \
-            [f"the tasks: {folder / POOL_TASKS_FILE} (what its workers were given)"]
+    if (folder / TASKS_FILE).is_file():
+        return load_challenges(folder / TASKS_FILE, strict=False), \
+            [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"]
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
-                         f"holds no {POOL_TASKS_FILE}: which tasks its records timed cannot be told")
+                         f"holds no {TASKS_FILE}: which tasks its records timed cannot be told")
 
 
 def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model: str | os.PathLike | None = None,

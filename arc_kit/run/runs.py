@@ -52,6 +52,7 @@ from arc_kit.outputs import (
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
+from arc_kit.run.ray_session import LOGS_FOLDER
 from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
@@ -64,13 +65,13 @@ RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json"
 TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
 SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them)
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
-RAY_LOGS = "ray-logs"  # the logs of a Ray that a run's pool started itself (``ray_session``)
 TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
+TABLE_RECORDS = tuple(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)  # their records (``records_file``)
 WORKER_FOLDER = re.compile(r"worker-[0-9]+")  # where a process of a shared run writes (``run_records``)
 # what the ablation's processes write into a worker's folder (their records), and what an earlier kit's worker
 # processes and their parent wrote there (plan, log, the files they talked through, the records)
 WORKER_FILES = ("plan.json", "worker.log", "ready", "heartbeat", "assignment.json", "calibration.json", RECORDS_FILE,
-                *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES))
+                *TABLE_RECORDS)
 
 
 def _an_earlier_kits_run(folder: Path) -> bool:
@@ -86,10 +87,9 @@ def _an_earlier_kits_run(folder: Path) -> bool:
 
 
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*",
-                                    *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES),
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*", *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
-                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{RAY_LOGS}/**"),
+                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{LOGS_FOLDER}/**"),
                       quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
                       kept="the records of the tasks done and a complete submission")
 
@@ -228,8 +228,7 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
 def has_records(out: str | os.PathLike) -> bool:
     """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
     out = Path(out)
-    names = [RECORDS_FILE, *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)]
-    paths = [folder / name for folder in (out, *worker_folders(out)) for name in names]
+    paths = [folder / name for folder in (out, *worker_folders(out)) for name in (RECORDS_FILE, *TABLE_RECORDS)]
     return any(path.is_file() and not path.is_symlink() and path.stat().st_size for path in paths)
 
 
