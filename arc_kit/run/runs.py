@@ -43,7 +43,6 @@ from arc_kit.names import encoded, file_name, shown
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
-    check_folder,
     claim_folder,
     kit_subfolder,
     refuse_links,
@@ -132,8 +131,7 @@ def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--o
     out = Path(out)
     if not out.exists():
         return
-    check_folder(out, RUN_KIND, command, option=option)  # refused before the lock file is made
-    with hold_folder(out, RUN_KIND, command, option):
+    with hold_folder(out, RUN_KIND, command, option):  # a folder no run made is refused before its lock is made
         claim_folder(out, RUN_KIND, command, clear=True, option=option)
 
 
@@ -315,17 +313,12 @@ def record_table(records: Iterable[TaskRecord]):
     """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
     import pandas as pd
 
-    rows = [{"task_id": record.task_id,
-             "candidates": sum(len(test.candidates) for test in record.tests),
-             "forward_calls": sum(test.search.forward_calls for test in record.tests),
-             "ttt_seconds": record.timings.get("ttt"),
-             "generation_seconds": record.timings.get("generation"),
-             "scoring_seconds": record.timings.get("scoring"),
-             "total_seconds": record.timings.get("total"),
-             "rung": record.rung,
-             "error": record.error or record.skipped} for record in records]
     columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
                "total_seconds", "rung", "error"]
+    rows = [(record.task_id, sum(len(test.candidates) for test in record.tests),
+             sum(test.search.forward_calls for test in record.tests),
+             *(record.timings.get(part) for part in ("ttt", "generation", "scoring", "total")),
+             record.rung, record.error or record.skipped) for record in records]
     return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
