@@ -68,12 +68,9 @@ def import_ray():
 
 @dataclass
 class Session:
-    """A run's Ray: the ``ray`` module, and a SIGTERM held while the run's calls into Ray block.
-
-    Ray turns an exception that a signal handler raises inside its own calls (``ray.wait``, ``ray.get``) into
-    a plain KeyboardInterrupt, which reads as Ctrl-C: so for the session SIGTERM is only noted, and
-    ``check_signals`` (the run's loop calls it between Ray's calls) hands it to the caller's own handler then.
-    """
+    """A run's Ray: the ``ray`` module, and a SIGTERM only noted while the run's calls into Ray block (``ray.wait``
+    turns what a handler raises into a KeyboardInterrupt, read as Ctrl-C), handed to the caller's own handler by
+    ``check_signals``, which the run's loop calls between Ray's calls."""
 
     ray: Any
     caller: Any = None  # the SIGTERM handler before the session (None: not the main thread, nothing held)
