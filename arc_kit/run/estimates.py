@@ -177,15 +177,11 @@ def machine_words(device: Device | None, gpus: int, workers_per_gpu: int, speedu
     return f"{gpus} {device.name} x {workers_per_gpu} worker(s) each{faster}"
 
 
-def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str,
-                     check: bool = True) -> list[str]:
+def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
     """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
-    shrunk model writes a symbol a token), and, with ``check``, the paper's timed run priced the same way."""
+    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
     encoder = load_encoder(model, max_len=settings.max_len)
-    lines = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
-    if check:
-        paper_tasks = load_tasks(PAPER_CHECK_TASKS)
-        lines += ["", paper_check([measure(task, encoder, settings.max_len) for task in paper_tasks.tasks()],
-                                  settings)]
-    return lines
+    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
+    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
+    return [*table, "", paper_check(paper, settings)]
