@@ -22,6 +22,7 @@ their host overheads (``expectations.PartCost.with_workers``), exactly as ``--ta
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,10 +106,8 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
     """The tasks the run in ``folder`` solved: its data set where it loads here, else its pool's ``tasks.json``."""
     dataset = info.get("dataset")
     if isinstance(dataset, str):
-        try:
+        with suppress(InvalidDataError, OSError, ValueError):
             return load_tasks(dataset, strict=False), [f"the tasks: {dataset} (its {RUN_FILE})"]
-        except (InvalidDataError, OSError, ValueError):
-            pass
     if (folder / TASKS_FILE).is_file():
         return load_challenges(folder / TASKS_FILE, strict=False), \
             [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"]
@@ -154,8 +153,7 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
 
 def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
                   shape: Architecture | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
-    """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``: a measured part's one-worker seconds over all
-    the workers; a guessed part's as the table prices it (the workers' overheads overlap, the GPU's time not)."""
+    """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``, measured or guessed (the module's docstring)."""
     workers = max(1, gpus) * workers_per_gpu
     wall = {part: value / workers for part, value in seconds.items()}
     if gpus and shape is not None:

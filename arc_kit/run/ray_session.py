@@ -33,7 +33,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,11 +147,9 @@ def _short_temporary_folder() -> str:
 
 def _plasma_directory(store_bytes: int, folder: Path) -> str:
     """/dev/shm when it has room for the object store (and a margin), else the session's folder on disk."""
-    try:
+    with suppress(OSError):
         if shutil.disk_usage("/dev/shm").free >= 1.25 * store_bytes:
             return "/dev/shm"
-    except OSError:
-        pass
     return str(folder)
 
 

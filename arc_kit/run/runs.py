@@ -29,6 +29,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,9 @@ def _an_earlier_kits_run(folder: Path) -> bool:
     names = {entry.name for entry in folder.iterdir()}
     if names and names <= {LOCK_FILE, HOLDER_FILE}:
         return True
-    try:
+    with suppress(InvalidDataError, AttributeError):
         return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
-    except (InvalidDataError, AttributeError):
-        return False
+    return False
 
 
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
