@@ -19,8 +19,7 @@ measured, the first tasks are priced with guessed speeds; the first task to fini
 actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
 submission one process gives; a rerun resumes.
 
-This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
-``ray_session``'s, an actor's side ``actors``', where actors go ``slots``'.
+This module knows the planner, the run folder and the actors' calls; nothing of Ray's start or an actor's side.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,8 +201,11 @@ class _Pool:
         folders = actors.model_folders(model, load_options)
         cluster = address is not None or sum(node["Alive"] for node in ray.nodes()) > 1  # nodes may join later
         server = None
-        if cluster and not shared_model:
-            server = ray.remote(actors.ModelServer).options(num_cpus=0, **_on_this_node(ray)).remote(folders)
+        if cluster and not shared_model:  # on the driver's node
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)
+            server = ray.remote(actors.ModelServer).options(num_cpus=0, scheduling_strategy=here).remote(folders)
         self.start_options = {
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
             "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
@@ -233,8 +236,7 @@ class _Pool:
         actor = options["actor_class"].options(**actor_options(slot.place.gpu, options["bundles"],
                                                                options["fraction"])).remote()
         slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
-        slot.starts += 1
-        slot.started_at = time.time()
+        slot.starts, slot.started_at = slot.starts + 1, time.time()
         self.waiting[actor.load.remote(*options["load"])] = (slot, "load")
 
     # -- the loop -------------------------------------------------------------------------------------------------
@@ -353,15 +355,11 @@ class _Pool:
         would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
         found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
         if slot.actor is not None:
-            try:
+            with suppress(Exception):  # already gone
                 self.ray.kill(slot.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
             if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
-                try:
+                with suppress(OSError):  # gone already
                     os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
-                except OSError:  # gone already
-                    pass
         slot.actor, slot.asking = None, False
 
     def feed(self, slot: _Slot) -> None:
@@ -483,13 +481,6 @@ def _what_happened(error: BaseException) -> str:
     return f"died: {(str(error).strip().splitlines() or [type(error).__name__])[0].rstrip('.')}"
 
 
-def _on_this_node(ray) -> dict:
-    """Ray's options that keep an actor on the driver's node."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)}
-
-
 def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
     """Each task's token counts, for the planner; the tokenizer suffices."""
     if not task_ids:
@@ -500,7 +491,6 @@ def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettin
 
 def _stored_speeds(out: Path) -> Speeds | None:
     """The speeds an earlier run in ``out`` measured, or None."""
-    try:
+    with suppress(OSError, ValueError, TypeError):
         return Speeds.from_json(read_json(out / SPEEDS_FILE))
-    except (OSError, ValueError, TypeError):
-        return None
+    return None
