@@ -1,8 +1,7 @@
 """What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, in this process or in a pool.
 
-One worker solves in this process (``runs.solve``; Ray is neither started nor imported); several
-workers, several GPUs, one GPU with a deadline (whose first task's peak memory may find room for more
-workers on it) or a cluster's address make a pool of Ray actors (``pool.solve_in_pool``). This module knows
+One worker solves in this process (``runs.solve``; Ray is neither started nor imported); a run that
+needs more (``uses_pool``) makes a pool of Ray actors (``pool.solve_in_pool``). This module knows
 which; how either runs is ``runs``' and ``pool``'s.
 """
 

@@ -170,12 +170,11 @@ class Planner:
         self.sizes = {size.task_id: size for size in sizes}
         self.rungs = ladder(settings)
         self.deadline, self.clock = deadline, clock
-        self.speeds = speeds or Speeds()
         self.workers = max(1, workers)
         self.budget_settings = budget
         self.longest_first = longest_first
         self.position, self.remaining = {}, list(self.sizes)
-        self.calibrate(self.speeds)
+        self.calibrate(speeds or Speeds())  # sets self.speeds
 
     def calibrate(self, speeds: Speeds) -> None:
         """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
