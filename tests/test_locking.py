@@ -52,14 +52,13 @@ def test_a_refused_process_waits_for_a_holder_that_has_not_written_its_record_ye
 
 
 def test_a_decorated_function_holds_the_folder_its_argument_names_for_the_call(tmp_path):
-    @holding_folder("out", "below")
+    @holding_folder("out")
     def run(task: str, out, *, extra: int = 0):
-        return json.loads((tmp_path / "o" / "below" / HOLDER_FILE).read_text())["pid"], another_process_tries(
-            tmp_path / "o" / "below")
+        return json.loads((tmp_path / "o" / HOLDER_FILE).read_text())["pid"], another_process_tries(tmp_path / "o")
 
     pid, refusal = run("t", out=tmp_path / "o")
     assert pid == os.getpid() and "is in use by process" in refusal
-    assert not (tmp_path / "o" / "below" / HOLDER_FILE).exists()
+    assert not (tmp_path / "o" / HOLDER_FILE).exists()
 
 
 def test_a_file_system_that_cannot_lock_warns_and_lets_the_run_go_on(tmp_path, monkeypatch):

@@ -5,8 +5,7 @@ calls: ``load`` (the model, from this node's disk or received through Ray, see b
 loader the driver hands it: ``load_solver``), ``solve`` (one task at the rung and within the caps the
 driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the
 engine steps made so far; it answers while a solve runs, so the driver's watchdog can tell a working
-actor from a stopped one). ``count_engine_steps`` installs the count
-and ``engine_steps`` reads it: the one place that knows what an engine step is.
+actor from a stopped one; ``load_solver`` installs the count, ``engine_steps`` reads it).
 
 Nothing assumes a shared file system. ``ModelServer``, an actor on the driver's node, hands out the
 model's files in pieces; an actor on another node writes them into that node's cache
@@ -47,14 +46,6 @@ MODEL_CACHE = "arc-kit-models"  # below a node's temporary folder: models receiv
 COMPLETE = ".complete"  # in a received model's folder: every file arrived
 
 
-def count_engine_steps(*models) -> None:
-    """Count every forward pass of ``models`` (torch modules; others are passed over) as an engine step: test-time
-    training's, and transformers' own forward; the decode engine counts its steps through the solver's ``on_step``
-    (``load_solver``), as it never calls the model's forward."""
-    for model in {id(model): model for model in models if hasattr(model, "register_forward_hook")}.values():
-        progress.count_forward_calls(model)
-
-
 def engine_steps() -> int:
     """The engine steps this process has made so far (what the driver's watchdog watches move)."""
     return progress.steps()
@@ -72,18 +63,27 @@ class SlotSolver:
         return solve_one(self.solver, task, rung, self.rungs, budget)
 
     def memory(self) -> dict:
-        return gpu_memory()
+        """This process's peak reserved GPU memory and its GPU's total, in bytes ({} on the CPU)."""
+        import torch
+
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return {}
+        return {"peak_bytes": torch.cuda.max_memory_reserved(),
+                "total_bytes": torch.cuda.get_device_properties(0).total_memory}
 
 
 def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
     """The model in folder ``model`` loaded with ``load_options`` (``settings.LoadSettings``' fields) into a solver
-    with ``settings`` (``SolveSettings.to_json``); its engine's steps and its forward passes counted."""
+    with ``settings`` (``SolveSettings.to_json``). Its engine's steps are counted through ``on_step`` (the engine
+    never calls the model's forward), every forward pass of its models (test-time training's, transformers' own
+    forward) by a hook, each model once."""
     from arc_kit.method.solver import Solver
     from arc_kit.model.loading import load_model
 
     loaded = load_model(model, LoadSettings(**load_options))
     solver = Solver.from_loaded(loaded, SolveSettings.from_json(settings), on_step=progress.tick)
-    count_engine_steps(loaded.model, solver.model)
+    for torch_model in {id(each): each for each in (loaded.model, solver.model)}.values():
+        progress.count_forward_calls(torch_model)
     return SlotSolver(solver)
 
 
@@ -131,16 +131,6 @@ class SlotActor:
 
     def steps(self) -> int:
         return engine_steps()
-
-
-def gpu_memory() -> dict:
-    """This process's peak reserved GPU memory and its GPU's total, in bytes ({} on the CPU)."""
-    import torch
-
-    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
-        return {}
-    return {"peak_bytes": torch.cuda.max_memory_reserved(),
-            "total_bytes": torch.cuda.get_device_properties(0).total_memory}
 
 
 def model_files(folder: Path) -> dict[str, Path]:

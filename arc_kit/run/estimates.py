@@ -22,6 +22,7 @@ their host overheads (``expectations.PartCost.with_workers``), exactly as ``--ta
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +35,11 @@ from arc_kit.run.expectations import Device, guessed_speeds, shape_of_folder, si
 from arc_kit.run.expectations_table import Machine, expectations_table, expected_cell, paper_check
 from arc_kit.run.planner import PARTS, Speeds, measure, speeds_from_records, work_units
 from arc_kit.run.record_json import read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, RunFolderError, read_run_info, read_run_settings
+from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, TASKS_FILE, RunFolderError, read_run_info, read_run_settings
 from arc_kit.settings import SolveSettings, solve_preset
 
 PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
 MAX_ESTIMATE_SECONDS = 100 * 31_536_000.0  # a century: an estimate beyond it comes from damaged speeds
-POOL_TASKS_FILE = "tasks.json"  # the challenges a worker pool wrote into its run folder
 
 
 @dataclass
@@ -106,15 +106,13 @@ def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
     """The tasks the run in ``folder`` solved: its data set where it loads here, else its pool's ``tasks.json``."""
     dataset = info.get("dataset")
     if isinstance(dataset, str):
-        try:
+        with suppress(InvalidDataError, OSError, ValueError):
             return load_tasks(dataset, strict=False), [f"the tasks: {dataset} (its {RUN_FILE})"]
-        except (InvalidDataError, OSError, ValueError):
-            pass
-    if (folder / POOL_TASKS_FILE).is_file():
-        return load_challenges(folder / POOL_TASKS_FILE, strict=False), \
-            [f"the tasks: {folder / POOL_TASKS_FILE} (what its workers were given)"]
+    if (folder / TASKS_FILE).is_file():
+        return load_challenges(folder / TASKS_FILE, strict=False), \
+            [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"]
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
-                         f"holds no {POOL_TASKS_FILE}: which tasks its records timed cannot be told")
+                         f"holds no {TASKS_FILE}: which tasks its records timed cannot be told")
 
 
 def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model: str | os.PathLike | None = None,
@@ -155,8 +153,7 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
 
 def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
                   shape: Architecture | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
-    """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``: a measured part's one-worker seconds over all
-    the workers; a guessed part's as the table prices it (the workers' overheads overlap, the GPU's time not)."""
+    """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``, measured or guessed (the module's docstring)."""
     workers = max(1, gpus) * workers_per_gpu
     wall = {part: value / workers for part, value in seconds.items()}
     if gpus and shape is not None:
@@ -178,15 +175,11 @@ def machine_words(device: Device | None, gpus: int, workers_per_gpu: int, speedu
     return f"{gpus} {device.name} x {workers_per_gpu} worker(s) each{faster}"
 
 
-def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str,
-                     check: bool = True) -> list[str]:
+def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
     """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
-    shrunk model writes a symbol a token), and, with ``check``, the paper's timed run priced the same way."""
+    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
     encoder = load_encoder(model, max_len=settings.max_len)
-    lines = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
-    if check:
-        paper_tasks = load_tasks(PAPER_CHECK_TASKS)
-        lines += ["", paper_check([measure(task, encoder, settings.max_len) for task in paper_tasks.tasks()],
-                                  settings)]
-    return lines
+    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
+    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
+    return [*table, "", paper_check(paper, settings)]

@@ -131,6 +131,7 @@ class Measurement:
 
 
 H100 = gpu_named("H100")
+CPU_SPEEDS = Speeds(0.00802, 0.153, 0.0118)  # the dry run's, for MEASUREMENTS["cpu_speeds"].value parameters
 MEASUREMENTS = {
     "decode_step": Measurement(1 / 12.0, "seconds a decode step (1 lane, 1,024-token prompt) of a model of "
                                "SmolLM2-135M's shape in bf16, transformers 5.17 (transformers' own forward)",
@@ -149,11 +150,10 @@ MEASUREMENTS = {
                                       "of 64-token prompts, 28 layers of width 64 (the overhead: almost no arithmetic)",
                                       "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
     "cpu_speeds": Measurement(parameters(SMOLLM2_135M).total, "parameters of the shipped model, whose dry run measured "
-                              f"{0.00802:g} s a training token-step, {0.153:g} s a generation unit, {0.0118:g} s a "
-                              "scored prompt token (2 threads)",
+                              f"{CPU_SPEEDS.training:g} s a training token-step, {CPU_SPEEDS.generation:g} s a "
+                              f"generation unit, {CPU_SPEEDS.scoring:g} s a scored prompt token (2 threads)",
                               "docs/results.md 'The planner's estimates', the CPU machine (2 cores), 2026-11-24"),
 }
-CPU_SPEEDS = Speeds(0.00802, 0.153, 0.0118)  # the dry run's, for MEASUREMENTS["cpu_speeds"].value parameters
 
 
 def _training_floor(shape: Architecture, device: Device, tokens: float) -> float:
@@ -293,9 +293,3 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
     shape = architecture_of(config.to_dict(), "the model's config")
     return guessed_speeds(shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape, device,
                           settings, sizes)
-
-
-__all__ = ["BANDWIDTH_RATIO", "COMPUTE_RATIO", "DECODE_OVERHEAD", "FAST_BANDWIDTH_RATIO", "FAST_DECODE_OVERHEAD", "Device",
-           "GPUS", "MEASUREMENTS", "Measurement", "PartCost", "TABLE_SHAPES", "TRAINING_OVERHEAD", "Typical",
-           "decodes_on_fast_engine", "first_speeds", "forward_flops", "gpu_named", "guessed_speeds", "part_costs",
-           "shape_of_folder", "sized", "speeds_for_model", "visible_gpu_name"]

@@ -122,19 +122,17 @@ def ratio_lines() -> list[str]:
         "model's step is all overhead)"]
 
 
-def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what: str,
-                       shapes: Sequence[Architecture] = TABLE_SHAPES,
-                       machines: Sequence[Machine] = TABLE_MACHINES) -> list[str]:
-    """The table's lines: a row per model, a column per machine, each cell derived (d); the ratios below it."""
-    engine = "the compiled engine's decode" if settings.engine_compile != "off" else \
-        "transformers' decode"
+def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what: str) -> list[str]:
+    """The table's lines: a row per model (``TABLE_SHAPES``), a column per machine (``TABLE_MACHINES``), each cell
+    derived (d); the ratios below it."""
+    engine = "the compiled engine's decode" if decodes_on_fast_engine(settings) else "transformers' decode"
     lines = [f"expected hours for {what} at {settings.description}; d: derived (host overhead + floor x "
              f"measured ratio, {engine}), no cell measured; least: every part at its floor",
-             "", "| model | parameters | " + " | ".join(machine.label for machine in machines) + " |",
-             "|---|---|" + "---|" * len(machines)]
-    for shape in shapes:
+             "", "| model | parameters | " + " | ".join(machine.label for machine in TABLE_MACHINES) + " |",
+             "|---|---|" + "---|" * len(TABLE_MACHINES)]
+    for shape in TABLE_SHAPES:
         cells = [expected_cell(sizes, settings, shape, machine).text(settings.inference_augmentations)
-                 for machine in machines]
+                 for machine in TABLE_MACHINES]
         bits = "4-bit" if shape.four_bit else "bf16"
         lines.append(f"| {shape.name}, {bits} | {parameters(shape).total / 1e9:.2f}B | " + " | ".join(cells) + " |")
     return lines + ["", "ratios:", *ratio_lines()]
@@ -152,7 +150,3 @@ def paper_check(sizes: Sequence[TaskSize], settings: SolveSettings) -> str:
             f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
             f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
             f"{cell.seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
-
-
-__all__ = ["Cell", "Machine", "PAPER_RUN", "TABLE_MACHINES", "expectations_table", "expected_cell", "paper_check",
-           "ratio_lines", "worker_bytes"]

@@ -1,8 +1,7 @@
 """What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, in this process or in a pool.
 
-One worker solves in this process (``runs.solve``; Ray is neither started nor imported); several
-workers, several GPUs, one GPU with a deadline (whose first task's peak memory may find room for more
-workers on it) or a cluster's address make a pool of Ray actors (``pool.solve_in_pool``). This module knows
+One worker solves in this process (``runs.solve``; Ray is neither started nor imported); a run that
+needs more (``uses_pool``) makes a pool of Ray actors (``pool.solve_in_pool``). This module knows
 which; how either runs is ``runs``' and ``pool``'s.
 """
 
@@ -54,6 +53,3 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     solver = Solver.from_loaded(loaded, settings)
     return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
                  info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
-
-
-__all__ = ["solve_job", "uses_pool"]

@@ -1,14 +1,14 @@
 """A folder held by one process at a time: the lock of a run folder, which names the process that holds it.
 
 A run folder (``run``) is written by the one command that owns it: ``solve``, ``dry-run``, the
-tables, ``kaggle run``, the parent of worker processes. ``hold_folder`` takes the folder's lock for
+tables, ``kaggle run``, a pool's driver. ``hold_folder`` takes the folder's lock for
 as long as a ``with`` block runs (``holding_folder`` for as long as a function runs); a second
 process that asks for it gets ``FolderInUseError`` at once, saying which process holds it (its pid,
 host, command and since when), never a wait. The lock is the operating system's (``filelock``:
 ``flock`` on Linux and macOS, ``LockFileEx`` on Windows), so it ends with its process however that
 ends: the lock of a process killed with ``kill -9`` is taken over by the next run, and what the
 dead holder's record said is replaced. A process takes a lock it already holds again at once (the
-owner of a run calls functions that take it too); the worker processes it starts never ask for it.
+owner of a run calls functions that take it too); a pool's actors never ask for it.
 Where the file system cannot lock at all, a warning says so and the run goes on unguarded. Given a
 ``kind``, the folder is claimed first (``outputs.claim_folder``: new, empty or the kit's own, else refused
 before the lock file is made), so that no lock is ever taken in a folder the kit may not write.
@@ -28,7 +28,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -99,10 +99,8 @@ def _take(folder: Path) -> FileLock | None:
 def _give_back(folder: Path, lock: FileLock | None) -> None:
     if lock is None:
         return
-    try:
+    with suppress(OSError):  # a read-only or vanished folder: the lock itself still ends below
         (folder / HOLDER_FILE).unlink(missing_ok=True)
-    except OSError:  # a read-only or vanished folder: the lock itself still ends below
-        pass
     lock.release()
 
 
@@ -132,10 +130,9 @@ def hold_folder(folder: str | os.PathLike, kind: FolderKind | None = None, comma
             _give_back(folder, lock)
 
 
-def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = None, command: str = "",
-                   option: str = "--out") -> Callable:
-    """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names
-    (joined with ``below``, when given), as ``hold_folder`` does (claimed as ``kind`` for ``command``, if given)."""
+def holding_folder(parameter: str, kind: FolderKind | None = None, command: str = "") -> Callable:
+    """Decorate a function so that each call holds the lock of the folder its argument ``parameter`` names, as
+    ``hold_folder`` does (claimed as ``kind`` for ``command``, if given)."""
     def decorate(function: Callable) -> Callable:
         signature = inspect.signature(function)
 
@@ -143,11 +140,7 @@ def holding_folder(parameter: str, below: str = "", kind: FolderKind | None = No
         def holding(*arguments, **options):
             bound = signature.bind(*arguments, **options)
             bound.apply_defaults()
-            with hold_folder(Path(bound.arguments[parameter]) / below, kind, command, option):
+            with hold_folder(bound.arguments[parameter], kind, command):
                 return function(*arguments, **options)
         return holding
     return decorate
-
-
-__all__ = ["FolderInUseError", "HOLDER_FILE", "LOCK_FILE", "RECORD_WAIT_SECONDS", "describe_holder", "hold_folder", "holder_record",
-           "holding_folder"]

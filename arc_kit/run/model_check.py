@@ -26,21 +26,14 @@ from pathlib import Path
 from arc_kit.model.devices import FOUR_BIT_ON_CPU, UnsupportedSetupError, cuda_available
 from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
 from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
-from arc_kit.model.folders import (
-    DELTA_INDEX,
-    ModelFolderError,
-    checked_model_folder,
-    is_delta_folder,
-    load_tokenizer,
-    read_json,
-)
+from arc_kit.model.folders import DELTA_INDEX, checked_model_folder, is_delta_folder, load_tokenizer, read_json
 from arc_kit.model.loading import adapter_base
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.shrinking import format_problem, kept_at_load
 from arc_kit.settings import SolveSettings
 
-FAILURES = (ModelFolderError, UnsupportedSetupError, BaseUnavailableError, FileNotFoundError, ValueError, OSError)
+FAILURES = (UnsupportedSetupError, BaseUnavailableError, ValueError, OSError)  # ModelFolderError is a ValueError
 
 
 @dataclass
@@ -256,6 +249,3 @@ def card_here() -> str | int:
     import torch
 
     return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else "L4"
-
-
-__all__ = ["ModelCheck", "card_here", "check_model"]

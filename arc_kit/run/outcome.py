@@ -31,6 +31,3 @@ def outcome_parts(records: Mapping[str, TaskRecord], score: Score | None = None)
     else:
         parts.append("correct: unknown (no solutions known)")
     return parts
-
-
-__all__ = ["answered_by_model", "outcome_parts"]

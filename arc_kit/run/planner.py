@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
@@ -51,8 +51,8 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = DEFAULT_TOKEN_BUDGE
     if len(task.train) >= 2:
         training = min(max_len, sum(encoder.pair_tokens(pair) for pair in task.train))
     prompt = answers = 0
+    budget = min(max_len, 10**7)
     for test_input in task.test_inputs:
-        budget = min(max_len, 10**7)
         try:
             prompt += len(encoder.encode_prompt(task.train, test_input, max_len=budget, log_drops=False))
         except ValueError:
@@ -105,8 +105,7 @@ class Speeds:
 
     def seconds(self, size: TaskSize, settings: SolveSettings) -> float:
         units = work_units(size, settings)
-        return self.training * units["training"] + self.generation * units["generation"] + \
-            self.scoring * units["scoring"]
+        return sum(getattr(self, part) * units[part] for part, _ in PARTS)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -171,12 +170,11 @@ class Planner:
         self.sizes = {size.task_id: size for size in sizes}
         self.rungs = ladder(settings)
         self.deadline, self.clock = deadline, clock
-        self.speeds = speeds or Speeds()
         self.workers = max(1, workers)
         self.budget_settings = budget
         self.longest_first = longest_first
         self.position, self.remaining = {}, list(self.sizes)
-        self.calibrate(self.speeds)
+        self.calibrate(speeds or Speeds())  # sets self.speeds
 
     def calibrate(self, speeds: Speeds) -> None:
         """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
@@ -256,8 +254,7 @@ def speeds_from_records(records: Mapping[str, TaskRecord], tasks: TaskSet, encod
     """Speeds measured by a finished run (its records and the settings it ran with); a part no record measured
     keeps ``guessed``'s speed (default: the fixed assumption)."""
     rungs = ladder(settings)
-    speeds = Speeds.from_json(guessed.to_json()) if guessed is not None else Speeds()
-    speeds.measured_tasks, speeds.measured_parts = 0, {}
+    speeds = replace(guessed, measured_tasks=0, measured_parts={}) if guessed is not None else Speeds()
     for task_id, record in records.items():
         if record.failed or not 0 <= record.rung < len(rungs) or task_id not in tasks:
             continue

@@ -19,8 +19,7 @@ measured, the first tasks are priced with guessed speeds; the first task to fini
 actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
 submission one process gives; a rerun resumes.
 
-This module knows the planner, the run folder and the actors' calls; Ray's start and stop are
-``ray_session``'s, an actor's side ``actors``', where actors go ``slots``'.
+This module knows the planner, the run folder and the actors' calls; nothing of Ray's start or an actor's side.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,15 +49,12 @@ from arc_kit.run.locking import holding_folder
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
 from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ray_session, this_node
 from arc_kit.run.record_json import append_record, from_json, write_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SolveRun, mark_correct, open_run, run_records, task_line, \
-    write_scores
+from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SPEEDS_FILE, SUBMISSION_FILE, TASKS_FILE, SolveRun, \
+    mark_correct, open_run, run_records, task_line, write_scores
 from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, first_task_line, slot_layout
 from arc_kit.settings import BudgetSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
-
-SPEEDS_FILE = "speeds.json"  # the speeds measured so far (a rerun starts from them)
-TASKS_FILE = "tasks.json"  # the challenges of the run's tasks (``estimates.POOL_TASKS_FILE``)
 
 
 @holding_folder("out", kind=RUN_KIND, command="solve")  # the driver holds the run folder's lock; actors never write
@@ -79,8 +76,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     does. The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
     task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``.
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)  # made by the lock (``holding_folder``)
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
     started = time.monotonic()
     load_options = actors.prepare_model(model, load_options, progress)
@@ -90,8 +86,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}),
                                         "workers": workers or _count(len(local_gpus), workers_per_gpu),
                                         **({"address": address} if address else {})}), adopt=adopt)
-    # the tasks it solves, kept with its records: ``estimates`` reads which tasks a run timed from here when its data
-    # set does not load elsewhere (Kaggle's hidden test file)
+    # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
     write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
     run = _Pool.opened(tasks, model, settings, out, workers=workers or 1, budget=budget, solutions=solutions,
                        submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
@@ -131,10 +126,6 @@ class _Slot:
     moved_at: float = 0.0  # when they last moved
     asked_at: float = 0.0  # when its steps were last asked for
     asking: bool = False  # an answer about its steps is awaited
-
-    @property
-    def index(self) -> int:
-        return self.place.index
 
     @property
     def idle(self) -> bool:
@@ -187,7 +178,7 @@ class _Pool:
                                                      visible_gpu_name() if visible_gpus() else None)
         planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
                           longest_first=True, budget=budget)
-        submission_path = Path(submission_path) if submission_path is not None else out / "submission.json"
+        submission_path = Path(submission_path) if submission_path is not None else out / SUBMISSION_FILE
         mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
         pool = cls(tasks, settings, out, planner, records, mine, answers, submission_path,
                    submission_tasks if submission_tasks is not None else tasks, deadline, **options)
@@ -210,8 +201,11 @@ class _Pool:
         folders = actors.model_folders(model, load_options)
         cluster = address is not None or sum(node["Alive"] for node in ray.nodes()) > 1  # nodes may join later
         server = None
-        if cluster and not shared_model:
-            server = ray.remote(actors.ModelServer).options(num_cpus=0, **_on_this_node(ray)).remote(folders)
+        if cluster and not shared_model:  # on the driver's node
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)
+            server = ray.remote(actors.ModelServer).options(num_cpus=0, scheduling_strategy=here).remote(folders)
         self.start_options = {
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
             "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
@@ -242,8 +236,7 @@ class _Pool:
         actor = options["actor_class"].options(**actor_options(slot.place.gpu, options["bundles"],
                                                                options["fraction"])).remote()
         slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
-        slot.starts += 1
-        slot.started_at = time.time()
+        slot.starts, slot.started_at = slot.starts + 1, time.time()
         self.waiting[actor.load.remote(*options["load"])] = (slot, "load")
 
     # -- the loop -------------------------------------------------------------------------------------------------
@@ -300,7 +293,7 @@ class _Pool:
                 slot.steps, slot.moved_at = value, now
         elif what == "load":
             slot.loaded, slot.moved_at = value, now
-            logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
+            logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.place.index, value["pid"],
                         value["node"][:12], value["device"])
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
@@ -309,9 +302,6 @@ class _Pool:
                 self.finish(task_id, record)
                 if self.measuring:
                     self.measured(task_id, None if record.failed else record.timings, value["memory"])
-
-    def begin_task(self, slot: _Slot, task_id: str, deadline: float) -> None:
-        slot.task, slot.task_started, slot.task_deadline = task_id, time.time(), deadline
 
     def measured(self, task_id: str, timings: dict | None, memory: dict) -> None:
         """The first finished task's measurement: the queue priced again with its speeds; as many more actors started
@@ -348,7 +338,7 @@ class _Pool:
                         if owner is not slot}
         self.kill(slot, hung=True)
         pid = slot.loaded["pid"] if slot.loaded else None
-        logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
+        logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.place.index,
                        f" (pid {pid})" if pid else "", why, pid or "PID")
         task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
         if task_id is not None:
@@ -365,15 +355,11 @@ class _Pool:
         would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
         found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
         if slot.actor is not None:
-            try:
+            with suppress(Exception):  # already gone
                 self.ray.kill(slot.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
             if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
-                try:
+                with suppress(OSError):  # gone already
                     os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
-                except OSError:  # gone already
-                    pass
         slot.actor, slot.asking = None, False
 
     def feed(self, slot: _Slot) -> None:
@@ -386,15 +372,16 @@ class _Pool:
                 self.finish(task_id, fallback_record(task_id, "out of time"))
                 continue
             caps = self.planner.budget(task_id, rung) if self.deadline is not None else None
-            self.begin_task(slot, task_id, caps.deadline if caps else math.inf)
+            slot.task, slot.task_started, slot.task_deadline = task_id, time.time(), caps.deadline if caps else math.inf
             seconds = None if caps is None else (caps.deadline - time.time(), caps.search_seconds)
             self.waiting[slot.actor.solve.remote(self.tasks[task_id], rung, seconds)] = (slot, "solve")
             if self.progress:
                 cap = "" if caps is None else f", capped at {hours(caps.deadline - time.time())}"
                 left = self.planner.estimate(self.planner.remaining, rung) / self.planner.workers
                 ends = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
-                print(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; {len(self.planner.remaining)} "
-                      f"task(s) queued, projected to finish in {hours(left)}{ends}", flush=True)
+                print(f"task {shown(task_id)} -> worker {slot.place.index}: rung {rung}{cap}; "
+                      f"{len(self.planner.remaining)} task(s) queued, projected to finish in {hours(left)}{ends}",
+                      flush=True)
 
     def ask_steps(self, now: float) -> None:
         """Ask every loaded actor for its engine steps, at most once a poll (a stopped one never answers)."""
@@ -494,13 +481,6 @@ def _what_happened(error: BaseException) -> str:
     return f"died: {(str(error).strip().splitlines() or [type(error).__name__])[0].rstrip('.')}"
 
 
-def _on_this_node(ray) -> dict:
-    """Ray's options that keep an actor on the driver's node."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)}
-
-
 def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
     """Each task's token counts, for the planner; the tokenizer suffices."""
     if not task_ids:
@@ -511,10 +491,6 @@ def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettin
 
 def _stored_speeds(out: Path) -> Speeds | None:
     """The speeds an earlier run in ``out`` measured, or None."""
-    try:
+    with suppress(OSError, ValueError, TypeError):
         return Speeds.from_json(read_json(out / SPEEDS_FILE))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-__all__ = ["SPEEDS_FILE", "TASKS_FILE", "solve_in_pool"]
+    return None

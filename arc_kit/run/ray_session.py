@@ -33,7 +33,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,12 +68,9 @@ def import_ray():
 
 @dataclass
 class Session:
-    """A run's Ray: the ``ray`` module, and a SIGTERM held while the run's calls into Ray block.
-
-    Ray turns an exception that a signal handler raises inside its own calls (``ray.wait``, ``ray.get``) into
-    a plain KeyboardInterrupt, which reads as Ctrl-C: so for the session SIGTERM is only noted, and
-    ``check_signals`` (the run's loop calls it between Ray's calls) hands it to the caller's own handler then.
-    """
+    """A run's Ray: the ``ray`` module, and a SIGTERM only noted while the run's calls into Ray block (``ray.wait``
+    turns what a handler raises into a KeyboardInterrupt, read as Ctrl-C), handed to the caller's own handler by
+    ``check_signals``, which the run's loop calls between Ray's calls."""
 
     ray: Any
     caller: Any = None  # the SIGTERM handler before the session (None: not the main thread, nothing held)
@@ -150,11 +147,9 @@ def _short_temporary_folder() -> str:
 
 def _plasma_directory(store_bytes: int, folder: Path) -> str:
     """/dev/shm when it has room for the object store (and a margin), else the session's folder on disk."""
-    try:
+    with suppress(OSError):
         if shutil.disk_usage("/dev/shm").free >= 1.25 * store_bytes:
             return "/dev/shm"
-    except OSError:
-        pass
     return str(folder)
 
 

@@ -29,6 +29,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,6 @@ from arc_kit.names import encoded, file_name, shown
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
-    check_folder,
     claim_folder,
     kit_subfolder,
     refuse_links,
@@ -52,6 +52,7 @@ from arc_kit.outputs import (
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
+from arc_kit.run.ray_session import LOGS_FOLDER
 from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
@@ -61,14 +62,16 @@ RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
+SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them)
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
-RAY_LOGS = "ray-logs"  # the logs of a Ray that a run's pool started itself (``ray_session``)
 TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
+TABLE_RECORDS = tuple(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)  # their records (``records_file``)
 WORKER_FOLDER = re.compile(r"worker-[0-9]+")  # where a process of a shared run writes (``run_records``)
 # what the ablation's processes write into a worker's folder (their records), and what an earlier kit's worker
 # processes and their parent wrote there (plan, log, the files they talked through, the records)
 WORKER_FILES = ("plan.json", "worker.log", "ready", "heartbeat", "assignment.json", "calibration.json", RECORDS_FILE,
-                *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES))
+                *TABLE_RECORDS)
 
 
 def _an_earlier_kits_run(folder: Path) -> bool:
@@ -77,17 +80,15 @@ def _an_earlier_kits_run(folder: Path) -> bool:
     names = {entry.name for entry in folder.iterdir()}
     if names and names <= {LOCK_FILE, HOLDER_FILE}:
         return True
-    try:
+    with suppress(InvalidDataError, AttributeError):
         return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
-    except (InvalidDataError, AttributeError):
-        return False
+    return False
 
 
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, "tasks.json", "speeds.json", f"{CLAIMS_FOLDER}/*",
-                                    *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES),
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*", *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
-                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{RAY_LOGS}/**"),
+                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{LOGS_FOLDER}/**"),
                       quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
                       kept="the records of the tasks done and a complete submission")
 
@@ -130,8 +131,7 @@ def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--o
     out = Path(out)
     if not out.exists():
         return
-    check_folder(out, RUN_KIND, command, option=option)  # refused before the lock file is made
-    with hold_folder(out, RUN_KIND, command, option):
+    with hold_folder(out, RUN_KIND, command, option):  # a folder no run made is refused before its lock is made
         claim_folder(out, RUN_KIND, command, clear=True, option=option)
 
 
@@ -226,8 +226,7 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
 def has_records(out: str | os.PathLike) -> bool:
     """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
     out = Path(out)
-    names = [RECORDS_FILE, *(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)]
-    paths = [folder / name for folder in (out, *worker_folders(out)) for name in names]
+    paths = [folder / name for folder in (out, *worker_folders(out)) for name in (RECORDS_FILE, *TABLE_RECORDS)]
     return any(path.is_file() and not path.is_symlink() and path.stat().st_size for path in paths)
 
 
@@ -314,17 +313,12 @@ def record_table(records: Iterable[TaskRecord]):
     """One row per task: candidates, forward calls, timings, rung, error (a pandas DataFrame)."""
     import pandas as pd
 
-    rows = [{"task_id": record.task_id,
-             "candidates": sum(len(test.candidates) for test in record.tests),
-             "forward_calls": sum(test.search.forward_calls for test in record.tests),
-             "ttt_seconds": record.timings.get("ttt"),
-             "generation_seconds": record.timings.get("generation"),
-             "scoring_seconds": record.timings.get("scoring"),
-             "total_seconds": record.timings.get("total"),
-             "rung": record.rung,
-             "error": record.error or record.skipped} for record in records]
     columns = ["task_id", "candidates", "forward_calls", "ttt_seconds", "generation_seconds", "scoring_seconds",
                "total_seconds", "rung", "error"]
+    rows = [(record.task_id, sum(len(test.candidates) for test in record.tests),
+             sum(test.search.forward_calls for test in record.tests),
+             *(record.timings.get(part) for part in ("ttt", "generation", "scoring", "total")),
+             record.rung, record.error or record.skipped) for record in records]
     return pd.DataFrame(rows, columns=columns)  # the columns also when no task has a record yet
 
 
@@ -472,10 +466,3 @@ def task_line(record: TaskRecord) -> str:
     if record.error or record.skipped:
         parts.append(f"{'error' if record.error else 'skipped'}: {record.error or record.skipped}")
     return ", ".join(parts)
-
-
-__all__ = ["CLAIMS_FOLDER", "RECORDS_FILE", "RUN_FILE", "RUN_KIND", "RunFolderError", "SUBMISSION_FILE", "SolveRun",
-           "check_run", "choose_tasks", "claim_task", "clear_run", "dataset_info", "deadline_from", "has_records",
-           "mark_correct", "open_run", "read_run_info", "read_run_settings",
-           "read_settings_file", "records_file", "run_records", "solve", "solve_one", "task_ids_digest", "task_line",
-           "write_scores"]

@@ -1,11 +1,9 @@
 """Where a pool's actors go, and how many share a GPU once the first task has measured its peak memory.
 
 A slot is one actor's place: one of the cluster's GPUs (by its index, which is the pool's bundle of
-that GPU) or the CPU. ``slot_layout`` says where each goes: round the GPUs, or the first ones on the
-GPUs and the rest on the CPU. A pool with a deadline and no speeds measured prices its first tasks
-with guessed speeds and starts one actor per GPU; the first task that finishes (the queue runs
-longest first, so on one GPU it is the longest) measures the speeds, and ``first_task_line`` makes
-its peak memory the number of actors that share each GPU (``workers_per_gpu_for``).
+that GPU) or the CPU (``slot_layout``). A pool with a deadline and nothing measured starts one actor per
+GPU; the first task that finishes (the longest, on one GPU: the queue runs longest first) measures the
+speeds, and ``first_task_line`` makes its peak memory the number of actors that share each GPU.
 
 This module knows the planner and these numbers; nothing of Ray or processes (``pool`` starts the actors).
 """
@@ -50,13 +48,13 @@ def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory
     """What the first task a pool finishes tells it when it had measured nothing (its timings are the planner's
     already, ``Planner.done``): the actors per GPU its peak memory allows (None when not measured), and the line
     that says what was measured."""
+    speeds = planner.speeds
     if not timings:
         line = (f"task {task_id} measured nothing: the planner keeps its guessed speeds "
-                f"({planner.speeds.guess or 'the fixed assumption'})")
+                f"({speeds.guess or 'the fixed assumption'})")
     else:
-        speeds = planner.speeds
-        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per "
-                f"training token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
+        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per training "
+                f"token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
     per_gpu = None
     if memory.get("peak_bytes") and memory.get("total_bytes"):
         per_gpu = workers_per_gpu_for(memory["peak_bytes"], memory["total_bytes"], gpus)
