@@ -66,15 +66,6 @@ class ModelHandle:
             ((str(self.version),) if self.version else ())
 
 
-def is_handle(text: str) -> bool:
-    """True when ``text`` reads as a Kaggle Model handle (and so is not taken for a folder)."""
-    try:
-        ModelHandle.parse(text)
-    except ValueError:
-        return False
-    return True
-
-
 def model_folders(root: str | os.PathLike, skip: Path | None = None) -> list[Path]:
     """Every folder below ``root`` (``MOST_DEPTH`` deep) that holds a model's config, ``skip`` and below left out."""
     root, found = Path(root), []
@@ -130,9 +121,11 @@ def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike |
     model folder below ``input_root``."""
     dataset = Path(dataset) if dataset is not None else None
     if given:
-        if Path(given).exists() or not is_handle(str(given)):
-            return Path(given)
-        return find_model_input(input_root, ModelHandle.parse(str(given)))
+        try:  # a handle, unless a folder of that name is here
+            handle = None if Path(given).exists() else ModelHandle.parse(str(given))
+        except ValueError:
+            handle = None
+        return Path(given) if handle is None else find_model_input(input_root, handle)
     if dataset is not None and any((dataset / "model" / marker).exists() for marker in MODEL_MARKERS):
         return dataset / "model"
     handle = None
