@@ -77,7 +77,8 @@ def image_environment(root: str | os.PathLike, manifest: str | os.PathLike) -> P
     from filelock import FileLock
 
     pins = image_pins(manifest)
-    key = hashlib.sha256((pins + " ".join(IMAGE_PACKAGES)).encode()).hexdigest()[:12]  # the versions and what it holds
+    # the versions, what it holds, and where the torch it links lives (a kept one whose links dangle is never reused)
+    key = hashlib.sha256((pins + " ".join(IMAGE_PACKAGES) + sysconfig.get_paths()["purelib"]).encode()).hexdigest()[:12]
     folder = Path(root) / f"kaggle-image-{key}"
     python = folder / "bin" / "python"
     folder.parent.mkdir(parents=True, exist_ok=True)
