@@ -4,11 +4,8 @@ A Kaggle Model is addressed ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION`` (the kag
 ``model_sources``: ``username/model-slug/framework/variation-slug/version-number``); a notebook that
 has it as an input sees its files below ``/kaggle/input/`` as ``MODEL/FRAMEWORK/VARIATION/VERSION/``
 (lower case). ``ModelHandle.parse`` reads a handle (the version may be left out: the newest is
-taken); ``find_model_input`` finds the model folder below an input root: by the handle (the folder
-whose path ends in its parts, below it the one holding ``config.json`` or ``adapter_config.json``),
-or, without one, the one folder there that holds a model; ``notebook_model`` is the notebook's rule
-(a folder given, else the attached arc-kit dataset's ``model/``, else the Kaggle Model the dataset was
-built for, named in its ``model-source.json``, else the one model below the input), and
+taken); ``find_model_input`` finds the model folder below an input root, by the handle or, without
+one, as the one model there; ``notebook_model`` is the notebook's rule for its model, and
 ``overridden_model`` says loudly when the notebook's MODEL replaces the dataset's own. Mount paths are
 those Kaggle documents and public notebooks show; they were not tried from here (no Kaggle account
 is reachable from the kit's machines), so the search also looks deeper than the documented layout.
