@@ -290,9 +290,8 @@ def copy_model_files(model: Path, target: Path) -> list[str]:
 
 
 def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
-    """The wheels of ``--extra-wheels``, each checked to be one: a regular file named as a wheel is
-    (NAME-VERSION-PYTHON-ABI-PLATFORM.whl), a zip archive holding its ``.dist-info/METADATA``; ValueError in one
-    line for anything else, before anything is written."""
+    """The wheels of ``--extra-wheels``, each checked to be one (``wheelhouse.check_wheel``); ValueError in one line
+    for anything else, before anything is written."""
     if folder is None:
         return []
     folder = Path(folder)
