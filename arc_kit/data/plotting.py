@@ -212,7 +212,11 @@ def save_task_picture(task: Task, out: str | os.PathLike | None = None, augmenta
     if augmentation_key:
         augmentation = Augmentation.from_key(augmentation_key)
         task, title = augmentation.apply(task), f"{shown(task.id)} under {augmentation.key}"
-    out = picture_path(task.id, out)
+    out = Path(out or ".")
+    if out.is_dir():
+        out = out / file_name(task.id, ".png")
+    elif not out.suffix:
+        out = out.with_name(out.name + ".png")
     claim_file(out, "show", own=is_task_picture)
     figure = draw_task(task, title=title)
     try:
@@ -221,14 +225,6 @@ def save_task_picture(task: Task, out: str | os.PathLike | None = None, augmenta
     finally:
         plt.close(figure)
     return str(out)
-
-
-def picture_path(task_id: str, out: str | os.PathLike | None = None) -> Path:
-    """Where ``save_task_picture`` writes the picture of ``task_id`` for ``out`` (see there)."""
-    if out is None or Path(out).is_dir():
-        return Path(out or ".") / file_name(task_id, ".png")
-    out = Path(out)
-    return out if out.suffix else out.with_name(out.name + ".png")
 
 
 def is_task_picture(path: Path) -> bool:

@@ -105,7 +105,10 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         raise ValueError(f"stop_minutes ({clock.stop_minutes:g}) must lie between 0 and safety_minutes "
                          f"({clock.safety_minutes:g}), and that below the limit ({clock.hours:g} hours)")
     working = Path(working)
-    files, tasks = _test_tasks(input_root, competition)
+    files = find_competition_files(input_root, competition=competition)
+    if files.test_challenges is None:
+        raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
+    tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
     placeholder, chosen, run_settings = _choose_job(clock, force_full, files, tasks, settings)
     run_folder = working / RUN_FOLDER
     if not adopt:
@@ -134,15 +137,6 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     answered = sum(1 for record in records.values() if answered_by_model(record))
     return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), answered, time.time() - started,
                           error, score, outcome_parts(records, score))
-
-
-def _test_tasks(input_root: str | os.PathLike, competition: str):
-    """(the competition's files, its test tasks); FileNotFoundError when there is no test file."""
-    files = find_competition_files(input_root, competition=competition)
-    if files.test_challenges is None:
-        raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
-    tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
-    return files, tasks
 
 
 def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:

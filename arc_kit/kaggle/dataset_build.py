@@ -99,8 +99,6 @@ class DatasetBuild:
     notebook: Path
     wheels: list[ShippedWheel] = field(default_factory=list)
     image: str = ""  # where the image manifest came from
-    check: ModelCheck | None = None  # the model's check (None: a Kaggle Model with no local copy to check)
-    model_source: str | None = None  # the Kaggle Model the notebook reads, when no model is shipped
     left_behind: list[str] = field(default_factory=list)  # the model folder's entries not shipped (not model files)
 
 
@@ -111,10 +109,9 @@ def kaggle_owner(given: str | None = None) -> str:
     The token file is ``$KAGGLE_CONFIG_DIR/kaggle.json`` or ``~/.kaggle/kaggle.json`` (where the
     kaggle client looks). ValueError in one line when none says.
     """
+    given = given if given is not None else os.environ.get("KAGGLE_USERNAME") or None
     if given is not None:
         return check_kaggle_names(owner=given)
-    if os.environ.get("KAGGLE_USERNAME"):
-        return check_kaggle_names(owner=os.environ["KAGGLE_USERNAME"])
     folder = Path(os.environ.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
     username = small_json(folder / "kaggle.json")
     username = username.get("username") if isinstance(username, dict) else None
@@ -146,15 +143,6 @@ def check_kaggle_names(*, owner: str | None = None, slug: str | None = None, tit
     return next(name for name in (owner, slug, title) if name is not None)
 
 
-def _setuptools_ready() -> bool:
-    """True when a setuptools that builds this project (64 or newer) is importable here."""
-    try:
-        import setuptools
-    except ImportError:
-        return False
-    return int(setuptools.__version__.split(".")[0]) >= 64
-
-
 def build_wheel(destination: str | os.PathLike) -> Path:
     """Build the arc_kit wheel from this checkout into ``destination`` (no dependencies)."""
     if not (ROOT / "pyproject.toml").exists():
@@ -169,8 +157,11 @@ def build_wheel(destination: str | os.PathLike) -> Path:
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             if (ROOT / name).exists():
                 shutil.copy2(ROOT / name, source / name)
-        # With setuptools at hand no network is needed; else pip fetches it (Python 3.12 venvs lack it).
-        isolation = ["--no-build-isolation"] if _setuptools_ready() else []
+        try:  # with a setuptools that builds this project (64 or newer) at hand no network is needed
+            import setuptools
+            isolation = ["--no-build-isolation"] if int(setuptools.__version__.split(".")[0]) >= 64 else []
+        except ImportError:  # pip fetches it (Python 3.12 venvs lack it)
+            isolation = []
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
                         "--wheel-dir", str(built_into), str(source)], check=True)
         built = sorted(built_into.glob("arc_kit-*.whl"))
@@ -235,7 +226,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
         replace_file(out / MODEL_SOURCE_FILE, json.dumps({"model_source": str(handle)}) + "\n")
     _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
     notebook = _write_notebook_folder(_build_folders(out)[1][0], owner, slug, handle)
-    return DatasetBuild(out, notebook, shipped, image.source, check, str(handle) if handle else None, left_behind)
+    return DatasetBuild(out, notebook, shipped, image.source, left_behind)
 
 
 def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
@@ -299,9 +290,8 @@ def copy_model_files(model: Path, target: Path) -> list[str]:
 
 
 def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
-    """The wheels of ``--extra-wheels``, each checked to be one: a regular file named as a wheel is
-    (NAME-VERSION-PYTHON-ABI-PLATFORM.whl), a zip archive holding its ``.dist-info/METADATA``; ValueError in one
-    line for anything else, before anything is written."""
+    """The wheels of ``--extra-wheels``, each checked to be one (``wheelhouse.check_wheel``); ValueError in one line
+    for anything else, before anything is written."""
     if folder is None:
         return []
     folder = Path(folder)

@@ -66,18 +66,14 @@ class ImageEnvironmentError(UnsupportedSetupError):
     """The image's environment cannot be made here (no uv, no index, a version that does not install): one line."""
 
 
-def image_pins(manifest: str | os.PathLike) -> str:
-    """The image's versions as a constraints file (torch, setuptools and pip left out)."""
-    packages = json.loads(Path(manifest).read_text())["packages"]
-    return "".join(f"{name}=={version}\n" for name, version in sorted(packages.items()) if name not in NOT_PINNED)
-
-
 def image_environment(root: str | os.PathLike, manifest: str | os.PathLike) -> Path:
     """The Python of the environment of ``manifest``'s versions below ``root`` (made once per set of versions)."""
     from filelock import FileLock
 
-    pins = image_pins(manifest)
-    key = hashlib.sha256((pins + " ".join(IMAGE_PACKAGES)).encode()).hexdigest()[:12]  # the versions and what it holds
+    packages = json.loads(Path(manifest).read_text())["packages"]  # as a constraints file, NOT_PINNED left out
+    pins = "".join(f"{name}=={version}\n" for name, version in sorted(packages.items()) if name not in NOT_PINNED)
+    # the versions, what it holds, and where the torch it links lives (a kept one whose links dangle is never reused)
+    key = hashlib.sha256((pins + " ".join(IMAGE_PACKAGES) + sysconfig.get_paths()["purelib"]).encode()).hexdigest()[:12]
     folder = Path(root) / f"kaggle-image-{key}"
     python = folder / "bin" / "python"
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -111,8 +111,7 @@ def read_built_dataset(folder: str | os.PathLike, notebook_folder: str | os.Path
         model_source = ModelHandle.parse(named) if named else None
     except ValueError as error:
         raise CheckRefused(str(error)) from None
-    carries = any((folder / "model" / marker).exists() for marker in MODEL_MARKERS) or \
-        (folder / "model" / "delta.json").exists()
+    carries = any((folder / "model" / marker).exists() for marker in (*MODEL_MARKERS, "delta.json"))
     return BuiltDataset(folder, notebook, dataset_id, str(competitions[0]), wheels, carries, model_source, sources)
 
 

@@ -4,11 +4,8 @@ A Kaggle Model is addressed ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION`` (the kag
 ``model_sources``: ``username/model-slug/framework/variation-slug/version-number``); a notebook that
 has it as an input sees its files below ``/kaggle/input/`` as ``MODEL/FRAMEWORK/VARIATION/VERSION/``
 (lower case). ``ModelHandle.parse`` reads a handle (the version may be left out: the newest is
-taken); ``find_model_input`` finds the model folder below an input root: by the handle (the folder
-whose path ends in its parts, below it the one holding ``config.json`` or ``adapter_config.json``),
-or, without one, the one folder there that holds a model; ``notebook_model`` is the notebook's rule
-(a folder given, else the attached arc-kit dataset's ``model/``, else the Kaggle Model the dataset was
-built for, named in its ``model-source.json``, else the one model below the input), and
+taken); ``find_model_input`` finds the model folder below an input root, by the handle or, without
+one, as the one model there; ``notebook_model`` is the notebook's rule for its model, and
 ``overridden_model`` says loudly when the notebook's MODEL replaces the dataset's own. Mount paths are
 those Kaggle documents and public notebooks show; they were not tried from here (no Kaggle account
 is reachable from the kit's machines), so the search also looks deeper than the documented layout.
@@ -66,15 +63,6 @@ class ModelHandle:
             ((str(self.version),) if self.version else ())
 
 
-def is_handle(text: str) -> bool:
-    """True when ``text`` reads as a Kaggle Model handle (and so is not taken for a folder)."""
-    try:
-        ModelHandle.parse(text)
-    except ValueError:
-        return False
-    return True
-
-
 def model_folders(root: str | os.PathLike, skip: Path | None = None) -> list[Path]:
     """Every folder below ``root`` (``MOST_DEPTH`` deep) that holds a model's config, ``skip`` and below left out."""
     root, found = Path(root), []
@@ -130,9 +118,11 @@ def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike |
     model folder below ``input_root``."""
     dataset = Path(dataset) if dataset is not None else None
     if given:
-        if Path(given).exists() or not is_handle(str(given)):
-            return Path(given)
-        return find_model_input(input_root, ModelHandle.parse(str(given)))
+        try:  # a handle, unless a folder of that name is here
+            handle = None if Path(given).exists() else ModelHandle.parse(str(given))
+        except ValueError:
+            handle = None
+        return Path(given) if handle is None else find_model_input(input_root, handle)
     if dataset is not None and any((dataset / "model" / marker).exists() for marker in MODEL_MARKERS):
         return dataset / "model"
     handle = None

@@ -41,14 +41,9 @@ GPU_EXTRAS = ("bitsandbytes>=0.45", "unsloth")
 CUDA_BUILD_PACKAGES = {"2.10.0": {"triton": "3.6.0"}}
 # Never shipped: the image's own builds, tied to its CUDA (a wheel of one would replace them)
 NEVER_SHIPPED = ("torch", "torchvision", "torchaudio", "triton")
-
-
-def linux_platforms(glibc_minor: int = 35, machine: str = "x86_64") -> tuple[str, ...]:
-    """The wheel platforms pip accepts on a glibc 2.``glibc_minor`` Linux (Kaggle's image: Ubuntu 22.04, 2.35)."""
-    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc_minor, 4, -1)]
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    tags += [f"{name}_{machine}" for minor, name in legacy.items() if minor <= glibc_minor]
-    return (*tags, f"linux_{machine}")
+# The wheel platforms pip accepts on Kaggle's image (Ubuntu 22.04: glibc 2.35, x86-64), the legacy names last
+LINUX_PLATFORMS = (*(f"manylinux_2_{minor}_x86_64" for minor in range(35, 4, -1)), "manylinux2014_x86_64",
+                   "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64")
 
 
 @dataclass(frozen=True)
@@ -93,7 +88,7 @@ class ImageManifest:
 
 
 def manifest_from_freeze(path: str | os.PathLike, python: str = "3.12", *, gpu: bool = True,
-                         recorded: str = "", platforms: tuple[str, ...] = linux_platforms()) -> ImageManifest:
+                         recorded: str = "", platforms: tuple[str, ...] = LINUX_PLATFORMS) -> ImageManifest:
     """The manifest of the image whose ``pip freeze`` is in ``path`` (Kaggle's ``installed_cpu_packages.txt``).
 
     ``gpu``: the GPU image, which holds the same versions with torch's CUDA build: a ``+cpu`` local
