@@ -10,8 +10,8 @@ to go on (exit status 130 and 143, as the signals' own), after every ``finally``
 given back, a run's workers and the Ray it started stopped.
 
 This module holds the top parser, ``main`` (the ``arc-kit`` console script) and how errors and warnings are
-shown; the commands live in one module per group (``data``, ``solve``, ``bench``, ``kaggle``, ``model``,
-``sudoku``), the options they share and the table of commands in ``options``.
+shown; the commands live in one module per group (``data``, ``solve``, ``kaggle``, ``model``, ``sudoku``),
+the options they share and the table of commands in ``options``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 # Each group's module registers its commands (``options.COMMANDS``) as it is imported: ``--help`` lists the
 # commands in this order.
 # isort: off
-from arc_kit.cli import data, solve, bench, kaggle, model, sudoku  # noqa: F401
+from arc_kit.cli import data, solve, kaggle, model, sudoku  # noqa: F401
 # isort: on
 from arc_kit.cli.options import COMMANDS
 from arc_kit.outputs import Claim, claimed, describe_os_error

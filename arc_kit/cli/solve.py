@@ -1,8 +1,8 @@
-"""The ``arc-kit`` commands that solve: solve, dry-run, the paper's tables (ablation, samplers), and the planner's
-estimate of a run's time.
+"""The ``arc-kit`` commands that solve: solve, dry-run, the paper's tables (ablation, samplers), the planner's
+estimate of a run's time, and the benchmarks that print ratios (bench).
 
-Each parses, makes one call into ``arc_kit.run`` and prints; how a run is planned, split among workers and
-scored lives there, not here.
+Each parses, makes one call into ``arc_kit.run`` (``arc_kit.experiments`` for the tables and benchmarks) and
+prints; how a run is planned, split among workers and scored, and how each benchmark measures, live there, not here.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from pathlib import Path
 from arc_kit.cli.options import (
     MAX_COUNT,
     MAX_HOURS,
+    MAX_TOKENS,
     MAX_WORKERS,
     command,
+    device_argument,
     load_given_tasks,
     load_options,
     model_path,
     number_argument,
+    option_bounds,
     select_tasks,
     shown_table,
     solve_arguments,
@@ -25,7 +28,14 @@ from arc_kit.cli.options import (
     tasks_argument,
 )
 from arc_kit.names import shown
-from arc_kit.settings import DRY_RUN_TASKS, SOLVE_PRESETS, solve_preset
+from arc_kit.settings import (
+    DRY_RUN_TASKS,
+    ENGINE_COMPILE_MODES,
+    SOLVE_PRESETS,
+    SamplerSettings,
+    SolveSettings,
+    solve_preset,
+)
 
 
 def _run_solve(args) -> int:
@@ -194,3 +204,43 @@ def _run_estimate(args) -> int:
           f"total {parts['total']} (h:mm:ss of wall time on {estimate.machine}; one worker alone: "
           f"{hours(estimate.seconds['total'])})")
     return 0
+
+
+@command("bench", "benchmarks that print ratios: DFS vs greedy decoding, prefix-reusing scoring, the decode engine")
+def setup_bench(parser):
+    parser.add_argument("--model", help="model folder (default: the shipped model)")
+    parser.add_argument("--llama-3b-shaped", action="store_true",
+                        help="a Llama-3.2-3B-shaped random model (bf16, GPU) instead of --model, for per-token costs")
+    tasks_argument(parser)
+    number_argument(parser, "--tasks", int, "the first N tasks by id (default: 5); --which drafts: the N shortest by "
+                    "prompt tokens (default: 30)", at_least=1, at_most=MAX_COUNT, default=None)
+    number_argument(parser, "--max-prompt", int, "skip tasks whose prompt is longer than this many tokens (default: "
+                    "%(default)s)", at_least=1, at_most=MAX_TOKENS, default=4096)
+    from arc_kit.experiments.bench import BENCHMARKS, DEFAULT_BENCHMARKS
+
+    parser.add_argument("--which", nargs="*", default=list(DEFAULT_BENCHMARKS), choices=list(BENCHMARKS),
+                        help="benchmarks to run (default: all but drafts)")
+    number_argument(parser, "--threshold", float, "DFS: minimum probability of a returned answer (default: "
+                    "%(default)s)", bounds=option_bounds(SamplerSettings, "threshold"),
+                    default=SamplerSettings().threshold)
+    device_argument(parser)
+    number_argument(parser, "--augmentations", int, "--which drafts: inference augmentations per test input (default: "
+                    "%(default)s)", at_least=1, at_most=1024, default=SolveSettings().inference_augmentations)
+    number_argument(parser, "--draft-tokens", int, "--which drafts: the most draft tokens fed with a branch's token in "
+                    "one step (default: %(default)s)", at_least=0, at_most=64,
+                    default=SolveSettings().sampler.draft_tokens)
+    parser.add_argument("--engine-compile", choices=ENGINE_COMPILE_MODES, default=SolveSettings().engine_compile,
+                        help="--which engine: compile the engine's step (default: %(default)s: on a GPU only)")
+
+    def run(args):
+        from arc_kit.experiments import bench
+
+        model = None if args.llama_3b_shaped else str(model_path(args))
+        for line in bench.run_benchmarks(model, load_given_tasks(args),
+                                         which=args.which, count=args.tasks, max_prompt=args.max_prompt,
+                                         threshold=args.threshold, device=args.device,
+                                         engine_compile=args.engine_compile, augmentations=args.augmentations,
+                                         draft_tokens=args.draft_tokens):
+            print(line, flush=True)
+        return 0
+    return run

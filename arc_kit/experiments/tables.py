@@ -19,7 +19,7 @@ records name it). Timings are per task.
 A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
 each task's record (``table_records.AblationRecord`` or ``table_records.SamplerRecord``) is appended to
 ``<table>_records.jsonl`` as it finishes. A rerun resumes; a folder that ran other settings or
-another data set is refused (``runs.RunFolderError``), as a solve's is; ``table_markdown`` writes
+another data set is refused (``runs.RunFolderError``), as a solve's is; ``table_records`` writes
 the tables out. This module knows the solver's pieces and the run layer; it writes no record layout of its own.
 """
 
@@ -36,8 +36,15 @@ from arc_kit.data.grids import grid_key
 from arc_kit.data.submission import any_attempt_right, attempt_is_right
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.experiments.generate_samplers import GENERATE_KINDS, generated_candidates
-from arc_kit.experiments.table_markdown import ABLATION_STAGES, TableRun, ablation_table, sampler_table
-from arc_kit.experiments.table_records import AblationRecord, SamplerRecord, SamplerResult
+from arc_kit.experiments.table_records import (
+    ABLATION_STAGES,
+    AblationRecord,
+    SamplerRecord,
+    SamplerResult,
+    TableRun,
+    ablation_table,
+    sampler_table,
+)
 from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of

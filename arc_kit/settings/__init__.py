@@ -6,10 +6,10 @@ in one class (a test holds every class to it), with a one-line reason (``help``)
 and is what ``--help`` prints. What two stages share is one dataclass both hold
 (``LoraTrainingSettings``: the initial fine-tune's and test-time training's). ``base`` holds what every
 settings dataclass shares (checks, JSON that reads an older kit's layout, the command-line options);
-``training`` the training stages; ``solving`` the solver, the run's time caps, the competition job and
-the Sudoku evaluation; ``model`` the from-scratch models and how a model is loaded; ``pool`` a run's
-pool of Ray actors (its watchdog's limits); ``presets`` the named presets (and nowhere else) and the
-ladder. Import the names from here.
+``training`` the training stages; ``solving`` the solver, the run's time caps and its pool of Ray
+actors (its watchdog's limits), the competition job and the Sudoku evaluation; ``model`` the
+from-scratch models and how a model is loaded; ``presets`` the named presets (and nowhere else) and
+the ladder. Import the names from here.
 
 This package needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -24,7 +24,6 @@ from arc_kit.settings.base import (
     setting,
 )
 from arc_kit.settings.model import MODEL_PRESETS, LoadSettings
-from arc_kit.settings.pool import PoolSettings
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
     SOLVE_PRESETS,
@@ -44,6 +43,7 @@ from arc_kit.settings.solving import (
     SUDOKU_SOLVING,
     BudgetSettings,
     CompetitionSettings,
+    PoolSettings,
     SamplerSettings,
     SolveSettings,
     SudokuEvalSettings,
