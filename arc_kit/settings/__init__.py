@@ -7,9 +7,9 @@ and is what ``--help`` prints. What two stages share is one dataclass both hold
 (``LoraTrainingSettings``: the initial fine-tune's and test-time training's). ``base`` holds what every
 settings dataclass shares (checks, JSON that reads an older kit's layout, the command-line options);
 ``training`` the training stages; ``solving`` the solver, the run's time caps and its pool of Ray
-actors (its watchdog's limits), the competition job and the Sudoku evaluation; ``model`` the
-from-scratch models and how a model is loaded; ``presets`` the named presets (and nowhere else) and
-the ladder. Import the names from here.
+actors (its watchdog's limits), the competition job, the Sudoku evaluation and how a model is loaded;
+``presets`` the named presets, the from-scratch models' too (and nowhere else), and the ladder. Import
+the names from here.
 
 This package needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -23,9 +23,9 @@ from arc_kit.settings.base import (
     replace_path,
     setting,
 )
-from arc_kit.settings.model import MODEL_PRESETS, LoadSettings
 from arc_kit.settings.presets import (
     DRY_RUN_TASKS,
+    MODEL_PRESETS,
     SOLVE_PRESETS,
     TRAINING_PRESETS,
     ladder,
@@ -43,6 +43,7 @@ from arc_kit.settings.solving import (
     SUDOKU_SOLVING,
     BudgetSettings,
     CompetitionSettings,
+    LoadSettings,
     PoolSettings,
     SamplerSettings,
     SolveSettings,

@@ -1,9 +1,11 @@
 """Named presets of the settings and the ladder of cheaper solve settings.
 
 Named presets (``paper``, ``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``,
-``from-scratch``, ``smollm2-gpu``, ``smollm2-cpu`` for training; the Sudoku experiment's training)
-live here and nowhere else (the defaults of a dataclass that two stages hold, and the Sudoku
-evaluation's, live beside their classes). ``ladder`` gives the rungs a time budget steps down.
+``from-scratch``, ``smollm2-gpu``, ``smollm2-cpu`` for training; the Sudoku experiment's training;
+``MODEL_PRESETS``, the Llama-style from-scratch models with the 64-symbol vocabulary that
+``model.loading.create_model`` builds) live here and nowhere else (the defaults of a dataclass that
+two stages hold, and the Sudoku evaluation's, live beside their classes). ``ladder`` gives the rungs a
+time budget steps down.
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
 """
@@ -11,6 +13,7 @@ This module needs only the standard library; it knows nothing of models, tasks o
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from arc_kit.settings.solving import SamplerSettings, SolveSettings
 from arc_kit.settings.training import (
@@ -20,6 +23,22 @@ from arc_kit.settings.training import (
     SequenceSettings,
     TrainingSettings,
 )
+
+# Sizes are in parameters with the 64-symbol vocabulary.
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # ~0.1M: for tests; a 2000-token forward takes ~0.2 s on one CPU core.
+    "micro": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2),
+    # ~2.4M: trains for real on a CPU in minutes.
+    "tiny": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=6, num_attention_heads=6,
+                 num_key_value_heads=2),
+    # ~19M: a GPU model for short budgets.
+    "small": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=12, num_attention_heads=6,
+                  num_key_value_heads=2),
+    # ~71M: a GPU model for an hour or more.
+    "base": dict(hidden_size=640, intermediate_size=1792, num_hidden_layers=16, num_attention_heads=10,
+                 num_key_value_heads=2),
+}
 
 DRY_RUN_TASKS = 5  # the dry run's tasks: the 5 shortest of ARC-AGI-1 evaluation by prompt tokens (its preset's sizing)
 

