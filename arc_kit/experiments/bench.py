@@ -7,15 +7,10 @@
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
 - scoring: the engine's prefix-reusing scoring (``Engine.score``: one prompt pass, its keys and values
   copied into the answers' lanes) against one full forward pass per answer (goal >= 5x);
-- engine: the decode engine's step against transformers' own forward, 16 lanes, at the model's
-  width and at width 64 (``engine_bench``; it ends with the line ``engine speed-up: ...``);
-- drafts (only when asked for): the speculative DFS against one token per step, engine steps and
-  wall time, on the 30 shortest tasks by prompt tokens, every setting of the drafts (``drafts_bench``;
-  it ends with the line ``auto: N.NNx fewer steps, M.MMx wall``, the default against none).
-Every NLL is measured as the solver measures it (``probabilities``: the full softmax by default),
-and every search and scoring runs on the decode engine (``engine.make_engine``), the baselines it is
-held against (transformers' ``generate``, one full forward per answer) on the model itself.
-Each figure is the median of its repeats; the machine, versions and settings are printed with it.
+- engine (``engine_bench``) and, only when asked for, drafts (``drafts_bench``), each ending with its line.
+Every NLL is measured as the solver measures it (``probabilities``), every search and scoring runs on
+the decode engine, the baselines (``generate``, one forward per answer) on the model itself. Each
+figure is the median of its repeats; the machine, versions and settings are printed with it.
 """
 
 from __future__ import annotations

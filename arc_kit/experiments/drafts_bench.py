@@ -1,15 +1,14 @@
 """The drafts benchmark (``arc-kit bench --which drafts``): the speculative DFS against one token per step.
 
 Each test input of the given tasks (the bench command gives the 30 shortest by prompt tokens) is
-searched under its inference augmentations, drawn as the solver draws them (``Solver.views``), by
-the solver's candidate generation as a run makes it (``Solver.sample``: lanes after the
-first search), once for each setting of ``SamplerSettings.drafts`` (at each cap of draft tokens
-asked for: a setting's name is then ``all@15``), in turns (which goes first rotates by test input,
-so that none always finds the machine's caches warm). The engine's steps
-(``SearchStats.engine_steps``), the wall time and the draft tokens fed and followed are summed per
-setting, and every setting's candidates (their grids, and their NLL under each augmentation, to
-1e-4) are compared with those of "none". The last line is ``auto: N.NNx fewer steps, M.MMx wall``
-for "auto" (else the last setting) against "none" (the wall figure is the speed-up: below 1, slower).
+searched under its inference augmentations (``Solver.views``) by the solver's candidate generation as a
+run makes it (``Solver.sample``), once for each setting of ``SamplerSettings.drafts`` (at each cap of
+draft tokens asked for: a setting's name is then ``all@15``), in turns (which goes first rotates by
+test input, so that none always finds the machine's caches warm). The engine's steps, the wall time
+and the draft tokens fed and followed are summed per setting, and every setting's candidates (their
+grids, and their NLL under each augmentation, to 1e-4) are compared with those of "none". The last
+line is ``auto: N.NNx fewer steps, M.MMx wall`` for "auto" (else the last setting) against "none"
+(the wall figure is the speed-up: below 1, slower).
 
 Its loop (``compare_searches``) also holds the engine against transformers' forward
 (``engine_bench.engine_agreement``). Knows the solver's interface and the settings; knows nothing of

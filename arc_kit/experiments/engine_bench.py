@@ -1,24 +1,21 @@
 """``arc-kit bench --which engine``: the decode engine's step against transformers' own forward, 16 lanes.
 
-Two models, each with a test-time LoRA attached as a solve attaches it (``ttt.TestTimeTrainer``'s
-``optimization.add_lora``: rank 32, alpha 16, every linear layer, embeddings and head saved): the
-model benchmarked (the shipped one by default) and a model of the same depth at width 64 with
-random weights, whose step is almost all framework overhead (as ``scripts/decode_bench.py
---overhead-only`` measures it). Each runs 16 lanes, the prompts of a typical task's test input
-(the median prompt length of the tasks given) under the solver's 16 inference augmentations,
-through the engine and through ``transformers_forward.TransformersDecoder`` (transformers' forward,
-one lane at a time: what runs a model the engine cannot): the prompts prefilled (not timed), a few
-steps to warm up (a compiled step compiles there), then steps in turns, each lane feeding its most
-probable token at its next position. The figure is the median seconds per step; the two NLLs are
-compared on every step. The width-64 model runs twice: on the same prompts (at 16 lanes of a long
-prompt, reading the cache is most of its step) and on the prompts cut to their first
-``OVERHEAD_PROMPT`` tokens, the framework overhead line: what each costs beyond the arithmetic. On
-CUDA it also gives the engine's tokens per second per process for 1 and 16 lanes and its time
-against the memory-bandwidth floor (``decode_floor_seconds``: the decode weights and the lanes' cache
-read once per step). The output ends with the line ``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
+Two models, each with the test-time LoRA a solve attaches (``optimization.add_lora``: rank 32, alpha
+16, every linear layer, embeddings and head saved): the model benchmarked and a model of its depth at
+width 64 with random weights, whose step is almost all framework overhead (as ``scripts/decode_bench.py
+--overhead-only`` measures it). Each runs 16 lanes, a typical task's test input (the median prompt
+length of the tasks given) under the solver's 16 inference augmentations, through the engine and
+through ``transformers_forward.TransformersDecoder`` (one lane at a time: what runs a model the engine
+cannot): prompts prefilled (not timed), a few steps to warm up (a compiled step compiles there), then
+steps in turns, each lane feeding its most probable token. The figure is the median seconds per step;
+the two NLLs are compared on every step. The width-64 model runs on the same prompts (at 16 lanes of a
+long prompt, reading the cache is most of its step) and on the prompts cut to ``OVERHEAD_PROMPT``
+tokens: the framework overhead line. On CUDA it also gives the engine's tokens per second per process
+for 1 and 16 lanes against the memory-bandwidth floor (``decode_floor_seconds``). The output ends with
+``engine speed-up: X.XXx (overhead, width 64, 16 lanes)``.
 
-``engine_agreement`` compares what the two answer rather than their steps (the DFS's candidates, in
-the drafts bench's loop, ``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
+``engine_agreement`` compares the two's DFS candidates rather than their steps (in the drafts bench's
+loop, ``drafts_bench.compare_searches``), for the GPU check (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations

@@ -11,16 +11,15 @@ Samplers (paper Table 2): after test-time training, each sampler runs under the 
 augmentations; the candidates of all samplers are scored once under 16 fresh augmentations (a
 candidate's score does not depend on who found it) and each sampler is judged on its own candidates.
 
-Accuracy is the competition's: right test outputs (either attempt) over all test outputs; beside
-it, from the same records, top-1 accuracy (the first attempt only, as the paper's Sudoku
-experiment counts). Every NLL is measured as the solver's ``settings.probabilities`` says (the
-records name it). Timings are per task.
+Accuracy is the competition's (either attempt), top-1 beside it (the first attempt only, as the
+paper's Sudoku experiment counts); every NLL is measured as ``settings.probabilities`` says (the
+records name it); timings are per task.
 
 A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
-each task's record (``table_records.AblationRecord`` or ``table_records.SamplerRecord``) is appended to
-``<table>_records.jsonl`` as it finishes. A rerun resumes; a folder that ran other settings or
-another data set is refused (``runs.RunFolderError``), as a solve's is; ``table_records`` writes
-the tables out. This module knows the solver's pieces and the run layer; it writes no record layout of its own.
+each task's record (``table_records``) is appended to ``<table>_records.jsonl`` as it finishes. A
+rerun resumes; a folder that ran other settings or another data set is refused
+(``runs.RunFolderError``), as a solve's is; ``table_records`` writes the tables out. This module
+knows the solver's pieces and the run layer; it writes no record layout of its own.
 """
 
 from __future__ import annotations
