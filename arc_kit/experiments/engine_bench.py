@@ -66,13 +66,6 @@ class EngineBenchResult:
         return lines
 
 
-def with_test_time_lora(model):
-    """A copy of ``model`` wrapped in the test-time adapter a solve attaches (its defaults), adapter on."""
-    settings = TEST_TIME_TRAINING
-    return add_lora(copy.deepcopy(model), settings.lora_rank, settings.lora_alpha, settings.train_embeddings,
-                    adapter_name="ttt").eval()
-
-
 def overhead_model(model):
     """A model of ``model``'s depth and vocabulary at width 64 (random weights): framework overhead only."""
     import torch
@@ -151,7 +144,9 @@ def _timed_steps(engines: dict, prompts: Sequence[Sequence[int]], space: AnswerS
 def _model_row(model, name: str, prompts, space: AnswerSpace, steps: int, warmup: int, compile: str = "auto"):
     """(name, engine seconds, transformers seconds, note) of one model's 16 lanes (the note says the largest NLL
     difference between the two), its engine and that difference."""
-    adapted = with_test_time_lora(model)
+    lora = TEST_TIME_TRAINING  # the test-time adapter a solve attaches (its defaults), on a copy, adapter on
+    adapted = add_lora(copy.deepcopy(model), lora.lora_rank, lora.lora_alpha, lora.train_embeddings,
+                       adapter_name="ttt").eval()
     engines = {"engine": Engine(adapted, compile=compiles(compile, adapted)),
                "transformers": TransformersDecoder(adapted)}
     seconds, largest = _timed_steps(engines, prompts, space, steps, warmup)

@@ -66,10 +66,7 @@ def answer_measures(model, prompt_ids, answer_ids, space: AnswerSpace) -> tuple[
 
 def held_out(model, encoder: TaskEncoder, tasks: TaskSet, *, max_len: int | None = None,
              probabilities: str = "full", progress: bool = False) -> HeldOut:
-    """The token-weighted mean NLL and greedy exactness of every known test output of ``tasks``.
-
-    ``probabilities``: "full" (the model's whole softmax, the kit's default) or "answer-mask".
-    """
+    """The token-weighted mean NLL and greedy exactness of every known test output of ``tasks``."""
     from tqdm.auto import tqdm
 
     space = AnswerSpace.from_encoder(encoder, probabilities)

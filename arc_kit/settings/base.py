@@ -88,10 +88,9 @@ def _optional(hint: Any) -> bool:
     return type(None) in typing.get_args(hint)
 
 
-def _number_kind(hint: Any) -> type | None:
-    """int or float for a field that holds a number (optionally None), else None."""
-    arguments = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    return arguments[0] if len(arguments) == 1 and arguments[0] in (int, float) else None
+def _bare(hint: Any) -> Any:
+    """The type a field holds, without its optional None (``int | None``: int)."""
+    return next(a for a in typing.get_args(hint) if a is not type(None)) if _optional(hint) else hint
 
 
 def _nested(hint: Any) -> type | None:
@@ -118,8 +117,8 @@ class Settings:
                 given = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."  # repr: no raw newline
                 raise ValueError(f"unknown {item.name} {given}{flag}; expected one of: "
                                  f"{', '.join(map(str, choices))}{' (or unset)' if _optional(hint) else ''}")
-            kind = _number_kind(hint)
-            problem = kind and (item.metadata.get("bounds") or ANY_NUMBER).problem(value, kind)
+            kind = _bare(hint)
+            problem = kind in (int, float) and (item.metadata.get("bounds") or ANY_NUMBER).problem(value, kind)
             if problem:
                 raise ValueError(f"{item.name} {problem}")
 
@@ -237,9 +236,8 @@ def options(cls: type) -> Iterator[Option]:
             flag = (item.metadata.get("flag") or "--" + item.name.replace("_", "-")) \
                 if item.metadata.get("command_line", True) else None
         if flag is not None:
-            arguments = [a for a in typing.get_args(hint) if a is not type(None)]
-            yield Option(path, flag, arguments[0] if _optional(hint) else hint, item.metadata.get("help", ""),
-                         item.metadata.get("choices"), item.metadata.get("bounds"))
+            yield Option(path, flag, _bare(hint), item.metadata.get("help", ""), item.metadata.get("choices"),
+                         item.metadata.get("bounds"))
 
 
 def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:
