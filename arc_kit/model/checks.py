@@ -77,7 +77,7 @@ def architecture_of(config: dict, where: str | os.PathLike = "config.json") -> A
     return Architecture(model_type, layers, hidden, _size(text, "intermediate_size", where), heads, kv_heads, head_dim,
                         _size(text, "vocab_size", where), bool(tied), _size(text, "max_position_embeddings", where),
                         bool(text.get("attention_bias", model_type == "qwen2")), model_type == "qwen3",
-                        _quantization(config), config.get("torch_dtype") or config.get("dtype"))
+                        _quantization(config))
 
 
 # ---------------------------------------------------------------------------------------------
