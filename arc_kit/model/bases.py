@@ -273,12 +273,8 @@ def read_gguf(path: str | os.PathLike):
 
 
 def cache_lock(name: str) -> FileLock:
-    """The cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock), held by a ``with``.
-
-    Processes that build, extract or download the same base take turns: the second finds the
-    first's finished work instead of replacing it while a third is reading it. Within one process
-    the lock is re-entrant (``filelock``'s singleton per path).
-    """
+    """The cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock, held by a ``with``:
+    the module docstring says why), re-entrant within one process (``filelock``'s singleton per path)."""
     folder = cache_folder() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     return FileLock(folder / f"{name}.lock", is_singleton=True)
