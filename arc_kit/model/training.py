@@ -37,7 +37,7 @@ from arc_kit.model.optimization import (
     parameter_groups,
 )
 from arc_kit.model.training_data import PaddingCollator, SequenceDataset
-from arc_kit.model.training_log import CsvLog, log_row, plot_loss_curve
+from arc_kit.model.training_log import append_row, cut_log, plot_loss_curve, start_log
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
@@ -153,7 +153,7 @@ def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
         if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
             for old in _checkpoints(checkpoints):
                 _remove_checkpoint(out, old)
-        CsvLog.cut(out / "training_log.csv", first_step)  # no rows twice, none from an older run
+        cut_log(out / "training_log.csv", first_step)  # no rows twice, none from an older run
     accelerator.wait_for_everyone()
     return first_step
 
@@ -323,7 +323,9 @@ class _TrainingLoop:
 
         self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
         self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
-        self.log = CsvLog(out / "training_log.csv") if accelerator.is_main_process else None
+        self.log = out / "training_log.csv"
+        if accelerator.is_main_process:
+            start_log(self.log)
         self.bar = tqdm(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
@@ -380,21 +382,20 @@ class _TrainingLoop:
                                     "sum")
         self.last_loss = float(totals[0] / totals[1])  # the mean over every process's micro-batches
         rates = {group.get("name"): group["lr"] for group in self.optimizer.param_groups}
-        if self.log is not None:
-            self.log.write(log_row(self.step, self.last_loss, rates, self.window_tokens, elapsed,
-                                   time.monotonic() - self.started))
+        if accelerator.is_main_process:
+            append_row(self.log, self.step, self.last_loss, rates, self.window_tokens, elapsed,
+                       time.monotonic() - self.started)
         self.bar.set_postfix(loss=f"{self.last_loss:.4f}")
         self._open_window()
 
     def _out_of_time(self) -> bool:
-        """True past the deadline: on every process alike when there are several."""
+        """True past the deadline on any process, and then on all of them: every process stops at the same step."""
         import torch
 
-        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
-        if self.deadline is not None and self.accelerator.num_processes > 1:  # every process must stop at the same step
-            flag = torch.tensor([float(out_of_time)], device=self.accelerator.device)
-            out_of_time = bool(self.accelerator.reduce(flag, "max")[0] > 0)
-        return out_of_time
+        if self.deadline is None:
+            return False
+        flag = torch.tensor([float(time.monotonic() > self.deadline)], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(flag, "max")[0] > 0)  # one process: the flag itself
 
 
 def _save_trained(trained, source: _Source, out: Path, settings: TrainingSettings, info: dict,

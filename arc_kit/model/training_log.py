@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from arc_kit.data.plotting import draw_loss_curve
 from arc_kit.outputs import appending, remove_entry, replacing
@@ -19,45 +18,39 @@ LOG_COLUMNS = ("step", "loss", "learning_rate", "embedding_learning_rate", "toke
                "elapsed_seconds")
 
 
-class CsvLog:
-    """The log at ``path``: append-only, its header ``LOG_COLUMNS``; a resumed run cuts the rows past its checkpoint,
-    then appends. Written through ``outputs`` (appended, or replaced whole): never through a link."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        if not (path.is_file() and not path.is_symlink()):
-            with replacing(path, newline="") as handle:
-                csv.writer(handle).writerow(LOG_COLUMNS)
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        with appending(self.path, newline="") as handle:
-            csv.writer(handle).writerow([row.get(column, "") for column in LOG_COLUMNS])
-
-    @staticmethod
-    def cut(path: Path, step: int) -> None:
-        """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely. A log that
-        is no regular file of the run's (a link) goes too: the run starts its own."""
-        if not (path.exists() or path.is_symlink()):
-            return
-        if step == 0 or path.is_symlink() or not path.is_file():
-            remove_entry(path)
-            return
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-        kept = [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
+def start_log(path: Path) -> None:
+    """The log's header, where ``path`` holds no regular file yet (written through ``outputs``: never through a
+    link): the rows go after it, appended, or after those a resumed run kept (``cut_log``)."""
+    if not (path.is_file() and not path.is_symlink()):
         with replacing(path, newline="") as handle:
-            csv.writer(handle).writerows([rows[0] if rows else list(LOG_COLUMNS), *kept])
+            csv.writer(handle).writerow(LOG_COLUMNS)
 
 
-def log_row(step: int, loss: float, rates: Mapping[str | None, float], tokens: int, window_seconds: float,
-            elapsed_seconds: float) -> dict[str, Any]:
-    """One row of ``LOG_COLUMNS``: ``rates`` are the learning rates by parameter group name, ``tokens``
+def cut_log(path: Path, step: int) -> None:
+    """Drop the rows after ``step`` (a resumed run redoes them); at step 0 the file goes entirely. A log that
+    is no regular file of the run's (a link) goes too: the run starts its own."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if step == 0 or path.is_symlink() or not path.is_file():
+        remove_entry(path)
+        return
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    kept = [row for row in rows[1:] if row and row[0].isdigit() and int(row[0]) <= step]
+    with replacing(path, newline="") as handle:
+        csv.writer(handle).writerows([rows[0] if rows else list(LOG_COLUMNS), *kept])
+
+
+def append_row(path: Path, step: int, loss: float, rates: Mapping[str | None, float], tokens: int,
+               window_seconds: float, elapsed_seconds: float) -> None:
+    """One row of ``LOG_COLUMNS`` appended: ``rates`` are the learning rates by parameter group name, ``tokens``
     those of the ``window_seconds`` since the last row, ``elapsed_seconds`` the run's time so far."""
-    return {"step": step, "loss": f"{loss:.5f}",
-            "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
-            "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
-            "tokens": tokens, "tokens_per_second": f"{tokens / max(window_seconds, 1e-9):.1f}",
-            "elapsed_seconds": f"{elapsed_seconds:.1f}"}
+    row = {"step": step, "loss": f"{loss:.5f}", "learning_rate": f"{rates.get('weights', rates.get('embeddings')):.3e}",
+           "embedding_learning_rate": f"{rates.get('embeddings', 0.0):.3e}",
+           "tokens": tokens, "tokens_per_second": f"{tokens / max(window_seconds, 1e-9):.1f}",
+           "elapsed_seconds": f"{elapsed_seconds:.1f}"}
+    with appending(path, newline="") as handle:
+        csv.writer(handle).writerow([row[column] for column in LOG_COLUMNS])
 
 
 def plot_loss_curve(log_path: Path, out_path: Path) -> None:
