@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name, to_grid
+from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
@@ -339,8 +339,7 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
             if found:
                 problems.extend(f"task {shown(task_id)}: {problem}" for problem in found)
                 continue
-            pairs.append(Pair(to_grid(example["input"], max_side=max_side),
-                              to_grid(example["output"], max_side=max_side)))
+            pairs.append(Pair(example["input"], example["output"]))  # checked: Pair only makes them arrays
         if pairs:
             pools[task_id] = tuple(pairs)
     if problems:
