@@ -155,6 +155,6 @@ def grid_key(grid: np.ndarray) -> bytes:
     return bytes(grid.shape) + grid.tobytes()
 
 
-def format_grid(grid: np.ndarray) -> str:
-    """Rows of digits, one line a row: a quick text view for logs and reprs."""
-    return "\n".join("".join(str(int(cell)) for cell in row) for row in np.asarray(grid))
+def format_grid(grid: np.ndarray, row_separator: str = "\n") -> str:
+    """Rows of digits, one line a row (or joined by ``row_separator``): a text view for logs, reprs and prompts."""
+    return row_separator.join("".join(str(int(cell)) for cell in row) for row in np.asarray(grid))
