@@ -156,10 +156,7 @@ def _read_entry_by_entry(text: str) -> JsonObject | None:
 
 def parse_json(text: str | bytes, source: str = "") -> Any:
     """Parse JSON text (bytes must be UTF-8); InvalidDataError (with ``source`` and the place) when it is not valid.
-
-    Objects with a repeated key, and a top-level object with entries that cannot be read, come back
-    as ``JsonObject`` (see the module's description).
-    """
+    An object with a repeated key, or a top-level one with unreadable entries, is a ``JsonObject`` (module docstring)."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
