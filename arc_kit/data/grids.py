@@ -146,10 +146,7 @@ def grid_to_json(grid: np.ndarray) -> list[list[int]]:
 
 def grids_equal(first: Any, second: Any) -> bool:
     """True when two grids (arrays or nested lists) have the same shape and cells."""
-    if first is None or second is None:
-        return False
-    first, second = np.asarray(first), np.asarray(second)
-    return first.shape == second.shape and bool(np.array_equal(first, second))
+    return first is not None and second is not None and bool(np.array_equal(first, second))
 
 
 def grid_key(grid: np.ndarray) -> bytes:
@@ -158,6 +155,6 @@ def grid_key(grid: np.ndarray) -> bytes:
     return bytes(grid.shape) + grid.tobytes()
 
 
-def format_grid(grid: np.ndarray) -> str:
-    """Rows of digits, one line a row: a quick text view for logs and reprs."""
-    return "\n".join("".join(str(int(cell)) for cell in row) for row in np.asarray(grid))
+def format_grid(grid: np.ndarray, row_separator: str = "\n") -> str:
+    """Rows of digits, one line a row (or joined by ``row_separator``): a text view for logs, reprs and prompts."""
+    return row_separator.join("".join(str(int(cell)) for cell in row) for row in np.asarray(grid))

@@ -82,7 +82,6 @@ def pack(paths: Sequence[str | os.PathLike], out: str | os.PathLike, name: str,
     if part_bytes < 1024:
         raise ValueError(f"part_bytes must be at least 1024, got {part_bytes}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{name}.part[0-9][0-9][0-9]"):
         remove_entry(old)  # an earlier pack's (a link: the link itself)
     files = {}
@@ -129,7 +128,6 @@ def unpack(manifest: str | os.PathLike, destination: str | os.PathLike,
             raise PartsError(f"part {path} does not match its manifest ({size} bytes, expected {part['bytes']}): "
                              f"copy it again")
     destination = Path(destination)
-    destination.mkdir(parents=True, exist_ok=True)
     joined = destination / f".{file_name(str(record['name']))}.tar.partial"
     with replacing(joined, binary=True) as sink:
         for path in parts:

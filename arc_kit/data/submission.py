@@ -118,10 +118,8 @@ def _task_id_problems(mapping: dict, challenges) -> tuple[list[str], list[tuple[
 
 def submission_problems(submission: Any, challenges: TaskSet | Mapping[str, int] | None = None, *,
                         max_side: int | None = None) -> list[str]:
-    """Every problem with a submission; checked against the challenges (ids and test counts) if given.
-
-    Grid sides: ``side_limit(challenges, max_side)``.
-    """
+    """Every problem with a submission; checked against the challenges (ids and test counts) if given, grid sides
+    against ``side_limit``."""
     limit = side_limit(challenges, max_side)
     if not isinstance(submission, dict):
         return [f"the submission is {json_type_name(submission)}, expected an object mapping task ids to lists"]
@@ -267,7 +265,7 @@ def attempt_is_right(attempt: Any, answer: Any) -> bool:
     """
     if attempt is None or answer is None or grid_problems(attempt, "", LARGEST_SIDE):
         return False
-    return grids_equal(np.asarray(attempt), np.asarray(answer))
+    return grids_equal(attempt, answer)
 
 
 def any_attempt_right(attempts: Sequence[Any], answer: Any) -> bool:
@@ -320,11 +318,8 @@ def detect_kind(data: Any) -> str:
 
 def validate_file(path: str | os.PathLike, kind: str = "auto", challenges: TaskSet | Mapping[str, int] | None = None,
                   *, max_side: int = MAX_SIDE) -> tuple[str, list[str]]:
-    """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data.
-
-    ``max_side``: the most cells on a grid's side, the competition's 30 unless the file belongs
-    to a set that is not for the competition (exploration sets may have wider grids).
-    """
+    """(kind, every problem) for a challenges, solutions or submission file; never raises on bad data. ``max_side``:
+    the competition's 30 unless the file belongs to a set that is not for the competition (as in ``load_tasks``)."""
     max_side = check_max_side(max_side)
     try:
         data = read_json(path)

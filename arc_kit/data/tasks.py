@@ -23,7 +23,6 @@ from arc_kit.data.grids import (
     grid_to_json,
     grids_equal,
     json_type_name,
-    to_grid,
 )
 from arc_kit.names import shown
 
@@ -184,7 +183,7 @@ def _parse_pairs(task_id: str, data: Mapping, part: str, need_output: bool,
                 continue
             found = grid_problems(pair[key], f"{where}.{key}", max_side)
             problems.extend(f"{prefix} {problem}" for problem in found)
-            grids.append(None if found else to_grid(pair[key], max_side=max_side))
+            grids.append(None if found else pair[key])  # checked: Pair only makes it an array
         parsed.append(tuple(grids))
     return parsed
 
@@ -216,8 +215,7 @@ def parse_task(task_id: str, data: Any, solutions: Any = None, *,
             problems.extend(f"{prefix} {problem}" for problem in grid_problems(value, f"solutions[{index}]", max_side))
     if problems:
         return None, problems
-    outputs = [grid_out for _, grid_out in test] if solutions is None else [to_grid(value, max_side=max_side)
-                                                                            for value in solutions]
+    outputs = [grid_out for _, grid_out in test] if solutions is None else solutions
     return Task(task_id, tuple(Pair(*pair) for pair in train),
                 tuple(Pair(grid_in, grid_out) for (grid_in, _), grid_out in zip(test, outputs))), []
 

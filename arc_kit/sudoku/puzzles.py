@@ -63,7 +63,6 @@ def load_csv(path: str | Path, limit: int | None = None, check: bool = True) -> 
 def write_csv(path: str | Path, pairs: Iterable[Pair]) -> Path:
     """Write ``puzzle,solution,clues`` rows (readable by ``load_csv``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with replacing(path, newline="") as handle:  # written aside, renamed into place: never through a link
         writer = csv.writer(handle)
         writer.writerow(["puzzle", "solution", "clues"])

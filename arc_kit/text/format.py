@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arc_kit.data.grids import MAX_SIDE, freeze
+from arc_kit.data.grids import MAX_SIDE, format_grid, freeze
 from arc_kit.data.tasks import Pair
 from arc_kit.settings import DECODING_MODES
 
@@ -59,7 +59,7 @@ class TextFormat:
             raise ValueError("prefixes and the end of example must hold no digit")
 
     def grid_text(self, grid: np.ndarray) -> str:
-        return self.row_separator.join("".join(str(int(c)) for c in row) for row in np.asarray(grid))
+        return format_grid(grid, self.row_separator)
 
     def task_text(self, train: Sequence[Pair], test_input: np.ndarray | None = None, answer: np.ndarray | None = None,
                   bos: str = "<bos>", eos: str = "<eos>") -> str:

@@ -51,25 +51,12 @@ class Vocabulary:
         for name in (BOS, EOS, PAD):
             if name not in self.symbols:
                 raise ValueError(f"vocabulary needs {name}")
-        object.__setattr__(self, "_ids", {symbol: index for index, symbol in enumerate(self.symbols)})
+        ids = {symbol: index for index, symbol in enumerate(self.symbols)}
         plain = sorted((symbol for symbol in self.symbols if symbol not in (BOS, EOS, PAD)), key=len, reverse=True)
-        object.__setattr__(self, "_longest_first", re.compile("|".join(map(re.escape, plain))))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.symbols)
-
-    @property
-    def bos_id(self) -> int:
-        return self._ids[BOS]
-
-    @property
-    def eos_id(self) -> int:
-        return self._ids[EOS]
-
-    @property
-    def pad_id(self) -> int:
-        return self._ids[PAD]
+        for name, value in (("_ids", ids), ("_longest_first", re.compile("|".join(map(re.escape, plain)))),
+                            ("vocab_size", len(self.symbols)), ("bos_id", ids[BOS]), ("eos_id", ids[EOS]),
+                            ("pad_id", ids[PAD])):  # GridTokenizer's attributes, fixed with the symbols
+            object.__setattr__(self, name, value)
 
     def encode(self, text: str) -> list[int]:
         ids, position = [], 0
