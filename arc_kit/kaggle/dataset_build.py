@@ -229,8 +229,8 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
 def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
     """The kit wheel's requirements the dataset must meet: not its extras', and not those only building a named
     base needs (``BASE_ONLY``) when the model is no base plus a delta."""
-    lines = [line for line in wheel_requirements(kit) if "extra ==" not in line]
-    return [line for line in lines if base_needed or Requirement(line).name not in BASE_ONLY]
+    return [line for line in wheel_requirements(kit)
+            if "extra ==" not in line and (base_needed or Requirement(line).name not in BASE_ONLY)]
 
 
 def _four_bit_reason(check: ModelCheck | None, quantization: str | None, handle: ModelHandle | None) -> str | None:
