@@ -160,7 +160,8 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
         raise OutputRefused(f"{path} is a file, not a folder: give {option} a new or empty folder")
     marker = read_marker(target)
     if marker is None:
-        foreign = [entry for entry in _entries(target) if not _is_marker_draft(entry)]
+        foreign = [entry for entry in _entries(target)  # a marker half written by another process is none
+                   if not (entry.name.startswith(f".{MARKER}.") and entry.name.endswith(".tmp"))]
         if any(entry.name == MARKER for entry in foreign):  # another process claimed the folder since it was read
             return check_folder(path, kind, command, overwrite=overwrite, option=option)
         if not foreign:
@@ -169,7 +170,8 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
             raise OutputRefused(f"{path} looks like {_a(kind.name)} folder that an earlier arc-kit made, but holds "
                                 f"no {MARKER}: run the same command with --adopt to take it as this command's (its "
                                 f"files kept), or give {option} another folder")
-        raise OutputRefused(f"{path} holds files that arc-kit did not make ({_some(foreign)}): it writes only into "
+        names = [entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "") for entry in foreign]
+        raise OutputRefused(f"{path} holds files that arc-kit did not make ({_listed(names)}): it writes only into "
                             f"a new or empty folder, or one it made; give {option} another folder")
     if marker["kind"] != kind.name:
         raise OutputRefused(f"{path} is {_a(marker['kind'])} folder that `arc-kit {marker['command']}` made, not "
@@ -467,11 +469,10 @@ def _guarded(path: Path, within: str | os.PathLike | None) -> Path:
     and checked to be a real folder; OutputRefused, one line, for a link or a file among them."""
     path = Path(os.path.abspath(path))
     anchor = _anchor(path, within)
-    if anchor != path.parent and anchor not in path.parents:
-        raise ValueError(f"{path} does not lie in {anchor}")
+    parts = path.parent.relative_to(anchor).parts  # ValueError when ``path`` does not lie in ``anchor``
     anchor.mkdir(parents=True, exist_ok=True)  # the kit folder (or, where none holds it, the file's own folder)
     current = anchor
-    for part in path.parent.relative_to(anchor).parts:
+    for part in parts:
         current = current / part
         with contextlib.suppress(FileExistsError):
             current.mkdir()
@@ -535,17 +536,8 @@ def _entries(folder: Path) -> list[Path]:
     return sorted(folder.iterdir())
 
 
-def _is_marker_draft(entry: Path) -> bool:
-    """A marker half written by another process claiming the same new folder (its temporary file)."""
-    return entry.name.startswith(f".{MARKER}.") and entry.name.endswith(".tmp")
-
-
 def _a(word: str) -> str:
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
-
-
-def _some(entries: list[Path]) -> str:
-    return _listed([entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "") for entry in entries])
 
 
 def _listed(names: list[str]) -> str:

@@ -1,25 +1,23 @@
 """The Kaggle dataset that carries the kit, and the notebook folder that submits with it.
 
-``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the package as a wheel, the wheels
-of whatever the kit needs that the competition image lacks or holds too old (resolved by ``wheelhouse``
-against an ``ImageManifest``: by default ``kaggle_dataset/kaggle-image.json``, made from the list Kaggle
-publishes; what only building a named base needs, ``gguf``, only for such a model), a base's package
-when the model is a base plus a delta, bitsandbytes when its weights are stored in 4 bits (or may be: a
-Kaggle Model not here to check), bitsandbytes and unsloth on request (``gpu_extras``), any extra wheels,
-a model (every file a model folder is read with: weights, config, each tokenizer file; the rest named as
-left behind), ``dataset-metadata.json`` and a README whose licences name the model's own, as its folder
-records it (``model_licence``); beside it, a notebook folder (``submission.ipynb`` and
-``kernel-metadata.json``) that ``kaggle kernels push`` takes as it is. The model is checked first
-(``run.model_check``): a no-go stops the build before it writes anything. With a Kaggle Model as the
-model input (``model_source``, ``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION``, the version required as
-``model_sources`` takes it) no model and no base package is shipped: the kernel metadata lists it in
-``model_sources``, the dataset names it in ``model-source.json``, and the notebook finds it below
-``/kaggle/input`` (``model_input``); a local copy given as ``model`` is checked, not shipped. Both name
-their owner: given, else the user's Kaggle configuration; never a placeholder. Every wheel comes with
-the reason it is there. Both folders are new, empty or made by an earlier build (``outputs``; replaced
-only with ``overwrite``), and the model never lies inside them: the build never deletes or overwrites
-what it did not make, the shipped ``kaggle_dataset/`` included. This module knows files, wheels and
-Kaggle's metadata; the competition run is ``kaggle``'s.
+``build_dataset`` assembles the folder uploaded as a Kaggle dataset: the kit's wheel; the wheels of what
+it needs that the competition image lacks or holds too old (``wheelhouse``, against an ``ImageManifest``,
+by default ``kaggle_dataset/kaggle-image.json``; ``gguf``, which only building a named base needs, only
+for a base plus a delta, whose base's package it ships too); bitsandbytes for weights stored in 4 bits
+(or that may be: a Kaggle Model not here to check); bitsandbytes and unsloth on request (``gpu_extras``);
+any extra wheels; the model (every file a model folder is read with, the rest named as left behind);
+``dataset-metadata.json`` and a README naming the model's own licence as its folder records it
+(``model_licence``). Beside it goes a notebook folder (``submission.ipynb``, ``kernel-metadata.json``)
+that ``kaggle kernels push`` takes as it is. The model is checked first (``run.model_check``): a no-go
+stops the build before it writes anything. A Kaggle Model as the model input (``model_source``,
+``OWNER/MODEL/FRAMEWORK/VARIATION/VERSION``, the version required as ``model_sources`` takes it) ships
+no model and no base package: the kernel metadata lists it in ``model_sources``, ``model-source.json``
+names it, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local copy given as
+``model`` is checked, not shipped. The owner is given, else the user's Kaggle configuration's; never a
+placeholder. Every wheel comes with the reason it is there. Both folders are new, empty or an earlier
+build's (``outputs``; replaced only with ``overwrite``) and never hold the model: the build never
+deletes or overwrites what it did not make, the shipped ``kaggle_dataset/`` included. This module knows
+files, wheels and Kaggle's metadata; the competition run is ``competition``'s.
 """
 
 from __future__ import annotations
@@ -130,8 +128,8 @@ TITLE_LENGTH = (6, 50)
 
 
 def check_kaggle_names(*, owner: str | None = None, slug: str | None = None, title: str | None = None) -> str:
-    """``owner`` (or ``slug``, or ``title``: the one given) when it follows Kaggle's rules; ValueError in one line
-    that says them."""
+    """The first of ``owner``, ``slug`` and ``title`` given, when each given follows Kaggle's rules; ValueError in one
+    line that says them."""
     if owner is not None and not OWNER_NAME.fullmatch(owner):
         raise ValueError(f"{shown(owner)} is no Kaggle user name: letters, digits, - and _, at most 50 (--owner)")
     if slug is not None and not DATASET_SLUG.fullmatch(slug):
@@ -183,8 +181,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     OutputRefused unless both folders are new, empty or (``overwrite``) an earlier build's, apart from the model.
     """
     out, owner = Path(out), kaggle_owner(owner)
-    check_kaggle_names(slug=slug)
-    check_kaggle_names(title=title)
+    check_kaggle_names(slug=slug, title=title)
     handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
     model = Path(model) if model is not None else default_model_path() if handle is None else None
     if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
@@ -232,8 +229,8 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
 def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
     """The kit wheel's requirements the dataset must meet: not its extras', and not those only building a named
     base needs (``BASE_ONLY``) when the model is no base plus a delta."""
-    lines = [line for line in wheel_requirements(kit) if "extra ==" not in line]
-    return [line for line in lines if base_needed or Requirement(line).name not in BASE_ONLY]
+    return [line for line in wheel_requirements(kit)
+            if "extra ==" not in line and (base_needed or Requirement(line).name not in BASE_ONLY)]
 
 
 def _four_bit_reason(check: ModelCheck | None, quantization: str | None, handle: ModelHandle | None) -> str | None:
@@ -340,20 +337,16 @@ def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:
 
 
 def _card_licence(card: Path) -> str | None:
-    """The ``license:`` of a Hugging Face model card's front matter (the lines between the first two ``---``)."""
+    """The ``license:`` of a Hugging Face model card's front matter (read by huggingface_hub), or None."""
+    import yaml
+    from huggingface_hub.repocard import metadata_load
+
     try:
-        lines = card.read_text(errors="replace").splitlines()
-    except OSError:
+        front = metadata_load(card) or {}
+    except (OSError, ValueError, yaml.YAMLError):
         return None
-    if not lines or lines[0].strip() != "---":
-        return None
-    for line in lines[1:]:
-        if line.strip() == "---":
-            return None
-        name, _, value = line.partition(":")
-        if name.strip().lower() in ("license", "licence") and value.strip():
-            return value.strip().strip("\"'")
-    return None
+    licence = front.get("license") or front.get("licence")
+    return str(licence) if licence else None
 
 
 def _write_notebook_folder(folder: Path, owner: str, slug: str, handle: ModelHandle | None = None) -> Path:

@@ -148,9 +148,8 @@ def fresh_copy(python: Path, folder: str | os.PathLike) -> Path:
 
 def package_versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
     """The versions of ``names`` in ``python``'s environment ("none" where one is not installed)."""
-    script = ("import importlib.metadata as m, json, sys\nfound = {}\nfor name in sys.argv[1:]:\n"
-              "    try:\n        found[name] = m.version(name)\n    except m.PackageNotFoundError:\n"
-              "        found[name] = 'none'\nprint(json.dumps(found))")
+    script = ("import importlib.metadata as m, json, sys\nprint(json.dumps({name: next((found.version for found in "
+              "m.distributions(name=name)), 'none') for name in sys.argv[1:]}))")
     done = subprocess.run([str(python), "-c", script, *names], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 

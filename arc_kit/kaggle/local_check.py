@@ -1,18 +1,15 @@
 """``arc-kit kaggle check``: a built dataset's notebook run here as Kaggle would run it, then go or no-go.
 
 ``check_dataset`` reads what ``kaggle build`` wrote (the dataset: its wheels, its ``model/`` or the
-Kaggle Model its ``model-source.json`` names; the notebook folder beside it: the ``submission.ipynb``
-that is pushed and its ``kernel-metadata.json``), builds a stand-in for ``/kaggle/input`` in a
-scratch folder (the competition of ``competition_sources`` holding a few public tasks as its
-placeholder test file, the public evaluation files beside it; the dataset where Kaggle mounts a
-dataset; a local copy of each Kaggle Model of ``model_sources`` where Kaggle mounts a model; every
-file linked, nothing copied), and runs the notebook through nbclient in a fresh copy of an environment
-of the image's versions (``image_environment``), never in the kit's own: the notebook installs the
-dataset's wheels offline, finds its model and solves as on Kaggle's first run after a push (the
-placeholder's smoke job), its settings told by the environment variables it reads
+Kaggle Model its ``model-source.json`` names; beside it the notebook folder that is pushed), links a
+stand-in for ``/kaggle/input`` into a scratch folder (the competition with a few public tasks as its
+placeholder test file and the evaluation files beside it, the dataset, and a local copy of each
+Kaggle Model where Kaggle mounts them: nothing copied), and runs the notebook through nbclient in a
+fresh copy of an environment of the image's versions (``image_environment``), never in the kit's own:
+it installs the dataset's wheels offline, finds its model and solves as on Kaggle's first run after a
+push (the placeholder's smoke job), its settings told by the environment variables it reads
 (``ARC_KIT_INPUT``, ``ARC_KIT_CHANGES``, ...). Its printed lines are passed on as they come and read
-(``NotebookReport``): which wheels it installed, which model folder it ran, the model's check, the
-end line, the submission's check. The run's records say which tasks the model answered.
+(``NotebookReport``); the run's records say which tasks the model answered.
 
 Go needs all of it: every wheel of the dataset installed and the kit imported, the model the dataset
 carries run (a notebook that runs another, the kit's shipped model say, is stopped at once and said
@@ -115,17 +112,6 @@ def read_built_dataset(folder: str | os.PathLike, notebook_folder: str | os.Path
     return BuiltDataset(folder, notebook, dataset_id, str(competitions[0]), wheels, carries, model_source, sources)
 
 
-def link_tree(source: Path, target: Path) -> Path:
-    """``target`` made as a tree of folders like ``source``'s, each file a link to ``source``'s (nothing copied)."""
-    source = source.resolve()
-    for here, _, files in os.walk(source):
-        folder = target / Path(here).relative_to(source)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            (folder / name).symlink_to(Path(here) / name)
-    return target
-
-
 def mount_folder(input_root: Path, handle: ModelHandle) -> Path:
     """Where Kaggle mounts a Kaggle Model: ``MODEL/FRAMEWORK/VARIATION/VERSION`` below the input, lower case
     (version 1 when the handle names none)."""
@@ -134,12 +120,13 @@ def mount_folder(input_root: Path, handle: ModelHandle) -> Path:
 
 def simulated_input(root: Path, built: BuiltDataset, tasks: TaskSet,
                     kaggle_model: str | os.PathLike | None) -> tuple[Path, Path]:
-    """(the stand-in for /kaggle/input below ``root``, the model folder the notebook must run in it)."""
+    """(the stand-in for /kaggle/input below ``root``, the model folder the notebook must run in it); the dataset
+    and the Kaggle Model are trees of links to their files (nothing copied)."""
     competition = root / "competitions" / built.competition
     export_kaggle(tasks, competition, "evaluation")  # the public files: the test file is the placeholder
     export_kaggle(tasks.without_solutions(), competition, "test")
     owner, slug = built.dataset_id.split("/")
-    dataset = link_tree(built.folder, root / "datasets" / owner / slug)
+    dataset = shutil.copytree(built.folder.resolve(), root / "datasets" / owner / slug, copy_function=os.symlink)
     handles = list(dict.fromkeys([*built.model_sources, *([built.model_source] if built.model_source else [])]))
     if handles and kaggle_model is None:
         raise CheckRefused(f"the notebook reads the Kaggle Model {handles[0]}: pass --kaggle-model DIR, a local copy "
@@ -148,7 +135,7 @@ def simulated_input(root: Path, built: BuiltDataset, tasks: TaskSet,
         raise CheckRefused(f"the notebook names {len(handles)} Kaggle Models ({', '.join(map(str, handles))}); the "
                            "check mounts one")
     for handle in handles:
-        link_tree(Path(kaggle_model), mount_folder(root, handle))
+        shutil.copytree(Path(kaggle_model).resolve(), mount_folder(root, handle), copy_function=os.symlink)
     if built.carries_model:
         return root, dataset / "model"
     if built.model_source is not None:
@@ -323,13 +310,11 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
     preset's fields ``changes`` (default ``CHECK_CHANGES``), and say go or no-go (``LocalCheck``).
 
     ``workers``: the notebook's ``WORKERS`` (0, its default: one here, in its own process; 2: two Ray actors, as
-    Kaggle's GPUs run it).
-    ``kaggle_model``: a local copy of the Kaggle Model the notebook reads, mounted where Kaggle mounts it.
-    ``environments``: where the environment of ``image_manifest``'s versions (default: the one builds use) is kept
-    (default: the kit's cache). The stand-in input, the
-    environment's copy and the outputs (``working/``) go into ``scratch`` (a new or empty folder, kept), else a new
-    temporary folder, removed after unless ``keep``.
-    ``echo`` is given every line: the check's own and the notebook's (indented).
+    Kaggle's GPUs run it). ``kaggle_model``: a local copy of the Kaggle Model the notebook reads. ``environments``:
+    where the environment of ``image_manifest``'s versions (default: the one builds use) is kept (default: the kit's
+    cache). The stand-in input, the environment's copy and the outputs (``working/``) go into ``scratch`` (a new or
+    empty folder, kept), else a new temporary folder, removed after unless ``keep``. ``echo`` is given every line:
+    the check's own and the notebook's (indented).
     """
     from arc_kit.model.bases import cache_folder
 

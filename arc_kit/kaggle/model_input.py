@@ -102,13 +102,12 @@ def find_model_input(root: str | os.PathLike, handle: ModelHandle | None = None,
         shown = ", ".join(str(path) for path in candidates[:3])
         raise FileNotFoundError(f"{len(candidates)} models below {root} ({shown}, ...): set MODEL to the folder or "
                                 "to the Kaggle Model's handle")
-    versions = {path: _mount_version(path, root, handle) for path in candidates}
-    matching = [path for path in candidates if versions[path] is not None]
-    if not matching:
+    versions = {path: version for path in candidates if (version := _mount_version(path, root, handle)) is not None}
+    if not versions:
         raise FileNotFoundError(f"the Kaggle Model {handle} is not below {root} (no folder "
                                 f"{'/'.join(handle.mount_parts)}/ holding a config.json): add it to the notebook's "
                                 "inputs (Add Input > Models), or check the handle")
-    return max(matching, key=lambda path: (versions[path], -len(path.parts)))
+    return max(versions, key=lambda path: (versions[path], -len(path.parts)))
 
 
 def notebook_model(given: str | os.PathLike | None, dataset: str | os.PathLike | None,

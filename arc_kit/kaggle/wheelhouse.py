@@ -14,6 +14,7 @@ specifiers; nothing of models.
 
 from __future__ import annotations
 
+import email
 import json
 import os
 import subprocess
@@ -153,9 +154,8 @@ def _metadata_of(wheel: Path) -> str:
 
 
 def wheel_requirements(wheel: Path) -> list[str]:
-    """The ``Requires-Dist`` lines of a wheel's metadata (ValueError in one line for a file that is no wheel)."""
-    metadata = _metadata_of(wheel)
-    return [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    """The ``Requires-Dist`` headers of a wheel's metadata (ValueError in one line for a file that is no wheel)."""
+    return [line.strip() for line in email.message_from_string(_metadata_of(wheel)).get_all("Requires-Dist", [])]
 
 
 def resolve_wheels(requirements: list[str], folder: Path, image: ImageManifest,
