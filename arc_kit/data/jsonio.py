@@ -121,37 +121,45 @@ def _why_unreadable(error: Exception, text: str, start: int, end: int | None, de
 def _read_entry_by_entry(text: str) -> JsonObject | None:
     """The top-level object of ``text`` read one entry at a time, an entry that json cannot read (nested
     too deeply, a huge number) left None and explained in ``unreadable_keys``; None when ``text`` is no
-    object or its syntax is broken (then the whole file is unreadable). json's own object reader reads the
-    keys and the punctuation; ``read_value`` reads each value, passing over one that json cannot read."""
+    object or its syntax is broken (then the whole file is unreadable)."""
     decoder = json.JSONDecoder(object_pairs_hook=_object_from_pairs)
-    reasons: list[str | None] = []  # for each top-level value in turn: why it could not be read, or None
-
-    def read_value(text: str, index: int) -> tuple[Any, int]:
+    index = _SPACE.match(text, 0).end()
+    if not text.startswith("{", index):
+        return None
+    index = _SPACE.match(text, index + 1).end()
+    pairs, unreadable = [], {}
+    while not text.startswith("}", index) or pairs:
         try:
-            value, end = decoder.scan_once(text, index)
-            why = None
+            if not text.startswith('"', index):
+                return None
+            key, index = json.decoder.scanstring(text, index + 1)
+            index = _SPACE.match(text, index).end()
+            if not text.startswith(":", index):
+                return None
+            index = _SPACE.match(text, index + 1).end()
+            value, index = decoder.raw_decode(text, index)
+        except json.JSONDecodeError:
+            return None
         except (RecursionError, ValueError) as error:
             end, depth = _value_end(text, index)
-            if isinstance(error, json.JSONDecodeError) or end is None:  # broken syntax: the whole file is unreadable
-                raise json.JSONDecodeError("broken syntax", text, index) from None
-            value, why = None, _why_unreadable(error, text, index, end, depth)
-        reasons.append(why)
-        return value, end
-
-    def top_level(pairs: list[tuple[str, Any]]) -> JsonObject:
-        result = _object_from_pairs(pairs)
-        result = result if isinstance(result, JsonObject) else JsonObject(result)
-        result.unreadable_keys = {key: why for (key, _), why in zip(pairs, reasons) if why is not None}
-        return result
-
-    start = _SPACE.match(text, 0).end()
-    if not text.startswith("{", start):
+            if end is None:
+                return None
+            unreadable[key] = _why_unreadable(error, text, index, end, depth)
+            value, index = None, end
+        pairs.append((key, value))
+        index = _SPACE.match(text, index).end()
+        if text.startswith(",", index):
+            index = _SPACE.match(text, index + 1).end()
+        elif text.startswith("}", index):
+            break
+        else:
+            return None
+    if _SPACE.match(text, index + 1).end() != len(text):
         return None
-    try:
-        result, end = json.decoder.JSONObject((text, start + 1), True, read_value, None, top_level)
-    except json.JSONDecodeError:
-        return None
-    return result if _SPACE.match(text, end).end() == len(text) else None
+    result = _object_from_pairs(pairs)
+    result = result if isinstance(result, JsonObject) else JsonObject(result)
+    result.unreadable_keys = unreadable
+    return result
 
 
 def parse_json(text: str | bytes, source: str = "") -> Any:
