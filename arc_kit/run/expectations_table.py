@@ -3,7 +3,7 @@
 Every cell is derived, none measured (no run of a whole task set on a GPU is on record): the tasks' work
 units (``planner.work_units``, from their token counts) priced by ``expectations.part_costs`` (host overhead
 plus floor times ratio, each from a measurement it names), as many worker processes a GPU as its memory
-holds at the weights and the lanes' KV cache (``slots.workers_per_gpu_for``; their overheads overlap,
+holds at the weights and the lanes' KV cache (``workers_per_gpu_for``; their overheads overlap,
 the GPU's own time does not), the work shared by the machine's GPUs. A cell also gives the least time, every
 part at its floor with no overhead. A model whose weights and cache do not fit one GPU says so.
 
@@ -15,6 +15,7 @@ as the authors' code decodes). This module formats; it measures nothing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -36,7 +37,6 @@ from arc_kit.run.expectations import (
     part_costs,
 )
 from arc_kit.run.planner import PARTS, TaskSize, hours, work_units
-from arc_kit.run.slots import CUDA_CONTEXT_BYTES, MAX_WORKERS_PER_GPU, workers_per_gpu_for
 from arc_kit.settings import SolveSettings
 
 
@@ -53,6 +53,16 @@ TABLE_MACHINES = (Machine(gpu_named("L4"), 4, "4x L4 (Kaggle)"), Machine(gpu_nam
 # the 400 ARC-AGI-1 evaluation tasks, 16 + 16 augmentations, DFS at T = 9%: test-time training 51 s a task,
 # candidate generation 9:32 h, 20:50 h in all.
 PAPER_RUN = {"training": 400 * 51.0, "generation": 9 * 3600 + 32 * 60.0, "total": 20 * 3600 + 50 * 60.0}
+CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
+MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
+
+
+def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: int | None = None) -> int:
+    """How many actors share one GPU: as many as 90% of its memory holds at the measured peak (each with its CUDA
+    context), at most ``MAX_WORKERS_PER_GPU`` and at most the CPU cores per GPU, at least one."""
+    cpus = cpus or os.cpu_count() or 1
+    by_memory = int(0.9 * total_bytes // (peak_bytes + CUDA_CONTEXT_BYTES))
+    return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
 
 
 @dataclass

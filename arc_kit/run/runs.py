@@ -340,6 +340,25 @@ def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRec
     return score
 
 
+def answered_by_model(record: TaskRecord) -> bool:
+    """True when the task's submitted attempts are the model's: it finished with at least one attempt (not every
+    task that got model work)."""
+    return record.got_model_work and any(test.attempts for test in record.tests)
+
+
+def outcome_parts(records: Mapping[str, TaskRecord], score: Score | None = None) -> list[str]:
+    """A run's end line's parts, ``answered by the model: 6`` and ``correct: 1 (of 6 with known solutions)`` (or that
+    none are known), as a list that a caller adds its own parts to. "Correct" counts the tasks an attempt got right
+    (a task of several test outputs its share of them) among those whose solutions are known (``score``)."""
+    answered = sum(1 for record in records.values() if answered_by_model(record))
+    parts = [f"answered by the model: {answered}"]
+    if score is not None and len(score.table):
+        parts.append(f"correct: {score.tasks_credited:g} (of {len(score.table)} with known solutions)")
+    else:
+        parts.append("correct: unknown (no solutions known)")
+    return parts
+
+
 @dataclass
 class SolveRun:
     """What a run produced."""
