@@ -27,7 +27,7 @@ from arc_kit.run.expectations import (
     shape_of_folder,
     speeds_for_model,
 )
-from arc_kit.run.expectations_table import TABLE_MACHINES, Machine, expected_cell, expectations_table
+from arc_kit.run.estimates import TABLE_MACHINES, Machine, expected_cell, expectations_table
 from arc_kit.run.planner import Speeds, TaskSize
 from arc_kit.settings import SolveSettings, solve_preset
 
@@ -185,7 +185,7 @@ def test_the_first_task_measures_the_speeds_and_its_peak_memory_the_actors_per_g
 
 
 def slots_per_gpu(peak: float, total: float) -> int:
-    from arc_kit.run.expectations_table import workers_per_gpu_for
+    from arc_kit.run.expectations import workers_per_gpu_for
 
     return workers_per_gpu_for(peak, total, 1)
 

@@ -314,7 +314,7 @@ def test_guessed_parts_on_gpus_shared_by_workers_are_priced_as_the_tables_cell(s
     from arc_kit.model.loading import load_encoder
     from arc_kit.run.estimates import estimate_from_folder
     from arc_kit.run.expectations import gpu_named, shape_of_folder
-    from arc_kit.run.expectations_table import Machine, expected_cell
+    from arc_kit.run.estimates import Machine, expected_cell
 
     paper = solve_preset("paper")
     l4 = gpu_named("L4")

@@ -26,7 +26,7 @@ from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
-from arc_kit.run import actors, expectations_table, jobs, pool
+from arc_kit.run import actors, expectations, jobs, pool
 from arc_kit.run.planner import Speeds
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.ray_session import ray_session
@@ -310,10 +310,10 @@ def test_an_actor_on_another_node_receives_the_models_files_byte_for_byte_once_t
 
 def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
     gib = 2**30
-    assert expectations_table.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
-    assert expectations_table.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
-    assert expectations_table.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
-    assert expectations_table.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
+    assert expectations.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
+    assert expectations.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
+    assert expectations.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
+    assert expectations.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
 
 
 def test_slots_go_round_the_gpus_or_fill_the_first_ones_then_the_cpus():

@@ -4,9 +4,8 @@
 folder for one process; ``record_json`` reads and writes the records' files, their JSON derived from
 the record dataclasses);
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds from the model's
-size and the device (a decode step's memory-bandwidth floor among them), and ``estimates``
-prices one from an earlier run's speeds (``expectations_table``: per model size and GPU, and how many
-workers share one);
+size and the device (a decode step's memory-bandwidth floor among them, and how many workers share a
+GPU), and ``estimates`` prices one from an earlier run's speeds, or per model size and GPU;
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
 an actor's side);

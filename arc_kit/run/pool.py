@@ -44,8 +44,7 @@ from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
-from arc_kit.run.expectations import first_speeds, visible_gpu_name
-from arc_kit.run.expectations_table import MAX_WORKERS_PER_GPU, workers_per_gpu_for
+from arc_kit.run.expectations import MAX_WORKERS_PER_GPU, first_speeds, visible_gpu_name, workers_per_gpu_for
 from arc_kit.run.locking import holding_folder
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
 from arc_kit.run.ray_session import actor_options, gpu_bundles, ray_session
