@@ -38,6 +38,7 @@ from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
 from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
+from arc_kit.run.runs import solve_one
 from arc_kit.settings import LoadSettings, SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,6 @@ class SlotSolver:
         self.solver, self.rungs = solver, ladder(solver.settings)
 
     def solve(self, task, rung: int, budget: TaskBudget | None):
-        from arc_kit.run.runs import solve_one
-
         return solve_one(self.solver, task, rung, self.rungs, budget)
 
     def memory(self) -> dict:

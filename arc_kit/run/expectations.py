@@ -15,8 +15,7 @@ out from it below, not chosen:
 - training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
   fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
   plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
-  layer, 4.5); a scoring forward's arithmetic takes the same ratio.
-
+  layer, 4.5); a scoring forward's arithmetic takes the same ratio;
 - the engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
   for 28 layers of width 64 (almost no arithmetic: 0.07 ms of overhead a layer), and 5.51 ms for a
   Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
