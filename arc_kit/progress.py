@@ -4,7 +4,7 @@
 hooks a torch module so that every forward pass of it (a test-time training step, transformers' own
 forward) ticks; the decode engine, which never calls the model's forward, ticks through the step
 callback its solver is given (``Solver(..., on_step=progress.tick)``). A pool's actor tells the
-driver the counter when asked (``run.actors.engine_steps``); a counter that stops moving means the
+driver the counter when asked (``run.actors.SlotActor.steps``); a counter that stops moving means the
 actor's solving is stuck or its process is stopped.
 
 This module knows nothing of models beyond ``register_forward_hook``, nor of files or processes.

@@ -121,7 +121,7 @@ class Check:
 
     def bandwidth(self) -> float | None:
         """Bytes/s of the floor: ``--bandwidth`` (GB/s), else the card's data sheet (None off a known GPU)."""
-        from arc_kit.run.bandwidth import device_bandwidth
+        from arc_kit.run.expectations import device_bandwidth
 
         if self.args.bandwidth:
             return self.args.bandwidth * 1e9
@@ -288,7 +288,7 @@ class _Tee(io.TextIOBase):
 def task_rows(run: Path) -> list[dict]:
     """Per task of a finished run folder: seconds, score, rung, whether the model answered, the deadline."""
     from arc_kit.run.record_json import read_records
-    from arc_kit.run.outcome import answered_by_model
+    from arc_kit.run.runs import answered_by_model
 
     rows = []
     for task_id, record in read_records(run / "records.jsonl").items():
@@ -301,9 +301,8 @@ def task_rows(run: Path) -> list[dict]:
 def kaggle_estimate(check: Check, run: Path) -> dict:
     """The planner's seconds for the ARC-AGI-2 evaluation set on 4x L4, from this run's measured speeds."""
     from arc_kit.data.datasets import load_tasks
-    from arc_kit.run.bandwidth import device_bandwidth
     from arc_kit.run.estimates import estimate_from_folder
-    from arc_kit.run.expectations import gpu_named
+    from arc_kit.run.expectations import device_bandwidth, gpu_named
     from arc_kit.run.planner import hours
 
     tasks = load_tasks(ESTIMATE_SET, strict=False)

@@ -19,7 +19,7 @@ from arc_kit.method.answers import AnswerSpace
 from arc_kit.method.search import search
 from arc_kit.settings import SamplerSettings
 from arc_kit.model.loading import load_model
-from arc_kit.run import bandwidth
+from arc_kit.run import expectations
 from arc_kit.text import TaskEncoder
 
 
@@ -216,26 +216,28 @@ def test_the_bandwidth_floor_is_weights_and_cache_over_bandwidth():
 
     config = LlamaConfig(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
                          head_dim=128)
-    per_token = bandwidth.kv_bytes_per_token(config, 2)
+    per_token = expectations.kv_bytes_per_token(config, 2)
     assert per_token == 114_688
-    floor = bandwidth.decode_floor_seconds(6_425_000_000, 8192, per_token, bandwidth.device_bandwidth("NVIDIA L4"))
+    l4 = expectations.device_bandwidth("NVIDIA L4")
+    floor = expectations.decode_floor_seconds(6_425_000_000, 8192, per_token, l4)
     assert floor == pytest.approx((6_425_000_000 + 8192 * 114_688) / 300e9)  # about 24.5 ms a step
-    assert bandwidth.device_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
-    assert bandwidth.device_bandwidth("NVIDIA H100 PCIe") == 2.0e12 and bandwidth.device_bandwidth("Tesla T4") == 3.2e11
-    assert bandwidth.device_bandwidth("a card nobody has heard of") is None
+    assert expectations.device_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert expectations.device_bandwidth("NVIDIA H100 PCIe") == 2.0e12
+    assert expectations.device_bandwidth("Tesla T4") == 3.2e11
+    assert expectations.device_bandwidth("a card nobody has heard of") is None
 
 
 def test_the_floor_counts_what_a_real_cache_and_model_hold(loaded):
-    """kv_bytes_per_token and weight_bytes against the bytes of a real cache and of the model's state."""
+    """kv_bytes_per_token and parameter_bytes against the bytes of a real cache and of the model's state."""
     model = loaded.model
     with torch.no_grad():
         cache = model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), use_cache=True).past_key_values
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
-    assert bandwidth.kv_bytes_per_token(model.config, 4) * 5 == held
+    assert expectations.kv_bytes_per_token(model.config, 4) * 5 == held
     unique = {tensor.data_ptr(): tensor.nbytes for tensor in model.state_dict().values() if tensor.is_floating_point()}
-    assert bandwidth.weight_bytes(model) == sum(unique.values())
+    assert expectations.parameter_bytes(model) == sum(unique.values())
     note = bench.floor_note(model, [100, 300, 200], 1e-3, "NVIDIA L4")
-    floor = (bandwidth.weight_bytes(model) + 200 * bandwidth.kv_bytes_per_token(model.config, 4)) / 300e9
+    floor = (expectations.parameter_bytes(model) + 200 * expectations.kv_bytes_per_token(model.config, 4)) / 300e9
     assert f"bandwidth floor {floor * 1e3:.3f} ms/token at 300 GB/s (NVIDIA L4)" in note
     assert f"DFS token {1e-3 / floor:.1f}x the floor" in note
     assert bench.floor_note(model, [100], 1e-3, "Mystery GPU") == \
@@ -285,17 +287,17 @@ def test_the_gpu_throughput_lines_count_tokens_and_the_floor(loaded, small_task_
     space = AnswerSpace.from_encoder(loaded.encoder())
     name = "NVIDIA H100 80GB HBM3"
     lines = [measured.line(name) for measured in engine_bench.throughput(engine, prompts, space, 2, 1,
-                                                                             bandwidth.device_bandwidth(name))]
+                                                                             expectations.device_bandwidth(name))]
     decode_bytes = sum(t.numel() * t.element_size() for t in engine.weights.tensors())
-    per_token = bandwidth.kv_bytes_per_token(loaded.model.config, 4)
-    floor = bandwidth.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
+    per_token = expectations.kv_bytes_per_token(loaded.model.config, 4)
+    floor = expectations.decode_floor_seconds(decode_bytes, sum(map(len, prompts)), per_token, 3.35e12)
     assert lines[0].startswith("engine on NVIDIA H100 80GB HBM3: 1 lane(s), 250 tokens/s per process (4.000 ms/step)")
     assert lines[1].startswith("engine on NVIDIA H100 80GB HBM3: 16 lane(s), 2000 tokens/s per process")
     assert f"{0.008 / floor:.1f}x the bandwidth floor" in lines[1]
     monkeypatch.undo()  # timed for real now, on the CPU
     name = "a card nobody has heard of"
     unknown = [measured.line(name) for measured in engine_bench.throughput(engine, prompts, space, 2, 1,
-                                                                               bandwidth.device_bandwidth(name))]
+                                                                               expectations.device_bandwidth(name))]
     assert len(unknown) == 2 and not any("floor" in line for line in unknown)
     assert "1 lane(s)" in unknown[0] and "16 lane(s)" in unknown[1]
 

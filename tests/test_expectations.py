@@ -12,7 +12,6 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.memory import FOUR_BIT_MATRIX_BYTES, Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run import expectations
-from arc_kit.run.bandwidth import decode_floor_seconds, kv_bytes_per_token
 from arc_kit.run.expectations import (
     COMPUTE_RATIO,
     MEASUREMENTS,
@@ -20,13 +19,15 @@ from arc_kit.run.expectations import (
     SMOLLM2_135M,
     TABLE_SHAPES,
     Typical,
+    decode_floor_seconds,
     gpu_named,
     guessed_speeds,
+    kv_bytes_per_token,
     part_costs,
     shape_of_folder,
     speeds_for_model,
 )
-from arc_kit.run.expectations_table import TABLE_MACHINES, Machine, expected_cell, expectations_table
+from arc_kit.run.estimates import TABLE_MACHINES, Machine, expected_cell, expectations_table
 from arc_kit.run.planner import Speeds, TaskSize
 from arc_kit.settings import SolveSettings, solve_preset
 
@@ -165,7 +166,7 @@ def test_estimate_says_what_is_guessed_and_warns_when_a_run_recorded_no_speeds(t
 
 def test_the_first_task_measures_the_speeds_and_its_peak_memory_the_actors_per_gpu():
     from arc_kit.run.planner import Planner, work_units
-    from arc_kit.run.slots import first_task_line
+    from arc_kit.run.pool import first_task_line
 
     guessed = guessed_speeds(NEMO_8B, gpu_named("L4"), PAPER, SIZES)
     planner = Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed)
@@ -184,7 +185,7 @@ def test_the_first_task_measures_the_speeds_and_its_peak_memory_the_actors_per_g
 
 
 def slots_per_gpu(peak: float, total: float) -> int:
-    from arc_kit.run.slots import workers_per_gpu_for
+    from arc_kit.run.expectations import workers_per_gpu_for
 
     return workers_per_gpu_for(peak, total, 1)
 

@@ -7,7 +7,7 @@ import numpy as np
 from arc_kit.data.submission import score_submission
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, TestResult, fallback_record
-from arc_kit.run.outcome import answered_by_model, outcome_parts
+from arc_kit.run.runs import answered_by_model, outcome_parts
 
 GRID = np.array([[1, 2], [3, 4]])
 

@@ -70,12 +70,12 @@ def test_less_time_steps_down_and_no_time_falls_back():
     clock = FakeClock()
     sizes = [TaskSize(f"t{i}", 1500, 2000, 120, 3) for i in range(5)]
     planner = Planner(sizes, SolveSettings(), deadline=clock.now, clock=clock)
-    full = planner.estimate(planner.order(), 0)
-    cheapest = planner.estimate(planner.order(), len(planner.rungs) - 1)
+    full = planner.estimate(planner.remaining, 0)
+    cheapest = planner.estimate(planner.remaining, len(planner.rungs) - 1)
     planner.deadline = clock.now + (full + cheapest) / 2  # between the dearest and the cheapest plan
     rung = planner.choose("t0")
     assert 0 < rung < len(planner.rungs)
-    assert planner.estimate(planner.order(), rung) <= planner.seconds_left()
+    assert planner.estimate(planner.remaining, rung) <= planner.seconds_left()
     planner.deadline = clock.now + 1e-6
     assert planner.choose("t0") == FALLBACK
 
@@ -84,9 +84,9 @@ def test_tasks_run_cheapest_first():
     sizes = [TaskSize("big", 6000, 8000, 900, 5), TaskSize("small", 300, 400, 20, 2),
              TaskSize("mid", 2000, 2500, 100, 3)]
     planner = Planner(sizes, SolveSettings(), deadline=time.time() + 3600)
-    assert planner.order() == ["small", "mid", "big"]
+    assert planner.remaining == ["small", "mid", "big"]
     planner.done("small", 0, None)
-    assert planner.order() == ["mid", "big"]
+    assert planner.remaining == ["mid", "big"]
 
 
 def test_measured_timings_replace_the_assumed_speeds():
@@ -314,7 +314,7 @@ def test_guessed_parts_on_gpus_shared_by_workers_are_priced_as_the_tables_cell(s
     from arc_kit.model.loading import load_encoder
     from arc_kit.run.estimates import estimate_from_folder
     from arc_kit.run.expectations import gpu_named, shape_of_folder
-    from arc_kit.run.expectations_table import Machine, expected_cell
+    from arc_kit.run.estimates import Machine, expected_cell
 
     paper = solve_preset("paper")
     l4 = gpu_named("L4")
@@ -346,7 +346,7 @@ def test_several_workers_share_the_work_left_so_more_of_it_fits():
     clock = FakeClock()
     sizes = [TaskSize(f"t{i}", 1500, 2000, 120, 3) for i in range(8)]
     alone = Planner(sizes, SolveSettings(), deadline=clock.now, clock=clock)
-    total = alone.estimate(alone.order(), 0)
+    total = alone.estimate(alone.remaining, 0)
     alone.deadline = clock.now + 0.6 * total  # one process cannot do it all at full settings; two can
     assert alone.choose("t0") > 0
     pair = Planner(sizes, SolveSettings(), deadline=alone.deadline, clock=clock, workers=2)
@@ -357,14 +357,14 @@ def test_a_shared_queue_runs_the_longest_first_and_a_task_put_back_returns_to_it
     sizes = [TaskSize("big", 6000, 8000, 900, 5), TaskSize("small", 300, 400, 20, 2),
              TaskSize("mid", 2000, 2500, 100, 3)]
     planner = Planner(sizes, SolveSettings(), deadline=time.time() + 3600, longest_first=True)
-    assert planner.order() == ["big", "mid", "small"]
+    assert planner.remaining == ["big", "mid", "small"]
     planner.start("big")
     planner.start("mid")
-    assert planner.order() == ["small"]
+    assert planner.remaining == ["small"]
     planner.requeue("big")
-    assert planner.order() == ["big", "small"]
+    assert planner.remaining == ["big", "small"]
     planner.done("big", 0, None)
-    assert planner.order() == ["small"]
+    assert planner.remaining == ["small"]
 
 
 def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():

@@ -26,7 +26,7 @@ from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
-from arc_kit.run import actors, jobs, pool, slots
+from arc_kit.run import actors, expectations, jobs, pool
 from arc_kit.run.planner import Speeds
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.ray_session import ray_session
@@ -310,17 +310,17 @@ def test_an_actor_on_another_node_receives_the_models_files_byte_for_byte_once_t
 
 def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_the_cap():
     gib = 2**30
-    assert slots.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
-    assert slots.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
-    assert slots.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
-    assert slots.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
+    assert expectations.workers_per_gpu_for(4.0 * gib, 24 * gib, gpus=4, cpus=48) == 4  # an L4: 21.6 GiB / 4.5 GiB
+    assert expectations.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=1, cpus=16) == 8  # an H100: the cap
+    assert expectations.workers_per_gpu_for(1.0 * gib, 80 * gib, gpus=4, cpus=8) == 2  # two cores per GPU
+    assert expectations.workers_per_gpu_for(30.0 * gib, 24 * gib, gpus=1, cpus=8) == 1  # too big: still one
 
 
 def test_slots_go_round_the_gpus_or_fill_the_first_ones_then_the_cpus():
-    assert [slot.gpu for slot in slots.slot_layout(5, 2, spread=True)] == [0, 1, 0, 1, 0]
-    assert [slot.gpu for slot in slots.slot_layout(3, 2, spread=False)] == [0, 1, None]
-    assert [slot.gpu for slot in slots.slot_layout(2, 0, spread=True)] == [None, None]
-    assert [slot.index for slot in slots.slot_layout(2, 2, spread=True, first=4)] == [4, 5]
+    assert [slot.gpu for slot in pool.slot_layout(5, 2, spread=True)] == [0, 1, 0, 1, 0]
+    assert [slot.gpu for slot in pool.slot_layout(3, 2, spread=False)] == [0, 1, None]
+    assert [slot.gpu for slot in pool.slot_layout(2, 0, spread=True)] == [None, None]
+    assert [slot.index for slot in pool.slot_layout(2, 2, spread=True, first=4)] == [4, 5]
 
 
 def test_one_worker_solves_in_this_process_and_several_or_an_address_make_a_pool(monkeypatch):

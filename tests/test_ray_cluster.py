@@ -30,7 +30,7 @@ from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.model.devices import UnsupportedSetupError
-from arc_kit.run import ray_session, slots
+from arc_kit.run import expectations, ray_session
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.runs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, PoolSettings, SamplerSettings, SolveSettings
@@ -255,7 +255,7 @@ def test_with_a_deadline_the_first_task_measures_and_its_peak_memory_sets_the_ac
     24 GiB GPU (two fit), then one more actor joins each GPU (16 cores said: the cores per GPU would allow more).
     No task is solved twice: there is no separate measuring solve."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    monkeypatch.setattr(slots.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(expectations.os, "cpu_count", lambda: 16)
     fake_workers(monkeypatch, tmp_path / "marks", dict.fromkeys(SIX, "work"), peak_gib=10.0)
     run = solve_in_pool(six, model_folder, SETTINGS, tmp_path / "out", deadline=time.time() + 3600,
                         pool=PoolSettings(poll_seconds=0.05))

@@ -40,8 +40,7 @@ from arc_kit.settings import (
 
 def _run_solve(args) -> int:
     from arc_kit.experiments.analysis import draft_share
-    from arc_kit.run.outcome import outcome_parts
-    from arc_kit.run.runs import dataset_info, deadline_from
+    from arc_kit.run.runs import dataset_info, deadline_from, outcome_parts
     from arc_kit.run.jobs import solve_job
 
     settings = solve_settings(args)  # first: a value the settings do not take is refused before any work

@@ -33,7 +33,7 @@ from arc_kit.method.search import search
 from arc_kit.method.solver import Solver
 from arc_kit.method.transformers_forward import sequence_nll
 from arc_kit.model.loading import LoadSettings, create_model, load_model
-from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token, weight_bytes
+from arc_kit.run.expectations import decode_floor_seconds, device_bandwidth, kv_bytes_per_token, parameter_bytes
 from arc_kit.run.planner import shortest_tasks
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
@@ -134,7 +134,7 @@ def floor_note(model, prompt_lengths: Sequence[int], seconds_per_token: float, d
     if bandwidth is None:
         return f"bandwidth floor unknown: no bandwidth on record for {device_name}"
     element_bytes = next(model.parameters()).element_size()
-    floor = decode_floor_seconds(weight_bytes(model), int(statistics.median(prompt_lengths)),
+    floor = decode_floor_seconds(parameter_bytes(model), int(statistics.median(prompt_lengths)),
                                  kv_bytes_per_token(model.config, element_bytes), bandwidth)
     return (f"bandwidth floor {floor * 1e3:.3f} ms/token at {bandwidth / 1e9:.0f} GB/s ({device_name}): "
             f"DFS token {seconds_per_token / floor:.1f}x the floor")

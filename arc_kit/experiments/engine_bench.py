@@ -37,7 +37,7 @@ from arc_kit.method.engine import Engine, compiles
 from arc_kit.method.solver import Solver
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.model.optimization import add_lora
-from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
+from arc_kit.run.expectations import decode_floor_seconds, device_bandwidth, kv_bytes_per_token
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder
 
@@ -186,7 +186,7 @@ class Throughput:
 def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
                bandwidth: float | None) -> list[Throughput]:
     """The engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor; a GPU's is
-    ``bandwidth.device_bandwidth``, ``PEAK_BANDWIDTH``)."""
+    ``expectations.device_bandwidth``, ``PEAK_BANDWIDTH``)."""
     import torch
 
     decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())

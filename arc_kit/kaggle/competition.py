@@ -34,7 +34,6 @@ from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_fold
 from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
 from arc_kit.run.expectations import shape_of_folder
 from arc_kit.run.locking import hold_folder
-from arc_kit.run.outcome import answered_by_model, outcome_parts
 from arc_kit.run.planner import hours
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import (
@@ -42,10 +41,12 @@ from arc_kit.run.runs import (
     RUN_FILE,
     RUN_KIND,
     RunFolderError,
+    answered_by_model,
     check_run,
     clear_run,
     dataset_info,
     has_records,
+    outcome_parts,
     run_records,
 )
 from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
@@ -66,7 +67,7 @@ class CompetitionRun:
     seconds: float
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
     score: Score | None = None  # on the tasks whose solutions are public (a smoke run, the evaluation set as test)
-    outcome: list[str] = field(default_factory=list)  # the end line's parts (``outcome.outcome_parts``)
+    outcome: list[str] = field(default_factory=list)  # the end line's parts (``runs.outcome_parts``)
 
     def lines(self) -> list[str]:
         """The run's end line (tasks, what the model answered and got right, the job, the minutes, an early

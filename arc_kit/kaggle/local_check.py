@@ -256,7 +256,7 @@ def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, t
 def answered_tasks(working: Path) -> int:
     """The tasks whose submitted attempts are the model's, from the run's records (0 when there are none)."""
     from arc_kit.run.record_json import read_records
-    from arc_kit.run.outcome import answered_by_model
+    from arc_kit.run.runs import answered_by_model
 
     path = working / RUN_FOLDER / "records.jsonl"
     return sum(1 for record in read_records(path).values() if answered_by_model(record)) if path.exists() else 0

@@ -1,14 +1,14 @@
 """Solving task sets: run folders, the planner, a pool of Ray actors.
 
-``runs`` keeps a run folder resumable and writes its submission (``outcome`` is a run's end line;
-``locking`` holds a folder for one process; ``record_json`` reads and writes the records' files, their
-JSON derived from the record dataclasses);
+``runs`` keeps a run folder resumable and writes its submission and its end line (``locking`` holds a
+folder for one process; ``record_json`` reads and writes the records' files, their JSON derived from
+the record dataclasses);
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds from the model's
-size and the device (``bandwidth``: a decode step's memory-bandwidth floor), and ``estimates``
-prices one from an earlier run's speeds (``expectations_table``: per model size and GPU);
+size and the device (a decode step's memory-bandwidth floor among them, and how many workers share a
+GPU), and ``estimates`` prices one from an earlier run's speeds, or per model size and GPU;
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
-an actor's side, ``slots`` where actors go and how many share a GPU);
+an actor's side);
 ``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``).
 The method on one task is ``method.solver``'s, and the records it returns are ``method.records``'.
 It may import ``method``, ``model`` and everything below; it knows nothing of the tables, Kaggle's

@@ -5,7 +5,7 @@ calls: ``load`` (the model, from this node's disk or received through Ray, see b
 loader the driver hands it: ``load_solver``), ``solve`` (one task at the rung and within the caps the
 driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the
 engine steps made so far; it answers while a solve runs, so the driver's watchdog can tell a working
-actor from a stopped one; ``load_solver`` installs the count, ``engine_steps`` reads it).
+actor from a stopped one; ``load_solver`` installs the count).
 
 Nothing assumes a shared file system. ``ModelServer``, an actor on the driver's node, hands out the
 model's files in pieces; an actor on another node writes them into that node's cache
@@ -38,17 +38,13 @@ from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
 from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
+from arc_kit.run.runs import solve_one
 from arc_kit.settings import LoadSettings, SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
 
 MODEL_CACHE = "arc-kit-models"  # below a node's temporary folder: models received from the driver's node
 COMPLETE = ".complete"  # in a received model's folder: every file arrived
-
-
-def engine_steps() -> int:
-    """The engine steps this process has made so far (what the driver's watchdog watches move)."""
-    return progress.steps()
 
 
 class SlotSolver:
@@ -58,8 +54,6 @@ class SlotSolver:
         self.solver, self.rungs = solver, ladder(solver.settings)
 
     def solve(self, task, rung: int, budget: TaskBudget | None):
-        from arc_kit.run.runs import solve_one
-
         return solve_one(self.solver, task, rung, self.rungs, budget)
 
     def memory(self) -> dict:
@@ -130,7 +124,8 @@ class SlotActor:
         return {"record": to_json(self.slot_solver.solve(task, rung, budget)), "memory": self.slot_solver.memory()}
 
     def steps(self) -> int:
-        return engine_steps()
+        """The engine steps this process has made so far (what the driver's watchdog watches move)."""
+        return progress.steps()
 
 
 def model_files(folder: Path) -> dict[str, Path]:

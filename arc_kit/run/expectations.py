@@ -4,7 +4,7 @@ Each part of a solve (``planner.PARTS``) calls the model in its own way: a test-
 sequence, a decode step of all of a search's lanes, a scoring forward of one prompt. A call costs a host
 overhead that grows with the model's layers (Python, kernel launches: the framework's, not the GPU's)
 plus the least time the GPU needs for it times a ratio: for a decode step its memory-bandwidth floor
-(``bandwidth.decode_floor_seconds``: the weights and the lanes' cache read once), for training and
+(``decode_floor_seconds``: the weights and the lanes' cache read once), for training and
 scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead and ratio comes from a
 measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
 out from it below, not chosen:
@@ -15,8 +15,7 @@ out from it below, not chosen:
 - training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
   fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
   plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
-  layer, 4.5); a scoring forward's arithmetic takes the same ratio.
-
+  layer, 4.5); a scoring forward's arithmetic takes the same ratio;
 - the engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
   for 28 layers of width 64 (almost no arithmetic: 0.07 ms of overhead a layer), and 5.51 ms for a
   Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
@@ -31,8 +30,9 @@ transformers'. On the CPU the first speeds are those the dry run measured on the
 reference engine of the time, 2026-11-24), scaled by the model's parameters. Every finished task's
 measurement replaces these.
 
-This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
-config).
+This module knows shapes, devices (the makers' data sheets) and the planner's units; it loads no model
+(``shape_of_folder`` reads a config). The benchmarks (``experiments.bench``, ``engine_bench``) measure against
+its bandwidth floor too.
 """
 
 from __future__ import annotations
@@ -47,9 +47,38 @@ from arc_kit.model.bases import built_folder
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
 from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
-from arc_kit.run.bandwidth import decode_floor_seconds, device_bandwidth
 from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
 from arc_kit.settings import SolveSettings
+
+
+# Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch gives the
+# device; the first match counts (the more specific names first).
+PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12),
+                  ("A100 80GB PCIe", 1.935e12), ("A100-SXM4-80GB", 2.039e12), ("A100", 1.555e12),
+                  ("A10G", 6.0e11), ("L4", 3.0e11), ("T4", 3.2e11), ("P100", 7.32e11))
+
+
+def device_bandwidth(name: str) -> float | None:
+    """The peak memory bandwidth of a GPU named ``name`` (bytes per second), or None if not in the table."""
+    return next((bandwidth for part, bandwidth in PEAK_BANDWIDTH if part in name), None)
+
+
+def parameter_bytes(model) -> int:
+    """Bytes of a loaded model's parameters (a tied embedding and head counted once)."""
+    return sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
+
+
+def kv_bytes_per_token(config, element_bytes: int) -> int:
+    """Bytes one token adds to a loaded model's KV cache (``kv_cache_bytes`` of its shape, from its live config)."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.num_hidden_layers * 2 * heads * head_dim * element_bytes
+
+
+def decode_floor_seconds(weights: int, cache_tokens: int, bytes_per_token: int, bandwidth: float) -> float:
+    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of
+    ``cache_tokens`` tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
+    return (weights + cache_tokens * bytes_per_token) / bandwidth
 
 
 def forward_flops(shape: Architecture, context: float) -> float:
@@ -100,7 +129,7 @@ def _gpu(name: str, memory_gb: float, tflops: float, bandwidth: float | None = N
     return Device(name, memory_gb * 1e9, tflops * 1e12, bandwidth or device_bandwidth(name))
 
 
-# The makers' data sheets; the more specific names first. Bandwidth: bandwidth.PEAK_BANDWIDTH.
+# The makers' data sheets; the more specific names first. Bandwidth: PEAK_BANDWIDTH.
 GPUS = (_gpu("H200", 141, 989), _gpu("H100 PCIe", 80, 756), _gpu("H100", 80, 989), _gpu("A100", 80, 312),
         _gpu("L4", 24, 121), _gpu("T4", 16, 65), _gpu("RTX 4090", 24, 165, 1.008e12))
 
@@ -181,6 +210,18 @@ _FINETUNE_FLOOR = 2 * 8 * _training_floor(SMOLLM2_135M, H100, 2_333)
 COMPUTE_RATIO = (MEASUREMENTS["finetune_step"].value - 2 * MEASUREMENTS["ttt_step"].value) / \
     (_FINETUNE_FLOOR - 2 * _TTT_FLOOR)
 TRAINING_OVERHEAD = (MEASUREMENTS["ttt_step"].value - COMPUTE_RATIO * _TTT_FLOOR) / SMOLLM2_135M.layers
+
+
+CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
+MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
+
+
+def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: int | None = None) -> int:
+    """How many workers share one GPU: as many as 90% of its memory holds at the peak (each with its CUDA
+    context), at most ``MAX_WORKERS_PER_GPU`` and at most the CPU cores per GPU, at least one."""
+    cpus = cpus or os.cpu_count() or 1
+    by_memory = int(0.9 * total_bytes // (peak_bytes + CUDA_CONTEXT_BYTES))
+    return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
 
 
 @dataclass(frozen=True)

@@ -96,14 +96,6 @@ def _take(folder: Path) -> FileLock | None:
     return lock
 
 
-def _give_back(folder: Path, lock: FileLock | None) -> None:
-    if lock is None:
-        return
-    with suppress(OSError):  # a read-only or vanished folder: the lock itself still ends below
-        (folder / HOLDER_FILE).unlink(missing_ok=True)
-    lock.release()
-
-
 @contextmanager
 def hold_folder(folder: str | os.PathLike, kind: FolderKind | None = None, command: str = "",
                 option: str = "--out") -> Iterator[Path]:
@@ -127,7 +119,10 @@ def hold_folder(folder: str | os.PathLike, kind: FolderKind | None = None, comma
             _held[key] = (lock, count - 1)
         else:
             del _held[key]
-            _give_back(folder, lock)
+            if lock is not None:  # None: never taken, an unguarded run (``_take``)
+                with suppress(OSError):  # a read-only or vanished folder: the lock itself still ends below
+                    (folder / HOLDER_FILE).unlink(missing_ok=True)
+                lock.release()
 
 
 def holding_folder(parameter: str, kind: FolderKind | None = None, command: str = "") -> Callable:

@@ -62,11 +62,9 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = DEFAULT_TOKEN_BUDGE
 
 
 def shortest_tasks(tasks: TaskSet, encoder: TaskEncoder, count: int) -> TaskSet:
-    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order.
-
-    Only what a solver may see counts: the train pairs and test inputs (answers guessed from the
-    inputs' sizes), never a test output.
-    """
+    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order; only
+    what a solver may see counts (train pairs and test inputs, answers guessed from their sizes), never a test
+    output."""
     def tokens(task: Task) -> tuple[int, str]:
         size = measure(task, encoder, 10**7)  # whole prompts: no pair dropped to fit
         return size.prompt_tokens + size.answer_tokens, task.id
@@ -173,7 +171,7 @@ class Planner:
         self.workers = max(1, workers)
         self.budget_settings = budget
         self.longest_first = longest_first
-        self.position, self.remaining = {}, list(self.sizes)
+        self.position, self.remaining = {}, list(self.sizes)  # the tasks still to run, in the order they run
         self.calibrate(speeds or Speeds())  # sets self.speeds
 
     def calibrate(self, speeds: Speeds) -> None:
@@ -183,10 +181,6 @@ class Planner:
         for task_id, size in self.sizes.items():
             self.position[task_id] = (sign * speeds.seconds(size, self.rungs[0]), task_id)
         self.remaining.sort(key=self.position.__getitem__)
-
-    def order(self) -> list[str]:
-        """The tasks still to run, cheapest first (longest first for a shared queue)."""
-        return list(self.remaining)
 
     def estimate(self, task_ids: Sequence[str], rung: int) -> float:
         return sum(self.speeds.seconds(self.sizes[task_id], self.rungs[rung]) for task_id in task_ids)

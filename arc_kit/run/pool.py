@@ -4,18 +4,18 @@ The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs o
 (``runs.open_run``: one of other settings is refused before Ray starts), takes the records already there
 (``runs.run_records``: an earlier kit's worker folders too) and queues the tasks left longest first
 (``planner.Planner``, priced with the speeds measured so far, ``speeds.json``). It starts Ray
-(``ray_session``) and an actor per slot (``slots``: round the cluster's GPUs, several sharing one, or on
+(``ray_session``) and an actor per slot (``slot_layout``: round the cluster's GPUs, several sharing one, or on
 CPUs), each loading the model once (``actors``). Its loop: a loaded, idle actor gets the next task with
 the rung the time left allows and the task's caps; a finished task's record is appended to
 ``records.jsonl``, its timings refine the planner's speeds, and ``submission.json`` is rewritten
 (complete and valid at all times). The watchdog gives up on an actor whose process died (or whose node
 went), that has not loaded its model after ``load_seconds``, whose task runs ``hang_seconds`` past its
 deadline, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang;
-``actors.engine_steps``): it is killed, its task goes back to the queue once (then gets fallback
+``actors.SlotActor.steps``): it is killed, its task goes back to the queue once (then gets fallback
 answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at`` every actor is
 stopped, the tasks left get fallback answers and the last writes follow. With a deadline and no speeds
 measured, the first tasks are priced with guessed speeds; the first task to finish measures them
-(``slots.first_task_line``), the queue is priced again, and its peak GPU memory says how many more
+(``first_task_line``), the queue is priced again, and its peak GPU memory says how many more
 actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
 submission one process gives; a rerun resumes.
 
@@ -44,14 +44,13 @@ from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
-from arc_kit.run.expectations import first_speeds, visible_gpu_name
+from arc_kit.run.expectations import MAX_WORKERS_PER_GPU, first_speeds, visible_gpu_name, workers_per_gpu_for
 from arc_kit.run.locking import holding_folder
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
-from arc_kit.run.ray_session import actor_options, cluster_gpus, gpu_bundles, ray_session, this_node
+from arc_kit.run.ray_session import actor_options, gpu_bundles, ray_session
 from arc_kit.run.record_json import append_record, from_json, write_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SPEEDS_FILE, SUBMISSION_FILE, TASKS_FILE, SolveRun, \
     mark_correct, open_run, run_records, task_line, write_scores
-from arc_kit.run.slots import MAX_WORKERS_PER_GPU, Slot, first_task_line, slot_layout
 from arc_kit.settings import BudgetSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
@@ -111,10 +110,11 @@ def _count(gpus: int, workers_per_gpu: int | None) -> int:
 
 
 @dataclass
-class _Slot:
-    """One slot's actor, seen from the driver."""
+class Slot:
+    """One actor's place (its number, and the GPU it shares, None: the CPU) and its actor, seen from the driver."""
 
-    place: Slot
+    index: int
+    gpu: int | None
     actor: Any = None
     starts: int = 0
     started_at: float = 0.0  # when its actor was asked to load
@@ -132,12 +132,38 @@ class _Slot:
         return self.actor is not None and self.loaded is not None and self.task is None
 
 
+def slot_layout(workers: int, gpus: int, spread: bool, first: int = 0) -> list[Slot]:
+    """``workers`` slots numbered from ``first``: round the ``gpus`` when ``spread``, else one on each of the first
+    GPUs and the rest on the CPU."""
+    if spread and gpus:
+        return [Slot(index, index % gpus) for index in range(first, first + workers)]
+    return [Slot(index, index if index < gpus else None) for index in range(first, first + workers)]
+
+
+def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory: dict,
+                    gpus: int) -> tuple[int | None, str]:
+    """What the first task a pool finishes tells it when it had measured nothing (its timings are the planner's
+    already, ``Planner.done``): the actors per GPU its peak memory allows (None when not measured), and the line
+    that says what was measured."""
+    speeds = planner.speeds
+    if not timings:
+        line = (f"task {task_id} measured nothing: the planner keeps its guessed speeds "
+                f"({speeds.guess or 'the fixed assumption'})")
+    else:
+        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per training "
+                f"token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
+    per_gpu = None
+    if memory.get("peak_bytes") and memory.get("total_bytes"):
+        per_gpu = workers_per_gpu_for(memory["peak_bytes"], memory["total_bytes"], gpus)
+        line += (f"; peak {memory['peak_bytes'] / 2**30:.2f} GiB of {memory['total_bytes'] / 2**30:.1f} GiB: "
+                 f"{per_gpu} worker(s) per GPU")
+    return per_gpu, line
+
+
 @dataclass
 class _Pool:
-    """The driver's state while its actors run: the queue (its planner), the slots, the records, the submission.
-
-    One call of ``solve_in_pool`` makes one; its methods are the steps of the driver's loop.
-    """
+    """The driver's state while its actors run (one a ``solve_in_pool`` call): the queue (its planner), the slots,
+    the records, the submission; its methods are the steps of the driver's loop."""
 
     tasks: TaskSet
     settings: SolveSettings
@@ -154,7 +180,7 @@ class _Pool:
     progress: bool = True
     ray: Any = None
     session: Any = None  # ``ray_session.Session``: a SIGTERM held while Ray's calls block
-    slots: list[_Slot] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
     waiting: dict = field(default_factory=dict)  # each awaited answer: (its slot, what it answers)
     start_options: dict = field(default_factory=dict)  # how an actor is made and loaded
     measuring: bool = False  # nothing measured yet: the first finished task sets the speeds and actors per GPU
@@ -191,7 +217,8 @@ class _Pool:
               address: str | None, shared_model: bool) -> None:
         """The slots on the cluster's GPUs (or CPUs), the model's source, the first actors started."""
         self.ray = ray
-        gpus = cluster_gpus(ray)
+        gpus = int(ray.cluster_resources().get("GPU", 0))  # this machine's own Ray's: those it was started with
+        node = ray.get_runtime_context().get_node_id()  # the driver's
         spread = workers is None  # slots go round the GPUs; else the first ones, then the CPUs
         count = workers or _count(gpus, workers_per_gpu)
         self.measuring = self.deadline is not None and bool(self.planner.remaining) \
@@ -204,36 +231,35 @@ class _Pool:
         if cluster and not shared_model:  # on the driver's node
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            here = NodeAffinitySchedulingStrategy(node_id=this_node(ray), soft=False)
+            here = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
             server = ray.remote(actors.ModelServer).options(num_cpus=0, scheduling_strategy=here).remote(folders)
         self.start_options = {
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
             "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
-            "workers_per_gpu": workers_per_gpu, "gpus": used, "node": this_node(ray),
+            "workers_per_gpu": workers_per_gpu, "gpus": used, "node": node,
             "load": (actors.load_solver,  # read now: a test's replacement travels to the actors
-                     actors.ModelSource(folders, this_node(ray), server, self.limits.chunk_megabytes * 2**20),
+                     actors.ModelSource(folders, node, server, self.limits.chunk_megabytes * 2**20),
                      self.settings.to_json(), dict(load_options))}
         self.add_slots(layout)
 
-    def add_slots(self, layout: list[Slot]) -> None:
-        """Make ``layout``'s slots and start their actors, no more of them than tasks queued."""
-        added = [_Slot(place) for place in layout]
+    def add_slots(self, added: list[Slot]) -> None:
+        """Take the slots ``added`` and start their actors, no more of them than tasks queued."""
         self.slots += added
         self.planner.workers = len(self.slots)
         for slot in added[:len(self.planner.remaining)]:
             self.start(slot)
         running = [slot for slot in self.slots if slot.actor is not None]
-        where = [f"{sum(slot.place.gpu == gpu for slot in running)} on GPU {gpu}"
-                 for gpu in sorted({slot.place.gpu for slot in running if slot.place.gpu is not None})]
-        on_cpus = sum(slot.place.gpu is None for slot in running)
+        where = [f"{sum(slot.gpu == gpu for slot in running)} on GPU {gpu}"
+                 for gpu in sorted({slot.gpu for slot in running if slot.gpu is not None})]
+        on_cpus = sum(slot.gpu is None for slot in running)
         where += [f"{on_cpus} on CPUs"] if on_cpus else []
         more = f"started {len(added)} more: " if len(self.slots) > len(added) else "started "
         self.note(f"{more}{len(running)} worker(s) on Ray ({', '.join(where) or 'none'})")
 
-    def start(self, slot: _Slot) -> None:
+    def start(self, slot: Slot) -> None:
         """Start (or start again) ``slot``'s actor and ask it to load the model."""
         options = self.start_options
-        actor = options["actor_class"].options(**actor_options(slot.place.gpu, options["bundles"],
+        actor = options["actor_class"].options(**actor_options(slot.gpu, options["bundles"],
                                                                options["fraction"])).remote()
         slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
         slot.starts, slot.started_at = slot.starts + 1, time.time()
@@ -279,7 +305,7 @@ class _Pool:
             if reference in self.waiting:  # not dropped by a give-up on its slot since
                 self.take(reference, *self.waiting.pop(reference))
 
-    def take(self, reference, slot: _Slot, what: str) -> None:
+    def take(self, reference, slot: Slot, what: str) -> None:
         """One answer of ``slot``'s actor; an actor that died (or raised) is given up on."""
         try:
             value = self.ray.get(reference)
@@ -293,7 +319,7 @@ class _Pool:
                 slot.steps, slot.moved_at = value, now
         elif what == "load":
             slot.loaded, slot.moved_at = value, now
-            logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.place.index, value["pid"],
+            logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
                         value["node"][:12], value["device"])
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
@@ -314,7 +340,7 @@ class _Pool:
         if per_gpu and options["spread"] and options["gpus"] and options["workers_per_gpu"] is None:
             self.add_slots(slot_layout(options["gpus"] * (per_gpu - 1), options["gpus"], True, first=len(self.slots)))
 
-    def trouble(self, slot: _Slot, now: float) -> str | None:
+    def trouble(self, slot: Slot, now: float) -> str | None:
         """Why ``slot``'s actor must be given up on, or None while it is well (or was never started)."""
         if slot.actor is None:
             return None
@@ -332,13 +358,13 @@ class _Pool:
             return f"hung: no engine step on {doing} for {stalled:.0f} s ({count})"
         return None
 
-    def give_up_on(self, slot: _Slot, why: str) -> None:
+    def give_up_on(self, slot: Slot, why: str) -> None:
         """Kill a dead or hung actor; its task back to the queue (or fallback answers); a fresh actor."""
         self.waiting = {reference: (owner, what) for reference, (owner, what) in self.waiting.items()
                         if owner is not slot}
         self.kill(slot, hung=True)
         pid = slot.loaded["pid"] if slot.loaded else None
-        logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.place.index,
+        logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
                        f" (pid {pid})" if pid else "", why, pid or "PID")
         task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
         if task_id is not None:
@@ -350,7 +376,7 @@ class _Pool:
         if self.planner.remaining and slot.starts <= self.limits.restarts:
             self.start(slot)
 
-    def kill(self, slot: _Slot, hung: bool = False) -> None:
+    def kill(self, slot: Slot, hung: bool = False) -> None:
         """Kill ``slot``'s actor. On this node its process is also sent SIGKILL when ``hung`` (a stopped process
         would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
         found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
@@ -362,7 +388,7 @@ class _Pool:
                     os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
         slot.actor, slot.asking = None, False
 
-    def feed(self, slot: _Slot) -> None:
+    def feed(self, slot: Slot) -> None:
         """Work for a loaded, idle actor: the next task at the rung the time left allows, with its caps."""
         while slot.idle and self.planner.remaining:
             task_id = self.planner.remaining[0]
@@ -379,7 +405,7 @@ class _Pool:
                 cap = "" if caps is None else f", capped at {hours(caps.deadline - time.time())}"
                 left = self.planner.estimate(self.planner.remaining, rung) / self.planner.workers
                 ends = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
-                print(f"task {shown(task_id)} -> worker {slot.place.index}: rung {rung}{cap}; "
+                print(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; "
                       f"{len(self.planner.remaining)} task(s) queued, projected to finish in {hours(left)}{ends}",
                       flush=True)
 

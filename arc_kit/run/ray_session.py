@@ -213,13 +213,3 @@ def actor_options(gpu: int | None, bundles, fraction: float) -> dict:
 
     return {**common, "num_cpus": 0, "num_gpus": fraction,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(bundles, placement_group_bundle_index=gpu)}
-
-
-def cluster_gpus(ray) -> int:
-    """The GPUs of the cluster (of this machine's own Ray: those it was started with)."""
-    return int(ray.cluster_resources().get("GPU", 0))
-
-
-def this_node(ray) -> str:
-    """The id of the node this process (the driver) runs on."""
-    return ray.get_runtime_context().get_node_id()
