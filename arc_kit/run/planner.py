@@ -62,9 +62,11 @@ def measure(task: Task, encoder: TaskEncoder, max_len: int = DEFAULT_TOKEN_BUDGE
 
 
 def shortest_tasks(tasks: TaskSet, encoder: TaskEncoder, count: int) -> TaskSet:
-    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order; only
-    what a solver may see counts (train pairs and test inputs, answers guessed from their sizes), never a test
-    output."""
+    """The ``count`` tasks with the fewest prompt plus expected answer tokens (ties by id), in that order.
+
+    Only what a solver may see counts: the train pairs and test inputs (answers guessed from the
+    inputs' sizes), never a test output.
+    """
     def tokens(task: Task) -> tuple[int, str]:
         size = measure(task, encoder, 10**7)  # whole prompts: no pair dropped to fit
         return size.prompt_tokens + size.answer_tokens, task.id

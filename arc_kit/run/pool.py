@@ -162,8 +162,10 @@ def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory
 
 @dataclass
 class _Pool:
-    """The driver's state while its actors run (one a ``solve_in_pool`` call): the queue (its planner), the slots,
-    the records, the submission; its methods are the steps of the driver's loop."""
+    """The driver's state while its actors run: the queue (its planner), the slots, the records, the submission.
+
+    One call of ``solve_in_pool`` makes one; its methods are the steps of the driver's loop.
+    """
 
     tasks: TaskSet
     settings: SolveSettings

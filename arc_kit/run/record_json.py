@@ -175,8 +175,10 @@ def _read(hint: Any, value: Any, where: str) -> Any:
 
 def read_records(path: str | Path, kind: type = TaskRecord) -> dict[str, Any]:
     """Records of class ``kind`` (``method.records.TaskRecord``, or a table's) by task id from a JSON-lines file (a
-    later line for the same task wins). A torn line (a killed run) is skipped silently; a line that parses but is
-    no record (no task id, or a field of the wrong kind) is skipped with one warning naming the file and the line.
+    later line for the same task wins).
+
+    A torn line (a killed run) is skipped silently; a line that parses but is no record (no task id, or a field
+    of the wrong kind) is skipped with one warning naming the file and the line.
     """
     path = Path(path)
     records, bad = {}, []

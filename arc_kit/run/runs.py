@@ -122,10 +122,12 @@ def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
 
 
 def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--out") -> None:
-    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders;
-    only in a folder a run made (``RUN_KIND``; OutputRefused for any other, nothing deleted), a user's file beside
-    the run's kept. Under the folder's lock (``locking.hold_folder``): a run another process writes is never
-    cleared."""
+    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders.
+
+    Only in a folder a run made (``RUN_KIND``; OutputRefused for any other, nothing deleted); a user's
+    file beside the run's stays. Under the folder's lock (``locking.hold_folder``): a run that another
+    process is writing is never cleared.
+    """
     out = Path(out)
     if not out.exists():
         return
@@ -152,9 +154,11 @@ def worker_folders(out: str | os.PathLike) -> list[Path]:
 
 
 def claim_task(out: str | os.PathLike, task_id: str) -> bool:
-    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks): a file
-    in ``out/claims`` named by ``names.file_name`` (inside that folder whatever the id holds), made only where
-    nothing is (not even a link), in a real folder (``outputs.kit_subfolder``)."""
+    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks).
+
+    The claim is a file in ``out/claims`` named by ``names.file_name``: inside that folder whatever the id holds.
+    Made only where nothing is (not even a link), in a real folder (``outputs.kit_subfolder``).
+    """
     folder = kit_subfolder(Path(out) / CLAIMS_FOLDER, within=out)
     try:
         os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # O_EXCL: not even a link
@@ -180,9 +184,11 @@ def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count
 
 
 def read_settings_file(path: str | os.PathLike) -> SolveSettings:
-    """The method's settings from a JSON file: ``SolveSettings.to_json``, or a run folder's ``run.json``. Unknown
-    fields are errors (``Settings.from_json(strict=True)``), and so is a key given twice: a typo never passes
-    silently."""
+    """The method's settings from a JSON file: ``SolveSettings.to_json``, or a run folder's ``run.json``.
+
+    Unknown fields are errors (``Settings.from_json(strict=True)``), and so is a key given twice: a typo
+    never passes silently.
+    """
     data = read_json(path)
     repeated = repeated_keys_within(data)
     if repeated:  # JSON keeps the last copy: which value was meant cannot be told
@@ -292,8 +298,10 @@ def read_run_info(out: str | os.PathLike) -> dict:
 
 
 def mark_correct(record: TaskRecord, tasks: TaskSet, answers: TaskSet, attempts: int = 2) -> None:
-    """Set ``record.correct`` from the submission entries the record gives (fallbacks included); ``attempts=1``
-    (top-1): only the first answer counts (attempt_2 repeats it)."""
+    """Set ``record.correct`` from the submission entries the record gives (fallbacks included).
+
+    ``attempts=1`` (top-1): only the first answer counts (attempt_2 repeats it).
+    """
     entries = build_submission(tasks.select([record.task_id]), {record.task_id: record.attempts},
                                attempts=attempts)[record.task_id]
     outputs = answers[record.task_id].test_outputs
@@ -316,8 +324,10 @@ def record_table(records: Iterable[TaskRecord]):
 
 def write_scores(out: Path, submission_path: Path, records: Mapping[str, TaskRecord], answers: TaskSet,
                  task_ids: Sequence[str], attempts: int = 2) -> Score:
-    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``;
-    ``attempts=1``: only attempt_1 counts (a top-1 run)."""
+    """Score the submission on ``task_ids`` and write ``scores.csv`` (with the records' columns) and ``score.json``.
+
+    ``attempts=1``: only attempt_1 counts (a top-1 run).
+    """
     submission = read_json(submission_path)
     score = score_submission(submission, answers.select([i for i in task_ids if i in answers or i in answers.skipped]),
                              attempts=attempts)
