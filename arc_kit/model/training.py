@@ -389,14 +389,14 @@ class _TrainingLoop:
         self._open_window()
 
     def _out_of_time(self) -> bool:
-        """True past the deadline on any process, and then on all of them: every process stops at the same step."""
+        """True past the deadline: on every process alike when there are several."""
         import torch
 
-        if self.deadline is None:
-            return False
-        flag = torch.tensor([float(time.monotonic() > self.deadline)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(flag, "max")[0] > 0)  # one process: the flag itself
-
+        out_of_time = self.deadline is not None and time.monotonic() > self.deadline
+        if self.deadline is not None and self.accelerator.num_processes > 1:  # every process must stop at the same step
+            flag = torch.tensor([float(out_of_time)], device=self.accelerator.device)
+            out_of_time = bool(self.accelerator.reduce(flag, "max")[0] > 0)
+        return out_of_time
 
 def _save_trained(trained, source: _Source, out: Path, settings: TrainingSettings, info: dict,
                   mixed_precision: str) -> None:
