@@ -93,11 +93,13 @@ def test_the_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
     model = model_for(seed, scale)
     threshold, _ = safe_enumeration(model, space, 0.01)
     growths, buckets = [], []
-    grow, keep = Engine._grow, Engine.keep_lanes
+    fit, keep = Engine._fit, Engine.keep_lanes
 
-    def counted_grow(self, positions):
-        growths.append(positions)
-        return grow(self, positions)
+    def counted_fit(self, positions):
+        capacity = self._lanes.capacity
+        fit(self, positions)
+        if self._lanes.capacity != capacity:
+            growths.append(positions)
 
     def counted_keep(self, lanes):
         keep(self, lanes)
@@ -105,14 +107,14 @@ def test_the_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
 
     monkeypatch.setattr(search_module, "SPARE_POSITIONS", 0)
     monkeypatch.setattr(engine_module, "capacity_bucket", lambda positions: positions)
-    monkeypatch.setattr(Engine, "_grow", counted_grow)
+    monkeypatch.setattr(Engine, "_fit", counted_fit)
     monkeypatch.setattr(Engine, "keep_lanes", counted_keep)
     prompts = [PROMPT, *OTHER_PROMPTS, PROMPT[:15] + [12]]  # five lanes: a bucket of 8 first
     lane_guesses = [None, [1, 1, EOS], None, None, [2, EOS]]
     engine, oracle = make_engine(model), TransformersDecoder(model)
     results = search(engine, prompts, space, dfs_at(threshold), lane_guesses)
     assert len(growths) > 2 and {4, 2, 1} <= set(buckets)  # guard: it grew, and lanes moved down every bucket
-    assert len(engine._pool) > 3  # the caches are kept for the next search
+    assert len(engine._caches.caches) > 3  # the caches are kept for the next search
     for prompt, guess, result in zip(prompts, lane_guesses, results):
         assert_same_results(result, dfs_search(oracle, prompt, space, dfs_at(threshold), guess=guess))
 

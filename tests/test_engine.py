@@ -24,7 +24,8 @@ import arc_kit.method.engine as engine_module
 import arc_kit.method.weights as weights_module
 from arc_kit.method.answers import AnswerSpace, answer_log_probs
 from arc_kit.method.drafts import AlignedAnswers, DraftSource, MostSupported, PromptLookup
-from arc_kit.method.engine import Engine, capacity_bucket, lane_bucket, make_engine
+from arc_kit.method.caches import capacity_bucket
+from arc_kit.method.engine import Engine, lane_bucket, make_engine
 from arc_kit.method.search import search
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.model.optimization import add_lora
@@ -496,7 +497,7 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
         calls.append(1)
         raise RuntimeError("triton: this GPU is too old\nmore detail")
 
-    monkeypatch.setattr(compiled, "_step", broken)
+    monkeypatch.setattr(compiled, "_compiled", broken)
     with caplog.at_level(logging.WARNING, logger="arc_kit.method.engine"):
         found = search(compiled, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
     expected = search(eager, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
@@ -506,7 +507,7 @@ def test_a_step_that_cannot_be_compiled_goes_on_eagerly_with_one_line(monkeypatc
     for fast, slow in zip(found, expected):
         assert [c.ids for c in fast.completions] == [c.ids for c in slow.completions] and fast.forward_calls > 0
     out_of_memory = Engine(model, compile=True)
-    monkeypatch.setattr(out_of_memory, "_step", lambda *arguments: (_ for _ in ()).throw(
+    monkeypatch.setattr(out_of_memory, "_compiled", lambda *arguments: (_ for _ in ()).throw(
         torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
     with pytest.raises(torch.OutOfMemoryError):  # left to the search's halving, never taken for a compiler's failure
         search(out_of_memory, PROMPTS, SEARCH_SPACE, SamplerSettings(threshold=0.05))
