@@ -211,19 +211,6 @@ def test_transformers_forward_runs_the_speculative_search_as_the_engine_does(mon
                                          drafts=drafts_for_the_search()))
 
 
-@pytest.mark.parametrize("family", ["llama-biases-tied-head-dim", "mistral-window", "qwen3"])
-def test_scoring_on_the_engine_equals_one_full_forward_per_answer(family, monkeypatch):
-    model = family_model(family)
-    answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
-    monkeypatch.setattr(engine_module, "PASS_TOKENS", 8)  # prompts and answers in several passes too
-    for scorer in (make_engine(model), TransformersDecoder(model)):
-        results = scorer.score(PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
-        for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
-            expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
-                            for position, token in enumerate(answer)) for answer in chunk]
-            np.testing.assert_allclose(found, expected, rtol=0, atol=1e-4)
-
-
 def test_a_prompt_longer_than_one_pass_is_prefilled_in_chunks_at_their_positions(monkeypatch):
     model = family_model("mistral-window")  # a window of 7: chunks must see the cache before them
     monkeypatch.setattr(engine_module, "PASS_TOKENS", 5)
