@@ -1,6 +1,6 @@
-"""The search's lanes and the engine's scoring against their slow references: lanes = one search a prompt = brute
-force; ``Engine.score`` = one full forward per answer; the solver's views = each view searched alone. And the
-engine's own moves (its lane buckets, its capacity growth, its out-of-memory answer) against none.
+"""The search's lanes against their slow references: lanes = one search a prompt = brute force; the solver's views =
+each view searched alone. And the engine's own moves (its lane buckets, its capacity growth, its out-of-memory
+answer) against none. (The engine's scoring against one full forward per answer: test_scoring.)
 
 Models are the peaked micro models of test_dfs (enumerable) and the bigram model of conftest (real
 grids); prompts of different lengths, so that padding, masks and per-lane positions all matter.
@@ -26,7 +26,7 @@ from arc_kit.method.answers import AnswerSpace, BatchLimit, SearchResult
 from arc_kit.method.engine import Engine, make_engine
 from arc_kit.method.search import DEADLINE_BEFORE_START, search
 from arc_kit.method.solver import Solver
-from arc_kit.method.transformers_forward import TransformersDecoder, sequence_nll
+from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.settings import SamplerSettings, SolveSettings
 from arc_kit.text import TaskEncoder, Vocabulary
 
@@ -93,11 +93,13 @@ def test_the_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
     model = model_for(seed, scale)
     threshold, _ = safe_enumeration(model, space, 0.01)
     growths, buckets = [], []
-    grow, keep = Engine._grow, Engine.keep_lanes
+    fit, keep = Engine._fit, Engine.keep_lanes
 
-    def counted_grow(self, positions):
-        growths.append(positions)
-        return grow(self, positions)
+    def counted_fit(self, positions):
+        capacity = self._lanes.capacity
+        fit(self, positions)
+        if self._lanes.capacity != capacity:
+            growths.append(positions)
 
     def counted_keep(self, lanes):
         keep(self, lanes)
@@ -105,14 +107,14 @@ def test_the_engines_buckets_and_capacity_growth_change_nothing(monkeypatch):
 
     monkeypatch.setattr(search_module, "SPARE_POSITIONS", 0)
     monkeypatch.setattr(engine_module, "capacity_bucket", lambda positions: positions)
-    monkeypatch.setattr(Engine, "_grow", counted_grow)
+    monkeypatch.setattr(Engine, "_fit", counted_fit)
     monkeypatch.setattr(Engine, "keep_lanes", counted_keep)
     prompts = [PROMPT, *OTHER_PROMPTS, PROMPT[:15] + [12]]  # five lanes: a bucket of 8 first
     lane_guesses = [None, [1, 1, EOS], None, None, [2, EOS]]
     engine, oracle = make_engine(model), TransformersDecoder(model)
     results = search(engine, prompts, space, dfs_at(threshold), lane_guesses)
     assert len(growths) > 2 and {4, 2, 1} <= set(buckets)  # guard: it grew, and lanes moved down every bucket
-    assert len(engine._pool) > 3  # the caches are kept for the next search
+    assert len(engine._caches.caches) > 3  # the caches are kept for the next search
     for prompt, guess, result in zip(prompts, lane_guesses, results):
         assert_same_results(result, dfs_search(oracle, prompt, space, dfs_at(threshold), guess=guess))
 
@@ -262,65 +264,6 @@ def test_a_batch_limit_halves_and_never_grows(caplog):
     assert "out of memory with 16 answers per model call; going on with 8" in caplog.text
 
 
-# -- the engine's scoring ---------------------------------------------------------------------------
-
-SCORING_SPACE = AnswerSpace((*range(11), EOS), EOS, 40)
-SCORING_ANSWERS = [[EOS], [3, 10, EOS], [1, 2, 3, 10, 4, 5, 6, 10, EOS], [0, 0, 10, EOS],
-                   [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 10, 0, 10, EOS], [11, EOS]]
-FOUR_LISTS = [SCORING_ANSWERS, SCORING_ANSWERS[::-1], [], SCORING_ANSWERS[1:4]]  # one prompt has nothing to score
-
-
-@pytest.fixture(scope="module")
-def scoring_model():
-    return model_for(5, 4.0)
-
-
-def assert_scores_as_one_forward_per_answer(model, prompts, answers, results):
-    assert [len(r) for r in results] == [len(a) for a in answers]
-    for prompt, chunk, result in zip(prompts, answers, results):
-        np.testing.assert_allclose(result, sequence_nll(model, prompt, chunk, SCORING_SPACE), rtol=0, atol=1e-4)
-
-
-@pytest.mark.parametrize("batch_size", [1, 3, 5, 100])
-def test_scoring_equals_one_full_forward_per_answer(scoring_model, batch_size):
-    prompts = [PROMPT, *OTHER_PROMPTS]
-    results = make_engine(scoring_model).score(prompts, FOUR_LISTS, SCORING_SPACE, batch_size)
-    assert_scores_as_one_forward_per_answer(scoring_model, prompts, FOUR_LISTS, results)
-    assert np.isinf(results[0][-1])  # a token outside the alphabet
-    assert len({round(float(v), 3) for v in results[0][:-1]}) == len(SCORING_ANSWERS) - 1
-
-
-def test_scoring_rejects_mismatched_lists(scoring_model):
-    with pytest.raises(ValueError, match="2 prompts but 1 lists"):
-        make_engine(scoring_model).score([PROMPT, PROMPT], [[[EOS]]], SCORING_SPACE)
-
-
-def test_scoring_out_of_memory_halves_the_answer_rows(scoring_model, monkeypatch, caplog):
-    """Answer passes of more than two rows fail: the rows per call halve (the prompt is not run again) and the
-    limit ends as the size that fitted; a pass of one row that fails raises."""
-    prompts = [PROMPT, *OTHER_PROMPTS]
-    engine, failed, passes = make_engine(scoring_model), [], []
-    feed = engine._feed
-
-    def failing(cache, runs, positions):
-        passes.append((len(runs), positions[0]))
-        if positions[0] > 0 and len(runs) > 2:  # an answer pass (a prompt's starts at 0)
-            failed.append(len(runs))
-            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
-        return feed(cache, runs, positions)
-
-    monkeypatch.setattr(engine, "_feed", failing)
-    limit = BatchLimit("answers")
-    results = engine.score(prompts, FOUR_LISTS, SCORING_SPACE, 4, limit)
-    assert_scores_as_one_forward_per_answer(scoring_model, prompts, FOUR_LISTS, results)
-    assert failed == [4] and limit.size == 2 and "going on with 2" in caplog.text
-    assert sum(1 for rows, position in passes if position == 0) == 3  # each prompt with answers, run once
-    monkeypatch.setattr(engine, "_feed", lambda *arguments: (_ for _ in ()).throw(
-        torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
-    with pytest.raises(torch.OutOfMemoryError):
-        engine.score([PROMPT], [SCORING_ANSWERS], SCORING_SPACE, 1)
-
-
 # -- the solver: the first view alone, then the others as lanes -----------------------------------
 
 TRAIN = (
@@ -350,8 +293,3 @@ def test_the_solvers_views_find_what_each_view_searched_alone_finds():
         assert nlls.keys() == alone[key].keys()
         np.testing.assert_allclose([nlls[view] for view in nlls], [alone[key][view] for view in nlls], atol=1e-4)
     assert stats.answers == sum(len(nlls) for nlls in alone.values()) and len(stats.prompt_tokens) == 5
-
-
-def test_run_files_that_chose_an_engine_or_batched_searches_still_read():
-    old = {**SolveSettings().to_json(), "engine": "reference", "batched": False}
-    assert SolveSettings.from_json(old) == SolveSettings()  # both paths are one now: the fields are dropped

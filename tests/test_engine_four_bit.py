@@ -113,18 +113,6 @@ def test_every_step_of_a_4_bit_dfs_with_rewinds_matches_the_transformers_forward
     assert_same_searches(results, oracle, tolerance(quantization))
 
 
-@pytest.mark.parametrize("family, quantization", [("qwen2", "nf4-double-f32"),
-                                                   pytest.param("mistral-window", "nf4-double-bf16", marks=SLOW)])
-def test_scoring_on_the_engine_in_4_bits_equals_one_full_forward_per_answer(family, quantization, four_bit):
-    model = four_bit(family, quantization)
-    answers = [[4], [1, 4], [0, 3, 3, 2, 1, 0, 4], [2, 2, 30, 4]]
-    results = make_engine(model).score(PROMPTS, [answers, answers[::-1]], SPACE, batch_size=3)
-    for prompt, chunk, found in zip(PROMPTS, [answers, answers[::-1]], results):
-        expected = [sum(transformers_nlls(model, [*prompt, *answer[:position]], SPACE)[token]
-                        for position, token in enumerate(answer)) for answer in chunk]
-        np.testing.assert_allclose(found, expected, rtol=0, atol=tolerance(quantization))
-
-
 def test_the_engine_reads_the_models_own_packed_weights_and_copies_no_matrix(four_bit):
     model = four_bit("qwen2", "nf4-double-f32")
     engine = make_engine(model)

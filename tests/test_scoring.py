@@ -1,29 +1,29 @@
 """Scoring answers and selecting them by a product of experts.
 
-The engine's scoring (each prompt run once, its keys and values reused by its answers) is checked against a
-reference written here (one full
-forward per answer, ``torch.log_softmax`` over the whole vocabulary for the paper's P(s|q), or over
-the answer tokens for the masked measure), in both measures; scoring under augmentations against
-prompts and answers built by hand from the augmentation; the aggregations and ``select`` on
-numbers worked out by hand.
+Every scorer the kit has (the engine on the kit's model and on each model family, in passes
+shorter than a prompt, over 4-bit weights; transformers' own forward) is checked against one full
+forward per answer (``sequence_nll``, itself pinned token by token in test_dfs), in both measures
+(on the kit's model at every batch size), by one test; scoring under augmentations against prompts
+and answers built by hand from the augmentation; the aggregations and ``select`` on numbers worked
+out by hand.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-from pathlib import Path
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 import torch
+from test_engine import family_model
 
-import arc_kit.method.experts as experts_module
-import arc_kit.method.records as records_module
+import arc_kit.method.engine as engine_module
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.tasks import Pair
-from arc_kit.method.answers import AnswerSpace
-from arc_kit.method.engine import make_engine
+from arc_kit.method.answers import AnswerSpace, BatchLimit
+from arc_kit.method.engine import Engine, make_engine
 from arc_kit.method.experts import (
     AGGREGATIONS,
     Candidate,
@@ -39,7 +39,7 @@ from arc_kit.model.loading import create_model
 from arc_kit.text import TaskEncoder, Vocabulary
 
 EOS = 14
-PROMPT = np.array([13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12])
+PROMPT = [13, *range(16, 40), 11, 1, 2, 10, 3, 4, 12]
 ALLOWED = (*range(11), EOS)  # digits, newline, eos
 MODES = ("full", "answer-mask")
 ANSWERS = [
@@ -48,9 +48,14 @@ ANSWERS = [
     [1, 2, 3, 10, 4, 5, 6, 10, EOS],
     [0, 0, 10, EOS],
     [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 10, 0, 10, EOS],
-    [7, 10, EOS],
+    [3, 11, EOS],  # a token outside the alphabet: an impossible answer (inf)
     [EOS],  # the same answer twice scores the same twice
 ]
+OUTSIDE = 5  # the index of the answer with a token outside the alphabet
+# prompts of different lengths (one with nothing to score), given as lists, an array and a tuple; their answers as
+# lists, arrays and tuples, in other orders
+PROMPTS = [PROMPT, np.array([13, 16, 17, 11, 2, 12]), [13, *range(20, 30), 11, 7, 10, 8, 9, 12], (13, 30, 11, 5, 12)]
+LISTS = [ANSWERS, [np.array(answer) for answer in ANSWERS[::-1]], [], [tuple(answer) for answer in ANSWERS[1:4]]]
 
 
 @pytest.fixture(scope="module")
@@ -67,119 +72,108 @@ def engine(model):
     return make_engine(model)
 
 
-def score_answers(engine, prompt, answers, space: AnswerSpace, batch_size: int = 16) -> np.ndarray:
-    """The engine's NLLs of ``answers`` after one prompt."""
-    return engine.score([prompt], [answers], space, batch_size)[0]
+class Variant(NamedTuple):
+    """A scorer on a model, and the batch sizes it is asked at (every size only where the engine's own model runs)."""
+
+    family: str  # "micro" (the kit's model) or a family of test_engine
+    quantization: str | None  # a 4-bit quantization of test_engine_four_bit
+    scorer: Callable
+    passes: int | None  # tokens an eager pass takes (None: the engine's own)
+    batch_sizes: tuple[int, ...]
 
 
-def reference_nlls(model, prompt, answers, space: AnswerSpace) -> np.ndarray:
-    """One full forward (no cache) per answer; each token's log-probability from ``torch.log_softmax``
-    over the whole vocabulary ("full") or over the answer tokens only ("answer-mask"); a token
-    outside the answer tokens makes the answer impossible (inf) either way."""
-    allowed = list(space.allowed_ids)
-    results = []
-    for answer in answers:
-        answer = [int(t) for t in answer]
-        ids = torch.tensor([[*map(int, prompt), *answer]])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].double()
-        total = 0.0
-        for row, token in zip(logits, answer):
-            if token not in allowed:
-                total = math.inf
-                break
-            if space.probabilities == "full":
-                total -= float(torch.log_softmax(row, dim=-1)[token])
-            else:
-                total -= float(torch.log_softmax(row[allowed], dim=-1)[allowed.index(token)])
-        results.append(total)
-    return np.array(results)
+VARIANTS = {
+    "engine": Variant("micro", None, make_engine, None, (1, 2, 3, 100)),
+    "engine-llama-biases-tied-head-dim-in-passes-of-8": Variant("llama-biases-tied-head-dim", None, make_engine, 8,
+                                                                (3,)),
+    "engine-mistral-window-in-passes-of-8": Variant("mistral-window", None, make_engine, 8, (3,)),
+    "engine-qwen3-in-passes-of-8": Variant("qwen3", None, make_engine, 8, (3,)),
+    "engine-4-bit-qwen2-nf4-double-f32": Variant("qwen2", "nf4-double-f32", make_engine, None, (3,)),
+    "engine-4-bit-mistral-window-nf4-double-bf16": Variant("mistral-window", "nf4-double-bf16", make_engine, None,
+                                                           (3,)),
+    # transformers' own forward: a sliding window in its own cache; one answer a call, whatever the batch size
+    "transformers-forward-mistral-window": Variant("mistral-window", None, TransformersDecoder, None, (16,)),
+}
+SLOW_VARIANTS = ("engine-4-bit-mistral-window-nf4-double-bf16",)
 
 
-@pytest.fixture(scope="module", params=MODES)
-def space(request):
-    return AnswerSpace(ALLOWED, EOS, 40, request.param)
+def variant_model(variant: Variant, micro, folder):
+    """The model of ``variant`` and the NLLs' tolerance (4 bits: ``test_engine_four_bit.tolerance``)."""
+    if variant.family == "micro":
+        return micro, 1e-4
+    if variant.quantization is None:
+        return family_model(variant.family), 1e-4
+    pytest.importorskip("bitsandbytes")
+    from test_engine_four_bit import load_four_bit, tolerance
+
+    family_model(variant.family).save_pretrained(folder)
+    return load_four_bit(folder, variant.quantization), tolerance(variant.quantization)
 
 
-@pytest.fixture(scope="module")
-def reference(model, space):
-    return reference_nlls(model, PROMPT, ANSWERS, space)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_VARIANTS else name
+                                  for name in VARIANTS])
+def test_scoring_equals_one_full_forward_per_answer(name, model, tmp_path, monkeypatch):
+    """Each answer's NLL after its prompt, whatever the scorer, measure or answers a call shares, as one full forward
+    of the prompt and the answer gives it; the prompt with no answers gets none."""
+    variant = VARIANTS[name]
+    scored, tolerance = variant_model(variant, model, tmp_path)
+    scorer = variant.scorer(scored)
+    if variant.passes is not None:  # prompts and answers in several passes too
+        monkeypatch.setattr(engine_module, "PASS_TOKENS", variant.passes)
+    found = {}
+    for probabilities in MODES:
+        space = AnswerSpace(ALLOWED, EOS, 40, probabilities)
+        expected = [sequence_nll(scored, prompt, chunk, space) for prompt, chunk in zip(PROMPTS, LISTS)]
+        for batch_size in variant.batch_sizes:
+            found[probabilities] = scorer.score(PROMPTS, LISTS, space, batch_size)
+            assert [len(nlls) for nlls in found[probabilities]] == [len(chunk) for chunk in LISTS]
+            for nlls, reference in zip(found[probabilities], expected):
+                np.testing.assert_allclose(nlls, reference, rtol=0, atol=tolerance)
+    # guards of the setup: one answer impossible, the others finite and apart, the two measures apart
+    full, masked = found["full"][0], found["answer-mask"][0]
+    assert np.isinf(full[OUTSIDE]) and np.isfinite(np.delete(full, OUTSIDE)).all()
+    assert len({round(float(nll), 3) for nll in np.delete(full, OUTSIDE)}) == len(ANSWERS) - 2
+    assert (np.delete(full, OUTSIDE) > np.delete(masked, OUTSIDE) + 0.01).all()
 
 
-@pytest.mark.parametrize("batch_size", [1, 2, 3, len(ANSWERS), 100])
-def test_the_engines_scoring_equals_one_full_forward_per_answer(engine, space, reference, batch_size):
-    scores = score_answers(engine, PROMPT, ANSWERS, space, batch_size=batch_size)
-    assert scores.shape == (len(ANSWERS),)
-    np.testing.assert_allclose(scores, reference, rtol=0, atol=1e-4)
+def test_scoring_rejects_mismatched_lists(engine):
+    with pytest.raises(ValueError, match="2 prompts but 1 lists"):
+        engine.score([PROMPT, PROMPT], [[[EOS]]], AnswerSpace(ALLOWED, EOS, 40))
 
 
-def test_sequence_nll_and_transformers_forward_score_as_the_reference(model, space, reference):
-    found = sequence_nll(model, PROMPT, [np.array(a) for a in ANSWERS], space)
-    np.testing.assert_allclose(found, reference, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(score_answers(TransformersDecoder(model), PROMPT, ANSWERS, space), reference, rtol=0,
-                               atol=1e-4)
+def test_scoring_out_of_memory_halves_the_answer_rows(model, monkeypatch, caplog):
+    """Answer passes of more than two rows fail: the rows per call halve (the prompt is not run again) and the
+    limit ends as the size that fitted; a pass of one row that fails raises."""
+    space = AnswerSpace(ALLOWED, EOS, 40)
+    engine, failed, passes = Engine(model), [], []
+    feed = engine._feed
+
+    def failing(cache, runs, positions):
+        passes.append((len(runs), positions[0]))
+        if positions[0] > 0 and len(runs) > 2:  # an answer pass (a prompt's starts at 0)
+            failed.append(len(runs))
+            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+        return feed(cache, runs, positions)
+
+    monkeypatch.setattr(engine, "_feed", failing)
+    limit = BatchLimit("answers")
+    results = engine.score(PROMPTS, LISTS, space, 4, limit)
+    for prompt, chunk, nlls in zip(PROMPTS, LISTS, results):
+        np.testing.assert_allclose(nlls, sequence_nll(model, prompt, chunk, space), rtol=0, atol=1e-4)
+    assert failed == [4] and limit.size == 2 and "going on with 2" in caplog.text
+    assert sum(1 for rows, position in passes if position == 0) == 3  # each prompt with answers, run once
+    monkeypatch.setattr(engine, "_feed", lambda *arguments: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")))
+    with pytest.raises(torch.OutOfMemoryError):
+        engine.score([PROMPT], [ANSWERS], space, 1)
 
 
-def test_the_reference_numbers_are_not_degenerate(reference):
-    """Guard of the setup: different answers get clearly different NLLs, all finite."""
-    assert np.isfinite(reference).all()
-    assert len(np.unique(np.round(reference[:-1], 3))) == len(ANSWERS) - 1
-    assert reference[0] == reference[-1]
-
-
-def test_the_two_measures_differ(model):
-    """Guard of the setup: the model gives the other tokens some probability, so the full softmax
-    makes every answer less likely than the renormalised one does."""
-    full, masked = (reference_nlls(model, PROMPT, ANSWERS, AnswerSpace(ALLOWED, EOS, 40, mode)) for mode in MODES)
-    assert (full > masked + 0.01).all()
-    assert AnswerSpace(ALLOWED, EOS, 40).probabilities == "full"  # the default
-
-
-def test_scoring_takes_any_sequence_type_and_order(engine, space, reference):
-    as_arrays = [np.array(a, dtype=np.int64) for a in ANSWERS[::-1]]
-    scores = score_answers(engine, PROMPT.tolist(), as_arrays, space, batch_size=4)
-    np.testing.assert_allclose(scores, reference[::-1], rtol=0, atol=1e-4)
-    tuples = [tuple(a) for a in ANSWERS]
-    np.testing.assert_allclose(score_answers(engine, tuple(PROMPT), tuples, space), reference, rtol=0, atol=1e-4)
-
-
-def test_a_batch_of_single_token_answers(model, engine, space):
-    answers = [[EOS], [3], [10]]
-    expected = reference_nlls(model, PROMPT, answers, space)
-    np.testing.assert_allclose(score_answers(engine, PROMPT, answers, space, batch_size=8), expected, rtol=0,
-                               atol=1e-4)
-
-
-def test_no_answers_no_scores(engine, space):
-    assert score_answers(engine, PROMPT, [], space).shape == (0,)
-
-
-def test_a_token_outside_the_alphabet_has_infinite_nll(engine, space):
-    scores = score_answers(engine, PROMPT, [[3, 11, EOS], [3, 10, EOS]], space, batch_size=2)
-    assert scores[0] == math.inf
-    assert np.isfinite(scores[1])
-
-
-def imports_of(module) -> set[str]:
-    tree = ast.parse(Path(module.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    return imported | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-
-
-def test_the_task_record_imports_no_scorer_and_the_experts_know_no_engine():
-    """The product of experts is numbers over grids: the record reads its candidates from it, and neither knows
-    how an NLL is measured."""
-    for module in (records_module, experts_module):
-        assert not {name for name in imports_of(module) if name.startswith("arc_kit.method.")} - {
-            "arc_kit.method.experts", "arc_kit.method.record_json"}, module.__name__
-    assert "arc_kit.method.experts" in imports_of(records_module)
-
-
-def test_scoring_leaves_the_model_and_global_state_alone(engine, space):
+def test_scoring_leaves_the_model_and_global_state_alone(engine):
+    space = AnswerSpace(ALLOWED, EOS, 40)
     state = torch.random.get_rng_state()
-    first = score_answers(engine, PROMPT, ANSWERS, space, batch_size=2)
-    second = score_answers(engine, PROMPT, ANSWERS, space, batch_size=2)
-    assert np.array_equal(first, second)
+    first = engine.score(PROMPTS, LISTS, space, 2)
+    second = engine.score(PROMPTS, LISTS, space, 2)
+    assert all(np.array_equal(one, other) for one, other in zip(first, second))
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -217,7 +211,7 @@ def reference_table(model, encoder, augmentations, max_len=None, probabilities="
         prompt = encoder.encode_prompt(augmentation.apply_pairs(TRAIN), augmentation.apply_grid(TEST_INPUT),
                                        max_len=max_len)
         answers = [encoder.encode_answer(augmentation.apply_grid(grid)) for grid in CANDIDATES]
-        table[:, column] = reference_nlls(model, prompt.ids, answers, space)
+        table[:, column] = sequence_nll(model, prompt.ids, answers, space)
     return table
 
 

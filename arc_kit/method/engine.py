@@ -1,4 +1,4 @@
-"""The decode engine: merged weights, a static KV cache per lane bucket, one forward (``forward``) for every pass.
+"""The decode engine: merged weights, static KV caches by lane bucket, one forward (``forward``) for every pass.
 
 A search holds *lanes*, one per prompt, numbered 0.. in the order they were started: ``start(lanes,
 capacity, space)`` makes room (``capacity``: positions per lane, grown when needed); ``prefill(lane,
@@ -14,30 +14,27 @@ and values copied into the lanes of its answers, the answers fed as runs after i
 worker's heartbeat) is called once per model pass.
 
 The weights are read once into ``weights.DecodeWeights`` (eagerly on the CPU, packed for oneDNN) and
-re-read in place by ``refresh``. Lanes live in a static cache (layers, 2, lanes, kv heads, capacity,
-head dim), one per (lane bucket: a power of two; capacity: 256, 512, 1024, then multiples of 1024),
-kept in a pool for the next search or scoring. A lane's positions are contiguous, so rewinding a DFS
-branch is only feeding the next token at an earlier position; nothing is copied per token. The live
-lanes hold the first rows: when lanes finish, the rows beyond the new count move into the freed
-ones, and once they fit a smaller bucket, into its cache; a position past the capacity moves the
-cache into a larger one.
+re-read in place by ``refresh``. Lanes live in a static cache of the pool (``caches``), a lane a row.
+A lane's positions are contiguous, so rewinding a DFS branch is only feeding the next token at an
+earlier position; nothing is copied per token. The live lanes hold the first rows: when lanes finish,
+the rows beyond the new count move into the freed ones, and once they fit a smaller lane bucket, into
+its cache; a position past the capacity moves them into a larger one.
 
 Prompts and scored answers run eagerly, at most ``PASS_TOKENS`` tokens a call (a long prompt in
-chunks). A step runs eagerly on exactly the live lanes, their runs ragged (a long draft costs only
-its own lane), or compiled (``compile``, the default on a GPU): ``forward.step_nlls`` under
-``torch.compile(fullgraph=True)``, one graph per lane bucket and run bucket (runs padded to a power of
-two with token 0, written past the path and never read before they are written again), the capacity
-dynamic, on CUDA with CUDA graphs (cache and weights at fixed addresses); if compiling fails the
-engine logs one line and goes on eagerly. ``make_engine`` gives this engine where it reads the model,
-else ``transformers_forward.TransformersDecoder``. Knows lanes, buckets and the cache; knows nothing
+chunks). A step is one of two, each feeding and returning its own shapes (``forward``). Compiled
+(``compile``, the default on a GPU): ``padded_step_nlls`` under ``torch.compile(fullgraph=True)``,
+every row of the lane bucket fed a run padded to the run bucket (a power of two; token 0, written
+past the path and never read before it is written again), one graph per lane bucket and run bucket,
+the capacity dynamic, on CUDA with CUDA graphs. Eager: ``ragged_step_nlls``, just the live rows, each
+fed only its own run (a long draft costs only its own lane). A compile that fails is said in one
+logged line, and the engine goes on eagerly. ``make_engine`` gives this engine where it reads the
+model, else ``transformers_forward.TransformersDecoder``. Knows lanes and their rows; knows nothing
 of the searches' bookkeeping or tasks.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +42,8 @@ import numpy as np
 
 from arc_kit.method.answers import (AnswerSpace, BatchLimit, answer_log_probs, answer_targets, summed_nlls,
                                     with_halving)
-from arc_kit.method.forward import forward, half_swap, logits, rope_tables, step_nlls
+from arc_kit.method.caches import CachePool, capacity_bucket, for_compiling
+from arc_kit.method.forward import forward, half_swap, logits, padded_step_nlls, ragged_step_nlls
 from arc_kit.method.step_costs import StepCosts, lane_bucket
 from arc_kit.method.transformers_forward import TransformersDecoder
 from arc_kit.method.weights import DecodeWeights, unsupported_reason
@@ -53,15 +51,9 @@ from arc_kit.settings import ENGINE_COMPILE_MODES
 
 logger = logging.getLogger(__name__)
 
-POOL_BYTES = 4 * 2**30  # caches kept for later searches, least recently used dropped first beyond this
 PASS_TOKENS = 2048  # tokens of one eager pass (prompt chunks, scored answers): bounds its mask and rotations
 FALLBACK_SLOWDOWN = ("about 5x slower than the engine at 16 lanes on the CPU, 30x where a step is mostly overhead, "
                      "as on a GPU (docs/results.md)")  # transformers' forward, one lane at a time: measured
-
-
-def capacity_bucket(positions: int) -> int:
-    """The capacity of a cache for ``positions`` positions: 256, 512 or 1024, else the next multiple of 1024."""
-    return next((small for small in (256, 512, 1024) if positions <= small), -(-positions // 1024) * 1024)
 
 
 @dataclass
@@ -92,68 +84,38 @@ class Engine:
         self.model = model
         self.weights = DecodeWeights(model, pack=not compile)  # eager on the CPU: packed
         self.device, self.dtype, self.vocab_size = self.weights.device, self.weights.dtype, self.weights.vocab_size
-        self.compiled, self.on_step = compile, on_step or (lambda: None)
+        self.on_step = on_step or (lambda: None)
         self.steps = 0  # the steps made (calls of ``step``, whatever the lanes or runs): a search's cost
-        self._pool: OrderedDict = OrderedDict()  # (bucket, capacity) -> cache, most recently used last
-        self._rope: dict[int, tuple] = {}  # capacity -> (cos, sin)
+        self._caches = CachePool(self.weights, compiled=compile)
         self._swap = half_swap(self.weights.head_dim, self.dtype, self.device)
         self._lanes: _Lanes | None = None
         self._costs: dict[tuple[int, int], StepCosts] = {}  # (lane bucket, capacity) -> what a step costs there
-        self._step = self._compiled_step() if compile else step_nlls
-        for tensor in [*self.weights.tensors(), self._swap]:
-            self._fixed(tensor)
+        self._compiled = self._compile() if compile else None  # ``padded_step_nlls`` compiled; None: eagerly
+
+    @property
+    def compiled(self) -> bool:
+        """Whether steps run compiled (until a compile fails: then eagerly, for good)."""
+        return self._compiled is not None
 
     def refresh(self) -> None:
         """Read the model's weights again (after its adapter was trained, reset, enabled or disabled)."""
         self.weights.refresh()
 
-    def _compiled_step(self):
-        """``step_nlls`` compiled (module docstring); the capacity a dynamic dimension (``_fixed``)."""
+    def _compile(self):
+        """``padded_step_nlls`` compiled (module docstring), what it reads readied (``caches.for_compiling``)."""
         import torch
 
+        for tensor in [*self.weights.tensors(), self._swap]:
+            for_compiling(tensor)
         config = torch._dynamo.config  # a graph per lane and run bucket, more than the default limit allows
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # older torch
         setattr(config, limit, max(getattr(config, limit), 64))
-        return torch.compile(step_nlls, fullgraph=True, mode="reduce-overhead" if self.device.type == "cuda" else None)
+        mode = "reduce-overhead" if self.device.type == "cuda" else None
+        return torch.compile(padded_step_nlls, fullgraph=True, mode=mode)
 
-    def _fixed(self, tensor, capacity_dimension: int | None = None):
-        """``tensor`` readied for the compiled step: its address static under CUDA graphs, its capacity dynamic.
-        Every tensor the step reads is made here but the few hundred bytes of tokens, positions and mask."""
-        import torch
-
-        if self.compiled and self.device.type == "cuda":
-            torch._dynamo.mark_static_address(tensor)
-        if self.compiled and capacity_dimension is not None:
-            torch._dynamo.mark_dynamic(tensor, capacity_dimension)
-        return tensor
-
-    # -- buffers -------------------------------------------------------------------------------
     def _cache(self, bucket: int, capacity: int):
-        """The pool's cache for (bucket, capacity), allocated (zeros: masked columns stay finite) on first use."""
-        import torch
-
-        key = (bucket, capacity)
-        if key in self._pool:
-            self._pool.move_to_end(key)
-            return self._pool[key]
-        weights = self.weights
-        shape = (len(weights.layers), 2, bucket, weights.kv_heads, capacity, weights.head_dim)
-        needed = int(np.prod(shape)) * torch.finfo(self.dtype).bits // 8
-        held = self._lanes.cache if self._lanes is not None else None
-        for old in list(self._pool):  # the least recently used first, never the current search's
-            if sum(cache.numel() * cache.element_size() for cache in self._pool.values()) + needed <= POOL_BYTES:
-                break
-            if self._pool[old] is not held:
-                del self._pool[old]
-        self._pool[key] = self._fixed(torch.zeros(shape, dtype=self.dtype, device=self.device), capacity_dimension=4)
-        return self._pool[key]
-
-    def _rope_tables(self, capacity: int):
-        """The model's rope (cos, sin) at positions 0..capacity-1, made once per capacity."""
-        if capacity not in self._rope:
-            tables = rope_tables(self.weights.config, self.weights.head_dim, capacity, self.dtype, self.device)
-            self._rope[capacity] = tuple(self._fixed(table, capacity_dimension=0) for table in tables)
-        return self._rope[capacity]
+        """The pool's cache for (bucket, capacity), never dropping the search's own to make room."""
+        return self._caches.cache(bucket, capacity, held=self._lanes.cache if self._lanes is not None else None)
 
     def _feed(self, cache, runs: Sequence[Sequence[int]], positions: Sequence[int]):
         """Hidden states (rows, longest run, hidden) after row r of ``cache`` is fed ``runs[r]`` from ``positions[r]``,
@@ -162,7 +124,7 @@ class Engine:
 
         longest = max(len(run) for run in runs)
         chunk = max(1, PASS_TOKENS // len(runs))
-        cos, sin = self._rope_tables(cache.shape[4])
+        cos, sin = self._caches.rope(cache.shape[4])
         pieces = []
         self.on_step()
         with torch.no_grad():
@@ -180,19 +142,20 @@ class Engine:
         self._lanes = _Lanes(self._cache(lane_bucket(lanes), capacity_bucket(capacity)), list(range(lanes)), space,
                              space.mask(self.vocab_size, self.device))
 
-    def _grow(self, positions: int) -> None:
-        """Move the search's live rows into a cache of the capacity bucket of ``positions`` (one copy)."""
+    def _fit(self, positions: int) -> None:
+        """Move the search's live rows into a cache of the capacity bucket of ``positions`` if they do not fit (one
+        copy)."""
         lanes, live = self._lanes, len(self._lanes.rows)
-        bigger = self._cache(lanes.bucket, capacity_bucket(positions))
-        bigger[:, :, :live, :, :lanes.capacity].copy_(lanes.cache[:, :, :live])
-        lanes.cache = bigger
+        if positions > lanes.capacity:
+            bigger = self._cache(lanes.bucket, capacity_bucket(positions))
+            bigger[:, :, :live, :, :lanes.capacity].copy_(lanes.cache[:, :, :live])
+            lanes.cache = bigger
 
     def prefill(self, lane: int, ids: Sequence[int], logits_from: int) -> np.ndarray:
         import torch
 
         lanes = self._lanes
-        if len(ids) > lanes.capacity:
-            self._grow(len(ids))
+        self._fit(len(ids))
         row = lanes.rows[lane]
         hidden = self._feed(lanes.cache[:, :, row:row + 1], [ids], [0])
         with torch.no_grad():
@@ -203,83 +166,86 @@ class Engine:
     def step(self, runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
         """Feed live lane i ``runs[i]`` (at least one token) at ``positions[i]``, ``positions[i] + 1``, ...;
         per lane its NLL rows (len(runs[i]), vocab), row j after ``runs[i][:j + 1]``."""
-        nlls = self._run_step(runs, positions, self._lanes.rows)
+        nlls = self._step(self._lanes.rows, runs, positions)
         self.steps += 1
         return nlls
 
     def step_costs(self, positions: Sequence[int], width: int) -> StepCosts:
-        """What a step costs here (``step_costs.StepCosts``), measured once per lane bucket (compiled: and capacity
-        bucket, a graph each) by timed steps of the live lanes (eagerly the best of two; compiled the best of three
-        after one that builds the graph), none counted in ``steps``: one lane and every lane fed a token, every lane
-        ``width`` tokens, one lane ``width`` and the others one. Each lane is fed at its ``positions``, past all it
-        holds: nothing written there is read before it is written again."""
+        """What a step costs here (``step_costs.StepCosts.timed``), measured once per lane bucket (compiled: and
+        capacity bucket, a graph each) by steps of the live lanes that ``steps`` does not count, each lane fed at its
+        ``positions``, past all it holds: nothing written there is read before it is written again."""
         lanes = self._lanes
         key = (lanes.bucket, lanes.capacity) if self.compiled else lanes.bucket
         if key not in self._costs:
             at = dict(zip(lanes.rows, positions))  # cache row -> the position it is probed at
-            count = len(lanes.rows)
-
-            def seconds(lengths: list[int]) -> float:  # lengths[r]: the run fed to row r (rows 0.. are the live ones)
-                times = []
-                for _ in range(4 if self.compiled else 2):  # eagerly a probe costs what a search's steps do: few
-                    started = time.perf_counter()
-                    self._run_step([[0] * length for length in lengths], [at[row] for row in range(len(lengths))],
-                                   range(len(lengths)))
-                    times.append(time.perf_counter() - started)
-                return min(times[1:] if self.compiled else times)  # compiled, the first builds the graph
-
-            one = 0.0 if self.compiled else seconds([1])
-            every = one if count == 1 and not self.compiled else seconds([1] * count)
-            self._costs[key] = StepCosts.measured(
-                count, width, one, every, seconds([width] * count),
-                None if self.compiled or count == 1 else seconds([width] + [1] * (count - 1)), buckets=self.compiled)
+            self._costs[key] = StepCosts.timed(lambda lengths: self._step(  # lengths[r]: the run fed to row r
+                range(len(lengths)), [[0] * length for length in lengths], [at[row] for row in range(len(lengths))]),
+                len(lanes.rows), width, compiled=self.compiled)
         return self._costs[key]
 
-    def _run_step(self, runs: Sequence[Sequence[int]], positions: Sequence[int], fed_rows: Sequence[int]
-                  ) -> list[np.ndarray]:
-        """``step`` uncounted, run ``runs[i]`` fed to cache row ``fed_rows[i]`` (eagerly, the rows 0.. are computed:
-        ``fed_rows`` must hold each of them once)."""
+    def _step(self, rows: Sequence[int], runs: Sequence[Sequence[int]], positions: Sequence[int]) -> list[np.ndarray]:
+        """``step`` uncounted, cache row ``rows[i]`` fed ``runs[i]`` (``rows``: each of 0..len(rows)-1 once): compiled,
+        or eagerly once a compile failed (said in one logged line)."""
         import torch
 
-        lanes = self._lanes
-        longest = max(len(run) for run in runs)
-        width = lane_bucket(longest) if self.compiled else longest  # compiled: a fixed run length per graph
-        # compiled: the whole bucket's cache, every run padded to the width with token 0 (module docstring); eager: just
-        # the live rows, ragged (each row's padding neither computed nor written)
-        furthest = max(int(position) + (width if self.compiled else len(run)) for run, position in zip(runs, positions))
-        if furthest > lanes.capacity:
-            self._grow(furthest)
-        rows = lanes.cache.shape[2] if self.compiled else len(fed_rows)
-        row_tokens, row_positions, row_lengths = [[0] * width for _ in range(rows)], [0] * rows, [width] * rows
-        for row, run, position in zip(fed_rows, runs, positions):  # rows past the live lanes: token 0 at 0
-            row_tokens[row][:len(run)] = [int(token) for token in run]
-            row_positions[row], row_lengths[row] = int(position), len(run)
-        cos, sin = self._rope_tables(lanes.capacity)
-        used = None if self.compiled else furthest  # compiled: every column (fixed shapes)
-        cache = lanes.cache if self.compiled else lanes.cache[:, :, :rows]
-        ragged = not self.compiled and min(row_lengths) < width  # runs of one length: nothing to leave out
-        lengths = torch.tensor(row_lengths, device=self.device) if ragged else None
-        arguments = (self.weights, cache, torch.tensor(row_tokens, device=self.device),
-                     torch.tensor(row_positions, device=self.device), cos, sin, self._swap, lanes.allowed,
-                     lanes.space.probabilities, used, lengths)
         self.on_step()
-        try:
-            with torch.no_grad():
-                if self.compiled and self.device.type == "cuda":
-                    torch.compiler.cudagraph_mark_step_begin()
-                nlls = self._step(*arguments).cpu()  # the step's one device-to-host copy, before the next step
-        except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton): eagerly
-            if not self.compiled or isinstance(error, torch.cuda.OutOfMemoryError):
-                raise
-            logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
-                           type(error).__name__, str(error).strip().splitlines()[0] if str(error).strip() else "")
-            self.compiled, self._step = False, step_nlls
-            return self._run_step(runs, positions, fed_rows)
-        nlls = nlls.numpy()
-        if not ragged:
-            return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(fed_rows, runs)]
-        ends = np.cumsum(row_lengths)  # eager: the rows' tokens, row by row
-        return [nlls[ends[row] - len(run):ends[row]].astype(np.float64) for row, run in zip(fed_rows, runs)]
+        if self.compiled:
+            try:
+                return self._padded_step(rows, runs, positions)
+            except torch.cuda.OutOfMemoryError:
+                raise  # left to the search's halving, never taken for a compiler's failure
+            except Exception as error:  # a compiler that cannot build the step (an old GPU, no triton)
+                lines = str(error).strip().splitlines()
+                logger.warning("compiling the decode step failed (%s: %s); going on with the eager step",
+                               type(error).__name__, lines[0] if lines else "")
+                self._compiled, self._caches.compiled = None, False
+        return self._ragged_step(rows, runs, positions)
+
+    def _padded_step(self, rows, runs, positions) -> list[np.ndarray]:
+        """The compiled step (``padded_step_nlls``): every row of the lane bucket's cache fed a run of the run bucket,
+        every column attended. A run is padded with token 0, written past its lane's path and never read before it
+        is written again; a row no lane holds is fed token 0 at position 0."""
+        import torch
+
+        width = lane_bucket(max(len(run) for run in runs))  # a fixed run length per graph
+        self._fit(max(int(position) + width for position in positions))
+        lanes = self._lanes
+        tokens, at = self._tokens(rows, runs, positions, lanes.cache.shape[2], width)
+        cos, sin = self._caches.rope(lanes.capacity)
+        with torch.no_grad():
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            nlls = self._compiled(self.weights, lanes.cache, tokens, at, cos, sin, self._swap, lanes.allowed,
+                                  lanes.space.probabilities).cpu().numpy()  # the step's one device-to-host copy
+        return [nlls[row, :len(run)].astype(np.float64) for row, run in zip(rows, runs)]
+
+    def _ragged_step(self, rows, runs, positions) -> list[np.ndarray]:
+        """The eager step (``ragged_step_nlls``): just the live rows (the cache's first ``len(rows)``), each fed only
+        its own run, the columns up to the furthest position fed attended."""
+        import torch
+
+        furthest = max(int(position) + len(run) for run, position in zip(runs, positions))
+        self._fit(furthest)
+        lanes, lengths = self._lanes, [0] * len(rows)
+        for row, run in zip(rows, runs):
+            lengths[row] = len(run)
+        tokens, at = self._tokens(rows, runs, positions, len(rows), max(lengths))
+        cos, sin = self._caches.rope(lanes.capacity)
+        with torch.no_grad():
+            nlls = ragged_step_nlls(self.weights, lanes.cache[:, :, :len(rows)], tokens, at, lengths, furthest, cos,
+                                    sin, self._swap, lanes.allowed, lanes.space.probabilities).numpy()
+        ends = np.cumsum(lengths)  # the rows' tokens, row by row
+        return [nlls[ends[row] - len(run):ends[row]].astype(np.float64) for row, run in zip(rows, runs)]
+
+    def _tokens(self, rows, runs, positions, count: int, width: int):
+        """(tokens (count, width), positions (count,)) on the device: row ``rows[i]`` holds ``runs[i]`` padded with
+        token 0 from ``positions[i]``; a row no run is fed holds token 0 at position 0."""
+        import torch
+
+        tokens, at = [[0] * width for _ in range(count)], [0] * count
+        for row, run, position in zip(rows, runs, positions):
+            tokens[row][:len(run)], at[row] = [int(token) for token in run], int(position)
+        return torch.tensor(tokens, device=self.device), torch.tensor(at, device=self.device)
 
     def keep_lanes(self, lanes: Sequence[int]) -> None:
         import torch

@@ -9,12 +9,15 @@ made from the rope tables), writes each token's key and value at its position in
 one ``index_put_`` (so feeding a token at position p is the rewind: what the row held at p and after
 is never read before it is written again), attends with the query heads grouped over their key and
 value head (never expanded) under a mask ``column <= position`` (and the layer's sliding window),
-and runs the MLP with one matmul for gate and up. ``step_nlls`` ends it with every token's
-next-token NLLs (``answers.answer_log_probs``). Nothing in it branches on values, synchronises with
-the host or allocates by the data, so ``torch.compile(fullgraph=True)`` takes ``step_nlls`` whole
-(one graph per rows and run length); eagerly, ``used`` and ``lengths`` (``forward``) leave out the
-columns no token sees and the runs' padding: the matmuls, most of a step's cost, see only each row's
-own tokens (attention alone takes the runs padded to the longest, its padded queries' outputs dropped).
+and runs the MLP with one matmul for gate and up; it gives the hidden states of the tokens fed, row
+by row. The engine's step is one of two ends on it, each with its own shapes: ``padded_step_nlls``
+(compiled) feeds every row a run of one length and attends to every column of the cache: nothing in
+it branches on values, synchronises with the host or allocates by the data, so
+``torch.compile(fullgraph=True)`` takes it whole (one graph per rows and run length); it returns
+(rows, run, vocab). ``ragged_step_nlls`` (eager) feeds row r only its own ``lengths[r]`` tokens and
+attends to the columns up to the furthest position fed: the matmuls, most of a step's cost, see only
+each row's own tokens (attention alone takes the runs padded to the longest, its padded queries'
+outputs dropped); it returns (tokens fed, vocab), row by row.
 
 ``rope_tables`` are made from the model's config (transformers' own rope-init function of its
 ``rope_type``: llama3, linear, yarn, ...), never read from a module, so a model whose modules were
@@ -28,6 +31,8 @@ contiguous. Knows the decoder's arithmetic; knows nothing of lanes, buckets, sea
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from arc_kit.method.answers import answer_log_probs
 
@@ -86,22 +91,23 @@ def _biases(weights, positions, used: int, dtype) -> dict:
     return biases
 
 
-def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None, lengths=None):
-    """Hidden states (tokens fed, hidden; before the final norm) after row r feeds ``tokens[r]`` from ``positions[r]``.
+def forward(weights, cache, tokens, positions, cos, sin, swap, used, lengths=None):
+    """Hidden states (tokens fed, hidden; before the final norm), row by row, after row r feeds ``tokens[r]`` from
+    ``positions[r]``.
 
     ``tokens``: (rows, run); ``positions``: (rows,). ``cache``: (layers, 2, rows, kv heads, capacity,
     head dim) (eagerly, a view of some rows of a larger one is fine), written in place at each
     token's position; ``cos``/``sin``: rope tables of at least ``capacity`` positions; ``swap``:
     ``half_swap``; ``used``: attend to columns [0, used), which must hold every token's position
-    (None: every column of the cache, so that one compiled graph serves every capacity). A token
-    sees the cache up to its own position: the run's earlier tokens, never its later ones.
-    ``lengths`` (rows,), eagerly: row r feeds only ``tokens[r, :lengths[r]]`` (the rest is padding,
-    neither computed nor written); None: every token. The rows' tokens come out in order, row by row.
+    (the cache's capacity, under a compiler a dynamic size). A token sees the cache up to its own
+    position: the run's earlier tokens, never its later ones. ``lengths`` (rows,), eagerly: row r
+    feeds only ``tokens[r, :lengths[r]]`` (the rest is padding, neither computed nor written);
+    without it every token is fed.
     """
     import torch
     import torch.nn.functional as F
 
-    (rows, run), used = tokens.shape, cache.shape[4] if used is None else used
+    rows, run = tokens.shape
     heads, kv_heads, head_dim = weights.heads, weights.kv_heads, weights.head_dim
     group, query_width, rotated_heads = heads // kv_heads, heads * head_dim, heads + kv_heads
     device = tokens.device
@@ -148,14 +154,25 @@ def forward(weights, cache, tokens, positions, cos, sin, swap, used: int | None,
     return hidden
 
 
-def step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str, used: int | None,
-              lengths=None):
-    """``forward``, then every token's next-token NLLs (rows, run, vocab; float32) under ``allowed`` (the answer
-    mask) and ``probabilities``: the engine's step, what ``torch.compile`` takes whole. With ``lengths`` (eagerly:
-    the runs ragged), (tokens fed, vocab), row by row."""
-    hidden = forward(weights, cache, tokens, positions, cos, sin, swap, used, lengths)
-    nlls = -answer_log_probs(logits(weights, hidden), allowed, probabilities)
-    return nlls if lengths is not None else nlls.view(*tokens.shape, -1)
+def padded_step_nlls(weights, cache, tokens, positions, cos, sin, swap, allowed, probabilities: str):
+    """The compiled step: every row of ``cache`` fed its whole run ``tokens[r]`` (rows, run) from ``positions[r]``,
+    every column of the cache attended (``forward``); the next-token NLLs after every token, (rows, run, vocab;
+    float32), under ``allowed`` (the answer mask) and ``probabilities``."""
+    hidden = forward(weights, cache, tokens, positions, cos, sin, swap, cache.shape[4])
+    return -answer_log_probs(logits(weights, hidden), allowed, probabilities).view(*tokens.shape, -1)
+
+
+def ragged_step_nlls(weights, cache, tokens, positions, lengths: Sequence[int], used: int, cos, sin, swap, allowed,
+                     probabilities: str):
+    """The eager step: row r of ``cache`` fed only ``tokens[r, :lengths[r]]`` (host ints) from ``positions[r]``,
+    the columns [0, used) attended (``forward``); the next-token NLLs after each token fed, (sum(lengths), vocab;
+    float32), row by row, under ``allowed`` and ``probabilities``."""
+    import torch
+
+    ragged = min(lengths) < tokens.shape[1]  # runs of one length: nothing to leave out
+    fed = torch.tensor(list(lengths), device=tokens.device) if ragged else None
+    hidden = forward(weights, cache, tokens, positions, cos, sin, swap, used, fed)
+    return -answer_log_probs(logits(weights, hidden), allowed, probabilities)
 
 
 def linear(inputs, weight, bias):

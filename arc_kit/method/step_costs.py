@@ -29,7 +29,8 @@ chances; knows nothing of models, paths or tasks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,27 @@ class StepCosts:
         token = min(max(wide - one_wide, 0.0) / ((lanes - 1) * (width - 1)), per_position)
         lane = max((every - one) / (lanes - 1) - per_position, 0.0)
         return cls(max(one - lane - per_position, 0.0), lane, token, per_position - token)
+
+    @classmethod
+    def timed(cls, step: Callable[[list[int]], object], lanes: int, width: int, compiled: bool) -> StepCosts:
+        """``measured`` from timed steps of ``lanes`` live lanes, ``step(lengths)`` feeding row r a run of
+        ``lengths[r]`` tokens: one lane and every lane fed a token, every lane ``width`` tokens, one lane ``width``
+        and the others one (compiled, ``buckets``: only the second and third). Eagerly the best of two; compiled the
+        best of three after one that builds the graph."""
+
+        def seconds(lengths: list[int]) -> float:
+            times = []
+            for _ in range(4 if compiled else 2):  # eagerly a probe costs what a search's steps do: few
+                started = time.perf_counter()
+                step(lengths)
+                times.append(time.perf_counter() - started)
+            return min(times[1:] if compiled else times)
+
+        one = 0.0 if compiled else seconds([1])
+        every = one if lanes == 1 and not compiled else seconds([1] * lanes)
+        wide = seconds([width] * lanes)
+        one_wide = None if compiled or lanes == 1 else seconds([width] + [1] * (lanes - 1))
+        return cls.measured(lanes, width, one, every, wide, one_wide, buckets=compiled)
 
 
 class DraftOdds:
