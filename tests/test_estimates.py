@@ -5,6 +5,7 @@ planner's rungs in a time budget."""
 from __future__ import annotations
 
 import pytest
+from test_planner import MEASURED, measured_records
 
 from arc_kit.cli import main
 from arc_kit.model.loading import load_encoder, token_budget_of
@@ -13,7 +14,6 @@ from arc_kit.run.expectations import LLAMA_1B, gpu_named, guessed_speeds, shape_
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure, speeds_from_records, work_units
 from arc_kit.settings import TEST_TIME_TRAINING, SolveSettings, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
-from test_planner import MEASURED, measured_records
 
 
 def write_measured_run(folder, kaggle_files, task_ids, info=None):

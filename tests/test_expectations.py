@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.memory import FOUR_BIT_MATRIX_BYTES, Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run import expectations
-from arc_kit.run.estimates import TABLE_MACHINES, TABLE_SHAPES, expected_seconds, expectations_table
+from arc_kit.run.estimates import TABLE_MACHINES, TABLE_SHAPES, expectations_table, expected_seconds
 from arc_kit.run.expectations import (
     CPU,
     LLAMA_3B,

@@ -37,6 +37,7 @@ from arc_kit.run.expectations import (
     LLAMA_1B,
     LLAMA_3B,
     NEMO_8B,
+    PRIOR_WORDS,
     SMOLLM2_135M,
     Device,
     Typical,
@@ -45,15 +46,31 @@ from arc_kit.run.expectations import (
     gpu_named,
     guessed_on,
     guessed_speeds,
-    PRIOR_WORDS,
     shape_of_folder,
     sized,
 )
-from arc_kit.run.planner import FALLBACK, PARTS, Planner, Speeds, TaskSize, hours, measure, speeds_from_records, \
-    work_units
+from arc_kit.run.planner import (
+    FALLBACK,
+    PARTS,
+    Planner,
+    Speeds,
+    TaskSize,
+    hours,
+    measure,
+    speeds_from_records,
+    work_units,
+)
 from arc_kit.run.record_json import read_records
-from arc_kit.run.runs import FULL_RUN_TASKS, RECORDS_FILE, RUN_FILE, SPEEDS_FILE, TASKS_FILE, RunFolderError, \
-    read_run_info, read_run_settings
+from arc_kit.run.runs import (
+    FULL_RUN_TASKS,
+    RECORDS_FILE,
+    RUN_FILE,
+    SPEEDS_FILE,
+    TASKS_FILE,
+    RunFolderError,
+    read_run_info,
+    read_run_settings,
+)
 from arc_kit.settings import SolveSettings, solve_preset
 
 MAX_ESTIMATE_SECONDS = 100 * 31_536_000.0  # a century: an estimate beyond it comes from damaged speeds
