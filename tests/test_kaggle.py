@@ -281,7 +281,7 @@ def test_a_rehearsal_runs_the_settings_on_public_tasks_and_estimates_a_full_run_
     assert "    in 11:15:00 the planner gives 4 at rung 0 (the settings); the work ends at " in "\n".join(estimate)
 
 
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch, capsys):
     """One worker, in this process, around pool_helpers' fake solve, which answers [[7]]: the model's own answers in
     a Kaggle run are the smoke run's above (on Ray)."""
     (tmp_path / "marks").mkdir()
@@ -300,6 +300,10 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
         assert submission[task_id][0]["attempt_1"] == [[7]]  # the solver's answers, not the fallbacks
+    # its working folder, as `kaggle check` keeps it: estimate reads its tasks, its model and its device
+    assert main(["estimate", "--records", str(tmp_path), "--gpu", "L4", "--gpus", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "the run's 4 tasks at the run's settings" in printed and "the device that measured it: CPU" in printed
 
 
 def add_hidden_task(input_root: Path) -> str:
