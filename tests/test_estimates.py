@@ -127,7 +127,8 @@ def test_estimate_reads_a_kaggle_runs_working_folder_its_tasks_models_shape_devi
     assert (figure.speeds.training, figure.speeds.generation, figure.speeds.scoring) == \
         pytest.approx((measured.training, measured.generation, measured.scoring))
     assert figure.machine == Machine("NVIDIA L4", 4, 8)  # its device, and the workers its speeds.json names
-    assert figure.seconds["total"] == pytest.approx(estimate.one_worker["total"] / 8)
+    one_worker = sum(getattr(figure.speeds, part) * units for part, units in work_of(small_task_set).items())
+    assert figure.seconds["total"] == pytest.approx(one_worker / 8)
     assert any("tasks.json" in note for note in estimate.notes)
     assert any("Llama-3.2-1B (973M parameters, 16-bit)" in note and "not here" in note for note in estimate.notes)
     assert main(["estimate", "--records", str(tmp_path / "working"), "--gpu", "L4", "--gpus", "4",
@@ -136,6 +137,14 @@ def test_estimate_reads_a_kaggle_runs_working_folder_its_tasks_models_shape_devi
     assert f"speeds measured on L4 ({len(small_task_set)} tasks of {tmp_path / 'working' / 'arc_kit_run'}" \
            in printed and "measured, on 4 L4, 8 workers" in printed  # the same device: the measured figure on it
     assert "recorded no speeds" not in printed and "no factor" not in printed
+
+
+def work_of(tasks) -> dict[str, float]:
+    """The work units of ``tasks`` at the measured settings, counted by the kit's vocabulary."""
+    encoder = TaskEncoder(Vocabulary(), max_len=MEASURED.max_len)
+    settings = MEASURED.replace(test_time_training=True)
+    units = [work_units(measure(task, encoder, MEASURED.max_len), settings) for task in tasks.tasks()]
+    return {part: sum(unit[part] for unit in units) for part in units[0]}
 
 
 def test_a_run_whose_tasks_cannot_be_told_is_refused_in_one_line(tmp_path, small_task_set, model_folder):

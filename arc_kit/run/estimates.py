@@ -130,11 +130,9 @@ class Estimate:
     """A run's estimate: what is priced, each figure, and where the run's parts came from."""
 
     what: str  # the tasks and settings priced, in words
-    tasks: int
     settings: SolveSettings
     figures: list[Figure]
     notes: list[str] = field(default_factory=list)  # where the tasks, model and device came from
-    one_worker: dict[str, float] = field(default_factory=dict)  # seconds of one worker at the first figure's speeds
 
     def figure(self, how: str) -> Figure | None:
         return next((figure for figure in self.figures if figure.how == how), None)
@@ -313,13 +311,10 @@ def estimate(run: MeasuredRun | None, tasks: TaskSet | None = None, model: str |
                                "the prior, " + ("a GPU's: its workers share it" if asked.gpus else "one process")))
     else:
         notes.append(f"no prior for {asked.device}: {guessed.guess}")
-    first = figures[0].speeds if figures else guessed
-    one_worker = {part: getattr(first, part) * units[part] for part, _ in PARTS}
     settings_words = "the run's settings" if run and target == run.settings.replace(max_len=target.max_len) else \
         "the settings asked for"
-    return Estimate(f"{what or (run.default_words if run and tasks is run.default_tasks else f'{len(tasks)} tasks')} "
-                    f"at {settings_words} ({target.description})", len(tasks), target, figures, notes,
-                    {**one_worker, "total": sum(one_worker.values())})
+    what = what or (run.default_words if run and tasks is run.default_tasks else f"{len(tasks)} tasks")
+    return Estimate(f"{what} at {settings_words} ({target.description})", target, figures, notes)
 
 
 def _measured_speeds(run: MeasuredRun, settings: SolveSettings, sizes) -> Speeds:
