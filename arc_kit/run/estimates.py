@@ -293,18 +293,7 @@ def estimate(run: MeasuredRun | None, tasks: TaskSet | None = None, model: str |
                                                                 None)
     figures, notes = [], list(run.notes) if run else []
     if run is not None:
-        measured = _measured_speeds(run, target, sizes)
-        measuring = device_named(run.machine.device)
-        same = device is None or (measuring is not None and device_named(device) is measuring)
-        on = asked if same else run.machine
-        source = f"{measured.measured_tasks} tasks of {run.folder}, one worker's"
-        figures.append(_figure("measured", on, measured, units, on.workers, sizes, target, plan_seconds, source))
-        if not same and speedup:
-            figures.append(_figure("converted", asked, measured, units, asked.workers * speedup, sizes, target,
-                                   plan_seconds, f"{source} on {run.machine.device}, {speedup:g}x by your --speedup"))
-        elif not same:
-            notes.append(f"measured on {run.machine.device}, asked about {device}: no factor between the two is on "
-                         "record, so each figure stays on its own device (--speedup N converts at your factor)")
+        figures += _measured_figures(run, asked, device, speedup, units, sizes, target, plan_seconds, notes)
     guessed = guessed_on(shape, asked.device, target, sizes)
     if device_named(asked.device) is not None and shape is not None:
         figures.append(_figure("guessed", asked, guessed, units, max(1, asked.gpus), sizes, target, plan_seconds,
@@ -317,11 +306,27 @@ def estimate(run: MeasuredRun | None, tasks: TaskSet | None = None, model: str |
     return Estimate(f"{what} at {settings_words} ({target.description})", target, figures, notes)
 
 
-def _measured_speeds(run: MeasuredRun, settings: SolveSettings, sizes) -> Speeds:
-    """The run's speeds from its records; a part none measured at the prior's for the measuring device."""
+def _measured_figures(run: MeasuredRun, asked: Machine, device: str | None, speedup: float | None, units: dict,
+                      sizes: list[TaskSize], settings: SolveSettings, plan_seconds: float | None,
+                      notes: list[str]) -> list[Figure]:
+    """The figure at the run's speeds (a part none measured at the prior's for the measuring device): on the machine
+    asked about when it is the measuring device (or none is named), else on the run's own, beside it the same
+    converted by the user's ``speedup`` (or a note that nothing converts it)."""
     counting = load_encoder(run.model, max_len=run.settings.max_len)
     guessed = guessed_on(run.shape, run.machine.device, settings, sizes)
-    return speeds_from_records(run.records, run.tasks, counting, run.settings, guessed)
+    speeds = speeds_from_records(run.records, run.tasks, counting, run.settings, guessed)
+    measuring = device_named(run.machine.device)
+    same = device is None or (measuring is not None and device_named(device) is measuring)
+    on = asked if same else run.machine
+    source = f"{speeds.measured_tasks} tasks of {run.folder}, one worker's"
+    figures = [_figure("measured", on, speeds, units, on.workers, sizes, settings, plan_seconds, source)]
+    if not same and speedup:
+        figures.append(_figure("converted", asked, speeds, units, asked.workers * speedup, sizes, settings,
+                               plan_seconds, f"{source} on {run.machine.device}, {speedup:g}x by your --speedup"))
+    elif not same:
+        notes.append(f"measured on {run.machine.device}, asked about {device}: no factor between the two is on "
+                     "record, so each figure stays on its own device (--speedup N converts at your factor)")
+    return figures
 
 
 def _figure(how: str, machine: Machine, speeds: Speeds, units: dict, parallel: float, sizes, settings: SolveSettings,
