@@ -12,15 +12,18 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.memory import FOUR_BIT_MATRIX_BYTES, Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run import expectations
-from arc_kit.run.estimates import TABLE_MACHINES, TABLE_SHAPES, expectations_table, expected_seconds
 from arc_kit.run.expectations import (
     CPU,
     LLAMA_3B,
     NEMO_8B,
     SMOLLM2_135M,
     STEP_FACTOR,
+    TABLE_MACHINES,
+    TABLE_SHAPES,
     count_words,
     decode_floor_seconds,
+    expectations_table,
+    expected_seconds,
     gpu_named,
     guessed_speeds,
     kv_bytes_per_token,
@@ -108,7 +111,7 @@ def test_the_factor_gives_back_the_paper_run_it_comes_from(model_folder):
     searched at a time), gives its generation time within 5%; the table's check line says the rest."""
     from arc_kit import load_dataset
     from arc_kit.model.loading import load_encoder
-    from arc_kit.run.estimates import PAPER_RUN, paper_check
+    from arc_kit.run.expectations import PAPER_RUN, paper_check
     from arc_kit.run.planner import measure
 
     encoder = load_encoder(model_folder, max_len=PAPER.max_len)  # every shrunk model writes a symbol a token

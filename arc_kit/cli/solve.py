@@ -178,7 +178,8 @@ def setup_estimate(parser):
 
 
 def _run_estimate(args) -> int:
-    from arc_kit.run.estimates import estimate, expectations_for, read_measured_run
+    from arc_kit.run.estimates import estimate, read_measured_run
+    from arc_kit.run.expectations import expectations_for
 
     target = None if args.settings == "run" else solve_preset(args.settings)
     if args.gpus and not args.gpu:

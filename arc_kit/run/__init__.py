@@ -4,9 +4,9 @@
 folder for one process; ``record_json`` reads and writes the records' files, their JSON derived from
 the record dataclasses);
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds by one stated prior
-(a decode step's memory-bandwidth floor on the device times a factor; and how many workers share a
-GPU), and ``estimates`` prices a run at the speeds an earlier one measured, on the device that
-measured them, beside the prior's, or per model size and GPU;
+(a decode step's memory-bandwidth floor on the device times a factor; its table per model size and
+GPU; how many workers share a GPU), and ``estimates`` prices a run at the speeds an earlier one
+measured, on the device that measured them, beside the prior's;
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
 an actor's side);

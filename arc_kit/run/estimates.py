@@ -1,6 +1,5 @@
 """``arc-kit estimate``: what a run would take at the speeds an earlier run measured, on the device that measured
-them, and at the prior's (``expectations``) on the device asked about; the planner's ladder in a time budget; the
-table per model size and GPU (``--table``).
+them, and at the prior's (``expectations``) on the device asked about; the planner's ladder in a time budget.
 
 ``read_measured_run`` reads a run the kit wrote (``find_run``: a run folder, or a working folder holding one):
 its settings, its own tasks (the pool's ``tasks.json``, else the tasks of its data set its records name; a
@@ -11,11 +10,8 @@ that measured it: where the device asked about is another, both figures are give
 user states (``speedup``) converts one into the other. A measured figure's workers are the run's (or those asked
 for on its device): one worker's seconds over all of them; a guessed figure prices a GPU, whose bandwidth its
 workers share. With a time budget a figure also says how the planner would spend it (``plan``: the rungs of the
-ladder it gives the tasks, and when their work ends).
-
-Every cell of the table (``expectations_for``) is the prior for one model on one machine, the lanes halved where
-a worker's memory is short; ``paper_check`` prices the paper's timed run the same way. This module prices and
-formats; it measures nothing and knows nothing of solving.
+ladder it gives the tasks, and when their work ends). This module prices and formats; it measures nothing and
+knows nothing of solving.
 """
 
 from __future__ import annotations
@@ -31,24 +27,8 @@ from arc_kit.data.jsonio import read_json
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.model.folders import default_model_path
 from arc_kit.model.loading import load_encoder, token_budget_of
-from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
-from arc_kit.run.expectations import (
-    CUDA_CONTEXT_BYTES,
-    LLAMA_1B,
-    LLAMA_3B,
-    NEMO_8B,
-    PRIOR_WORDS,
-    SMOLLM2_135M,
-    Device,
-    Typical,
-    count_words,
-    device_named,
-    gpu_named,
-    guessed_on,
-    guessed_speeds,
-    shape_of_folder,
-    sized,
-)
+from arc_kit.model.memory import Architecture
+from arc_kit.run.expectations import device_named, guessed_on, shape_of_folder, sized
 from arc_kit.run.planner import (
     FALLBACK,
     PARTS,
@@ -348,82 +328,3 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet | None
     """``estimate`` of the run of ``folder`` (None: no run, every speed guessed)."""
     run = read_measured_run(folder, model) if folder is not None else None
     return estimate(run, tasks, model, target, **options)
-
-
-# -- the table ------------------------------------------------------------------------------------------------------
-
-TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_four_bit(), LLAMA_3B, LLAMA_3B.with_four_bit(), NEMO_8B,
-                NEMO_8B.with_four_bit())
-TABLE_MACHINES = ((gpu_named("L4"), 4, "4x L4 (Kaggle)"), (gpu_named("T4"), 1, "T4"), (gpu_named("H100"), 1, "H100"))
-PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
-# The paper's Table 3 and appendix (the authors' run, not the kit's): NeMo-Minitron-8B in 4 bits on one RTX 4090,
-# the 400 ARC-AGI-1 evaluation tasks, 16 + 16 augmentations, DFS at T = 9%: test-time training 51 s a task,
-# candidate generation 9:32 h, 20:50 h in all.
-PAPER_RUN = {"training": 400 * 51.0, "generation": 9 * 3600 + 32 * 60.0, "total": 20 * 3600 + 50 * 60.0}
-
-
-def expected_seconds(sizes: list[TaskSize], settings: SolveSettings, shape: Architecture, device: Device, gpus: int,
-                     lanes: int | None = None) -> tuple[dict[str, float], int] | str:
-    """The prior's wall seconds per part (and total) of ``sizes`` for ``shape`` on ``gpus`` of ``device``, and the
-    lanes a worker holds (halved, as the engine halves them, while its cache does not fit; ``lanes``: searched
-    together, default as a solve does); why not, in words, when the weights alone do not fit."""
-    typical = Typical.of(sizes, settings, lanes)
-    held = settings.inference_augmentations if lanes is None else lanes
-
-    def need(count: float) -> float:
-        cache = count * (typical.prompt + typical.answer) * kv_cache_bytes(shape, 1, 1, device.value_bytes)
-        return weight_bytes(shape, device.value_bytes) + cache + CUDA_CONTEXT_BYTES
-
-    while held > 1 and need(held) > 0.9 * device.memory:
-        held //= 2
-    if need(held) > 0.9 * device.memory:
-        return f"does not fit ({weight_bytes(shape) / 1e9:.1f} GB of weights, {device.memory / 1e9:.0f} GB)"
-    lanes = typical.lanes * held / (settings.inference_augmentations if lanes is None else lanes)
-    speeds = guessed_speeds(shape, device, settings, sizes, lanes=lanes)
-    seconds = {part: getattr(speeds, part) * sum(work_units(size, settings)[part] for size in sizes) / gpus
-               for part, _ in PARTS}
-    return {**seconds, "total": sum(seconds.values())}, held
-
-
-def expectations_table(sizes: list[TaskSize], settings: SolveSettings, what: str) -> list[str]:
-    """The table's lines: a row per model (``TABLE_SHAPES``), a column per machine (``TABLE_MACHINES``)."""
-    lines = [f"expected hours for {what} at {settings.description}, by {PRIOR_WORDS} (no cell "
-             "measured)", "",
-             "| model | parameters | " + " | ".join(label for *_, label in TABLE_MACHINES) + " |",
-             "|---|---|" + "---|" * len(TABLE_MACHINES)]
-    for shape in TABLE_SHAPES:
-        cells = []
-        for device, gpus, _ in TABLE_MACHINES:
-            cell = expected_seconds(sizes, settings, shape, device, gpus)
-            if isinstance(cell, str):
-                cells.append(cell)
-            else:
-                seconds, held = cell
-                fewer = f" ({held} lanes)" if held < settings.inference_augmentations else ""
-                cells.append(f"{seconds['total'] / 3600:.1f} h{fewer}")
-        bits = "4-bit" if shape.four_bit else "16-bit"
-        lines.append(f"| {shape.name}, {bits} | {count_words(parameters(shape).total)} | " + " | ".join(cells) + " |")
-    bandwidths = ", ".join(f"{device.name} {device.bandwidth / 1e9:,.0f} GB/s" for device, *_ in TABLE_MACHINES)
-    return lines + ["", f"bandwidths: {bandwidths} (the makers' data sheets); a GPU's workers share its bandwidth"]
-
-
-def paper_check(sizes: list[TaskSize], settings: SolveSettings) -> str:
-    """The prior against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
-    seconds, _ = expected_seconds(sizes, settings, NEMO_8B.with_four_bit(), gpu_named("RTX 4090"), 1, lanes=1)
-    predicted = {part: hours(value) for part, value in seconds.items()}
-    measured = {part: hours(value) for part, value in PAPER_RUN.items()}
-    return (f"check against the paper's run (NeMo-Minitron-8B, 4-bit, one RTX 4090, {len(sizes)} tasks, one "
-            f"augmentation searched at a time): TTT {predicted['training']} (paper {measured['training']}), "
-            f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
-            f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
-            f"{seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
-
-
-def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
-    """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
-    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
-    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
-    encoder = load_encoder(model, max_len=settings.max_len)
-    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
-    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
-    return [*table, "", paper_check(paper, settings)]

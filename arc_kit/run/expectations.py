@@ -12,8 +12,11 @@ What it leaves out: a host's per-step overhead (a small model's GPU step is most
 long training sequence on a small GPU). Workers sharing a GPU share its bandwidth, so the prior prices a GPU,
 not a worker. It is a first guess: every finished task's measurement replaces it, part by part.
 
-This module knows shapes, devices and the planner's units; it loads no model (``shape_of_folder`` reads a
-config). The benchmarks (``experiments.bench``, ``engine_bench``) measure against the same bandwidth floor.
+``expectations_for`` is ``arc-kit estimate --table``: the prior per model size and GPU, each cell one model on one
+machine, the lanes halved where a worker's memory is short, and the paper's timed run priced the same way
+(``paper_check``). This module knows shapes, devices and the planner's units; it loads no weights
+(``shape_of_folder`` reads a config, the table a tokenizer). The benchmarks (``experiments.bench``,
+``engine_bench``) measure against the same bandwidth floor.
 """
 
 from __future__ import annotations
@@ -24,11 +27,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from arc_kit.data.datasets import load_tasks
+from arc_kit.data.tasks import TaskSet
 from arc_kit.model.bases import built_folder
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
+from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
-from arc_kit.run.planner import PROMPT_TOKEN_WEIGHT, Speeds, TaskSize, searches_per_test
+from arc_kit.run.planner import (
+    PARTS,
+    PROMPT_TOKEN_WEIGHT,
+    Speeds,
+    TaskSize,
+    hours,
+    measure,
+    searches_per_test,
+    work_units,
+)
 from arc_kit.settings import SolveSettings
 
 # The paper's timed run (its Table 3 and appendix; the authors' code, not the kit's): NeMo-Minitron-8B in 4 bits on
@@ -245,3 +260,82 @@ def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) 
     shape = architecture_of(config.to_dict(), "the model's config")
     shape = shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape
     return guessed_on(shape, device_of(parameter.device), settings, sizes)
+
+
+# -- the table: the prior per model size and GPU -------------------------------------------------------------------
+
+TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_four_bit(), LLAMA_3B, LLAMA_3B.with_four_bit(), NEMO_8B,
+                NEMO_8B.with_four_bit())
+TABLE_MACHINES = ((gpu_named("L4"), 4, "4x L4 (Kaggle)"), (gpu_named("T4"), 1, "T4"), (gpu_named("H100"), 1, "H100"))
+PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
+# The paper's Table 3 and appendix (the authors' run, not the kit's): NeMo-Minitron-8B in 4 bits on one RTX 4090,
+# the 400 ARC-AGI-1 evaluation tasks, 16 + 16 augmentations, DFS at T = 9%: test-time training 51 s a task,
+# candidate generation 9:32 h, 20:50 h in all.
+PAPER_RUN = {"training": 400 * 51.0, "generation": 9 * 3600 + 32 * 60.0, "total": 20 * 3600 + 50 * 60.0}
+
+
+def expected_seconds(sizes: list[TaskSize], settings: SolveSettings, shape: Architecture, device: Device, gpus: int,
+                     lanes: int | None = None) -> tuple[dict[str, float], int] | str:
+    """The prior's wall seconds per part (and total) of ``sizes`` for ``shape`` on ``gpus`` of ``device``, and the
+    lanes a worker holds (halved, as the engine halves them, while its cache does not fit; ``lanes``: searched
+    together, default as a solve does); why not, in words, when the weights alone do not fit."""
+    typical = Typical.of(sizes, settings, lanes)
+    held = settings.inference_augmentations if lanes is None else lanes
+
+    def need(count: float) -> float:
+        cache = count * (typical.prompt + typical.answer) * kv_cache_bytes(shape, 1, 1, device.value_bytes)
+        return weight_bytes(shape, device.value_bytes) + cache + CUDA_CONTEXT_BYTES
+
+    while held > 1 and need(held) > 0.9 * device.memory:
+        held //= 2
+    if need(held) > 0.9 * device.memory:
+        return f"does not fit ({weight_bytes(shape) / 1e9:.1f} GB of weights, {device.memory / 1e9:.0f} GB)"
+    lanes = typical.lanes * held / (settings.inference_augmentations if lanes is None else lanes)
+    speeds = guessed_speeds(shape, device, settings, sizes, lanes=lanes)
+    seconds = {part: getattr(speeds, part) * sum(work_units(size, settings)[part] for size in sizes) / gpus
+               for part, _ in PARTS}
+    return {**seconds, "total": sum(seconds.values())}, held
+
+
+def expectations_table(sizes: list[TaskSize], settings: SolveSettings, what: str) -> list[str]:
+    """The table's lines: a row per model (``TABLE_SHAPES``), a column per machine (``TABLE_MACHINES``)."""
+    lines = [f"expected hours for {what} at {settings.description}, by {PRIOR_WORDS} (no cell "
+             "measured)", "",
+             "| model | parameters | " + " | ".join(label for *_, label in TABLE_MACHINES) + " |",
+             "|---|---|" + "---|" * len(TABLE_MACHINES)]
+    for shape in TABLE_SHAPES:
+        cells = []
+        for device, gpus, _ in TABLE_MACHINES:
+            cell = expected_seconds(sizes, settings, shape, device, gpus)
+            if isinstance(cell, str):
+                cells.append(cell)
+            else:
+                seconds, held = cell
+                fewer = f" ({held} lanes)" if held < settings.inference_augmentations else ""
+                cells.append(f"{seconds['total'] / 3600:.1f} h{fewer}")
+        bits = "4-bit" if shape.four_bit else "16-bit"
+        lines.append(f"| {shape.name}, {bits} | {count_words(parameters(shape).total)} | " + " | ".join(cells) + " |")
+    bandwidths = ", ".join(f"{device.name} {device.bandwidth / 1e9:,.0f} GB/s" for device, *_ in TABLE_MACHINES)
+    return lines + ["", f"bandwidths: {bandwidths} (the makers' data sheets); a GPU's workers share its bandwidth"]
+
+
+def paper_check(sizes: list[TaskSize], settings: SolveSettings) -> str:
+    """The prior against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
+    seconds, _ = expected_seconds(sizes, settings, NEMO_8B.with_four_bit(), gpu_named("RTX 4090"), 1, lanes=1)
+    predicted = {part: hours(value) for part, value in seconds.items()}
+    measured = {part: hours(value) for part, value in PAPER_RUN.items()}
+    return (f"check against the paper's run (NeMo-Minitron-8B, 4-bit, one RTX 4090, {len(sizes)} tasks, one "
+            f"augmentation searched at a time): TTT {predicted['training']} (paper {measured['training']}), "
+            f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
+            f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
+            f"{seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
+
+
+def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
+    """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
+    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
+    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
+    encoder = load_encoder(model, max_len=settings.max_len)
+    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
+    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
+    return [*table, "", paper_check(paper, settings)]
