@@ -66,7 +66,11 @@ SAFETY_MINUTES = setting("SAFETY_MINUTES", 45.0, float)  # plan to end this long
 STOP_MINUTES = setting("STOP_MINUTES", 15.0, float)  # stop workers still running this long before the limit
 SMOKE_TASKS = setting("SMOKE_TASKS", 3, int)  # tasks solved when the test file is the placeholder
 JOB = setting("JOB", "auto")  # "auto": a smoke job when the test file is the public placeholder; "smoke": always
-# (public data elsewhere); "full": every task
+# (public data elsewhere); "full": every task; "rehearse": the settings above on REHEARSE_TASKS public evaluation
+# tasks in REHEARSE_MINUTES, then their score, the measured speeds and a full run's projected time and rungs
+# (the step before the first scored submission; Kaggle's scored rerun runs the full job whatever JOB says)
+REHEARSE_TASKS = setting("REHEARSE_TASKS", 24, int)  # the rehearsal's tasks, the first public evaluation ones by id
+REHEARSE_MINUTES = setting("REHEARSE_MINUTES", 60.0, float)  # the rehearsal's time
 WORKERS = setting("WORKERS", 0, int)  # workers in all, each a Ray actor; 0: one per GPU and as many more as
 # WORKERS_PER_GPU says, or one without a GPU (then in this process, without Ray)
 WORKERS_PER_GPU = setting("WORKERS_PER_GPU", 0, int)  # workers sharing each GPU; 0: as many as the first worker's
@@ -233,10 +237,12 @@ result = None
 if READY:
     try:  # a task log line each, and the progress, come from the run itself
         clock = CompetitionSettings(hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
-                                    smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers_per_gpu=WORKERS_PER_GPU)
+                                    smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers_per_gpu=WORKERS_PER_GPU,
+                                    rehearse_tasks=REHEARSE_TASKS, rehearse_minutes=REHEARSE_MINUTES)
         result = kaggle.run_competition(model, settings, clock, input_root=INPUT, working=WORKING, started=STARTED,
                                         workers=WORKERS or None, load_options={"quantization": QUANTIZATION})
-        print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score
+        print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score;
+        # a rehearsal's measured speeds and a full run's time and rungs (what `arc-kit estimate --records` prints)
     except Exception as error:  # noqa: BLE001 - the submission on disk stands; the notebook must end cleanly
         print(f"the run failed ({type(error).__name__}: {error}); the submission on disk stands")
 

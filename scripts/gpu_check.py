@@ -299,28 +299,26 @@ def task_rows(run: Path) -> list[dict]:
 
 
 def kaggle_estimate(check: Check, run: Path) -> dict:
-    """The planner's seconds for the ARC-AGI-2 evaluation set on 4x L4, from this run's measured speeds."""
+    """The planner's seconds for the ARC-AGI-2 evaluation set on 4x L4, from this run's measured speeds scaled by
+    the memory bandwidths (the data sheets': the prior's one device figure, ``expectations``)."""
     from arc_kit.data.datasets import load_tasks
     from arc_kit.run.estimates import estimate_from_folder
     from arc_kit.run.expectations import device_bandwidth, gpu_named
     from arc_kit.run.planner import hours
 
     tasks = load_tasks(ESTIMATE_SET, strict=False)
-    estimate = estimate_from_folder(run, tasks, check.model_path)
-    here, l4 = gpu_named(check.device_name()) if check.on_gpu else None, gpu_named("L4")
+    measured = estimate_from_folder(run, tasks, check.model_path).figure("measured")
     bandwidth = check.bandwidth() or device_bandwidth(check.device_name())
-    decode = l4.bandwidth / bandwidth if bandwidth else None
-    compute = l4.flops / here.flops if here else decode  # off a known GPU: bandwidth for every part
-    if decode is None:
+    if not bandwidth:
         return {"error": f"no bandwidth on record for {check.device_name()}: give --bandwidth"}
-    speedups = {"training": compute, "generation": decode, "scoring": compute}
-    parts = {part: estimate.seconds[part] / (speedups[part] * KAGGLE_GPUS) for part in speedups}
+    speedup = gpu_named("L4").bandwidth / bandwidth
+    parts = {part: measured.seconds[part] / (speedup * KAGGLE_GPUS) for part in ("training", "generation", "scoring")}
     total = sum(parts.values())
-    return {"tasks": ESTIMATE_SET, "count": estimate.tasks, "gpus": f"{KAGGLE_GPUS}x L4", "speeds": estimate.speeds
-            .to_json(), "speed_sources": estimate.speeds.sources(), "l4_per_measuring_device": speedups,
-            "seconds_one_process_here": estimate.seconds, "seconds_on_kaggle": parts, "total_seconds": total,
-            "total": hours(total), "how": "this run's speeds per part; training and scoring scaled by bf16 "
-            "FLOP/s, generation by memory bandwidth (data sheets), one process per L4"}
+    return {"tasks": ESTIMATE_SET, "count": len(tasks), "gpus": f"{KAGGLE_GPUS}x L4", "speeds": measured.speeds
+            .to_json(), "speed_sources": measured.speeds.sources(), "l4_per_measuring_device": speedup,
+            "seconds_one_process_here": measured.seconds, "seconds_on_kaggle": parts, "total_seconds": total,
+            "total": hours(total), "how": "this run's speeds per part, scaled by the L4's memory bandwidth over this "
+            "device's (data sheets), one process per L4"}
 
 
 def stage_tasks(check: Check, facts: dict, seconds: float) -> None:

@@ -235,21 +235,53 @@ def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answe
             assert submission[task_id] == [fallback_entry(task, i) for i in range(len(task.test))]
 
 
-@pytest.mark.parametrize("how", ["force_full", "the rerun variable"])
+@pytest.mark.parametrize("how", ["force_full", "the rerun variable", "a rehearsal left on for the rerun"])
 def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_workers_with_the_full_settings(
         simulated, tmp_path, how, monkeypatch):
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
-    result = kaggle.run_competition("model", SETTINGS, CompetitionSettings(smoke_tasks=2), input_root=simulated,
-                                    working=tmp_path, force_full=how == "force_full")
+    job = "rehearse" if how.startswith("a rehearsal") else "auto"  # a scored run never rehearses
+    result = kaggle.run_competition("model", SETTINGS, CompetitionSettings(smoke_tasks=2, job=job),
+                                    input_root=simulated, working=tmp_path, force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     (call,) = calls
     assert not result.placeholder and call["tasks"] == tasks.ids and call["settings"] == SETTINGS
 
 
-def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_a_rehearsal_runs_the_settings_on_public_tasks_and_estimates_a_full_run_as_estimate_does(
+        model_folder, simulated, tmp_path, capsys):
+    """The job the notebook's JOB = "rehearse" runs: the settings as given (not the smoke job's) on the first public
+    evaluation tasks, their score, then a full run's figures, which ``arc-kit estimate --records`` on its working
+    folder prints word for word."""
+    working = tmp_path / "working"
+    clock = CompetitionSettings(job="rehearse", rehearse_tasks=2, rehearse_minutes=30)
+    result = kaggle.run_competition(model_folder, SETTINGS, clock, input_root=simulated, working=working,
+                                    progress=False)
+    files = find_competition_files(simulated)
+    public = load_challenges(files.evaluation_challenges, files.evaluation_solutions)
+    run = working / "arc_kit_run"
+    info = read_json(run / "run.json")
+    assert SolveSettings.from_json(info["settings"]) == SETTINGS  # the settings as given, not the smoke job's
+    assert info["rehearsal"] == {"tasks": 2, "minutes": 30.0, "plan_hours": 12 - 45 / 60}
+    assert list(read_record_dicts(run / "records.jsonl")) == public.ids[:2]
+    assert sorted(read_json(run / "full_run_tasks.json")) == sorted(public.ids)  # the full run it stands for
+    end, score, heading, *estimate = result.lines()
+    assert heading.startswith("a full run, from this rehearsal's records")
+    assert end.startswith("2 tasks; answered by the model: 2") and "a rehearsal on public evaluation tasks" in end
+    assert score == str(result.score) and sorted(result.score.table["task_id"]) == public.ids[:2]
+    assert submission_problems(read_json(working / "submission.json"),
+                               load_challenges(files.test_challenges)) == []  # the test file's stays complete
+    assert main(["estimate", "--records", str(working)]) == 0
+    assert capsys.readouterr().out.splitlines() == estimate  # the same figures, in the same words
+    assert f"speeds measured on CPU (2 tasks of {run}, one worker's)" in "\n".join(estimate)
+    assert "the 4 tasks of the full run it rehearses (full_run_tasks.json) at the run's settings" in "\n".join(estimate)
+    assert "    in 11:15:00 the planner gives 4 at rung 0 (the settings); the work ends at " in "\n".join(estimate)
+
+
+def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated, tmp_path, monkeypatch, capsys):
     """One worker, in this process, around pool_helpers' fake solve, which answers [[7]]: the model's own answers in
     a Kaggle run are the smoke run's above (on Ray)."""
     (tmp_path / "marks").mkdir()
@@ -268,6 +300,10 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     for task_id, record in records.items():
         assert attempts_in(submission, task_id) == [test["attempts"] for test in record["test"]]
         assert submission[task_id][0]["attempt_1"] == [[7]]  # the solver's answers, not the fallbacks
+    # its working folder, as `kaggle check` keeps it: estimate reads its tasks, its model and its device
+    assert main(["estimate", "--records", str(tmp_path), "--gpu", "L4", "--gpus", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "the run's 4 tasks at the run's settings" in printed and "the device that measured it: CPU" in printed
 
 
 def add_hidden_task(input_root: Path) -> str:

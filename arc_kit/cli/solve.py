@@ -136,72 +136,74 @@ def setup_samplers(parser):
     return _table("samplers")
 
 
-@command("estimate", "the planner's estimate of a run's time, from speeds an earlier run measured or guessed for a "
-                     "model and GPU; --table: what to expect per model size and GPU")
+NO_RUN_DATASET = "arc-agi-1/evaluation"  # what an estimate without a run prices when no --dataset names tasks
+
+
+@command("estimate", "the planner's estimate of a run's time: at the speeds an earlier run measured, on its device, "
+                     "and at the prior's for a GPU; --table: what to expect per model size and GPU")
 def setup_estimate(parser):
     from arc_kit.run.expectations import GPUS
 
-    parser.add_argument("--records", help="a run the kit wrote, to take measured speeds, the tasks it solved and its "
-                                          "model from: a run folder (records.jsonl, run.json), or a folder holding "
-                                          "one (a Kaggle run's working folder) (default: none, every speed guessed)")
-    tasks_argument(parser)
+    parser.add_argument("--records", help="a run the kit wrote, to take measured speeds, the tasks it solved, its "
+                                          "model and its device from: a run folder (records.jsonl, run.json), or a "
+                                          "folder holding one (a Kaggle run's working folder) (default: none, every "
+                                          "speed guessed)")
+    tasks_argument(parser, default=None, default_words=f"the run's own tasks (a rehearsal's: the full run it stands "
+                                                       f"for), {NO_RUN_DATASET} without --records")
     number_argument(parser, "--tasks", int, "only the first N tasks by id (default: all)", at_least=0,
                     at_most=MAX_COUNT, default=0)
     parser.add_argument("--gpu", choices=[device.name for device in GPUS],
-                        help="the kind of GPU estimated for: what the parts no run measured are priced on (default: "
-                             "this machine's CPU, one process)")
+                        help="the kind of GPU estimated for (default: the device the run measured on, this CPU "
+                             "without --records); a run measured on another device is given apart, at its own speed")
     number_argument(parser, "--gpus", int, "how many GPUs of --gpu the machine has (default: 1 with --gpu; Kaggle's "
                     "4x L4: --gpu L4 --gpus 4)", at_least=1, at_most=MAX_WORKERS)
-    number_argument(parser, "--workers-per-gpu", int, "worker processes sharing each GPU (default: %(default)s). The "
-                    "total is the work shared by GPUS x WORKERS_PER_GPU workers: a measured speed is one worker's, as "
-                    "the run measured it; a guessed one is a process alone on a GPU, and workers sharing one overlap "
-                    "only their overheads, as --table prices a cell", at_least=1, at_most=MAX_WORKERS, default=1)
-    number_argument(parser, "--speedup", float, "how many times faster the target machine is than the measuring one "
-                    "(default: 1)", at_least=1e-3, at_most=1e6, default=1.0)
+    number_argument(parser, "--workers-per-gpu", int, "worker processes sharing each GPU (default: %(default)s): a "
+                    "measured speed is one worker's, shared among GPUS x WORKERS_PER_GPU workers; the prior prices a "
+                    "GPU, whose bandwidth its workers share", at_least=1, at_most=MAX_WORKERS, default=1)
+    number_argument(parser, "--speedup", float, "your factor: how many times faster --gpu is than the device that "
+                    "measured the run; converts the measured figure to --gpu (default: none, each figure on its own "
+                    "device)", at_least=1e-3, at_most=1e6, default=None)
+    number_argument(parser, "--hours", float, "say how the planner would spend this many hours on the tasks: the "
+                    "rung of the ladder it gives each, and when their work ends (default: a rehearsal's full run's)",
+                    above=0, at_most=MAX_HOURS, default=None)
     parser.add_argument("--model", help="the model whose tokenizer counts tokens and whose size prices the guessed "
                                         "speeds (default: the run's, else the shipped model)")
     parser.add_argument("--settings", choices=["run", *SOLVE_PRESETS], default="run",
                         help="estimate with the measured run's settings (the paper's without --records), or with "
                              "a preset's (default: %(default)s)")
     parser.add_argument("--table", action="store_true",
-                        help="print the hours to expect per model size (135M to 8B, bf16 and 4-bit) and GPU (4x L4, "
-                             "T4, H100) for the tasks at the settings, and the ratios they rest on")
+                        help="print the hours the prior expects per model size (135M to 8B, 16- and 4-bit) and GPU "
+                             "(4x L4, T4, H100) for the tasks at the settings, and the paper's run priced the same way")
     return _run_estimate
 
 
 def _run_estimate(args) -> int:
-    from arc_kit.run.estimates import estimate_from_folder, expectations_for
-    from arc_kit.run.expectations import gpu_named
-    from arc_kit.run.planner import hours
+    from arc_kit.run.estimates import estimate, read_measured_run
+    from arc_kit.run.expectations import expectations_for
 
     target = None if args.settings == "run" else solve_preset(args.settings)
-    tasks = select_tasks(args)
-    what = f"{len(tasks)} tasks of {tasks.name or args.dataset}"
-    if args.table:
-        print("\n".join(expectations_for(tasks, model_path(args), target or solve_preset("paper"), what)))
-        return 0
     if args.gpus and not args.gpu:
         raise ValueError("--gpus counts GPUs of --gpu: name their kind (--gpu L4)")
     if args.workers_per_gpu > 1 and not args.gpu:
         raise ValueError("--workers-per-gpu shares a GPU: name it (--gpu L4)")
-    gpus = (args.gpus or 1) if args.gpu else 0
-    estimate = estimate_from_folder(args.records, tasks, args.model, target, gpus=gpus,
-                                    workers_per_gpu=args.workers_per_gpu, speedup=args.speedup,
-                                    device=gpu_named(args.gpu) if args.gpu else None)
-    speeds = estimate.speeds
-    for note in estimate.notes:
-        print(f"run {args.records}: {note}")
-    if args.records is not None and not speeds.measured_tasks:
-        print(f"warning: {args.records} recorded no speeds (no task finished with the model): every speed "
-              "below is guessed")
-    print(f"speeds{f' from {speeds.measured_tasks} tasks of {args.records}' if args.records else ''} (one worker): "
-          f"training {speeds.training:.3g} s/token-step, generation {speeds.generation:.3g} s/unit, scoring "
-          f"{speeds.scoring:.3g} s/prompt token", *(f"  {line}" for line in speeds.sources()), sep="\n")
-    parts = {part: hours(seconds) for part, seconds in estimate.wall_seconds.items()}
-    print(f"{what} with the {'paper' if args.settings == 'run' and not args.records else args.settings} "
-          f"settings: TTT {parts['training']}, generation {parts['generation']}, scoring {parts['scoring']}; "
-          f"total {parts['total']} (h:mm:ss of wall time on {estimate.machine}; one worker alone: "
-          f"{hours(estimate.seconds['total'])})")
+    if args.speedup is not None and not (args.gpu and args.records):
+        raise ValueError("--speedup converts a run's measured speeds to --gpu: give both --records and --gpu")
+    run = read_measured_run(args.records, args.model) if args.records and not args.table else None
+    if args.dataset is None and run is None:
+        args.dataset = NO_RUN_DATASET
+    tasks = select_tasks(args, None if args.dataset else run.default_tasks)
+    if args.table:
+        what = f"{len(tasks)} tasks of {tasks.name or args.dataset}"
+        print("\n".join(expectations_for(tasks, model_path(args), target or solve_preset("paper"), what)))
+        return 0
+    given = f"{len(tasks)} tasks of {tasks.name or args.dataset}" if args.dataset else None
+    result = estimate(run, tasks, args.model, target, device=args.gpu, gpus=(args.gpus or 1) if args.gpu else 0,
+                      workers_per_gpu=args.workers_per_gpu, speedup=args.speedup, hours_to_plan=args.hours,
+                      what=given)
+    if run is not None and not result.figure("measured").speeds.measured_tasks:
+        print(f"warning: {args.records} recorded no speeds (no task finished with the model): every speed below is "
+              "guessed")
+    print(*result.lines(), sep="\n")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 - decode: the cost of one explored DFS token against one token of transformers' greedy
   ``generate`` on the same model and prompts (prompt prefill subtracted from both; goal <= 1.1x);
-  on a GPU whose bandwidth is known (``PEAK_BANDWIDTH``), also against the memory-bandwidth floor
+  on a GPU whose bandwidth is on record (``expectations.GPUS``), also against the memory-bandwidth floor
   (``decode_floor_seconds``: every weight and every cached key and value read once per step);
 - search: DFS at T = 9% against greedy for whole test inputs under the same augmentations;
 - scoring: the engine's prefix-reusing scoring (``Engine.score``: one prompt pass, its keys and values

@@ -186,7 +186,7 @@ class Throughput:
 def throughput(engine, prompts, space: AnswerSpace, steps: int, warmup: int,
                bandwidth: float | None) -> list[Throughput]:
     """The engine's step for 1 and 16 lanes, against the floor at ``bandwidth`` bytes/s (None: no floor; a GPU's is
-    ``expectations.device_bandwidth``, ``PEAK_BANDWIDTH``)."""
+    ``expectations.device_bandwidth``, the maker's data sheet)."""
     import torch
 
     decode_bytes = sum(tensor.numel() * tensor.element_size() for tensor in engine.weights.tensors())

@@ -5,7 +5,10 @@
 fallback ``submission.json`` at once, notice when the test file is the public placeholder (then run
 a short smoke job), otherwise solve every test task within the time budget on all GPUs (a pool of
 Ray actors, ``jobs``; one worker solves in this process, without Ray), keeping the submission
-complete and valid after every task and stopping the workers before the limit. Where the
+complete and valid after every task and stopping the workers before the limit. A rehearsal
+(``CompetitionSettings.job`` "rehearse") runs the settings as given on a few of the public evaluation
+tasks in a set time instead, and ends with their score and ``estimates``' figures for a full run of the
+public evaluation set's size (the hidden set's), priced from its own records. Where the
 test tasks are public ones whose solutions sit beside them (a smoke run on the placeholder, or the
 evaluation set given as the test file), the run is scored: its end line (``CompetitionRun.lines``) says
 how many tasks the model answered and how many of them are right, and the score follows.
@@ -25,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from arc_kit.data.datasets import export_kaggle, find_competition_files, load_challenges, load_dataset
+from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.method.records import answers_from_records
@@ -32,14 +36,17 @@ from arc_kit.model.devices import visible_gpus
 from arc_kit.model.loading import token_budget_of
 from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_folder
 from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
+from arc_kit.run.estimates import estimate_from_folder
 from arc_kit.run.expectations import shape_of_folder
 from arc_kit.run.locking import hold_folder
 from arc_kit.run.planner import hours
 from arc_kit.run.record_json import read_records
 from arc_kit.run.runs import (
+    FULL_RUN_TASKS,
     RECORDS_FILE,
     RUN_FILE,
     RUN_KIND,
+    SUBMISSION_FILE,
     RunFolderError,
     answered_by_model,
     check_run,
@@ -68,17 +75,23 @@ class CompetitionRun:
     error: str | None = None  # why solving stopped early, if it did (the submission is complete anyway)
     score: Score | None = None  # on the tasks whose solutions are public (a smoke run, the evaluation set as test)
     outcome: list[str] = field(default_factory=list)  # the end line's parts (``runs.outcome_parts``)
+    rehearsal: list[str] | None = None  # a rehearsal's estimate of a full run (``estimates.Estimate.lines``)
 
     def lines(self) -> list[str]:
         """The run's end line (tasks, what the model answered and got right, the job, the minutes, an early
-        stop), then the score where the solutions are known."""
+        stop), then the score where the solutions are known, then a rehearsal's estimate of a full run."""
         parts = [f"{self.tasks} tasks", ", ".join(self.outcome) or f"answered by the model: {self.answered}"]
         if self.placeholder:
             parts.append("placeholder test file: smoke job")
+        if self.rehearsal is not None:
+            parts.append("a rehearsal on public evaluation tasks")
         parts.append(f"{self.seconds / 60:.1f} minutes")
         if self.error:
             parts.append(f"stopped early: {self.error}")
-        return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else [])
+        rehearsal = [] if self.rehearsal is None else [
+            "a full run, from this rehearsal's records (`arc-kit estimate --records` on the working folder says the "
+            "same):", *self.rehearsal]
+        return ["; ".join(parts)] + ([str(self.score)] if self.score is not None else []) + rehearsal
 
 
 def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSettings(),
@@ -110,7 +123,8 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     if files.test_challenges is None:
         raise FileNotFoundError(f"no arc-agi_test_challenges.json below {input_root}")
     tasks = load_challenges(files.test_challenges, strict=False)  # bad tasks still get answers
-    placeholder, chosen, run_settings = _choose_job(clock, force_full, files, tasks, settings)
+    job, chosen, run_settings = _choose_job(clock, force_full, files, tasks, settings)
+    placeholder, rehearse = job == "smoke", job == "rehearse"
     run_folder = working / RUN_FOLDER
     if not adopt:
         check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
@@ -125,19 +139,26 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
         limit = started + 3600 * clock.hours
         deadline, stop_at = limit - 60 * clock.safety_minutes, limit - 60 * clock.stop_minutes
+        if rehearse:  # the planner plans to end the rehearsal's tasks in its minutes
+            deadline = min(deadline, started + 60 * clock.rehearse_minutes)
         solutions = _public_solutions(files, chosen)
         if progress:
-            _announce(files, tasks, chosen, clock.job, placeholder, deadline)
+            _announce(files, tasks, chosen, clock.job, placeholder, deadline, rehearse)
+        info = _run_info(files, tasks, model) if not rehearse else _rehearsal_info(files, chosen, model, clock)
+        own = {} if rehearse else {"submission_path": submission_path, "submission_tasks": tasks}  # else its own
         records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
             chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=clock.workers_per_gpu or None,
-            deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress,
-            submission_path=submission_path, submission_tasks=tasks, solutions=solutions, adopt=adopt,
-            info=_run_info(files, tasks, model)).records)
+            deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress, solutions=solutions,
+            adopt=adopt, info=info, **own).records)
         error = _write_final_submission(submission_path, tasks, records, attempts, error)
-    score = _score(submission_path, solutions, attempts)
+        if rehearse:
+            write_json_atomically(run_folder / FULL_RUN_TASKS, _public_tasks(files).without_solutions()
+                                  .challenges_json())
+    score = _score(run_folder / SUBMISSION_FILE if rehearse else submission_path, solutions, attempts)
     answered = sum(1 for record in records.values() if answered_by_model(record))
-    return CompetitionRun(submission_path, placeholder, len(tasks.test_counts()), answered, time.time() - started,
-                          error, score, outcome_parts(records, score))
+    return CompetitionRun(submission_path, placeholder, len(chosen if rehearse else tasks.test_counts()), answered,
+                          time.time() - started, error, score, outcome_parts(records, score),
+                          _rehearsal_lines(run_folder) if rehearse else None)
 
 
 def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:
@@ -152,16 +173,44 @@ def _run_info(files, tasks: TaskSet, model: str | os.PathLike) -> dict:
 
 
 def _choose_job(clock: CompetitionSettings, force_full: bool, files, tasks: TaskSet,
-                settings: SolveSettings) -> tuple[bool, TaskSet, SolveSettings]:
-    """(placeholder, the tasks to solve, their settings): a smoke job on the first tasks when asked for, or
-    when the test file is the public placeholder and this is no full job nor Kaggle's rerun; else every task."""
+                settings: SolveSettings) -> tuple[str, TaskSet, SolveSettings]:
+    """(the job, the tasks to solve, their settings): a rehearsal on the first public evaluation tasks when asked
+    for; a smoke job on the first tasks when asked for, or when the test file is the public placeholder and this is
+    no full job nor Kaggle's rerun; else every task (Kaggle's scored rerun never rehearses)."""
     # Kaggle sets KAGGLE_IS_COMPETITION_RERUN when it runs the notebook on the hidden test set
     rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
-    full = force_full or clock.job == "full"
-    placeholder = clock.job == "smoke" or (files.is_placeholder_test() and not (full or rerun))
-    chosen = tasks.head(clock.smoke_tasks) if placeholder else tasks
-    run_settings = smoke(settings) if placeholder else settings
-    return placeholder, chosen, run_settings
+    if clock.job == "rehearse" and not (rerun or force_full):
+        return "rehearse", _public_tasks(files).head(clock.rehearse_tasks), settings
+    full = force_full or clock.job in ("full", "rehearse")
+    if clock.job == "smoke" or (files.is_placeholder_test() and not (full or rerun)):
+        return "smoke", tasks.head(clock.smoke_tasks), smoke(settings)
+    return "full", tasks, settings
+
+
+def _public_tasks(files) -> TaskSet:
+    """The competition's public evaluation tasks with their solutions: what a rehearsal solves, and its full run's
+    stand-in (the hidden set is of their size). FileNotFoundError in one line where they are not."""
+    if files.evaluation_challenges is None or files.evaluation_solutions is None:
+        raise FileNotFoundError(f"a rehearsal solves public evaluation tasks: no arc-agi_evaluation_challenges.json "
+                                f"with its solutions beside {files.test_challenges}")
+    return load_challenges(files.evaluation_challenges, files.evaluation_solutions, strict=False)
+
+
+def _rehearsal_info(files, chosen: TaskSet, model: str | os.PathLike, clock: CompetitionSettings) -> dict:
+    """``run.json``'s record of a rehearsal: its data set (the public evaluation file), the model's shape, its time,
+    and the hours a full run plans in (what ``estimates`` plans the full run's rungs in)."""
+    return {**_run_info(files, _public_tasks(files), model), "dataset": str(files.evaluation_challenges),
+            "rehearsal": {"tasks": len(chosen), "minutes": clock.rehearse_minutes,
+                          "plan_hours": clock.hours - clock.safety_minutes / 60}}
+
+
+def _rehearsal_lines(run_folder: Path) -> list[str]:
+    """What ``arc-kit estimate --records`` prints for the rehearsal's folder: the measured speeds, and a full run's
+    wall time and rungs (one line saying why where it cannot)."""
+    try:
+        return estimate_from_folder(run_folder).lines()
+    except Exception as failure:  # noqa: BLE001 - the rehearsal's submission and score stand without it
+        return [f"no estimate of a full run: {type(failure).__name__}: {failure}"]
 
 
 def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: SolveSettings, *, restart: bool,
@@ -196,10 +245,13 @@ def _write_submission(submission_path: Path, tasks: TaskSet, records: dict, atte
     write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts), tasks)
 
 
-def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: bool, deadline: float) -> None:
+def _announce(files, tasks: TaskSet, chosen: TaskSet, job: str, placeholder: bool, deadline: float,
+              rehearse: bool = False) -> None:
     """One line on what the job does: how many tasks, which job, the GPUs, the time to plan in."""
     what = ("a smoke job (asked for)" if job == "smoke" else "placeholder: a smoke job") + f" on {len(chosen)}" \
         if placeholder else f"solving all {len(chosen)}"
+    if rehearse:
+        what = f"a rehearsal on {len(chosen)} public evaluation task(s) ({files.evaluation_challenges})"
     skipped = f" ({len(tasks.skipped)} malformed: fallback answers)" if tasks.skipped else ""
     gpus = visible_gpus()
     print(f"{len(tasks.test_counts())} test tasks{skipped} in {files.test_challenges}; {what}; "

@@ -3,9 +3,10 @@
 ``runs`` keeps a run folder resumable and writes its submission and its end line (``locking`` holds a
 folder for one process; ``record_json`` reads and writes the records' files, their JSON derived from
 the record dataclasses);
-``planner`` fits a run into its time, ``expectations`` guesses its first speeds from the model's
-size and the device (a decode step's memory-bandwidth floor among them, and how many workers share a
-GPU), and ``estimates`` prices one from an earlier run's speeds, or per model size and GPU;
+``planner`` fits a run into its time, ``expectations`` guesses its first speeds by one stated prior
+(a decode step's memory-bandwidth floor on the device times a factor; its table per model size and
+GPU; how many workers share a GPU), and ``estimates`` prices a run at the speeds an earlier one
+measured, on the device that measured them, beside the prior's;
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
 an actor's side);

@@ -1,209 +1,153 @@
-"""``arc-kit estimate``: what a run would cost, at the speeds an earlier run measured (guessed ones where it measured
-none), and the table of what to expect per model size and machine (``--table``).
+"""``arc-kit estimate``: what a run would take at the speeds an earlier run measured, on the device that measured
+them, and at the prior's (``expectations``) on the device asked about; the planner's ladder in a time budget.
 
-``estimate_from_folder`` reads a run the kit wrote (``find_run``; its tasks and model as its own records say,
-``read_measured_run``), prices the speeds its records show (``planner.speeds_from_records``: every task that
-finished with the model) and applies them to the tasks and settings asked about (their ``planner.work_units``).
-A part no record measured is priced at the speed ``expectations.guessed_speeds`` guesses for the model on the
-GPU named (``Speeds.sources`` says which is which); without a run every part is guessed.
-
-The wall time is for a machine stated in its units: ``gpus`` GPUs with ``workers_per_gpu`` worker
-processes sharing each (none: this machine's CPU, one process). A measured speed is one worker's, as the
-run measured it (sharing its GPU as that run's workers did), so a measured part takes its seconds over
-all the workers; a guessed speed is one process alone on a GPU, and workers sharing a GPU overlap only
-their host overheads (``expectations.PartCost.with_workers``), exactly as ``--table`` prices a cell.
-
-Every cell of the table (``expected_cell``; ``expectations_for`` for a task set) is derived, none measured (no
-run of a whole task set on a GPU is on record): the tasks' work units priced by ``expectations.part_costs``
-(host overhead plus floor times ratio, each from a measurement it names), as many worker processes a GPU as its
-memory holds at the weights and the lanes' KV cache (``expectations.workers_per_gpu_for``), the work shared by
-the machine's GPUs. A cell also gives the least time, every part at its floor with no overhead. A model whose
-weights and cache do not fit one GPU says so. ``paper_check`` prices the one run of a large model whose time is
-published, the paper's (NeMo-Minitron-8B in 4 bits, one RTX 4090, 400 ARC-AGI-1 evaluation tasks, its DFS
-searching one augmentation at a time), so that the table's error can be judged against it; it prices
-transformers' own decode (its forward and caches, as the authors' code decodes). This module prices and
-formats; it measures nothing and knows nothing of solving.
+``read_measured_run`` reads a run the kit wrote (``find_run``: a run folder, or a working folder holding one):
+its settings, its own tasks (the pool's ``tasks.json``, else the tasks of its data set its records name; a
+rehearsal's: the full run it stands for, ``FULL_RUN_TASKS``), its model, the device that measured it and its
+workers. ``estimate`` prices tasks at the measured speeds (``planner.speeds_from_records``; a part no record
+measured at the prior's for the measuring device) and at the prior's speeds. A measured speed stays on the device
+that measured it: where the device asked about is another, both figures are given apart, and only a factor the
+user states (``speedup``) converts one into the other. A measured figure's workers are the run's (or those asked
+for on its device): one worker's seconds over all of them; a guessed figure prices a GPU, whose bandwidth its
+workers share. With a time budget a figure also says how the planner would spend it (``plan``: the rungs of the
+ladder it gives the tasks, and when their work ends). This module prices and formats; it measures nothing and
+knows nothing of solving.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections import Counter
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.data.datasets import load_challenges, load_tasks
+from arc_kit.data.jsonio import read_json
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.model.folders import default_model_path
 from arc_kit.model.loading import load_encoder, token_budget_of
-from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
-from arc_kit.run.expectations import (
-    BANDWIDTH_RATIO,
-    COMPUTE_RATIO,
-    CUDA_CONTEXT_BYTES,
-    DECODE_OVERHEAD,
-    FAST_BANDWIDTH_RATIO,
-    FAST_DECODE_OVERHEAD,
-    MAX_WORKERS_PER_GPU,
-    MEASUREMENTS,
-    NEMO_8B,
-    TABLE_SHAPES,
-    TRAINING_OVERHEAD,
-    Device,
-    Typical,
-    decodes_on_fast_engine,
-    gpu_named,
-    guessed_speeds,
-    part_costs,
-    shape_of_folder,
-    sized,
-    workers_per_gpu_for,
+from arc_kit.model.memory import Architecture
+from arc_kit.run.expectations import device_named, guessed_on, shape_of_folder, sized
+from arc_kit.run.planner import (
+    FALLBACK,
+    PARTS,
+    Planner,
+    Speeds,
+    TaskSize,
+    hours,
+    measure,
+    speeds_from_records,
+    work_units,
 )
-from arc_kit.run.planner import PARTS, Speeds, TaskSize, hours, measure, speeds_from_records, work_units
 from arc_kit.run.record_json import read_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_FILE, TASKS_FILE, RunFolderError, read_run_info, read_run_settings
+from arc_kit.run.runs import (
+    FULL_RUN_TASKS,
+    RECORDS_FILE,
+    RUN_FILE,
+    SPEEDS_FILE,
+    TASKS_FILE,
+    RunFolderError,
+    read_run_info,
+    read_run_settings,
+)
 from arc_kit.settings import SolveSettings, solve_preset
 
-PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
 MAX_ESTIMATE_SECONDS = 100 * 31_536_000.0  # a century: an estimate beyond it comes from damaged speeds
+UNRECORDED = "a device the run did not record"
 
 
 @dataclass(frozen=True)
 class Machine:
-    device: Device
-    count: int  # GPUs
-    label: str
+    """Where a figure's seconds run: a device (a GPU's name, "CPU", or ``UNRECORDED``), its GPUs, the workers."""
+
+    device: str
+    gpus: int  # 0: a CPU (or not recorded)
+    workers: int  # in all
+
+    def words(self) -> str:
+        where = f"{self.gpus} {self.device}" if self.gpus else self.device
+        return f"{where}, {self.workers} worker{'s' if self.workers != 1 else ''}"
 
 
-TABLE_MACHINES = (Machine(gpu_named("L4"), 4, "4x L4 (Kaggle)"), Machine(gpu_named("T4"), 1, "T4"),
-                  Machine(gpu_named("H100"), 1, "H100"))
-# The paper's Table 3 and appendix (the authors' run, not the kit's): NeMo-Minitron-8B in 4 bits on one RTX 4090,
-# the 400 ARC-AGI-1 evaluation tasks, 16 + 16 augmentations, DFS at T = 9%: test-time training 51 s a task,
-# candidate generation 9:32 h, 20:50 h in all.
-PAPER_RUN = {"training": 400 * 51.0, "generation": 9 * 3600 + 32 * 60.0, "total": 20 * 3600 + 50 * 60.0}
+@dataclass(frozen=True)
+class Plan:
+    """How the planner would spend ``seconds``: tasks per rung of the ladder (``FALLBACK``: none), and when their
+    work would end."""
+
+    seconds: float
+    rungs: dict[int, int]
+    ends: float
+
+    def words(self) -> str:
+        rungs = ", ".join(f"{count} at rung {rung}{' (the settings)' if rung == 0 else ''}"
+                          for rung, count in sorted(self.rungs.items()) if rung != FALLBACK)
+        fallback = self.rungs.get(FALLBACK, 0)
+        return f"in {hours(self.seconds)} the planner gives {rungs or 'no task a rung'}" + \
+            (f", {fallback} fallback answers only" if fallback else "") + f"; the work ends at {hours(self.ends)}"
 
 
 @dataclass
-class Cell:
-    """One model on one machine: seconds per part and in all, the workers a GPU and the lanes each decodes
-    together, the least seconds."""
+class Figure:
+    """The tasks' seconds at one set of speeds on one machine: measured, converted by the user's factor, or
+    guessed by the prior."""
 
-    seconds: dict[str, float] = field(default_factory=dict)  # training, generation, scoring, total
-    workers: int = 0
-    lanes: int = 0  # the KV cache's lanes a worker holds (fewer than the augmentations where memory is short)
-    least: float = 0.0
-    unfit: str = ""  # why the model does not fit one GPU ("" when it does)
+    how: str  # "measured", "converted" or "guessed"
+    machine: Machine
+    speeds: Speeds
+    seconds: dict[str, float]  # wall seconds per part, and "total"
+    plan: Plan | None = None
+    source: str = ""  # whose speeds, in words
 
-    def text(self, lanes: int) -> str:
-        if self.unfit:
-            return f"does not fit ({self.unfit})"
-        fewer = f", {self.lanes} lanes" if self.lanes < lanes else ""
-        return f"{self.seconds['total'] / 3600:.1f} h d ({self.workers}/GPU{fewer}; least {self.least / 3600:.2f} h)"
-
-
-def worker_bytes(shape: Architecture, typical: Typical, lanes: int) -> float:
-    """What one worker holds on its GPU: the weights, and the KV cache of ``lanes`` lanes of a test input."""
-    return weight_bytes(shape) + lanes * (typical.prompt + typical.answer) * kv_cache_bytes(shape, 1, 1)
-
-
-def expected_cell(sizes: Sequence[TaskSize], settings: SolveSettings, shape: Architecture, machine: Machine,
-                  workers: int | None = None, lanes: float | None = None) -> Cell:
-    """The seconds ``sizes`` take at ``settings`` for ``shape`` on ``machine`` (``workers`` a GPU: as many as fit;
-    the lanes halved, as the engine halves them, while a worker's cache does not fit; ``lanes``: searched
-    together, default as a solve does)."""
-    typical = Typical.of(sizes, settings, lanes)
-    memory, lanes = machine.device.memory, settings.inference_augmentations
-    while lanes > 1 and worker_bytes(shape, typical, lanes) + CUDA_CONTEXT_BYTES > 0.9 * memory:
-        lanes //= 2
-    need = worker_bytes(shape, typical, lanes)
-    if need + CUDA_CONTEXT_BYTES > 0.9 * memory:
-        return Cell(unfit=f"{weight_bytes(shape) / 1e9:.1f} GB of weights, {memory / 1e9:.0f} GB")
-    typical = replace(typical, lanes=max(1.0, typical.lanes * lanes / settings.inference_augmentations))
-    workers = workers or workers_per_gpu_for(need, memory, 1, cpus=MAX_WORKERS_PER_GPU)
-    units = {part: 0.0 for part, _ in PARTS}
-    for size in sizes:
-        for part, amount in work_units(size, settings).items():
-            units[part] += amount
-    costs = part_costs(shape, machine.device, typical, decodes_on_fast_engine(settings))
-    seconds = {part: units[part] * costs[part].with_workers(workers) / machine.count for part in units}
-    least = sum(units[part] * costs[part].floor for part in units) / machine.count
-    return Cell({**seconds, "total": sum(seconds.values())}, workers, lanes, least)
-
-
-def ratio_lines() -> list[str]:
-    """What every derived cell rests on: each overhead and ratio, and the measurement it comes from."""
-    lines = [f"- {name}: {measurement.value:.6g}, {measurement.what} ({measurement.source})"
-             for name, measurement in MEASUREMENTS.items() if name != "cpu_speeds"]
-    return lines + [
-        f"- decode overhead: {DECODE_OVERHEAD * 1e3:.2f} ms a layer a step (decode_step less its bandwidth floor, "
-        "over 30 layers); a scoring forward's overhead is priced the same",
-        f"- training overhead: {TRAINING_OVERHEAD * 1e3:.2f} ms a layer a step, and compute ratio: "
-        f"{COMPUTE_RATIO:.2f} x the arithmetic floor at the GPU's peak (ttt_step and finetune_step, each a step's "
-        "overhead plus the ratio times its arithmetic at the H100's 989 TFLOP/s, solved together); scoring "
-        "forwards' arithmetic takes the same ratio",
-        f"- the engine (compiled, CUDA graphs): decode overhead {FAST_DECODE_OVERHEAD * 1e3:.3f} ms a layer a step "
-        f"and bandwidth ratio {FAST_BANDWIDTH_RATIO:.2f} x the decode floor (fast_overhead_step and fast_step, each "
-        "28 layers' overhead plus the ratio times its floor, solved together); "
-        "generation is priced so when the settings decode on it (the default), 4-bit models' at the bf16 figures "
-        "(the engine's 4-bit GPU step is not measured); scoring forwards are priced as transformers'",
-        f"- transformers' decode's bandwidth ratio: {BANDWIDTH_RATIO:g} x the decode floor: not measured (the 135M "
-        "model's step is all overhead)"]
-
-
-def expectations_table(sizes: Sequence[TaskSize], settings: SolveSettings, what: str) -> list[str]:
-    """The table's lines: a row per model (``TABLE_SHAPES``), a column per machine (``TABLE_MACHINES``), each cell
-    derived (d); the ratios below it."""
-    engine = "the compiled engine's decode" if decodes_on_fast_engine(settings) else "transformers' decode"
-    lines = [f"expected hours for {what} at {settings.description}; d: derived (host overhead + floor x "
-             f"measured ratio, {engine}), no cell measured; least: every part at its floor",
-             "", "| model | parameters | " + " | ".join(machine.label for machine in TABLE_MACHINES) + " |",
-             "|---|---|" + "---|" * len(TABLE_MACHINES)]
-    for shape in TABLE_SHAPES:
-        cells = [expected_cell(sizes, settings, shape, machine).text(settings.inference_augmentations)
-                 for machine in TABLE_MACHINES]
-        bits = "4-bit" if shape.four_bit else "bf16"
-        lines.append(f"| {shape.name}, {bits} | {parameters(shape).total / 1e9:.2f}B | " + " | ".join(cells) + " |")
-    return lines + ["", "ratios:", *ratio_lines()]
-
-
-def paper_check(sizes: Sequence[TaskSize], settings: SolveSettings) -> str:
-    """The table's model against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
-    machine = Machine(gpu_named("RTX 4090"), 1, "RTX 4090")
-    cell = expected_cell(sizes, settings.replace(engine_compile="off"), NEMO_8B.with_four_bit(), machine, workers=1,
-                         lanes=1)
-    predicted = {part: hours(seconds) for part, seconds in cell.seconds.items()}
-    measured = {part: hours(seconds) for part, seconds in PAPER_RUN.items()}
-    return (f"check against the paper's run (NeMo-Minitron-8B, 4-bit, one RTX 4090, {len(sizes)} tasks, one "
-            f"augmentation searched at a time): TTT {predicted['training']} (paper {measured['training']}), "
-            f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
-            f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
-            f"{cell.seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
-
+    def line(self) -> str:
+        parts = {part: hours(seconds) for part, seconds in self.seconds.items()}
+        return (f"{self.how}, on {self.machine.words()}: TTT {parts['training']}, generation {parts['generation']}, "
+                f"scoring {parts['scoring']}; total {parts['total']} (h:mm:ss of wall time)")
 
 
 @dataclass
 class Estimate:
-    """The planner's estimate of a run, from the speeds an earlier run measured (and guesses where it did not)."""
+    """A run's estimate: what is priced, each figure, and where the run's parts came from."""
 
-    speeds: Speeds
-    seconds: dict[str, float]  # training, generation, scoring, total: one worker at the measured (or guessed) speeds
-    wall_seconds: dict[str, float]  # the same on the machine of ``machine``
-    tasks: int
+    what: str  # the tasks and settings priced, in words
     settings: SolveSettings
-    machine: str  # the wall time's unit, in words
-    notes: list[str] = field(default_factory=list)  # where the run's tasks and model came from
+    figures: list[Figure]
+    notes: list[str] = field(default_factory=list)  # where the tasks, model and device came from
+
+    def figure(self, how: str) -> Figure | None:
+        return next((figure for figure in self.figures if figure.how == how), None)
+
+    def lines(self) -> list[str]:
+        """What ``arc-kit estimate`` prints (and a rehearsal after its run): the notes, each figure's speeds and
+        their sources, then the tasks' seconds and plan on each figure's machine."""
+        lines = list(self.notes)
+        for figure in self.figures:
+            speeds = figure.speeds
+            lines += [f"speeds {figure.how} on {figure.machine.device} ({figure.source}): training "
+                      f"{speeds.training:.3g} s/token-step, generation {speeds.generation:.3g} s/unit, scoring "
+                      f"{speeds.scoring:.3g} s/prompt token", *(f"  {line}" for line in speeds.sources())]
+        lines.append(f"{self.what}:")
+        for figure in self.figures:
+            lines.append(f"  {figure.line()}")
+            if figure.plan is not None:
+                lines.append(f"    {figure.plan.words()}")
+        return lines
 
 
 @dataclass(frozen=True)
 class MeasuredRun:
-    """What a run's own records say for an estimate: its folder, settings, the tasks it solved, its model."""
+    """What a run's own files say for an estimate."""
 
     folder: Path
     settings: SolveSettings
-    tasks: TaskSet
+    tasks: TaskSet  # the tasks it timed
+    default_tasks: TaskSet  # what an estimate prices by default: its own tasks, a rehearsal's full run
+    default_words: str
     model: Path  # the run's model where it is here, else the model whose tokenizer counts its tokens
     shape: Architecture | None  # the run's model's shape (its folder's, or the one recorded with it)
+    machine: Machine  # the device that measured its speeds, its GPUs, its workers
+    records: dict
+    plan_hours: float | None  # a rehearsal's: the hours a full run plans in
     notes: list[str]
 
 
@@ -223,14 +167,26 @@ def find_run(path: str | os.PathLike) -> Path:
 
 
 def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None = None) -> MeasuredRun:
-    """The run of ``path`` (``find_run``) as its records say: ``model`` overrides the model it names."""
+    """The run of ``path`` (``find_run``) as its files say; ``model`` overrides the model it names."""
     folder = find_run(path)
     info, settings = read_run_info(folder), read_run_settings(folder)
-    tasks, notes = _run_tasks(folder, info)
-    named = model or info.get("model")
-    if named and Path(named).exists():
+    records = read_records(folder / RECORDS_FILE) if (folder / RECORDS_FILE).exists() else {}
+    tasks, notes = _run_tasks(folder, info, records)
+    default, words = tasks, f"the run's {len(tasks)} tasks"
+    if (folder / FULL_RUN_TASKS).is_file():
+        default = load_challenges(folder / FULL_RUN_TASKS, strict=False)
+        words = f"the {len(default)} tasks of the full run it rehearses ({FULL_RUN_TASKS})"
+    recorded = info.get("model")
+    named = model or (recorded.get("path") if isinstance(recorded, dict) else recorded)  # a solve records a dict
+    machine = _run_machine(folder, info)
+    notes.append(f"the device that measured it: {machine.words()} (its {RUN_FILE})")
+    rehearsal = info.get("rehearsal") if isinstance(info.get("rehearsal"), dict) else {}
+    plan_hours = rehearsal.get("plan_hours") if isinstance(rehearsal.get("plan_hours"), (int, float)) else None
+    common = dict(folder=folder, settings=settings, tasks=tasks, default_tasks=default, default_words=words,
+                  machine=machine, records=records, plan_hours=plan_hours, notes=notes)
+    if isinstance(named, (str, os.PathLike)) and str(named) and Path(named).exists():
         notes.append(f"the model: {named}" + ("" if model else f" (named in its {RUN_FILE})"))
-        return MeasuredRun(folder, settings, tasks, Path(named), shape_of_folder(named), notes)
+        return MeasuredRun(model=Path(named), shape=shape_of_folder(named), **common)
     try:
         shape = Architecture(**info["model_shape"])  # as the Kaggle job recorded it
     except (KeyError, TypeError):
@@ -239,87 +195,136 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
                  "tokenizer (every shrunk model writes a symbol a token); "
                  + (f"its recorded shape ({sized(shape)}) prices what the run did not measure" if shape else
                     "what the run did not measure is priced at the kit's fixed assumption (pass --model)"))
-    return MeasuredRun(folder, settings, tasks, default_model_path(), shape, notes)
+    return MeasuredRun(model=default_model_path(), shape=shape, **common)
 
 
-def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
-    """The tasks the run in ``folder`` solved: its data set where it loads here, else its pool's ``tasks.json``."""
-    dataset = info.get("dataset")
-    if isinstance(dataset, str):
-        with suppress(InvalidDataError, OSError, ValueError):
-            return load_tasks(dataset, strict=False), [f"the tasks: {dataset} (its {RUN_FILE})"]
+def _run_tasks(folder: Path, info: dict, records: dict) -> tuple[TaskSet, list[str]]:
+    """The tasks the run in ``folder`` timed: its pool's ``tasks.json``, else those of its data set (where it loads
+    here), else of a rehearsal's full run, that its records name."""
     if (folder / TASKS_FILE).is_file():
         return load_challenges(folder / TASKS_FILE, strict=False), \
             [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"]
+    dataset = info.get("dataset")
+    sources = [(dataset, load_tasks)] if isinstance(dataset, str) else []
+    if (folder / FULL_RUN_TASKS).is_file():
+        sources.append((folder / FULL_RUN_TASKS, load_challenges))
+    for source, load in sources:
+        with suppress(InvalidDataError, OSError, ValueError):
+            loaded = load(source, strict=False)
+            timed = [task_id for task_id in loaded.ids if task_id in records]
+            return loaded.select(timed), [f"the tasks: the {len(timed)} of {source} its records name"]
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
                          f"holds no {TASKS_FILE}: which tasks its records timed cannot be told")
 
 
-def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model: str | os.PathLike | None = None,
-                         target: SolveSettings | None = None, *, gpus: int = 0, workers_per_gpu: int = 1,
-                         speedup: float = 1.0, device: Device | None = None) -> Estimate:
-    """Seconds ``target`` (default: the measured run's own settings, or the paper's without a run) would take on
-    ``tasks``, at the speeds the run of ``folder`` measured (None: no run), on ``gpus`` GPUs of ``device`` with
-    ``workers_per_gpu`` workers each (0 GPUs: this CPU, one process), ``speedup`` times faster than measured; a
-    part it did not measure at the speed guessed for the model on ``device`` (None: the CPU). ``model`` (default:
-    the run's, else the shipped model) counts the tokens and gives the shape the guesses are for."""
-    if gpus < 0 or workers_per_gpu < 1 or speedup <= 0 or (gpus and device is None) or (not gpus and
-                                                                                       workers_per_gpu > 1):
-        raise ValueError(f"gpus {gpus}, workers_per_gpu {workers_per_gpu}, speedup {speedup}: gpus must be 0 (this "
-                         "CPU, one process) or name the GPU, workers a GPU at least 1 (and GPUs to share), speedup "
-                         "positive")
-    run = read_measured_run(folder, model) if folder is not None else None
+def _run_machine(folder: Path, info: dict) -> Machine:
+    """The device a run measured on (its ``run.json``'s, or the device its model was loaded on), its GPUs, and its
+    workers (the most a pool ran, in ``speeds.json``, else as it started)."""
+    model = info.get("model") if isinstance(info.get("model"), dict) else {}
+    device = info.get("device") or ("CPU" if str(model.get("device", "")).startswith("cpu") else None)
+    workers = info.get("workers")
+    with suppress(OSError, ValueError, TypeError, AttributeError, InvalidDataError):
+        workers = read_json(folder / SPEEDS_FILE).get("workers") or workers
+    gpus = info.get("gpus")
+    return Machine(device if isinstance(device, str) else UNRECORDED, gpus if isinstance(gpus, int) else 0,
+                   workers if isinstance(workers, int) and workers > 0 else 1)
+
+
+def plan(sizes: list[TaskSize], settings: SolveSettings, speeds: Speeds, seconds: float, workers: int) -> Plan:
+    """What the planner does with ``sizes`` in ``seconds`` at ``speeds`` with ``workers`` sharing the work: each
+    task's rung as it would choose it, the clock moved on by the task's seconds over the workers."""
+    now = [0.0]
+    planner = Planner(sizes, settings, seconds, Speeds(**{part: getattr(speeds, part) for part, _ in PARTS}),
+                      clock=lambda: now[0], workers=workers, longest_first=workers > 1)
+    rungs = Counter()
+    for task_id in list(planner.remaining):
+        rung = planner.choose(task_id)
+        planner.start(task_id)
+        rungs[rung] += 1
+        if rung != FALLBACK:
+            now[0] += planner.speeds.seconds(planner.sizes[task_id], planner.rungs[rung]) / workers
+    return Plan(seconds, dict(rungs), now[0])
+
+
+def estimate(run: MeasuredRun | None, tasks: TaskSet | None = None, model: str | os.PathLike | None = None,
+             target: SolveSettings | None = None, *, device: str | None = None, gpus: int = 0,
+             workers_per_gpu: int = 1, speedup: float | None = None, hours_to_plan: float | None = None,
+             what: str | None = None) -> Estimate:
+    """``tasks`` (default: the run's ``default_tasks``) at ``target`` (default: the run's settings, the paper's
+    without a run), measured by ``run`` and guessed by the prior, on ``gpus`` GPUs named ``device`` with
+    ``workers_per_gpu`` each (None: the run's own machine, this CPU without a run); ``speedup``: the user's factor
+    from the measuring device to the one asked about; ``hours_to_plan`` (default: a rehearsal's): the planner's
+    rungs in that time. ``model`` (default: the run's, else the shipped model) counts tokens and gives the shape."""
+    if gpus < 0 or workers_per_gpu < 1 or (speedup is not None and speedup <= 0) or (device and not gpus):
+        raise ValueError(f"gpus {gpus}, workers_per_gpu {workers_per_gpu}, speedup {speedup}: a device needs its "
+                         "GPUs counted, workers a GPU at least 1, speedup positive")
+    tasks = tasks if tasks is not None else (run.default_tasks if run else None)
+    if tasks is None:
+        raise ValueError("no tasks to price: name them (--dataset) or give a run (--records)")
     model = run.model if run else Path(model or default_model_path())
     shape = run.shape if run else shape_of_folder(model)
     target = target or (run.settings if run else solve_preset("paper"))
     target = target.replace(max_len=token_budget_of(model, target.max_len))
     encoder = load_encoder(model, max_len=target.max_len)
     sizes = [measure(task, encoder, target.max_len) for task in tasks.tasks()]
-    speeds = guessed_speeds(shape, device, target, sizes)
+    units = {part: sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
+    asked = Machine(device, gpus, gpus * workers_per_gpu) if device else (run.machine if run else Machine("CPU", 0, 1))
+    plan_seconds = 3600 * hours_to_plan if hours_to_plan else (3600 * run.plan_hours if run and run.plan_hours else
+                                                                None)
+    figures, notes = [], list(run.notes) if run else []
     if run is not None:
-        counting = load_encoder(model, max_len=run.settings.max_len)
-        speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE), run.tasks, counting, run.settings,
-                                     speeds)
-    seconds = {part: getattr(speeds, part) * sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
-    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in (*seconds.values(), sum(seconds.values()))):
-        raise ValueError(f"the speeds give {sum(seconds.values()) / 3600:.3g} hours, beyond any run: "
-                         f"{folder or 'the guesses'} cannot be right (a damaged record?)")
-    wall = _wall_seconds(seconds, speeds, sizes, target, shape, device, gpus, workers_per_gpu)
-    wall = {part: value / speedup for part, value in wall.items()}
-    return Estimate(speeds, {**seconds, "total": sum(seconds.values())}, {**wall, "total": sum(wall.values())},
-                    len(tasks), target, machine_words(device, gpus, workers_per_gpu, speedup,
-                                                      measured=bool(speeds.measured_parts)), run.notes if run else [])
+        figures += _measured_figures(run, asked, device, speedup, units, sizes, target, plan_seconds, notes)
+    guessed = guessed_on(shape, asked.device, target, sizes)
+    if device_named(asked.device) is not None and shape is not None:
+        figures.append(_figure("guessed", asked, guessed, units, max(1, asked.gpus), sizes, target, plan_seconds,
+                               "the prior, " + ("a GPU's: its workers share it" if asked.gpus else "one process")))
+    else:
+        notes.append(f"no prior for {asked.device}: {guessed.guess}")
+    settings_words = "the run's settings" if run and target == run.settings.replace(max_len=target.max_len) else \
+        "the settings asked for"
+    what = what or (run.default_words if run and tasks is run.default_tasks else f"{len(tasks)} tasks")
+    return Estimate(f"{what} at {settings_words} ({target.description})", target, figures, notes)
 
 
-def _wall_seconds(seconds: dict[str, float], speeds: Speeds, sizes, settings: SolveSettings,
-                  shape: Architecture | None, device: Device | None, gpus: int, workers_per_gpu: int) -> dict:
-    """Per part, the wall seconds on ``gpus`` x ``workers_per_gpu``, measured or guessed (the module's docstring)."""
-    workers = max(1, gpus) * workers_per_gpu
-    wall = {part: value / workers for part, value in seconds.items()}
-    if gpus and shape is not None:
-        cell = expected_cell(sizes, settings, shape, Machine(device, gpus, device.name), workers=workers_per_gpu)
-        for part, _ in PARTS:
-            if not speeds.measured_parts.get(part) and cell.seconds:
-                wall[part] = cell.seconds[part]
-    return wall
+def _measured_figures(run: MeasuredRun, asked: Machine, device: str | None, speedup: float | None, units: dict,
+                      sizes: list[TaskSize], settings: SolveSettings, plan_seconds: float | None,
+                      notes: list[str]) -> list[Figure]:
+    """The figure at the run's speeds (a part none measured at the prior's for the measuring device): on the machine
+    asked about when it is the measuring device (or none is named), else on the run's own, beside it the same
+    converted by the user's ``speedup`` (or a note that nothing converts it)."""
+    counting = load_encoder(run.model, max_len=run.settings.max_len)
+    guessed = guessed_on(run.shape, run.machine.device, settings, sizes)
+    speeds = speeds_from_records(run.records, run.tasks, counting, run.settings, guessed)
+    measuring = device_named(run.machine.device)
+    same = device is None or (measuring is not None and device_named(device) is measuring)
+    on = asked if same else run.machine
+    source = f"{speeds.measured_tasks} tasks of {run.folder}, one worker's"
+    figures = [_figure("measured", on, speeds, units, on.workers, sizes, settings, plan_seconds, source)]
+    if not same and speedup:
+        figures.append(_figure("converted", asked, speeds, units, asked.workers * speedup, sizes, settings,
+                               plan_seconds, f"{source} on {run.machine.device}, {speedup:g}x by your --speedup"))
+    elif not same:
+        notes.append(f"measured on {run.machine.device}, asked about {device}: no factor between the two is on "
+                     "record, so each figure stays on its own device (--speedup N converts at your factor)")
+    return figures
 
 
-def machine_words(device: Device | None, gpus: int, workers_per_gpu: int, speedup: float = 1.0,
-                  measured: bool = False) -> str:
-    """The wall time's unit: the machine, its workers, the speed of the measured parts."""
-    faster = f", {speedup:g}x the measured speed" if speedup != 1 else \
-        (", the measured parts at the speed of the machine that measured them (--speedup scales it)"
-         if measured and gpus else "")
-    if not gpus:
-        return f"this CPU, one process{faster}"
-    return f"{gpus} {device.name} x {workers_per_gpu} worker(s) each{faster}"
+def _figure(how: str, machine: Machine, speeds: Speeds, units: dict, parallel: float, sizes, settings: SolveSettings,
+            plan_seconds: float | None, source: str) -> Figure:
+    """The wall seconds of ``units`` at ``speeds`` shared by ``parallel`` workers (or GPUs), and the plan."""
+    seconds = {part: getattr(speeds, part) * units[part] / parallel for part, _ in PARTS}
+    total = sum(seconds.values())
+    if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in (*seconds.values(), total)):
+        raise ValueError(f"the {how} speeds give {total / 3600:.3g} hours, beyond any run: they cannot be right "
+                         "(a damaged record?)")
+    scaled = Speeds(**{part: getattr(speeds, part) * machine.workers / parallel for part, _ in PARTS})
+    chosen = plan(sizes, settings, scaled, plan_seconds, machine.workers) if plan_seconds else None
+    return Figure(how, machine, speeds, {**seconds, "total": total}, chosen, source)
 
 
-def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
-    """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
-    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
-    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
-    encoder = load_encoder(model, max_len=settings.max_len)
-    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
-    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
-    return [*table, "", paper_check(paper, settings)]
+def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet | None = None,
+                         model: str | os.PathLike | None = None, target: SolveSettings | None = None,
+                         **options) -> Estimate:
+    """``estimate`` of the run of ``folder`` (None: no run, every speed guessed)."""
+    run = read_measured_run(folder, model) if folder is not None else None
+    return estimate(run, tasks, model, target, **options)

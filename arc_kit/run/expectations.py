@@ -1,38 +1,22 @@
-"""What to expect before anything is measured: the planner's first speeds, from the model's size and the device.
+"""The planner's prior: what a model's work costs on a device before anything is measured, in one formula.
 
-Each part of a solve (``planner.PARTS``) calls the model in its own way: a test-time training step on one
-sequence, a decode step of all of a search's lanes, a scoring forward of one prompt. A call costs a host
-overhead that grows with the model's layers (Python, kernel launches: the framework's, not the GPU's)
-plus the least time the GPU needs for it times a ratio: for a decode step its memory-bandwidth floor
-(``decode_floor_seconds``: the weights and the lanes' cache read once), for training and
-scoring their arithmetic at the GPU's peak (``Device.flops``). Every overhead and ratio comes from a
-measurement named in ``MEASUREMENTS`` (the figures ``docs/results.md`` records for the H100) and is worked
-out from it below, not chosen:
+**The prior.** A decode step of ``lanes`` lanes costs ``STEP_FACTOR`` times its memory-bandwidth floor: the
+weights and the lanes' KV cache, each read once, over the device's bandwidth (``decode_floor_seconds``). A
+generation unit (``planner.work_units``: an explored answer token of one lane, a prompt token counting
+``PROMPT_TOKEN_WEIGHT``) costs a step over its lanes; a token processed in parallel (a training step's, a
+scoring pass's) costs ``PROMPT_TOKEN_WEIGHT`` of a one-lane step, as the planner counts a prompt token. The
+factor and each device's bandwidth are stated with their source (``STEP_FACTOR``, ``DEVICES``): the factor is
+the one whole run of a large model whose time is published, the paper's, in the planner's units.
 
-- transformers' own decode step (the reference engine's, before issue 45): 83.3 ms for the 30 layers of
-  SmolLM2-135M's shape on the H100, of which the bandwidth floor is 0.07 ms, so 2.8 ms of overhead a layer; a
-  scoring forward is priced the same;
-- training: a test-time training step, 0.300 s on 110-token sequences on the H100, and the shipped model's
-  fine-tune there, 0.748 s a step of 37,325 tokens in two passes of 8 sequences: each a pass's overhead
-  plus ``COMPUTE_RATIO`` times the step's arithmetic floor, two equations for the two unknowns (10 ms a
-  layer, 4.5); a scoring forward's arithmetic takes the same ratio;
-- the engine's decode step (compiled, CUDA graphs), measured on the H100 (2026-11-26): 2.03 ms a step
-  for 28 layers of width 64 (almost no arithmetic: 0.07 ms of overhead a layer), and 5.51 ms for a
-  Llama-3.2-3B-shaped model at 16 lanes of 1,619-token prompts, whose bandwidth floor is about 2.6 ms: 1.35
-  times the floor once the overhead is taken off. A GPU cell whose settings decode on the compiled engine
-  (the default) is priced so, 4-bit models too (their step on a GPU is not measured: bitsandbytes' kernels
-  may take longer than the bf16 ratio says); one with the engine kept eager as transformers' step
-  above.
+What it leaves out: a host's per-step overhead (a small model's GPU step is mostly that) and arithmetic (a
+long training sequence on a small GPU). Workers sharing a GPU share its bandwidth, so the prior prices a GPU,
+not a worker. It is a first guess: every finished task's measurement replaces it, part by part.
 
-Not measured: how close transformers' decode gets to its bandwidth floor (the 135M model's step is
-almost all overhead), so its ratio is 1, the floor itself; and the engine's scoring forward, priced as
-transformers'. On the CPU the first speeds are those the dry run measured on the CPU machine (the
-reference engine of the time, 2026-11-24), scaled by the model's parameters. Every finished task's
-measurement replaces these.
-
-This module knows shapes, devices (the makers' data sheets) and the planner's units; it loads no model
-(``shape_of_folder`` reads a config). The benchmarks (``experiments.bench``, ``engine_bench``) measure against
-its bandwidth floor too.
+``expectations_for`` is ``arc-kit estimate --table``: the prior per model size and GPU, each cell one model on one
+machine, the lanes halved where a worker's memory is short, and the paper's timed run priced the same way
+(``paper_check``). This module knows shapes, devices and the planner's units; it loads no weights
+(``shape_of_folder`` reads a config, the table a tokenizer). The benchmarks (``experiments.bench``,
+``engine_bench``) measure against the same bandwidth floor.
 """
 
 from __future__ import annotations
@@ -43,24 +27,86 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from arc_kit.data.datasets import load_tasks
+from arc_kit.data.tasks import TaskSet
 from arc_kit.model.bases import built_folder
 from arc_kit.model.checks import architecture_of
 from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
+from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
-from arc_kit.run.planner import Speeds, TaskSize, searches_per_test
+from arc_kit.run.planner import (
+    PARTS,
+    PROMPT_TOKEN_WEIGHT,
+    Speeds,
+    TaskSize,
+    hours,
+    measure,
+    searches_per_test,
+    work_units,
+)
 from arc_kit.settings import SolveSettings
 
+# The paper's timed run (its Table 3 and appendix; the authors' code, not the kit's): NeMo-Minitron-8B in 4 bits on
+# one RTX 4090, the 400 ARC-AGI-1 evaluation tasks, one augmentation searched at a time, generation in 9:32 h, 3.4
+# times the floor this formula gives that run's generation units (docs/results.md, "The estimate's prior";
+# ``estimates.paper_check`` prices that run again, and a test holds its generation within 5%).
+STEP_FACTOR = 3.4
+FACTOR_SOURCE = "the paper's timed run, NeMo-Minitron-8B in 4 bits on one RTX 4090"
 
-# Peak memory bandwidth (bytes per second) from the makers' data sheets, by a part of the name torch gives the
-# device; the first match counts (the more specific names first).
-PEAK_BANDWIDTH = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12),
-                  ("A100 80GB PCIe", 1.935e12), ("A100-SXM4-80GB", 2.039e12), ("A100", 1.555e12),
-                  ("A10G", 6.0e11), ("L4", 3.0e11), ("T4", 3.2e11), ("P100", 7.32e11))
+
+@dataclass(frozen=True)
+class Device:
+    """A device as the prior sees it: memory, memory bandwidth, the bytes a weight takes there, and the source."""
+
+    name: str  # a part of the name torch or nvidia-smi gives it
+    memory: float  # bytes (0: not counted)
+    bandwidth: float  # bytes per second
+    source: str
+    value_bytes: int = 2  # bf16 (fp16 on a T4) on a GPU; float32 on the CPU (``devices.resolve_dtype``)
+
+
+def _gpu(name: str, memory_gb: float, bandwidth_gb: float) -> Device:
+    return Device(name, memory_gb * 1e9, bandwidth_gb * 1e9, "the maker's data sheet")
+
+
+# The makers' data sheets; the more specific names first (the first whose name is part of the device's counts).
+GPUS = (_gpu("H200", 141, 4800), _gpu("H100 NVL", 94, 3900), _gpu("H100 PCIe", 80, 2000), _gpu("H100", 80, 3350),
+        _gpu("A100 80GB PCIe", 80, 1935), _gpu("A100-SXM4-80GB", 80, 2039), _gpu("A100", 40, 1555),
+        _gpu("A10G", 24, 600), _gpu("L4", 24, 300), _gpu("T4", 16, 320), _gpu("P100", 16, 732),
+        _gpu("RTX 4090", 24, 1008))
+# No data sheet says what a CPU's step reads at (its arithmetic binds it first): its figure is the one at which the
+# prior gives the generation speed the shipped model's dry run measured on the kit's 2-core CPU machine
+# (docs/results.md, "The estimate's prior"), so it stands for that CPU alone.
+CPU = Device("CPU", 0.0, 4.8e9, "effective: the shipped model's dry run on a 2-core CPU", value_bytes=4)
+
+
+def gpu_named(name: str) -> Device | None:
+    """The GPU whose name is part of ``name`` (as torch or nvidia-smi gives it), or None."""
+    return next((device for device in GPUS if device.name.lower() in name.lower()), None)
+
+
+def device_named(name: str | None) -> Device | None:
+    """``gpu_named``, or ``CPU`` for "CPU"; None for a name not on record (or none)."""
+    if not name:
+        return None
+    return CPU if name.strip().upper() == "CPU" else gpu_named(name)
 
 
 def device_bandwidth(name: str) -> float | None:
-    """The peak memory bandwidth of a GPU named ``name`` (bytes per second), or None if not in the table."""
-    return next((bandwidth for part, bandwidth in PEAK_BANDWIDTH if part in name), None)
+    """The data sheet's memory bandwidth of a GPU named ``name`` (bytes per second), or None if not on record."""
+    device = gpu_named(name)
+    return device.bandwidth if device else None
+
+
+def visible_gpu_name() -> str | None:
+    """The first GPU's name by nvidia-smi (which, unlike torch, opens no CUDA context here); None without one."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
+    return names[0].strip() if names else None
 
 
 def parameter_bytes(model) -> int:
@@ -75,22 +121,23 @@ def kv_bytes_per_token(config, element_bytes: int) -> int:
     return config.num_hidden_layers * 2 * heads * head_dim * element_bytes
 
 
-def decode_floor_seconds(weights: int, cache_tokens: int, bytes_per_token: int, bandwidth: float) -> float:
-    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of
-    ``cache_tokens`` tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
+def decode_floor_seconds(weights: int, cache_tokens: float, bytes_per_token: int, bandwidth: float) -> float:
+    """The least time a memory-bound decode step can take: ``weights`` bytes and the cache of ``cache_tokens``
+    tokens (all lanes together), each read once, at ``bandwidth`` bytes per second."""
     return (weights + cache_tokens * bytes_per_token) / bandwidth
 
 
-def forward_flops(shape: Architecture, context: float) -> float:
-    """Arithmetic of one token's forward pass with ``context`` tokens before it: the matrix products (head
-    included, embeddings are a lookup) and attention's scores and sums."""
-    return 2 * (parameters(shape).linear + shape.vocab * shape.hidden) + \
-        4 * shape.layers * context * shape.heads * shape.head_dim
+def count_words(count: float) -> str:
+    """A count in readable units: 0.2M, 2.4M, 135M, 8.0B."""
+    if count >= 1e9:
+        return f"{count / 1e9:.1f}B"
+    return f"{count / 1e6:.1f}M" if count < 1e7 else f"{count / 1e6:.0f}M"
 
 
-def sized(shape: Architecture) -> str:
-    return f"{shape.name or shape.model_type} ({parameters(shape).total / 1e6:,.0f}M parameters), " \
-           f"{'4-bit' if shape.four_bit else 'bf16'}"
+def sized(shape: Architecture, value_bytes: int = 2) -> str:
+    """A model in words: its name, its parameters, its weights' format (``value_bytes`` a weight unless 4-bit)."""
+    return f"{shape.name or shape.model_type} ({count_words(parameters(shape).total)} parameters, " \
+           f"{4 if shape.four_bit else 8 * value_bytes}-bit)"
 
 
 # The table's models, shrunk to the kit's alphabet (76 tokens); the shapes are their published config.json's.
@@ -98,8 +145,6 @@ SMOLLM2_135M = Architecture("llama", 30, 576, 1536, 9, 3, 64, 76, True, name="Sm
 LLAMA_1B = Architecture("llama", 16, 2048, 8192, 32, 8, 64, 76, True, name="Llama-3.2-1B")
 LLAMA_3B = Architecture("llama", 28, 3072, 8192, 24, 8, 128, 76, True, name="Llama-3.2-3B")
 NEMO_8B = Architecture("mistral", 40, 4096, 11520, 32, 8, 128, 76, False, name="Mistral-NeMo-Minitron-8B")
-TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_four_bit(), LLAMA_3B, LLAMA_3B.with_four_bit(), NEMO_8B,
-                NEMO_8B.with_four_bit())
 NAMED_BASES = {"smollm2-135m": SMOLLM2_135M}  # a delta's base, when it is not built on this machine
 
 
@@ -115,103 +160,6 @@ def shape_of_folder(path: str | os.PathLike) -> Architecture | None:
     return replace(architecture_of(config, path), name=name) if config.get("num_hidden_layers") else None
 
 
-@dataclass(frozen=True)
-class Device:
-    """A GPU as its data sheet gives it: memory, dense 16-bit tensor arithmetic, memory bandwidth."""
-
-    name: str  # a part of the name torch gives it
-    memory: float  # bytes
-    flops: float  # FLOP/s: bf16, or fp16 where it has no bf16 (T4), dense (no sparsity)
-    bandwidth: float  # bytes per second
-
-
-def _gpu(name: str, memory_gb: float, tflops: float, bandwidth: float | None = None) -> Device:
-    return Device(name, memory_gb * 1e9, tflops * 1e12, bandwidth or device_bandwidth(name))
-
-
-# The makers' data sheets; the more specific names first. Bandwidth: PEAK_BANDWIDTH.
-GPUS = (_gpu("H200", 141, 989), _gpu("H100 PCIe", 80, 756), _gpu("H100", 80, 989), _gpu("A100", 80, 312),
-        _gpu("L4", 24, 121), _gpu("T4", 16, 65), _gpu("RTX 4090", 24, 165, 1.008e12))
-
-
-def gpu_named(name: str) -> Device | None:
-    """The device whose name is part of ``name`` (as torch or nvidia-smi gives it), or None."""
-    return next((device for device in GPUS if device.name.lower() in name.lower()), None)
-
-
-def visible_gpu_name() -> str | None:
-    """The first GPU's name by nvidia-smi (which, unlike torch, opens no CUDA context here); None without one."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    names = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
-    return names[0].strip() if names else None
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """A figure measured on a real run, and where it is recorded."""
-
-    value: float
-    what: str
-    source: str  # the section of docs/results.md, the machine, the date
-
-
-H100 = gpu_named("H100")
-CPU_SPEEDS = Speeds(0.00802, 0.153, 0.0118)  # the dry run's, for MEASUREMENTS["cpu_speeds"].value parameters
-MEASUREMENTS = {
-    "decode_step": Measurement(1 / 12.0, "seconds a decode step (1 lane, 1,024-token prompt) of a model of "
-                               "SmolLM2-135M's shape in bf16, transformers 5.17 (transformers' own forward)",
-                               "docs/results.md 'Decoding on the H100' (scripts/decode_bench.py), the H100, "
-                               "2026-11-22"),
-    "ttt_step": Measurement(19.2 / 64, "seconds a test-time training step on 110-token sequences, the shipped "
-                            "model (64 steps on task 00576224, 19.2 s)",
-                            "docs/results.md 'The ablation on the H100', 2026-11-22"),
-    "finetune_step": Measurement(341 / 456, "seconds a fine-tuning step of 37,325 tokens (17,020,212 tokens in 456 "
-                                 "steps of 2 x 8 sequences, 2,333 tokens a sequence), the shipped model",
-                                 "docs/results.md 'The shipped default model', the H100, 2026-11-22"),
-    "fast_step": Measurement(5.506e-3, "seconds a step of the engine (compiled, CUDA graphs), 16 lanes of "
-                             "1,619-token prompts, a Llama-3.2-3B-shaped model with random weights in bf16",
-                             "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
-    "fast_overhead_step": Measurement(2.03e-3, "seconds a step of the engine (compiled, CUDA graphs), 16 lanes "
-                                      "of 64-token prompts, 28 layers of width 64 (the overhead: almost no arithmetic)",
-                                      "docs/results.md 'Issue 39 (partial)', the H100, 2026-11-26"),
-    "cpu_speeds": Measurement(parameters(SMOLLM2_135M).total, "parameters of the shipped model, whose dry run measured "
-                              f"{CPU_SPEEDS.training:g} s a training token-step, {CPU_SPEEDS.generation:g} s a "
-                              f"generation unit, {CPU_SPEEDS.scoring:g} s a scored prompt token (2 threads)",
-                              "docs/results.md 'The planner's estimates', the CPU machine (2 cores), 2026-11-24"),
-}
-
-
-def _training_floor(shape: Architecture, device: Device, tokens: float) -> float:
-    """Seconds of one training step's arithmetic (forward and backward: three forwards) on ``tokens`` tokens."""
-    return 3 * forward_flops(shape, tokens / 2) * tokens / device.flops
-
-
-BANDWIDTH_RATIO = 1.0  # not measured: no GPU decode of a model large enough for its floor to show
-DECODE_OVERHEAD = (MEASUREMENTS["decode_step"].value - BANDWIDTH_RATIO * decode_floor_seconds(
-    weight_bytes(SMOLLM2_135M), 1024, kv_cache_bytes(SMOLLM2_135M, 1, 1), H100.bandwidth)) / SMOLLM2_135M.layers
-# The engine's two measurements, each 28 layers' overhead plus the ratio times the step's floor (the width-64
-# model's floor is tiny): two equations, two unknowns.
-_WIDTH_64 = Architecture("llama", 28, 64, 128, 4, 2, 16, 64, False, name="width 64")
-_OVERHEAD_FLOOR = decode_floor_seconds(weight_bytes(_WIDTH_64), 16 * 64, kv_cache_bytes(_WIDTH_64, 1, 1),
-                                       H100.bandwidth)
-_FAST_FLOOR = decode_floor_seconds(weight_bytes(LLAMA_3B), 16 * 1619, kv_cache_bytes(LLAMA_3B, 1, 1), H100.bandwidth)
-FAST_BANDWIDTH_RATIO = (MEASUREMENTS["fast_step"].value - MEASUREMENTS["fast_overhead_step"].value) / \
-    (_FAST_FLOOR - _OVERHEAD_FLOOR)
-FAST_DECODE_OVERHEAD = (MEASUREMENTS["fast_overhead_step"].value - FAST_BANDWIDTH_RATIO * _OVERHEAD_FLOOR) / \
-    _WIDTH_64.layers
-# The two training measurements, each a step's overhead plus the ratio times its arithmetic floor (the fine-tune's
-# step being two passes): two equations, two unknowns.
-_TTT_FLOOR = _training_floor(SMOLLM2_135M, H100, 110)
-_FINETUNE_FLOOR = 2 * 8 * _training_floor(SMOLLM2_135M, H100, 2_333)
-COMPUTE_RATIO = (MEASUREMENTS["finetune_step"].value - 2 * MEASUREMENTS["ttt_step"].value) / \
-    (_FINETUNE_FLOOR - 2 * _TTT_FLOOR)
-TRAINING_OVERHEAD = (MEASUREMENTS["ttt_step"].value - COMPUTE_RATIO * _TTT_FLOOR) / SMOLLM2_135M.layers
-
-
 CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
 MAX_WORKERS_PER_GPU = 8  # 8 processes on one H100 decoded 7.7 times as fast as one; more gain little
 
@@ -225,112 +173,169 @@ def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: 
 
 
 @dataclass(frozen=True)
-class PartCost:
-    """Seconds a unit of one part (``planner.work_units``) costs: the host's overhead, and the device's floor
-    (bandwidth or arithmetic) times its measured ratio."""
-
-    overhead: float
-    floor: float
-    ratio: float
-
-    @property
-    def seconds(self) -> float:
-        return self.overhead + self.ratio * self.floor
-
-    def with_workers(self, workers: int) -> float:
-        """Seconds a unit with ``workers`` processes sharing one device: their overheads overlap, the device's
-        own time does not (8 processes decoded 7.7 times as fast as one on the H100, where overhead is all)."""
-        return max(self.seconds / workers, self.ratio * self.floor)
-
-
-@dataclass(frozen=True)
 class Typical:
-    """The token counts a unit's cost depends on: a test input's prompt and answer, a training sequence, the
-    lanes a decode step runs together."""
+    """The token counts a step's floor depends on: a test input's prompt and answer, the lanes searched together."""
 
     prompt: float
     answer: float
-    training: float
     lanes: float
 
     @classmethod
     def of(cls, sizes: Sequence[TaskSize], settings: SolveSettings, lanes: float | None = None) -> Typical:
         """The typical work of ``sizes`` at ``settings``; ``lanes``: searched together (default: as a solve does)."""
         tests = sum(size.tests for size in sizes) or 1
-        trained = [min(size.training_tokens, settings.max_len or size.training_tokens) for size in sizes
-                   if size.training_tokens]
         lanes = settings.inference_augmentations / searches_per_test(settings) if lanes is None else lanes
         return cls(sum(size.prompt_tokens for size in sizes) / tests or 1.0,
-                   sum(size.answer_tokens for size in sizes) / tests, sum(trained) / len(trained) if trained else 1.0,
-                   max(1.0, lanes))
+                   sum(size.answer_tokens for size in sizes) / tests, max(1.0, lanes))
+
+    @property
+    def context(self) -> float:
+        """The tokens a lane's cache holds on average over its answer."""
+        return self.prompt + self.answer / 2
 
 
-def decodes_on_fast_engine(settings: SolveSettings) -> bool:
-    """Whether ``settings`` decode on a GPU as the engine's measured step does: compiled (for a 4-bit model an
-    assumption: only its bf16 step was measured); kept eager, it is priced as transformers' step."""
-    return settings.engine_compile != "off"
+def step_seconds(shape: Architecture, device: Device, lanes: float, context: float) -> float:
+    """The prior's seconds of one decode step of ``lanes`` lanes of ``context`` tokens: ``STEP_FACTOR`` x its floor."""
+    return STEP_FACTOR * decode_floor_seconds(weight_bytes(shape, device.value_bytes), lanes * context,
+                                              kv_cache_bytes(shape, 1, 1, device.value_bytes), device.bandwidth)
 
 
-def part_costs(shape: Architecture, device: Device, typical: Typical, fast: bool = False) -> dict[str, PartCost]:
-    """Per part, what a unit costs ``shape`` on ``device`` (the module docstring's model); ``fast``: generation
-    decodes on the compiled engine (``decodes_on_fast_engine``), else as transformers' step."""
-    context = typical.prompt + typical.answer / 2
-    decode_floor = decode_floor_seconds(weight_bytes(shape), typical.lanes * context, kv_cache_bytes(shape, 1, 1),
-                                        device.bandwidth)
-    scoring_floor = forward_flops(shape, typical.prompt / 2) * typical.prompt / device.flops
-    return {"training": PartCost(shape.layers * TRAINING_OVERHEAD / typical.training,
-                                 _training_floor(shape, device, typical.training) / typical.training, COMPUTE_RATIO),
-            "generation": PartCost(shape.layers * (FAST_DECODE_OVERHEAD if fast else DECODE_OVERHEAD) / typical.lanes,
-                                   decode_floor / typical.lanes, FAST_BANDWIDTH_RATIO if fast else BANDWIDTH_RATIO),
-            "scoring": PartCost(shape.layers * DECODE_OVERHEAD / typical.prompt, scoring_floor / typical.prompt,
-                                COMPUTE_RATIO)}
+PRIOR_WORDS = f"the prior: {STEP_FACTOR:g} x the bandwidth floor ({FACTOR_SOURCE})"
+
+
+def prior_words(device: Device) -> str:
+    """The prior for ``device`` in words, with its sources."""
+    gigabytes = device.bandwidth / 1e9
+    return f"{PRIOR_WORDS}, {device.name} at {gigabytes:,.{0 if gigabytes >= 10 else 1}f} GB/s ({device.source})"
 
 
 def guessed_speeds(shape: Architecture | None, device: Device | None, settings: SolveSettings,
-                   sizes: Sequence[TaskSize]) -> Speeds:
-    """The planner's first speeds for ``shape`` on ``device`` (None: the CPU), said in ``Speeds.guess``; the
-    kit's fixed assumption when the shape is unknown."""
-    if shape is None:
-        return Speeds(guess="the kit's fixed assumption (the model's shape is unknown)")
+                   sizes: Sequence[TaskSize], lanes: float | None = None) -> Speeds:
+    """The prior's speeds for ``shape`` on ``device`` (the module's docstring), said in ``Speeds.guess``; the kit's
+    fixed assumption when the shape or the device is unknown. ``lanes``: searched together (default: as a solve
+    does)."""
+    if shape is None or device is None:
+        return Speeds(guess=f"the kit's fixed assumption (the {'model' if shape is None else 'device'} is unknown)")
+    typical = Typical.of(sizes, settings, lanes)
+    parallel = PROMPT_TOKEN_WEIGHT * step_seconds(shape, device, 1, typical.context)
+    generation = step_seconds(shape, device, typical.lanes, typical.context) / typical.lanes
+    return Speeds(parallel, generation, parallel, guess=f"{sized(shape, device.value_bytes)} on {device.name}: "
+                  f"{prior_words(device)}")
+
+
+def guessed_on(shape: Architecture | None, device_name: str, settings: SolveSettings,
+               sizes: Sequence[TaskSize]) -> Speeds:
+    """``guessed_speeds`` on the device named ``device_name`` (a GPU's name, or "CPU"); the fixed assumption for a
+    device not on record."""
+    device = device_named(device_name)
     if device is None:
-        scale = parameters(shape).total / MEASUREMENTS["cpu_speeds"].value
-        return Speeds(CPU_SPEEDS.training * scale, CPU_SPEEDS.generation * scale, CPU_SPEEDS.scoring * scale,
-                      guess=f"{sized(shape)} on a CPU: the CPU machine's dry-run speeds (2 cores, 2026-11-24) scaled "
-                            "by the parameters")
-    fast = decodes_on_fast_engine(settings)
-    costs = part_costs(shape, device, Typical.of(sizes, settings), fast)
-    engine = "decoding on the compiled engine" if fast else "transformers' decode"
-    return Speeds(costs["training"].seconds, costs["generation"].seconds, costs["scoring"].seconds,
-                  guess=f"{sized(shape)} on {device.name}: overhead + floor x ratio, measured on the H100 ({engine}; "
-                        "scoring priced as transformers', not measured)")
+        return Speeds(guess=f"the kit's fixed assumption ({device_name} is not on record)")
+    return guessed_speeds(shape, device, settings, sizes)
 
 
 def first_speeds(model: str | os.PathLike, settings: SolveSettings, sizes: Sequence[TaskSize],
                  device_name: str | None) -> Speeds:
-    """``guessed_speeds`` for a model folder on the named GPU (None: the CPU; a GPU not on record: fixed)."""
-    device = gpu_named(device_name) if device_name else None
-    if device_name and device is None:
-        return Speeds(guess=f"the kit's fixed assumption ({device_name} is not on record)")
+    """``guessed_on`` for a model folder on the named GPU (None: the CPU)."""
     try:
         shape = shape_of_folder(model)
     except (OSError, ValueError, KeyError, TypeError) as error:  # a first guess never stops a run
         return Speeds(guess=f"the kit's fixed assumption (the model's config: {type(error).__name__})")
-    return guessed_speeds(shape, device, settings, sizes)
+    return guessed_on(shape, device_name or CPU.name, settings, sizes)
+
+
+def device_of(torch_device) -> str:
+    """The name the prior knows a torch device by: the GPU's name, or "CPU"."""
+    if torch_device.type != "cuda":
+        return CPU.name
+    import torch
+
+    return torch.cuda.get_device_name(torch_device)
 
 
 def speeds_for_model(model, settings: SolveSettings, sizes: Sequence[TaskSize]) -> Speeds:
-    """``guessed_speeds`` for a loaded model (transformers or peft), on the device its weights are on."""
+    """``guessed_on`` for a loaded model (transformers or peft), on the device its weights are on."""
     config, parameter = getattr(model, "config", None), next(iter(model.parameters()), None)
     if config is None or parameter is None or not getattr(config, "num_hidden_layers", None):
         return Speeds(guess="the kit's fixed assumption (the model has no transformers config)")
-    device = None
-    if parameter.device.type == "cuda":
-        import torch
-
-        name = torch.cuda.get_device_name(parameter.device)
-        device = gpu_named(name)
-        if device is None:
-            return Speeds(guess=f"the kit's fixed assumption ({name} is not on record)")
     shape = architecture_of(config.to_dict(), "the model's config")
-    return guessed_speeds(shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape, device,
-                          settings, sizes)
+    shape = shape.with_four_bit() if getattr(model, "is_loaded_in_4bit", False) else shape
+    return guessed_on(shape, device_of(parameter.device), settings, sizes)
+
+
+# -- the table: the prior per model size and GPU -------------------------------------------------------------------
+
+TABLE_SHAPES = (SMOLLM2_135M, LLAMA_1B, LLAMA_1B.with_four_bit(), LLAMA_3B, LLAMA_3B.with_four_bit(), NEMO_8B,
+                NEMO_8B.with_four_bit())
+TABLE_MACHINES = ((gpu_named("L4"), 4, "4x L4 (Kaggle)"), (gpu_named("T4"), 1, "T4"), (gpu_named("H100"), 1, "H100"))
+PAPER_CHECK_TASKS = "arc-agi-1/evaluation"  # the set the paper's timed run solved
+# The paper's Table 3 and appendix (the authors' run, not the kit's): NeMo-Minitron-8B in 4 bits on one RTX 4090,
+# the 400 ARC-AGI-1 evaluation tasks, 16 + 16 augmentations, DFS at T = 9%: test-time training 51 s a task,
+# candidate generation 9:32 h, 20:50 h in all.
+PAPER_RUN = {"training": 400 * 51.0, "generation": 9 * 3600 + 32 * 60.0, "total": 20 * 3600 + 50 * 60.0}
+
+
+def expected_seconds(sizes: list[TaskSize], settings: SolveSettings, shape: Architecture, device: Device, gpus: int,
+                     lanes: int | None = None) -> tuple[dict[str, float], int] | str:
+    """The prior's wall seconds per part (and total) of ``sizes`` for ``shape`` on ``gpus`` of ``device``, and the
+    lanes a worker holds (halved, as the engine halves them, while its cache does not fit; ``lanes``: searched
+    together, default as a solve does); why not, in words, when the weights alone do not fit."""
+    typical = Typical.of(sizes, settings, lanes)
+    held = settings.inference_augmentations if lanes is None else lanes
+
+    def need(count: float) -> float:
+        cache = count * (typical.prompt + typical.answer) * kv_cache_bytes(shape, 1, 1, device.value_bytes)
+        return weight_bytes(shape, device.value_bytes) + cache + CUDA_CONTEXT_BYTES
+
+    while held > 1 and need(held) > 0.9 * device.memory:
+        held //= 2
+    if need(held) > 0.9 * device.memory:
+        return f"does not fit ({weight_bytes(shape) / 1e9:.1f} GB of weights, {device.memory / 1e9:.0f} GB)"
+    lanes = typical.lanes * held / (settings.inference_augmentations if lanes is None else lanes)
+    speeds = guessed_speeds(shape, device, settings, sizes, lanes=lanes)
+    seconds = {part: getattr(speeds, part) * sum(work_units(size, settings)[part] for size in sizes) / gpus
+               for part, _ in PARTS}
+    return {**seconds, "total": sum(seconds.values())}, held
+
+
+def expectations_table(sizes: list[TaskSize], settings: SolveSettings, what: str) -> list[str]:
+    """The table's lines: a row per model (``TABLE_SHAPES``), a column per machine (``TABLE_MACHINES``)."""
+    lines = [f"expected hours for {what} at {settings.description}, by {PRIOR_WORDS} (no cell "
+             "measured)", "",
+             "| model | parameters | " + " | ".join(label for *_, label in TABLE_MACHINES) + " |",
+             "|---|---|" + "---|" * len(TABLE_MACHINES)]
+    for shape in TABLE_SHAPES:
+        cells = []
+        for device, gpus, _ in TABLE_MACHINES:
+            cell = expected_seconds(sizes, settings, shape, device, gpus)
+            if isinstance(cell, str):
+                cells.append(cell)
+            else:
+                seconds, held = cell
+                fewer = f" ({held} lanes)" if held < settings.inference_augmentations else ""
+                cells.append(f"{seconds['total'] / 3600:.1f} h{fewer}")
+        bits = "4-bit" if shape.four_bit else "16-bit"
+        lines.append(f"| {shape.name}, {bits} | {count_words(parameters(shape).total)} | " + " | ".join(cells) + " |")
+    bandwidths = ", ".join(f"{device.name} {device.bandwidth / 1e9:,.0f} GB/s" for device, *_ in TABLE_MACHINES)
+    return lines + ["", f"bandwidths: {bandwidths} (the makers' data sheets); a GPU's workers share its bandwidth"]
+
+
+def paper_check(sizes: list[TaskSize], settings: SolveSettings) -> str:
+    """The prior against the paper's own run (``PAPER_RUN``), on ``sizes`` (the 400 ARC-AGI-1 tasks)."""
+    seconds, _ = expected_seconds(sizes, settings, NEMO_8B.with_four_bit(), gpu_named("RTX 4090"), 1, lanes=1)
+    predicted = {part: hours(value) for part, value in seconds.items()}
+    measured = {part: hours(value) for part, value in PAPER_RUN.items()}
+    return (f"check against the paper's run (NeMo-Minitron-8B, 4-bit, one RTX 4090, {len(sizes)} tasks, one "
+            f"augmentation searched at a time): TTT {predicted['training']} (paper {measured['training']}), "
+            f"generation {predicted['generation']} (paper {measured['generation']}), scoring "
+            f"{predicted['scoring']}; total {predicted['total']} (paper {measured['total']}), "
+            f"{seconds['total'] / PAPER_RUN['total']:.2f}x the paper's")
+
+
+def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
+    """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
+    shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
+    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
+    encoder = load_encoder(model, max_len=settings.max_len)
+    table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
+    paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
+    return [*table, "", paper_check(paper, settings)]

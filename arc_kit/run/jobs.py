@@ -14,6 +14,7 @@ from arc_kit.method.solver import Solver
 from arc_kit.model.devices import visible_gpus
 from arc_kit.model.loading import load_model, model_info
 from arc_kit.provenance import run_info
+from arc_kit.run.expectations import device_of
 from arc_kit.run.locking import holding_folder
 from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.runs import RUN_KIND, SolveRun, clear_run, solve
@@ -51,5 +52,7 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
                              progress=progress, info=info, adopt=adopt, **pool_options)
     loaded = load_model(model, LoadSettings(**(load_options or {})))
     solver = Solver.from_loaded(loaded, settings)
+    device = device_of(next(loaded.model.parameters()).device)  # what measured the run's speeds
     return solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
-                 info=run_info(model=model_info(loaded), **(info or {})), adopt=adopt)
+                 info=run_info(model=model_info(loaded), device=device, gpus=int(device != "CPU"), **(info or {})),
+                 adopt=adopt)

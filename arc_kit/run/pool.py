@@ -82,7 +82,8 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     if stop_at is None and deadline is not None:
         stop_at = deadline + pool.stop_seconds
     local_gpus = [] if address else visible_gpus()
-    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}),
+    device = {} if address else {"device": visible_gpu_name() if local_gpus else "CPU", "gpus": len(local_gpus)}
+    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), **device,
                                         "workers": workers or _count(len(local_gpus), workers_per_gpu),
                                         **({"address": address} if address else {})}), adopt=adopt)
     # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
@@ -451,7 +452,8 @@ class _Pool:
                                                                 attempts=self.settings.attempts), self.covered)
 
     def write_speeds(self) -> None:
-        write_json_atomically(self.out / SPEEDS_FILE, self.planner.speeds.to_json())
+        # with the workers that measured them: an estimate shares one worker's seconds among as many
+        write_json_atomically(self.out / SPEEDS_FILE, {**self.planner.speeds.to_json(), "workers": len(self.slots)})
 
     def note(self, message: str) -> None:
         logger.info(message)

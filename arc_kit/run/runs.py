@@ -63,7 +63,8 @@ RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
 RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
 TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
-SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them)
+SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them), and its workers
+FULL_RUN_TASKS = "full_run_tasks.json"  # a rehearsal's: the tasks of the full run it stands for (``estimates``)
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
 TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
 TABLE_RECORDS = tuple(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)  # their records (``records_file``)
@@ -86,7 +87,8 @@ def _an_earlier_kits_run(folder: Path) -> bool:
 
 
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*", *TABLE_RECORDS,
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, FULL_RUN_TASKS, f"{CLAIMS_FOLDER}/*",
+                                    *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
                                     *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{LOGS_FOLDER}/**"),
                       quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,

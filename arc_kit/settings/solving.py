@@ -184,7 +184,15 @@ class CompetitionSettings(Settings):
     job: str = setting("auto", "auto: a smoke job on --smoke-tasks tasks when the test file is the public "
                                "placeholder (its ids all among the evaluation or training ids), else every task; "
                                "smoke: the smoke job whatever the test file holds (public data elsewhere); full: "
-                               "every task", choices=("auto", "smoke", "full"))
+                               "every task; rehearse: the settings as given on --rehearse-tasks public evaluation "
+                               "tasks in --rehearse-minutes, then the score, the measured speeds and the estimate of "
+                               "a full run (Kaggle's scored rerun runs the full job instead)",
+                       choices=("auto", "smoke", "full", "rehearse"))
+    rehearse_tasks: int = setting(24, "the rehearsal's tasks: the first of the public evaluation set by id (a few "
+                                      "for each worker, so that they share their GPUs as a full run's do)",
+                                  at_least=1, at_most=10**7)
+    rehearse_minutes: float = setting(60.0, "the rehearsal's time: the planner plans to end its tasks then",
+                                      above=0, at_most=525600)
     workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
                                       "measured peak memory allows, at most 8)", at_least=0, at_most=8)
 
