@@ -697,6 +697,17 @@ def test_an_unreadable_challenges_file_is_reported_and_the_notebook_still_ends_w
     assert not (working / "submission.json").exists()
 
 
+@pytest.mark.processes
+@pytest.mark.slow
+def test_a_wrong_setting_is_said_in_one_line_before_any_model_work_and_the_notebook_ends_without_an_error(tmp_path):
+    done = run_notebook(Path(sys.executable), tmp_path / "no-input", tmp_path / "working", tmp_path,
+                        ARC_KIT_CHANGES=json.dumps({"ttt.step": 4, "sampler.threshold": 9}))
+    assert done.returncode == 0, done.stderr
+    assert ("a setting is wrong: ttt.step: no such setting; did you mean ttt.steps?; sampler.threshold must be above "
+            "0, at most 1, got 9; nothing is run, the fallback submission stands") in done.stdout.splitlines()
+    assert "model " not in done.stdout and "Traceback" not in done.stdout + done.stderr  # no model was looked for
+
+
 # -- kaggle run: its settings, resuming, refusing ------------------------------------------------------------
 
 QUICK_OPTIONS = ["--sampler", "greedy", "--augmentations", "1", "--scoring-augmentations", "1", "--max-len", "2048",

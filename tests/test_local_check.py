@@ -137,4 +137,25 @@ def test_kaggle_check_refuses_in_one_line_before_anything_runs(tmp_path, model_f
     assert main(["kaggle", "check", str(dataset), "--kaggle-model", str(tmp_path)]) == 1
     assert "is no model folder (no config.json)" in capsys.readouterr().err
     assert main(["kaggle", "check", str(dataset), "--changes", "[1]"]) == 1
-    assert capsys.readouterr().err.strip() == "arc-kit kaggle: error: --changes '[1]' is no JSON object of fields"
+    assert capsys.readouterr().err.strip() == ("arc-kit kaggle: error: --changes must be an object of settings by "
+                                               'their dotted paths, e.g. {"ttt.steps": 8}; got [1]')
+    assert main(["kaggle", "check", str(dataset), "--changes", '{"ttt.step": 1}']) == 1
+    assert capsys.readouterr().err.strip() == ("arc-kit kaggle: error: ttt.step: no such setting; did you mean "
+                                               "ttt.steps?")
+
+
+def test_the_check_runs_the_notebooks_own_changes_unless_asked_and_a_wrong_setting_is_its_no_go(tmp_path):
+    environment = local_check.notebook_environment(tmp_path / "in", tmp_path / "out", tmp_path, 2, None,
+                                                   tmp_path / "python")
+    assert "ARC_KIT_CHANGES" not in environment  # the notebook's own CHANGES, as the competitor edited them
+    asked = local_check.notebook_environment(tmp_path / "in", tmp_path / "out", tmp_path, 2, {"ttt.steps": 1},
+                                             tmp_path / "python")
+    assert json.loads(asked["ARC_KIT_CHANGES"]) == {"ttt.steps": 1}
+    wheels = ("arc_kit-0.1.0-py3-none-any.whl",)
+    report = local_check.NotebookReport(tmp_path / "in" / "model")
+    for line in [f"installed 1 wheel(s) from /in/wheels: {wheels[0]}", "ready: True",  # the notebook's own words
+                 "a setting is wrong: ttt.step: no such setting; did you mean ttt.steps?; nothing is run, the fallback "
+                 "submission stands"]:
+        assert not report.take(line)
+    assert local_check.problem_of(report, wheels, 0, 2, 0) == ("a setting of the notebook is wrong: ttt.step: no such "
+                                                               "setting; did you mean ttt.steps?")

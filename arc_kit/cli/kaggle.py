@@ -22,7 +22,7 @@ from arc_kit.cli.options import (
     settings_from_options,
 )
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
+from arc_kit.settings import CompetitionSettings, SolveSettings, changed, solve_preset
 
 
 @command("kaggle", "Kaggle: build the dataset folder, check it here as Kaggle runs it, or run the competition job")
@@ -78,9 +78,9 @@ def _add_check_arguments(actions) -> None:
                                                              "(--model-source), mounted where Kaggle mounts it")
     number_argument(check, "--tasks", int, f"how many of the shortest {CHECK_DATASET} tasks make the placeholder "
                     "test file (default: %(default)s)", at_least=1, at_most=120, default=CHECK_TASKS)
-    check.add_argument("--changes", default=json.dumps(CHECK_CHANGES),
-                       help="the notebook's CHANGES for the check, JSON (default: %(default)s, cheap enough for a "
-                            "CPU; '{}': the notebook's own settings, the paper's)")
+    check.add_argument("--changes", help="JSON: the CHANGES the check runs instead of the notebook's own (default: "
+                       f"the notebook's, as you edited them; cheap enough for a CPU: '{json.dumps(CHECK_CHANGES)}')"
+                       .replace("%", "%%"))
     check.add_argument("--image-manifest", help="the image's versions, if the dataset was built against another "
                                                 "manifest than kaggle_dataset/kaggle-image.json")
     check.add_argument("--keep", action="store_true", help="keep the scratch folder (the stand-in input, the "
@@ -133,12 +133,13 @@ def _kaggle_run(args) -> None:
 def _kaggle_check(args) -> int:
     from arc_kit.kaggle.local_check import check_dataset, check_tasks
 
-    try:
-        changes = json.loads(args.changes)
-    except ValueError as error:
-        raise ValueError(f"--changes {args.changes!r} is no JSON ({error})") from None
-    if not isinstance(changes, dict):
-        raise ValueError(f"--changes {args.changes!r} is no JSON object of fields")
+    changes = None
+    if args.changes is not None:
+        try:
+            changes = json.loads(args.changes)
+        except ValueError as error:
+            raise ValueError(f"--changes {args.changes!r} is no JSON ({error})") from None
+        changed(SolveSettings(), changes, "--changes")  # a bad one: one line, before anything runs
     result = check_dataset(args.dataset, notebook_folder=args.notebook, kaggle_model=args.kaggle_model,
                            tasks=check_tasks(args.tasks), changes=changes, image_manifest=args.image_manifest,
                            keep=args.keep, workers=args.workers)
