@@ -148,28 +148,18 @@ def _kaggle_check(args) -> int:
 
 
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import (
-        build_dataset,
-        check_build_folders,
-        check_kaggle_names,
-        extra_wheel_files,
-        versioned_handle,
-    )
+    from arc_kit.kaggle.dataset_build import build_dataset, checked_options
     from arc_kit.run.model_check import check_model
 
-    if args.model_source is not None:
-        versioned_handle(args.model_source)  # a bad handle (an empty one too), or one without its version: one line
-    check_kaggle_names(slug=args.slug)  # Kaggle's rules, before anything is read or written
-    check_kaggle_names(title=args.title)
-    if args.owner is not None:
-        check_kaggle_names(owner=args.owner)
-    extra_wheel_files(args.extra_wheels)  # a file that is no wheel: one line
+    options = checked_options(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+                              extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
+                              model_source=args.model_source, overwrite=args.overwrite)  # before any model work
+    if options.default_model:
+        print(f"no --model nor --model-source: the dataset ships the kit's own model, {options.model} (--model DIR "
+              "ships yours, --model-source a Kaggle Model)")
     check = None
-    shipped = args.model or args.model_source is None
-    check_build_folders(args.out, model_path(args) if shipped else None,
-                        overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
-    if shipped:  # before any work: a no-go stops here, nothing written
-        check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
+    if args.model is not None or options.handle is None:  # before any work: a no-go stops here, nothing written
+        check = check_model(options.model, quantization=args.quantization, strict_memory=False)
         print(check.report())
         if not check.go:
             return 1
@@ -177,7 +167,7 @@ def _kaggle_build(args) -> int:
         print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work, "
               "and bitsandbytes is shipped in case its weights are in 4 bits (pass --model with a local copy to check "
               "it now and ship only what it needs)")
-    built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+    built = build_dataset(args.out, args.model, owner=options.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
                           gpu_extras=args.gpu_extras, model_source=args.model_source,
                           check=check, quantization=args.quantization, overwrite=args.overwrite)
@@ -191,6 +181,8 @@ def _kaggle_build(args) -> int:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
+    print(built.model)
+    print(f"the model's licence (dataset-metadata.json's description): {built.licence}")
     return 0
 
 
