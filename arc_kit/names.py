@@ -47,15 +47,16 @@ def shown(name: str) -> str:
     return f"{name[:SHOWN_LENGTH]!r}... ({len(name)} characters)"
 
 
-def listed(items, length: int = LISTED_LENGTH, separator: str = ", ") -> str:
-    """``items`` (as text) joined by ``separator``, as many as fit in ``length`` characters, then "and N more" for
-    the rest: ``a, b, c and 12 more``. The first is always shown (cut to ``length`` when it alone is longer)."""
+def listed(items, length: int = LISTED_LENGTH, separator: str = ", ", count: int | None = None) -> str:
+    """``items`` (as text) joined by ``separator``, as many as fit in ``length`` characters (and at most ``count``),
+    then "and N more" for the rest: ``a, b, c and 12 more``. The first is always shown (cut to ``length`` when it alone
+    is longer). Every list a message shows goes through here."""
     items = [str(item) for item in items]
     kept: list[str] = []
     for index, item in enumerate(items):
         left = len(items) - index - 1  # not shown when this one is the last kept
         tail = f" and {left} more" if left else ""
-        if kept and len(separator.join([*kept, item]) + tail) > length:
+        if kept and (len(separator.join([*kept, item]) + tail) > length or len(kept) == count):
             break
         kept.append(item if kept or len(item) <= length else item[:length] + "...")
     left = len(items) - len(kept)

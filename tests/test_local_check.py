@@ -105,6 +105,8 @@ def test_go_needs_every_wheel_the_dataset_s_model_and_the_models_own_answers(tmp
         "arc_kit-0.1.0-py3-none-any.whl, bitsandbytes-0.50.2-py3-none-any.whl, gguf-0.19.0-py3-none-any.whl")
     assert local_check.problem_of(report, wheels, 0, 2, 0) == \
         "the model answered none of the 2 task(s): every attempt is a fallback"
+    why = "no answer ended within the token budget: is the model trained on this format? (2 of 2 task(s))"
+    assert local_check.problem_of(report, wheels, 0, 2, 0, why) == f"the model answered none of the 2 task(s): {why}"
     assert local_check.problem_of(report, wheels, 2, 2, 1).startswith("the run did not end")
     elsewhere = local_check.NotebookReport(model)
     assert not elsewhere.take("ready: True")

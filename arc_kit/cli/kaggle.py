@@ -21,6 +21,7 @@ from arc_kit.cli.options import (
     restart_arguments,
     settings_from_options,
 )
+from arc_kit.names import listed
 from arc_kit.outputs import claim_file, small_json
 from arc_kit.settings import CompetitionSettings, SolveSettings, changed, solve_preset
 
@@ -175,7 +176,7 @@ def _kaggle_build(args) -> int:
     for wheel in built.wheels:
         print(f"  {wheel.path.name}: {wheel.reason}")
     if built.left_behind:
-        print(f"left behind in the model folder (not files a model is read with): {', '.join(built.left_behind)}")
+        print(f"left behind in the model folder (not files a model is read with): {listed(built.left_behind)}")
     for folder in (built.folder, built.notebook):
         print(f"{folder}:")
         for path in sorted(folder.rglob("*")):

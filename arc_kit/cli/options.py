@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 from arc_kit.settings import (
     ANY_NUMBER,
     SOLVE_PRESETS,
@@ -155,7 +155,7 @@ def select_tasks(args, tasks=None):
                           model=model_path(args) if pick == "shortest" else None)
     if pick == "shortest" and count and not task_ids:
         print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: "
-              f"{', '.join(map(shown, chosen.ids))}", flush=True)
+              f"{listed(map(shown, chosen.ids))}", flush=True)
     return chosen
 
 

@@ -28,7 +28,7 @@ from arc_kit.cli.options import (
     solve_settings,
     tasks_argument,
 )
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 from arc_kit.settings import (
     DRY_RUN_TASKS,
     ENGINE_COMPILE_MODES,
@@ -60,7 +60,7 @@ def _run_solve(args) -> int:
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
-          + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
+          + (f", {len(failed)} failed: {listed(map(shown, failed), count=5)}" if failed else "") + ")")
     print(", ".join(outcome_parts(run.records, run.score) + [draft_share(run.records.values())]))
     if run.score is not None:
         print(shown_table(run.score.table))

@@ -33,7 +33,7 @@ from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
 from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task
-from arc_kit.names import file_name, shown
+from arc_kit.names import file_name, listed, shown
 from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
 
 KAGGLE_INPUT = Path("/kaggle/input")
@@ -165,7 +165,7 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
         raise InvalidDataError(file_problems, str(folder))
     if not file_problems:
         return tasks
-    warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
+    warnings.warn(f"{folder}: {listed(file_problems, separator='; ')}", stacklevel=2)
     skipped = dict(tasks.skipped)
     skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
     return TaskSet(tasks.tasks(), tasks.name, skipped, order=first, max_side=max_side)

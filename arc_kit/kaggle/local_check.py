@@ -42,6 +42,7 @@ from arc_kit.kaggle.image_environment import (
     stop_notebook,
 )
 from arc_kit.kaggle.model_input import MODEL_MARKERS, MODEL_SOURCE_FILE, ModelHandle
+from arc_kit.names import listed
 
 CHECK_DATASET = "arc-agi-2/evaluation"  # the public set the placeholder test file is made from
 CHECK_TASKS = 2
@@ -235,15 +236,16 @@ class LocalCheck:
 
 
 def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, tasks: int,
-               exit_status: int | None) -> str | None:
-    """Why the run is a no-go, the first reason found; None for a go."""
+               exit_status: int | None, unanswered: str | None = None) -> str | None:
+    """Why the run is a no-go, the first reason found; None for a go. ``unanswered``: why the tasks without the
+    model's answer got none, the commonest reason (``analysis.commonest_unanswered``)."""
     if report.wrong_model:
         return f"the notebook runs {report.model}, not the dataset's model {report.expected_model}"
     if report.ready is not True:
         return f"the kit was not installed: {report.trouble[0] if report.trouble else 'the notebook did not say why'}"
     if report.installed != wheels:
-        return (f"the notebook installed {', '.join(report.installed or ()) or 'nothing'}, the dataset holds "
-                f"{', '.join(wheels)}")
+        return (f"the notebook installed {listed(report.installed or ()) or 'nothing'}, the dataset holds "
+                f"{listed(wheels)}")
     if report.settings_problem is not None:
         return f"a setting of the notebook is wrong: {report.settings_problem}"
     if report.model is None:
@@ -256,17 +258,20 @@ def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, t
     if report.submission is None or not report.submission.endswith("valid"):
         return f"the submission: {report.submission or 'not checked'}"
     if answered == 0:
-        return f"the model answered none of the {tasks} task(s): every attempt is a fallback"
+        return f"the model answered none of the {tasks} task(s): " + (unanswered or "every attempt is a fallback")
     return None
 
 
-def answered_tasks(working: Path) -> int:
-    """The tasks whose submitted attempts are the model's, from the run's records (0 when there are none)."""
+def answered_tasks(working: Path) -> tuple[int, str | None]:
+    """(the tasks whose submitted attempts are the model's, why the others got none: the commonest reason), from the
+    run's records ((0, None) when there are none)."""
+    from arc_kit.experiments.analysis import commonest_unanswered
     from arc_kit.run.record_json import read_records
     from arc_kit.run.runs import answered_by_model
 
     path = working / RUN_FOLDER / "records.jsonl"
-    return sum(1 for record in read_records(path).values() if answered_by_model(record)) if path.exists() else 0
+    records = read_records(path).values() if path.exists() else []
+    return sum(1 for record in records if answered_by_model(record)), commonest_unanswered(records)
 
 
 def check_tasks(count: int = CHECK_TASKS, dataset: str = CHECK_DATASET) -> TaskSet:
@@ -353,7 +358,7 @@ def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, 
     input_root, expected = simulated_input(scratch / "input", built, tasks, kaggle_model)
     echo(f"checking {built.folder} with the notebook {built.notebook}, as Kaggle runs it after a push: the "
          f"placeholder's smoke job on {len(tasks)} task(s) of {tasks.name or 'a public set'} "
-         f"({', '.join(tasks.ids)}), " + ("the notebook's own CHANGES" if changes is None
+         f"({listed(tasks.ids)}), " + ("the notebook's own CHANGES" if changes is None
                                           else f"CHANGES = {json.dumps(changes)} (--changes)"))
     echo(f"/kaggle/input stands in at {input_root}: competitions/{built.competition}, datasets/{built.dataset_id}"
          + "".join(f", {'/'.join(mount_folder(input_root, handle).relative_to(input_root).parts)} (from "
@@ -370,6 +375,6 @@ def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, 
     started = time.monotonic()
     environment = notebook_environment(input_root, working, scratch, len(tasks), changes, python, workers)
     exit_status = follow_notebook(start_notebook(python, notebook, environment, scratch), report, echo)
-    answered = answered_tasks(working)
-    problem = problem_of(report, built.wheels, answered, len(tasks), exit_status)
+    answered, unanswered = answered_tasks(working)
+    problem = problem_of(report, built.wheels, answered, len(tasks), exit_status, unanswered)
     return LocalCheck(report, problem, built.wheels, answered, len(tasks), (time.monotonic() - started) / 60, scratch)

@@ -158,8 +158,8 @@ class Settings:
         known = [item.name for item in dataclasses.fields(cls)]
         unknown = [name for name in data if name not in known]
         if unknown and strict:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(map(shown, unknown))}; known: "
-                             f"{', '.join(known)}")
+            raise ValueError(f"unknown {cls.__name__} field(s): {listed(map(shown, unknown))}; known: "
+                             f"{listed(known)}")
         hints = typing.get_type_hints(cls)
         values = {name: _nested(hints[name]).from_json(value, strict=strict, defaults=getattr(defaults, name))
                   if _nested(hints[name]) and isinstance(value, Mapping) else value
