@@ -101,8 +101,7 @@ def test_go_needs_every_wheel_the_dataset_s_model_and_the_models_own_answers(tmp
     assert local_check.problem_of(report, wheels, 2, 2, 0) is None
     more = tuple(sorted((*wheels, "bitsandbytes-0.50.2-py3-none-any.whl")))
     assert local_check.problem_of(report, more, 2, 2, 0) == (
-        "the notebook installed arc_kit-0.1.0-py3-none-any.whl, gguf-0.19.0-py3-none-any.whl, the dataset holds "
-        "arc_kit-0.1.0-py3-none-any.whl, bitsandbytes-0.50.2-py3-none-any.whl, gguf-0.19.0-py3-none-any.whl")
+        "the notebook installed 2 wheel(s), the dataset holds 3; not installed: bitsandbytes-0.50.2-py3-none-any.whl")
     assert local_check.problem_of(report, wheels, 0, 2, 0) == \
         "the model answered none of the 2 task(s): every attempt is a fallback"
     why = "no answer ended within the token budget: is the model trained on this format? (2 of 2 task(s))"

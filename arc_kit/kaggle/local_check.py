@@ -221,7 +221,7 @@ class LocalCheck:
     def lines(self) -> list[str]:
         """The summary: the model folder, the wheels, the end line, then go or no-go."""
         report = self.report
-        installed = ", ".join(report.installed) if report.installed is not None else "none (the install failed)"
+        installed = listed(report.installed) if report.installed is not None else "none (the install failed)"
         lines = [f"model folder run: {report.model or 'none'}"
                  + (" (the dataset's)" if report.model and not report.wrong_model else ""),
                  f"wheels installed: {installed}",
@@ -244,8 +244,11 @@ def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, t
     if report.ready is not True:
         return f"the kit was not installed: {report.trouble[0] if report.trouble else 'the notebook did not say why'}"
     if report.installed != wheels:
-        return (f"the notebook installed {listed(report.installed or ()) or 'nothing'}, the dataset holds "
-                f"{listed(wheels)}")
+        installed = set(report.installed or ())
+        missing, extra = sorted(set(wheels) - installed), sorted(installed - set(wheels))
+        return (f"the notebook installed {len(installed)} wheel(s), the dataset holds {len(wheels)}"
+                + (f"; not installed: {listed(missing)}" if missing else "")
+                + (f"; not the dataset's: {listed(extra)}" if extra else ""))
     if report.settings_problem is not None:
         return f"a setting of the notebook is wrong: {report.settings_problem}"
     if report.model is None:
