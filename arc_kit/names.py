@@ -3,7 +3,8 @@
 A task id is any string a JSON key can hold: a path such as ``../../x``, a newline, ANSI escapes
 that recolour a terminal, a lone surrogate that no UTF-8 text can hold, a megabyte of characters.
 ``shown`` is how every message and log line writes one (escaped, ``repr``-like, when it is not
-plain); ``listed`` how a message writes a list of them, or of anything (cut, the rest counted); ``file_name`` is the one way the kit turns one into a file name (portable, bounded, and
+plain); ``listed`` how a message writes a list of them, or of anything (cut, the rest counted);
+``file_name`` is the one way the kit turns one into a file name (portable, bounded, and
 distinct for distinct names); ``encoded`` is the one way to turn one into bytes (hashing, digests).
 This module knows strings and file-system rules; it knows nothing of tasks, runs or files.
 """

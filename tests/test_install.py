@@ -11,9 +11,9 @@ datasets: the shipped model's, built with ``--model`` as a competitor builds the
 wheels offline, builds the base from the dataset's wheel and solves on two Ray actors of the image's
 ``ray``, as on Kaggle's GPUs: go, the dataset's model named);
 one for a Kaggle Model (``--model-source``: no model in the dataset, the model mounted where Kaggle
-mounts one, found by the handle the dataset names, run with the notebook's own settings: go, the mount named); and that same dataset with
-its notebook's MODEL set to the kit's shipped model (stopped as soon as the notebook names it: a
-loud no-go). The second and third run in a thread beside the first (each notebook run is a chain of
+mounts one, found by the handle the dataset names, run with the notebook's own settings: go, the mount
+named); and that same dataset with its notebook's MODEL set to the kit's shipped model (stopped as soon
+as the notebook names it: a loud no-go). The second and third run in a thread beside the first (each notebook run is a chain of
 single processes, which leaves the second core idle).
 """
 

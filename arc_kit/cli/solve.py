@@ -247,8 +247,8 @@ def setup_bench(parser):
     return run
 
 
-@command("settings", "the method's settings that the notebook's CHANGES may name (dotted paths), each with its value in "
-                     "a preset, what it takes and why")
+@command("settings", "the method's settings that the notebook's CHANGES may name (dotted paths), each with its "
+                     "value in a preset, what it takes and why")
 def setup_settings(parser):
     parser.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
                         help="the preset whose values are shown (default: %(default)s)")

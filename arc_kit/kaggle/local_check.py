@@ -8,8 +8,9 @@ Kaggle Model where Kaggle mounts them: nothing copied), and runs the notebook th
 fresh copy of an environment of the image's versions (``image_environment``), never in the kit's own:
 it installs the dataset's wheels offline, checks its settings, finds its model and solves as on Kaggle's first
 run after a push (the placeholder's smoke job), with its settings as the competitor edited them (its ``CHANGES``
-replaced only when asked), its folders told by the environment variables it reads (``ARC_KIT_INPUT``, ...). Its printed lines are passed on as they come and read
-(``NotebookReport``); the run's records say which tasks the model answered.
+replaced only when asked), its folders told by the environment variables it reads (``ARC_KIT_INPUT``, ...). Its
+printed lines are passed on as they come and read (``NotebookReport``); the run's records say which tasks the model
+answered, and why the others got no answer.
 
 Go needs all of it: every wheel of the dataset installed and the kit imported, the model the dataset
 carries run (a notebook that runs another, the kit's shipped model say, is stopped at once and said
@@ -54,8 +55,8 @@ SHOWN_VERSIONS = ("transformers", "tokenizers", "peft", "accelerate", "safetenso
 RUN_FOLDER = "arc_kit_run"  # competition.RUN_FOLDER: below the working folder, the run's records
 # How the notebook's lines that say something went wrong begin (notebooks/submission.py), and the kernel's own
 SETTINGS_WRONG = ("a setting is wrong: ", "; nothing is run, the fallback submission stands")  # how it says a bad one
-TROUBLE = (SETTINGS_WRONG[0], "cannot start (", "the run failed (", "the notebook raised", "installing the", "the kit does not import",
-           "no arc-kit dataset below", "could not check ")
+TROUBLE = (SETTINGS_WRONG[0], "cannot start (", "the run failed (", "the notebook raised", "installing the",
+           "the kit does not import", "no arc-kit dataset below", "could not check ")
 
 
 class CheckRefused(ValueError):
