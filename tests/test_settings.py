@@ -223,3 +223,19 @@ def test_arc_kit_settings_lists_every_path_a_change_may_name_with_the_presets_va
     named = [line.split(" = ")[0] for line in printed[1:] if not line.startswith(" ")]
     assert named == [path for path, *_ in described(SolveSettings())] and "ttt.gradient_checkpointing" in named
     assert max(map(len, printed)) <= 300
+
+
+def test_options_are_applied_at_once_so_that_two_checked_together_are_checked_with_both(capsys, tmp_path):
+    from arc_kit.cli import main
+    from arc_kit.settings import CompetitionSettings
+
+    with pytest.raises(ValueError, match=r"^stop_minutes \(15\) must lie between 0 and safety_minutes \(45\), and that "
+                                         r"below the limit \(0.5 hours\)$"):
+        CompetitionSettings(hours=0.5)  # checked as made: the notebook's clock before any model work
+    working = tmp_path / "working"
+    assert main(["kaggle", "run", "--hours", "0.5", "--input", str(tmp_path / "none"), "--working", str(working)]) == 1
+    assert "must lie between 0 and safety_minutes (45)" in capsys.readouterr().err and not working.exists()
+    # a limit and its margins given together: checked once all three are set (one at a time, the first would fail)
+    assert main(["kaggle", "run", "--hours", "0.5", "--safety-minutes", "10", "--stop-minutes", "5", "--input",
+                 str(tmp_path / "none"), "--working", str(working)]) == 1
+    assert "no such folder: " in capsys.readouterr().err  # past the clock: no input there

@@ -23,6 +23,7 @@ from arc_kit.settings.base import (
     described,
     options,
     replace_path,
+    replace_paths,
     setting,
 )
 from arc_kit.settings.presets import (
@@ -65,5 +66,5 @@ __all__ = [
     "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds", "BudgetSettings", "CompetitionSettings", "DataSettings",
     "LoadSettings", "LoraTrainingSettings", "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings",
     "SolveSettings", "SudokuEvalSettings", "TrainingSettings", "changed", "described", "ladder", "options",
-    "replace_path", "setting", "smoke", "solve_preset", "sudoku_training", "training_preset",
+    "replace_path", "replace_paths", "setting", "smoke", "solve_preset", "sudoku_training", "training_preset",
 ]

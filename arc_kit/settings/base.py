@@ -251,16 +251,16 @@ def options(cls: type) -> Iterator[Option]:
 
 def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:
     """``settings`` with the field at ``path`` (nested) set to ``value``."""
-    return _applied(settings, {path: value})
+    return replace_paths(settings, {path: value})
 
 
-def _applied(settings: Settings, changes: Mapping[tuple[str, ...], Any]) -> Settings:
-    """``settings`` with every change made at once, level by level (so that two fields checked together, such as a
-    range's two ends, are checked with both new values)."""
+def replace_paths(settings: Settings, changes: Mapping[tuple[str, ...], Any]) -> Settings:
+    """``settings`` with the fields at the paths of ``changes`` set, every one at once, level by level (so that two
+    fields checked together, such as a range's two ends or a limit and its margin, are checked with both new values)."""
     here = {path[0]: value for path, value in changes.items() if len(path) == 1}
     for name in dict.fromkeys(path[0] for path in changes if len(path) > 1):
         inner = {path[1:]: value for path, value in changes.items() if len(path) > 1 and path[0] == name}
-        here[name] = _applied(getattr(settings, name), inner)
+        here[name] = replace_paths(getattr(settings, name), inner)
     return dataclasses.replace(settings, **here)
 
 
@@ -322,7 +322,7 @@ def changed(settings: Settings, changes: Any, name: str = "CHANGES") -> Settings
         flat[tuple(path.split("."))] = value
     if problems:
         raise ValueError(listed(problems, separator="; "))
-    return _applied(settings, flat)
+    return replace_paths(settings, flat)
 
 
 def _flattened(changes: Mapping, groups: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:
