@@ -14,7 +14,8 @@ stops the build before it writes anything. A Kaggle Model as the model input (``
 no model and no base package: the kernel metadata lists it in ``model_sources``, ``model-source.json``
 names it, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local copy given as
 ``model`` is checked, not shipped. The owner is given, else the user's Kaggle configuration's; never a
-placeholder. Every wheel comes with the reason it is there. Both folders are new, empty or an earlier
+placeholder. Every option is checked before any model work (``checked_options``). Every wheel comes with the reason
+it is there; the build says which model it shipped and its size, and the model's licence (or that none is recorded). Both folders are new, empty or an earlier
 build's (``outputs``; replaced only with ``overwrite``) and never hold the model: the build never
 deletes or overwrites what it did not make, the shipped ``kaggle_dataset/`` included. This module knows
 files, wheels and Kaggle's metadata; the competition run is ``competition``'s.
