@@ -3,7 +3,8 @@
 A task id is any string a JSON key can hold: a path such as ``../../x``, a newline, ANSI escapes
 that recolour a terminal, a lone surrogate that no UTF-8 text can hold, a megabyte of characters.
 ``shown`` is how every message and log line writes one (escaped, ``repr``-like, when it is not
-plain); ``file_name`` is the one way the kit turns one into a file name (portable, bounded, and
+plain); ``listed`` how a message writes a list of them, or of anything (cut, the rest counted);
+``file_name`` is the one way the kit turns one into a file name (portable, bounded, and
 distinct for distinct names); ``encoded`` is the one way to turn one into bytes (hashing, digests).
 This module knows strings and file-system rules; it knows nothing of tasks, runs or files.
 """
@@ -14,6 +15,7 @@ import hashlib
 import re
 
 SHOWN_LENGTH = 80  # the most characters of a name a message shows (the rest is counted, not shown)
+LISTED_LENGTH = 200  # the most characters of a list a message shows (a line of a message stays near 300)
 READABLE_LENGTH = 64  # the most characters of a name kept readable in a file name
 HASH_LENGTH = 16  # hex digits of the hash that keeps changed names distinct (64 bits)
 HASH_MARK = "~"  # between the readable part and the hash; never left in a name that is kept as it is
@@ -44,6 +46,22 @@ def shown(name: str) -> str:
     if len(name) <= SHOWN_LENGTH:
         return repr(name)
     return f"{name[:SHOWN_LENGTH]!r}... ({len(name)} characters)"
+
+
+def listed(items, length: int = LISTED_LENGTH, separator: str = ", ", count: int | None = None) -> str:
+    """``items`` (as text) joined by ``separator``, as many as fit in ``length`` characters (and at most ``count``),
+    then "and N more" for the rest: ``a, b, c and 12 more``. The first is always shown (cut to ``length`` when it alone
+    is longer). Every list a message shows goes through here."""
+    items = [str(item) for item in items]
+    kept: list[str] = []
+    for index, item in enumerate(items):
+        left = len(items) - index - 1  # not shown when this one is the last kept
+        tail = f" and {left} more" if left else ""
+        if kept and (len(separator.join([*kept, item]) + tail) > length or len(kept) == count):
+            break
+        kept.append(item if kept or len(item) <= length else item[:length] + "...")
+    left = len(items) - len(kept)
+    return separator.join(kept) + (f" and {left} more" if left else "")
 
 
 def file_name(name: str, suffix: str = "") -> str:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 
 MARKER = ".arc-kit.json"  # what the kit writes into every output folder it makes
 MARKER_BYTES = 1 << 16  # a marker is a few hundred bytes: anything larger is not one
@@ -541,8 +541,7 @@ def _a(word: str) -> str:
 
 
 def _listed(names: list[str]) -> str:
-    more = len(names) - SHOWN_ENTRIES
-    return ", ".join(shown(name) for name in names[:SHOWN_ENTRIES]) + (f" and {more} more" if more > 0 else "")
+    return listed(map(shown, names), count=SHOWN_ENTRIES)
 
 
 def _write_marker(folder: Path, kind: FolderKind, command: str) -> None:

@@ -27,7 +27,9 @@
 # under 16 augmentations, product-of-experts selection) on all GPUs within the time budget (a Ray actor per
 # worker, several sharing a GPU, on the image's own `ray`), keeping the submission valid after every task and
 # printing a line per task and the progress. When the test file is the public placeholder (an interactive session, or
-# the first run after a commit) it runs a short smoke job instead.
+# the first run after a commit) it runs a short smoke job instead. Every setting is checked as soon as the kit
+# imports, before the model loads: a wrong one (a misspelt CHANGES key, a value out of range) is said in one line, the
+# closest valid name or the range with it, and nothing is run.
 
 # %%
 # The notebook's settings. Change them here, in the editor; a run that is not edited (CI, a check on your own
@@ -60,7 +62,8 @@ CHECK_MODEL = setting("CHECK_MODEL", True, lambda text: text != "0")  # arc-kit 
 PRESET = setting("PRESET", "paper")  # the method's settings (arc_kit.settings.SOLVE_PRESETS): the paper's DFS at
 # T = 9%, 16 + 16 augmentations and 64 test-time training steps
 CHANGES = setting("CHANGES", {}, json.loads)  # fields changed from the preset, nested ones by a dotted path:
-# {"inference_augmentations": 8, "sampler.threshold": 0.05, "ttt.steps": 32, "ttt.gradient_checkpointing": True}
+# {"inference_augmentations": 8, "sampler.threshold": 0.05, "ttt.steps": 32, "ttt.gradient_checkpointing": True};
+# `arc-kit settings` lists them. Checked as soon as the kit imports: a wrong one is said, and nothing is run
 HOURS = setting("HOURS", 12.0, float)  # the competition's limit
 SAFETY_MINUTES = setting("SAFETY_MINUTES", 45.0, float)  # plan to end this long before the limit
 STOP_MINUTES = setting("STOP_MINUTES", 15.0, float)  # stop workers still running this long before the limit
@@ -199,8 +202,22 @@ if READY:
     from arc_kit.kaggle.model_input import notebook_model, overridden_model
     from arc_kit.model.loading import default_model_path
     from arc_kit.run.model_check import card_here, check_model
-    from arc_kit.settings import CompetitionSettings, replace_path, solve_preset
+    from arc_kit.settings import Bounds, CompetitionSettings, LoadSettings, changed, solve_preset
 
+    try:  # every setting of the cell above checked before any model work: a bad one is said in one line
+        settings = changed(solve_preset(PRESET), CHANGES)
+        clock = CompetitionSettings(hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
+                                    smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers_per_gpu=WORKERS_PER_GPU,
+                                    rehearse_tasks=REHEARSE_TASKS, rehearse_minutes=REHEARSE_MINUTES)
+        LoadSettings(quantization=QUANTIZATION)
+        if problem := Bounds.of(at_least=0).problem(WORKERS, int):
+            raise ValueError(f"WORKERS {problem}")
+        print(f"settings: preset {PRESET}, CHANGES {json.dumps(CHANGES)}: {settings.description}")
+    except Exception as error:  # noqa: BLE001 - a notebook that raises is not scored
+        print(f"a setting is wrong: {error}; nothing is run, the fallback submission stands")
+        READY = False
+
+if READY:
     try:
         if ON_KAGGLE:
             INPUT, WORKING = Path(INPUT_ROOT), Path(WORKING_ROOT)
@@ -216,9 +233,6 @@ if READY:
             model = MODEL or default_model_path()
             print("SMOKE: the kit of this environment and its shipped model (or MODEL), no dataset's: "
                   "`arc-kit kaggle check` runs a built dataset's notebook as Kaggle does")
-        settings = solve_preset(PRESET)
-        for name, value in CHANGES.items():
-            settings = replace_path(settings, tuple(name.split(".")), value)
         if SMOKE:
             settings = settings.replace(max_len=2048, sampler=settings.sampler.replace(max_forward_calls=500))
         print(f"model {model}; input {INPUT}; output {WORKING}")
@@ -228,7 +242,7 @@ if READY:
             print("the model's check says no-go: nothing is run, the fallback submission stands (CHECK_MODEL = False "
                   "runs anyway)")
             READY = False
-    except Exception as error:  # noqa: BLE001 - a model not found, a bad setting: said, and the fallback stands
+    except Exception as error:  # noqa: BLE001 - a model not found: said, and the fallback stands
         print(f"cannot start ({type(error).__name__}: {error}): the fallback submission stands")
         READY = False
 
@@ -236,9 +250,6 @@ if READY:
 result = None
 if READY:
     try:  # a task log line each, and the progress, come from the run itself
-        clock = CompetitionSettings(hours=HOURS, safety_minutes=SAFETY_MINUTES, stop_minutes=STOP_MINUTES,
-                                    smoke_tasks=2 if SMOKE else SMOKE_TASKS, job=JOB, workers_per_gpu=WORKERS_PER_GPU,
-                                    rehearse_tasks=REHEARSE_TASKS, rehearse_minutes=REHEARSE_MINUTES)
         result = kaggle.run_competition(model, settings, clock, input_root=INPUT, working=WORKING, started=STARTED,
                                         workers=WORKERS or None, load_options={"quantization": QUANTIZATION})
         print(*result.lines(), sep="\n")  # answered by the model, correct where solutions are known, the score;

@@ -159,3 +159,26 @@ def test_the_curve_predicts_what_dfs_at_a_higher_threshold_finds_and_selects(mod
             assert (found / outputs, selected / outputs) == pytest.approx((predicted_found, predicted_selected))
         predicted.extend(zip(curve["found"], curve["selected"]))
     assert len(set(predicted)) >= 4  # the answers chosen give a curve that changes with the threshold
+
+
+def test_why_a_task_got_no_answer_of_the_models_is_read_from_its_record_and_the_commonest_reason_counted():
+    from arc_kit.experiments.analysis import commonest_unanswered, unanswered_reason
+    from arc_kit.method.records import SearchStats, fallback_record
+
+    def searched(**stats) -> TaskRecord:
+        return TaskRecord("t", [TestResult(search=SearchStats(**stats))])
+
+    budget = searched(answers=0, dropped={"max length": 40}, capped=["id: forward-call cap of 2000 reached"])
+    assert unanswered_reason(budget) == ("no answer ended within the token budget: is the model trained on this "
+                                         "format?")  # paths ran to the budget: the cap is what came after
+    assert unanswered_reason(searched(answers=3, not_grids=3)).startswith("every answer the model wrote was no grid")
+    assert unanswered_reason(searched(capped=["id: deadline reached with 4 branches left"])) == \
+        "the search stopped at its deadline before an answer ended"
+    assert unanswered_reason(searched()).startswith("no answer was as probable as the search's threshold")
+    assert unanswered_reason(TaskRecord("t", error="OutOfMemoryError: CUDA out of memory")) == \
+        "the method failed (OutOfMemoryError)"
+    assert unanswered_reason(fallback_record("t", "out of time")) == "no model work (out of time)"
+    answered = TaskRecord("t", [TestResult(attempts=[np.array([[1]])])])
+    assert unanswered_reason(answered) is None and commonest_unanswered([answered]) is None
+    assert commonest_unanswered([budget, budget, searched(), answered]) == (
+        "no answer ended within the token budget: is the model trained on this format? (2 of 3 task(s))")

@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Pr
 from arc_kit.data.parts import sha256_of
 from arc_kit.model import bases
 from arc_kit.model.bases import BaseSpec, BaseUnavailableError, build_base, locate_weights, read_gguf
+from arc_kit.model.checks import safetensors_tensors
 from arc_kit.model.deltas import OLDEST_PEFT_LORA_KEYS, portable_adapter_config
 from arc_kit.model.loading import ModelFolderError, is_delta_folder, load_model, merge_delta, save_delta
 from arc_kit.model.optimization import add_lora
@@ -721,6 +722,29 @@ def test_merge_delta_writes_a_plain_folder_with_the_same_logits(delta, shrunk_id
     assert info["merged_from"] == str(delta) and info["base"] == NAME
     reloaded = AutoModelForCausalLM.from_pretrained(merged, local_files_only=True).eval()
     torch.testing.assert_close(logits(reloaded, shrunk_ids), from_delta, rtol=0, atol=0)
+
+
+def test_merge_keeps_the_type_the_weights_are_stored_in_in_as_few_files_as_they_need(adapted, delta, shrunk_ids,
+                                                                                    tmp_path, capsys):
+    """A delta stored in bf16 (a bf16 training's) on its float32 base: merged in float32, stored in bf16 once, in one
+    file of two bytes a weight, not float32 in 16 MiB shards; a float32 delta stays float32 (above: the same logits)."""
+    from arc_kit.cli import main
+
+    model, tokenizer = adapted
+    bf16 = save_delta(model, tokenizer, tmp_path / "bf16", NAME, max_shard_bytes=SHARD_BYTES, dtype=torch.bfloat16)
+    assert main(["base", "merge", str(bf16), str(tmp_path / "merged")]) == 0
+    files = list((tmp_path / "merged").glob("*.safetensors"))
+    parameters = sum(parameter.numel() for parameter in load_model(delta, device="cpu").model.parameters())
+    assert len(files) == 1 and files[0].stat().st_size <= 2 * parameters + 2**16  # two bytes a weight, and a header
+    assert {kind for kind, _ in safetensors_tensors(files[0]).values()} == {"BF16"}
+    size = files[0].stat().st_size / 2**20
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'merged'}: bfloat16, 1 weights file(s), {size:.1f} MiB (")
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", local_files_only=True).eval()
+    assert merged.dtype == torch.bfloat16
+    exact = load_model(bf16, device="cpu").model  # the same delta merged in float32 and kept so
+    torch.testing.assert_close(logits(merged.float(), shrunk_ids), logits(exact, shrunk_ids), rtol=0, atol=0.05)
+    assert (tmp_path / "merged" / "arc_kit.json").exists() and merge_delta(delta, tmp_path / "f32").joinpath(
+        "model.safetensors").stat().st_size > 4 * parameters  # a float32 delta on a float32 base: float32
 
 
 @pytest.mark.parametrize("damage", ["truncated", "overwritten header"])

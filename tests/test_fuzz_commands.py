@@ -57,6 +57,7 @@ WORDS = ["", "x", "../../x", "/abs", "a/b", "s9-c0123456789", "s0", "c12", "o01"
 # what ids (and the names of task files, which are ids) hold, and words given to options: never on a terminal raw
 # (the paths of the files a user names are theirs: they hold \x1b[32m and a newline, and are shown as given)
 FORGED = ("\x1b[31m", "\n[ok] forged", "\nforged")
+LINE_LENGTH = 320  # the most characters a line the kit prints may take ("about 300": a path or two may add some)
 
 
 def grid(rng: random.Random, high: int = 3) -> list:
@@ -243,11 +244,12 @@ class Tally:
     hung: list = field(default_factory=list)
     outside: list = field(default_factory=list)
     raw: list = field(default_factory=list)
+    long: list = field(default_factory=list)  # lines past LINE_LENGTH
 
     def line(self) -> str:
         return (f"fuzz: {self.inputs} inputs, {self.runs} runs (exit statuses {dict(sorted(self.statuses.items()))}), "
                 f"{len(self.tracebacks)} tracebacks, {len(self.hung)} hung, {len(self.outside)} wrote outside, "
-                f"{len(self.raw)} raw control characters")
+                f"{len(self.raw)} raw control characters, {len(self.long)} lines over {LINE_LENGTH} characters")
 
 
 def run_once(argv: list[str], capsys) -> tuple[object, str, str, bool]:
@@ -325,6 +327,8 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
                 tally.hung.append(where)
             if any(forged in out + err for forged in FORGED):
                 tally.raw.append((where, (out + err)[-300:]))
+            tally.long += [(where, line[:400]) for line in (out + err).splitlines()
+                           if len(line.split("\r")[-1]) > LINE_LENGTH]  # a progress bar's last state
             allowed = (tmp_path / "out", working, tmp_path / "inputs")  # where it was told to write, or read from
             tally.outside += [(where, str(path)) for path in files_under(tmp_path) - before
                               if not any(path == place or place in path.parents for place in allowed)]
@@ -335,9 +339,9 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
     if os.environ.get("ARC_KIT_FUZZ_REPORT"):  # every finding, for a person to read
         Path(os.environ["ARC_KIT_FUZZ_REPORT"]).write_text(json.dumps(
             {"line": tally.line(), "tracebacks": tally.tracebacks, "hung": tally.hung, "outside": tally.outside,
-             "raw": tally.raw}, indent=1, default=str))
-    assert not tally.tracebacks and not tally.hung and not tally.outside and not tally.raw, (
-        tally.line(), tally.tracebacks[:3], tally.hung[:3], tally.outside[:3], tally.raw[:3])
+             "raw": tally.raw, "long": tally.long}, indent=1, default=str))
+    assert not tally.tracebacks and not tally.hung and not tally.outside and not tally.raw and not tally.long, (
+        tally.line(), tally.tracebacks[:3], tally.hung[:3], tally.outside[:3], tally.raw[:3], tally.long[:3])
 
 
 # -- the fuzz over output places: no byte of what the kit did not make changes -----------------------------------

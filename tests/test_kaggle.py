@@ -144,6 +144,15 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     printed = capsys.readouterr().out
     assert f"  {extra.name}: from --extra-wheels\n" in printed and "arc_kit-" in printed  # each wheel and why
     assert "gguf" not in printed  # a model folder, no named base: nothing reads a GGUF file
+    lines = printed.splitlines()  # which model it ships, said first (before the model's check) and with its size last
+    assert lines[0] == (f"no --model nor --model-source: the dataset ships the kit's own model, {default_model_path()} "
+                        "(--model DIR ships yours, --model-source a Kaggle Model)")
+    size = sum(path.stat().st_size for path in (out / "model").iterdir()) / 2**20
+    assert lines[-2] == (f"model shipped: the kit's own model (no --model given; --model DIR ships yours), {size:.1f} "
+                         f"MiB (model/ {size:.1f} MiB)")
+    assert lines[-1] == ("the model's licence (dataset-metadata.json's description): the model's folder records no "
+                         "licence (no license: in a model card, no LICENSE file): the model's licence is its makers'; "
+                         "name it here before you publish.")  # the reminder, said as well as written
     notebook = tmp_path / "arc-kit-notebook"
     kernel = read_json(notebook / "kernel-metadata.json")
     assert kernel["id"] == "someone/arc-kit-submission" and kernel["dataset_sources"] == ["someone/arc-kit-test"]
@@ -194,6 +203,25 @@ def test_kaggle_build_writes_a_dataset_that_installs_and_runs_offline(tmp_path, 
     task = load_tasks("arc-agi-1/evaluation")["00576224"]
     assert found["ids"] == loaded.encoder().encode_prompt(task.train, task.test[0].input).ids.tolist()
     assert found["shape"] == [1, len(found["ids"]), loaded.model.config.vocab_size]
+
+
+def test_kaggle_build_checks_the_owner_and_every_option_before_any_model_work(tmp_path, capsys, monkeypatch,
+                                                                            model_folder):
+    from arc_kit.run import model_check
+
+    monkeypatch.delenv("KAGGLE_USERNAME", raising=False)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "no-kaggle-config"))
+    monkeypatch.setattr(model_check, "check_model", lambda *_, **__: pytest.fail("the model was checked first"))
+    build = ["kaggle", "build", "--out", str(tmp_path / "d"), "--model", str(model_folder)]
+    for argv, error in [(build, "no Kaggle user name: pass --owner NAME, or put your API token in "),
+                        ([*build, "--owner", "someone", "--image-manifest", str(tmp_path / "absent.json")],
+                         "absent.json"),
+                        (["kaggle", "build", "--out", str(tmp_path / "d"), "--model", str(tmp_path)],
+                         "no Kaggle user name")]:  # the owner before the model folder, too
+        assert main(argv) == 1
+        printed = capsys.readouterr()
+        assert printed.out == "" and error in printed.err and len(printed.err.splitlines()) == 1, printed
+    assert not (tmp_path / "d").exists()
 
 
 # -- the competition run ------------------------------------------------------------------------------
@@ -731,6 +759,17 @@ def test_an_unreadable_challenges_file_is_reported_and_the_notebook_still_ends_w
     assert "no fallback submission: JSONDecodeError" in done.stdout
     assert "no arc-kit dataset below" in done.stdout and "ready: False" in done.stdout
     assert not (working / "submission.json").exists()
+
+
+@pytest.mark.processes
+@pytest.mark.slow
+def test_a_wrong_setting_is_said_in_one_line_before_any_model_work_and_the_notebook_ends_without_an_error(tmp_path):
+    done = run_notebook(Path(sys.executable), tmp_path / "no-input", tmp_path / "working", tmp_path,
+                        ARC_KIT_CHANGES=json.dumps({"ttt.step": 4, "sampler.threshold": 9}))
+    assert done.returncode == 0, done.stderr
+    assert ("a setting is wrong: ttt.step: no such setting; did you mean ttt.steps?; sampler.threshold must be above "
+            "0, at most 1, got 9; nothing is run, the fallback submission stands") in done.stdout.splitlines()
+    assert "model " not in done.stdout and "Traceback" not in done.stdout + done.stderr  # no model was looked for
 
 
 # -- kaggle run: its settings, resuming, refusing ------------------------------------------------------------

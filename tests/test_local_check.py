@@ -101,10 +101,11 @@ def test_go_needs_every_wheel_the_dataset_s_model_and_the_models_own_answers(tmp
     assert local_check.problem_of(report, wheels, 2, 2, 0) is None
     more = tuple(sorted((*wheels, "bitsandbytes-0.50.2-py3-none-any.whl")))
     assert local_check.problem_of(report, more, 2, 2, 0) == (
-        "the notebook installed arc_kit-0.1.0-py3-none-any.whl, gguf-0.19.0-py3-none-any.whl, the dataset holds "
-        "arc_kit-0.1.0-py3-none-any.whl, bitsandbytes-0.50.2-py3-none-any.whl, gguf-0.19.0-py3-none-any.whl")
+        "the notebook installed 2 wheel(s), the dataset holds 3; not installed: bitsandbytes-0.50.2-py3-none-any.whl")
     assert local_check.problem_of(report, wheels, 0, 2, 0) == \
         "the model answered none of the 2 task(s): every attempt is a fallback"
+    why = "no answer ended within the token budget: is the model trained on this format? (2 of 2 task(s))"
+    assert local_check.problem_of(report, wheels, 0, 2, 0, why) == f"the model answered none of the 2 task(s): {why}"
     assert local_check.problem_of(report, wheels, 2, 2, 1).startswith("the run did not end")
     elsewhere = local_check.NotebookReport(model)
     assert not elsewhere.take("ready: True")
@@ -137,4 +138,25 @@ def test_kaggle_check_refuses_in_one_line_before_anything_runs(tmp_path, model_f
     assert main(["kaggle", "check", str(dataset), "--kaggle-model", str(tmp_path)]) == 1
     assert "is no model folder (no config.json)" in capsys.readouterr().err
     assert main(["kaggle", "check", str(dataset), "--changes", "[1]"]) == 1
-    assert capsys.readouterr().err.strip() == "arc-kit kaggle: error: --changes '[1]' is no JSON object of fields"
+    assert capsys.readouterr().err.strip() == ("arc-kit kaggle: error: --changes must be an object of settings by "
+                                               'their dotted paths, e.g. {"ttt.steps": 8}; got [1]')
+    assert main(["kaggle", "check", str(dataset), "--changes", '{"ttt.step": 1}']) == 1
+    assert capsys.readouterr().err.strip() == ("arc-kit kaggle: error: ttt.step: no such setting; did you mean "
+                                               "ttt.steps?")
+
+
+def test_the_check_runs_the_notebooks_own_changes_unless_asked_and_a_wrong_setting_is_its_no_go(tmp_path):
+    environment = local_check.notebook_environment(tmp_path / "in", tmp_path / "out", tmp_path, 2, None,
+                                                   tmp_path / "python")
+    assert "ARC_KIT_CHANGES" not in environment  # the notebook's own CHANGES, as the competitor edited them
+    asked = local_check.notebook_environment(tmp_path / "in", tmp_path / "out", tmp_path, 2, {"ttt.steps": 1},
+                                             tmp_path / "python")
+    assert json.loads(asked["ARC_KIT_CHANGES"]) == {"ttt.steps": 1}
+    wheels = ("arc_kit-0.1.0-py3-none-any.whl",)
+    report = local_check.NotebookReport(tmp_path / "in" / "model")
+    for line in [f"installed 1 wheel(s) from /in/wheels: {wheels[0]}", "ready: True",  # the notebook's own words
+                 "a setting is wrong: ttt.step: no such setting; did you mean ttt.steps?; nothing is run, the fallback "
+                 "submission stands"]:
+        assert not report.take(line)
+    assert local_check.problem_of(report, wheels, 0, 2, 0) == ("a setting of the notebook is wrong: ttt.step: no such "
+                                                               "setting; did you mean ttt.steps?")

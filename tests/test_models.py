@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model import devices
 from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, LoadedModel, build_tokenizer, create_model, load_encoder,
-                                   load_model, model_info, save_model, token_budget_of)
+                                   load_model, merge_delta, model_info, save_model, token_budget_of)
 from arc_kit.settings import MODEL_PRESETS
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
@@ -286,6 +286,9 @@ def test_adapter_folder_loads_on_its_base(micro_folder, tmp_path, sample_ids):
     assert not torch.allclose(expected, logits(load_model(micro_folder, device="cpu").model, sample_ids), atol=1e-3)
     # The tokenizer comes from the base model's folder.
     assert len(loaded.tokenizer) == 64
+    merged = merge_delta(tmp_path / "adapter", tmp_path / "merged")  # base merge takes an adapter's folder too
+    assert json.loads((merged / "config.json").read_text())["dtype"] == "float32"  # as its base and it store them
+    assert torch.allclose(logits(load_model(merged, device="cpu").model, sample_ids), expected, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,3 +81,17 @@ def test_any_name_encodes_and_an_encodable_one_as_utf8(name):
         assert data == name.encode("utf-8")
     except UnicodeEncodeError:
         pass  # a lone surrogate: only ``encoded`` takes it
+
+
+def test_listed_shows_what_fits_and_counts_the_rest():
+    from arc_kit.names import listed
+
+    assert listed([]) == "" and listed(["a", "b", "c"]) == "a, b, c"
+    assert listed(["a", "b", "c", "d"], count=2) == "a, b and 2 more"
+    assert listed("abcdef", separator="; ", count=5) == "a; b; c; d; e and 1 more"
+    long = [f"item-{number:03d}-" + "x" * 30 for number in range(100)]
+    text = listed(long)
+    assert len(text) <= 200 and text.startswith(long[0]) and text.endswith(f" and {100 - text.count(', ') - 1} more")
+    assert listed(["y" * 500]) == "y" * 200 + "..."  # one item alone longer than the room: cut
+    for length in (10, 50, 120):  # never past its room but for the first item
+        assert len(listed(long, length)) <= max(length, len(long[0]) + len(" and 99 more"))

@@ -283,6 +283,22 @@ def test_sigterm_ends_a_run_in_one_line_saying_what_it_kept_and_how_to_resume(tm
     assert signal.getsignal(signal.SIGTERM) == before  # given back
 
 
+def test_an_interrupted_training_names_its_own_option_for_starting_over(tmp_path, capsys, monkeypatch, tasks_file):
+    from arc_kit.model import training
+
+    def interrupted(*_, **__):
+        raise KeyboardInterrupt  # Ctrl-C, once the run folder is claimed
+
+    monkeypatch.setattr(training, "_load_source", interrupted)
+    out = tmp_path / "training"
+    status, _, err = run(capsys, "pretrain", "--model", "micro", "--out", out, "--tasks", tasks_file, "--steps", "1",
+                         "--device", "cpu")
+    assert status == 130
+    assert err.strip().splitlines()[-1] == (f"arc-kit pretrain: stopped by SIGINT; kept {out} (its checkpoints (every "
+                                            "--save-every steps)): run the same command again (without --no-resume) "
+                                            "to go on from there")  # pretrain has no --restart
+
+
 def test_errors_of_the_operating_system_name_the_file_and_what_to_do(tmp_path, capsys, monkeypatch, tasks_file):
     a_file = tmp_path / "a_file"
     a_file.write_text("mine")

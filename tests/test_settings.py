@@ -164,3 +164,78 @@ def test_a_sudoku_evaluation_of_today_s_kit_is_resumed():
     assert _same_evaluation(identity, identity)
     assert not _same_evaluation({**stored, "model": "/other"}, identity)
     assert not _same_evaluation(stored, {**identity, "settings": settings.replace(seed=4).result_json()})
+
+
+# -- a user's changes (the notebook's CHANGES), checked before anything is made --------------------------------
+
+@pytest.mark.parametrize("changes, line", [
+    ({"ttt.step": 4}, "ttt.step: no such setting; did you mean ttt.steps?"),
+    ({"steps": 4}, "steps: no such setting; did you mean ttt.steps?"),  # a field by its name alone: where it lives
+    ({"zzz": 4}, "zzz: no such setting (`arc-kit settings` lists them)"),
+    ({"ttt.steps": "8"}, "ttt.steps must be a whole number (at least 1, at most 1e+09), got '8'"),
+    ({"ttt.steps": 0}, "ttt.steps must be at least 1, at most 1e+09, got 0"),
+    ({"sampler.threshold": 1.5}, "sampler.threshold must be above 0, at most 1, got 1.5"),
+    ({"sampler.kind": "dfss"}, "sampler.kind must be one of: dfs, greedy, sample, beam; got 'dfss'"),
+    ({"attempts": True}, "attempts must be one of: 1, 2; got True"),  # True == 1, but no choice of 1 or 2
+    ({"test_time_training": "false"}, "test_time_training must be True or False, got 'false'"),
+    ({"decoding": None}, "decoding must be one of: authors, strict; got None"),
+    ({"ttt": 8}, "ttt holds settings (ttt.steps, ttt.batch_size, ttt.learning_rate, ttt.embedding_learning_rate and "
+                 "9 more): name one, or give an object of them"),
+    ({"ttt": {"step": 8}}, "ttt.step: no such setting; did you mean ttt.steps?"),
+    ({"ttt.step": 4, "seed": -1}, "ttt.step: no such setting; did you mean ttt.steps?; seed must be at least 0, below "
+                                  "9.22337e+18, got -1"),
+    ([("ttt.steps", 4)], "CHANGES must be an object of settings by their dotted paths, e.g. {\"ttt.steps\": 8}; got "
+                         "[('ttt.steps', 4)]"),
+    ({"sampler.kind": "beam"}, "a solve searches by dfs or greedy, not 'beam' (sample and beam run in the samplers "
+                               "table: arc-kit samplers)"),  # the settings' own check, as they are made
+])
+def test_a_change_that_the_settings_do_not_take_is_one_line_naming_it_and_what_it_takes(changes, line):
+    from arc_kit.settings import changed
+
+    with pytest.raises(ValueError) as error:
+        changed(SOLVE_PRESETS["paper"], changes)
+    assert str(error.value) == line
+
+
+def test_changes_are_made_at_once_by_path_or_by_group_and_many_problems_are_cut_to_one_short_line():
+    from arc_kit.settings import changed, replace_path
+
+    paper = SOLVE_PRESETS["paper"]
+    made = changed(paper, {"ttt": {"steps": 8}, "sampler.threshold": 0.05, "max_len": None})
+    assert made == replace_path(replace_path(replace_path(paper, ("ttt", "steps"), 8), ("sampler", "threshold"),
+                                             0.05), ("max_len",), None)
+    # both ends of a range together: one at a time, the first would be refused against the other's old value
+    sequences = changed(TrainingSettings(), {"sequences.min_pairs": 9, "sequences.max_pairs": 12}).sequences
+    assert (sequences.min_pairs, sequences.max_pairs) == (9, 12)
+    with pytest.raises(ValueError) as error:
+        changed(paper, {f"typo{number}": 1 for number in range(40)})
+    assert len(str(error.value)) <= 300 and str(error.value).endswith(" more")
+
+
+def test_arc_kit_settings_lists_every_path_a_change_may_name_with_the_presets_value_in_short_lines(capsys):
+    from arc_kit.cli import main
+    from arc_kit.settings import described
+
+    assert main(["settings", "--preset", "dry-run"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "ttt.steps = 8  (a whole number, at least 1, at most 1e+09 (or None: unset))" in printed
+    assert "sampler.kind = 'dfs'  (one of: dfs, greedy, sample, beam)" in printed
+    named = [line.split(" = ")[0] for line in printed[1:] if not line.startswith(" ")]
+    assert named == [path for path, *_ in described(SolveSettings())] and "ttt.gradient_checkpointing" in named
+    assert max(map(len, printed)) <= 300
+
+
+def test_options_are_applied_at_once_so_that_two_checked_together_are_checked_with_both(capsys, tmp_path):
+    from arc_kit.cli import main
+    from arc_kit.settings import CompetitionSettings
+
+    with pytest.raises(ValueError, match=r"^stop_minutes \(15\) must lie between 0 and safety_minutes \(45\), and that "
+                                         r"below the limit \(0.5 hours\)$"):
+        CompetitionSettings(hours=0.5)  # checked as made: the notebook's clock before any model work
+    working = tmp_path / "working"
+    assert main(["kaggle", "run", "--hours", "0.5", "--input", str(tmp_path / "none"), "--working", str(working)]) == 1
+    assert "must lie between 0 and safety_minutes (45)" in capsys.readouterr().err and not working.exists()
+    # a limit and its margins given together: checked once all three are set (one at a time, the first would fail)
+    assert main(["kaggle", "run", "--hours", "0.5", "--safety-minutes", "10", "--stop-minutes", "5", "--input",
+                 str(tmp_path / "none"), "--working", str(working)]) == 1
+    assert "no such folder: " in capsys.readouterr().err  # past the clock: no input there

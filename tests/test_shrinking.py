@@ -359,8 +359,36 @@ def test_arc_kit_shrink_of_an_unshrinkable_folder_is_one_line(tmp_path, capsys):
     assert len(captured.err.strip().splitlines()) == 1
 
 
+def test_arc_kit_shrink_of_a_folder_without_tokenizer_files_says_check_models_line(pretrained_folder, tmp_path,
+                                                                                   capsys):
+    import shutil
+
+    folder = shutil.copytree(pretrained_folder, tmp_path / "no-tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+    assert main(["check-model", str(folder)]) == 1
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["shrink", str(folder), str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert verdict.startswith("no-go: no tokenizer files: ")
+    assert error == f"arc-kit shrink: error: {verdict.removeprefix('no-go: ')}"  # not transformers' advice
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # what cannot be shrunk, and what needs no shrinking
+
+def test_a_vocabulary_that_cannot_be_shrunk_is_said_in_one_short_line():
+    """A tokenizer that raises for every character it lacks (a word-level one without an unknown token): each
+    failure cut to its first words, the list to its first ones and a count."""
+    backend = Tokenizer(models.WordLevel(vocab={"a": 0, "<s>": 1}, unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    with pytest.raises(ValueError) as error:
+        tokens_to_keep(PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>"))
+    message = str(error.value)
+    assert len(message) <= 300 and "\n" not in message and message.endswith(" more"), message
+    assert message.startswith("cannot shrink this tokenizer: these characters are not single tokens: '\\n' -> no "
+                              "token (the tokenizer said: WordLevel error: Missing [UNK] token")
 
 def test_a_character_missing_from_the_vocabulary_is_named(tasks):
     texts = [text.replace("/", "") for text in task_texts(tasks, 4) + ENGLISH]

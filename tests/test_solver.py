@@ -625,7 +625,8 @@ def test_the_tables_report_top1_beside_top2_from_the_same_records(tmp_path):
                         samplers, SolveSettings(), tmp_path)
     row = run.table.set_index("sampler").loc["greedy"]
     assert row["accuracy_product_percent"] == 100.0 and row["accuracy_product_top1_percent"] == 50.0
-    assert "full softmax" in run.markdown and "_top1" in run.markdown
+    assert "full softmax" in " ".join(run.markdown.split()) and "_top1" in run.markdown  # the paragraph is wrapped
+    assert max(map(len, run.markdown.split("\n\n")[0].splitlines())) <= 110
     old = {key: value for key, value in entry.items() if key != "correct_top1"}  # a record of an earlier kit
     row = sampler_table({"t": from_json(SamplerRecord, {"task_id": "t", "samplers": {"greedy": old}, "ttt": {}})},
                         samplers, SolveSettings(), tmp_path).table.set_index("sampler").loc["greedy"]

@@ -229,6 +229,25 @@ def test_dataset_weights_and_small_pools(pools, vocabulary_encoder):
     assert sum(merged_weights.values()) == pytest.approx(1.0)
 
 
+def test_planned_sequences_that_fit_nowhere_are_said_once_then_counted_for_one_line(vocabulary_encoder, pools,
+                                                                                    caplog):
+    rng = np.random.default_rng(0)
+    big = [Pair(rng.integers(0, 10, (20, 20)), rng.integers(0, 10, (20, 20))) for _ in range(4)]  # ~840 tokens a pair
+    dataset = SequenceDataset({**pools, "big-1": big, "big-2": big}, vocabulary_encoder,
+                              SequenceSettings(max_tokens=400, max_passes=20))
+    with caplog.at_level("WARNING", logger="arc_kit.model.training_data"):
+        for index in range(len(dataset)):
+            dataset.draw(index)
+    unfit = dataset.unfit_line()
+    warned = [record.getMessage() for record in caplog.records]
+    assert len(warned) == 1 and "a planned sequence does not fit 400 tokens" in warned[0]  # said once, not per item
+    count = int(re.search(r" x(\d+), ", unfit).group(1))
+    assert count > 2 and unfit.startswith(f"a planned sequence did not fit 400 tokens with any pair as the test "
+                                          f"x{count}, in 2 pool(s) (big-")  # the pool with the most first
+    assert unfit.endswith("): drawn at random from other pools") and "big-1" in unfit and "big-2" in unfit
+    assert SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_tokens=400)).unfit_line() is None
+
+
 def test_padding_collator_pads_labels_with_minus_100(vocabulary_encoder, pools):
     dataset = SequenceDataset(pools, vocabulary_encoder, SequenceSettings(max_tokens=400), length=3)
     items = [dataset[i] for i in range(3)]
@@ -540,6 +559,22 @@ def test_a_time_limit_stops_cleanly_and_the_rerun_finishes(uninterrupted, pools,
     assert result.steps_done == 6 and result.stopped_by == "steps"
     assert_same_log(Run(folder, RESUMABLE, result), uninterrupted)
     assert_same_weights(folder, uninterrupted.folder)
+
+
+@pytest.mark.slow
+def test_a_time_limit_fits_the_warm_up_and_the_schedule_to_its_minutes_so_that_a_short_run_learns(pools, tmp_path):
+    """Planned for 100,000 steps, a quarter of them warming up, and given half a minute: the warm-up and the cosine
+    are fitted to the steps that fit (after three timed ones), so the rate reaches its peak, decays, and the loss
+    falls; on the plan's own schedule the rate would end below 1% of its peak and the loss stay where it began."""
+    settings = SCRATCH.replace(steps=100_000, warmup_ratio=0.25, minutes=0.5, save_every=10**6,
+                               sequences=SequenceSettings(sampler="random", max_tokens=512))
+    result = pretrain("micro", tmp_path / "run", pools, settings, device="cpu", progress=False)
+    log = Run(tmp_path / "run", settings, result).log
+    rates, losses = [float(row["learning_rate"]) for row in log], [float(row["loss"]) for row in log]
+    assert result.stopped_by == "time limit" and 3 < result.steps_done < settings.lora.steps
+    # warmed up, then decaying (to zero at the fitted end; a machine slower than its first steps stops before it)
+    assert max(rates) > 0.8 * settings.lora.learning_rate and rates[-1] < max(rates)
+    assert losses[-1] < losses[0] - 0.5, losses  # it learned (from ~4.2, ln 64, for the micro model)
 
 
 def test_no_resume_starts_over(uninterrupted, pools, tmp_path):

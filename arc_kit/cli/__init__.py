@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as stop:
         signal_name, status = ("SIGTERM", 143) if isinstance(stop, Terminated) else ("SIGINT", 130)
-        print(f"arc-kit {args.command}: stopped by {signal_name}; {_what_was_kept(claimed()[earlier:])}",
+        print(f"arc-kit {args.command}: stopped by {signal_name}; {_what_was_kept(claimed()[earlier:], args)}",
               file=sys.stderr)
         return status
     finally:
@@ -109,16 +109,18 @@ def _terminate_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _what_was_kept(claims: list[Claim]) -> str:
-    """What a stopped command leaves behind and how to go on from there, in a few words."""
+def _what_was_kept(claims: list[Claim], args: argparse.Namespace) -> str:
+    """What a stopped command leaves behind and how to go on from there, in a few words, naming the command's own
+    option that would start over instead (``--restart``, ``--no-resume``), if it has one."""
     if not claims:
         return "nothing was written"
     last = claims[-1]  # the output it was writing (a command claims its output again as it goes)
     if last.kind is None:
         return f"{last.path} may be incomplete: delete it, then run the same command again"
     if last.kind.resumable:
-        return (f"kept {last.path} ({last.kind.kept}): run the same command again (without --restart) to go on "
-                "from there")
+        over = next((f" (without {flag})" for flag, given in (("--restart", "restart"), ("--no-resume", "no_resume"))
+                     if hasattr(args, given)), "")
+        return f"kept {last.path} ({last.kind.kept}): run the same command again{over} to go on from there"
     return f"{last.path} holds {last.kind.kept}: run the same command with --overwrite to make it again"
 
 

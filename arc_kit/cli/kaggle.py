@@ -21,8 +21,9 @@ from arc_kit.cli.options import (
     restart_arguments,
     settings_from_options,
 )
+from arc_kit.names import listed
 from arc_kit.outputs import claim_file, small_json
-from arc_kit.settings import CompetitionSettings, SolveSettings, solve_preset
+from arc_kit.settings import CompetitionSettings, SolveSettings, changed, solve_preset
 
 
 @command("kaggle", "Kaggle: build the dataset folder, check it here as Kaggle runs it, or run the competition job")
@@ -78,9 +79,9 @@ def _add_check_arguments(actions) -> None:
                                                              "(--model-source), mounted where Kaggle mounts it")
     number_argument(check, "--tasks", int, f"how many of the shortest {CHECK_DATASET} tasks make the placeholder "
                     "test file (default: %(default)s)", at_least=1, at_most=120, default=CHECK_TASKS)
-    check.add_argument("--changes", default=json.dumps(CHECK_CHANGES),
-                       help="the notebook's CHANGES for the check, JSON (default: %(default)s, cheap enough for a "
-                            "CPU; '{}': the notebook's own settings, the paper's)")
+    check.add_argument("--changes", help="JSON: the CHANGES the check runs instead of the notebook's own (default: "
+                       f"the notebook's, as you edited them; cheap enough for a CPU: '{json.dumps(CHECK_CHANGES)}')"
+                       .replace("%", "%%"))
     check.add_argument("--image-manifest", help="the image's versions, if the dataset was built against another "
                                                 "manifest than kaggle_dataset/kaggle-image.json")
     check.add_argument("--keep", action="store_true", help="keep the scratch folder (the stand-in input, the "
@@ -133,12 +134,13 @@ def _kaggle_run(args) -> None:
 def _kaggle_check(args) -> int:
     from arc_kit.kaggle.local_check import check_dataset, check_tasks
 
-    try:
-        changes = json.loads(args.changes)
-    except ValueError as error:
-        raise ValueError(f"--changes {args.changes!r} is no JSON ({error})") from None
-    if not isinstance(changes, dict):
-        raise ValueError(f"--changes {args.changes!r} is no JSON object of fields")
+    changes = None
+    if args.changes is not None:
+        try:
+            changes = json.loads(args.changes)
+        except ValueError as error:
+            raise ValueError(f"--changes {args.changes!r} is no JSON ({error})") from None
+        changed(SolveSettings(), changes, "--changes")  # a bad one: one line, before anything runs
     result = check_dataset(args.dataset, notebook_folder=args.notebook, kaggle_model=args.kaggle_model,
                            tasks=check_tasks(args.tasks), changes=changes, image_manifest=args.image_manifest,
                            keep=args.keep, workers=args.workers)
@@ -147,28 +149,18 @@ def _kaggle_check(args) -> int:
 
 
 def _kaggle_build(args) -> int:
-    from arc_kit.kaggle.dataset_build import (
-        build_dataset,
-        check_build_folders,
-        check_kaggle_names,
-        extra_wheel_files,
-        versioned_handle,
-    )
+    from arc_kit.kaggle.dataset_build import build_dataset, checked_options
     from arc_kit.run.model_check import check_model
 
-    if args.model_source is not None:
-        versioned_handle(args.model_source)  # a bad handle (an empty one too), or one without its version: one line
-    check_kaggle_names(slug=args.slug)  # Kaggle's rules, before anything is read or written
-    check_kaggle_names(title=args.title)
-    if args.owner is not None:
-        check_kaggle_names(owner=args.owner)
-    extra_wheel_files(args.extra_wheels)  # a file that is no wheel: one line
+    options = checked_options(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+                              extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
+                              model_source=args.model_source, overwrite=args.overwrite)  # before any model work
+    if options.default_model:
+        print(f"no --model nor --model-source: the dataset ships the kit's own model, {options.model} (--model DIR "
+              "ships yours, --model-source a Kaggle Model)")
     check = None
-    shipped = args.model or args.model_source is None
-    check_build_folders(args.out, model_path(args) if shipped else None,
-                        overwrite=args.overwrite)  # before the check: an output refused writes and reads nothing
-    if shipped:  # before any work: a no-go stops here, nothing written
-        check = check_model(model_path(args), quantization=args.quantization, strict_memory=False)
+    if args.model is not None or options.handle is None:  # before any work: a no-go stops here, nothing written
+        check = check_model(options.model, quantization=args.quantization, strict_memory=False)
         print(check.report())
         if not check.go:
             return 1
@@ -176,7 +168,7 @@ def _kaggle_build(args) -> int:
         print(f"the Kaggle Model {args.model_source} is not here to check: the notebook checks it before any work, "
               "and bitsandbytes is shipped in case its weights are in 4 bits (pass --model with a local copy to check "
               "it now and ship only what it needs)")
-    built = build_dataset(args.out, args.model, owner=args.owner, slug=args.slug, title=args.title,
+    built = build_dataset(args.out, args.model, owner=options.owner, slug=args.slug, title=args.title,
                           extra_wheels=args.extra_wheels, image_manifest=args.image_manifest,
                           gpu_extras=args.gpu_extras, model_source=args.model_source,
                           check=check, quantization=args.quantization, overwrite=args.overwrite)
@@ -184,12 +176,14 @@ def _kaggle_build(args) -> int:
     for wheel in built.wheels:
         print(f"  {wheel.path.name}: {wheel.reason}")
     if built.left_behind:
-        print(f"left behind in the model folder (not files a model is read with): {', '.join(built.left_behind)}")
+        print(f"left behind in the model folder (not files a model is read with): {listed(built.left_behind)}")
     for folder in (built.folder, built.notebook):
         print(f"{folder}:")
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 print(f"{path.stat().st_size / 2**20:8.2f} MiB  {path.relative_to(folder)}")
+    print(built.model)
+    print(f"the model's licence (dataset-metadata.json's description): {built.licence}")
     return 0
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 from arc_kit.settings import (
     ANY_NUMBER,
     SOLVE_PRESETS,
@@ -23,7 +23,7 @@ from arc_kit.settings import (
     Settings,
     SolveSettings,
     options,
-    replace_path,
+    replace_paths,
     solve_preset,
 )
 
@@ -105,13 +105,10 @@ def number_argument(parser, flag: str, kind: type, help: str, *, at_least: float
 
 
 def settings_from_options(args: argparse.Namespace, defaults: Settings) -> Settings:
-    """``defaults`` with every option given on the command line applied."""
-    settings = defaults
-    for option in options(type(defaults)):
-        value = getattr(args, "setting__" + "__".join(option.path), None)
-        if value is not None:
-            settings = replace_path(settings, option.path, value)
-    return settings
+    """``defaults`` with every option given on the command line applied, all at once."""
+    given = {option.path: getattr(args, "setting__" + "__".join(option.path), None)
+             for option in options(type(defaults))}
+    return replace_paths(defaults, {path: value for path, value in given.items() if value is not None})
 
 
 def tasks_argument(parser: argparse.ArgumentParser, default: str | None = "arc-agi-1/evaluation",
@@ -156,7 +153,7 @@ def select_tasks(args, tasks=None):
                           model=model_path(args) if pick == "shortest" else None)
     if pick == "shortest" and count and not task_ids:
         print(f"tasks: the {len(chosen)} shortest of {args.dataset} by prompt tokens: "
-              f"{', '.join(map(shown, chosen.ids))}", flush=True)
+              f"{listed(map(shown, chosen.ids))}", flush=True)
     return chosen
 
 

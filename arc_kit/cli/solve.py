@@ -1,5 +1,5 @@
 """The ``arc-kit`` commands that solve: solve, dry-run, the paper's tables (ablation, samplers), the planner's
-estimate of a run's time, and the benchmarks that print ratios (bench).
+estimate of a run's time, the benchmarks that print ratios (bench), and the list of the method's settings (settings).
 
 Each parses, makes one call into ``arc_kit.run`` (``arc_kit.experiments`` for the tables and benchmarks) and
 prints; how a run is planned, split among workers and scored, and how each benchmark measures, live there, not here.
@@ -7,6 +7,7 @@ prints; how a run is planned, split among workers and scored, and how each bench
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from arc_kit.cli.options import (
@@ -27,13 +28,14 @@ from arc_kit.cli.options import (
     solve_settings,
     tasks_argument,
 )
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 from arc_kit.settings import (
     DRY_RUN_TASKS,
     ENGINE_COMPILE_MODES,
     SOLVE_PRESETS,
     SamplerSettings,
     SolveSettings,
+    described,
     solve_preset,
 )
 
@@ -58,7 +60,7 @@ def _run_solve(args) -> int:
     failed = run.failed
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
-          + (f", {len(failed)} failed: {', '.join(map(shown, failed[:5]))}" if failed else "") + ")")
+          + (f", {len(failed)} failed: {listed(map(shown, failed), count=5)}" if failed else "") + ")")
     print(", ".join(outcome_parts(run.records, run.score) + [draft_share(run.records.values())]))
     if run.score is not None:
         print(shown_table(run.score.table))
@@ -243,5 +245,21 @@ def setup_bench(parser):
                                          engine_compile=args.engine_compile, augmentations=args.augmentations,
                                          draft_tokens=args.draft_tokens):
             print(line, flush=True)
+        return 0
+    return run
+
+
+@command("settings", "the method's settings that the notebook's CHANGES may name (dotted paths), each with its "
+                     "value in a preset, what it takes and why")
+def setup_settings(parser):
+    parser.add_argument("--preset", default="paper", choices=list(SOLVE_PRESETS),
+                        help="the preset whose values are shown (default: %(default)s)")
+
+    def run(args):
+        print(f"the settings a CHANGES entry may name, with the {args.preset!r} preset's values "
+              '(CHANGES = {"ttt.steps": 32, "sampler.threshold": 0.05}):')
+        for path, value, takes, why in described(solve_preset(args.preset)):
+            print(f"{path} = {value!r}  ({takes})")
+            print(textwrap.fill(why, width=100, initial_indent="    ", subsequent_indent="    "))
         return 0
     return run

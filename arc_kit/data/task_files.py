@@ -16,7 +16,7 @@ import numpy as np
 
 from arc_kit.data.grids import MAX_SIDE, check_max_side, grid_problems, json_type_name, to_grid
 from arc_kit.data.tasks import InvalidDataError, SkippedTask, Task, TaskSet, parse_task, repeated_keys, unreadable_keys
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 
 
 def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", strict: bool = True,
@@ -34,10 +34,9 @@ def parse_tasks(challenges: Any, solutions: Any = None, *, source: str = "", str
     if all_problems and strict:
         raise InvalidDataError(all_problems, source)
     if all_problems:
-        first = "; ".join(problem for s in skipped.values() for problem in s.problems[:1])
+        firsts = [problem for s in skipped.values() for problem in s.problems[:1]] + top_problems
         warnings.warn(f"{source or 'tasks'}: skipped {len(skipped)} bad task(s) of {len(challenges)}"
-                      + (f": {first}" if first else "") + "".join(f"; {p}" for p in top_problems),
-                      stacklevel=2)
+                      + (f": {listed(firsts, separator='; ')}" if firsts else ""), stacklevel=2)
     return TaskSet(tasks, name=name, skipped=skipped, order=challenges, max_side=max_side)
 
 

@@ -8,12 +8,14 @@ Pure functions over ``records.TaskRecord`` values and the known test outputs:
   estimates: DFS at T returns every answer with probability >= T under some augmentation, which
   the records hold, and a candidate's scores do not depend on the others. Selection is
   ``scoring.select``, the solver's own;
-- ``draft_share``: the share of the searches' draft tokens that they followed (a run's end line).
+- ``draft_share``: the share of the searches' draft tokens that they followed (a run's end line);
+- ``commonest_unanswered``: why the tasks the model gave no answer for got none, the commonest reason.
 Knows records and the selection rule; nothing of models.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -98,3 +100,37 @@ def draft_share(records: Iterable[TaskRecord]) -> str:
         for test in record.tests:
             fed, followed = fed + test.search.draft_tokens, followed + test.search.draft_accepted
     return f"drafts: {followed / fed:.0%} of {fed} tokens followed" if fed else "drafts: none fed"
+
+
+NOT_TRAINED = "is the model trained on this format?"
+
+
+def unanswered_reason(record: TaskRecord) -> str | None:
+    """Why a task has no answer of the model's, as its record says; None when it has one."""
+    if record.error is not None:
+        return f"the method failed ({record.error.split(':')[0]})"
+    if record.skipped is not None or not record.got_model_work:
+        return f"no model work ({record.skipped or 'fallback answers'})"
+    if any(test.attempts for test in record.tests):
+        return None
+    searches = [test.search for test in record.tests]
+    answers, not_grids = sum(stats.answers for stats in searches), sum(stats.not_grids for stats in searches)
+    capped = " ".join(cap for stats in searches for cap in stats.capped)
+    if answers and answers == not_grids:
+        return f"every answer the model wrote was no grid: {NOT_TRAINED}"
+    if any(stats.dropped.get("max length") for stats in searches):
+        return f"no answer ended within the token budget: {NOT_TRAINED}"
+    if "forward-call cap" in capped or "deadline" in capped:
+        stop = "call cap" if "forward-call cap" in capped else "deadline"
+        return f"the search stopped at its {stop} before an answer ended"
+    return f"no answer was as probable as the search's threshold: {NOT_TRAINED}"
+
+
+def commonest_unanswered(records: Iterable[TaskRecord]) -> str | None:
+    """The commonest reason among the tasks without an answer of the model's, with its count ("no answer ended
+    within the token budget: is the model trained on this format? (2 of 2 tasks)"); None when every task has one."""
+    reasons = Counter(reason for record in records if (reason := unanswered_reason(record)) is not None)
+    if not reasons:
+        return None
+    reason, count = reasons.most_common(1)[0]
+    return f"{reason} ({count} of {sum(reasons.values())} task(s))"

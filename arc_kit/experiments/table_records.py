@@ -12,6 +12,7 @@ test-time training summary and the settings; knows nothing of models, solvers or
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ import numpy as np
 from arc_kit.method.records import WHEN_SET, TrainingSummary
 from arc_kit.outputs import replace_file, replacing
 from arc_kit.settings import SamplerSettings, SolveSettings
+
+PARAGRAPH_WIDTH = 110  # a table's explanation, wrapped (Markdown joins the lines again)
 
 ABLATION_STAGES = ("baseline", "+TTT", "+16xAug", "+PoE", "+DFS")
 PAPER_ABLATION = {  # two-attempt accuracy on the 400 ARC-AGI-1 evaluation tasks, paper Table 1
@@ -117,7 +120,8 @@ def ablation_table(records: Mapping[str, AblationRecord], settings: SolveSetting
                 f"T = {settings.sampler.threshold:g}. "
                 f"Seconds per task are each stage's own work; test-time training ({settings.ttt.steps} steps) adds "
                 f"{ttt_seconds:.1f} s per task to every stage from +TTT on. Peak GPU memory is each stage's, in one "
-                f"process (CUDA only).\n\n" + _markdown(table))
+                f"process (CUDA only).")
+    markdown = textwrap.fill(markdown, PARAGRAPH_WIDTH) + "\n\n" + _markdown(table)  # a printed line stays short
     _write_table(Path(out), "ablation", table, markdown)
     return TableRun(table, markdown, dict(records))
 
@@ -157,7 +161,8 @@ def sampler_table(records: Mapping[str, SamplerRecord], samplers: Sequence[Sampl
                 "first only. "
                 f"Test-time training took {ttt:.1f} s per task; scoring the candidates of all "
                 f"samplers together under the scoring augmentations took {scoring:.1f} s per task. Peak GPU memory is "
-                "measured on CUDA only.\n\n" + _markdown(table))
+                "measured on CUDA only.")
+    markdown = textwrap.fill(markdown, PARAGRAPH_WIDTH) + "\n\n" + _markdown(table)
     _write_table(Path(out), "samplers", table, markdown)
     return TableRun(table, markdown, dict(records))
 

@@ -114,10 +114,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     ``restart`` discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past
     that nothing raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
-    started = time.time() if started is None else started
-    if not 0 <= clock.stop_minutes <= clock.safety_minutes < 60 * clock.hours:
-        raise ValueError(f"stop_minutes ({clock.stop_minutes:g}) must lie between 0 and safety_minutes "
-                         f"({clock.safety_minutes:g}), and that below the limit ({clock.hours:g} hours)")
+    started = time.time() if started is None else started  # the clock was checked as it was made
     working = Path(working)
     files = find_competition_files(input_root, competition=competition)
     if files.test_challenges is None:

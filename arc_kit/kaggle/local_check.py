@@ -6,10 +6,11 @@ stand-in for ``/kaggle/input`` into a scratch folder (the competition with a few
 placeholder test file and the evaluation files beside it, the dataset, and a local copy of each
 Kaggle Model where Kaggle mounts them: nothing copied), and runs the notebook through nbclient in a
 fresh copy of an environment of the image's versions (``image_environment``), never in the kit's own:
-it installs the dataset's wheels offline, finds its model and solves as on Kaggle's first run after a
-push (the placeholder's smoke job), its settings told by the environment variables it reads
-(``ARC_KIT_INPUT``, ``ARC_KIT_CHANGES``, ...). Its printed lines are passed on as they come and read
-(``NotebookReport``); the run's records say which tasks the model answered.
+it installs the dataset's wheels offline, checks its settings, finds its model and solves as on Kaggle's first
+run after a push (the placeholder's smoke job), with its settings as the competitor edited them (its ``CHANGES``
+replaced only when asked), its folders told by the environment variables it reads (``ARC_KIT_INPUT``, ...). Its
+printed lines are passed on as they come and read (``NotebookReport``); the run's records say which tasks the model
+answered, and why the others got no answer.
 
 Go needs all of it: every wheel of the dataset installed and the kit imported, the model the dataset
 carries run (a notebook that runs another, the kit's shipped model say, is stopped at once and said
@@ -42,17 +43,20 @@ from arc_kit.kaggle.image_environment import (
     stop_notebook,
 )
 from arc_kit.kaggle.model_input import MODEL_MARKERS, MODEL_SOURCE_FILE, ModelHandle
+from arc_kit.names import listed
 
 CHECK_DATASET = "arc-agi-2/evaluation"  # the public set the placeholder test file is made from
 CHECK_TASKS = 2
-# The method made cheap enough for a CPU: the check proves the path, the model's answers included, not a score
+# The method made cheap enough for a CPU, for a check that replaces the notebook's CHANGES (--changes): it proves the
+# path, the model's answers included, not a score
 CHECK_CHANGES = {"inference_augmentations": 1, "scoring_augmentations": 1, "sampler.kind": "greedy", "ttt.steps": 1,
                  "max_len": 2048}
 SHOWN_VERSIONS = ("transformers", "tokenizers", "peft", "accelerate", "safetensors", "numpy", "ray", "torch")
 RUN_FOLDER = "arc_kit_run"  # competition.RUN_FOLDER: below the working folder, the run's records
 # How the notebook's lines that say something went wrong begin (notebooks/submission.py), and the kernel's own
-TROUBLE = ("cannot start (", "the run failed (", "the notebook raised", "installing the", "the kit does not import",
-           "no arc-kit dataset below", "could not check ")
+SETTINGS_WRONG = ("a setting is wrong: ", "; nothing is run, the fallback submission stands")  # how it says a bad one
+TROUBLE = (SETTINGS_WRONG[0], "cannot start (", "the run failed (", "the notebook raised", "installing the",
+           "the kit does not import", "no arc-kit dataset below", "could not check ")
 
 
 class CheckRefused(ValueError):
@@ -152,6 +156,7 @@ class NotebookReport:
     ready: bool | None = None
     model: Path | None = None
     model_check: str | None = None  # its go or no-go line
+    settings_problem: str | None = None  # what it said is wrong with its settings (then it runs nothing)
     end: list[str] = field(default_factory=list)  # the end line, and the score line after it
     submission: str | None = None  # the submission's check ("valid" or its problems)
     trouble: list[str] = field(default_factory=list)  # lines that say something went wrong
@@ -181,6 +186,8 @@ class NotebookReport:
             self.submission = line.strip()
         elif line.startswith(TROUBLE):
             self.trouble.append(line.strip())
+            if line.startswith(SETTINGS_WRONG[0]):
+                self.settings_problem = line.strip().removeprefix(SETTINGS_WRONG[0]).removesuffix(SETTINGS_WRONG[1])
         return False
 
 
@@ -215,7 +222,7 @@ class LocalCheck:
     def lines(self) -> list[str]:
         """The summary: the model folder, the wheels, the end line, then go or no-go."""
         report = self.report
-        installed = ", ".join(report.installed) if report.installed is not None else "none (the install failed)"
+        installed = listed(report.installed) if report.installed is not None else "none (the install failed)"
         lines = [f"model folder run: {report.model or 'none'}"
                  + (" (the dataset's)" if report.model and not report.wrong_model else ""),
                  f"wheels installed: {installed}",
@@ -230,15 +237,21 @@ class LocalCheck:
 
 
 def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, tasks: int,
-               exit_status: int | None) -> str | None:
-    """Why the run is a no-go, the first reason found; None for a go."""
+               exit_status: int | None, unanswered: str | None = None) -> str | None:
+    """Why the run is a no-go, the first reason found; None for a go. ``unanswered``: why the tasks without the
+    model's answer got none, the commonest reason (``analysis.commonest_unanswered``)."""
     if report.wrong_model:
         return f"the notebook runs {report.model}, not the dataset's model {report.expected_model}"
     if report.ready is not True:
         return f"the kit was not installed: {report.trouble[0] if report.trouble else 'the notebook did not say why'}"
     if report.installed != wheels:
-        return (f"the notebook installed {', '.join(report.installed or ()) or 'nothing'}, the dataset holds "
-                f"{', '.join(wheels)}")
+        installed = set(report.installed or ())
+        missing, extra = sorted(set(wheels) - installed), sorted(installed - set(wheels))
+        return (f"the notebook installed {len(installed)} wheel(s), the dataset holds {len(wheels)}"
+                + (f"; not installed: {listed(missing)}" if missing else "")
+                + (f"; not the dataset's: {listed(extra)}" if extra else ""))
+    if report.settings_problem is not None:
+        return f"a setting of the notebook is wrong: {report.settings_problem}"
     if report.model is None:
         return f"the notebook found no model: {report.trouble[0] if report.trouble else 'it did not say why'}"
     if report.model_check is None or not report.model_check.startswith("go: "):
@@ -249,17 +262,20 @@ def problem_of(report: NotebookReport, wheels: tuple[str, ...], answered: int, t
     if report.submission is None or not report.submission.endswith("valid"):
         return f"the submission: {report.submission or 'not checked'}"
     if answered == 0:
-        return f"the model answered none of the {tasks} task(s): every attempt is a fallback"
+        return f"the model answered none of the {tasks} task(s): " + (unanswered or "every attempt is a fallback")
     return None
 
 
-def answered_tasks(working: Path) -> int:
-    """The tasks whose submitted attempts are the model's, from the run's records (0 when there are none)."""
+def answered_tasks(working: Path) -> tuple[int, str | None]:
+    """(the tasks whose submitted attempts are the model's, why the others got none: the commonest reason), from the
+    run's records ((0, None) when there are none)."""
+    from arc_kit.experiments.analysis import commonest_unanswered
     from arc_kit.run.record_json import read_records
     from arc_kit.run.runs import answered_by_model
 
     path = working / RUN_FOLDER / "records.jsonl"
-    return sum(1 for record in read_records(path).values() if answered_by_model(record)) if path.exists() else 0
+    records = read_records(path).values() if path.exists() else []
+    return sum(1 for record in records if answered_by_model(record)), commonest_unanswered(records)
 
 
 def check_tasks(count: int = CHECK_TASKS, dataset: str = CHECK_DATASET) -> TaskSet:
@@ -270,15 +286,16 @@ def check_tasks(count: int = CHECK_TASKS, dataset: str = CHECK_DATASET) -> TaskS
     return shortest_tasks(load_dataset(dataset), TaskEncoder(Vocabulary()), count)
 
 
-def notebook_environment(input_root: Path, working: Path, scratch: Path, tasks: int, changes: dict,
+def notebook_environment(input_root: Path, working: Path, scratch: Path, tasks: int, changes: dict | None,
                          python: Path, workers: int = 0) -> dict:
-    """The notebook's environment variables: the stand-in folders, the cheap settings, its ``WORKERS`` (0: its
-    default), offline pip; none of this process's ``ARC_KIT_`` settings (the notebook must find its model as on
-    Kaggle), Python or pip settings."""
+    """The notebook's environment variables: the stand-in folders, its ``CHANGES`` when ``changes`` replace them
+    (None: its own), its ``WORKERS`` (0: its default), offline pip; none of this process's ``ARC_KIT_`` settings (the
+    notebook must find its model and read its own settings as on Kaggle), Python or pip settings."""
     kept = {key: value for key, value in os.environ.items()
             if not key.startswith(("PIP_", "PYTHON", "ARC_KIT_", "VIRTUAL_ENV", "JUPYTER", "KAGGLE_"))}
     return {**kept, "ARC_KIT_INPUT": str(input_root), "ARC_KIT_WORKING": str(working),
-            "ARC_KIT_CACHE": str(scratch / "cache"), "ARC_KIT_CHANGES": json.dumps(changes),
+            "ARC_KIT_CACHE": str(scratch / "cache"), **({"ARC_KIT_CHANGES": json.dumps(changes)} if changes is not None
+                                                         else {}),
             "ARC_KIT_SMOKE_TASKS": str(tasks), "ARC_KIT_WORKERS": str(workers), "PIP_CONFIG_FILE": os.devnull,
             "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "JUPYTER_DATA_DIR": str(scratch / "jupyter"),
             "PYDEVD_DISABLE_FILE_VALIDATION": "1",  # the kernel's debugger: no warning about this Python's build
@@ -306,8 +323,9 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
                   image_manifest: str | os.PathLike | None = None, keep: bool = False,
                   scratch: str | os.PathLike | None = None, echo: Callable[[str], None] = print,
                   workers: int = 0) -> LocalCheck:
-    """Run the built dataset ``folder``'s notebook as Kaggle would, on ``tasks`` (default ``check_tasks()``) with the
-    preset's fields ``changes`` (default ``CHECK_CHANGES``), and say go or no-go (``LocalCheck``).
+    """Run the built dataset ``folder``'s notebook as Kaggle would, on ``tasks`` (default ``check_tasks()``) with its
+    own settings (``changes``: its ``CHANGES`` replaced, ``CHECK_CHANGES`` cheap enough for a CPU), and say go or
+    no-go (``LocalCheck``).
 
     ``workers``: the notebook's ``WORKERS`` (0, its default: one here, in its own process; 2: two Ray actors, as
     Kaggle's GPUs run it). ``kaggle_model``: a local copy of the Kaggle Model the notebook reads. ``environments``:
@@ -322,7 +340,6 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
     if kaggle_model is not None and not any((Path(kaggle_model) / marker).exists() for marker in MODEL_MARKERS):
         raise CheckRefused(f"--kaggle-model {kaggle_model} is no model folder (no config.json)")
     tasks = tasks if tasks is not None else check_tasks()
-    changes = CHECK_CHANGES if changes is None else changes
     keep = keep or scratch is not None
     if scratch is not None and Path(scratch).exists() and any(Path(scratch).iterdir()):
         raise CheckRefused(f"{scratch} is not empty: the check works in a new or empty folder")
@@ -338,13 +355,15 @@ def check_dataset(folder: str | os.PathLike, *, notebook_folder: str | os.PathLi
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, changes: dict, environments: Path,
+def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, changes: dict | None,
+              environments: Path,
               manifest: Path, echo: Callable[[str], None], workers: int) -> LocalCheck:
     """The check's body, in ``scratch``."""
     input_root, expected = simulated_input(scratch / "input", built, tasks, kaggle_model)
     echo(f"checking {built.folder} with the notebook {built.notebook}, as Kaggle runs it after a push: the "
          f"placeholder's smoke job on {len(tasks)} task(s) of {tasks.name or 'a public set'} "
-         f"({', '.join(tasks.ids)}), CHANGES = {json.dumps(changes)}")
+         f"({listed(tasks.ids)}), " + ("the notebook's own CHANGES" if changes is None
+                                          else f"CHANGES = {json.dumps(changes)} (--changes)"))
     echo(f"/kaggle/input stands in at {input_root}: competitions/{built.competition}, datasets/{built.dataset_id}"
          + "".join(f", {'/'.join(mount_folder(input_root, handle).relative_to(input_root).parts)} (from "
                    f"{kaggle_model})" for handle in built.model_sources))
@@ -360,6 +379,6 @@ def _check_in(built: BuiltDataset, scratch: Path, kaggle_model, tasks: TaskSet, 
     started = time.monotonic()
     environment = notebook_environment(input_root, working, scratch, len(tasks), changes, python, workers)
     exit_status = follow_notebook(start_notebook(python, notebook, environment, scratch), report, echo)
-    answered = answered_tasks(working)
-    problem = problem_of(report, built.wheels, answered, len(tasks), exit_status)
+    answered, unanswered = answered_tasks(working)
+    problem = problem_of(report, built.wheels, answered, len(tasks), exit_status, unanswered)
     return LocalCheck(report, problem, built.wheels, answered, len(tasks), (time.monotonic() - started) / 60, scratch)

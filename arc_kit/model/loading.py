@@ -23,7 +23,7 @@ from typing import Any
 
 from arc_kit.model import devices
 from arc_kit.model.bases import build_base, built_folder
-from arc_kit.model.checks import check_before_load
+from arc_kit.model.checks import check_before_load, weight_files
 from arc_kit.model.deltas import apply_delta, save_delta
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.folders import (
@@ -323,17 +323,42 @@ def keep_four_bit_layout(model):
 # ---------------------------------------------------------------------------------------------
 # A named base plus what training added.
 
+MERGED_SHARD_SIZE = "5GB"  # a merged folder in as few files as it needs (the Hugging Face Hub's limit for one file)
+FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names (pickles: torch's)
+
+
 def merge_delta(path: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write a base-plus-delta folder as an ordinary, merged model folder ``out``: new, empty, or (with
-    ``overwrite``) one that base merge made (``outputs.claim_folder``); never the source's own folder."""
+    ``overwrite``) one that base merge made (``outputs.claim_folder``); never the source's own folder. The weights
+    are merged in float32 and stored once in the type the source stores them in (``stored_dtype``: bf16 in, bf16
+    out), in as few files as they need."""
+    import torch
+
     if inside(path, out):
         raise OutputRefused(f"{path} lies inside {out}: writing there would replace the model being merged; give "
                             "another destination")
     check_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
     loaded = load_model(path, device="cpu")
+    dtype = stored_dtype(Path(path))
     claim_folder(out, MODEL_KIND, "base merge", overwrite=overwrite, option="the destination")
     info = read_json(Path(path) / "arc_kit.json")
-    return save_model(loaded.model, loaded.tokenizer, out, {**info, "merged_from": str(path)})
+    return save_model(loaded.model.to(getattr(torch, dtype)), loaded.tokenizer, out,
+                      {**info, "merged_from": str(path)}, max_shard_size=MERGED_SHARD_SIZE)
+
+
+def stored_dtype(path: Path) -> str:
+    """The narrowest float type of the weights a folder stands for, as stored: a delta's shards and its built base's,
+    an adapter's and its base's, or the folder's own ("float32" where it stores none); a tie goes to the base's."""
+    if is_delta_folder(path):
+        folders = [(built_folder(read_json(path / DELTA_INDEX)["base"]), "model"), (path, "model")]
+    elif (path / "adapter_config.json").exists():
+        folders = [(adapter_base(path, read_json(path / "adapter_config.json")), "model"), (path, "adapter_model")]
+    else:
+        folders = [(path, "model")]
+    found = [FLOAT_TYPES.get(kind, kind) for folder, stem in folders
+             for kind, _ in weight_files(folder, stem).tensors.values()]
+    floats = [kind for kind in found if kind in FLOAT_TYPES.values()] or ["float32"]
+    return min(floats, key=lambda kind: kind == "float32")  # the first of the narrowest: a tie goes to the base's
 
 
 def parameter_count(model) -> int:

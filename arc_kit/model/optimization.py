@@ -4,11 +4,12 @@ The initial fine-tune (``training``) and test-time training (``ttt``) build thei
 optimizers and schedules here, so that neither imports the other. Rank-stabilised LoRA on every
 linear layer, with the input embeddings and output head trained in full at their own learning rate
 (the paper's recipe); AdamW, 8-bit where bitsandbytes works; linear warm-up then cosine decay.
-This module knows torch, peft and transformers' schedules; it knows nothing of data or tasks.
+This module knows torch, peft and transformers' models; it knows nothing of data or tasks.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 
@@ -91,9 +92,25 @@ def build_optimizer(groups: list[dict], kind: str = "auto"):
     return bitsandbytes.optim.AdamW8bit(groups, betas=(0.9, 0.999))
 
 
-def cosine_schedule(optimizer, steps: int, warmup_ratio: float):
-    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to zero."""
-    from transformers import get_cosine_schedule_with_warmup
+class WarmupCosine:
+    """The learning rate's factor at a step: linear warm-up over ``warmup_ratio`` of ``steps``, then cosine decay to
+    zero at ``steps`` (transformers' ``get_cosine_schedule_with_warmup``, the same numbers). ``steps`` may be set
+    again as a run goes: a time limit fits the schedule to the steps that fit in it (``training``)."""
 
-    return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=int(round(steps * warmup_ratio)),
-                                           num_training_steps=steps)
+    def __init__(self, steps: int, warmup_ratio: float):
+        self.steps, self.warmup_ratio = steps, warmup_ratio
+
+    def __call__(self, step: int) -> float:
+        warmup = int(round(self.steps * self.warmup_ratio))
+        if step < warmup:
+            return step / max(1, warmup)
+        progress = min(1.0, (step - warmup) / max(1, self.steps - warmup))  # past its end: zero, never up again
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def cosine_schedule(optimizer, steps: int, warmup_ratio: float):
+    """Linear warm-up over ``warmup_ratio`` of the steps, then cosine decay to zero (``WarmupCosine``, whose ``steps``
+    a run may set again: ``schedule.lr_lambdas[0]``)."""
+    from torch.optim.lr_scheduler import LambdaLR
+
+    return LambdaLR(optimizer, WarmupCosine(steps, warmup_ratio))

@@ -33,7 +33,8 @@ from typing import Any
 
 from arc_kit.data.jsonio import check_regular_file
 from arc_kit.model import devices
-from arc_kit.model.folders import JSON_BYTES, MODEL_KIND, checked_model_folder
+from arc_kit.model.folders import JSON_BYTES, MODEL_KIND, checked_model_folder, first_line, load_tokenizer
+from arc_kit.names import listed
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, small_json, staged_into
 from arc_kit.text import TextFormat
 
@@ -53,7 +54,7 @@ def _single_token(tokenizer, character: str) -> tuple[int | None, str]:
     try:
         ids = tokenizer(character, add_special_tokens=False)["input_ids"]
     except Exception as error:  # a WordLevel tokenizer without an unknown token raises for a missing word
-        return None, f"{character!r} -> no token (the tokenizer said: {error})"
+        return None, f"{character!r} -> no token (the tokenizer said: {first_line(error)[:80]})"
     if len(ids) != 1:
         return None, f"{character!r} -> {len(ids)} tokens"
     if ids[0] == tokenizer.unk_token_id or tokenizer.decode(ids) != character:
@@ -92,7 +93,7 @@ def tokens_to_keep(tokenizer, text_format: TextFormat = TextFormat(), kept: str 
     required = [_single_token(tokenizer, character) for character in needed_characters(text_format)]
     failures = [why for token, why in required if token is None]
     if failures:
-        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + ", ".join(failures))
+        raise ValueError("cannot shrink this tokenizer: these characters are not single tokens: " + listed(failures))
     keep = {token for token, _ in required} | set(tokenizer.all_special_ids)
     if kept == "authors":
         keep |= {_single_token(tokenizer, character)[0] for character in AUTHORS_CHARACTERS}  # None where not one
@@ -257,7 +258,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     """Load a pretrained model folder on the CPU, shrink it, and save the result as a new folder: ``destination``
     is new, empty, or (with ``overwrite``) one that shrink made (``outputs.claim_folder``), never the source's."""
     devices.stay_offline()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     if inside(source, destination):
         raise OutputRefused(f"{source} lies inside {destination}: writing there would replace the model being shrunk; "
@@ -265,7 +266,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
     check_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
     checked_model_folder(source)  # a FIFO in it, a broken config, or one that asks for the folder's own code: refused
     check_regular_file(Path(source) / "config.json", "model's config.json")  # an adapter's folder has none
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+    tokenizer = load_tokenizer(Path(source))  # none, or a broken file: check-model's line
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=True,
                                                  trust_remote_code=False)

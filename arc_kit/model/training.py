@@ -7,17 +7,16 @@ the ``from-scratch`` preset, for models built from a preset, is the kit's own (n
 
 A run folder is a loadable model folder plus ``training_log.csv``, ``arc_kit.json`` (settings,
 package version, git commit, seeds, data), a loss curve and ``checkpoints/`` that a rerun resumes
-from; it is new, empty or a training run's (``TRAINING_KIND``, ``outputs``): never a folder of the
-user's, nor a model another command made. This module knows how to train; what it trains on comes
-from ``training_data``, and the log's file and its plot are ``training_log``'s.
+from; it is new, empty or a training run's (``training_folder.TRAINING_KIND``, ``outputs``): never a folder of
+the user's, nor a model another command made. This module knows how to train; what it trains on comes
+from ``training_data``, the folder's checkpoints are ``training_folder``'s, and the log's file and its plot are
+``training_log``'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from typing import Any
 from arc_kit.model import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
 from arc_kit.model.deltas import make_adapter_config_portable, save_delta
-from arc_kit.model.folders import ADAPTER_FILES, MODEL_FILES, save_model
+from arc_kit.model.folders import save_model
 from arc_kit.model.loading import create_model, cut_to_limit, load_model
 from arc_kit.model.optimization import (
     add_lora,
@@ -36,39 +35,15 @@ from arc_kit.model.optimization import (
     enable_activation_checkpointing,
     parameter_groups,
 )
-from arc_kit.model.training_data import PaddingCollator, SequenceDataset
-from arc_kit.model.training_log import append_row, cut_log, plot_loss_curve, start_log
-from arc_kit.outputs import (
-    FolderKind,
-    adopt_folder,
-    claim_folder,
-    kit_subfolder,
-    remove_entry,
-    remove_owned,
-    replace_file,
-    small_json,
-    staged_into,
-)
+from arc_kit.model.training_data import BatchOrder, PaddingCollator, SequenceDataset
+from arc_kit.model.training_folder import TRAINING_KIND, resume_point, save_checkpoint
+from arc_kit.model.training_log import append_row, plot_loss_curve, start_log
+from arc_kit.outputs import adopt_folder, claim_folder, kit_subfolder, staged_into
 from arc_kit.provenance import run_info
 from arc_kit.settings import MODEL_PRESETS, LoadSettings, TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
 
 logger = logging.getLogger(__name__)
-
-
-def _an_earlier_kits_training(folder: Path) -> bool:
-    """A training run that a kit made before output folders had markers: a checkpoint, or its record (adopted only
-    with --adopt: ``outputs``)."""
-    if any((path / "progress.json").exists() for path in _checkpoints(folder / "checkpoints")):
-        return True
-    record = small_json(folder / "arc_kit.json")
-    return isinstance(record, dict) and isinstance(record.get("training"), dict)
-
-
-# a training run's folder: its checkpoints (each wholly accelerate's), its log and curve, and the model it saves
-TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "training_log.csv", "loss_curve.png",
-                                              *MODEL_FILES, *ADAPTER_FILES), resumable=True,
-                           legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
 
 
 def resolve_precision(precision: str, device: str) -> str:
@@ -91,99 +66,6 @@ def prepare_for_training(model, settings: TrainingSettings):
         model.enable_input_require_grads()  # a transformers model, or peft's around one
     model.config.use_cache = False
     return model
-
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoints and the order of batches.
-
-def _checkpoint_number(path: Path) -> int | None:
-    """N of a checkpoint folder ``step-N`` (a real folder, not a link); None for any other entry."""
-    match = re.fullmatch(r"step-([0-9]{1,12})", path.name)
-    return int(match.group(1)) if match and path.is_dir() and not path.is_symlink() else None
-
-
-def _checkpoints(folder: Path) -> list[Path]:
-    """The checkpoint folders in ``folder``, oldest first."""
-    return sorted((path for path in folder.glob("step-*") if _checkpoint_number(path) is not None),
-                  key=_checkpoint_number)
-
-
-def _save_checkpoint(accelerator, checkpoints: Path, at_step: int, save_every: int) -> None:
-    """The accelerator's state at ``at_step``, and ``progress.json`` that marks it complete; the two newest kept.
-    Written aside and renamed into place (``outputs.staged_into``): a link in the folder is never followed."""
-    folder = checkpoints / f"step-{at_step}"
-    if accelerator.is_main_process and (folder.is_symlink() or folder.exists()):  # a stopped run's, at this step
-        _remove_checkpoint(checkpoints.parent, folder)
-    accelerator.wait_for_everyone()
-    with staged_into(folder) as staging:
-        accelerator.save_state(str(staging))
-    if accelerator.is_main_process:
-        replace_file(folder / "progress.json", json.dumps({"step": at_step}))
-        for old in _checkpoints(checkpoints):  # keep the two newest
-            if old != folder and _checkpoint_number(old) < at_step - save_every:
-                _remove_checkpoint(checkpoints.parent, old)
-
-
-def _remove_checkpoint(out: Path, folder: Path) -> None:
-    """Delete checkpoint ``folder`` of training run ``out`` by its layout (a link: the link itself)."""
-    if folder.is_symlink():
-        remove_entry(folder)
-        return
-    kept = remove_owned(out, TRAINING_KIND, below=f"checkpoints/{folder.name}")
-    if kept:
-        logger.warning("kept in %s what arc-kit did not make there: %s", folder, ", ".join(kept[:3]))
-
-
-def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
-    """The step to start at: the latest checkpoint's (its state loaded) when resuming, else 0.
-
-    Checkpoints of an older run are removed when starting over, and the log's rows past the
-    starting step are cut either way.
-    """
-    checkpoints = out / "checkpoints"
-    first_step = 0
-    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)]
-    latest = done[-1] if done and resume else None
-    if latest is not None:
-        accelerator.load_state(str(latest))
-        first_step = _checkpoint_number(latest)
-        if accelerator.is_main_process:
-            logger.warning("resuming from %s (step %d of %d)", latest, first_step, steps)
-    if accelerator.is_main_process:
-        if latest is None:  # starting over: a later resume must not pick up an older run's checkpoints
-            for old in _checkpoints(checkpoints):
-                _remove_checkpoint(out, old)
-        cut_log(out / "training_log.csv", first_step)  # no rows twice, none from an older run
-    accelerator.wait_for_everyone()
-    return first_step
-
-
-class BatchOrder:
-    """Batch sampler: optimizer step s, micro-batch a, process r take dataset items in a fixed layout.
-
-    Items depend only on their index, so a resumed run (starting at ``first_step``) and a run on
-    several processes see exactly the sequences an uninterrupted single run would. With
-    ``length_of`` (item index -> tokens), each step's items are sorted by length before they are
-    cut into micro-batches: the same sequences per step, less padding.
-    """
-
-    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int, length_of=None):
-        self.settings, self.first_step, self.rank, self.world = settings, first_step, rank, world
-        self.length_of = length_of
-
-    def __iter__(self):
-        size, accumulation = self.settings.lora.batch_size, self.settings.gradient_accumulation
-        per_step = size * accumulation * self.world
-        for step in range(self.first_step, self.settings.lora.steps):
-            items = list(range(step * per_step, (step + 1) * per_step))
-            if self.length_of is not None:
-                items.sort(key=lambda index: (self.length_of(index), index))
-            for micro in range(accumulation):
-                start = (micro * self.world + self.rank) * size
-                yield items[start:start + size]
-
-    def __len__(self) -> int:
-        return (self.settings.lora.steps - self.first_step) * self.settings.gradient_accumulation
 
 
 @dataclass
@@ -310,11 +192,16 @@ def _batch_loader(dataset: SequenceDataset, encoder: TaskEncoder, settings: Trai
                       collate_fn=PaddingCollator(encoder.tokenizer.pad_id), num_workers=settings.data_workers)
 
 
+FITTED_AFTER = 3  # optimizer steps of a run under a time limit before its schedule is fitted: the first two timed
+
+
 class _TrainingLoop:
     """The loop over micro-batches: an optimizer step per accumulation, log rows, checkpoints, the time limit.
 
     It keeps the window of micro-batches since the last log row and the run's totals; ``run`` leaves
-    ``step``, ``stopped_by``, ``total_tokens`` and ``last_loss`` for the result.
+    ``step``, ``stopped_by``, ``total_tokens`` and ``last_loss`` for the result. Under a time limit the schedule
+    (warm-up, then cosine decay) is fitted to the steps that fit in it once the first steps are timed, and the run
+    ends there: a short run learns, instead of spending its minutes in the warm-up of a schedule planned for days.
     """
 
     def __init__(self, accelerator, model, optimizer, scheduler, settings: TrainingSettings, *, out: Path,
@@ -330,6 +217,8 @@ class _TrainingLoop:
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
         self.step, self.total_tokens, self.last_loss, self.stopped_by = first_step, 0, None, "steps"
+        self.first_step, self.end, self.timed_from = first_step, settings.lora.steps, 0.0
+        scheduler.lr_lambdas[0].steps = settings.lora.steps  # the planned schedule (a checkpoint's may be a fitted one)
         self._open_window()
 
     def _open_window(self) -> None:
@@ -345,11 +234,12 @@ class _TrainingLoop:
             self.scheduler.step()
             self.step += 1
             self.bar.update(1)
+            self._fit_schedule()
             if self.step % settings.log_every == 0 or self.step == settings.lora.steps:
                 self._write_log_row()
-            out_of_time = self._out_of_time()
+            out_of_time = self._out_of_time() or self.step == self.end < settings.lora.steps
             if self.step % settings.save_every == 0 or self.step == settings.lora.steps or out_of_time:
-                _save_checkpoint(self.accelerator, self.checkpoints, self.step, settings.save_every)
+                save_checkpoint(self.accelerator, self.checkpoints, self.step, settings.save_every)
             if out_of_time:
                 self.stopped_by = "time limit"
                 break
@@ -387,6 +277,22 @@ class _TrainingLoop:
                        time.monotonic() - self.started)
         self.bar.set_postfix(loss=f"{self.last_loss:.4f}")
         self._open_window()
+
+    def _fit_schedule(self) -> None:
+        """Under a time limit, after ``FITTED_AFTER`` steps: the schedule's length (and the run's end) set to the steps
+        that fit before the deadline at the pace of the timed ones, the fewest any process finds."""
+        import torch
+
+        if self.deadline is None or self.step not in (self.first_step + 1, self.first_step + FITTED_AFTER):
+            return
+        if self.step == self.first_step + 1:
+            self.timed_from = time.monotonic()  # the first step pays for warming up: timed from its end
+            return
+        pace = (time.monotonic() - self.timed_from) / (FITTED_AFTER - 1)
+        fitted = torch.tensor([self.step + max(0, int((self.deadline - time.monotonic()) / max(pace, 1e-9)))])
+        if self.accelerator.num_processes > 1:  # every process must end at the same step
+            fitted = self.accelerator.reduce(fitted.to(self.accelerator.device), "min")
+        self.end = self.scheduler.lr_lambdas[0].steps = min(self.end, int(fitted[0]))
 
     def _out_of_time(self) -> bool:
         """True past the deadline: on every process alike when there are several."""
@@ -445,7 +351,7 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     encoder = TaskEncoder(HuggingFaceTokenizer(source.tokenizer), max_len=settings.sequences.max_tokens)
     dataset, settings, plan = _planned_dataset(pools, encoder, settings, accelerator, weights, repeatable)
     model, optimizer, scheduler = _prepared_optimization(model, settings, accelerator)
-    first_step = _resume_point(accelerator, out, settings.lora.steps, resume)
+    first_step = resume_point(accelerator, out, settings.lora.steps, resume)
     loader = _batch_loader(dataset, encoder, settings, first_step, accelerator)
 
     info = run_info(settings=settings.to_json(), model_source=source.description, data=data_description,
@@ -456,6 +362,9 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     loop = _TrainingLoop(accelerator, model, optimizer, scheduler, settings, out=out, started=started,
                          first_step=first_step, progress=progress)
     loop.run(loader)
+    unfit = dataset.unfit_line()  # the planned sequences that fitted nowhere, said once (this process's count)
+    if unfit is not None:
+        logger.warning("%s", unfit)
     accelerator.wait_for_everyone()
     seconds = time.monotonic() - started
     if accelerator.is_main_process:

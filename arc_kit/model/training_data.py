@@ -8,7 +8,8 @@ within each stretch; ``SequenceDataset.summary`` says how often examples recur),
 kit's earlier one. Either way the last pair plays the test, the sequence gets a random augmentation
 (symmetry, colours, order) and is encoded with loss only on the outputs (not the first, by default:
 ``LoraTrainingSettings.mask_first_output``). Test-time training uses leave-one-out sequences of one
-task's train pairs instead (``sample_leave_one_out``).
+task's train pairs instead (``sample_leave_one_out``). ``BatchOrder`` lays the items out over the optimizer steps,
+micro-batches and processes of a run.
 
 Every draw takes an explicit ``numpy.random.Generator``; ``SequenceDataset`` item ``i`` is drawn
 from the generator seeded ``(seed, i)`` (its place in the plan from generators seeded by the
@@ -19,6 +20,7 @@ coordination. Needs torch only for the Dataset and the collator.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,8 +31,8 @@ from arc_kit.data.datasets import load_re_arc, load_tasks
 from arc_kit.data.difficulty import drop_easiest
 from arc_kit.data.grids import MAX_SIDE
 from arc_kit.data.tasks import Pair, TaskSet
-from arc_kit.names import shown
-from arc_kit.settings import DataSettings, SequenceSettings
+from arc_kit.names import listed, shown
+from arc_kit.settings import DataSettings, SequenceSettings, TrainingSettings
 from arc_kit.text import Encoded, TaskEncoder, TaskTooLongError
 
 logger = logging.getLogger(__name__)
@@ -202,7 +204,7 @@ class SequenceDataset:
                                  f"(--max-passes)")
         self.length_total = length if length is not None else (self.planned or 1000)
         self._drawn: dict[int, Drawn] = {}  # drawn by ``length``, taken by ``sequence``
-        self._warned: set[int] = set()
+        self._unfit: Counter = Counter()  # pool index -> planned items that fitted the budget with no pair as the test
 
     def _lay_out_plan(self, repeatable: set[str]) -> None:
         """Each pool's count (its share of sequences_per_task x pools, at least one where its weight is not
@@ -296,12 +298,21 @@ class SequenceDataset:
                 continue
             if encoded.loss_mask.any():
                 return Drawn(pool_index, tuple(order[i] for i in encoded.kept), encoded)
-        if pool_index not in self._warned:
-            self._warned.add(pool_index)
+        self._unfit[pool_index] += 1
+        if self._unfit.total() == 1:  # said once; the rest are counted (``unfit_line``)
             logger.warning("pool %s: a planned sequence does not fit %d tokens with any pair as the test; such "
-                           "items are drawn at random from other pools", shown(self.names[pool_index]),
-                           self.settings.max_tokens)
+                           "items are drawn at random from other pools (any more are counted, and said at the end)",
+                           shown(self.names[pool_index]), self.settings.max_tokens)
         return None
+
+    def unfit_line(self) -> str | None:
+        """The planned items that fitted the budget with no pair as the test, in one line with their count and pools
+        (the most first); None when every one fitted. Counted where they were drawn: this process's."""
+        if not self._unfit:
+            return None
+        pools = listed(shown(self.names[index]) for index, _ in self._unfit.most_common())
+        return (f"a planned sequence did not fit {self.settings.max_tokens} tokens with any pair as the test "
+                f"x{self._unfit.total()}, in {len(self._unfit)} pool(s) ({pools}): drawn at random from other pools")
 
     def _draw_random(self, index: int, rng: np.random.Generator) -> Drawn:
         """Pick a pool, then ``sample_sequence``; a draw that does not fit the budget, or that the budget
@@ -322,6 +333,34 @@ class SequenceDataset:
 
         _, encoded = self.sequence(index)
         return {"input_ids": torch.from_numpy(encoded.ids), "labels": torch.from_numpy(encoded.labels)}
+
+
+class BatchOrder:
+    """Batch sampler: optimizer step s, micro-batch a, process r take dataset items in a fixed layout.
+
+    Items depend only on their index, so a resumed run (starting at ``first_step``) and a run on
+    several processes see exactly the sequences an uninterrupted single run would. With
+    ``length_of`` (item index -> tokens), each step's items are sorted by length before they are
+    cut into micro-batches: the same sequences per step, less padding.
+    """
+
+    def __init__(self, settings: TrainingSettings, first_step: int, rank: int, world: int, length_of=None):
+        self.settings, self.first_step, self.rank, self.world = settings, first_step, rank, world
+        self.length_of = length_of
+
+    def __iter__(self):
+        size, accumulation = self.settings.lora.batch_size, self.settings.gradient_accumulation
+        per_step = size * accumulation * self.world
+        for step in range(self.first_step, self.settings.lora.steps):
+            items = list(range(step * per_step, (step + 1) * per_step))
+            if self.length_of is not None:
+                items.sort(key=lambda index: (self.length_of(index), index))
+            for micro in range(accumulation):
+                start = (micro * self.world + self.rank) * size
+                yield items[start:start + size]
+
+    def __len__(self) -> int:
+        return (self.settings.lora.steps - self.first_step) * self.settings.gradient_accumulation
 
 
 @dataclass

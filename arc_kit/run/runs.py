@@ -40,7 +40,7 @@ from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_encoder
-from arc_kit.names import encoded, file_name, shown
+from arc_kit.names import encoded, file_name, listed, shown
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
@@ -254,7 +254,7 @@ def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str
                                  "--out, or --restart to discard it") from None
         if earlier.result_json() != settings.result_json():
             changed = _changed_fields(earlier.result_json(), settings.result_json())
-            raise RunFolderError(f"{out} holds a run with other settings ({', '.join(changed[:4])}); use another "
+            raise RunFolderError(f"{out} holds a run with other settings ({listed(changed, count=4)}); use another "
                                  "--out, or --restart to discard it")
         digest, stored_digest = info.get("task_ids_digest"), stored.get("task_ids_digest")
         if (not (digest and stored_digest) and info.get("dataset") and stored.get("dataset")  # the spelling only

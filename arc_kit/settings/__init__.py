@@ -19,8 +19,11 @@ from arc_kit.settings.base import (
     DEFAULT_TOKEN_BUDGET,
     Bounds,
     Settings,
+    changed,
+    described,
     options,
     replace_path,
+    replace_paths,
     setting,
 )
 from arc_kit.settings.presets import (
@@ -62,6 +65,6 @@ __all__ = [
     "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SEARCH_KINDS", "SOLVE_PRESETS", "SUDOKU_SOLVING",
     "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds", "BudgetSettings", "CompetitionSettings", "DataSettings",
     "LoadSettings", "LoraTrainingSettings", "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings",
-    "SolveSettings", "SudokuEvalSettings", "TrainingSettings", "ladder", "options", "replace_path", "setting",
-    "smoke", "solve_preset", "sudoku_training", "training_preset",
+    "SolveSettings", "SudokuEvalSettings", "TrainingSettings", "changed", "described", "ladder", "options",
+    "replace_path", "replace_paths", "setting", "smoke", "solve_preset", "sudoku_training", "training_preset",
 ]

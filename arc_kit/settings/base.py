@@ -5,7 +5,9 @@ prints: the command line is generated from these fields (``options``), so it can
 runs. What a field takes (a number's range, ``Bounds``; a word's ``choices``) is declared on it and checked
 once, by ``Settings`` as the object is made: one ValueError line naming the field, the value and what it
 takes. ``Settings`` gives every settings dataclass ``replace``, ``to_json``, ``result_json`` and
-``from_json``, which reads what an older or newer kit wrote (``upgraded``).
+``from_json``, which reads what an older or newer kit wrote (``upgraded``). ``changed`` applies a user's changes
+by dotted path (the notebook's ``CHANGES``), each checked against what its field takes before anything is made;
+``described`` lists the paths a change may name.
 
 This module needs only the standard library; it knows nothing of any stage's settings, nor of models,
 tasks or files.
@@ -14,16 +16,24 @@ tasks or files.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from arc_kit.names import shown
+from arc_kit.names import listed, shown
 
 DEFAULT_TOKEN_BUDGET = 8192  # the authors' cap on a prompt plus its answer, and on a training sequence, for every
 # model (their NeMo-8B runs: finetune_NemoReArc1200.py and evaluate_NemoReArc1200_*.py, max_tokens=8192)
+
+
+def _given(value: Any) -> str:
+    """A value as a message shows it: its ``repr``, cut (never a raw newline)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class Bounds:
         ``kind`` (an int field takes whole numbers only) in range."""
         whole = kind is int
         if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
-            return f"must be a {'whole number' if whole else 'number'} ({self.text}), got {shown(repr(value))}"
+            return f"must be a {'whole number' if whole else 'number'} ({self.text}), got {_given(value)}"
         finite = isinstance(value, int) or math.isfinite(value)  # an int of any size is finite
         too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
         too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
@@ -114,8 +124,7 @@ class Settings:
             choices = item.metadata.get("choices")
             if choices is not None and value not in choices:
                 flag = f" ({item.metadata['flag']})" if item.metadata.get("flag") else ""  # what a user typed
-                given = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."  # repr: no raw newline
-                raise ValueError(f"unknown {item.name} {given}{flag}; expected one of: "
+                raise ValueError(f"unknown {item.name} {_given(value)}{flag}; expected one of: "
                                  f"{', '.join(map(str, choices))}{' (or unset)' if _optional(hint) else ''}")
             kind = _bare(hint)
             problem = kind in (int, float) and (item.metadata.get("bounds") or ANY_NUMBER).problem(value, kind)
@@ -149,8 +158,8 @@ class Settings:
         known = [item.name for item in dataclasses.fields(cls)]
         unknown = [name for name in data if name not in known]
         if unknown and strict:
-            raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(map(shown, unknown))}; known: "
-                             f"{', '.join(known)}")
+            raise ValueError(f"unknown {cls.__name__} field(s): {listed(map(shown, unknown))}; known: "
+                             f"{listed(known)}")
         hints = typing.get_type_hints(cls)
         values = {name: _nested(hints[name]).from_json(value, strict=strict, defaults=getattr(defaults, name))
                   if _nested(hints[name]) and isinstance(value, Mapping) else value
@@ -242,7 +251,93 @@ def options(cls: type) -> Iterator[Option]:
 
 def replace_path(settings: Settings, path: tuple[str, ...], value: Any) -> Settings:
     """``settings`` with the field at ``path`` (nested) set to ``value``."""
-    if len(path) == 1:
-        return dataclasses.replace(settings, **{path[0]: value})
-    inner = getattr(settings, path[0])
-    return dataclasses.replace(settings, **{path[0]: replace_path(inner, path[1:], value)})
+    return replace_paths(settings, {path: value})
+
+
+def replace_paths(settings: Settings, changes: Mapping[tuple[str, ...], Any]) -> Settings:
+    """``settings`` with the fields at the paths of ``changes`` set, every one at once, level by level (so that two
+    fields checked together, such as a range's two ends or a limit and its margin, are checked with both new values)."""
+    here = {path[0]: value for path, value in changes.items() if len(path) == 1}
+    for name in dict.fromkeys(path[0] for path in changes if len(path) > 1):
+        inner = {path[1:]: value for path, value in changes.items() if len(path) > 1 and path[0] == name}
+        here[name] = replace_paths(getattr(settings, name), inner)
+    return dataclasses.replace(settings, **here)
+
+
+def _takes(item: dataclasses.Field, hint: Any) -> str:
+    """What a field takes, in words: 'a whole number, at least 1', 'one of: dfs, greedy', 'True or False'."""
+    kind, choices = _bare(hint), item.metadata.get("choices")
+    if choices is not None:
+        text = f"one of: {', '.join(map(str, choices))}"
+    elif kind in (int, float):
+        text = f"a {'whole number' if kind is int else 'number'}, {(item.metadata.get('bounds') or ANY_NUMBER).text}"
+    else:
+        text = {bool: "True or False", str: "text"}.get(kind, "a list of text")
+    return text + (" (or None: unset)" if _optional(hint) else "")
+
+
+def _value_problem(item: dataclasses.Field, hint: Any, value: Any) -> str | None:
+    """What is wrong with ``value`` for the field, in words after its name; None when it takes it."""
+    kind, choices = _bare(hint), item.metadata.get("choices")
+    if value is None:
+        return None if _optional(hint) else f"must be {_takes(item, hint)}{';' if choices else ','} got None"
+    if choices is not None:  # True == 1: a choice matches by type too
+        fits = any(value == choice and type(value) is type(choice) for choice in choices)
+        return None if fits else f"must be {_takes(item, hint)}; got {_given(value)}"
+    if kind in (int, float):
+        return (item.metadata.get("bounds") or ANY_NUMBER).problem(value, kind)
+    fits = {bool: lambda: isinstance(value, bool), str: lambda: isinstance(value, str)}.get(
+        kind, lambda: isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value))()
+    return None if fits else f"must be {_takes(item, hint)}, got {_given(value)}"
+
+
+def described(settings: Settings) -> list[tuple[str, Any, str, str]]:
+    """(dotted path, value in ``settings``, what it takes, why: its help) of every field a change may name."""
+    return [(".".join(path), functools.reduce(getattr, path, settings), _takes(item, hint),
+             item.metadata.get("help", "")) for path, item, hint, _ in _leaves(type(settings))]
+
+
+def changed(settings: Settings, changes: Any, name: str = "CHANGES") -> Settings:
+    """``settings`` with ``changes`` made: a mapping of dotted paths to values (``{"ttt.steps": 8}``; a group's fields
+    may be given as an object too, ``{"ttt": {"steps": 8}}``), as the notebook's ``name`` holds them.
+
+    Every change is checked against what its field takes before anything is made: ValueError in one line naming each
+    problem ("ttt.step: no such setting; did you mean ttt.steps?", "ttt.steps must be a whole number (at least 1),
+    got '8'"); then the checks of the settings themselves (a range's two ends), as they are made.
+    """
+    if not isinstance(changes, Mapping):
+        raise ValueError(f"{name} must be an object of settings by their dotted paths, e.g. {{\"ttt.steps\": 8}}; got "
+                         f"{_given(changes)}")
+    fields = {".".join(path): (item, hint) for path, item, hint, _ in _leaves(type(settings))}
+    groups = {".".join(path.split(".")[:end]) for path in fields for end in range(1, path.count(".") + 1)}
+    flat, problems = {}, []
+    for path, value in _flattened(changes, groups):
+        if path in groups:
+            inner = [known for known in fields if known.startswith(f"{path}.")]
+            problems.append(f"{path} holds settings ({listed(inner, 100)}): name one, or give an object of them")
+        elif path not in fields:
+            problems.append(f"{shown(path)}: no such setting{_closest(path, fields)}")
+        elif problem := _value_problem(*fields[path], value):
+            problems.append(f"{path} {problem}")
+        flat[tuple(path.split("."))] = value
+    if problems:
+        raise ValueError(listed(problems, separator="; "))
+    return replace_paths(settings, flat)
+
+
+def _flattened(changes: Mapping, groups: set[str], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every change; an object given for a group of settings read as its fields."""
+    for key, value in changes.items():
+        path = f"{prefix}{key}"
+        if path in groups and isinstance(value, Mapping):
+            yield from _flattened(value, groups, f"{path}.")
+        else:
+            yield path, value
+
+
+def _closest(path: str, fields: Mapping[str, Any]) -> str:
+    """'; did you mean ttt.steps?' for the field ``path`` most likely meant (one that ends in it first), or a pointer
+    to the list."""
+    ending = [known for known in fields if known.endswith(f".{path}")]
+    found = ending or difflib.get_close_matches(path, list(fields), n=1)
+    return f"; did you mean {found[0]}?" if found else " (`arc-kit settings` lists them)"

@@ -196,6 +196,12 @@ class CompetitionSettings(Settings):
     workers_per_gpu: int = setting(0, "worker processes sharing each GPU (0: as many as the first worker's "
                                       "measured peak memory allows, at most 8)", at_least=0, at_most=8)
 
+    def __post_init__(self):
+        super().__post_init__()  # each field's range and choices
+        if not self.stop_minutes <= self.safety_minutes < 60 * self.hours:
+            raise ValueError(f"stop_minutes ({self.stop_minutes:g}) must lie between 0 and safety_minutes "
+                             f"({self.safety_minutes:g}), and that below the limit ({self.hours:g} hours)")
+
 
 # The solver's token budget for a Sudoku: a prompt is ~150 tokens, but the encoder keeps room for the
 # longest answer it can write (a 30x30 grid, ~930 tokens), more than a model trained on 512-token

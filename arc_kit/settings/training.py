@@ -148,7 +148,8 @@ class TrainingSettings(Settings):
     save_every: int = setting(250, "steps between checkpoints (and at the end, and at the time limit)", neutral=True,
                               at_least=1, at_most=10**9)
     log_every: int = setting(10, "steps between rows of training_log.csv", neutral=True, at_least=1, at_most=10**9)
-    minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long (0: at the "
-                                    "first step)", neutral=True, at_least=0, at_most=525600)
+    minutes: float | None = setting(None, "stop cleanly (checkpoint and final model) after this long, the warm-up "
+                                    "and cosine decay fitted to the steps that fit (timed on the first three; ours) "
+                                    "(0: at the first step)", at_least=0, at_most=525600)
     data_workers: int = setting(0, "DataLoader worker processes drawing sequences", flag="--workers", neutral=True,
                                 at_least=0, at_most=256)

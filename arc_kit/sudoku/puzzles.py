@@ -29,6 +29,7 @@ from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import freeze
 from arc_kit.data.jsonio import check_regular_file
 from arc_kit.data.tasks import Pair
+from arc_kit.names import listed, shown
 from arc_kit.outputs import replacing
 from arc_kit.sudoku.rules import SIZE, as_grid, clue_count, grid_from_text, grid_text, solves
 
@@ -49,7 +50,8 @@ def load_csv(path: str | Path, limit: int | None = None, check: bool = True) -> 
             reader = csv.DictReader(handle)
             missing = {"puzzle", "solution"} - set(reader.fieldnames or [])
             if missing:
-                raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found {reader.fieldnames})")
+                raise ValueError(f"{path}: no {' or '.join(sorted(missing))} column (found "
+                                 f"{listed(map(shown, reader.fieldnames or []), 100) or 'none'})")
             for line, row in itertools.islice(enumerate(reader, start=2), limit):
                 puzzle, solution = grid_from_text(row["puzzle"] or ""), grid_from_text(row["solution"] or "")
                 if check and not solves(puzzle, solution):  # (a short row's missing cells read as "")
