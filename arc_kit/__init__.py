@@ -20,6 +20,7 @@ from arc_kit.data.datasets import (
 from arc_kit.data.pictures import picture
 from arc_kit.data.submission import build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet
+from arc_kit.progress import progress_bar  # noqa: F401 - before torch's floors: it quiets tqdm.auto's Jupyter warning
 from arc_kit.provenance import __version__
 from arc_kit.text import TaskEncoder, TextFormat, Vocabulary
 

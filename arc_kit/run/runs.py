@@ -49,6 +49,7 @@ from arc_kit.outputs import (
     refuse_links,
     replacing,
 )
+from arc_kit.progress import progress_bar
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
@@ -398,7 +399,6 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
 def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
               deadline: float | None) -> SolveRun:
     """The body of ``solve``, in a folder made ready for it."""
-    from tqdm.auto import tqdm
 
     records_path = out / RECORDS_FILE
     records = read_records(records_path)
@@ -423,7 +423,7 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
                          tasks)
 
     write()  # a complete, valid submission exists from the start
-    bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
+    bar = progress_bar(todo, desc="solve", unit="task", disable=not progress)
     solved = sum(record.share_correct for record in records.values())
     for task_id in bar:
         task = tasks[task_id]
