@@ -226,7 +226,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     """The run of ``path`` (``find_run``) as its records say: ``model`` overrides the model it names."""
     folder = find_run(path)
     info, settings = read_run_info(folder), read_run_settings(folder)
-    tasks, notes = _run_tasks(folder, info)
+    tasks, notes = run_tasks(folder, info)
     named = model or info.get("model")
     if named and Path(named).exists():
         notes.append(f"the model: {named}" + ("" if model else f" (named in its {RUN_FILE})"))
@@ -242,7 +242,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     return MeasuredRun(folder, settings, tasks, default_model_path(), shape, notes)
 
 
-def _run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
+def run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str]]:
     """The tasks the run in ``folder`` solved: its data set where it loads here, else its pool's ``tasks.json``."""
     dataset = info.get("dataset")
     if isinstance(dataset, str):

@@ -2,7 +2,7 @@
 
 A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
 ``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
-(complete and valid from the first second, rewritten after every task) and, when the answers are
+(complete and valid from the first second, rewritten after every task), ``report.html`` and, when the answers are
 known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
 instead (``records_file``), the ablation's processes sharing a run each write into a ``worker-N``
 folder, as an earlier kit's worker processes did (``run_records`` reads them all), and a pool that
@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
-RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+REPORT_FILE = "report.html"  # the run's report (``report``), beside its submission
+RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json", REPORT_FILE)
 TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
 SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them)
 CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
@@ -369,6 +370,7 @@ class SolveRun:
     submission_path: Path
     score: Score | None = None  # when the answers were known
     seconds: float = 0.0
+    report_path: Path | None = None  # its report (``report``), once written
 
     @property
     def failed(self) -> list[str]:
