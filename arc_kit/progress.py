@@ -10,7 +10,8 @@ actor's solving is stuck or its process is stopped.
 ``progress_bar`` is the one place the kit makes a progress bar (tqdm's): Jupyter's widget where ipywidgets is
 installed, else a text bar, which works in a terminal and in Jupyter alike (``tqdm.auto`` would warn
 "IProgress not found" in Jupyter without ipywidgets); off a terminal (a notebook, a log file) it is
-redrawn at most every ``QUIET_SECONDS``, so that the lines a loop prints beside it stay readable. The
+redrawn at most every ``QUIET_SECONDS``, so that the lines a loop prints beside it stay readable (in
+Jupyter the bar goes to stdout, where those lines go, so that the notebook shows them in order). The
 warning that a library's own ``tqdm.auto`` gives in Jupyter without ipywidgets (huggingface_hub imports
 it) is silenced as this module is imported (``arc_kit`` imports it first): its bars work as text there.
 
@@ -58,4 +59,6 @@ def progress_bar(iterable=None, **options):
         from tqdm import tqdm
     if not sys.stderr.isatty():
         options.setdefault("mininterval", QUIET_SECONDS)
+    if "ipykernel" in sys.modules:  # in Jupyter on the stream of the lines ``tqdm.write`` prints: they read in order
+        options.setdefault("file", sys.stdout)
     return tqdm(iterable, **options)

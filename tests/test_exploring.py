@@ -238,7 +238,7 @@ def test_the_report_in_a_real_browser(run_folder):
     assert sum(tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) in colours for c in ARC_COLOURS) >= 4  # grids drawn
 
 
-def test_progress_bars_are_text_without_ipywidgets_and_quiet_off_a_terminal(monkeypatch):
+def test_progress_bars_are_text_without_ipywidgets_quiet_off_a_terminal_and_in_order_in_jupyter(monkeypatch):
     import importlib.util
 
     from tqdm import std
@@ -248,6 +248,12 @@ def test_progress_bars_are_text_without_ipywidgets_and_quiet_off_a_terminal(monk
     assert type(bar) is std.tqdm
     assert bar.mininterval == (0.1 if sys.stderr.isatty() else 10.0)
     bar.close()
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)  # in Jupyter: on stdout, with the lines printed beside it
+    printed = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", printed)
+    with progress_bar(range(3), desc="jupyter") as bar:
+        list(bar)
+    assert "jupyter" in printed.getvalue()
 
 
 @pytest.mark.slow
