@@ -23,7 +23,7 @@ from conftest import bigram_model
 from arc_kit.cli import main
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.datasets import load_tasks
-from arc_kit.data.pictures import ARC_COLOURS, grid_svg, picture
+from arc_kit.data.pictures import ARC_COLOURS, grid_svg, picture, task_picture
 from arc_kit.data.submission import any_attempt_right
 from arc_kit.data.tasks import Pair, Task, TaskSet
 from arc_kit.method.answer_tokens import answer_tokens
@@ -83,6 +83,9 @@ def test_a_task_draws_itself_with_sizes_in_its_titles_and_one_cell_size():
     assert "00576224 (2 train, 1 test)" in html
     hidden = task.without_solutions()._repr_html_()
     assert hidden.count("6x6") == 2 and "unknown" in hidden
+    output = task.test[0].output
+    assert "attempt 1 ✓" in task_picture(task, [[output]]).html and "no answer" in task_picture(task, [[]]).html
+    assert "✓" not in task_picture(task, [[output]], show_solutions=False).html  # no verdict from a hidden output
     assert "input" in Pair([[1]], [[2, 2]])._repr_html_()
 
 

@@ -101,8 +101,7 @@ def verdict(answer: np.ndarray, known: np.ndarray | None) -> tuple[str, str]:
     """(mark, colour) of an answer against the known output: a tick in green, a cross in red, nothing when unknown."""
     if known is None:
         return "", PLAIN
-    right = np.shape(answer) == np.shape(known) and np.array_equal(answer, known)
-    return (" ✓", RIGHT) if right else (" ✗", WRONG)
+    return (" ✓", RIGHT) if np.array_equal(answer, known) else (" ✗", WRONG)  # a grid of another shape: unequal
 
 
 def task_html(task, answers: Sequence[Sequence[np.ndarray]] | None = None, *, title: str | None = None,
@@ -125,7 +124,7 @@ def task_html(task, answers: Sequence[Sequence[np.ndarray]] | None = None, *, ti
         panels = [panel(pair.input, f"test {index} input", cell),
                   panel(known, "output", cell, empty="unknown")]
         if answers is not None and index < len(answers):
-            panels += attempt_panels(answers[index], pair.output, cell)
+            panels += attempt_panels(answers[index], known, cell)
         columns.append(column(panels))
     separator = '<div style="align-self:stretch;border-left:2px solid #d0d7de"></div>' if tests else ""
     body = row([*columns[:len(task.train)], separator, *columns[len(task.train):]])
