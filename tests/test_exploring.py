@@ -271,3 +271,18 @@ def test_the_readmes_exploring_section_runs(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                             timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"})
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_rank_plot_names_its_dots_and_counts_what_it_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from arc_kit.data.plotting import draw_rank_improvement
+
+    ranks = pd.DataFrame({"task_id": ["a", "b", "c", "c"], "test_index": [0, 0, 0, 1], "candidates": [3] * 4,
+                          "rank_generation": [2, 2, 1, 5], "rank_poe": [1, 1, 1, 2]})
+    axes = draw_rank_improvement(ranks).axes[0]
+    assert sorted(text.get_text() for text in axes.texts) == ["a, b", "c/0", "c/1"]  # two dots at one place: one label
+    assert axes.get_title().startswith("4 test outputs") and "at 3 places: PoE better 3, worse 0" in axes.get_title()
