@@ -21,7 +21,7 @@
 # candidates the depth-first search finds, how sure the model was of each token of the best one, the
 # candidates' probabilities under each augmentation (the product of experts), and the answer the
 # kit would submit. Tasks, grids, augmentations and records draw themselves; change the settings
-# and rerun. About 3 minutes on a 2-core CPU.
+# and rerun. The whole notebook takes about 92 s of one core's time (docs/results.md).
 
 # %%
 DATASET = "arc-agi-1/evaluation"  # or arc-agi-1/training, arc-agi-2/evaluation, a challenges JSON, a folder

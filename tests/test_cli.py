@@ -468,7 +468,8 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
-                                                     "run.json", LOCK_FILE, MARKER}  # no temporary files
+                                                     "run.json", "report.html", LOCK_FILE, MARKER}  # no temporary files
+    assert f"wrote {out / 'report.html'}: the run to read in a browser" in printed
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
     submission = json.loads((out / "submission.json").read_text())
@@ -495,7 +496,7 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
     assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json",
-                                                                    LOCK_FILE, MARKER}
+                                                                    "report.html", LOCK_FILE, MARKER}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 
