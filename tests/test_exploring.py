@@ -139,14 +139,15 @@ def solver(model_folder):
 
 
 def test_solve_task_says_whether_its_attempts_are_right(solver, tasks):
-    for task in tasks.tasks():
-        record = solver.solve_task(task)
-        assert record.correct == [any_attempt_right(test.attempts, pair.output)
-                                  for test, pair in zip(record.tests, task.test)]
-        first = record.tests[0].attempts[0]  # the solver never sees the outputs: with the first attempt as the
-        rigged = Task(task.id, task.train, (Pair(task.test[0].input, first), *task.test[1:]))  # answer, it is right
-        assert solver.solve_task(rigged).correct[0] is True
-        assert solver.solve_task(task.without_solutions()).correct is None
+    task = tasks["6ea4a07e"]  # two test inputs
+    record = solver.solve_task(task)
+    assert len(record.correct) == 2
+    assert record.correct == [any_attempt_right(test.attempts, pair.output)
+                              for test, pair in zip(record.tests, task.test)]
+    first = record.tests[0].attempts[0]  # the solver never sees the outputs: with the first attempt as the answer,
+    rigged = Task(task.id, task.train, (Pair(task.test[0].input, first), *task.test[1:]))  # it is right
+    assert solver.solve_task(rigged).correct[0] is True
+    assert solver.solve_task(task.without_solutions()).correct is None
 
 
 def test_an_answer_token_by_token_sums_to_the_engines_nll_and_the_reference():
