@@ -17,13 +17,15 @@ from arc_kit.data.datasets import (
     load_re_arc,
     load_tasks,
 )
+from arc_kit.data.pictures import picture
 from arc_kit.data.submission import build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, Pair, Task, TaskSet
+from arc_kit.progress import progress_bar  # noqa: F401 - before torch's floors: it quiets tqdm.auto's Jupyter warning
 from arc_kit.provenance import __version__
 from arc_kit.text import TaskEncoder, TextFormat, Vocabulary
 
 __all__ = [
     "Augmentation", "InvalidDataError", "Pair", "Task", "TaskEncoder", "TaskSet", "TextFormat", "Vocabulary",
     "build_submission", "find_competition_files", "load_challenges", "load_dataset", "load_folder",
-    "load_re_arc", "load_submission", "load_tasks", "score_submission", "write_submission", "__version__",
+    "load_re_arc", "load_submission", "load_tasks", "picture", "score_submission", "write_submission", "__version__",
 ]

@@ -59,7 +59,7 @@ result
 # %%
 from arc_kit.data.plotting import draw_loss_curve
 
-draw_loss_curve(Path(OUT) / "training_log.csv")
+figure = draw_loss_curve(Path(OUT) / "training_log.csv")  # drawn once, as the cell ends
 
 # %% [markdown]
 # The folder `OUT` is a model folder: `arc-kit dry-run --model OUT` solves tasks with it.

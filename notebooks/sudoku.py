@@ -32,13 +32,14 @@ SMOKE = os.environ.get("ARC_KIT_SMOKE") == "1"
 # %%
 import numpy as np
 
-from arc_kit import sudoku
-from arc_kit.data.plotting import draw_grids
+from IPython.display import display
+
+from arc_kit import picture, sudoku
 
 puzzles = sudoku.generate_puzzles(4, seed=SEED, clues=sudoku.parse_clues(CLUES))
-draw_grids([grid for pair in puzzles for grid in (pair.input, pair.output)],
-           [f"{sudoku.clue_count(pair.input)} clues" if i % 2 == 0 else "solution"
-            for pair in puzzles for i in range(2)], title="puzzles (0 = empty, black) and their solutions")
+display(picture([grid for pair in puzzles for grid in (pair.input, pair.output)],
+                [f"{sudoku.clue_count(pair.input)} clues" if i % 2 == 0 else "solution"
+                 for pair in puzzles for i in range(2)], title="puzzles (0 = empty, black) and their solutions"))
 print([sudoku.count_solutions(pair.input) for pair in puzzles], "solutions each")
 
 # %% [markdown]
@@ -49,8 +50,8 @@ print([sudoku.count_solutions(pair.input) for pair in puzzles], "solutions each"
 # %%
 pair = puzzles[0]
 views = sudoku.SudokuAugmentation.inference_set(np.random.default_rng(SEED), 8)
-draw_grids([view.apply_grid(pair.input) for view in views], [view.key[:2] for view in views],
-           title="one puzzle under the 8 views")
+display(picture([view.apply_grid(pair.input) for view in views], [view.key for view in views],
+                title="one puzzle under the 8 views"))
 assert all(sudoku.solves(view.apply_grid(pair.input), view.apply_grid(pair.output)) for view in views)
 assert all(np.array_equal(view.invert_grid(view.apply_grid(pair.output)), pair.output) for view in views)
 for view in views[:3]:
@@ -106,9 +107,9 @@ for candidate in test.candidates[:8]:
           f"valid {sudoku.is_valid_solution(candidate.grid)}  right {np.array_equal(candidate.grid, pair.output)}")
 if test.candidates:
     shown = test.candidates[:8]
-    draw_grids([c.grid for c in shown], [f"PoE {c.aggregate('product'):.1f}" for c in shown],
-               highlight=[np.array_equal(c.grid, pair.output) for c in shown],
-               title="candidates (green: the solution)")
+    display(picture([c.grid for c in shown], [f"PoE {c.aggregate('product'):.1f}" for c in shown],
+                    highlight=[np.array_equal(c.grid, pair.output) for c in shown],
+                    title="candidates (green: the solution)"))
 
 # %% [markdown]
 # ## The CPU run (docs/sudoku)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import bigram_model
-from test_dfs import (CASE_NAMES, CASES, CONFIGS, EOS, PROMPT, THRESHOLDS, FakeClock, allowed_calls,
+from test_dfs import (CASE_NAMES, CONFIGS, EOS, PROMPT, THRESHOLDS, FakeClock, allowed_calls,
                       assert_same_as_reference, dfs_at, dfs_search, engine_for, guesses, model_for, safe_enumeration,
                       slow_but)
 

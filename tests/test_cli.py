@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 import arc_kit  # noqa: E402
 from arc_kit.cli import build_parser, main  # noqa: E402
 from arc_kit.data.datasets import load_challenges, load_dataset  # noqa: E402
-from arc_kit.data.plotting import draw_grids, draw_task  # noqa: E402
+from arc_kit.data.plotting import draw_task  # noqa: E402
 from arc_kit.data.submission import build_submission, submission_problems, validate_file  # noqa: E402
 from arc_kit.data.task_files import parse_tasks  # noqa: E402
 from arc_kit.data.tasks import Pair, Task  # noqa: E402
@@ -468,7 +468,8 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
-                                                     "run.json", LOCK_FILE, MARKER}  # no temporary files
+                                                     "run.json", "report.html", LOCK_FILE, MARKER}  # no temporary files
+    assert f"wrote {out / 'report.html'}: the run to read in a browser" in printed
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
     submission = json.loads((out / "submission.json").read_text())
@@ -495,7 +496,7 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
     assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json",
-                                                                    LOCK_FILE, MARKER}
+                                                                    "report.html", LOCK_FILE, MARKER}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 
@@ -528,8 +529,12 @@ def test_draw_task_lays_out_pairs_in_columns():
     assert isinstance(figure, matplotlib.figure.Figure)
     assert len(figure.axes) == 2 * 5  # inputs above outputs, 3 train + 2 test columns
     titles = [ax.get_title() for ax in figure.axes]
-    assert titles[:5] == ["train 0 input", "train 1 input", "train 2 input", "test 0 input", "test 1 input"]
+    assert titles[:5] == ["train 0 input 1x2", "train 1 input 1x1", "train 2 input 1x2", "test 0 input 1x1",
+                          "test 1 input 1x2"]  # each grid's size, height x width
     assert figure._suptitle.get_text() == "demo"
+    inches = [ax.get_position().width * figure.get_figwidth() / len(ax.images[0].get_array()[0])
+              for ax in figure.axes]  # a panel's width over its grid's: one cell size throughout
+    assert max(inches) == pytest.approx(min(inches))
 
 
 def test_draw_task_with_answers_marks_right_and_wrong_attempts():
@@ -537,9 +542,9 @@ def test_draw_task_with_answers_marks_right_and_wrong_attempts():
     figure = draw_task(small_task(), answers, title="with answers")
     axes = np.array(figure.axes).reshape(4, 5)  # 2 rows of pairs + 2 rows of attempts
     right, wrong, alone = axes[2, 3], axes[3, 3], axes[2, 4]
-    assert right.get_title() == "attempt 1 ✓" and right.title.get_color() == "green"
-    assert wrong.get_title() == "attempt 2" and wrong.title.get_color() == "red"
-    assert alone.get_title() == "attempt 1" and alone.title.get_color() == "red"
+    assert right.get_title() == "attempt 1 ✓ 1x1" and right.title.get_color() == "green"
+    assert wrong.get_title() == "attempt 2 1x1" and wrong.title.get_color() == "red"
+    assert alone.get_title() == "attempt 1 1x1" and alone.title.get_color() == "red"
     assert not axes[3, 4].axison  # the second test input has one attempt only
     assert not any(ax.axison for ax in axes[2:, :3].flat)  # no attempts under train pairs
     assert figure._suptitle.get_text() == "with answers"
@@ -550,18 +555,6 @@ def test_draw_task_can_hide_the_solutions():
     axes = np.array(figure.axes).reshape(2, 5)
     assert [t.get_text() for t in axes[1, 3].texts] == ["?"] and len(axes[1, 3].images) == 0  # hidden
     assert len(axes[1, 0].texts) == 0 and len(axes[1, 0].images) == 1  # a train output, shown
-
-
-def test_draw_grids_makes_a_gallery():
-    grids = [np.full((2, 2), colour) for colour in range(5)]
-    figure = draw_grids(grids, [f"g{i}" for i in range(5)], columns=3, title="gallery",
-                        highlight=[False, True, False, False, False])
-    assert len(figure.axes) == 6  # 2 rows of 3, the last one blank
-    assert [ax.get_title() for ax in figure.axes[:5]] == ["g0", "g1", "g2", "g3", "g4"]
-    assert figure.axes[1].title.get_color() == "green" and figure.axes[0].title.get_color() == "black"
-    assert not figure.axes[5].axison
-    assert len(draw_grids(grids[:2]).axes) == 2
-    assert len(draw_grids([]).axes) == 1
 
 
 def test_figures_save_as_png(tmp_path):

@@ -365,7 +365,7 @@ USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scor
               "evaluation.json", "sample_submission.json", "arc-agi_test_challenges.json", "t1.png", ".lock",
               ".arc-kit.json", "worker-0/records.jsonl", "claims/t1", "checkpoints/step-1/progress.json",
               "wheels/x-1.0-py3-none-any.whl", "model/config.json", "adapter/adapter_config.json", "deep/a/b.txt",
-              "dataset-metadata.json", "kernel-metadata.json", "tasks.json", "ablation.md"]
+              "dataset-metadata.json", "kernel-metadata.json", "tasks.json", "ablation.md", "report.html"]
 # what a user adds to a folder the kit made: names outside every layout of the kit's (there, a name of its layout is
 # its own: a run's scores.csv, a model's config.json)
 USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jsonl", "README.user.md",

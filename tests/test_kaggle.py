@@ -251,6 +251,8 @@ def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answe
     assert list(records) == smoke_ids
     assert SolveSettings.from_json(read_json(run_folder / "run.json")["settings"]) == smoke(SETTINGS)
     assert read_json(run_folder / "run.json")["workers"] == 2 and list((run_folder / "ray-logs").iterdir())
+    report = (working / "report.html").read_text()  # beside the submission: an output file of the notebook
+    assert report.count('<section class="task"') == 2 and all(f'data-id="{i}"' in report for i in sorted(tasks.ids)[:2])
     assert smoke(SETTINGS).inference_augmentations == 2  # the smoke job really is smaller
     for task_id in tasks.ids:
         task = tasks[task_id]
@@ -323,6 +325,7 @@ def test_force_full_solves_every_task_of_the_placeholder(model_folder, simulated
     records = read_record_dicts(tmp_path / "arc_kit_run" / "records.jsonl")
     assert sorted(records) == sorted(tasks.ids) and all(record["error"] is None for record in records.values())
     assert SolveSettings.from_json(read_json(tmp_path / "arc_kit_run" / "run.json")["settings"]) == SETTINGS
+    assert (tmp_path / "report.html").read_text().count('<section class="task"') == 4  # one worker: in this process
     submission = read_json(result.submission_path)
     assert submission_problems(submission, tasks) == []
     for task_id, record in records.items():

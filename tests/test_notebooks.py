@@ -1,6 +1,7 @@
 """Every notebook's .py (the source) and .ipynb are in sync, and every notebook runs headless (one kernel, shared)."""
 
 import os
+import re
 from pathlib import Path
 
 import jupytext
@@ -76,3 +77,9 @@ def test_notebook_runs(source, kernel):
     errors = [output for cell in notebook.cells for output in cell.get("outputs", [])
               if output.get("output_type") == "error"]
     assert not errors
+    printed = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+                      if output.get("output_type") == "stream")
+    assert "IProgress" not in printed and "TqdmWarning" not in printed  # the kit's bars work without ipywidgets
+    if source.stem == "explore":  # the model at work: its candidate cell found candidates to show
+        found = re.search(r"found (\d+) candidates for test 0", printed)
+        assert found and int(found.group(1)) > 0, printed[-2000:]

@@ -1,5 +1,6 @@
-"""The ``arc-kit`` commands that solve: solve, dry-run, the paper's tables (ablation, samplers), the planner's
-estimate of a run's time, the benchmarks that print ratios (bench), and the list of the method's settings (settings).
+"""The ``arc-kit`` commands that solve: solve, dry-run, a run's report, the paper's tables (ablation, samplers),
+the planner's estimate of a run's time, the benchmarks that print ratios (bench), and the list of the method's
+settings (settings).
 
 Each parses, makes one call into ``arc_kit.run`` (``arc_kit.experiments`` for the tables and benchmarks) and
 prints; how a run is planned, split among workers and scored, and how each benchmark measures, live there, not here.
@@ -58,6 +59,8 @@ def _run_solve(args) -> int:
                     deadline=deadline, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
+    if run.report_path is not None:
+        print(f"wrote {run.report_path}: the run to read in a browser")
     print(f"wrote {run.submission_path} ({len(tasks.test_counts())} tasks, {len(run.records)} with records, "
           f"{run.seconds:.0f} s this run"
           + (f", {len(failed)} failed: {listed(map(shown, failed), count=5)}" if failed else "") + ")")
@@ -93,6 +96,22 @@ def setup_dry_run(parser):
                     pick="shortest")
     _cluster_arguments(parser)
     return _run_solve
+
+
+@command("report", "write a run's report: one HTML file of every task, its attempts, candidates, scores and times, "
+                   "to read in a browser")
+def setup_report(parser):
+    parser.add_argument("folder", metavar="RUN", help="a run folder the kit wrote (solve, dry-run, a Kaggle job's run "
+                                                      "folder or the working folder that holds it)")
+    parser.add_argument("--out", help="the HTML file to write, new or a report the kit wrote (default: report.html in "
+                                      "the run folder)")
+
+    def run(args):
+        from arc_kit.run.report import write_report
+
+        print(f"wrote {write_report(args.folder, args.out)}")
+        return 0
+    return run
 
 
 def _adopted(args, command: str) -> None:

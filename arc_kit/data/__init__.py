@@ -2,7 +2,8 @@
 
 The bottom floor of the method: numpy only (matplotlib in ``plotting``, never torch). It may import
 ``arc_kit.settings`` and ``arc_kit.names``; nothing here knows of text, models or runs.
-``difficulty`` recomputes RE-ARC's difficulty, ``parts`` packs big files into checked parts.
+``difficulty`` recomputes RE-ARC's difficulty, ``parts`` packs big files into checked parts; ``pictures`` draws
+grids, tasks and augmentations as HTML (what Jupyter shows), ``plotting`` figures with matplotlib.
 """
 
 from arc_kit.data.augmentation import Augmentation

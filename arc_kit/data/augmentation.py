@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arc_kit.data.grids import COLOURS, freeze
+from arc_kit.data.pictures import augmentation_html
 from arc_kit.data.tasks import Pair, Task
 from arc_kit.settings import SolveSettings
 
@@ -116,12 +117,29 @@ class Augmentation:
         key = f"s{self.symmetry}-c{''.join(map(str, self.colours))}"
         return key if self.order is None else key + "-o" + ",".join(map(str, self.order))
 
+    @property
+    def symmetry_name(self) -> str:
+        """The symmetry's name (``SYMMETRY_NAMES``): identity, rot90, ..., transpose+rot270."""
+        return SYMMETRY_NAMES[self.symmetry]
+
+    @property
+    def name(self) -> str:
+        """The whole augmentation in words: ``rot90, colours 3012456789`` (colour c becomes the c-th digit), then the
+        train pairs' order when it has one."""
+        colours = "unchanged" if self.colours == IDENTITY_COLOURS else "".join(map(str, self.colours))
+        return f"{self.symmetry_name}, colours {colours}" + ("" if self.order is None else
+                                                             f", order {','.join(map(str, self.order))}")
+
     def __str__(self) -> str:
         return self.key
 
     def __repr__(self) -> str:
         return f"Augmentation({SYMMETRY_NAMES[self.symmetry]}, colours={''.join(map(str, self.colours))}" + \
             ("" if self.order is None else f", order={list(self.order)}") + ")"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture: the symmetry on an example grid, the colour map as swatches, the order."""
+        return augmentation_html(self)
 
     def apply_grid(self, grid: np.ndarray) -> np.ndarray:
         return freeze(apply_symmetry(self._colour_table[np.asarray(grid)], self.symmetry))

@@ -1,8 +1,10 @@
-"""Pictures of grids, tasks and candidate answers, in the standard ARC palette (matplotlib).
+"""Figures with matplotlib: a task as a PNG file (``arc-kit show``), the run's curves, a training loss.
 
 Every function returns a matplotlib Figure (or draws into a given Axes) and never calls
-``plt.show``: notebooks display figures themselves, scripts save them. This module knows
-nothing of models; it draws grids it is given.
+``plt.show``: notebooks display figures themselves, scripts save them. Grids in a notebook or a
+report are drawn as HTML (``pictures``: tasks, augmentations and records show themselves in
+Jupyter); here a task is drawn for a picture file, in the same palette (``pictures.ARC_COLOURS``).
+This module knows nothing of models; it draws what it is given.
 """
 
 from __future__ import annotations
@@ -14,21 +16,19 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
+from arc_kit.data.pictures import ARC_COLOURS, size_text
 from arc_kit.data.tasks import Task
 from arc_kit.names import file_name, shown
 from arc_kit.outputs import claim_file, replacing
 
 PICTURE_SOFTWARE = "arc-kit show"  # in every picture ``save_task_picture`` writes (PNG text): how it knows its own
 
-# The palette of the ARC testing interface: black, blue, red, green, yellow, grey, magenta,
-# orange, sky blue, maroon.
-ARC_COLOURS = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
-               "#AAAAAA", "#F012BE", "#FF851B", "#7FDBFF", "#870C25")
 _UNKNOWN = "#FFFFFF"
 
 
 def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, title_color: str = "black"):
-    """Draw one grid into ``ax`` (a new figure if None) and return the Axes; None draws a '?'."""
+    """Draw one grid into ``ax`` (a new figure if None) and return the Axes; None draws a '?'. A grid's title ends
+    with its size (height x width)."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import BoundaryNorm, ListedColormap
 
@@ -42,92 +42,103 @@ def draw_grid(grid: np.ndarray | None, ax=None, title: str | None = None, *, tit
     else:
         grid = np.asarray(grid)
         ax.imshow(grid, cmap=ListedColormap(ARC_COLOURS), norm=BoundaryNorm(np.arange(-0.5, 10.5, 1), 10),
-                  interpolation="nearest")
+                  interpolation="nearest", aspect="equal")
         height, width = grid.shape
         ax.set_xticks(np.arange(-0.5, width, 1), minor=True)
         ax.set_yticks(np.arange(-0.5, height, 1), minor=True)
         ax.grid(which="minor", color="#555555", linewidth=0.5 if max(grid.shape) < 20 else 0.25)
         ax.tick_params(which="minor", length=0)
+        title = f"{title} {size_text(grid)}" if title else size_text(grid)
     ax.spines[:].set_color("#888888")
     if title:
-        ax.set_title(title, fontsize=9, color=title_color)
+        ax.set_title(title, fontsize=8, color=title_color)
     return ax
 
 
-def draw_task(task: Task, answers: Sequence[Sequence[np.ndarray]] | None = None, *, title: str | None = None,
-              cell_inches: float = 2.0, show_solutions: bool = True):
-    """A task as columns of pairs (input above output), the test pairs last.
+TITLE_INCHES, GAP_INCHES = 0.3, 0.2  # room above a panel for its title, and between panels
 
-    ``answers[test_index]`` adds the given candidate grids below each test pair (attempts, say),
-    titled green where they equal the known output and red where they do not.
+
+def draw_task(task: Task, answers: Sequence[Sequence[np.ndarray]] | None = None, *, title: str | None = None,
+              largest_inches: float = 2.0, show_solutions: bool = True):
+    """A task as columns of pairs (input above output), the test pairs last, every cell the same size.
+
+    A cell is ``largest_inches`` over the task's longest side (at most 0.3 inches), so a 2x2 input is drawn
+    smaller than its 6x6 output. ``answers[test_index]`` adds the given grids below each test pair
+    (attempts, say), titled green where they equal the known output and red where they do not.
     """
     import matplotlib.pyplot as plt
 
     columns = list(task.train) + list(task.test)
     answers = answers or []
     answer_rows = max((len(a) for a in answers), default=0)
-    rows = 2 + answer_rows
-    figure, axes = plt.subplots(rows, len(columns), figsize=(cell_inches * len(columns), cell_inches * rows),
-                                squeeze=False)
+    slots = []  # per column, per row: (grid or None, title, colour), or None for an empty slot
     for column, pair in enumerate(columns):
         test_index = column - len(task.train)  # negative for a train pair
         label = f"test {test_index}" if test_index >= 0 else f"train {column}"
-        draw_grid(pair.input, axes[0][column], f"{label} input")
-        draw_grid(pair.output if show_solutions or test_index < 0 else None, axes[1][column], f"{label} output")
+        hidden = not show_solutions and test_index >= 0
+        cells = [(pair.input, f"{label} input", "black"), (None if hidden else pair.output, f"{label} output", "black")]
         candidates = answers[test_index] if 0 <= test_index < len(answers) else []
         for row in range(answer_rows):
-            ax = axes[2 + row][column]
             if row < len(candidates):
                 right = pair.output is not None and np.array_equal(np.asarray(candidates[row]), pair.output)
-                color = "black" if pair.output is None else ("green" if right else "red")
-                draw_grid(candidates[row], ax, f"attempt {row + 1}" + (" ✓" if right else ""), title_color=color)
+                colour = "black" if pair.output is None else ("green" if right else "red")
+                cells.append((np.asarray(candidates[row]), f"attempt {row + 1}" + (" ✓" if right else ""), colour))
             else:
+                cells.append(None)
+        slots.append(cells)
+    shapes = [np.shape(cell[0]) for cells in slots for cell in cells if cell is not None and cell[0] is not None]
+    cell = min(0.3, largest_inches / max((max(shape) for shape in shapes), default=1))
+    size = lambda slot, axis: (np.shape(slot[0])[axis] if slot[0] is not None else 3) * cell  # noqa: E731
+    widths = [max(1.0, *(size(slot, 1) for slot in cells if slot is not None)) for cells in slots]
+    heights = [max(size(cells[row], 0) for cells in slots if cells[row] is not None) for row in range(2 + answer_rows)]
+    figure_width = sum(widths) + GAP_INCHES * (len(widths) + 1)
+    figure_height = sum(heights) + (TITLE_INCHES + GAP_INCHES) * len(heights) + 0.5  # 0.5: the figure's title
+    figure = plt.figure(figsize=(figure_width, figure_height))
+    top = figure_height - 0.5
+    for row, height in enumerate(heights):
+        top -= TITLE_INCHES
+        left = GAP_INCHES
+        for column, cells in enumerate(slots):
+            slot = cells[row]
+            panel_width, panel_height = (size(slot, 1), size(slot, 0)) if slot is not None else (1.0, height)
+            ax = figure.add_axes(((left + (widths[column] - panel_width) / 2) / figure_width,
+                                  (top - panel_height) / figure_height, panel_width / figure_width,
+                                  panel_height / figure_height))
+            if slot is None:
                 ax.axis("off")
+            else:
+                draw_grid(slot[0], ax, slot[1], title_color=slot[2])
+            left += widths[column] + GAP_INCHES
+        top -= height + GAP_INCHES
     figure.suptitle(title or shown(task.id), parse_math=False)  # an id is text, never TeX (``$`` in it)
-    figure.tight_layout()
-    return figure
-
-
-def draw_grids(grids: Sequence[np.ndarray], labels: Sequence[str] | None = None, *, title: str | None = None,
-               columns: int = 8, cell_inches: float = 1.8, highlight: Sequence[bool] | None = None):
-    """A gallery of grids (candidates, augmented views...), with optional labels and green highlights."""
-    import matplotlib.pyplot as plt
-
-    count = max(len(grids), 1)
-    columns = min(columns, count)
-    rows = (count + columns - 1) // columns
-    figure, axes = plt.subplots(rows, columns, figsize=(cell_inches * columns, cell_inches * rows + 0.4),
-                                squeeze=False)
-    for index, ax in enumerate(axes.flat):
-        if index >= len(grids):
-            ax.axis("off")
-            continue
-        color = "green" if highlight is not None and highlight[index] else "black"
-        draw_grid(grids[index], ax, labels[index] if labels else None, title_color=color)
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
     return figure
 
 
 def draw_rank_improvement(ranks, clip: int = 25):
     """The right answer's rank by generation probability against its rank by the product of experts.
 
-    ``ranks`` is ``analysis.rank_table``'s frame; points under the diagonal are tasks PoE helped.
+    ``ranks`` is ``analysis.rank_table``'s frame; points under the diagonal are test outputs PoE helped. Each dot
+    is labelled with its task (and test input, where a task has several); dots that fall on one place share a label.
     """
     import matplotlib.pyplot as plt
 
-    figure, ax = plt.subplots(figsize=(4.5, 4.5))
+    figure, ax = plt.subplots(figsize=(5, 5))
     ranks = ranks.dropna(subset=["rank_poe"])
     before = np.minimum(ranks["rank_generation"].to_numpy(float), clip)
     after = np.minimum(ranks["rank_poe"].to_numpy(float), clip)
-    jitter = np.random.default_rng(0).uniform(-0.15, 0.15, size=(2, len(before)))  # fixed: a drawing, not data
-    ax.scatter(before + jitter[0], after + jitter[1], alpha=0.6, s=18)
+    ax.scatter(before, after, alpha=0.6, s=24)
+    several = ranks.groupby("task_id")["test_index"].transform("count").to_numpy() > 1
+    names: dict[tuple[float, float], list[str]] = {}
+    for x, y, task_id, test_index, many in zip(before, after, ranks["task_id"], ranks["test_index"], several):
+        names.setdefault((x, y), []).append(shown(task_id) + (f"/{test_index}" if many else ""))
+    for (x, y), labels in names.items():
+        ax.annotate(", ".join(labels), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.plot([1, clip], [1, clip], color="grey", linewidth=1, linestyle="--")
     ax.set_xlabel(f"rank by generation probability (clipped at {clip})")
     ax.set_ylabel("rank by product of experts")
     better, worse = int((after < before).sum()), int((after > before).sum())
-    ax.set_title(f"{len(before)} right answers found: PoE better {better}, worse {worse}", fontsize=9)
+    ax.set_title(f"{len(before)} test outputs with the right answer among the candidates, at {len(names)} places: "
+                 f"PoE better {better}, worse {worse}", fontsize=8, wrap=True)
     figure.tight_layout()
     return figure
 
@@ -155,23 +166,6 @@ def draw_threshold_curve(curve, run_threshold: float | None = None, *, lines=TAS
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(fontsize=legend_size)
-    figure.tight_layout()
-    return figure
-
-
-def draw_nll_heatmap(nlls, augmentation_keys: Sequence[str], labels: Sequence[str] | None = None,
-                     title: str | None = None):
-    """Candidates x scoring augmentations, coloured by NLL (darker is more probable)."""
-    import matplotlib.pyplot as plt
-
-    nlls = np.asarray(nlls, dtype=float)
-    figure, ax = plt.subplots(figsize=(max(4, 0.45 * nlls.shape[1] + 2), max(2, 0.4 * nlls.shape[0] + 1.2)))
-    image = ax.imshow(nlls, cmap="viridis_r", aspect="auto")
-    ax.set_xticks(range(len(augmentation_keys)), [key[:2] for key in augmentation_keys], fontsize=7)
-    ax.set_yticks(range(nlls.shape[0]), labels or [f"candidate {i}" for i in range(nlls.shape[0])], fontsize=8)
-    ax.set_xlabel("scoring augmentation (symmetry)")
-    figure.colorbar(image, ax=ax, label="NLL (nats)")
-    ax.set_title(title or "per-augmentation NLL of each candidate", fontsize=9)
     figure.tight_layout()
     return figure
 

@@ -24,6 +24,7 @@ from arc_kit.data.grids import (
     grids_equal,
     json_type_name,
 )
+from arc_kit.data.pictures import pair_html, task_html
 from arc_kit.names import shown
 
 
@@ -68,6 +69,10 @@ class Pair:
         shape_in = "x".join(map(str, self.input.shape))
         shape_out = "?" if self.output is None else "x".join(map(str, self.output.shape))
         return f"Pair({shape_in} -> {shape_out})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture: input and output side by side, cells at one size."""
+        return pair_html(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +134,11 @@ class Task:
     def __repr__(self) -> str:
         known = "with solutions" if self.has_solutions else "without solutions"
         return f"Task({self.id!r}: {len(self.train)} train, {len(self.test)} test, {known})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture (``pictures.task_html``): the pairs as columns, the test pairs last, cells at one size,
+        each grid captioned with its size."""
+        return task_html(self)
 
     def __str__(self) -> str:
         parts = [repr(self)]

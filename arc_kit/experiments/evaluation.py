@@ -25,6 +25,7 @@ import numpy as np
 
 from arc_kit.data.tasks import TaskSet
 from arc_kit.method.answers import AnswerSpace, answer_log_probs
+from arc_kit.progress import progress_bar
 from arc_kit.text import TaskEncoder, TaskTooLongError
 
 
@@ -67,11 +68,10 @@ def answer_measures(model, prompt_ids, answer_ids, space: AnswerSpace) -> tuple[
 def held_out(model, encoder: TaskEncoder, tasks: TaskSet, *, max_len: int | None = None,
              probabilities: str = "full", progress: bool = False) -> HeldOut:
     """The token-weighted mean NLL and greedy exactness of every known test output of ``tasks``."""
-    from tqdm.auto import tqdm
 
     space = AnswerSpace.from_encoder(encoder, probabilities)
     total_nll, total_tokens, too_long, per_output, exact, answer_tokens = 0.0, 0, [], {}, {}, {}
-    for task in tqdm(tasks.tasks(), desc="held-out", unit="task", disable=not progress):
+    for task in progress_bar(tasks.tasks(), desc="held-out", unit="task", disable=not progress):
         for index, pair in enumerate(task.test):
             if pair.output is None:
                 continue

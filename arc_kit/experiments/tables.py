@@ -49,6 +49,7 @@ from arc_kit.method.solver import Solver, task_rng
 from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
 from arc_kit.names import shown
 from arc_kit.outputs import kit_subfolder, remove_owned
+from arc_kit.progress import progress_bar
 from arc_kit.run.locking import hold_folder, holding_folder
 from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import (
@@ -191,7 +192,6 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
     worker claims it first and its record into ``out/worker-N``; no task is started after ``stop_at``
     (monotonic).
     """
-    from tqdm.auto import tqdm
 
     with hold_folder(out, RUN_KIND, table) if worker is None else nullcontext():
         if worker is None:
@@ -201,7 +201,7 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
         records = run_records(out, records_file(table), kind)
         path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
         kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
-        for task in tqdm([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
+        for task in progress_bar([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
                          disable=not progress):
             if not task.has_solutions:
                 raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")

@@ -3,7 +3,8 @@
 The README's reading order follows one task through these modules, ``solver`` first; each says what it
 does and does not know. ``engine`` is the one decode engine (its forward in ``forward``, the weights it
 reads in ``weights`` and ``four_bit``); ``transformers_forward`` is transformers' own forward, one lane
-at a time: the tests' oracle, and what runs a model the engine cannot. It may import ``model``,
+at a time: the tests' oracle, and what runs a model the engine cannot. ``record_view`` draws a task's record
+as HTML and ``answer_tokens`` reads an answer token by token, for looking at. It may import ``model``,
 ``text``, ``data`` and the floors below; it knows nothing of runs, workers, tables, Kaggle or the
 command line.
 """

@@ -66,6 +66,13 @@ class Candidate:
             return self.best_generation_nll
         return AGGREGATIONS[name](self.scoring_nlls) if self.scoring_nlls else float("inf")  # inf: never scored
 
+    def __repr__(self) -> str:
+        size = "x".join(map(str, np.shape(self.grid)))
+        scored = (f", PoE {self.aggregate('product'):.3f} (summed NLL over {len(self.scoring_nlls)} views)"
+                  if self.scoring_nlls else "")
+        return (f"Candidate({size} grid, generation NLL {self.best_generation_nll:.3f} (best of "
+                f"{len(self.generation_nlls)} augmentation(s)){scored})")
+
     def to_json(self) -> dict:
         """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""
         data = {"grid": grid_to_json(self.grid), "generation_nlls": dict(self.generation_nlls),

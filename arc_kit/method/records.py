@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from arc_kit.method.experts import Candidate
+from arc_kit.method.record_view import record_html, verdict_text
 
 FALLBACK_RUNG = -1  # the rung beyond the ladder: no model work, fallback answers
 WHEN_SET = {"when_set": True}  # a field the JSON leaves out while it is None
@@ -57,6 +58,11 @@ class TestResult:
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a later kit, kept as they are
 
     __test__ = False  # not a pytest test class despite the name
+
+    def __repr__(self) -> str:
+        return (f"TestResult({len(self.attempts)} attempt(s), {len(self.candidates)} candidate(s), "
+                f"{len(self.inference_augmentations)} + {len(self.scoring_augmentations)} augmentations, "
+                f"{self.search.forward_calls} forward calls)")
 
 
 @dataclass
@@ -109,6 +115,15 @@ class TaskRecord:
     def attempts(self) -> list[list[np.ndarray]]:
         """The attempts per test input, for ``submission.build_submission``."""
         return [list(test.attempts) for test in self.tests]
+
+    def __repr__(self) -> str:
+        candidates = sum(len(test.candidates) for test in self.tests)
+        return (f"TaskRecord({self.task_id!r}: {verdict_text(self)}, {len(self.tests)} test(s), {candidates} "
+                f"candidate(s), {self.timings.get('total', 0.0):.1f} s)")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's picture (``record_view.record_html``): attempts, candidates and their scores, time, search."""
+        return record_html(self)
 
 
 def fallback_record(task_id: str, reason: str) -> TaskRecord:

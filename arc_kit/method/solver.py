@@ -20,7 +20,9 @@ first use; after test-time training changes the adapter, and when ``base_model``
 again, the engine re-reads the weights (once per state). ``on_step`` (a callable with no arguments:
 a worker's heartbeat) is called by the engine once per model pass.
 
-``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure.
+``Solver.solve_task`` returns a ``records.TaskRecord`` and never raises for one task's failure; where the
+task's test outputs are known, the record's ``correct`` says which its attempts got right (nothing else
+reads them).
 Running a whole set (records on disk, resuming, the submission) is ``run``'s business, not this
 module's.
 """
@@ -39,6 +41,7 @@ import numpy as np
 
 from arc_kit.data.augmentation import Augmentation
 from arc_kit.data.grids import grid_key
+from arc_kit.data.submission import any_attempt_right
 from arc_kit.data.tasks import Pair, Task
 from arc_kit.method.answers import AnswerSpace, SearchResult, deadline_passed, release_memory
 from arc_kit.method.drafts import draft_source
@@ -229,6 +232,7 @@ class Solver:
         settings = settings or self.settings
         started = time.monotonic()
         record = TaskRecord(task.id, rung=rung)
+        outputs = task.test_outputs  # None unless every one is known; only the verdict below reads them
         try:
             task = task.without_solutions()  # nothing below may see a test output
             record.ttt = self.adapt(task, settings, deadline)
@@ -260,6 +264,9 @@ class Solver:
             record.traceback = traceback.format_exc(limit=8)
             logger.warning("task %s failed: %s", shown(task.id), record.error)
         record.timings["total"] = round(time.monotonic() - started, 3)
+        if outputs is not None:  # a test input with no attempts (the task failed before it) is not right
+            attempts = record.attempts + [[]] * (len(outputs) - len(record.attempts))
+            record.correct = [any_attempt_right(tried, output) for tried, output in zip(attempts, outputs)]
         return record
 
     def solve_with_retry(self, task: Task, rung: int = 0, rungs: Sequence[SolveSettings] | None = None,

@@ -39,6 +39,7 @@ from arc_kit.model.training_data import BatchOrder, PaddingCollator, SequenceDat
 from arc_kit.model.training_folder import TRAINING_KIND, resume_point, save_checkpoint
 from arc_kit.model.training_log import append_row, plot_loss_curve, start_log
 from arc_kit.outputs import adopt_folder, claim_folder, kit_subfolder, staged_into
+from arc_kit.progress import progress_bar
 from arc_kit.provenance import run_info
 from arc_kit.settings import MODEL_PRESETS, LoadSettings, TrainingSettings, training_preset
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder
@@ -206,14 +207,13 @@ class _TrainingLoop:
 
     def __init__(self, accelerator, model, optimizer, scheduler, settings: TrainingSettings, *, out: Path,
                  started: float, first_step: int, progress: bool):
-        from tqdm.auto import tqdm
 
         self.accelerator, self.model, self.optimizer, self.scheduler = accelerator, model, optimizer, scheduler
         self.settings, self.checkpoints, self.started = settings, out / "checkpoints", started
         self.log = out / "training_log.csv"
         if accelerator.is_main_process:
             start_log(self.log)
-        self.bar = tqdm(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
+        self.bar = progress_bar(total=settings.lora.steps, initial=first_step, desc="pretrain", unit="step",
                         disable=not (progress and accelerator.is_main_process))
         self.deadline = None if settings.minutes is None else started + 60 * settings.minutes
         self.step, self.total_tokens, self.last_loss, self.stopped_by = first_step, 0, None, "steps"

@@ -10,7 +10,8 @@ measured, on the device that measured them, beside the prior's;
 ``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
 on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
 an actor's side);
-``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``).
+``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``);
+``report`` writes a run as one HTML page (``arc-kit report``).
 The method on one task is ``method.solver``'s, and the records it returns are ``method.records``'.
 It may import ``method``, ``model`` and everything below; it knows nothing of the tables, Kaggle's
 files or the command line.

@@ -171,7 +171,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     folder = find_run(path)
     info, settings = read_run_info(folder), read_run_settings(folder)
     records = read_records(folder / RECORDS_FILE) if (folder / RECORDS_FILE).exists() else {}
-    tasks, notes = _run_tasks(folder, info, records)
+    tasks, notes = run_tasks(folder, info, records)
     default, words = tasks, f"the run's {len(tasks)} tasks"
     if (folder / FULL_RUN_TASKS).is_file():
         default = load_challenges(folder / FULL_RUN_TASKS, strict=False)
@@ -198,7 +198,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     return MeasuredRun(model=default_model_path(), shape=shape, **common)
 
 
-def _run_tasks(folder: Path, info: dict, records: dict) -> tuple[TaskSet, list[str]]:
+def run_tasks(folder: Path, info: dict, records: dict) -> tuple[TaskSet, list[str]]:
     """The tasks the run in ``folder`` timed: its pool's ``tasks.json``, else those of its data set (where it loads
     here), else of a rehearsal's full run, that its records name."""
     if (folder / TASKS_FILE).is_file():

@@ -2,7 +2,7 @@
 
 A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
 ``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
-(complete and valid from the first second, rewritten after every task) and, when the answers are
+(complete and valid from the first second, rewritten after every task), ``report.html`` and, when the answers are
 known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
 instead (``records_file``), the ablation's processes sharing a run each write into a ``worker-N``
 folder, as an earlier kit's worker processes did (``run_records`` reads them all), and a pool that
@@ -49,6 +49,7 @@ from arc_kit.outputs import (
     refuse_links,
     replacing,
 )
+from arc_kit.progress import progress_bar
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
@@ -61,7 +62,8 @@ logger = logging.getLogger(__name__)
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SUBMISSION_FILE = "submission.json"
-RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json")
+REPORT_FILE = "report.html"  # the run's report (``report``), beside its submission
+RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json", REPORT_FILE)
 TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
 SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them), and its workers
 FULL_RUN_TASKS = "full_run_tasks.json"  # a rehearsal's: the tasks of the full run it stands for (``estimates``)
@@ -370,6 +372,7 @@ class SolveRun:
     submission_path: Path
     score: Score | None = None  # when the answers were known
     seconds: float = 0.0
+    report_path: Path | None = None  # its report (``report``), once written
 
     @property
     def failed(self) -> list[str]:
@@ -400,7 +403,6 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
 def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
               deadline: float | None) -> SolveRun:
     """The body of ``solve``, in a folder made ready for it."""
-    from tqdm.auto import tqdm
 
     records_path = out / RECORDS_FILE
     records = read_records(records_path)
@@ -425,7 +427,7 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
                          tasks)
 
     write()  # a complete, valid submission exists from the start
-    bar = tqdm(todo, desc="solve", unit="task", disable=not progress)
+    bar = progress_bar(todo, desc="solve", unit="task", disable=not progress)
     solved = sum(record.share_correct for record in records.values())
     for task_id in bar:
         task = tasks[task_id]

@@ -1,6 +1,6 @@
 """Named presets of the settings and the ladder of cheaper solve settings.
 
-Named presets (``paper``, ``cpu``, ``dry-run``, ``smoke`` for solving; ``paper``, ``paper-code``,
+Named presets (``paper``, ``cpu``, ``dry-run``, ``explore``, ``smoke`` for solving; ``paper``, ``paper-code``,
 ``from-scratch``, ``smollm2-gpu``, ``smollm2-cpu`` for training; the Sudoku experiment's training;
 ``MODEL_PRESETS``, the Llama-style from-scratch models with the 64-symbol vocabulary that
 ``model.loading.create_model`` builds) live here and nowhere else (the defaults of a dataclass that
@@ -76,10 +76,19 @@ def _dry_run() -> SolveSettings:
     return cpu.replace(ttt=cpu.ttt.replace(steps=8), inference_augmentations=4, scoring_augmentations=4)
 
 
+def _explore() -> SolveSettings:
+    """One task in a notebook or a Python session on a 2-core CPU with the shipped model: the dry run's preset (8
+    test-time steps, DFS at T = 1% under 4 augmentations) with 8 scoring augmentations, each symmetry once, so that
+    the product of experts has a view of every symmetry to show (docs/results.md: its time on the exploration
+    notebook's task)."""
+    return _dry_run().replace(scoring_augmentations=8)
+
+
 SOLVE_PRESETS: dict[str, SolveSettings] = {
     "paper": SolveSettings(),
     "cpu": _cpu(),
     "dry-run": _dry_run(),  # the main job (its task choice, the shortest by tokens, lives with the command)
+    "explore": _explore(),  # one task, looked at closely (notebooks/explore.py, the README's Python section)
     "smoke": smoke(SolveSettings()),
 }
 

@@ -35,6 +35,7 @@ from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
 from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
+from arc_kit.progress import progress_bar
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
 from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool
 from arc_kit.sudoku.rules import clue_count, is_valid_solution, keeps_clues, score_answer
@@ -184,7 +185,6 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     an evaluation folder an earlier kit made without a marker becomes this one's (``outputs.adopt_folder``).
     """
     import matplotlib.pyplot as plt
-    from tqdm.auto import tqdm
 
     from arc_kit.run.record_json import append_record, read_records
     from arc_kit.method.solver import Solver
@@ -209,7 +209,7 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
     solver = Solver.from_loaded(loaded, settings.solve)
     started = time.monotonic()
-    for puzzle_id, pair in tqdm(by_id.items(), desc="sudoku", disable=not progress):
+    for puzzle_id, pair in progress_bar(by_id.items(), desc="sudoku", disable=not progress):
         if puzzle_id in records:
             continue
         if minutes is not None and time.monotonic() - started > 60 * minutes:

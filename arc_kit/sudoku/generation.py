@@ -20,6 +20,7 @@ from types import MappingProxyType
 import numpy as np
 
 from arc_kit.data.tasks import Pair
+from arc_kit.progress import progress_bar
 from arc_kit.sudoku.rules import (
     SIZE,
     clue_count,
@@ -93,12 +94,11 @@ def generate_puzzles(count: int, seed: int = 0, clues=SUDOKU_3M_CLUES, start: in
     ``exclude``: pairs (another set, say) whose solution grid may not recur; a puzzle on one is skipped
     and the next index taken, so a test set stays disjoint from a training set.
     """
-    from tqdm.auto import tqdm
 
     taken = {grid_text(pair.output) for pair in exclude}
     pairs: list[Pair] = []
     index = start
-    with tqdm(total=count, desc="puzzles", disable=not progress) as bar:
+    with progress_bar(total=count, desc="puzzles", disable=not progress) as bar:
         while len(pairs) < count:
             pair = generate_puzzle(np.random.default_rng((seed, index)), clues)
             index += 1
