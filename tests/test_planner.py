@@ -310,7 +310,7 @@ def test_a_run_whose_tasks_cannot_be_told_is_refused_in_one_line(tmp_path, small
 
 
 def test_guessed_parts_on_gpus_shared_by_workers_are_priced_as_the_tables_cell(small_task_set, model_folder):
-    """The three figures of issue 44 (--workers 4, --workers 32, the table): one unit, one price."""
+    """The three figures a competitor met (--workers 4, --workers 32, the table): one unit, one price."""
     from arc_kit.model.loading import load_encoder
     from arc_kit.run.estimates import estimate_from_folder
     from arc_kit.run.expectations import gpu_named, shape_of_folder
