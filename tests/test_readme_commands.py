@@ -490,21 +490,18 @@ def wheels_of(dataset: Path) -> set[str]:
     return {path.name for path in (dataset / "wheels").glob("*.whl")}
 
 
-@pytest.fixture(scope="module")
-def kaggle_runs(tmp_path_factory, model_folder):
+def kaggle_commands(root: Path, model: Path, environments: Path) -> dict:
     """Every `kaggle build` of the READMEs run as written, each in a working folder of its own (`--overwrite` in the
-    plain build's), then the check; a stand-in package index for what builds download, and the environment of the
-    image's versions that tests/test_install.py keeps."""
-    from test_install import environments
+    plain build's), then the check; a stand-in package index for what builds download, and the image's environment
+    kept in ``environments``."""
     from test_kaggle import make_wheel
 
     from arc_kit.kaggle import local_check
 
-    root = tmp_path_factory.mktemp("kaggle-commands")
     index = root / "index"
     for name, version in (("bitsandbytes", "0.50.2"), ("unsloth", "2026.10.9")):
         metadata_only_wheel(index, name, version)
-    places = Places(root / "places", model_folder, model_folder, None)
+    places = Places(root / "places", model, model, None)
     places.root.mkdir()
     places["extra_wheels"] = str(make_wheel(root / "extra").parent)
     builds = [command for command in COMMANDS if in_processes(command) and " build " in command]
@@ -513,69 +510,65 @@ def kaggle_runs(tmp_path_factory, model_folder):
                 and not re.search(r"--model-source|--overwrite", command)]
     checked = f"{plain}{''.join(shipping)}"  # the plain build with every option that keeps a model in the dataset
     check = CHECKED_WITH["arc-kit kaggle check DIR"]
-    ran, folders = {}, {}
+    ran, datasets = {}, {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(local_check, "check_dataset", functools.partial(  # tests/test_install.py's environment
-            local_check.check_dataset, environments=environments(tmp_path_factory)))
+        patch.setattr(local_check, "check_dataset", functools.partial(local_check.check_dataset,
+                                                                      environments=environments))
         patch.setenv("KAGGLE_USERNAME", "someone")  # the table's build without --owner
         patch.setenv("PIP_NO_INDEX", "1")
         patch.setenv("PIP_FIND_LINKS", str(index))
         kit_wheel_built_once(patch, root / "kit-wheel")
+        folders = {}
         for command in [*builds, checked, check]:
-            after = command.endswith(" --overwrite") or command == check
-            folders[command] = folders[plain if command != check else checked] if after else \
-                Path(tempfile.mkdtemp(prefix="build-", dir=root))
-            ran[command] = in_folder(folders[command], with_stand_ins(command, places), str(model_folder))
-    yield {"ran": ran, "folders": folders, "checked": checked}
-    for scratch in KEPT.findall(ran[check].printed):
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def dataset_of(kaggle_runs, command: str) -> Path:
-    words = words_of(command)
-    return kaggle_runs["folders"][command] / words[words.index("--out") + 1].replace("DIR", "out")
+            after = {check: checked}.get(command, plain if command.endswith(" --overwrite") else None)
+            folders[command] = folders[after] if after else Path(tempfile.mkdtemp(prefix="build-", dir=root))
+            ran[command] = in_folder(folders[command], with_stand_ins(command, places), str(model))
+            words = words_of(command)
+            if "--out" in words:
+                datasets[command] = folders[command] / words[words.index("--out") + 1].replace("DIR", "out")
+    return {"ran": ran, "datasets": datasets, "builds": builds, "checked": checked, "check": check}
 
 
 @pytest.mark.processes
 @pytest.mark.slow
-def test_every_kaggle_build_of_the_readmes_builds(kaggle_runs):
-    builds = [command for command in COMMANDS if in_processes(command) and " build " in command]
-    for command in builds:
-        result = kaggle_runs["ran"][command]
-        assert result.status == 0 and "Traceback" not in result.printed, result.printed[-3000:]
-    assert "--quantization 4bit" in kaggle_runs["checked"] and "--gpu-extras" in kaggle_runs["checked"]
+def test_every_kaggle_build_runs_and_kaggle_check_says_go_for_each_ways_dataset(tmp_path, tmp_path_factory,
+                                                                               model_folder):
+    """Every build of the READMEs; `kaggle check` of the build with every option that keeps a model in the dataset,
+    of which each such way's dataset is a part; the Kaggle Model ways' datasets of the form tests/test_install.py
+    checks; then `estimate --records` on the working folder the check kept. One test: one worker builds and checks."""
+    from test_install import environments
 
-
-@pytest.mark.processes
-@pytest.mark.slow
-def test_kaggle_check_says_go_for_the_dataset_of_every_build_that_ships_a_model(kaggle_runs):
-    result = kaggle_runs["ran"][CHECKED_WITH["arc-kit kaggle check DIR"]]
-    assert result.status == 0, result.printed[-4000:]
-    checked = dataset_of(kaggle_runs, kaggle_runs["checked"])
-    wheels = wheels_of(checked)
-    assert {"bitsandbytes-0.50.2-py3-none-any.whl", "unsloth-2026.10.9-py3-none-any.whl",
-            "offline_probe-1.0-py3-none-any.whl"} <= wheels
-    assert f"go: the notebook installed the dataset's {len(wheels)} wheel(s), ran its model" in result.printed
-    builds = [command for command in COMMANDS if in_processes(command) and " build " in command]
-    for command in builds:  # every way that ships a model: a part of the dataset checked
-        dataset = dataset_of(kaggle_runs, command)
-        assert wheels_of(dataset) <= wheels, command
-        if "--model-source" not in command:
-            assert files_of(dataset) == files_of(checked), command
-        else:  # the form tests/test_install.py checks: no model, the handle for the notebook to find
-            handle = json.loads((dataset / "model-source.json").read_text())["model_source"]
-            kernel = json.loads((dataset.parent / f"{dataset.name}-notebook" / "kernel-metadata.json").read_text())
-            assert not (dataset / "model").exists() and kernel["model_sources"] == [handle], command
-
-
-@pytest.mark.processes
-@pytest.mark.slow
-def test_estimate_reads_the_working_folder_kaggle_check_kept(kaggle_runs, tmp_path, model_folder):
-    (scratch,) = KEPT.findall(kaggle_runs["ran"][CHECKED_WITH["arc-kit kaggle check DIR"]].printed)
-    ran = in_folder(tmp_path, ["estimate", "--records", f"{scratch}/working", "--gpu", "L4", "--gpus", "4",
-                               "--workers-per-gpu", "2"], str(model_folder))
-    assert ran.status == 0 and "Traceback" not in ran.printed, ran.printed[-3000:]
-    assert "measured" in ran.printed, ran.printed
+    done = kaggle_commands(tmp_path, model_folder, environments(tmp_path_factory))
+    ran, datasets = done["ran"], done["datasets"]
+    try:
+        for command in done["builds"]:
+            assert ran[command].status == 0 and "Traceback" not in ran[command].printed, ran[command].printed[-3000:]
+        result = ran[done["check"]]
+        assert result.status == 0, result.printed[-4000:]
+        checked = datasets[done["checked"]]
+        wheels = wheels_of(checked)
+        assert "--quantization 4bit" in done["checked"] and "--gpu-extras" in done["checked"]
+        assert {"bitsandbytes-0.50.2-py3-none-any.whl", "unsloth-2026.10.9-py3-none-any.whl",
+                "offline_probe-1.0-py3-none-any.whl"} <= wheels
+        assert f"go: the notebook installed the dataset's {len(wheels)} wheel(s), ran its model" in result.printed
+        for command in done["builds"]:  # every way: a part of the dataset checked
+            dataset = datasets[command]
+            assert wheels_of(dataset) <= wheels, command
+            if "--model-source" not in command:
+                assert files_of(dataset) == files_of(checked), command
+            else:  # the form tests/test_install.py checks: no model, the handle for the notebook to find
+                handle = json.loads((dataset / "model-source.json").read_text())["model_source"]
+                notebook = dataset.parent / f"{dataset.name}-notebook"
+                kernel = json.loads((notebook / "kernel-metadata.json").read_text())
+                assert not (dataset / "model").exists() and kernel["model_sources"] == [handle], command
+        (scratch,) = KEPT.findall(result.printed)
+        estimate = in_folder(tmp_path, ["estimate", "--records", f"{scratch}/working", "--gpu", "L4", "--gpus", "4",
+                                        "--workers-per-gpu", "2"], str(model_folder))
+        assert estimate.status == 0 and "Traceback" not in estimate.printed, estimate.printed[-3000:]
+        assert "measured" in estimate.printed, estimate.printed
+    finally:
+        for scratch in KEPT.findall(ran[done["check"]].printed):
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.mark.processes
