@@ -1,4 +1,4 @@
-"""The GPU check (issue 39): one prepared command that measures the engine, the drafts and 30 tasks in minutes.
+"""The GPU check: one prepared command that measures the engine, the drafts and 30 tasks in minutes.
 
 A device machine is lent rarely and briefly (15 minutes in all, starts included), so everything the
 kit claims for a GPU is measured by this one script, each stage in a time box of its own (a share

@@ -15,8 +15,8 @@ Runs (``--runs``, all by default):
 - ``shipped``: the ``smollm2-gpu`` preset as the shipped model was trained (kaggle_dataset/model's
   arc_kit.json): the random 3-7 sampler, RE-ARC 80% + ARC-AGI-1 training 20%, 4,096 tokens, 456 steps
   of 16 sequences;
-- ``passes-before``: the kit's passes sampler before issue 27: 1,200 sequences per task and as many
-  passes as that takes (``--max-passes`` high enough), RE-ARC alone, 8,192 tokens;
+- ``passes-before``: the kit's passes sampler before one pass became the default: 1,200 sequences per task
+  and as many passes as that takes (``--max-passes`` high enough), RE-ARC alone, 8,192 tokens;
 - ``paper``: the default now (preset ``paper``): at most one pass, each example at most once;
 - ``paper-code``: preset ``paper-code``, the authors' script: the easiest half of each task left out.
 
@@ -53,7 +53,7 @@ RUNS = {
                    "smollm2-gpu as the shipped model trained: random 3-7 pairs, RE-ARC 80% + ARC-AGI-1 training 20%, "
                    "4,096 tokens, 456 steps x 16"),
     "passes-before": Run("passes-before", "paper", {"max_passes": 10**6}, None,
-                         "the passes sampler before issue 27: 1,200 per task, as many passes as it takes"),
+                         "the passes sampler as it was: 1,200 per task, as many passes as it takes"),
     "paper": Run("paper", "paper", {}, None, "the default now: at most one pass (--max-passes 1)"),
     "paper-code": Run("paper-code", "paper-code", {}, None,
                       "preset paper-code: one pass, the easiest half of each task left out"),

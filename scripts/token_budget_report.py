@@ -2,7 +2,7 @@
 
 For each named task set: every test input's prompt (all its train pairs, nothing dropped) plus room for
 the longest answer (a 30x30 grid), in the tokens of a model's tokenizer (default: the shipped model's).
-A budget taken from a Llama model's 131,072 positions (the kit before issue 27) would build these
+A budget taken from a Llama model's 131,072 positions (the kit before it took the authors' 8,192) would build these
 prompts whole; the authors' 8,192 drops train pairs from them, as their code does.
 
     python scripts/token_budget_report.py arc-agi-1/evaluation arc-agi-2/evaluation arc-agi-1/training

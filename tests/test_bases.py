@@ -869,7 +869,7 @@ sys.exit(main(["base", "build", name]))
 @pytest.mark.slow
 def test_two_base_build_commands_on_a_fresh_cache_both_succeed_with_one_download_and_one_build(
         registered, gguf_files, fresh_cache, tmp_path):
-    """Issue 26, item 11: two `arc-kit base build` started together on an empty cache, each downloading (pip, from
+    """Two `arc-kit base build` started together on an empty cache, each downloading (pip, from
     a local folder standing in for the index) and building: both succeed, one downloads and builds, one waits."""
     index = tmp_path / "index"
     make_wheel(index / WHEEL_NAME, gguf_files["F32"])

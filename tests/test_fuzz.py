@@ -11,7 +11,7 @@ before any model) run in-process on a share of them, and ``arc-kit solve --lenie
 share with the solver's work replaced by fallback records: what those runs check is loading,
 skipping and the submission, not the model. Those tests stay under 20 CPU seconds together.
 
-Then what a new user met (issue 26), one test each: a task id that is a path (``show``'s picture, the
+Then what a new user met, one test each: a task id that is a path (``show``'s picture, the
 ablation's claims), ids JSON allows but UTF-8 does not (a lone surrogate) or that forge a log line
 (a newline, terminal escapes), a FIFO given as any file, a record line of the wrong kinds, a key
 given twice, a solutions file holding null, the ``--lenient`` warning's source line, two runs on one
@@ -372,7 +372,7 @@ def test_every_run_path_writes_a_submission_holding_every_task_id(path, capsys, 
         check_every_id(tmp_path / "working" / "submission.json", tasks)
 
 
-# -- what a new user met (issue 26): names that are paths, ids JSON allows, files that never end, a folder two
+# -- what a new user met: names that are paths, ids JSON allows, files that never end, a folder two
 # runs share. Each test failed on the kit before the fix.
 
 HOSTILE_IDS = ["../../escaped", "no/such/folder", "..", ".", "", "A", "a", "con", "x" * 300, "\udc80", "a\udc80b",

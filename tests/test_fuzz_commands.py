@@ -15,9 +15,9 @@ reading of input and the writing of output. ``ARC_KIT_FUZZ_INPUTS`` sets how man
 suite's default keeps the file to seconds); the counts go to stdout (``pytest -s``) and, for a full
 fuzz, into docs/results.md.
 
-The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``, issue 35) turns it round:
+The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``) turns it round:
 every command with an output path is pointed at places holding a user's files, and no byte of what
-the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below). Issue 43 grew it:
+the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below). It covers
 links inside the kit's own folders (at its layout's names, to a user's file or folder), a user's files named
 near the layout's names, unmarked look-alikes of the folders earlier kits made, and two more tests: hostile
 model folders (their own code, bombs, links) for every command that reads one, and a FIFO and /dev/zero for
@@ -353,11 +353,11 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
 # kit made for this command or for another (with the user's files added to it), with --restart, --adopt,
 # --overwrite or --no-resume where the command has them. Whatever it does, every entry that was there and
 # that the kit did not make keeps its bytes (a link its target). ``ARC_KIT_FUZZ_OUTPUTS`` sets how many runs.
-# Issue 43 adds two families of places: "linked", a folder the kit made for the command with one to three names of
-# its layout made links to a user's file or folder outside it (the links are the kit's to replace; what they point
+# Two families of places beyond the first ten: "linked", a folder the kit made for the command with one to three names
+# of its layout made links to a user's file or folder outside it (the links are the kit's to replace; what they point
 # to must keep every byte), and "lookalike", an earlier kit's layout without the marker (refused, or with --adopt
 # taken: then its files at the layout's names are the kit's). The suite runs each command once at a place of each
-# family (issue 35's, linked, lookalike).
+# family (the first ten, linked, lookalike).
 
 OUTPUT_RUNS = int(os.environ.get("ARC_KIT_FUZZ_OUTPUTS", "60"))  # each command once at each family of places
 USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scores.csv", "score.json", "config.json",
@@ -369,7 +369,7 @@ USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scor
 # what a user adds to a folder the kit made: names outside every layout of the kit's (there, a name of its layout is
 # its own: a run's scores.csv, a model's config.json)
 USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jsonl", "README.user.md",
-                   # names a layout's patterns once took (issue 43): near its names, never one of them
+                   # names a layout's patterns once took: near its names, never one of them
                    "backup_records.jsonl", "records.jsonl.bak", "worker-notes/records.jsonl", "worker-0/mine.txt",
                    "claims.txt", "adapter/notes.txt", "my.safetensors", "model-final.safetensors",
                    "checkpoints/notes.txt", "checkpoints/step-x/progress.json", "wheels/notes.txt", "model/notes.json",
@@ -599,7 +599,7 @@ def victims(folder: Path) -> tuple[Path, Path]:
 
 def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_victim: Path) -> None:
     """Make one to three entries of ``kind``'s layout in ``kit`` links to the user's file or folder (what was there
-    goes): a file's name to the file, a sub-folder's name to the folder (issue 43: no write follows one)."""
+    goes): a file's name to the file, a sub-folder's name to the folder (no write follows one)."""
     names = [entry.replace("{n}", "0").replace("**", "x").replace("*", "x") for entry in kind.owned]
     names += list(kind.quiet)
     for entry in rng.sample(names, min(len(names), rng.randint(1, 3))):
@@ -615,7 +615,7 @@ def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_v
 
 
 def lookalike(rng: random.Random, kit: Path, kind) -> None:
-    """Files of ``kind``'s layout as an earlier kit left them, with no marker (issue 43: adopted only with --adopt);
+    """Files of ``kind``'s layout as an earlier kit left them, with no marker (adopted only with --adopt);
     for a kind no earlier kit made, its layout's names with the user's bytes."""
     from arc_kit.settings import SolveSettings
 
@@ -699,7 +699,7 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
         argv_for, flags, made = commands_by_name[name]
         if made == ITSELF:
             made = made_by(argv_for)
-        # each command once at a place of each family (issue 35's places; links inside its own folder; an earlier
+        # each command once at a place of each family (the first ten places; links inside its own folder; an earlier
         # kit's look-alike), then at random
         place = rng.choice(kinds[:-2]) if number < len(names) else \
             ("linked" if number < 2 * len(names) else "lookalike") if number < 3 * len(names) else rng.choice(kinds)
@@ -763,7 +763,7 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
         tally.line(), tally.tracebacks[:3], tally.lost[:5], tally.changed[:5])
 
 
-# -- hostile model folders and special files (issue 43) -------------------------------------------------------------
+# -- hostile model folders and special files -------------------------------------------------------------------
 #
 # Every command that reads a model folder gets one that is hostile: it asks for its own code (auto_map in its config,
 # in its tokenizer's, or in an adapter's base), it is a "bomb" (sizes no model has, a sparse weights file of 64 GiB, a

@@ -1,4 +1,4 @@
-"""The output rule, complete (issue 43): one test (or a few) per item of the issue.
+"""The output rule, complete: one test (or a few) per item of it.
 
 1. No code from a model folder: a config or tokenizer config asking for its own code (``auto_map``) is a no-go
    of check-model and a one-line refusal of every command that loads a model; no prompt, no code run; every

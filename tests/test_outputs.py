@@ -1,4 +1,4 @@
-"""The kit never deletes or overwrites what it did not make (issue 35): one test per failure of the issue.
+"""The kit never deletes or overwrites what it did not make: one test per failure a user met.
 
 Each command that writes an output is pointed at a place a user's files are (a folder of theirs, a link
 to one, the input's own folder, the shipped ``kaggle_dataset/`` layout), and must refuse in one line

@@ -172,7 +172,7 @@ def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_p
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
     assert check_run(tmp_path, SETTINGS, {"dataset": "d"}) is True
     with pytest.raises(OutputRefused, match="earlier arc-kit made, but holds no .arc-kit.json: .*--adopt"):
-        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing (issue 43): adopted only when asked
+        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing: adopted only when asked
     assert open_run(tmp_path, SETTINGS, {"dataset": "d"}, adopt=True) == tmp_path
     assert json.loads((tmp_path / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
 

@@ -37,7 +37,7 @@ ENGLISH = [
 ]
 SPECIALS = ("<s>", "</s>", "<pad>")
 FORMAT = TextFormat()
-# The characters the authors keep (issue 14, point 7), written out here rather than taken from the kit.
+# The characters the authors keep (the authors' kept set), written out here rather than taken from the kit.
 AUTHORS_KEPT = "ABCDEFGHIJKLMNOPQRSTUVWXYZ" "abcdefghijklmnopqrstuvwxyz" "0123456789" "!?.:,;*+/-=" "\n"
 
 

@@ -133,6 +133,14 @@ def test_augmentations_keep_sudokus_and_invert(seed):
     assert SudokuAugmentation.from_key(augmentation.key) == augmentation
 
 
+def test_an_answer_that_is_no_9x9_grid_is_not_a_grid_to_the_solver():
+    """An untrained model's answer (a 1x1 grid, say) is counted as no grid, not an error that ends the evaluation."""
+    from arc_kit.text.format import NotAGridError
+
+    with pytest.raises(NotAGridError, match="a Sudoku answer is 9x9, got 1x1"):
+        SudokuAugmentation().invert_grid(np.array([[1]]))
+
+
 def test_augmentation_parts_do_what_they_say():
     transposed = SudokuAugmentation(transpose=True)
     assert np.array_equal(transposed.apply_grid(SOLUTION), SOLUTION.T)

@@ -99,10 +99,11 @@ def bitsandbytes_works() -> bool:
     return cuda_available() and bitsandbytes_imports()
 
 
-# Said where 4-bit weights are checked or loaded without a GPU (the figures: docs/results.md, issue 44)
+# Said where 4-bit weights are checked or loaded without a GPU (the figures: docs/results.md, "The engine over
+# bitsandbytes 4-bit weights")
 FOUR_BIT_ON_CPU = ("4-bit weights on a CPU run slower than 16-bit ones, as bitsandbytes unpacks every weight at every "
-                   "call (on the kit's 2-core machines a decode step took 1.5 to 2.7 times as long, and issue 44 "
-                   "reports a whole short solve taking 5.6 times as long, docs/results.md); 4 bits are for a GPU's memory: "
+                   "call (on the kit's 2-core machines a decode step took 1.5 to 2.7 times as long, and a whole "
+                   "short solve 5.6 times as long, docs/results.md); 4 bits are for a GPU's memory: "
                    "check such a model here on a task or two (arc-kit kaggle check --tasks 1), run it on the GPUs")
 
 

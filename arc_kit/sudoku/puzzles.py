@@ -32,6 +32,7 @@ from arc_kit.data.tasks import Pair
 from arc_kit.names import listed, shown
 from arc_kit.outputs import replacing
 from arc_kit.sudoku.rules import SIZE, as_grid, clue_count, grid_from_text, grid_text, solves
+from arc_kit.text.format import NotAGridError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +152,10 @@ class SudokuAugmentation:
         return freeze(self._square.apply_grid(as_grid(grid))[np.ix_(self.rows, self.columns)])
 
     def invert_grid(self, grid) -> np.ndarray:
-        """Undo apply_grid on a grid in this augmentation's frame (an answer, say)."""
+        """Undo apply_grid on a grid in this augmentation's frame (an answer, say); an answer that is no 9x9 grid
+        is no Sudoku answer (``NotAGridError``, as the solver counts an answer that reads as no grid)."""
+        if np.shape(grid) != (SIZE, SIZE):
+            raise NotAGridError(f"a Sudoku answer is 9x9, got {'x'.join(map(str, np.shape(grid)))}")
         return self._square.invert_grid(as_grid(grid)[np.ix_(np.argsort(self.rows), np.argsort(self.columns))])
 
     apply_pair = Augmentation.apply_pair  # both grids (the output where there is one) through apply_grid
