@@ -58,7 +58,8 @@ STAND_INS = {
     ("--settings", "FILE"): "{settings_file}", ("image", "FREEZE"): "{freeze}",
     ("image", "installed_cpu_packages.txt"): "{freeze}", ("validate", "FILE"): "{solve_run}/submission.json",
     ("--challenges", "C"): "{tasks}", ("--submission", "S"): "{solve_run}/submission.json",
-    ("--solutions", "SOL"): "{solutions}", ("show", "TASK"): TASK,
+    ("--solutions", "SOL"): "{solutions}", ("show", "TASK"): TASK, ("report", "RUN"): "{solve_run}",
+    ("--out", "FILE"): "report.html", ("--hours", "H"): "1",
     ("--extra-wheels", "path/to/wheels"): "{extra_wheels}", ("DIR", "options"): "--preset smoke",
     ("--model-source", "OWNER/MODEL/FRAMEWORK/VARIATION/VERSION"): "someone/arc-model/transformers/nemo-8b-4bit/1",
     ("--model-source", "YOUR_NAME/arc-model/transformers/nemo-8b-4bit/1"):
@@ -79,6 +80,8 @@ ADDED = {
 NOT_RUN = {
     "make dry-run": "makes .venv and runs the shipped model's dry run (minutes); `make -n` checks the target, and "
                     "the command it runs, `arc-kit dry-run`, runs here",
+    ".venv/bin/arc-kit kaggle check build/arc-kit --tasks 5 --changes '{\"ttt.steps\": 1}'":
+        "the notebook's settings on 5 tasks: many CPU minutes even with the micro model; the plain check runs here",
     "make test": "runs the whole suite, this test in it; `make -n` checks the target",
     "pip install torch==2.13.0": "an install from the package index (minutes); `make install` runs the same lines",
     "pip install -c .ci/constraints.txt -r requirements.txt": "an install from the package index",
@@ -100,8 +103,6 @@ NOT_RUN = {
     ".venv/bin/arc-kit kaggle check build/arc-kit --kaggle-model path/to/model":
         "tests/test_install.py runs this check (a Kaggle Model's dataset, its model mounted where Kaggle mounts one)",
     "arc-kit kaggle check DIR --kaggle-model DIR": "as the Kaggle README's `kaggle check ... --kaggle-model`",
-    ".venv/bin/arc-kit kaggle check build/arc-kit --tasks 5 --changes '{}'":
-        "the paper's settings on 5 tasks: many CPU minutes even with the micro model",
     "kaggle datasets create -p build/arc-kit --dir-mode zip": "needs a Kaggle account and the network",
     'kaggle datasets version -p build/arc-kit --dir-mode zip -m "new model"': "needs a Kaggle account and the network",
     "kaggle kernels push -p build/arc-kit-notebook": "needs a Kaggle account and the network",
