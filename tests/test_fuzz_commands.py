@@ -569,13 +569,13 @@ def folder_kinds() -> dict:
     from arc_kit.data.datasets import EXPORT_KIND
     from arc_kit.kaggle.dataset_build import DATASET_KIND
     from arc_kit.model.bases import BASE_KIND
-    from arc_kit.model.folders import MODEL_KIND
+    from arc_kit.model.folders import BUILT_MODEL_KIND, MODEL_KIND
     from arc_kit.model.training import TRAINING_KIND
     from arc_kit.run.runs import RUN_KIND
     from arc_kit.sudoku.experiment import EVALUATION_KIND
 
     return {"solve": RUN_KIND, "dry-run": RUN_KIND, "ablation": RUN_KIND, "samplers": RUN_KIND, "kaggle run": RUN_KIND,
-            "kaggle build": DATASET_KIND, "create-model": MODEL_KIND, "base merge": MODEL_KIND, "shrink": MODEL_KIND,
+            "kaggle build": DATASET_KIND, "create-model": BUILT_MODEL_KIND, "base merge": MODEL_KIND, "shrink": MODEL_KIND,
             "pretrain": TRAINING_KIND, "sudoku train": TRAINING_KIND, "base build": BASE_KIND, "export": EXPORT_KIND,
             "sudoku evaluate": EVALUATION_KIND}
 

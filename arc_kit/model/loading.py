@@ -27,6 +27,7 @@ from arc_kit.model.checks import check_before_load
 from arc_kit.model.deltas import apply_delta, save_delta
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.folders import (
+    BUILT_MODEL_KIND,
     DELTA_INDEX,
     MODEL_KIND,
     ModelFolderError,
@@ -90,9 +91,9 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
 def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0, overwrite: bool = False) -> int:
     """Write a fresh, untrained from-scratch model folder; its number of parameters. ``out`` is new, empty, or
     (with ``overwrite``) a folder create-model made (``outputs.claim_folder``): never a model trained since."""
-    check_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)  # before any work
+    check_folder(out, BUILT_MODEL_KIND, "create-model", overwrite=overwrite)  # before any work
     model, tokenizer = create_model(preset, seed=seed)
-    claim_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)
+    claim_folder(out, BUILT_MODEL_KIND, "create-model", overwrite=overwrite)  # --overwrite: only what it writes
     save_model(model, tokenizer, out, {"preset": preset, "seed": seed, "trained": False})
     return parameter_count(model)
 

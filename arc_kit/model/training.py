@@ -65,9 +65,16 @@ def _an_earlier_kits_training(folder: Path) -> bool:
     return isinstance(record, dict) and isinstance(record.get("training"), dict)
 
 
-# a training run's folder: its checkpoints (each wholly accelerate's), its log and curve, and the model it saves
-TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "training_log.csv", "loss_curve.png",
-                                              *MODEL_FILES, *ADAPTER_FILES), resumable=True,
+# what a checkpoint holds: accelerate's ``save_state`` files (model, optimizer, scheduler, sampler, data loader and
+# the i-th of several ``_{i}``; a process's random states; the scaler; a registered object's), and its progress.json
+CHECKPOINT_FILES = ("progress.json", "random_states_{n}.pkl", "scaler.pt", "custom_checkpoint_{n}.pkl",
+                    "model.safetensors", "model_{n}.safetensors",
+                    *(f"{name}{index}.bin" for name in ("pytorch_model", "optimizer", "scheduler", "sampler",
+                                                        "dl_state_dict") for index in ("", "_{n}")))
+# a training run's folder: its checkpoints, its log and curve, and the model it saves
+TRAINING_KIND = FolderKind("training", owned=(*(f"checkpoints/step-{{n}}/{name}" for name in CHECKPOINT_FILES),
+                                              "training_log.csv", "loss_curve.png", *MODEL_FILES, *ADAPTER_FILES),
+                           resumable=True,
                            legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
 
 

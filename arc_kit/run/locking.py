@@ -74,10 +74,11 @@ def _take(folder: Path) -> FileLock | None:
     """Take ``folder``'s lock now, or FolderInUseError; the lock object, held (None, with a warning, where the
     file system cannot lock: the run goes on, unguarded, rather than not at all)."""
     folder.mkdir(parents=True, exist_ok=True)
-    if (folder / LOCK_FILE).is_symlink() or (folder / LOCK_FILE).exists() and not (folder / LOCK_FILE).is_file():
-        raise OutputRefused(f"{folder / LOCK_FILE} is no lock file of arc-kit's (a link, a folder, a FIFO): it never "
-                            "writes through one; move it away and run again")  # an older filelock would truncate it
-    lock = FileLock(str(folder / LOCK_FILE))
+    lock_file = folder / LOCK_FILE
+    if lock_file.is_symlink() or lock_file.exists() and not (lock_file.is_file() and lock_file.stat().st_nlink == 1):
+        raise OutputRefused(f"{lock_file} is no lock file of arc-kit's (a link, a hard link, a folder, a FIFO): it "
+                            "never writes through one; move it away and run again")  # an older filelock truncates it
+    lock = FileLock(str(lock_file))
     try:
         lock.acquire(timeout=0)
     except Timeout:  # before OSError: a Timeout is a TimeoutError

@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,10 @@ from arc_kit.outputs import copy_file, kit_subfolder
 from arc_kit.settings import PoolSettings
 
 RAY_FLOOR = "2.55.1"  # Kaggle's image's (requirements.txt and pyproject.toml say the same)
-LOGS_FOLDER = "ray-logs"  # in the run folder: the logs of a Ray the run started
+LOGS_FOLDER = "ray-logs"  # in the run folder: the logs of a Ray the run started, a folder per session
+# the log files of a session that ``_keep_logs`` copies, by name: what a run folder's layout names in ``ray-logs``
+LOG_FILES = tuple(f"{LOGS_FOLDER}/session_{{n}}-{{n}}-{{n}}_{{n}}-{{n}}-{{n}}_{{n}}_{{n}}/{name}"
+                  for name in ("*.log", "*.out", "*.err", "debug_state.txt"))
 NAMESPACE = "arc-kit"
 # No usage report (nothing leaves the machine); CPU actors are told CUDA_VISIBLE_DEVICES="" by the pool itself, as
 # Ray's next versions expect (this also keeps Ray's warning about it quiet)
@@ -182,7 +186,8 @@ def _keep_logs(folder: Path, logs: Path) -> None:
         session = (folder / "session_latest").resolve()
         target = kit_subfolder(logs / session.name, within=logs.parent)  # a link there (or above) is refused
         for path in sorted((session / "logs").glob("*")):
-            if path.is_file() and not path.is_symlink():
+            if path.is_file() and not path.is_symlink() and any(fnmatch(path.name, name.rpartition("/")[2])
+                                                                for name in LOG_FILES):
                 copy_file(path, target / path.name, within=logs.parent)
     except (OSError, ValueError) as error:  # ValueError: outputs.OutputRefused
         logging.getLogger(__name__).warning("Ray's logs were not kept (%s); they are lost with %s", error, folder)

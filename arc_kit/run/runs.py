@@ -52,7 +52,7 @@ from arc_kit.outputs import (
 from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
-from arc_kit.run.ray_session import LOGS_FOLDER
+from arc_kit.run.ray_session import LOG_FILES
 from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
@@ -88,7 +88,7 @@ def _an_earlier_kits_run(folder: Path) -> bool:
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
 RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, f"{CLAIMS_FOLDER}/*", *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
-                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{LOGS_FOLDER}/**"),
+                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), *LOG_FILES),
                       quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
                       kept="the records of the tasks done and a complete submission")
 
