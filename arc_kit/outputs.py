@@ -260,8 +260,8 @@ def refuse_links(folder: str | os.PathLike, kind: FolderKind) -> None:
 
 def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], bool] | None = None,
                option: str = "--out") -> Path:
-    """Check that the kit may write the file ``path`` (its parent folder made when missing): nothing is there,
-    or a regular file that ``own`` recognises as one the kit wrote; else OutputRefused in one line."""
+    """Check that the kit may write the file ``path``: nothing is there, or a regular file that ``own`` recognises
+    as one the kit wrote; else OutputRefused in one line. Writes nothing (its folder is made as it is written)."""
     path = Path(path)
     if path.is_symlink():
         raise OutputRefused(f"{path} is a symbolic link: arc-kit never writes through one; give {option} the "
@@ -271,7 +271,6 @@ def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], b
     if path.exists() and not (own is not None and path.is_file() and own(path)):
         raise OutputRefused(f"{path} exists and arc-kit did not make it: give {option} a new file name, or move "
                             "that file away")
-    path.parent.mkdir(parents=True, exist_ok=True)
     _claimed.append(Claim(path, None, command))
     return path
 

@@ -275,8 +275,8 @@ def test_the_layouts_of_earlier_kits_are_refused_until_adopted(tmp_path, capsys,
         assert status == 1 and "earlier arc-kit made, but holds no .arc-kit.json" in last_line(err)
         assert "--adopt" in last_line(err) and sorted(path.name for path in old_run.iterdir()) == \
             ["notes.txt", "records.jsonl", RUN_FILE]
-    status, _, err = run(capsys, *command, "--adopt")  # adopted: its other settings refused as ever
-    assert read_marker(old_run)["command"] == "solve" and (old_run / "notes.txt").read_text() == "mine"
+    status, _, err = run(capsys, *command, "--adopt")  # its other settings refused as ever, before it is adopted
+    assert read_marker(old_run) is None and (old_run / "notes.txt").read_text() == "mine"
     assert status == 1 and "other settings" in last_line(err)
     old_training = tmp_path / "old-training"
     (old_training / "checkpoints" / "step-3").mkdir(parents=True)

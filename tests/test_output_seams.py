@@ -51,8 +51,11 @@ def tree(root: Path) -> dict[str, tuple]:
 
 
 def one_line(err: str) -> str:
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.strip()
+    """The one line a command ended with (a progress bar of transformers' loading may stand before it; argparse's
+    usage before a usage error)."""
+    lines = [line for line in err.rstrip().split("\n") if not line.startswith(("\r", "usage: ", " "))]
+    assert "Traceback" not in err and len(lines) == 1 and lines[0].startswith("arc-kit "), err
+    return lines[0]
 
 
 # -- 1: no write through a hard link -------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ def test_a_hard_linked_lock_file_is_refused_and_the_users_file_keeps_its_bytes(t
     assert status == 1 and "a hard link" in one_line(err) and notes.read_text() == "the user's notes\n"
 
 
-# -- 2: deletion only of what the kit made, in its sub-folders too ------------------------------------------------------
+# -- 2: deletion only of what the kit made, in its sub-folders too ------------------------------------------------
 
 def test_restart_keeps_a_users_file_in_ray_logs_and_a_checkpoint_and_names_it(tmp_path):
     from arc_kit.model.training import TRAINING_KIND
@@ -126,3 +129,108 @@ def test_create_model_overwrite_touches_only_what_create_model_writes(tmp_path, 
                                          r"vocab.json$"):
         assert run(capsys, "create-model", "--preset", "micro", "--out", out, "--overwrite")[0] == 0
     assert all((out / name).read_text() == text for name, text in theirs.items())
+
+
+# -- 3: every reader bounded, records read a line at a time ---------------------------------------------------------
+
+def test_a_records_file_over_the_bound_is_refused_in_one_line_by_resume_and_estimate(tmp_path, capsys, tasks_file,
+                                                                                   micro_model, no_model_work):
+    out = tmp_path / "run"
+    command = ["solve", "--dataset", tasks_file, "--out", out, "--model", micro_model, *QUICK]
+    assert run(capsys, *command, "--task-ids", "t1")[0] == 0
+    os.truncate(out / "records.jsonl", 2**30 + 1)  # sparse: no disk, and never read
+    for argv in (command, ["estimate", "--records", out, "--dataset", tasks_file, "--model", micro_model]):
+        status, _, err = run(capsys, *argv)
+        assert status == 1 and "more than the 1,073,741,824 (1 GiB) any records file" in one_line(err), err
+
+
+def test_records_are_read_a_line_at_a_time_keeping_only_the_tasks_asked_for(tmp_path, monkeypatch):
+    import json
+    import tracemalloc
+
+    from arc_kit.data import jsonio
+    from arc_kit.method.records import fallback_record
+    from arc_kit.run.record_json import read_records, to_json
+
+    path = tmp_path / "records.jsonl"
+    line = json.dumps(to_json(fallback_record("other", "x" * 2000))) + "\n"
+    with path.open("w") as handle:
+        handle.write(line.replace("other", "t1"))
+        handle.writelines(line for _ in range(10_000))  # 20 MB of other tasks' records
+        handle.write(line.replace("other", "t1").replace("xxx", "yyy", 1))  # t1 again: the later line wins
+    tracemalloc.start()
+    records = read_records(path, task_ids=["t1"])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert list(records) == ["t1"] and records["t1"].skipped.startswith("yyy")
+    assert peak < path.stat().st_size / 10, (peak, path.stat().st_size)
+    monkeypatch.setattr(jsonio, "MAX_LINE_BYTES", 1000)  # a line longer than any record: skipped, said, never held
+    path.write_text(line.replace("other", "t2") + json.dumps(to_json(fallback_record("t3", "short"))) + "\n")
+    with pytest.warns(UserWarning, match="skipped 1 unreadable line.*line 1: more than 1,000 bytes"):
+        assert list(read_records(path)) == ["t3"]
+
+
+# -- 4: every option and input checked before any folder is made or claimed ------------------------------------------
+
+def with_own_code(source: Path, folder: Path) -> Path:
+    """A copy of model folder ``source`` whose config asks for its own code (``auto_map``)."""
+    import json
+    import shutil
+
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "evil.EvilConfig"}}))
+    (folder / "evil.py").write_text("raise SystemExit('the folder ran')\n")
+    return folder
+
+
+@pytest.mark.processes  # --workers 2: a pool's checks (Ray imported, never started)
+def test_a_refused_option_or_input_leaves_the_file_system_as_it_found_it(tmp_path, capsys, tasks_file, micro_model):
+    coded = with_own_code(micro_model, tmp_path / "coded")
+    solve = ["solve", "--dataset", tasks_file, "--out", tmp_path / "new" / "run", *QUICK]
+    cases = {"--dtype banana": ([*solve, "--model", micro_model, "--dtype", "banana"], "invalid choice: 'banana'"),
+             "an address no host has": ([*solve, "--model", micro_model, "--address", "not a host:99999",
+                                         "--workers", "2"], "expected HOST:PORT"),
+             "an address where no Ray answers": ([*solve, "--model", micro_model, "--address", "not a host:6379"],
+                                                 "no Ray answers at not a host:6379"),
+             "a model with its own code": ([*solve, "--model", coded], "asks to run code of its own"),
+             "the same, to a pool": ([*solve, "--model", coded, "--workers", "2"], "asks to run code of its own"),
+             "held-out's file, a model with its own code": (["held-out", f"m={coded}", "--dataset", tasks_file,
+                                                              "--tasks", "1", "--out", tmp_path / "new" / "r.json"],
+                                                             "asks to run code of its own")}
+    before = tree(tmp_path)
+    for case, (argv, said) in cases.items():
+        status, _, err = run(capsys, *argv)
+        assert status in (1, 2) and said in one_line(err), (case, err)
+        assert tree(tmp_path) == before, case  # no folder made, no marker, no lock, no run.json
+
+
+# -- 6: a model folder's code files, named as ignored ------------------------------------------------------------------
+
+def test_check_model_says_a_folders_code_files_are_ignored_and_never_run(tmp_path, capsys, micro_model):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(micro_model, folder)
+    (folder / "modeling_llama.py").write_text(f"open({str(tmp_path / 'RAN')!r}, 'w')\n")
+    status, out, _ = run(capsys, "check-model", folder)
+    verdict = out.strip().splitlines()[-1]
+    assert status == 0 and verdict.startswith("go: ") and verdict.endswith(
+        "its code (modeling_llama.py) is ignored, never run") and not (tmp_path / "RAN").exists()
+
+
+# -- 7: an option that leaves no task to run ------------------------------------------------------------------------
+
+def test_an_option_that_leaves_no_task_is_refused_in_one_line_naming_it(tmp_path, capsys, tasks_file, micro_model):
+    from arc_kit.data.datasets import load_tasks
+    from arc_kit.run.runs import choose_tasks
+
+    status, _, err = run(capsys, "solve", "--dataset", tasks_file, "--out", tmp_path / "run", "--model", micro_model,
+                         "--task-ids", *QUICK)
+    assert status == 2 and "--task-ids: expected at least one argument" in one_line(err)
+    with pytest.raises(ValueError, match="--task-ids names no task"):
+        choose_tasks(load_tasks(str(tasks_file)), task_ids=[])
+    status, _, err = run(capsys, "bench", "--model", micro_model, "--dataset", tasks_file, "--max-prompt", "1",
+                         "--tasks", "1", "--device", "cpu")
+    assert status == 1 and "--max-prompt 1 leaves no task of the 2 to run" in one_line(err)
+    assert not (tmp_path / "run").exists()

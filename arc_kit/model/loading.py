@@ -173,6 +173,17 @@ def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat()
                        token_budget_of(path) if max_len is None else max_len)
 
 
+def check_loadable(path: str | os.PathLike, settings: LoadSettings = LoadSettings()) -> None:
+    """What ``load_model`` would refuse before it reads a weight, asked here without loading (a pool's driver, whose
+    workers load the model): the folder, an adapter's base, the weights there and whole; no device's memory (the
+    workers' to judge). A base plus a delta is left to its load (its base is the kit's own build)."""
+    path = checked_model_folder(path)
+    adapter_config = {} if is_delta_folder(path) else read_json(path / "adapter_config.json")
+    if not is_delta_folder(path):
+        base_path = adapter_base(path, adapter_config, settings.base_model) if adapter_config else path
+        check_before_load(base_path, path if adapter_config else None, device=None)
+
+
 def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(), **overrides) -> LoadedModel:
     """Load a model folder (checkpoint, merged fine-tune, LoRA adapter on a base, or base plus delta).
 
@@ -349,6 +360,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "adapter_base",
-           "apply_delta", "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit",
+           "apply_delta", "build_tokenizer", "check_loadable", "create_model", "create_model_folder", "cut_to_limit",
            "default_model_path", "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info",
            "parameter_count", "save_delta", "save_model", "token_budget_of"]

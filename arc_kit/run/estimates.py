@@ -278,8 +278,8 @@ def estimate_from_folder(folder: str | os.PathLike | None, tasks: TaskSet, model
     speeds = guessed_speeds(shape, device, target, sizes)
     if run is not None:
         counting = load_encoder(model, max_len=run.settings.max_len)
-        speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE), run.tasks, counting, run.settings,
-                                     speeds)
+        speeds = speeds_from_records(read_records(run.folder / RECORDS_FILE, task_ids=run.tasks.ids), run.tasks,
+                                     counting, run.settings, speeds)
     seconds = {part: getattr(speeds, part) * sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
     if not all(0 <= value <= MAX_ESTIMATE_SECONDS for value in (*seconds.values(), sum(seconds.values()))):
         raise ValueError(f"the speeds give {sum(seconds.values()) / 3600:.3g} hours, beyond any run: "

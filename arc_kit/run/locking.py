@@ -82,8 +82,7 @@ def _take(folder: Path) -> FileLock | None:
     try:
         lock.acquire(timeout=0)
     except Timeout:  # before OSError: a Timeout is a TimeoutError
-        raise FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one "
-                               "folder; wait for that one to end (or stop it), or use another folder") from None
+        raise _in_use(folder) from None
     except OSError as error:  # no locks on this file system (ENOLCK), a read-only folder...
         warnings.warn(f"cannot lock {folder} ({error.strerror or error}): nothing keeps a second run out of it",
                       stacklevel=3)
@@ -95,6 +94,28 @@ def _take(folder: Path) -> FileLock | None:
         lock.release()
         raise
     return lock
+
+
+def _in_use(folder: Path) -> FolderInUseError:
+    return FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one folder; "
+                            "wait for that one to end (or stop it), or use another folder")
+
+
+def check_free(folder: str | os.PathLike) -> None:
+    """FolderInUseError when another process holds ``folder``'s lock, asked before any slow work and without a write
+    (a folder with no lock file is free; one this process holds too)."""
+    folder = Path(folder).absolute()
+    lock_file = folder / LOCK_FILE
+    if Path(os.path.realpath(folder)) in _held or lock_file.is_symlink() or not lock_file.is_file():
+        return
+    lock = FileLock(str(lock_file))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # before OSError: a Timeout is a TimeoutError
+        raise _in_use(folder) from None
+    except OSError:  # no locks here: ``hold_folder`` says so
+        return
+    lock.release()
 
 
 @contextmanager
