@@ -142,14 +142,16 @@ def _remove_checkpoint(out: Path, folder: Path) -> None:
 
 
 def _resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
-    """The step to start at: the latest checkpoint's (its state loaded) when resuming, else 0.
+    """The step to start at: the latest whole checkpoint's (its state loaded) when resuming, else 0. A checkpoint is
+    whole when its progress.json (written last) and its model state are there.
 
     Checkpoints of an older run are removed when starting over, and the log's rows past the
     starting step are cut either way.
     """
     checkpoints = out / "checkpoints"
     first_step = 0
-    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)]
+    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)
+            and any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))]  # whole
     latest = done[-1] if done and resume else None
     if latest is not None:
         accelerator.load_state(str(latest))

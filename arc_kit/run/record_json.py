@@ -178,20 +178,24 @@ def read_records(path: str | Path, kind: type = TaskRecord, task_ids: Iterable[s
     """Records of class ``kind`` (``method.records.TaskRecord``, or a table's) by task id from a JSON-lines file (a
     later line for the same task wins), only those of ``task_ids`` when given: read as ``stream_records`` reads
     them, so that what is held is the records kept, never the whole file."""
-    wanted = None if task_ids is None else set(task_ids)
-    return {record.task_id: record for record in stream_records(path, kind)
-            if wanted is None or record.task_id in wanted}
+    return {record.task_id: record for record in stream_records(path, kind, task_ids)}
 
 
-def stream_records(path: str | Path, kind: type = TaskRecord, *, warn: bool = True) -> Iterator:
-    """Every record of class ``kind`` in a JSON-lines file, in the file's order, a line at a time: the record files'
-    one reader. A file larger than any records file is refused in one line (``jsonio.read_json_lines``).
+def stream_records(path: str | Path, kind: type = TaskRecord, task_ids: Iterable[str] | None = None, *,
+                   warn: bool = True) -> Iterator:
+    """Every record of class ``kind`` in a JSON-lines file (of ``task_ids`` only, when given: another task's line is
+    not read as a record), in the file's order, a line at a time: the record files' one reader. A file larger than
+    any records file is refused in one line (``jsonio.read_json_lines``).
 
     A torn line (a killed run) is skipped silently; a line that parses but is no record (no task id, or a field
     of the wrong kind) is skipped, with one warning naming the file and the line (``warn``).
     """
     path, bad = Path(path), []
+    wanted = None if task_ids is None else set(task_ids)
     for number, data in read_json_lines(path, "records file"):
+        if wanted is not None and not (isinstance(data, Mapping) and isinstance(data.get("task_id"), str)
+                                       and data["task_id"] in wanted):
+            continue
         try:
             record = from_json(kind, data)
         except (ValueError, TypeError, KeyError) as error:
