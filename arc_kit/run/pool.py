@@ -262,9 +262,10 @@ class _Pool:
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
             "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
             "workers_per_gpu": workers_per_gpu, "gpus": used, "node": node,
+            "niceness": os.nice(0) if hasattr(os, "nice") else 0,  # the driver's: each actor takes it where it may
             "load": (actors.load_solver,  # read now: a test's replacement travels to the actors
                      actors.ModelSource(folders, node, server, self.limits.chunk_megabytes * 2**20),
-                     self.settings.to_json(), dict(load_options), os.nice(0) if hasattr(os, "nice") else 0)}
+                     self.settings.to_json(), dict(load_options))}
         self.add_slots(layout)
 
     def add_slots(self, added: list[Slot]) -> None:
@@ -288,7 +289,7 @@ class _Pool:
                                                                options["fraction"])).remote()
         slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
         slot.starts, slot.started_at = slot.starts + 1, time.time()
-        self.waiting[actor.load.remote(*options["load"])] = (slot, "load")
+        self.waiting[actor.load.remote(*options["load"], options["niceness"])] = (slot, "load")
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
@@ -347,7 +348,7 @@ class _Pool:
             slot.loaded, slot.moved_at = value, now
             logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
                         value["node"][:12], value["device"])
-            if value["niceness"] > self.start_options["load"][-1]:  # a cluster's Ray that it may not override
+            if value["niceness"] > self.start_options["niceness"]:  # a cluster's Ray, which it may not override
                 logger.warning("worker %d runs at niceness %d, below the driver's priority: its Ray starts workers "
                                "so (`ray start --head --system-config='{\"worker_niceness\": 0}'` does not)",
                                slot.index, value["niceness"])

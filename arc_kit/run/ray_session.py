@@ -171,7 +171,7 @@ def _vitals(ray) -> tuple[tuple[str, int] | None, str | None]:
     """(the GCS's host and port, this node's raylet's socket) of the Ray joined, for ``Session.lost``; None for what
     cannot be told (a Ray client's ``ray://``, a system with no table of sockets)."""
     gcs = raylet = None
-    with suppress(Exception):  # noqa: BLE001 - a Ray client, or a Ray of another shape: nothing watched
+    with suppress(Exception):  # a Ray client, or a Ray of another shape: nothing watched
         context = ray.get_runtime_context()
         host, _, port = context.gcs_address.rpartition(":")
         gcs = (host.strip("[]"), int(port))
