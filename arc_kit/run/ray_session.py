@@ -73,7 +73,7 @@ def import_ray():
 
 
 class RayLostError(UnsupportedSetupError):
-    """Ray itself was lost mid-run (its GCS, or this node's raylet): the message says what, what was kept, how to go on."""
+    """Ray itself lost mid-run (its GCS, or this node's raylet): the message says what, what was kept, how to go on."""
 
 
 @dataclass
