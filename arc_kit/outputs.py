@@ -21,17 +21,18 @@ and returns what it kept; a resumable kind's folder (a run, a training run) is c
 ``clear`` (``--restart``), first cleared so; any other kind's is replaced only with ``overwrite``, and then
 only by the command that made it. Whatever else a kit folder holds is kept, and said in one warning line.
 
-Writing into the kit's folders. Every file the kit writes there goes through one of ``appending`` (a link or
-no regular file at the name refused), ``replacing`` with its one-call forms ``replace_file`` and ``copy_file``
-(written aside and renamed over the name: a link there is replaced itself, never followed; a reader sees the
-old file or the new one), ``staged_into`` (for a library that writes a whole folder: ``save_pretrained``,
-accelerate's checkpoints), ``kit_subfolder``, ``remove_entry``, and ``refuse_links`` for code that opens its
-files itself (worker processes); other modules, the worker pool's logs included, call nothing else to write.
-Each takes ``within``, the kit folder the path lies in: every folder between it and the file must be a real
-folder (a link there is refused: a sub-folder linked to a user's folder never receives a file; missing ones
-are made). Left out, it is the innermost folder this process claimed that holds the path, else the path's
-own folder (only the file itself is guarded then: a worker process, which claims nothing, passes the run
-folder). Every refusal is an ``OutputRefused`` in one line.
+Writing into the kit's folders. Every file the kit writes there goes through one of ``appending`` (a link or no
+regular file at the name refused; a file with a second name, a hard link, first replaced by its copy),
+``replacing`` with its one-call forms ``replace_file`` and ``copy_file`` (written aside and renamed over the
+name: a link there is replaced itself, never followed; a reader sees the old file or the new one),
+``staged_into`` (for a library that writes a whole folder: ``save_pretrained``, accelerate's checkpoints),
+``kit_subfolder``, ``remove_entry``, and ``refuse_links`` for code that opens its files itself (worker
+processes); other modules, the worker pool's logs included, call nothing else to write. Each takes ``within``,
+the kit folder the path lies in: every folder between it and the file must be a real folder (a link there is
+refused: a sub-folder linked to a user's folder never receives a file; missing ones are made). Left out, it is
+the innermost folder this process claimed that holds the path, else the path's own folder (only the file itself
+is guarded then: a worker process, which claims nothing, passes the run folder). Every refusal is an
+``OutputRefused`` in one line.
 
 The folders claimed in this process are remembered (``claimed``), so that a command stopped by a signal,
 or by an error of the operating system that names no file, can say which folder it was writing
@@ -259,8 +260,8 @@ def refuse_links(folder: str | os.PathLike, kind: FolderKind) -> None:
 
 def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], bool] | None = None,
                option: str = "--out") -> Path:
-    """Check that the kit may write the file ``path`` (its parent folder made when missing): nothing is there,
-    or a regular file that ``own`` recognises as one the kit wrote; else OutputRefused in one line."""
+    """Check that the kit may write the file ``path``: nothing is there, or a regular file that ``own`` recognises
+    as one the kit wrote; else OutputRefused in one line. Writes nothing (its folder is made as it is written)."""
     path = Path(path)
     if path.is_symlink():
         raise OutputRefused(f"{path} is a symbolic link: arc-kit never writes through one; give {option} the "
@@ -270,7 +271,6 @@ def claim_file(path: str | os.PathLike, command: str, *, own: Callable[[Path], b
     if path.exists() and not (own is not None and path.is_file() and own(path)):
         raise OutputRefused(f"{path} exists and arc-kit did not make it: give {option} a new file name, or move "
                             "that file away")
-    path.parent.mkdir(parents=True, exist_ok=True)
     _claimed.append(Claim(path, None, command))
     return path
 
@@ -294,11 +294,17 @@ def kit_subfolder(path: str | os.PathLike, *, within: str | os.PathLike | None =
 def appending(path: str | os.PathLike, *, within: str | os.PathLike | None = None,
               newline: str | None = None) -> Iterator[IO]:
     """A file object appending to ``path`` (made if missing), flushed to disk when the block ends; OutputRefused
-    when ``path`` is a link or no regular file. Opened for reading too (``os.pread`` on its ``fileno()``)."""
+    when ``path`` is a link or no regular file. A file with another name too (a hard link: a user's file linked in)
+    is first replaced by a copy of itself (``copy_file``), so that the other name keeps its bytes. Opened for
+    reading too (``os.pread`` on its ``fileno()``)."""
     path = Path(path)
     _guarded(path, within)
     flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NO_FOLLOW | getattr(os, "O_NONBLOCK", 0)
     descriptor = _opened(path, flags)
+    if os.fstat(descriptor).st_nlink > 1:  # its bytes are another name's too: an append would change that file
+        os.close(descriptor)
+        copy_file(path, path, within=path.parent)
+        descriptor = _opened(path, flags)
     if hasattr(os, "O_NONBLOCK"):
         os.set_blocking(descriptor, True)
     with _naming(path), os.fdopen(descriptor, "a", newline=newline, **_TEXT) as handle:

@@ -9,7 +9,7 @@ of engine steps, as a model's forward passes make them, then the answer). Each t
 empty file in ``marks`` (``<task>.<try>.<pid>``), so a test can tell who tried what and whether that
 process still runs; each load another (``loads``: where the actor runs, the model folder it got and that
 folder's digest). A record's ``extra`` says where it was made (the actor's ``CUDA_VISIBLE_DEVICES``, its
-node) and the caps it got.
+node, its niceness) and the caps it got.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class FakeSolver:
         record = TaskRecord(task.id, tests=[TestResult([np.array([[7]]), np.array([[7, 7]])], [], [], [])
                                             for _ in task.test_inputs],
                             timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
-        record.extra = {"device": os.environ.get("CUDA_VISIBLE_DEVICES"), "node": _node(),
+        record.extra = {"device": os.environ.get("CUDA_VISIBLE_DEVICES"), "node": _node(), "niceness": os.nice(0),
                         "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
         return record
 

@@ -22,6 +22,13 @@ links inside the kit's own folders (at its layout's names, to a user's file or f
 near the layout's names, unmarked look-alikes of the folders earlier kits made, and two more tests: hostile
 model folders (their own code, bombs, links) for every command that reads one, and a FIFO and /dev/zero for
 every option that reads a file (``ARC_KIT_FUZZ_HOSTILE=all`` for every pair).
+
+In all four, a run that ends refused (status 1 or 2) must leave the file system as it found it, the kit's own
+files included (``refused``, ``differences``): every option and input is checked before any folder is made or
+claimed. A hostile probe's last seams grew them: hard links at the layout's names (nothing appended through one),
+a user's files inside the kit's own sub-folders (``ray-logs/``, a checkpoint, a worker's folder, an ``adapter/``
+where no command of the folder's writes one), a records file over the bound, ``--dtype``, ``--address`` and
+``bench --max-prompt`` given any word, an empty ``--task-ids``, and a model folder holding code nothing asks for.
 """
 
 from __future__ import annotations
@@ -142,7 +149,7 @@ def hostile_path(rng: random.Random, folder: Path) -> Path:
 def hostile_folder(rng: random.Random, folder: Path) -> Path:
     """A run folder or a model folder broken one way (for ``--records``, ``--input``, ``--model``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    way = rng.randrange(7)
+    way = rng.randrange(8)
     if way == 0:
         (folder / "run.json").write_text(rng.choice(["null", "{}", '{"settings": 3}', "[", '{"settings": {"seed": "x"}}']))
     elif way == 1:
@@ -155,6 +162,10 @@ def hostile_folder(rng: random.Random, folder: Path) -> Path:
         (folder / "plan.json").write_text(rng.choice(["{}", "null", '{"challenges": 3}', "[1]", '{"settings": []}']))
     elif way == 5:
         (folder / "arc-agi_test_challenges.json").write_text(hostile_json(rng))
+    elif way == 6:  # a records file over the bound (sparse: no disk, and never read)
+        (folder / "run.json").write_text(json.dumps({"settings": {}}))
+        (folder / "records.jsonl").touch()
+        os.truncate(folder / "records.jsonl", 2**30 + 1)
     return folder
 
 
@@ -217,6 +228,7 @@ def commands(good: dict, model: str, out: str, hostile: Input) -> list[list[str]
     elif kind == "id":
         runs += [["show", value, "--dataset", good["tasks"]], ["datasets"], ["base", "list"],
                  ["solve", "--dataset", good["tasks"], "--task-ids", value, "--out", out, "--model", model, *QUICK],
+                 ["solve", "--dataset", good["tasks"], "--out", out, "--model", model, *QUICK, "--task-ids"],
                  ["validate", good["tasks"], "--kind", value]]
     else:  # a number or a word, in every option that takes one
         runs += [["export", "--dataset", good["tasks"], "--out", out, "--split", value, "--limit", value],
@@ -224,6 +236,11 @@ def commands(good: dict, model: str, out: str, hostile: Input) -> list[list[str]
                  ["solve", "--dataset", good["tasks"], "--out", out, "--model", model, "--tasks", value, "--hours",
                   value, *QUICK],
                  ["solve", "--dataset", value, "--out", out, "--model", model, "--max-side", value, *QUICK],
+                 ["solve", "--dataset", good["tasks"], "--out", out, "--model", model, *QUICK, "--dtype", value],
+                 ["solve", "--dataset", good["tasks"], "--out", out, "--model", model, *QUICK, "--address", value,
+                  "--workers", "2"],
+                 ["bench", "--model", model, "--dataset", good["tasks"], "--max-prompt", value, "--tasks", "1",
+                  "--which", "scoring", "--device", "cpu"],
                  ["create-model", "--preset", value, "--out", out, "--seed", value],
                  ["sudoku", "generate", "--count", value if kind == "word" else "1", "--clues", value, "--out",
                   f"{out}/p.csv"],
@@ -245,11 +262,13 @@ class Tally:
     outside: list = field(default_factory=list)
     raw: list = field(default_factory=list)
     long: list = field(default_factory=list)  # lines past LINE_LENGTH
+    left: list = field(default_factory=list)  # a refused run that changed the file system
 
     def line(self) -> str:
         return (f"fuzz: {self.inputs} inputs, {self.runs} runs (exit statuses {dict(sorted(self.statuses.items()))}), "
                 f"{len(self.tracebacks)} tracebacks, {len(self.hung)} hung, {len(self.outside)} wrote outside, "
-                f"{len(self.raw)} raw control characters, {len(self.long)} lines over {LINE_LENGTH} characters")
+                f"{len(self.raw)} raw control characters, {len(self.long)} lines over {LINE_LENGTH} characters, "
+                f"{len(self.left)} refusals that changed a file")
 
 
 def run_once(argv: list[str], capsys) -> tuple[object, str, str, bool]:
@@ -279,6 +298,22 @@ def run_once(argv: list[str], capsys) -> tuple[object, str, str, bool]:
     captured = capsys.readouterr()
     text = "".join(f"warning: {warning.message}\n" for warning in caught)
     return result.get("status"), captured.out, captured.err + text, hung
+
+
+# what the fixtures below make fail on purpose after a command's folders are claimed (no refusal: a failure)
+SIMULATED_FAILURES = ("fuzz: no wheel is built",)
+
+
+def refused(status, err: str) -> bool:
+    """Whether a run ended refused (status 1 or 2, not one of the failures the fixtures simulate): then it must
+    have left the file system as it found it (every input checked before any folder is made or claimed)."""
+    return status in (1, 2) and not any(failure in err for failure in SIMULATED_FAILURES)
+
+
+def differences(before: dict, after: dict) -> list[str]:
+    """Every entry added, lost or changed between two trees of ``bounded_entries``."""
+    return [f"{key} {'added' if key not in before else 'lost' if key not in after else 'changed'}"
+            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
 
 
 def files_under(folder: Path) -> set[Path]:
@@ -315,7 +350,7 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
         hostile = make_input(rng, tmp_path / "inputs" / str(number))
         tally.inputs += 1
         for argv in commands(good, str(micro_model), str(tmp_path / "out"), hostile):
-            before = files_under(tmp_path)
+            before, tree = files_under(tmp_path), bounded_entries(tmp_path)
             status, out, err, hung = run_once(argv, capsys)
             tally.runs += 1
             where = (number, hostile.kind, [arg[:60] for arg in argv])
@@ -332,6 +367,8 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
             allowed = (tmp_path / "out", working, tmp_path / "inputs")  # where it was told to write, or read from
             tally.outside += [(where, str(path)) for path in files_under(tmp_path) - before
                               if not any(path == place or place in path.parents for place in allowed)]
+            if refused(status, err):  # checked before any folder is made or claimed: nothing changed
+                tally.left += [(where, change) for change in differences(tree, bounded_entries(tmp_path))]
             shutil.rmtree(tmp_path / "out", ignore_errors=True)
             for path in working.iterdir():
                 path.unlink()
@@ -339,9 +376,10 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
     if os.environ.get("ARC_KIT_FUZZ_REPORT"):  # every finding, for a person to read
         Path(os.environ["ARC_KIT_FUZZ_REPORT"]).write_text(json.dumps(
             {"line": tally.line(), "tracebacks": tally.tracebacks, "hung": tally.hung, "outside": tally.outside,
-             "raw": tally.raw, "long": tally.long}, indent=1, default=str))
-    assert not tally.tracebacks and not tally.hung and not tally.outside and not tally.raw and not tally.long, (
-        tally.line(), tally.tracebacks[:3], tally.hung[:3], tally.outside[:3], tally.raw[:3], tally.long[:3])
+             "raw": tally.raw, "long": tally.long, "left": tally.left}, indent=1, default=str))
+    assert not (tally.tracebacks or tally.hung or tally.outside or tally.raw or tally.long or tally.left), (
+        tally.line(), tally.tracebacks[:3], tally.hung[:3], tally.outside[:3], tally.raw[:3], tally.long[:3],
+        tally.left[:5])
 
 
 # -- the fuzz over output places: no byte of what the kit did not make changes -----------------------------------
@@ -374,6 +412,10 @@ USER_ONLY_NAMES = ["notes.txt", "deep/a/b.txt", "my data.bin", "mine/records.jso
                    "claims.txt", "adapter/notes.txt", "my.safetensors", "model-final.safetensors",
                    "checkpoints/notes.txt", "checkpoints/step-x/progress.json", "wheels/notes.txt", "model/notes.json",
                    "part-1/notes.txt", "arc-agi_mine.json"]
+# what a user adds inside a kit folder's own sub-folders, where the folder's kind does not name it (the kit's
+# ray-logs, a checkpoint, a worker folder; an adapter folder in a model folder no command writes one into)
+INSIDE_NAMES = ["ray-logs/mine.txt", "ray-logs/session_2026-12-02_00-55-08_263991_7446/notes.txt",
+                "adapter/README.md", "checkpoints/step-1/notes.txt", "worker-0/notes.txt"]
 TINY_TRAINING = ["--steps", "1", "--batch-size", "1", "--accumulation", "1", "--save-every", "1", "--max-len", "256",
                  "--device", "cpu"]
 
@@ -431,11 +473,12 @@ class OutputTally:
     lost: list = field(default_factory=list)  # an entry of the user's gone
     changed: list = field(default_factory=list)  # an entry of the user's with other bytes (or another target)
     refusals: list = field(default_factory=list)  # (case, the line it ended with), for a person to read
+    left: list = field(default_factory=list)  # a refused run that changed the file system (the kit's files too)
 
     def line(self) -> str:
         return (f"output fuzz: {self.runs} runs, {len(self.cases)} cases (command x place x flag), exit statuses "
                 f"{dict(sorted(self.statuses.items()))}, {len(self.tracebacks)} tracebacks, {len(self.lost)} files "
-                f"lost, {len(self.changed)} files changed")
+                f"lost, {len(self.changed)} files changed, {len(self.left)} refusals that changed a file")
 
 
 class OutputPlaces:
@@ -573,13 +616,14 @@ def folder_kinds() -> dict:
     from arc_kit.data.datasets import EXPORT_KIND
     from arc_kit.kaggle.dataset_build import DATASET_KIND
     from arc_kit.model.bases import BASE_KIND
-    from arc_kit.model.folders import MODEL_KIND
+    from arc_kit.model.folders import BUILT_MODEL_KIND, MODEL_KIND
     from arc_kit.model.training import TRAINING_KIND
     from arc_kit.run.runs import RUN_KIND
     from arc_kit.sudoku.experiment import EVALUATION_KIND
 
     return {"solve": RUN_KIND, "dry-run": RUN_KIND, "ablation": RUN_KIND, "samplers": RUN_KIND, "kaggle run": RUN_KIND,
-            "kaggle build": DATASET_KIND, "create-model": MODEL_KIND, "base merge": MODEL_KIND, "shrink": MODEL_KIND,
+            "kaggle build": DATASET_KIND, "create-model": BUILT_MODEL_KIND, "base merge": MODEL_KIND,
+            "shrink": MODEL_KIND,
             "pretrain": TRAINING_KIND, "sudoku train": TRAINING_KIND, "base build": BASE_KIND, "export": EXPORT_KIND,
             "sudoku evaluate": EVALUATION_KIND}
 
@@ -599,7 +643,8 @@ def victims(folder: Path) -> tuple[Path, Path]:
 
 def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_victim: Path) -> None:
     """Make one to three entries of ``kind``'s layout in ``kit`` links to the user's file or folder (what was there
-    goes): a file's name to the file, a sub-folder's name to the folder (no write follows one)."""
+    goes): a file's name to the file, a sub-folder's name to the folder (no write follows one), or a file's
+    name a hard link to the user's file (a second name for its bytes: nothing is appended through it)."""
     names = [entry.replace("{n}", "0").replace("**", "x").replace("*", "x") for entry in kind.owned]
     names += list(kind.quiet)
     for entry in rng.sample(names, min(len(names), rng.randint(1, 3))):
@@ -611,7 +656,11 @@ def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_v
         elif link.is_dir():
             shutil.rmtree(link)
         link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(folder_victim if depth < len(parts) else rng.choice([file_victim, folder_victim]))
+        target = folder_victim if depth < len(parts) else rng.choice([file_victim, folder_victim, "hard"])
+        if target == "hard":
+            os.link(file_victim, link)
+        else:
+            link.symlink_to(target)
 
 
 def lookalike(rng: random.Random, kit: Path, kind) -> None:
@@ -731,12 +780,19 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
             kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
                         and (folder / key.split("/", 1)[1]).is_relative_to(kit)
                         and kinds_of[name].owns(str((folder / key.split("/", 1)[1]).relative_to(kit)))}
+            tree = entries(tmp_path)
+            files_below = {key: [inner for inner, kind in tree.items() if inner.startswith(key + "/") and
+                                 kind != ("folder",)] for key, value in tree.items() if value == ("folder",)}
+            kit_made |= {key for key, inner in files_below.items()  # a sub-folder holding only the layout's files
+                         if key.startswith(f"case-{number}/") and inner and set(inner) <= kit_made}
         if place in ("made", "other", "linked", "lookalike") and out.is_dir():  # the user's files added
             same_kind = place != "other" or {name, other_name} <= RUN_COMMANDS  # a run's folder: its names the run's
-            add_user_files(rng, out, USER_ONLY_NAMES if same_kind else USER_NAMES)
+            inside = [entry for entry in INSIDE_NAMES if name in kinds_of and not kinds_of[name].owns(entry)]
+            add_user_files(rng, out, USER_ONLY_NAMES + inside if same_kind else USER_NAMES)
         else:
             add_user_files(rng, folder / "beside")
-        protected = {key: value for key, value in entries(tmp_path).items() if key not in kit_made}
+        everything = entries(tmp_path)
+        protected = {key: value for key, value in everything.items() if key not in kit_made}
         argv = [str(arg) for arg in argv_for(out)] + ([flag] if flag else [])
         if place == "kaggle" and name == "kaggle build":
             monkeypatch.setenv("ARC_KIT_MODEL", str(out / "model"))  # the shipped model is the default one
@@ -751,16 +807,18 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
             tally.tracebacks.append((where, repr(status), stderr[-400:]))
         tally.refusals.append((where, status, (stderr.strip().splitlines() or [""])[-1][-300:]))
         after = entries(tmp_path)
+        if refused(status, stderr):
+            tally.left += [(where, change) for change in differences(everything, after)]
         tally.lost += [(where, path) for path in protected if path not in after]
         tally.changed += [(where, path) for path, value in protected.items() if path in after and after[path] != value]
     print(tally.line())
     if os.environ.get("ARC_KIT_FUZZ_REPORT"):
         Path(os.environ["ARC_KIT_FUZZ_REPORT"]).with_suffix(".outputs.json").write_text(json.dumps(
             {"line": tally.line(), "tracebacks": tally.tracebacks, "lost": tally.lost, "changed": tally.changed,
-             "runs": tally.refusals},
+             "left": tally.left, "runs": tally.refusals},
             indent=1, default=str))
-    assert not tally.tracebacks and not tally.lost and not tally.changed, (
-        tally.line(), tally.tracebacks[:3], tally.lost[:5], tally.changed[:5])
+    assert not tally.tracebacks and not tally.lost and not tally.changed and not tally.left, (
+        tally.line(), tally.tracebacks[:3], tally.lost[:5], tally.changed[:5], tally.left[:5])
 
 
 # -- hostile model folders and special files -------------------------------------------------------------------
@@ -773,8 +831,8 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
 # share (``ARC_KIT_FUZZ_HOSTILE``: "all" for every pair).
 
 HOSTILE_ALL = os.environ.get("ARC_KIT_FUZZ_HOSTILE", "") == "all"
-HOSTILE_MODELS = ("code-config", "code-tokenizer", "code-base", "bomb-sizes", "bomb-weights", "bomb-tokenizer",
-                  "bomb-config", "link-fifo", "link-device", "link-outside", "link-folder")
+HOSTILE_MODELS = ("code-config", "code-tokenizer", "code-base", "code-files", "bomb-sizes", "bomb-weights",
+                  "bomb-tokenizer", "bomb-config", "link-fifo", "link-device", "link-outside", "link-folder")
 BOMB_BYTES = 64 * 2**30  # a sparse file: no disk, no memory, unless it is read
 
 
@@ -808,6 +866,8 @@ def hostile_model_folder(kind: str, source: Path, root: Path) -> Path:
         (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
                                                                 "base_model_name_or_path": str(base),
                                                                 "target_modules": ["q_proj"]}))
+    elif kind == "code-files":  # code that nothing asks for (ignored, and said so by check-model)
+        (folder / "modeling_llama.py").write_text((folder / "evil.py").read_text())
     elif kind == "bomb-sizes":
         rewrite("config.json", hidden_size=10**9, num_hidden_layers=10**6)
     elif kind == "bomb-weights":
@@ -923,7 +983,9 @@ def test_hostile_model_folders_never_run_code_hang_or_change_a_byte(capsys, tmp_
                                                       out)[name]]
             before = bounded_entries(tmp_path)
             status, stdout, stderr, hung = run_once(argv, capsys)
-            problems = changed_entries(before, bounded_entries(tmp_path), out, tmp_path)
+            after = bounded_entries(tmp_path)
+            problems = changed_entries(before, after, out, tmp_path) + (
+                [f"refused, yet {change}" for change in differences(before, after)] if refused(status, stderr) else [])
             problems += ["its code ran"] if (models / "RAN").exists() else []
             tally.count((name, kind), status, stdout, stderr, hung, problems)
     print(tally.line("hostile model folders"))
@@ -989,8 +1051,11 @@ def test_every_file_option_refuses_a_fifo_or_a_device_at_once(capsys, tmp_path, 
             argv = [str(arg) for arg in file_options(places, special, out)[name]]
             before = bounded_entries(tmp_path)
             status, stdout, stderr, hung = run_once(argv, capsys)
+            after = bounded_entries(tmp_path)
             tally.count((name, Path(special).name), status, stdout, stderr, hung,
-                        changed_entries(before, bounded_entries(tmp_path), out, tmp_path))
+                        changed_entries(before, after, out, tmp_path) + (
+                            [f"refused, yet {change}" for change in differences(before, after)]
+                            if refused(status, stderr) else []))
     print(tally.line("special files"))
     if os.environ.get("ARC_KIT_FUZZ_REPORT"):
         Path(os.environ["ARC_KIT_FUZZ_REPORT"]).with_suffix(".specials.json").write_text(json.dumps(

@@ -267,13 +267,13 @@ def test_a_placeholder_test_file_gets_a_smoke_run_on_ray_and_every_task_an_answe
 
 @pytest.mark.parametrize("how", ["force_full", "the rerun variable", "a rehearsal left on for the rerun"])
 def test_force_full_or_a_rerun_hands_every_task_of_the_placeholder_to_the_workers_with_the_full_settings(
-        simulated, tmp_path, how, monkeypatch):
+        simulated, tmp_path, how, monkeypatch, model_folder):
     if how != "force_full":  # what Kaggle sets when it reruns a notebook on the hidden tasks
         monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "1")
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     job = "rehearse" if how.startswith("a rehearsal") else "auto"  # a scored run never rehearses
-    result = kaggle.run_competition("model", SETTINGS, CompetitionSettings(smoke_tasks=2, job=job),
+    result = kaggle.run_competition(model_folder, SETTINGS, CompetitionSettings(smoke_tasks=2, job=job),
                                     input_root=simulated, working=tmp_path, force_full=how == "force_full")
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     (call,) = calls
@@ -374,13 +374,15 @@ def fake_solve_job(calls: list, *, fail: bool = False):
     return fake
 
 
-def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch):
+def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(simulated, tmp_path, monkeypatch,
+                                                                              model_folder):
     hidden = add_hidden_task(simulated)
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls))
     started = time.time() - 600
     clock = CompetitionSettings(hours=2.0, safety_minutes=30.0, smoke_tasks=1)
-    result = kaggle.run_competition("model", SETTINGS, clock, input_root=simulated, working=tmp_path, started=started)
+    result = kaggle.run_competition(model_folder, SETTINGS, clock, input_root=simulated, working=tmp_path,
+                                    started=started)
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     assert not result.placeholder and result.tasks == 5 and hidden in tasks
     (call,) = calls
@@ -392,7 +394,7 @@ def test_hidden_tasks_are_all_solved_with_the_full_settings_within_the_budget(si
     assert submission_problems(read_json(result.submission_path), tasks) == []
 
 
-def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, monkeypatch):
+def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, monkeypatch, model_folder):
     """A test task that shares a public task's id but not its pairs (or has no public twin) is not scored."""
     path = find_competition_files(simulated).test_challenges
     challenges = read_json(path)
@@ -401,17 +403,18 @@ def test_only_test_tasks_equal_to_a_public_one_are_scored(simulated, tmp_path, m
     path.write_text(json.dumps(challenges))
     hidden = add_hidden_task(simulated)
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job([]))
-    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path, force_full=True)
     scored = sorted(result.score.table["task_id"])
     assert scored == sorted(set(challenges) - {changed}) and hidden not in scored and len(scored) == 3
     assert result.answered == 0 and "answered by the model: 0, correct: 0 (of 3 with known solutions)" in \
         result.lines()[0]
 
 
-def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch):
+def test_the_fallback_submission_is_on_disk_before_solving_and_survives_a_crash(simulated, tmp_path, monkeypatch,
+                                                                                  model_folder):
     calls = []
     monkeypatch.setattr(jobs, "solve_job", fake_solve_job(calls, fail=True))
-    result = kaggle.run_competition("model", SETTINGS, input_root=simulated, working=tmp_path)
+    result = kaggle.run_competition(model_folder, SETTINGS, input_root=simulated, working=tmp_path)
     assert "crashed" in result.error and result.answered == 0  # reported, never raised: the notebook goes on
     tasks = load_challenges(find_competition_files(simulated).test_challenges)
     on_disk = read_json(tmp_path / "submission.json")

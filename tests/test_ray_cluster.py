@@ -97,6 +97,7 @@ def test_a_run_starts_its_own_ray_quietly_on_a_small_dev_shm_keeps_its_logs_and_
     printed = capfd.readouterr()
     assert printed.out == "" and printed.err == ""  # not a line of Ray's
     assert list(run.records) == SIX and all(record.got_model_work for record in run.records.values())
+    assert {record.extra["niceness"] for record in run.records.values()} == {os.nice(0)}  # the driver's, not Ray's 15
     assert not ray.is_initialized() and signal.getsignal(signal.SIGTERM) is handler
     (session,) = (out / "ray-logs").iterdir()  # Ray's logs, kept in the run folder
     assert len(list(session.glob("worker-*.err"))) >= 2 and (session / "gcs_server.out").exists()
@@ -144,6 +145,40 @@ def test_sigterm_stops_the_command_and_its_ray_keeps_what_was_done_and_a_rerun_f
     (tmp_path / "marks" / "hold").unlink()
     assert main(command) == 0  # resumed: only the rest solved
     assert all(len(tries(tmp_path / "marks", task_id)) == 1 for task_id in done)
+    assert all(read_json(out / "submission.json")[task_id][0]["attempt_1"] == [[7]] for task_id in four)
+
+
+@pytest.mark.processes
+@pytest.mark.slow
+def test_a_lost_raylet_stops_the_run_in_one_line_keeping_a_whole_submission_and_a_rerun_finishes(
+        model_folder, six, tmp_path, monkeypatch, capsys):
+    import ray
+
+    four = SIX[:4]
+    fake_workers(monkeypatch, tmp_path / "marks", {task_id: "held" for task_id in four[1:]})
+    (tmp_path / "marks" / "hold").touch()
+    out = tmp_path / "out"
+    command = ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *four, "--model", str(model_folder),
+               "--out", str(out), "--workers", "2", *OPTIONS]
+    killed = {}
+
+    def kill_raylet():
+        while not (out / "records.jsonl").exists():  # once a task is done
+            time.sleep(0.05)
+        raylet = ray._private.worker._global_node.all_processes["raylet"][0].process  # the run's own Ray's
+        killed["at"] = time.monotonic()
+        os.kill(raylet.pid, signal.SIGKILL)
+    threading.Thread(target=kill_raylet, daemon=True).start()
+    assert main(command) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "Ray was lost mid-run (this node's raylet is gone): stopped with 1 of 4" in error[0]
+    assert time.monotonic() - killed["at"] < 30  # noticed at the next poll; Ray's shutdown takes the rest
+    (session,) = (out / "ray-logs").iterdir()
+    assert gone_within(session.name) == []
+    assert submission_problems(read_json(out / "submission.json"), six.select(four)) == []  # whole throughout
+    assert [task_id for task_id in four if recorded(out, task_id)] == four[:1]  # no fallback record for the rest
+    (tmp_path / "marks" / "hold").unlink()
+    assert main(command) == 0  # resumed: the rest solved
     assert all(read_json(out / "submission.json")[task_id][0]["attempt_1"] == [[7]] for task_id in four)
 
 

@@ -16,6 +16,7 @@ from arc_kit.cli.options import (
     adopt_argument,
     command,
     device_argument,
+    dtype_argument,
     max_side_argument,
     model_path,
     number_argument,
@@ -181,7 +182,7 @@ def setup_held_out(parser):
                              "(default: %(default)s)")
     parser.add_argument("--out", help="also write the results as JSON here (a new file, or one held-out wrote)")
     device_argument(parser)
-    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    dtype_argument(parser)
 
     def run(args):
         from arc_kit.data.jsonio import write_json_atomically

@@ -20,6 +20,7 @@ from arc_kit.settings import (
     ANY_NUMBER,
     SOLVE_PRESETS,
     Bounds,
+    LoadSettings,
     Settings,
     SolveSettings,
     options,
@@ -88,6 +89,13 @@ def device_argument(parser, default: str = "auto") -> None:
     parser.add_argument("--device", type=device, default=default,
                         help="where the model runs: auto (a GPU when there is one), cpu, cuda or cuda:N "
                              "(default: %(default)s)")
+
+
+def dtype_argument(parser) -> None:
+    """``--dtype``: one of ``LoadSettings.dtype``'s choices, anything else a usage error before any work."""
+    choices = next(field.metadata["choices"] for field in dataclasses.fields(LoadSettings) if field.name == "dtype")
+    parser.add_argument("--dtype", default="auto", choices=choices, help="the weights' type: auto, bfloat16, float16 "
+                        "or float32 (default: %(default)s)")
 
 
 def option_bounds(cls: type, name: str) -> Bounds:
@@ -173,13 +181,13 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     parser.add_argument("--pick", choices=["first", "shortest"], default=pick,
                         help="which N tasks --tasks takes: the first by id, or the shortest by prompt tokens "
                              "(default: %(default)s)")
-    parser.add_argument("--task-ids", nargs="*", help="only these task ids")
+    parser.add_argument("--task-ids", nargs="+", help="only these task ids (at least one)")
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="the run folder (records.jsonl, submission.json, scores): new or empty, or an earlier "
                              "run's, which this one resumes; never a folder of yours (default: %(default)s)")
     restart_arguments(parser, "--out")
     device_argument(parser)
-    parser.add_argument("--dtype", default="auto", help="auto, bfloat16, float16 or float32")
+    dtype_argument(parser)
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
     parser.add_argument("--backend", default="auto", choices=["auto", "unsloth", "transformers"])
     number_argument(parser, "--workers", int, "workers in all; more than one are Ray actors, each loading the model "

@@ -53,7 +53,6 @@ def _run_solve(args) -> int:
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} "
           f"({settings.description})")
     deadline = deadline_from(args.hours, args.safety_minutes)
-    _adopted(args, args.command)
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
                     address=args.address, shared_model=args.shared_model, restart=args.restart, adopt=args.adopt,
                     deadline=deadline, load_options=load_options(args),
@@ -114,23 +113,12 @@ def setup_report(parser):
     return run
 
 
-def _adopted(args, command: str) -> None:
-    """With ``--adopt``, a run folder an earlier kit made without a marker becomes this command's
-    (``outputs.adopt_folder``), before the run claims it."""
-    from arc_kit.outputs import adopt_folder
-    from arc_kit.run.runs import RUN_KIND
-
-    if args.adopt:
-        adopt_folder(args.out, RUN_KIND, command)
-
-
 def _table(which: str):
     def run(args):
         from arc_kit.experiments.tables import run_table
         from arc_kit.run.runs import dataset_info
 
         loaded = load_given_tasks(args)
-        _adopted(args, which)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
                           restart=args.restart, adopt=args.adopt, load_options=load_options(args),
                           info=dataset_info(args.dataset, loaded),

@@ -9,8 +9,9 @@ can refuse a task id given twice. When the syntax is sound but one entry of the 
 cannot be read (nested too deeply, a number with thousands of digits), the other entries are
 still read: that entry is None and ``unreadable_keys`` says why, so that a loader can name the
 task and skip only it. What is no regular file (a FIFO, a device, a socket) or holds more than
-``MAX_FILE_BYTES`` is refused in one line before it is read, so that no read waits forever. This
-module knows JSON and files; it knows nothing of what the files hold.
+``MAX_FILE_BYTES`` is refused in one line before it is read, so that no read waits forever; a JSON-lines file
+(a run's records) is read a line at a time, so that no reader holds it whole. This module knows JSON and files;
+it knows nothing of what the files hold.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from typing import Any
 
 from arc_kit.data.tasks import InvalidDataError
 from arc_kit.names import shown
-from arc_kit.outputs import appending, replace_file
+from arc_kit.outputs import appending, replace_file, replacing
 
 MAX_FILE_BYTES = 2**30  # the most a JSON file the kit reads may hold (ARC's largest files hold tens of MB)
+MAX_LINE_BYTES = 2**26  # the most a line of a JSON-lines file may hold (a record of the largest task: a few MB)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
@@ -248,8 +250,12 @@ def write_json_atomically(path: str | os.PathLike, data: Any, *, indent: int | N
 
 
 def write_json_lines_atomically(path: str | os.PathLike, values: Iterable[Any]) -> Path:
-    """Write one JSON value per line as the whole of ``path``, as ``write_json_atomically`` does."""
-    return replace_file(path, "".join(json.dumps(value) + "\n" for value in values))
+    """Write one JSON value per line as the whole of ``path``, as ``write_json_atomically`` does, a line at a time
+    (``values`` may be read from the file it replaces)."""
+    with replacing(path) as handle:
+        for value in values:
+            handle.write(json.dumps(value) + "\n")
+    return Path(path)
 
 
 def append_json_line(path: str | os.PathLike, data: Any) -> None:
@@ -261,20 +267,30 @@ def append_json_line(path: str | os.PathLike, data: Any) -> None:
         handle.write(("\n" if torn else "") + json.dumps(data) + "\n")
 
 
-def read_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+def read_json_lines(path: str | os.PathLike, what: str = "JSON-lines file") -> Iterator[tuple[int, Any]]:
     """(line number, value) for every line of a JSON-lines file that parses; other lines are skipped.
 
-    A torn line (a run killed while writing) is the usual reason for a line that does not parse and
-    is skipped silently; a line whose syntax is sound but which cannot be read (nested too deeply, a
-    number with thousands of digits) is skipped with one warning naming the file and the line.
+    Read a line at a time, each of at most ``MAX_LINE_BYTES``, from a file of at most ``MAX_FILE_BYTES``: a
+    larger file is refused in one line (a ValueError naming the bound, before a byte is read), so that what a
+    reader holds follows what it keeps, never the file's size. A torn line (a run killed while writing) is the
+    usual reason for a line that does not parse and is skipped silently; a line whose syntax is sound but which
+    cannot be read (nested too deeply, a number with thousands of digits, longer than any) is skipped with one
+    warning naming the file and the line.
     """
     path = Path(path)
     if not path.exists():
         return
-    check_regular_file(path, "JSON-lines file")  # a FIFO would be waited on forever
+    size = os.stat(check_regular_file(path, what)).st_size  # a FIFO would be waited on forever
+    if size > MAX_FILE_BYTES:
+        raise ValueError(f"{path} holds {size:,} bytes, more than the {MAX_FILE_BYTES:,} (1 GiB) any {what} the kit "
+                         "reads may hold: is it the right file?")
     unreadable = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
+    with open(path, "rb") as handle:
+        for number, data in enumerate(_lines(handle), 1):
+            line = data.decode("utf-8", errors="replace") if data is not None else None
+            if line is None:
+                unreadable.append(f"line {number}: more than {MAX_LINE_BYTES:,} bytes")
+                continue
             if not line.strip():
                 continue
             try:
@@ -288,3 +304,17 @@ def read_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
             yield number, value
     if unreadable:
         warnings.warn(f"{path}: skipped {len(unreadable)} unreadable line(s) ({unreadable[0]})", stacklevel=2)
+
+
+def _lines(handle) -> Iterator[bytes | None]:
+    """Each line of a binary file, or None for one longer than ``MAX_LINE_BYTES`` (read past, never held)."""
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # the rest of the long line, a piece at a time
+            line = handle.readline(MAX_LINE_BYTES)
+        yield None

@@ -222,6 +222,9 @@ def run_benchmarks(model_path: str | None, tasks, *, which: Sequence[str] = DEFA
     chosen = [task for task in tasks.tasks()
               if len(encoder.encode_prompt(task.train, task.test[0].input, max_len=10**6)) <= max_prompt]
     chosen = sorted(chosen, key=lambda task: task.id)[:count or 5]
+    if not chosen and any(name != "drafts" for name in which):
+        raise ValueError(f"--max-prompt {max_prompt} leaves no task of the {len(tasks)} to run: no prompt is that "
+                         "short; give a larger --max-prompt")
     yield f"{environment()} | model {label}"
     options = {"decode": {"threshold": threshold}, "search": {"threshold": threshold}, "scoring": {},
                "engine": {"label": label, "compile": engine_compile},

@@ -46,18 +46,20 @@ from arc_kit.experiments.table_records import (
 )
 from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
-from arc_kit.model.loading import LoadSettings, load_model, token_budget_of
+from arc_kit.model.loading import LoadSettings, load_encoder, load_model, token_budget_of
 from arc_kit.names import shown
 from arc_kit.outputs import kit_subfolder, remove_owned
 from arc_kit.progress import progress_bar
-from arc_kit.run.locking import hold_folder, holding_folder
+from arc_kit.run.locking import hold_folder
 from arc_kit.run.record_json import append_record
 from arc_kit.run.runs import (
     CLAIMS_FOLDER,
     RUN_KIND,
     TABLE_NAMES,
     RunFolderError,
+    adopt_run,
     check_run,
+    check_run_folder,
     claim_task,
     open_run,
     records_file,
@@ -198,7 +200,7 @@ def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type
             open_run(out, solver.settings, info, command=table)
         elif not check_run(out, solver.settings, info):
             raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
-        records = run_records(out, records_file(table), kind)
+        records = run_records(out, records_file(table), kind, tasks.ids)
         path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
         kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
         for task in progress_bar([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
@@ -235,7 +237,6 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
     run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
 
 
-@holding_folder("out", kind=RUN_KIND, command="ablation")
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
               load_options: dict | None = None, progress: bool = True, workers: int = 1,
               minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
@@ -248,7 +249,8 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     keeps records that lack a ``run.json``. The ablation can run in ``workers`` processes that share
     the tasks (a small model leaves most of a GPU idle); with ``minutes``, no task starts after that
     long, a task still running ``grace_minutes`` later is stopped (a rerun does it), and the table
-    covers the tasks finished from the first one on, in order.
+    covers the tasks finished from the first one on, in order. The model is loaded (for worker processes: its
+    folder and tokenizer checked) before ``out`` is claimed: a refused table leaves nothing behind.
     """
     from arc_kit.provenance import run_info
 
@@ -259,40 +261,55 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if workers > 1 and which != "ablation":
         raise ValueError("only the ablation runs in several workers")
     out = Path(out)
+    check_run_folder(out, which, adopt=adopt)  # a folder the kit may not write, or in use: refused at once
     # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
     # what the model takes
     settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
     info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
-    open_run(out, settings, info, restart=restart, adopt=adopt, command=which)
-    stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
-    if which == "ablation" and (workers > 1 or minutes is not None):
-        import multiprocessing
+    in_workers = which == "ablation" and (workers > 1 or minutes is not None)
+    load = LoadSettings(**(load_options or {}))
+    solver = None if in_workers else Solver.from_loaded(load_model(model, load), settings)
+    if in_workers:
+        load_encoder(model, max_len=settings.max_len)  # what the workers load: its folder and tokenizer
+    if adopt:  # a run folder an earlier kit made without a marker becomes this table's, before it is claimed
+        adopt_run(out, settings, info, which, restart=restart)
+    with hold_folder(out, RUN_KIND, which):
+        open_run(out, settings, info, restart=restart, adopt=adopt, command=which)
+        if in_workers:
+            return _ablation_in_workers(tasks, str(model), settings, out, load_options or {}, workers, minutes,
+                                        grace_minutes)
+        if which == "ablation":
+            return run_ablation(tasks, solver, out, progress=progress)
+        samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
+                                    temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
+        records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
+                             lambda task: sampler_task(solver, task, samplers), progress)
+        return sampler_table(records, samplers, settings, out)
 
-        remove_owned(out, RUN_KIND, below=CLAIMS_FOLDER)  # claims of an interrupted run: its tasks are not done
-        context = multiprocessing.get_context("spawn")
-        processes = [context.Process(target=_ablation_worker, args=(worker, tasks, str(model), settings, str(out),
-                                                                    load_options or {}, stop_at_epoch))
-                     for worker in range(workers)]
-        for process in processes:
-            process.start()
-        hard_stop = None if minutes is None else time.monotonic() + 60 * (minutes + grace_minutes)
-        for process in processes:
-            process.join(None if hard_stop is None else max(0.0, hard_stop - time.monotonic()))
-        late = [worker for worker, process in enumerate(processes) if process.is_alive()]
-        for worker in late:  # their tasks in flight are lost; a rerun does them
-            processes[worker].terminate()
-            processes[worker].join()
-        failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
-        if failed:
-            raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
-        records = run_records(out, records_file("ablation"), AblationRecord)  # the longest run of tasks from the first
-        return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
-                              settings, out)
-    solver = Solver.from_loaded(load_model(model, LoadSettings(**(load_options or {}))), settings)
-    if which == "ablation":
-        return run_ablation(tasks, solver, out, progress=progress)
-    samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
-                                temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
-    records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
-                         lambda task: sampler_task(solver, task, samplers), progress)
-    return sampler_table(records, samplers, settings, out)
+
+def _ablation_in_workers(tasks: TaskSet, model: str, settings: SolveSettings, out: Path, load_options: dict,
+                         workers: int, minutes: float | None, grace_minutes: float) -> TableRun:
+    """The ablation in ``workers`` processes sharing the tasks of the opened run folder ``out`` (``run_table``)."""
+    import multiprocessing
+
+    stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
+    remove_owned(out, RUN_KIND, below=CLAIMS_FOLDER)  # claims of an interrupted run: its tasks are not done
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_ablation_worker, args=(worker, tasks, model, settings, str(out),
+                                                                load_options, stop_at_epoch))
+                 for worker in range(workers)]
+    for process in processes:
+        process.start()
+    hard_stop = None if minutes is None else time.monotonic() + 60 * (minutes + grace_minutes)
+    for process in processes:
+        process.join(None if hard_stop is None else max(0.0, hard_stop - time.monotonic()))
+    late = [worker for worker, process in enumerate(processes) if process.is_alive()]
+    for worker in late:  # their tasks in flight are lost; a rerun does them
+        processes[worker].terminate()
+        processes[worker].join()
+    failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
+    if failed:
+        raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
+    records = run_records(out, records_file("ablation"), AblationRecord, tasks.ids)
+    return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
+                          settings, out)  # the longest run of tasks from the first

@@ -33,8 +33,8 @@ from arc_kit.data.submission import Score, build_submission, load_submission, sc
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.method.records import answers_from_records
 from arc_kit.model.devices import visible_gpus
-from arc_kit.model.loading import token_budget_of
-from arc_kit.outputs import adopt_folder, check_folder, claim_file, is_made_folder
+from arc_kit.model.loading import check_loadable, token_budget_of
+from arc_kit.outputs import check_folder, claim_file, is_made_folder
 from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
 from arc_kit.run.estimates import estimate_from_folder
 from arc_kit.run.expectations import shape_of_folder
@@ -48,6 +48,7 @@ from arc_kit.run.runs import (
     RUN_KIND,
     SUBMISSION_FILE,
     RunFolderError,
+    adopt_run,
     answered_by_model,
     check_run,
     clear_run,
@@ -56,7 +57,7 @@ from arc_kit.run.runs import (
     outcome_parts,
     run_records,
 )
-from arc_kit.settings import CompetitionSettings, SolveSettings, smoke
+from arc_kit.settings import CompetitionSettings, LoadSettings, SolveSettings, smoke
 
 logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
@@ -127,12 +128,14 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
     submission_path = claim_file(working / "submission.json", "kaggle run", option="--working",
                                  own=lambda path: _jobs_submission(path, run_folder, adopt))
-    if adopt:
-        adopt_folder(run_folder, RUN_KIND, "kaggle run")
+    check_loadable(model, LoadSettings(**(load_options or {})))  # a model refused before the working folder is made
+    if adopt:  # checked first against the settings: a refusal leaves it as it was
+        adopt_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
+                  command="kaggle run", restart=restart)
     with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
         _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
         attempts = settings.attempts
-        earlier = read_records(run_folder / RECORDS_FILE) if (run_folder / RECORDS_FILE).exists() else {}
+        earlier = read_records(run_folder / RECORDS_FILE, task_ids=tasks.ids)
         _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
         limit = started + 3600 * clock.hours
         deadline, stop_at = limit - 60 * clock.safety_minutes, limit - 60 * clock.stop_minutes

@@ -315,13 +315,18 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
-    if adopt:
+    if not adopt:
+        _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
+    # weights given, or none to download: found (or refused) before the lock too; only a download waits for it
+    located = locate_weights(name, weights, download=False, progress=progress) if weights or not download else None
+    if adopt:  # an earlier kit's base, taken once the rest is checked: a refusal leaves it as it was
         adopt_folder(out, BASE_KIND, "base build")
-    _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
+        _refuse_foreign(out)
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
             return out
-        return _build(spec, out, weights, download, progress)
+        return _build(spec, out, located or locate_weights(name, weights, download=download, progress=progress),
+                      progress)
 
 
 def _an_earlier_kits_base(folder: Path) -> bool:
@@ -343,11 +348,10 @@ def _refuse_foreign(out: Path) -> None:
         raise BaseUnavailableError(str(refusal)) from None
 
 
-def _build(spec: BaseSpec, out: Path, weights, download: bool, progress: bool) -> Path:
-    """``build_base``'s work, under the lock: find the weights, read them, shrink, and rename into place."""
+def _build(spec: BaseSpec, out: Path, path: Path, progress: bool) -> Path:
+    """``build_base``'s work, under the lock: read the weights file ``path``, shrink, and rename into place."""
     name = spec.name
     _refuse_foreign(out)
-    path = locate_weights(name, weights, download=download, progress=progress)
     if progress:
         print(f"building {name} from {path}: dequantizing and shrinking the vocabulary", file=sys.stderr, flush=True)
     model, tokenizer = read_gguf(path)

@@ -1,15 +1,15 @@
 """The model folder on disk: what makes a folder one, its JSON files, and reading its files with one-line errors.
 
-A model folder is an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer
-files), a peft adapter folder (``adapter_config.json``), or a named base plus a delta (``delta.json``
-beside an adapter config, written by ``loading.save_delta``); ``arc_kit.json`` records what the kit
-knows of it. This module reads and writes those files, names the one to blame when a folder is
-broken (``ModelFolderError``), refuses a folder that asks to run code of its own (``auto_map``: every
-transformers and peft call of the kit also passes ``trust_remote_code=False``, so no prompt can ever ask),
-and finds the model the kit ships. ``MODEL_KIND`` is a model folder as an output (``outputs``): its
-layout, ``MODEL_FILES`` by exact name, is what the commands that write one (create-model, shrink, base
-merge) may replace. It knows nothing of how a model is built, merged or placed on a device (``loading``), nor
-of tasks.
+A model folder is an ordinary Hugging Face folder (``config.json``, safetensors weights, tokenizer files), a
+peft adapter folder (``adapter_config.json``), or a named base plus a delta (``delta.json`` beside an adapter
+config, written by ``loading.save_delta``); ``arc_kit.json`` records what the kit knows of it. This module
+reads and writes those files, names the one to blame when a folder is broken (``ModelFolderError``), refuses a
+folder that asks to run code of its own (``auto_map``: every transformers and peft call of the kit also passes
+``trust_remote_code=False``, so no prompt can ever ask), names the code files a folder holds (``code_files``:
+never imported, never copied), and finds the model the kit ships. ``MODEL_KIND`` and ``BUILT_MODEL_KIND`` are
+a model folder as an output (``outputs``): their layouts, by exact name, are what the commands that write one
+(shrink and base merge, create-model) may replace. It knows nothing of how a model is built, merged or placed
+on a device (``loading``), nor of tasks.
 """
 
 from __future__ import annotations
@@ -31,8 +31,16 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "mo
                "model.safetensors.index.json", *TOKENIZER_FILES, "tokenizer.model", "vocab.json", "merges.txt",
                "chat_template.jinja", "chat_template.json", "arc_kit.json", "adapter_config.json",
                "adapter_model.safetensors", DELTA_INDEX, "delta-{n}-of-{n}.safetensors")
+# a training run's adapter (``training``): no model folder of the commands below holds one
 ADAPTER_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "adapter/README.md")
-MODEL_KIND = FolderKind("model", owned=(*MODEL_FILES, *ADAPTER_FILES), kept="a model folder, maybe incomplete")
+# the layouts of the model folders the commands write, each only what its command writes (``save_model``): a model
+# that create-model builds (its weights, configs, its fast tokenizer, the kit's record), and one that shrink or
+# base merge saves (any tokenizer's files then: a loaded model's own); neither holds an adapter nor a delta
+BUILT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-{n}-of-{n}.safetensors",
+               "model.safetensors.index.json", *TOKENIZER_FILES, "arc_kit.json")
+BUILT_MODEL_KIND = FolderKind("model", owned=BUILT_FILES, kept="a model folder, maybe incomplete")
+MODEL_KIND = FolderKind("model", owned=tuple(name for name in MODEL_FILES if not name.startswith(("adapter", "delta"))),
+                        kept="a model folder, maybe incomplete")
 JSON_BYTES = 1 << 26  # the most a model folder's JSON file may hold (a large tokenizer.json holds ~20 MB)
 CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json", "adapter_config.json", "preprocessor_config.json")
 # what a model is read with whole (configs, tokenizer files, indexes): each at most JSON_BYTES
@@ -101,6 +109,12 @@ def refuse_custom_code(folder: Path) -> None:
         if read_json(folder / name).get("auto_map"):
             raise ModelFolderError(f"{folder / name} asks to run code of its own (auto_map): arc-kit never runs a "
                                    "model folder's code; use a model whose architecture transformers ships")
+
+
+def code_files(folder: Path) -> list[str]:
+    """The Python files in ``folder`` (a ``modeling_llama.py`` a model's author left there), by name: the kit never
+    imports them (nothing asks it to, ``refuse_custom_code``) and never copies them (``MODEL_FILES``)."""
+    return sorted(path.name for path in folder.glob("*.py") if path.is_file())
 
 
 def load_tokenizer(folder: Path):

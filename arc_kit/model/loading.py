@@ -27,6 +27,7 @@ from arc_kit.model.checks import check_before_load, weight_files
 from arc_kit.model.deltas import apply_delta, save_delta
 from arc_kit.model.optimization import quiet_peft
 from arc_kit.model.folders import (
+    BUILT_MODEL_KIND,
     DELTA_INDEX,
     MODEL_KIND,
     ModelFolderError,
@@ -90,9 +91,9 @@ def create_model(preset: str = "micro", *, seed: int = 0, vocabulary: Vocabulary
 def create_model_folder(preset: str, out: str | os.PathLike, *, seed: int = 0, overwrite: bool = False) -> int:
     """Write a fresh, untrained from-scratch model folder; its number of parameters. ``out`` is new, empty, or
     (with ``overwrite``) a folder create-model made (``outputs.claim_folder``): never a model trained since."""
-    check_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)  # before any work
+    check_folder(out, BUILT_MODEL_KIND, "create-model", overwrite=overwrite)  # before any work
     model, tokenizer = create_model(preset, seed=seed)
-    claim_folder(out, MODEL_KIND, "create-model", overwrite=overwrite)
+    claim_folder(out, BUILT_MODEL_KIND, "create-model", overwrite=overwrite)  # --overwrite: only what it writes
     save_model(model, tokenizer, out, {"preset": preset, "seed": seed, "trained": False})
     return parameter_count(model)
 
@@ -170,6 +171,17 @@ def load_encoder(path: str | os.PathLike, text_format: TextFormat = TextFormat()
         _, tokenizer = shrink_both(None, tokenizer, keep)
     return TaskEncoder(HuggingFaceTokenizer(tokenizer), text_format,
                        token_budget_of(path) if max_len is None else max_len)
+
+
+def check_loadable(path: str | os.PathLike, settings: LoadSettings = LoadSettings()) -> None:
+    """What ``load_model`` would refuse before it reads a weight, asked here without loading (a pool's driver, whose
+    workers load the model): the folder, an adapter's base, the weights there and whole; no device's memory (the
+    workers' to judge). A base plus a delta is left to its load (its base is the kit's own build)."""
+    path = checked_model_folder(path)
+    adapter_config = {} if is_delta_folder(path) else read_json(path / "adapter_config.json")
+    if not is_delta_folder(path):
+        base_path = adapter_base(path, adapter_config, settings.base_model) if adapter_config else path
+        check_before_load(base_path, path if adapter_config else None, device=None)
 
 
 def load_model(path: str | os.PathLike, settings: LoadSettings = LoadSettings(), **overrides) -> LoadedModel:
@@ -373,6 +385,6 @@ def model_info(loaded: LoadedModel) -> dict:
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "MODEL_PRESETS", "LoadSettings", "LoadedModel", "ModelFolderError", "adapter_base",
-           "apply_delta", "build_tokenizer", "create_model", "create_model_folder", "cut_to_limit",
+           "apply_delta", "build_tokenizer", "check_loadable", "create_model", "create_model_folder", "cut_to_limit",
            "default_model_path", "is_delta_folder", "load_encoder", "load_model", "merge_delta", "model_info",
            "parameter_count", "save_delta", "save_model", "token_budget_of"]

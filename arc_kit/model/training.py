@@ -341,12 +341,12 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
     if settings.lora.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
     device = devices.resolve_device(device)  # an unknown device: one line, before the folder is made
+    started = time.monotonic()
+    source = _load_source(model_source, settings)  # a model that does not load: refused before the folder is made
     if adopt:
         adopt_folder(out, TRAINING_KIND, command)
     out = claim_folder(out, TRAINING_KIND, command)  # ``command`` (pretrain, sudoku train) names it in its marker
-    started = time.monotonic()
     accelerator = _start_accelerator(settings, device, out / "checkpoints")
-    source = _load_source(model_source, settings)
     model, settings = _ready_to_train(source, settings)
     encoder = TaskEncoder(HuggingFaceTokenizer(source.tokenizer), max_len=settings.sequences.max_tokens)
     dataset, settings, plan = _planned_dataset(pools, encoder, settings, accelerator, weights, repeatable)

@@ -1,6 +1,6 @@
 """A training run's folder: its kind (what it holds, what a rerun resumes), its checkpoints, where a rerun starts.
 
-``TRAINING_KIND`` is the folder (``outputs``): the checkpoints ``checkpoints/step-N`` (each wholly accelerate's, the
+``TRAINING_KIND`` is the folder (``outputs``): the checkpoints ``checkpoints/step-N`` (accelerate's files by name, the
 two newest kept, ``progress.json`` marking one complete), the log and its curve, and the model saved at the end.
 ``save_checkpoint`` writes one aside and renames it into place; ``resume_point`` loads the latest when resuming, or
 clears an older run's. This module knows the folder's layout and accelerate's state; nothing of what is trained.
@@ -29,11 +29,17 @@ def _an_earlier_kits_training(folder: Path) -> bool:
     return isinstance(record, dict) and isinstance(record.get("training"), dict)
 
 
-# a training run's folder: its checkpoints (each wholly accelerate's), its log and curve, and the model it saves
-TRAINING_KIND = FolderKind("training", owned=("checkpoints/step-{n}/**", "training_log.csv", "loss_curve.png",
-                                              *MODEL_FILES, *ADAPTER_FILES), resumable=True,
+# what a checkpoint holds: accelerate's ``save_state`` files (model, optimizer, scheduler, sampler, data loader and
+# the i-th of several ``_{i}``; a process's random states; the scaler; a registered object's), and its progress.json
+CHECKPOINT_FILES = ("progress.json", "random_states_{n}.pkl", "scaler.pt", "custom_checkpoint_{n}.pkl",
+                    "model.safetensors", "model_{n}.safetensors",
+                    *(f"{name}{index}.bin" for name in ("pytorch_model", "optimizer", "scheduler", "sampler",
+                                                        "dl_state_dict") for index in ("", "_{n}")))
+# a training run's folder: its checkpoints, its log and curve, and the model it saves
+TRAINING_KIND = FolderKind("training", owned=(*(f"checkpoints/step-{{n}}/{name}" for name in CHECKPOINT_FILES),
+                                              "training_log.csv", "loss_curve.png", *MODEL_FILES, *ADAPTER_FILES),
+                           resumable=True,
                            legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
-
 
 
 def _checkpoint_number(path: Path) -> int | None:
@@ -75,14 +81,16 @@ def remove_checkpoint(out: Path, folder: Path) -> None:
 
 
 def resume_point(accelerator, out: Path, steps: int, resume: bool) -> int:
-    """The step to start at: the latest checkpoint's (its state loaded) when resuming, else 0.
+    """The step to start at: the latest whole checkpoint's (its state loaded) when resuming, else 0. A checkpoint is
+    whole when its progress.json (written last) and its model state are there.
 
     Checkpoints of an older run are removed when starting over, and the log's rows past the
     starting step are cut either way.
     """
     checkpoints = out / "checkpoints"
     first_step = 0
-    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)]
+    done = [path for path in _checkpoints(checkpoints) if isinstance(small_json(path / "progress.json"), dict)
+            and any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))]  # whole
     latest = done[-1] if done and resume else None
     if latest is not None:
         accelerator.load_state(str(latest))

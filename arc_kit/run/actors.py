@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,16 +105,20 @@ class SlotActor:
     def __init__(self):
         self.slot_solver, self.loaded = None, {}
 
-    def load(self, loader, source: ModelSource, settings: dict, load_options: dict) -> dict:
-        """Load the model with ``loader(model, settings, load_options)``; where this actor runs (pid, node, GPU)."""
+    def load(self, loader, source: ModelSource, settings: dict, load_options: dict, niceness: int = 0) -> dict:
+        """Load the model with ``loader(model, settings, load_options)``; where this actor runs (pid, node, GPU) and
+        at what priority: the driver's ``niceness``, where this process may take it (a cluster's Ray starts its
+        workers at its own ``worker_niceness``, 15 by default; only a privileged process may lower its own)."""
         import ray
 
+        with suppress(OSError, AttributeError):  # no privilege, or no such call on this system
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
         node = ray.get_runtime_context().get_node_id()
         paths = source.here(node)
         options = {**load_options, **({"base_model": paths["base_model"]} if "base_model" in paths else {})}
         self.slot_solver = loader(paths["model"], settings, options)
         self.loaded = {"pid": os.getpid(), "node": node, "device": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                       "model": paths["model"]}
+                       "model": paths["model"], "niceness": os.nice(0) if hasattr(os, "nice") else niceness}
         return self.loaded
 
     def solve(self, task, rung: int, caps: tuple[float, float] | None) -> dict:

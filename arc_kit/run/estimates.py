@@ -170,8 +170,7 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     """The run of ``path`` (``find_run``) as its files say; ``model`` overrides the model it names."""
     folder = find_run(path)
     info, settings = read_run_info(folder), read_run_settings(folder)
-    records = read_records(folder / RECORDS_FILE) if (folder / RECORDS_FILE).exists() else {}
-    tasks, notes = run_tasks(folder, info, records)
+    tasks, notes, records = run_tasks(folder, info)
     default, words = tasks, f"the run's {len(tasks)} tasks"
     if (folder / FULL_RUN_TASKS).is_file():
         default = load_challenges(folder / FULL_RUN_TASKS, strict=False)
@@ -198,21 +197,30 @@ def read_measured_run(path: str | os.PathLike, model: str | os.PathLike | None =
     return MeasuredRun(model=default_model_path(), shape=shape, **common)
 
 
-def run_tasks(folder: Path, info: dict, records: dict) -> tuple[TaskSet, list[str]]:
-    """The tasks the run in ``folder`` timed: its pool's ``tasks.json``, else those of its data set (where it loads
-    here), else of a rehearsal's full run, that its records name."""
+def run_tasks(folder: Path, info: dict) -> tuple[TaskSet, list[str], dict]:
+    """The tasks the run in ``folder`` timed and their records: its pool's ``tasks.json``, else those of its data set
+    (where it loads here), else of a rehearsal's full run, that its records name. Only those tasks' records are read
+    (``record_json.read_records``: a line at a time, the file bounded)."""
+    path = folder / RECORDS_FILE
+
+    def records_of(tasks: TaskSet) -> dict:
+        return read_records(path, task_ids=tasks.ids) if path.exists() else {}
+
     if (folder / TASKS_FILE).is_file():
-        return load_challenges(folder / TASKS_FILE, strict=False), \
-            [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"]
+        tasks = load_challenges(folder / TASKS_FILE, strict=False)
+        return tasks, [f"the tasks: {folder / TASKS_FILE} (what its workers were given)"], records_of(tasks)
     dataset = info.get("dataset")
     sources = [(dataset, load_tasks)] if isinstance(dataset, str) else []
     if (folder / FULL_RUN_TASKS).is_file():
         sources.append((folder / FULL_RUN_TASKS, load_challenges))
     for source, load in sources:
-        with suppress(InvalidDataError, OSError, ValueError):
+        try:
             loaded = load(source, strict=False)
-            timed = [task_id for task_id in loaded.ids if task_id in records]
-            return loaded.select(timed), [f"the tasks: the {len(timed)} of {source} its records name"]
+        except (InvalidDataError, OSError, ValueError):
+            continue
+        records = records_of(loaded)
+        timed = [task_id for task_id in loaded.ids if task_id in records]
+        return loaded.select(timed), [f"the tasks: the {len(timed)} of {source} its records name"], records
     raise RunFolderError(f"{folder}: its {RUN_FILE} names no data set that loads here ({dataset or 'none'}) and it "
                          f"holds no {TASKS_FILE}: which tasks its records timed cannot be told")
 

@@ -74,15 +74,15 @@ def _take(folder: Path) -> FileLock | None:
     """Take ``folder``'s lock now, or FolderInUseError; the lock object, held (None, with a warning, where the
     file system cannot lock: the run goes on, unguarded, rather than not at all)."""
     folder.mkdir(parents=True, exist_ok=True)
-    if (folder / LOCK_FILE).is_symlink() or (folder / LOCK_FILE).exists() and not (folder / LOCK_FILE).is_file():
-        raise OutputRefused(f"{folder / LOCK_FILE} is no lock file of arc-kit's (a link, a folder, a FIFO): it never "
-                            "writes through one; move it away and run again")  # an older filelock would truncate it
-    lock = FileLock(str(folder / LOCK_FILE))
+    lock_file = folder / LOCK_FILE
+    if lock_file.is_symlink() or lock_file.exists() and not (lock_file.is_file() and lock_file.stat().st_nlink == 1):
+        raise OutputRefused(f"{lock_file} is no lock file of arc-kit's (a link, a hard link, a folder, a FIFO): it "
+                            "never writes through one; move it away and run again")  # an older filelock truncates it
+    lock = FileLock(str(lock_file))
     try:
         lock.acquire(timeout=0)
     except Timeout:  # before OSError: a Timeout is a TimeoutError
-        raise FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one "
-                               "folder; wait for that one to end (or stop it), or use another folder") from None
+        raise _in_use(folder) from None
     except OSError as error:  # no locks on this file system (ENOLCK), a read-only folder...
         warnings.warn(f"cannot lock {folder} ({error.strerror or error}): nothing keeps a second run out of it",
                       stacklevel=3)
@@ -94,6 +94,28 @@ def _take(folder: Path) -> FileLock | None:
         lock.release()
         raise
     return lock
+
+
+def _in_use(folder: Path) -> FolderInUseError:
+    return FolderInUseError(f"{folder} is in use by {describe_holder(folder)}: two runs must not write one folder; "
+                            "wait for that one to end (or stop it), or use another folder")
+
+
+def check_free(folder: str | os.PathLike) -> None:
+    """FolderInUseError when another process holds ``folder``'s lock, asked before any slow work and without a write
+    (a folder with no lock file is free; one this process holds too)."""
+    folder = Path(folder).absolute()
+    lock_file = folder / LOCK_FILE
+    if Path(os.path.realpath(folder)) in _held or lock_file.is_symlink() or not lock_file.is_file():
+        return
+    lock = FileLock(str(lock_file))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # before OSError: a Timeout is a TimeoutError
+        raise _in_use(folder) from None
+    except OSError:  # no locks here: ``hold_folder`` says so
+        return
+    lock.release()
 
 
 @contextmanager

@@ -1,16 +1,17 @@
 """``arc-kit check-model``: is a model folder ready for the competition, before anything is uploaded or run.
 
-``check_model(path)`` reads the folder as ``load_model`` will and says, a line each: what kind of
-folder it is; its weights (there and whole, pickles as plain tensors only: ``model.checks``); its
-architecture and size; whether its tokenizer writes the kit's text format one token a symbol (or
-is shrunk to it as it loads, or cannot be); whether the decode engine runs it (the engine's own
-``unsupported_reason``, asked of the model built on the meta device: nothing allocated) and if not,
-why, and what transformers' own forward, which then runs it, costs; and the memory it needs at the
-default settings (``model.memory``) against an L4, a T4 and an H100, in one table. The last line says go,
-or no-go and why: a folder that asks to run code of its own (``auto_map``: never run, and never asked
-about), a folder that cannot load, a tokenizer that cannot write the format, or weights and training
-that do not fit the target GPU (the competition's L4 by default). ``kaggle build`` stops on a no-go
-before it writes anything, and the submission notebook runs the check before any work.
+``check_model(path)`` reads the folder as ``load_model`` will and says, a line each: what kind of folder it
+is; its weights (there and whole, pickles as plain tensors only: ``model.checks``); its architecture and size;
+whether its tokenizer writes the kit's text format one token a symbol (or is shrunk to it as it loads, or
+cannot be); whether the decode engine runs it (the engine's own ``unsupported_reason``, asked of the model
+built on the meta device: nothing allocated) and if not, why, and what transformers' own forward, which then
+runs it, costs; and the memory it needs at the default settings (``model.memory``) against an L4, a T4 and an
+H100, in one table. The last line says go, or no-go and why: a folder that asks to run code of its own
+(``auto_map``: never run, and never asked about; code files that nothing asks for, a ``modeling_llama.py``,
+are named in the go line as ignored and never run: ``kaggle build`` does not copy them), a folder that cannot
+load, a tokenizer that cannot write the format, or weights and training that do not fit the target GPU (the
+competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the submission
+notebook runs the check before any work.
 
 Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
 sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
@@ -26,7 +27,14 @@ from pathlib import Path
 from arc_kit.model.devices import FOUR_BIT_ON_CPU, UnsupportedSetupError, cuda_available
 from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
 from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
-from arc_kit.model.folders import DELTA_INDEX, checked_model_folder, is_delta_folder, load_tokenizer, read_json
+from arc_kit.model.folders import (
+    DELTA_INDEX,
+    checked_model_folder,
+    code_files,
+    is_delta_folder,
+    load_tokenizer,
+    read_json,
+)
 from arc_kit.model.loading import adapter_base
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
@@ -46,6 +54,7 @@ class ModelCheck:
     architecture: Architecture | None = None
     four_bit: bool = False  # the weights run in 4 bits (stored so, or quantized as they load)
     summary: str = ""
+    ignored: list[str] = field(default_factory=list)  # the folder's code files (``folders.code_files``)
 
     @property
     def go(self) -> bool:
@@ -53,7 +62,11 @@ class ModelCheck:
 
     @property
     def verdict(self) -> str:
-        return f"go: {self.path} {self.summary}".rstrip() if self.go else f"no-go: {self.problem}"
+        if not self.go:
+            return f"no-go: {self.problem}"
+        more = f" and {len(self.ignored) - 3} more" if len(self.ignored) > 3 else ""
+        code = f"; its code ({', '.join(self.ignored[:3])}{more}) is ignored, never run" if self.ignored else ""
+        return f"go: {self.path} {self.summary}".rstrip() + code
 
     def report(self) -> str:
         return "\n".join([*self.lines, self.verdict])
@@ -70,6 +83,7 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None, set
     check = ModelCheck(Path(path))
     try:
         folder = checked_model_folder(path)
+        check.ignored = code_files(folder)
         tokenizer_folder, config = _weights(check, folder, quantization)
         _tokenizer(check, tokenizer_folder)
         fast = _engine(check, folder, config)

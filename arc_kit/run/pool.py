@@ -1,7 +1,8 @@
 """A run's tasks on Ray: an actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
 
-The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) opens the run folder
-(``runs.open_run``: one of other settings is refused before Ray starts), takes the records already there
+The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) checks what it is given (the
+model's folder and tokenizer, its weights whole, the load options, the address, Ray's import) before it claims the
+run folder, opens it (``runs.open_run``: one of other settings is refused before Ray starts), takes the records there
 (``runs.run_records``: an earlier kit's worker folders too) and queues the tasks left longest first
 (``planner.Planner``, priced with the speeds measured so far, ``speeds.json``). It starts Ray
 (``ray_session``) and an actor per slot (``slot_layout``: round the cluster's GPUs, several sharing one, or on
@@ -19,17 +20,26 @@ measured, the first tasks are priced with guessed speeds; the first task to fini
 actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
 submission one process gives; a rerun resumes.
 
+Ray's own death is a fault like an actor's, of every actor at once. Once a poll the watchdog looks at Ray itself
+(``ray_session.Session.lost``: its GCS's port, this node's raylet's socket; Ray's own health checks take 15 s and
+more to tell, and a call into a Ray whose GCS is gone blocks until Ray ends the process a minute later). Found
+gone, the run stops at once with one line (``RayLostError``): the actors here are killed by their pids, nothing more
+is asked of Ray, and no fallback record is written for the tasks left, so that the same command run again resumes
+and does them; the records of the tasks done and the submission, complete and valid since the start, stay. It
+does not go on in one process: the driver holds no model, and a rerun on a Ray that works is what the user wants to
+choose. (A node other than the driver's lost: its actors die, and are given up on one by one.)
+
 This module knows the planner, the run folder and the actors' calls; nothing of Ray's start or an actor's side.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
 import signal
 import time
-from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,30 +50,29 @@ from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
 from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
 from arc_kit.model.devices import visible_gpus
-from arc_kit.model.loading import load_encoder, token_budget_of
+from arc_kit.model.loading import check_loadable, load_encoder, token_budget_of
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
 from arc_kit.run.expectations import MAX_WORKERS_PER_GPU, first_speeds, visible_gpu_name, workers_per_gpu_for
-from arc_kit.run.locking import holding_folder
+from arc_kit.run.locking import hold_folder
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
-from arc_kit.run.ray_session import actor_options, gpu_bundles, ray_session
-from arc_kit.run.record_json import append_record, from_json, write_records
+from arc_kit.run.ray_session import RayLostError, actor_options, check_address, gpu_bundles, import_ray, ray_session
+from arc_kit.run.record_json import append_record, from_json, stream_records, write_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SPEEDS_FILE, SUBMISSION_FILE, TASKS_FILE, SolveRun, \
-    mark_correct, open_run, run_records, task_line, write_scores
-from arc_kit.settings import BudgetSettings, PoolSettings, SolveSettings
+    adopt_run, check_run_folder, mark_correct, open_run, run_records, task_line, write_scores
+from arc_kit.settings import BudgetSettings, LoadSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
 
 
-@holding_folder("out", kind=RUN_KIND, command="solve")  # the driver holds the run folder's lock; actors never write
 def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
                   workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
                   shared_model: bool = False, deadline: float | None = None, stop_at: float | None = None,
                   solutions: TaskSet | None = None, load_options: dict | None = None, progress: bool = True,
                   submission_path: str | os.PathLike | None = None, submission_tasks: TaskSet | None = None,
                   info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
-                  pool: PoolSettings = PoolSettings(), adopt: bool = False) -> SolveRun:
+                  pool: PoolSettings = PoolSettings(), restart: bool = False, adopt: bool = False) -> SolveRun:
     """Solve ``tasks`` with a pool of Ray actors (the module's docstring): this machine's own Ray, or the cluster at
     ``address`` (``shared_model``: the model's path is good on every node, so nothing of it is sent).
 
@@ -73,36 +82,49 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     once, here. ``deadline`` (seconds since the epoch) is when the planner wants the work done;
     ``stop_at`` (default: ``pool.stop_seconds`` after it) is when every actor is stopped, whatever it
     does. The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
-    task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``.
+    task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``;
+    ``restart`` and ``adopt`` as ``runs.open_run`` takes them. Everything it is given (the model's folder and
+    tokenizer, the load options, the address, Ray itself) is checked before ``out`` is claimed; the driver holds
+    its lock throughout, and alone writes it.
     """
-    out = Path(out)  # made by the lock (``holding_folder``)
+    out = Path(out)
+    check_run_folder(out, adopt=adopt)  # a folder the kit may not write, or in use: refused at once
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
+    encoder = load_encoder(model, max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
+    check_loadable(model, LoadSettings(**(load_options or {})))  # its weights whole, options the actors take
+    import_ray()
+    if address:
+        check_address(address)
     started = time.monotonic()
     load_options = actors.prepare_model(model, load_options, progress)
     if stop_at is None and deadline is not None:
         stop_at = deadline + pool.stop_seconds
     local_gpus = [] if address else visible_gpus()
     device = {} if address else {"device": visible_gpu_name() if local_gpus else "CPU", "gpus": len(local_gpus)}
-    open_run(out, settings, run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), **device,
-                                        "workers": workers or _count(len(local_gpus), workers_per_gpu),
-                                        **({"address": address} if address else {})}), adopt=adopt)
-    # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
-    write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
-    run = _Pool.opened(tasks, model, settings, out, workers=workers or 1, budget=budget, solutions=solutions,
-                       submission_path=submission_path, submission_tasks=submission_tasks, deadline=deadline,
-                       stop_at=stop_at, limits=pool, progress=progress)
-    run.write()
-    if run.planner.remaining:  # a rerun with nothing left to do needs no Ray
-        cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
-        with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as session:
-            try:
-                run.session = session
-                run.begin(session.ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
-                          address=address, shared_model=shared_model)
-                run.watch()
-            finally:
-                run.stop_all()
-    return run.wind_up(started)
+    info = run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), **device,
+                       "workers": workers or _count(len(local_gpus), workers_per_gpu),
+                       **({"address": address} if address else {})})
+    if adopt:  # a run folder an earlier kit made without a marker becomes this run's, before it is claimed
+        adopt_run(out, settings, info, restart=restart)
+    with hold_folder(out, RUN_KIND, "solve"):
+        open_run(out, settings, info, restart=restart, adopt=adopt)
+        # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
+        write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
+        run = _Pool.opened(tasks, model, encoder, settings, out, workers=workers or 1, budget=budget,
+                           solutions=solutions, submission_path=submission_path, submission_tasks=submission_tasks,
+                           deadline=deadline, stop_at=stop_at, limits=pool, progress=progress)
+        run.write()
+        if run.planner.remaining:  # a rerun with nothing left to do needs no Ray
+            cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
+            with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as session:
+                try:
+                    run.session = session
+                    run.begin(session.ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
+                              address=address, shared_model=shared_model)
+                    run.watch()
+                finally:
+                    run.stop_all()
+        return run.wind_up(started)
 
 
 def _count(gpus: int, workers_per_gpu: int | None) -> int:
@@ -172,8 +194,7 @@ class _Pool:
     settings: SolveSettings
     out: Path
     planner: Planner
-    records: dict[str, TaskRecord]  # the run folder's, also of tasks this run does not solve
-    mine: dict[str, TaskRecord]  # this run's tasks' records
+    mine: dict[str, TaskRecord]  # this run's tasks' records (the folder's others stay in its file: ``wind_up``)
     answers: TaskSet | None  # the known solutions, if any: tasks get marked as they finish
     submission_path: Path
     covered: TaskSet  # the tasks the submission covers
@@ -191,25 +212,27 @@ class _Pool:
     solved: float = 0.0
     changed: bool = False  # a record came in since the last write
     last_report: float = field(default_factory=time.monotonic)
+    ray_looked_at: float = 0.0  # when Ray itself was last looked at (``ray_is_there``)
+    ray_lost: bool = False  # it was lost: nothing more is asked of it
 
     @classmethod
-    def opened(cls, tasks: TaskSet, model, settings: SolveSettings, out: Path, *, workers: int,
+    def opened(cls, tasks: TaskSet, model, encoder, settings: SolveSettings, out: Path, *, workers: int,
                budget: BudgetSettings, solutions: TaskSet | None, submission_path, submission_tasks: TaskSet | None,
                deadline: float | None, **options) -> _Pool:
         """The pool of an opened run folder: the records already there, the tasks left queued longest first."""
-        records = run_records(out)
+        records = run_records(out, task_ids=tasks.ids)  # read a line at a time: this run's tasks only
         answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
         if answers is not None and not answers.known_outputs():
             answers = None
         todo = [task_id for task_id in tasks.ids if task_id not in records]
-        sizes = _sizes(tasks, todo, model, settings)
+        sizes = [measure(tasks[task_id], encoder, settings.max_len) for task_id in todo]  # the planner's counts
         speeds = _stored_speeds(out) or first_speeds(model, settings, sizes,
                                                      visible_gpu_name() if visible_gpus() else None)
         planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
                           longest_first=True, budget=budget)
         submission_path = Path(submission_path) if submission_path is not None else out / SUBMISSION_FILE
         mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
-        pool = cls(tasks, settings, out, planner, records, mine, answers, submission_path,
+        pool = cls(tasks, settings, out, planner, mine, answers, submission_path,
                    submission_tasks if submission_tasks is not None else tasks, deadline, **options)
         pool.solved = sum(record.share_correct for record in mine.values())
         return pool
@@ -240,6 +263,7 @@ class _Pool:
             "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
             "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
             "workers_per_gpu": workers_per_gpu, "gpus": used, "node": node,
+            "niceness": os.nice(0) if hasattr(os, "nice") else 0,  # the driver's: each actor takes it where it may
             "load": (actors.load_solver,  # read now: a test's replacement travels to the actors
                      actors.ModelSource(folders, node, server, self.limits.chunk_megabytes * 2**20),
                      self.settings.to_json(), dict(load_options))}
@@ -266,7 +290,7 @@ class _Pool:
                                                                options["fraction"])).remote()
         slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
         slot.starts, slot.started_at = slot.starts + 1, time.time()
-        self.waiting[actor.load.remote(*options["load"])] = (slot, "load")
+        self.waiting[actor.load.remote(*options["load"], options["niceness"])] = (slot, "load")
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
@@ -274,6 +298,7 @@ class _Pool:
         """The driver's loop: answers in, the stop time, the watchdog, work for the idle, steps asked, writes."""
         while True:
             self.changed = False
+            self.ray_is_there(time.time())  # before Ray is asked anything more
             self.take_answers()
             self.session.check_signals()  # a SIGTERM that came meanwhile, raised here: outside Ray's calls
             now = time.time()
@@ -324,6 +349,10 @@ class _Pool:
             slot.loaded, slot.moved_at = value, now
             logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
                         value["node"][:12], value["device"])
+            if value["niceness"] > self.start_options["niceness"]:  # a cluster's Ray, which it may not override
+                logger.warning("worker %d runs at niceness %d, below the driver's priority: its Ray starts workers "
+                               "so (`ray start --head --system-config='{\"worker_niceness\": 0}'` does not)",
+                               slot.index, value["niceness"])
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
             record = from_json(TaskRecord, value["record"])
@@ -342,6 +371,20 @@ class _Pool:
         self.note(line)
         if per_gpu and options["spread"] and options["gpus"] and options["workers_per_gpu"] is None:
             self.add_slots(slot_layout(options["gpus"] * (per_gpu - 1), options["gpus"], True, first=len(self.slots)))
+
+    def ray_is_there(self, now: float) -> None:
+        """Ray's own death is a fault like an actor's, of every actor at once: its GCS or this node's raylet found
+        gone (``Session.lost``, looked at once a poll) stops the run with ``RayLostError``, its records and its
+        complete submission kept, no fallback record written for the tasks left: a rerun resumes and does them."""
+        if now - self.ray_looked_at < self.limits.poll_seconds:
+            return
+        self.ray_looked_at = now
+        lost = self.session.lost()
+        if lost is not None:  # every record in came with its write, in the loop's last turn
+            self.ray_lost = True
+            raise RayLostError(f"Ray was lost mid-run ({lost}): stopped with {len(self.mine)} of {len(self.tasks)} "
+                               f"task(s) done; {self.out} keeps their records and a complete submission (fallback "
+                               "answers for the rest): run the same command again to go on")
 
     def trouble(self, slot: Slot, now: float) -> str | None:
         """Why ``slot``'s actor must be given up on, or None while it is well (or was never started)."""
@@ -384,8 +427,9 @@ class _Pool:
         would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
         found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
         if slot.actor is not None:
-            with suppress(Exception):  # already gone
-                self.ray.kill(slot.actor, no_restart=True)
+            if not self.ray_lost:  # a Ray without its GCS would block the call
+                with suppress(Exception):  # already gone
+                    self.ray.kill(slot.actor, no_restart=True)
             if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
                 with suppress(OSError):  # gone already
                     os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
@@ -426,7 +470,7 @@ class _Pool:
         if self.answers is not None and task_id in self.answers:
             mark_correct(record, self.tasks, self.answers, self.settings.attempts)
             self.solved += record.share_correct
-        self.records[task_id] = self.mine[task_id] = record
+        self.mine[task_id] = record
         append_record(self.out / RECORDS_FILE, record)  # never through a link (``outputs.appending``)
         if self.progress:
             print(task_line(record), flush=True)
@@ -473,9 +517,11 @@ class _Pool:
     def stop_all(self) -> None:
         """Nothing outlives the loop: finished, stopped or failed, every actor (and the model's server) is killed."""
         for slot in self.slots:
-            self.kill(slot)
+            self.kill(slot, hung=self.ray_lost)  # Ray lost: its actors here killed by their pids
         self.waiting = {}
         options = self.start_options
+        if self.ray_lost:
+            return
         if options.get("server") is not None:
             self.ray.kill(options["server"], no_restart=True)
         if options.get("bundles") is not None:
@@ -490,8 +536,9 @@ class _Pool:
             if task_id not in self.mine:
                 self.finish(task_id, fallback_record(task_id, "out of time"))
         ordered = {task_id: self.mine[task_id] for task_id in self.tasks.ids if task_id in self.mine}
-        others = [record for task_id, record in self.records.items() if task_id not in ordered]
-        write_records(self.out / RECORDS_FILE, [*ordered.values(), *others])
+        others = (record for record in stream_records(self.out / RECORDS_FILE, warn=False)  # other runs' tasks, as
+                  if record.task_id not in ordered)  # they stand, a line at a time from the file replaced
+        write_records(self.out / RECORDS_FILE, itertools.chain(ordered.values(), others))
         self.mine = ordered
         self.write()
         self.write_speeds()
@@ -509,14 +556,6 @@ def _what_happened(error: BaseException) -> str:
     if isinstance(cause, BaseException):
         return f"failed: {type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"
     return f"died: {(str(error).strip().splitlines() or [type(error).__name__])[0].rstrip('.')}"
-
-
-def _sizes(tasks: TaskSet, task_ids: Sequence[str], model, settings: SolveSettings) -> list:
-    """Each task's token counts, for the planner; the tokenizer suffices."""
-    if not task_ids:
-        return []
-    encoder = load_encoder(model, max_len=settings.max_len)
-    return [measure(tasks[task_id], encoder, settings.max_len) for task_id in task_ids]
 
 
 def _stored_speeds(out: Path) -> Speeds | None:

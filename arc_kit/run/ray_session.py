@@ -1,19 +1,21 @@
 """Ray for a run: started quietly and bounded on this machine, or joined at an address; stopped, leaving nothing behind.
 
 ``ray_session`` is what a pool runs inside. A Ray already started in this process (a notebook's own
-``ray.init``) is used as it is and left running. An ``address`` (``ray start --head`` on one node,
-``ray start --address HEAD:PORT`` on each other) is joined, once a Ray's GCS is seen to answer there:
-nothing listening, or another program on the port, is one line. Otherwise the run starts a Ray of
-this machine's own: no dashboard, no usage report, an object store of
-``PoolSettings.object_store_megabytes`` (in /dev/shm only when that has room for it, else on disk: a
-small /dev/shm never stops it), its processes tied to this one (they end with it, even when it is
-killed), its files in a short folder of its own (a Unix socket's path takes at most 107 bytes) whose
-logs are copied to the run folder's ``ray-logs/`` as the session ends. However the session ends (the
-run's end, an error, Ctrl-C, SIGTERM raised by the caller's handler), Ray is shut down and its folder
-removed. For the session SIGTERM is held and handed to the caller's handler between Ray's calls
-(``Session``: Ray would turn what a handler raises inside its calls into a KeyboardInterrupt); the
-caller's handler is back once it ends. A Ray that is not installed or cannot start is
-``UnsupportedSetupError``, in one line.
+``ray.init``) is used as it is and left running. An ``address`` (``ray start --head`` on one node, ``ray start
+--address HEAD:PORT`` on each other) is joined, once a Ray's GCS is seen to answer there: nothing listening, or
+another program on the port, is one line. Otherwise the run starts a Ray of this machine's own: no dashboard, no
+usage report, an object store of ``PoolSettings.object_store_megabytes`` (in /dev/shm only when that has room
+for it, else on disk: a small /dev/shm never stops it), its processes tied to this one (they end with it, even
+when it is killed), its files in a short folder of its own (a Unix socket's path takes at most 107 bytes) whose
+logs are copied to the run folder's ``ray-logs/`` as the session ends (its log files, by name: ``LOG_FILES``),
+its workers at the driver's priority (Ray's default ``worker_niceness`` of 15 would starve them beside any other
+work; on a cluster an actor takes the driver's niceness itself where it may). However the session ends (the
+run's end, an error, Ctrl-C, SIGTERM raised by the caller's handler), Ray is shut down and its folder removed.
+For the session SIGTERM is held and handed to the caller's handler between Ray's calls (``Session``: Ray would
+turn what a handler raises inside its calls into a KeyboardInterrupt); the caller's handler is back once it
+ends. A Ray that is not installed or cannot start is ``UnsupportedSetupError``, in one line. ``Session.lost``
+tells whether Ray itself is gone (its GCS, this node's raylet) without asking Ray anything: the pool's watchdog
+looks once a poll.
 
 ``gpu_bundles`` reserves the cluster's GPUs, one bundle each (a placement group), and
 ``actor_options`` places an actor on a bundle's GPU or on a CPU: so the actors sharing a GPU share
@@ -35,6 +37,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,10 @@ from arc_kit.outputs import copy_file, kit_subfolder
 from arc_kit.settings import PoolSettings
 
 RAY_FLOOR = "2.55.1"  # Kaggle's image's (requirements.txt and pyproject.toml say the same)
-LOGS_FOLDER = "ray-logs"  # in the run folder: the logs of a Ray the run started
+LOGS_FOLDER = "ray-logs"  # in the run folder: the logs of a Ray the run started, a folder per session
+# the log files of a session that ``_keep_logs`` copies, by name: what a run folder's layout names in ``ray-logs``
+LOG_FILES = tuple(f"{LOGS_FOLDER}/session_{{n}}-{{n}}-{{n}}_{{n}}-{{n}}-{{n}}_{{n}}_{{n}}/{name}"
+                  for name in ("*.log", "*.out", "*.err", "debug_state.txt"))
 NAMESPACE = "arc-kit"
 # No usage report (nothing leaves the machine); CPU actors are told CUDA_VISIBLE_DEVICES="" by the pool itself, as
 # Ray's next versions expect (this also keeps Ray's warning about it quiet)
@@ -66,6 +72,10 @@ def import_ray():
     return ray
 
 
+class RayLostError(UnsupportedSetupError):
+    """Ray itself lost mid-run (its GCS, or this node's raylet): the message says what, what was kept, how to go on."""
+
+
 @dataclass
 class Session:
     """A run's Ray: the ``ray`` module, and a SIGTERM only noted while the run's calls into Ray block (``ray.wait``
@@ -75,6 +85,22 @@ class Session:
     ray: Any
     caller: Any = None  # the SIGTERM handler before the session (None: not the main thread, nothing held)
     pending: int | None = None
+    gcs: tuple[str, int] | None = None  # where Ray's GCS listens, and this node's raylet's socket (``lost``)
+    raylet: str | None = None
+
+    def lost(self) -> str | None:
+        """What of Ray is gone, in a few words (its GCS, or this node's raylet), or None while both are there. Asks
+        Ray nothing (a call into a Ray whose GCS is gone blocks, then Ray ends the process; its own health checks
+        take 15 s and more to tell): a connection to the GCS's port, and the raylet's socket in the system's table
+        of sockets (a connection there would be logged by the raylet each time)."""
+        if self.gcs is not None:
+            try:
+                socket.create_connection(self.gcs, timeout=5).close()
+            except OSError as error:
+                return f"its GCS at {self.gcs[0]}:{self.gcs[1]} does not answer: {error.strerror or error}"
+        if self.raylet is not None and not _listening(self.raylet):
+            return "this node's raylet is gone"
+        return None
 
     def hold(self, number: int, frame) -> None:
         self.pending = number
@@ -103,6 +129,7 @@ def ray_session(out: Path, *, address: str | None = None, cpus: int = 1, gpus: i
     try:
         if started:
             _start(ray, address, folder, cpus, gpus, settings)
+        session.gcs, session.raylet = _vitals(ray)
         if main:  # ray.init's own handler replaced too; an ignored SIGTERM stays ignored
             signal.signal(signal.SIGTERM, signal.SIG_IGN if session.caller is signal.SIG_IGN else session.hold)
         yield session
@@ -129,7 +156,8 @@ def _start(ray, address: str | None, folder: Path | None, cpus: int, gpus: int, 
         store = settings.object_store_megabytes * 2**20
         options.update(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False,
                        object_store_memory=store, _temp_dir=str(folder),
-                       _plasma_directory=_plasma_directory(store, folder))
+                       _plasma_directory=_plasma_directory(store, folder),
+                       _system_config={"worker_niceness": 0})  # its workers at the driver's priority, not Ray's 15
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Ray's tips about its future defaults
@@ -137,6 +165,28 @@ def _start(ray, address: str | None, folder: Path | None, cpus: int, gpus: int, 
     except Exception as error:  # noqa: BLE001 - whatever stops Ray is said in one line
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UnsupportedSetupError(f"Ray could not {'join ' + address if address else 'start'}: {reason}") from None
+
+
+def _vitals(ray) -> tuple[tuple[str, int] | None, str | None]:
+    """(the GCS's host and port, this node's raylet's socket) of the Ray joined, for ``Session.lost``; None for what
+    cannot be told (a Ray client's ``ray://``, a system with no table of sockets)."""
+    gcs = raylet = None
+    with suppress(Exception):  # a Ray client, or a Ray of another shape: nothing watched
+        context = ray.get_runtime_context()
+        host, _, port = context.gcs_address.rpartition(":")
+        gcs = (host.strip("[]"), int(port))
+        node = context.get_node_id()
+        raylet = next(entry["RayletSocketName"] for entry in ray.nodes() if entry["NodeID"] == node)
+    return gcs, raylet if raylet and _listening(raylet) else None
+
+
+def _listening(path: str) -> bool:
+    """Whether a process holds the Unix socket ``path`` open, as Linux's table of sockets says (True elsewhere)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+            return any(line.rstrip("\n").endswith(" " + path) for line in table)
+    except OSError:
+        return True
 
 
 def _short_temporary_folder() -> str:
@@ -159,7 +209,7 @@ def check_address(address: str, timeout: float = 5.0) -> None:
     if address == "auto" or address.startswith("ray://"):
         return
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UnsupportedSetupError(f"--address {address!r}: expected HOST:PORT, the head's `ray start --head "
                                     "--port PORT`")
     try:
@@ -182,7 +232,8 @@ def _keep_logs(folder: Path, logs: Path) -> None:
         session = (folder / "session_latest").resolve()
         target = kit_subfolder(logs / session.name, within=logs.parent)  # a link there (or above) is refused
         for path in sorted((session / "logs").glob("*")):
-            if path.is_file() and not path.is_symlink():
+            if path.is_file() and not path.is_symlink() and any(fnmatch(path.name, name.rpartition("/")[2])
+                                                                for name in LOG_FILES):
                 copy_file(path, target / path.name, within=logs.parent)
     except (OSError, ValueError) as error:  # ValueError: outputs.OutputRefused
         logging.getLogger(__name__).warning("Ray's logs were not kept (%s); they are lost with %s", error, folder)

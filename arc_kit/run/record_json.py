@@ -8,7 +8,8 @@ so no schema is kept beside the class. A field's metadata may say ``json`` (the 
 ``Candidate``) is written and read by them. ``from_json`` reads a record strictly and tolerantly at once:
 every field held to its kind (a ValueError naming the first that is not), a field an earlier kit lacked
 taking its default, the fields of a later kit kept aside (``extra``) and written again by ``to_json``.
-``read_records``, ``append_record`` and ``write_records`` are the record files' only readers and writers.
+``stream_records`` (a line at a time, bounded; ``read_records`` keeps the last record of each task asked for),
+``append_record`` and ``write_records`` are the record files' only reader and writers.
 
 Knows grids, JSON kinds and dataclasses; of the record layouts, only which one a record file holds by default.
 """
@@ -19,7 +20,7 @@ import dataclasses
 import functools
 import typing
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -173,25 +174,36 @@ def _read(hint: Any, value: Any, where: str) -> Any:
     return float(value) if hint is float else value
 
 
-def read_records(path: str | Path, kind: type = TaskRecord) -> dict[str, Any]:
+def read_records(path: str | Path, kind: type = TaskRecord, task_ids: Iterable[str] | None = None) -> dict[str, Any]:
     """Records of class ``kind`` (``method.records.TaskRecord``, or a table's) by task id from a JSON-lines file (a
-    later line for the same task wins).
+    later line for the same task wins), only those of ``task_ids`` when given: read as ``stream_records`` reads
+    them, so that what is held is the records kept, never the whole file."""
+    return {record.task_id: record for record in stream_records(path, kind, task_ids)}
+
+
+def stream_records(path: str | Path, kind: type = TaskRecord, task_ids: Iterable[str] | None = None, *,
+                   warn: bool = True) -> Iterator:
+    """Every record of class ``kind`` in a JSON-lines file (of ``task_ids`` only, when given: another task's line is
+    not read as a record), in the file's order, a line at a time: the record files' one reader. A file larger than
+    any records file is refused in one line (``jsonio.read_json_lines``).
 
     A torn line (a killed run) is skipped silently; a line that parses but is no record (no task id, or a field
-    of the wrong kind) is skipped with one warning naming the file and the line.
+    of the wrong kind) is skipped, with one warning naming the file and the line (``warn``).
     """
-    path = Path(path)
-    records, bad = {}, []
-    for number, data in read_json_lines(path):
+    path, bad = Path(path), []
+    wanted = None if task_ids is None else set(task_ids)
+    for number, data in read_json_lines(path, "records file"):
+        if wanted is not None and not (isinstance(data, Mapping) and isinstance(data.get("task_id"), str)
+                                       and data["task_id"] in wanted):
+            continue
         try:
             record = from_json(kind, data)
         except (ValueError, TypeError, KeyError) as error:
             bad.append(f"line {number}: {error}")
             continue
-        records[record.task_id] = record
-    if bad:
-        warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not records ({bad[0]})", stacklevel=2)
-    return records
+        yield record
+    if bad and warn:
+        warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not records ({bad[0]})", stacklevel=3)
 
 
 def append_record(path: str | Path, record) -> None:
@@ -200,5 +212,6 @@ def append_record(path: str | Path, record) -> None:
 
 
 def write_records(path: str | Path, records: Iterable) -> None:
-    """Replace a JSON-lines file with ``records``, one line each, atomically (a reader sees the old or the new)."""
-    write_json_lines_atomically(path, [to_json(record) for record in records])
+    """Replace a JSON-lines file with ``records``, one line each, atomically (a reader sees the old or the new), a
+    record at a time (they may be streamed from the file replaced)."""
+    write_json_lines_atomically(path, (to_json(record) for record in records))

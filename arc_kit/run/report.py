@@ -67,7 +67,7 @@ def write_report(run: str | os.PathLike, out: str | os.PathLike | None = None, *
     records = run_records(folder)
     if tasks is None:
         try:
-            tasks, _ = run_tasks(folder, info, records)
+            tasks, _, _ = run_tasks(folder, info)
         except (RunFolderError, InvalidDataError, OSError, ValueError):
             tasks = None  # the records alone
     replace_file(out, report_html(records, info, tasks, solutions, title=str(folder)))

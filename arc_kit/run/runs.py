@@ -44,16 +44,18 @@ from arc_kit.names import encoded, file_name, listed, shown
 from arc_kit.outputs import (
     FolderKind,
     adopt_folder,
+    check_folder,
     claim_folder,
+    is_made_folder,
     kit_subfolder,
     refuse_links,
     replacing,
 )
 from arc_kit.progress import progress_bar
 from arc_kit.run.expectations import speeds_for_model
-from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, hold_folder
+from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, check_free, hold_folder
 from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
-from arc_kit.run.ray_session import LOGS_FOLDER
+from arc_kit.run.ray_session import LOG_FILES
 from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
@@ -92,7 +94,7 @@ def _an_earlier_kits_run(folder: Path) -> bool:
 RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, FULL_RUN_TASKS, f"{CLAIMS_FOLDER}/*",
                                     *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
-                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), f"{LOGS_FOLDER}/**"),
+                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), *LOG_FILES),
                       quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
                       kept="the records of the tasks done and a complete submission")
 
@@ -139,13 +141,14 @@ def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--o
         claim_folder(out, RUN_KIND, command, clear=True, option=option)
 
 
-def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord) -> dict[str, Any]:
-    """The records of ``kind`` in run folder ``out``: its file ``name``, then its worker folders' (the first found
-    wins)."""
-    out = Path(out)
-    records = read_records(out / name, kind)
+def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord,
+                task_ids: Iterable[str] | None = None) -> dict[str, Any]:
+    """The records of ``kind`` in run folder ``out`` (of ``task_ids`` only, when given: ``record_json.read_records``):
+    its file ``name``, then its worker folders' (the first found wins)."""
+    out, task_ids = Path(out), None if task_ids is None else set(task_ids)
+    records = read_records(out / name, kind, task_ids)
     for folder in sorted(worker_folders(out), key=lambda folder: (len(folder.name), folder.name)):
-        for task_id, record in read_records(folder / name, kind).items():
+        for task_id, record in read_records(folder / name, kind, task_ids).items():
             records.setdefault(task_id, record)
     return records
 
@@ -178,6 +181,8 @@ def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count
     skipped kept: they need their fallback answers); else all of them."""
     if pick not in ("first", "shortest"):
         raise ValueError(f"unknown pick {pick!r}; expected first or shortest")
+    if task_ids is not None and not task_ids:  # never read as "every task"
+        raise ValueError("--task-ids names no task: give at least one task id, or leave it out for every task")
     if task_ids:
         return tasks.select(task_ids)
     if count and pick == "shortest":
@@ -216,8 +221,8 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
     that owns the run holds it for the whole run.
     """
     out = Path(out)
-    if adopt:  # a run folder an earlier kit made without a marker becomes this run's (``outputs.adopt_folder``)
-        adopt_folder(out, RUN_KIND, command)
+    if adopt:
+        adopt_run(out, settings, info, command, restart=restart)
     with hold_folder(out, RUN_KIND, command):
         if restart:
             clear_run(out, command)
@@ -225,6 +230,29 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
         if not check_run(out, settings, info, adopt=adopt):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
+
+
+def check_run_folder(out: str | os.PathLike, command: str = "solve", option: str = "--out", *,
+                     adopt: bool = False) -> None:
+    """Whether a run may go into ``out``, asked before any slow work (a model's load) and without a write: a folder
+    the kit may not write as a run's (``outputs.check_folder``; with ``adopt``, an earlier kit's is judged by
+    ``adopt_run`` once the rest is checked), one with a link at a name of its layout (``outputs.refuse_links``), or
+    one another process runs in (``locking.check_free``), is refused at once."""
+    if not adopt:
+        check_folder(out, RUN_KIND, command, option=option)
+    refuse_links(out, RUN_KIND)
+    check_free(out)
+
+
+def adopt_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None,
+              command: str = "solve", *, restart: bool = False) -> None:
+    """``--adopt``: a run folder an earlier kit made without a marker becomes ``command``'s (``outputs.adopt_folder``:
+    its marker written, nothing else), once ``settings`` and ``info`` are found to resume it (``check_run``;
+    unless ``restart`` discards it), so that a refusal leaves it as it was. Before the folder is claimed."""
+    out = Path(out)
+    if not restart and out.is_dir() and not is_made_folder(out) and RUN_KIND.legacy(out):
+        check_run(out, settings, info, adopt=True)
+    adopt_folder(out, RUN_KIND, command)
 
 
 def has_records(out: str | os.PathLike) -> bool:
@@ -394,7 +422,7 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     """
     out = Path(out)
     if adopt:
-        adopt_folder(out, RUN_KIND, "solve")
+        adopt_run(out, solver.settings, info, restart=restart)
     with hold_folder(out, RUN_KIND, "solve"):
         open_run(out, solver.settings, info, restart=restart, adopt=adopt)
         return _solve_in(tasks, solver, out, solutions, progress, deadline)
@@ -405,7 +433,7 @@ def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | No
     """The body of ``solve``, in a folder made ready for it."""
 
     records_path = out / RECORDS_FILE
-    records = read_records(records_path)
+    records = read_records(records_path, task_ids=tasks.ids)  # a line at a time, this set's tasks kept
     todo = [task_id for task_id in tasks.ids if task_id not in records]
     if records and todo != tasks.ids:
         logger.warning("resuming: %d of %d tasks already done in %s", len(tasks) - len(todo), len(tasks), out)

@@ -27,14 +27,22 @@ from pathlib import Path
 import numpy as np
 
 from arc_kit.data.grids import grid_key, grid_to_json
-from arc_kit.data.jsonio import read_json, write_json_atomically
+from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.plotting import draw_threshold_curve
 from arc_kit.data.tasks import Pair
 from arc_kit.experiments.analysis import threshold_curve
 from arc_kit.method.records import TaskRecord, TestResult
 from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
-from arc_kit.outputs import FolderKind, adopt_folder, claim_folder, remove_entry, replacing, small_json
+from arc_kit.outputs import (
+    FolderKind,
+    adopt_folder,
+    claim_folder,
+    is_made_folder,
+    remove_entry,
+    replacing,
+    small_json,
+)
 from arc_kit.progress import progress_bar
 from arc_kit.settings import LoadSettings, SudokuEvalSettings, TrainingSettings, sudoku_training
 from arc_kit.sudoku.puzzles import SudokuAugmentation, SudokuPool
@@ -192,21 +200,21 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     from arc_kit.provenance import run_info
 
     check_device_name(device)  # an unknown device: one line, before the folder is made
-    if adopt:
+    loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
+    identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
+    records_path, identity_path = Path(out) / "records.jsonl", Path(out) / "evaluation.json"
+    resumed = resume and records_path.exists()
+    if resumed and (adopt or is_made_folder(out)) and not _same_evaluation(small_json(identity_path), identity):
+        raise ValueError(f"{out} holds an evaluation of another model or with other settings; "  # before a claim
+                         "choose another --out or pass --no-resume")
+    if adopt:  # the model loaded and the evaluation checked first: a refusal leaves the folder as it was
         adopt_folder(out, EVALUATION_KIND, "sudoku evaluate")
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
-    identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
-    records_path, identity_path = out / "records.jsonl", out / "evaluation.json"
-    if resume and records_path.exists():
-        if not identity_path.exists() or not _same_evaluation(read_json(identity_path), identity):
-            raise ValueError(f"{out} holds an evaluation of another model or with other settings; "
-                             "choose another --out or pass --no-resume")
-    else:
+    if not resumed:
         remove_entry(records_path)
     write_json_atomically(identity_path, identity, indent=2)
     by_id = {f"sudoku-{index:05d}": pair for index, pair in enumerate(pairs)}
-    records = {puzzle_id: record for puzzle_id, record in read_records(records_path).items() if puzzle_id in by_id}
-    loaded = load_model(model_path, LoadSettings(device=device, dtype="float32" if device == "cpu" else "auto"))
+    records = read_records(records_path, task_ids=by_id)
     solver = Solver.from_loaded(loaded, settings.solve)
     started = time.monotonic()
     for puzzle_id, pair in progress_bar(by_id.items(), desc="sudoku", disable=not progress):
