@@ -204,7 +204,8 @@ def test_a_resumed_run_never_writes_through_a_link_in_its_folder(tmp_path, capsy
         (out / name).unlink()
         (out / f"{name}.kept").rename(out / name)
     (out / "scores.csv").symlink_to(victim)
-    assert run(capsys, *command, "--restart")[0] == 0  # the link itself discarded with the run's files
+    status, _, err = run(capsys, *command, "--restart")
+    assert status == 0, err  # the link itself discarded with the run's files
     assert not (out / "scores.csv").is_symlink() and digest(victim) == before
 
 

@@ -289,7 +289,7 @@ def test_an_interrupted_training_names_its_own_option_for_starting_over(tmp_path
     def interrupted(*_, **__):
         raise KeyboardInterrupt  # Ctrl-C, once the run folder is claimed
 
-    monkeypatch.setattr(training, "_load_source", interrupted)
+    monkeypatch.setattr(training, "_start_accelerator", interrupted)
     out = tmp_path / "training"
     status, _, err = run(capsys, "pretrain", "--model", "micro", "--out", out, "--tasks", tasks_file, "--steps", "1",
                          "--device", "cpu")

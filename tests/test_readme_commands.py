@@ -576,7 +576,7 @@ def test_every_kaggle_build_runs_and_kaggle_check_says_go_for_each_ways_dataset(
 @pytest.mark.parametrize("command", [command for command in COMMANDS if words_of(command)[0] == "make"])
 def test_the_quick_start_targets_are_the_makefiles(command):
     """`make -n`: the target exists and what it would run; `make dry-run` runs `arc-kit dry-run`, run above."""
-    shown = subprocess.run([*words_of(command), "-n"], cwd=ROOT, capture_output=True, text=True)
+    shown = subprocess.run([*words_of(command), "-n", "--no-print-directory"], cwd=ROOT, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     if command == "make dry-run":
         assert shown.stdout.splitlines()[-1].endswith("/arc-kit dry-run") and "arc-kit dry-run" in IN_PROCESS

@@ -261,7 +261,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if workers > 1 and which != "ablation":
         raise ValueError("only the ablation runs in several workers")
     out = Path(out)
-    check_run_folder(out, which, adopt=adopt)  # a folder the kit may not write, or in use: refused at once
+    check_run_folder(out, which, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused
     # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
     # what the model takes
     settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))

@@ -88,7 +88,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     its lock throughout, and alone writes it.
     """
     out = Path(out)
-    check_run_folder(out, adopt=adopt)  # a folder the kit may not write, or in use: refused at once
+    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused at once
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
     encoder = load_encoder(model, max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
     check_loadable(model, LoadSettings(**(load_options or {})))  # its weights whole, options the actors take

@@ -233,14 +233,16 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
 
 
 def check_run_folder(out: str | os.PathLike, command: str = "solve", option: str = "--out", *,
-                     adopt: bool = False) -> None:
+                     adopt: bool = False, restart: bool = False) -> None:
     """Whether a run may go into ``out``, asked before any slow work (a model's load) and without a write: a folder
     the kit may not write as a run's (``outputs.check_folder``; with ``adopt``, an earlier kit's is judged by
     ``adopt_run`` once the rest is checked), one with a link at a name of its layout (``outputs.refuse_links``), or
-    one another process runs in (``locking.check_free``), is refused at once."""
+    one another process runs in (``locking.check_free``), is refused at once; with ``restart`` a link there is no
+    matter (the run's files, links among them, are discarded as themselves)."""
     if not adopt:
         check_folder(out, RUN_KIND, command, option=option)
-    refuse_links(out, RUN_KIND)
+    if not restart:
+        refuse_links(out, RUN_KIND)
     check_free(out)
 
 
