@@ -49,7 +49,7 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     refused run leaves the file system as it found it. Either way the run's report (``report``) is written beside
     its submission, ``report_path``.
     """
-    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused before the model loads
+    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused first
     if uses_pool(workers, workers_per_gpu, address, deadline):
         run = solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
                             address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
