@@ -44,11 +44,12 @@ _TESTS = {
     "list": lambda value: isinstance(value, list),
 }
 _KINDS = {str: "string", bool: "boolean", int: "integer", float: "number"}
+_PLAIN = frozenset((str, bool, int, float, type(None)))  # written as they are
 _WORDS = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "a boolean",
           "object": "an object", "list": "a list"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a layout is cached per class and leaves
 class Leaf:
     """How the codec writes and reads values of a ``type`` it does not know: their JSON ``kind``, ``read`` (a
     value already of that kind and its path -> the object, ValueError naming the path) and ``write``."""
@@ -64,6 +65,7 @@ class _Field(NamedTuple):
     json_name: str
     hint: Any
     kind: str | None  # None: not checked
+    read: Callable  # (a value already of its kind, its path, strict, the default instance) -> the field's value
     item: dataclasses.Field
 
 
@@ -114,9 +116,11 @@ def check_kind(value: Any, kind: str, where: str) -> None:
         outer, _, inner = kind.partition(" of ")
         if not _TESTS[outer](value):
             raise ValueError(f"{where} is {json_type_name(value)}, expected {_phrase(kind)}")
-        if inner and outer == "list":
+        if not inner or (inner in _TESTS and all(map(_TESTS[inner], value if outer == "list" else value.values()))):
+            continue  # a list of numbers, say: held to its kind without a path made for each
+        if outer == "list":
             pending.extend((item, inner, f"{where}[{index}]") for index, item in enumerate(value))
-        elif inner:
+        else:
             pending.extend((item, inner, f"{where}.{shown(str(key))}") for key, item in value.items())
 
 
@@ -136,15 +140,17 @@ def to_json(instance: Any, leaves: tuple[Leaf, ...] = ()) -> dict:
 
 
 def _written(value: Any, leaves: tuple[Leaf, ...]) -> Any:
-    leaf = next((leaf for leaf in leaves if isinstance(value, leaf.type)), None)
-    if leaf is not None:
-        return leaf.write(value)
+    if type(value) in _PLAIN:
+        return value
+    for leaf in leaves:
+        if isinstance(value, leaf.type):
+            return leaf.write(value)
     if dataclasses.is_dataclass(value):
         return to_json(value, leaves)
     if isinstance(value, (list, tuple)):
-        return [_written(item, leaves) for item in value]
+        return [item if type(item) in _PLAIN else _written(item, leaves) for item in value]
     if isinstance(value, Mapping):
-        return {key: _written(item, leaves) for key, item in value.items()}
+        return {key: item if type(item) in _PLAIN else _written(item, leaves) for key, item in value.items()}
     return value
 
 
@@ -171,8 +177,8 @@ def _read_object(cls: type, data: Any, where: str, leaves: tuple[Leaf, ...], str
     if unknown and strict and not _keeps_extra(cls):
         raise ValueError(f"unknown {cls.__name__} field(s): {listed(map(shown, unknown))}; known: "
                          f"{listed(field.json_name for field in layout)}")
-    values = {field.name: _read(field.hint, data[field.json_name], f"{where}.{field.json_name}", leaves, strict,
-                                getattr(default, field.name) if default is not None else _instance(field.item))
+    values = {field.name: field.read(data[field.json_name], f"{where}.{field.json_name}", strict,
+                                     getattr(default, field.name) if default is not None else _instance(field.item))
               for field in layout if field.json_name in data
               and not (data[field.json_name] is None and dataclasses.is_dataclass(field.hint))}  # null: the default
     if _keeps_extra(cls):
@@ -180,25 +186,42 @@ def _read_object(cls: type, data: Any, where: str, leaves: tuple[Leaf, ...], str
     return dataclasses.replace(default, **values) if default is not None else cls(**values)
 
 
-def _read(hint: Any, value: Any, where: str, leaves: tuple[Leaf, ...], strict: bool, default: Any = None) -> Any:
-    """``value`` (already of its kind) as the field's type: leaves, dataclasses, tuples, floats made of JSON's
-    values; ``default``: a nested dataclass's default instance."""
-    if value is None:
-        return None
-    hint = _bare(hint)
+def _same(value: Any, *_) -> Any:
+    return value
+
+
+def _float(value: Any, *_) -> float:
+    return float(value)
+
+
+@functools.cache
+def _reader(hint: Any, leaves: tuple[Leaf, ...]) -> Callable:
+    """How a value already of its kind becomes a field's of type ``hint``: (value, its path, strict, the default
+    instance of a nested dataclass) -> leaves, dataclasses, lists and dicts (copied), tuples, floats made of JSON's
+    values; made once per type, so that a list of numbers is read without a call per number."""
+    if _optional(hint):
+        inner = _reader(_bare(hint), leaves)
+        return lambda value, *rest: None if value is None else inner(value, *rest)
     leaf = next((leaf for leaf in leaves if leaf.type is hint), None)
     if leaf is not None:
-        return leaf.read(value, where)
+        return lambda value, where, *_: leaf.read(value, where)
     if dataclasses.is_dataclass(hint):
-        return _read_object(hint, value, where, leaves, strict, default if isinstance(default, hint) else None)
-    outer = typing.get_origin(hint)
-    if outer in (list, tuple) and typing.get_args(hint):
-        items = [_read(_item_type(hint), item, f"{where}[{index}]", leaves, strict) for index, item in enumerate(value)]
-        return items if outer is list else tuple(items)
-    if outer is dict and typing.get_args(hint):
-        return {str(key): _read(_item_type(hint), item, f"{where}.{shown(str(key))}", leaves, strict)
-                for key, item in value.items()}
-    return float(value) if hint is float else value
+        return lambda value, where, strict, default: _read_object(hint, value, where, leaves, strict,
+                                                                  default if isinstance(default, hint) else None)
+    outer, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if outer in (list, tuple) and arguments:
+        item, made = _reader(_item_type(hint), leaves), outer
+        if item in (_same, _float):  # no path needed: nothing to name, these cannot fail
+            return lambda value, *_: made(map(item, value))
+        return lambda value, where, strict, _: made(item(element, f"{where}[{index}]", strict, None)
+                                                    for index, element in enumerate(value))
+    if outer is dict and arguments:
+        item = _reader(_item_type(hint), leaves)
+        if item in (_same, _float):
+            return lambda value, *_: {str(key): item(element) for key, element in value.items()}
+        return lambda value, where, strict, _: {str(key): item(element, f"{where}.{shown(str(key))}", strict, None)
+                                                for key, element in value.items()}
+    return _float if hint is float else _same
 
 
 @functools.cache
@@ -213,7 +236,8 @@ def _layout(cls: type, leaves: tuple[Leaf, ...]) -> tuple[_Field, ...]:
         hint = hints[item.name]
         kind = kind_of(hint, leaves)
         layout.append(_Field(item.name, item.metadata.get("json", item.name), hint,
-                             "object or null" if kind == "object" and dataclasses.is_dataclass(hint) else kind, item))
+                             "object or null" if kind == "object" and dataclasses.is_dataclass(hint) else kind,
+                             _reader(hint, leaves), item))
     return tuple(layout)
 
 
