@@ -145,7 +145,8 @@ def test_settings_json_holds_each_value_to_its_kind_and_knows_no_other_layout():
     for cls, given, line in [
         (SolveSettings, {"sampler": {"threshold": "0.1"}}, "SolveSettings.sampler.threshold is a string, expected a "
                                                            "number"),
-        (SolveSettings, {"test_time_training": "no"}, "SolveSettings.test_time_training is a string, expected a boolean"),
+        (SolveSettings, {"test_time_training": "no"}, "SolveSettings.test_time_training is a string, expected a "
+                                                      "boolean"),
         (SolveSettings, {"ttt": 8}, "SolveSettings.ttt is a number, expected an object"),
         (SolveSettings, {"inference_augmentations": 2.0}, "SolveSettings.inference_augmentations is a number, expected "
                                                           "an integer"),

@@ -19,7 +19,6 @@ from typing import ClassVar
 import numpy as np
 
 
-
 def product_of_probabilities(nlls: Sequence[float]) -> float:
     """-log prod_j P_j: the product of experts (geometric mean up to a constant)."""
     return float(np.sum(nlls))

@@ -86,8 +86,9 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | N
     ``neutral`` fields (batch sizes, say) never change what a run produces, so a run folder made with
     other values may be resumed. ``command_line=False`` keeps a field off the generated options. A number's
     range: ``at_least`` or ``above``, ``at_most`` or ``below`` (``Bounds``); a word's: ``choices``; both
-    checked as the settings are made. For a field holding nested settings, ``flags`` maps the dotted paths of the nested fields that are options
-    here to their flags (the others are not options here); without it, every nested option with its own flag.
+    checked as the settings are made. For a field holding nested settings, ``flags`` maps the dotted paths
+    of the nested fields that are options here to their flags (the others are not options here); without it,
+    every nested option with its own flag.
     """
     metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
                 "bounds": Bounds.of(at_least, above, at_most, below), "flags": flags}
