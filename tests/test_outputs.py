@@ -203,8 +203,10 @@ def test_every_numeric_option_shows_its_range_in_help_and_settings_refuse_what_j
     assert "the limit, counted from the job's start (default: 12.0) [above 0, at most 8760]" in shown["kaggle run"]
     with pytest.raises(ValueError, match=r"threshold must be a finite number, above 0, at most 1, got nan"):
         SamplerSettings(threshold=float("nan"))
-    with pytest.raises(ValueError, match=r"inference_augmentations must be a whole number"):
+    with pytest.raises(ValueError, match=r"^SolveSettings.inference_augmentations is a number, expected an integer$"):
         SolveSettings.from_json({**SolveSettings().to_json(), "inference_augmentations": 2.5})
+    with pytest.raises(ValueError, match=r"inference_augmentations must be at least 1, at most 1024, got 0"):
+        SolveSettings.from_json({**SolveSettings().to_json(), "inference_augmentations": 0})
     with pytest.raises(ValueError, match=r"seed must be a whole number"):
         SolveSettings(seed=True)
 

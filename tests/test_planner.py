@@ -202,8 +202,11 @@ def test_speeds_round_trip_through_json_and_tolerate_what_is_missing():
     again = Speeds.from_json(json.loads(json.dumps(speeds.to_json())))
     assert again == speeds and again.measured_parts == {"generation": 1, "scoring": 1}
     assert Speeds.from_json({"generation": 0.25}) == Speeds(generation=0.25)
-    with pytest.raises(ValueError, match="expected an object"):
+    assert Speeds.from_json({"generation": -5.0, "scoring": 0, "workers": 8}) == Speeds()  # a damaged part: assumed
+    with pytest.raises(ValueError, match="^speeds is a list, expected an object$"):
         Speeds.from_json([1, 2])
+    with pytest.raises(ValueError, match="^speeds.measured_parts.training is a string, expected an integer$"):
+        Speeds.from_json({"measured_parts": {"training": "3"}})
 
 
 def test_several_workers_share_the_work_left_so_more_of_it_fits():

@@ -84,8 +84,8 @@ def test_a_record_of_an_earlier_kit_reads_with_defaults_at_every_level():
     assert record.ttt is None and record.rung == 0 and record.correct is None
     assert from_json(TestResult, to_json(record)["test"][0]).candidates[0].extra == {}
     assert to_json(from_json(TrainingSummary, {"steps": 2})) == to_json(TrainingSummary(steps=2))
-    assert Candidate.from_json({"grid": [[1]], "generation_nlls": {"a": 1}}).to_json() == \
-        Candidate(np.array([[1]], dtype=np.uint8), {"a": 1.0}).to_json()
+    assert to_json(from_json(Candidate, {"grid": [[1]], "generation_nlls": {"a": 1}})) == \
+        to_json(Candidate(np.array([[1]], dtype=np.uint8), {"a": 1.0}))
 
 
 def test_the_record_layouts_are_derived_from_their_dataclasses():

@@ -1,5 +1,5 @@
 """The settings are declared once: every class in ``settings/``, every field in one class, every choice checked once;
-and what today's kit wrote (a run's, a trained model's, a Sudoku evaluation's settings) still reads."""
+and their JSON goes through the kit's one codec, each value held to its field's kind."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from arc_kit.settings import (
 )
 
 PACKAGE = Path(__file__).resolve().parent.parent / "arc_kit"
-EARLIER = json.loads((Path(__file__).parent / "data" / "earlier_settings.json").read_text())  # today's kit's files
 
 
 def settings_classes() -> list[type]:
@@ -129,41 +128,61 @@ def test_a_bad_choice_on_the_command_line_is_one_line_naming_the_field(capsys, t
     assert not (tmp_path / "run").exists()
 
 
-def test_settings_today_s_kit_wrote_read_into_the_new_layout():
-    """A run's settings (the test-time training's fields flat, its seed under its old name), a trained model's (the
-    training's fields flat), a Sudoku evaluation's (the solver's fields mirrored): each reads as the same settings."""
-    earlier_run = SolveSettings.from_json(EARLIER["run"], strict=True)  # drafts "all", the default then (neutral)
-    assert earlier_run == SOLVE_PRESETS["dry-run"].replace(drafts="all")
-    assert earlier_run.result_json() == SOLVE_PRESETS["dry-run"].result_json()
-    assert TrainingSettings.from_json(EARLIER["training"]) == TRAINING_PRESETS["smollm2-gpu"]
-    sudoku = SudokuEvalSettings.from_json(EARLIER["sudoku"], strict=True)
-    assert sudoku == SudokuEvalSettings().replace(threshold=0.02, seed=3)  # its batched searches: the one path
-    # a field missing takes the default of where it is held: the test-time training's, not the initial fine-tune's
+def test_settings_json_holds_each_value_to_its_kind_and_knows_no_other_layout():
+    """A field missing takes the default of where it is held; a field no class declares (another layout's) is dropped,
+    or refused where strict; a value not of its field's kind is one line naming its path."""
+    data = SOLVE_PRESETS["dry-run"].to_json()
+    assert SolveSettings.from_json(json.loads(json.dumps(data)), strict=True) == SOLVE_PRESETS["dry-run"]
     assert SolveSettings.from_json({"ttt": {"steps": 8}}).ttt == TEST_TIME_TRAINING.replace(steps=8)
-    with pytest.raises(ValueError, match="unknown LoraTrainingSettings field"):
-        SolveSettings.from_json({"ttt": {"stpes": 8}}, strict=True)
+    other = {**data, "batched": True, "ttt": {**data["ttt"], "seed": 3}}  # fields no settings class declares
+    assert SolveSettings.from_json(other) == SOLVE_PRESETS["dry-run"]
+    with pytest.raises(ValueError, match=r"^unknown SolveSettings field\(s\): batched; known: sampler, "):
+        SolveSettings.from_json(other, strict=True)
+    with pytest.raises(ValueError, match=r"^unknown LoraTrainingSettings field\(s\): seed; known: steps, "):
+        SolveSettings.from_json({"ttt": other["ttt"]}, strict=True)
+    training = TRAINING_PRESETS["smollm2-gpu"].replace(task_sets=("arc-agi-1/training",))
+    assert TrainingSettings.from_json(json.loads(json.dumps(training.to_json())), strict=True) == training
+    for cls, given, line in [
+        (SolveSettings, {"sampler": {"threshold": "0.1"}}, "SolveSettings.sampler.threshold is a string, expected a "
+                                                           "number"),
+        (SolveSettings, {"test_time_training": "no"}, "SolveSettings.test_time_training is a string, expected a "
+                                                      "boolean"),
+        (SolveSettings, {"ttt": 8}, "SolveSettings.ttt is a number, expected an object"),
+        (SolveSettings, {"inference_augmentations": 2.0}, "SolveSettings.inference_augmentations is a number, expected "
+                                                          "an integer"),
+        (SudokuEvalSettings, {"solve": {"sampler": {"count": True}}}, "SudokuEvalSettings.solve.sampler.count is a "
+                                                                     "boolean, expected an integer"),
+        (TrainingSettings, {"data": {"task_sets": ["a", 1]}}, "TrainingSettings.data.task_sets[1] is a number, "
+                                                              "expected a string"),
+        (LoadSettings, [], "LoadSettings is a list, expected an object"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            cls.from_json(given)
+        assert str(error.value) == line
 
 
-def test_a_run_folder_of_today_s_kit_is_resumed_not_refused(tmp_path):
-    """``kaggle run`` and ``solve`` refuse a folder of other settings: never one of their own after an upgrade."""
+def test_a_run_folder_with_a_field_no_settings_declare_is_resumed_not_refused(tmp_path):
+    """``kaggle run`` and ``solve`` read a run folder's settings as any others: a field none declare is dropped."""
     from arc_kit.run.runs import RunFolderError, check_run
 
-    (tmp_path / "run.json").write_text(json.dumps({"settings": EARLIER["run"], "dataset": "d"}))
+    stored = {**SOLVE_PRESETS["dry-run"].to_json(), "batched": True}
+    (tmp_path / "run.json").write_text(json.dumps({"settings": stored, "dataset": "d"}))
     assert check_run(tmp_path, SOLVE_PRESETS["dry-run"], {"dataset": "d"})
     with pytest.raises(RunFolderError, match=r"ttt.steps 8 -> 9"):
         check_run(tmp_path, SOLVE_PRESETS["dry-run"].replace(steps=9), {"dataset": "d"})
 
 
-def test_a_sudoku_evaluation_of_today_s_kit_is_resumed():
+def test_a_sudoku_evaluation_is_resumed_only_with_its_model_and_settings():
     from arc_kit.sudoku.experiment import _same_evaluation
 
     settings = SudokuEvalSettings().replace(threshold=0.02, seed=3)
     identity = {"model": "/m", "settings": settings.result_json()}
-    stored = {"model": "/m", "settings": EARLIER["sudoku"]}  # batched searches then: the one path now
+    stored = {"model": "/m", "settings": settings.to_json()}  # the neutral fields too
     assert _same_evaluation(stored, identity)
     assert _same_evaluation(identity, identity)
     assert not _same_evaluation({**stored, "model": "/other"}, identity)
     assert not _same_evaluation(stored, {**identity, "settings": settings.replace(seed=4).result_json()})
+    assert not _same_evaluation({"model": "/m", "settings": {"solve": []}}, identity)
 
 
 # -- a user's changes (the notebook's CHANGES), checked before anything is made --------------------------------

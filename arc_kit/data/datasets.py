@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json, json_type_name
+from arc_kit.codec import json_type_name
+from arc_kit.data.grids import MAX_SIDE, grid_problems, grid_to_json
 from arc_kit.data.jsonio import parse_json, read_json, write_json_atomically
 from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks

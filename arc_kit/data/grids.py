@@ -17,21 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from arc_kit.codec import json_type_name
+
 MAX_SIDE = 30  # the ARC limit on both height and width
 LARGEST_SIDE = 255  # the most any grid may have on a side (grid_key stores a side in one byte)
 COLOURS = 10  # colours are the integers 0..9
 GRID_DTYPE = np.uint8
 MAX_CELL_PROBLEMS = 10  # bad cells listed per grid before the rest are only counted
 _COLOUR_SET = frozenset(range(COLOURS))
-_JSON_TYPES = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), ((list, tuple), "a list"),
-               (dict, "an object"))  # bool first: True is an int too
-
-
-def json_type_name(value: Any) -> str:
-    """The JSON name of a value's type: object, list, string, number, boolean or null."""
-    if value is None:
-        return "null"
-    return next((name for types, name in _JSON_TYPES if isinstance(value, types)), type(value).__name__)
 
 
 def describe_value(value: Any) -> str:

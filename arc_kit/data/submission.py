@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from arc_kit.codec import json_type_name
 from arc_kit.data.grids import (
     LARGEST_SIDE,
     MAX_SIDE,
@@ -34,7 +35,6 @@ from arc_kit.data.grids import (
     grid_problems,
     grid_to_json,
     grids_equal,
-    json_type_name,
 )
 from arc_kit.data.jsonio import read_json, write_json_atomically
 from arc_kit.data.task_files import parse_tasks

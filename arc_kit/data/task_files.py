@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from arc_kit.data.grids import MAX_SIDE, check_max_side, grid_problems, json_type_name, to_grid
+from arc_kit.codec import json_type_name
+from arc_kit.data.grids import MAX_SIDE, check_max_side, grid_problems, to_grid
 from arc_kit.data.tasks import InvalidDataError, SkippedTask, Task, TaskSet, parse_task, repeated_keys, unreadable_keys
 from arc_kit.names import listed, shown
 

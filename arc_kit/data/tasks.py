@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from arc_kit.codec import json_type_name
 from arc_kit.data.grids import (
     MAX_SIDE,
     check_max_side,
@@ -22,7 +23,6 @@ from arc_kit.data.grids import (
     grid_problems,
     grid_to_json,
     grids_equal,
-    json_type_name,
 )
 from arc_kit.data.pictures import pair_html, task_html
 from arc_kit.names import shown

@@ -3,7 +3,7 @@
 ``AblationRecord`` (``tables.ablation_task``): per stage and test output, the attempts and whether
 they were right; ``SamplerRecord`` (``tables.sampler_task``): one test-time training, then each
 sampler's ``SamplerResult``. Their JSON is derived from these dataclasses as a task's is
-(``run.record_json``: kinds checked, a later kit's fields kept in ``extra``), which also reads and
+(``arc_kit.codec``: kinds checked, a later kit's fields kept in ``extra``); ``run.record_json`` reads and
 writes their files. ``ablation_table`` (paper Table 1, per stage) and ``sampler_table`` (paper Table 2,
 per sampler and aggregation) write ``<table>.md`` and ``<table>.csv`` into the run folder, the paper's
 numbers beside; accuracy is the competition's (either attempt), top-1 beside it. Knows grids, the

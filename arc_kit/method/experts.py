@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
-
-from arc_kit.data.grids import LARGEST_SIDE, grid_to_json, to_grid
 
 
 def product_of_probabilities(nlls: Sequence[float]) -> float:
@@ -57,6 +56,8 @@ class Candidate:
     scoring_nlls: list[float] = field(default_factory=list)  # one per scoring augmentation
     extra: dict = field(default_factory=dict, repr=False, compare=False)  # fields of a later kit, kept as they are
 
+    derived_json: ClassVar[tuple[str, ...]] = ("aggregates",)  # written after the fields (``arc_kit.codec``)
+
     @property
     def best_generation_nll(self) -> float:
         return min(self.generation_nlls.values()) if self.generation_nlls else float("inf")
@@ -73,22 +74,11 @@ class Candidate:
         return (f"Candidate({size} grid, generation NLL {self.best_generation_nll:.3f} (best of "
                 f"{len(self.generation_nlls)} augmentation(s)){scored})")
 
-    def to_json(self) -> dict:
-        """The record layout: the grid, its NLLs, and every aggregate (for readers of the JSON)."""
-        data = {"grid": grid_to_json(self.grid), "generation_nlls": dict(self.generation_nlls),
-                "scoring_nlls": list(self.scoring_nlls)}
-        if self.scoring_nlls:
-            data["aggregates"] = {name: self.aggregate(name) for name in AGGREGATIONS}
-        return {**data, **self.extra}
-
-    @classmethod
-    def from_json(cls, data) -> Candidate:
-        """The inverse of ``to_json``; fields it does not know are kept in ``extra`` (the aggregates are recomputed)."""
-        extra = {key: value for key, value in data.items()
-                 if key not in ("grid", "generation_nlls", "scoring_nlls", "aggregates")}
-        return cls(to_grid(data["grid"], max_side=LARGEST_SIDE),  # a wide set's candidates are wide
-                   {str(k): float(v) for k, v in data.get("generation_nlls", {}).items()},
-                   [float(v) for v in data.get("scoring_nlls", [])], extra)
+    @property
+    def aggregates(self) -> dict[str, float] | None:
+        """Every aggregate, once scored: written into a record for readers of the JSON (``derived_json``), and
+        recomputed, never read back."""
+        return {name: self.aggregate(name) for name in AGGREGATIONS} if self.scoring_nlls else None
 
 
 def select(candidates: Sequence[Candidate], aggregation: str = "product", count: int = 2) -> list[int]:

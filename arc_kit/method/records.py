@@ -5,9 +5,9 @@
 candidates (grids in the task's original frame with their per-augmentation NLLs), the attempts chosen,
 the augmentations used and search statistics. Each record keeps the fields of a later kit it was read
 with (``extra``).
-Their JSON is derived from these dataclasses by ``run.record_json``, which reads and writes the
-record files; a field's metadata says what the JSON needs beyond its name and type (``json``: the
-name it is written under; ``when_set``: left out while None).
+Their JSON is derived from these dataclasses by the kit's one codec (``arc_kit.codec``; ``run.record_json``
+reads and writes the record files); a field's metadata says what the JSON needs beyond its name and type
+(``json``: the name it is written under; ``when_set``: left out while None).
 
 This module is the only place that declares a task record's layout. It knows grids and candidates; it
 knows nothing of models, settings, JSON or how the records were made.

@@ -1,8 +1,8 @@
 """Solving task sets: run folders, the planner, a pool of Ray actors.
 
 ``runs`` keeps a run folder resumable and writes its submission and its end line (``locking`` holds a
-folder for one process; ``record_json`` reads and writes the records' files, their JSON derived from
-the record dataclasses);
+folder for one process; ``record_json`` reads and writes the records' files, their JSON the kit's one codec's, grids its
+leaf);
 ``planner`` fits a run into its time, ``expectations`` guesses its first speeds by one stated prior
 (a decode step's memory-bandwidth floor on the device times a factor; its table per model size and
 GPU; how many workers share a GPU), and ``estimates`` prices a run at the speeds an earlier one

@@ -23,8 +23,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from arc_kit import codec
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
 from arc_kit.settings import DEFAULT_TOKEN_BUDGET, BudgetSettings, SolveSettings, ladder
@@ -108,7 +110,7 @@ class Speeds:
         return sum(getattr(self, part) * units[part] for part, _ in PARTS)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return codec.to_json(self)
 
     def sources(self) -> list[str]:
         """Which parts' speeds were measured (on how many tasks) and which guessed (and from what), a line each."""
@@ -119,14 +121,14 @@ class Speeds:
             ([f"guessed: {', '.join(guessed)}, for {self.guess or 'the fixed assumption'}"] if guessed else [])
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Speeds:
-        """The inverse of ``to_json``; what is missing takes the assumed value (ValueError when it is no object)."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"speeds: expected an object, got {type(data).__name__}")
-        parts = {part: float(data[part]) for part, _ in PARTS
-                 if isinstance(data.get(part), (int, float)) and data[part] > 0}
-        return cls(**parts, measured_tasks=int(data.get("measured_tasks", 0)), guess=str(data.get("guess") or ""),
-                   measured_parts={str(k): int(v) for k, v in dict(data.get("measured_parts") or {}).items()})
+    def from_json(cls, data: Any) -> Speeds:
+        """The inverse of ``to_json`` (``codec.from_json``: ValueError in one line for what is not of its kind); what
+        is missing, and a part's speed that is no positive finite number (a damaged file's), takes the assumed value."""
+        speeds, assumed = codec.from_json(cls, data, "speeds"), cls()
+        for part, _ in PARTS:
+            if not 0 < getattr(speeds, part) < math.inf:
+                setattr(speeds, part, getattr(assumed, part))
+        return speeds
 
 
 def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:

@@ -5,7 +5,7 @@ in one class (a test holds every class to it), with a one-line reason (``help``)
 (the paper's appendix table, the authors' code, or ours and why; the table is in ``docs/method.md``)
 and is what ``--help`` prints. What two stages share is one dataclass both hold
 (``LoraTrainingSettings``: the initial fine-tune's and test-time training's). ``base`` holds what every
-settings dataclass shares (checks, JSON that reads an older kit's layout, the command-line options);
+settings dataclass shares (checks, JSON through the kit's one codec ``arc_kit.codec``, the command-line options);
 ``training`` the training stages; ``solving`` the solver, the run's time caps and its pool of Ray
 actors (its watchdog's limits), the competition job, the Sudoku evaluation and how a model is loaded;
 ``presets`` the named presets, the from-scratch models' too (and nowhere else), and the ladder. Import

@@ -4,12 +4,13 @@
 prints: the command line is generated from these fields (``options``), so it cannot disagree with what
 runs. What a field takes (a number's range, ``Bounds``; a word's ``choices``) is declared on it and checked
 once, by ``Settings`` as the object is made: one ValueError line naming the field, the value and what it
-takes. ``Settings`` gives every settings dataclass ``replace``, ``to_json``, ``result_json`` and
-``from_json``, which reads what an older or newer kit wrote (``upgraded``). ``changed`` applies a user's changes
+takes. ``Settings`` gives every settings dataclass ``replace``, ``result_json``, and ``to_json`` and
+``from_json``: the kit's one codec's (``arc_kit.codec``), each value held to its field's kind, a field missing
+taking its default, an unknown one dropped (``strict``: refused). ``changed`` applies a user's changes
 by dotted path (the notebook's ``CHANGES``), each checked against what its field takes before anything is made;
 ``described`` lists the paths a change may name.
 
-This module needs only the standard library; it knows nothing of any stage's settings, nor of models,
+This module needs only the standard library and the codec; it knows nothing of any stage's settings, nor of models,
 tasks or files.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from arc_kit import codec
 from arc_kit.names import listed, shown
 
 DEFAULT_TOKEN_BUDGET = 8192  # the authors' cap on a prompt plus its answer, and on a training sequence, for every
@@ -78,19 +80,18 @@ ANY_NUMBER = Bounds()  # a number field without a declared range: finite is all 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
             choices: tuple | None = None, neutral: bool = False, default_factory: Any = dataclasses.MISSING,
             command_line: bool = True, at_least: float | None = None, above: float | None = None,
-            at_most: float | None = None, below: float | None = None, formerly: str | None = None,
-            flags: Mapping[str, str] | None = None):
+            at_most: float | None = None, below: float | None = None, flags: Mapping[str, str] | None = None):
     """A dataclass field with its reason (``help``), its command-line ``flag`` and whether it changes results.
 
     ``neutral`` fields (batch sizes, say) never change what a run produces, so a run folder made with
     other values may be resumed. ``command_line=False`` keeps a field off the generated options. A number's
     range: ``at_least`` or ``above``, ``at_most`` or ``below`` (``Bounds``); a word's: ``choices``; both
-    checked as the settings are made. ``formerly``: the name an earlier kit wrote the field under. For a
-    field holding nested settings, ``flags`` maps the dotted paths of the nested fields that are options
-    here to their flags (the others are not options here); without it, every nested option with its own flag.
+    checked as the settings are made. For a field holding nested settings, ``flags`` maps the dotted paths
+    of the nested fields that are options here to their flags (the others are not options here); without it,
+    every nested option with its own flag.
     """
     metadata = {"help": help, "flag": flag, "choices": choices, "neutral": neutral, "command_line": command_line,
-                "bounds": Bounds.of(at_least, above, at_most, below), "formerly": formerly, "flags": flags}
+                "bounds": Bounds.of(at_least, above, at_most, below), "flags": flags}
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -111,8 +112,6 @@ def _nested(hint: Any) -> type | None:
 class Settings:
     """What every settings dataclass can do: check itself as it is made, replace, to and from JSON, compare on
     what matters (a subclass with its own ``__post_init__`` calls this one first)."""
-
-    retired: typing.ClassVar[tuple[str, ...]] = ()  # fields an earlier kit wrote that choose nothing any more
 
     def __post_init__(self):
         """Every field's declared range (numbers: finite, whole for an int) and choices; ValueError in one line."""
@@ -138,57 +137,22 @@ class Settings:
         settings = dataclasses.replace(self, **{name: value for name, value in changes.items() if name in known})
         for name, value in changes.items():
             if name not in known:
-                path = _declared_path(type(self), name, former=False)
+                path = _declared_path(type(self), name)
                 if path is None:
                     raise TypeError(f"{type(self).__name__} has no field {name!r}, nor do its nested settings")
                 settings = replace_path(settings, path, value)
         return settings
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """These settings as JSON, every field by its name (``codec.to_json``)."""
+        return codec.to_json(self)
 
     @classmethod
-    def from_json(cls, data: Mapping, *, strict: bool = False, defaults: Settings | None = None):
-        """The inverse of ``to_json``; unknown fields are dropped (``strict``: ValueError naming them). A field
-        missing takes its value from ``defaults`` (the enclosing settings' default for a nested one), else the
-        class default; one an earlier kit wrote elsewhere is read where it is declared now (``upgraded``)."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-        data, defaults = cls.upgraded(data), cls() if defaults is None else defaults
-        known = [item.name for item in dataclasses.fields(cls)]
-        unknown = [name for name in data if name not in known]
-        if unknown and strict:
-            raise ValueError(f"unknown {cls.__name__} field(s): {listed(map(shown, unknown))}; known: "
-                             f"{listed(known)}")
-        hints = typing.get_type_hints(cls)
-        values = {name: _nested(hints[name]).from_json(value, strict=strict, defaults=getattr(defaults, name))
-                  if _nested(hints[name]) and isinstance(value, Mapping) else value
-                  for name, value in data.items() if name in known}
-        return dataclasses.replace(defaults, **values)
-
-    @classmethod
-    def upgraded(cls, data: Mapping) -> dict:
-        """``data`` in this kit's layout: a field under its former name renamed, and a field that an earlier kit
-        wrote at this level, and that nested settings declare now, moved in there (field names are unique
-        across the settings classes, so its place is never in doubt); a ``retired`` field dropped."""
-        data = {name: value for name, value in data.items() if name not in cls.retired}
-        known = {item.name: item for item in dataclasses.fields(cls)}
-        for item in known.values():
-            former = item.metadata.get("formerly")
-            if former in data and item.name not in data:
-                data[item.name] = data.pop(former)
-        for name in [name for name in data if name not in known]:
-            path = _declared_path(cls, name)
-            if path is None:
-                continue
-            inner = data
-            for step in path[:-1]:
-                if not isinstance(inner.get(step, {}), Mapping):
-                    break
-                inner[step] = inner = dict(inner.get(step, {}))
-            else:
-                inner.setdefault(path[-1], data.pop(name))
-        return data
+    def from_json(cls, data: Any, *, strict: bool = False):
+        """The inverse of ``to_json`` (``codec.from_json``): each value held to its field's kind, a field missing
+        taking its default (a nested one the default of where it is held), an unknown one dropped (``strict``:
+        ValueError naming it); one line naming the field for what is wrong."""
+        return codec.from_json(cls, data, cls.__name__, strict=strict)
 
     def result_json(self) -> dict:
         """``to_json`` without the neutral fields: what two runs must share to be one run."""
@@ -207,16 +171,11 @@ def _leaves(cls: type, prefix: tuple[str, ...] = (), holders: tuple = ()) -> Ite
             yield (*prefix, item.name), item, hints[item.name], holders
 
 
-def _declared_path(cls: type, name: str, former: bool = True) -> tuple[str, ...] | None:
-    """Where field ``name`` lives inside the nested settings of ``cls`` (by its name now, else, ``former``, by a
-    former one), as field names from ``cls`` down; None when no nested settings declare it, or more than one."""
-    nested = [(path, item) for path, item, _, holders in _leaves(cls) if holders]
-    for key in ("name", "formerly")[:1 + former]:
-        found = [path for path, item in nested
-                 if name == (item.name if key == "name" else item.metadata.get("formerly"))]
-        if found:
-            return found[0] if len(found) == 1 else None
-    return None
+def _declared_path(cls: type, name: str) -> tuple[str, ...] | None:
+    """Where field ``name`` lives inside the nested settings of ``cls``, as field names from ``cls`` down; None when
+    no nested settings declare it, or more than one."""
+    found = [path for path, item, _, holders in _leaves(cls) if holders and item.name == name]
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,6 @@ class SamplerSettings(Settings):
 class SolveSettings(Settings):
     """The whole method's settings; defaults are the paper's final configuration."""
 
-    retired = ("batched", "engine")  # the views' searches and the decode engine are one path each now
-
     sampler: SamplerSettings = setting(default_factory=SamplerSettings, help="candidate generation")
     inference_augmentations: int = setting(16, "each symmetry twice, fresh colours and pair order each time",
                                            flag="--augmentations", at_least=1, at_most=1024)
@@ -223,8 +221,6 @@ SUDOKU_FLAGS = {"sampler.threshold": "--threshold", "inference_augmentations": "
 @dataclass(frozen=True)
 class SudokuEvalSettings(Settings):
     """The paper's Sudoku evaluation: the solver's settings (``SUDOKU_SOLVING``), top-1, and a greedy diagnostic."""
-
-    retired = ("batched",)  # the solver's, as an earlier kit mirrored it here
 
     solve: SolveSettings = setting(SUDOKU_SOLVING, "the solver: DFS under the inference views, the identity first; "
                                    "the product of experts over fresh scoring views", flags=SUDOKU_FLAGS)

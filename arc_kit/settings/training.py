@@ -40,10 +40,9 @@ class SequenceSettings(Settings):
     max_pairs: int = setting(7, "random: most pairs per sequence (ours; ARC tasks have 3-7)", at_least=1, at_most=1000)
     max_tokens: int = setting(DEFAULT_TOKEN_BUDGET, "token budget of a sequence; earlier pairs are dropped (the last "
                               "first) to fit (authors: max_tokens=8192 in finetune_NemoReArc1200.py); cut to the "
-                              "model's positions", flag="--max-len", at_least=64, at_most=1 << 20,
-                              formerly="max_len")
+                              "model's positions", flag="--max-len", at_least=64, at_most=1 << 20)
     fixed_background: bool = setting(False, "keep colour 0 fixed (authors: all 10 colours permuted)",
-                                     flag="--keep-background", formerly="keep_background")
+                                     flag="--keep-background")
 
     def __post_init__(self):
         super().__post_init__()  # the declared ranges and choices
@@ -72,7 +71,7 @@ class DataSettings(Settings):
 
     def __post_init__(self):
         super().__post_init__()  # the declared ranges
-        object.__setattr__(self, "task_sets", tuple(str(name) for name in self.task_sets))  # a list from JSON
+        object.__setattr__(self, "task_sets", tuple(str(name) for name in self.task_sets))  # a list given
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ class LoraTrainingSettings(Settings):
                                       "without an example (paper, section 5.2; authors: mask_first_n_examples=1)")
     training_seed: int = setting(0, "seeds the LoRA initialisation (every task's test-time training starts from it) "
                                  "and every drawn sequence (ours; authors: 42 for the global generators)",
-                                 flag="--seed", at_least=0, below=2**63, formerly="seed")
+                                 flag="--seed", at_least=0, below=2**63)
 
 
 # The paper's test-time training (Appendix B, test-time column): 64 steps of one sequence (the authors: the 8

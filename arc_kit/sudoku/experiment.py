@@ -173,7 +173,7 @@ def draw_sudoku_curve(curve, run_threshold: float | None = None, title: str = ""
 
 def _same_evaluation(stored, identity: dict) -> bool:
     """True when ``evaluation.json``'s ``stored`` identity is ``identity``'s: the same model, and settings that read
-    (an earlier kit's layout too) as the same."""
+    as the same."""
     if not isinstance(stored, dict) or stored.get("model") != identity["model"]:
         return False
     try:
