@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -262,6 +263,26 @@ def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_mod
     loaded = load_model(recorded.path, device="cpu")
     assert loaded.token_budget() == 5000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 5000
     assert load_model(long.path, device="cpu").encoder().max_len == 8192
+
+
+def test_a_model_folder_is_read_once_until_it_changes(micro_folder, tmp_path, monkeypatch):
+    """Every caller asks one description of a folder: a second ask reads no file, the load shares its tokenizer; a
+    file written since makes the next ask read the folder again (at once while its files are seconds old)."""
+    from arc_kit.model import description
+
+    folder = Path(shutil.copytree(micro_folder, tmp_path / "model"))
+    for path in folder.iterdir():  # an old folder, as a model is (a folder written just now is read at every ask)
+        os.utime(path, (1e9, 1e9))
+    first = read_model_folder(folder)
+    assert first.kind == "plain" and first.token_budget() == first.config["max_position_embeddings"]
+    with monkeypatch.context() as patched:
+        patched.setattr(description, "_read", lambda *_: pytest.fail("the folder was read again"))
+        assert read_model_folder(folder) is first and read_model_folder(str(folder)) is first
+        assert load_model(folder, device="cpu").tokenizer is first.tokenizer
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 300}))
+    again = read_model_folder(folder)
+    assert again is not first and again.token_budget() == 300 and read_model_folder(folder) is not again
 
 
 def test_a_loaded_model_generates_grid_tokens(micro_folder, tasks):

@@ -35,6 +35,7 @@ from typing import Any
 from arc_kit import progress
 from arc_kit.model.bases import build_base, built_folder, is_built
 from arc_kit.model.description import read_model_folder
+from arc_kit.model.folders import is_delta_folder
 from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
@@ -202,9 +203,9 @@ def model_folders(model: str | os.PathLike, load_options: dict) -> dict[str, str
 def prepare_model(model: str | os.PathLike, load_options: dict | None, progress: bool = True) -> dict:
     """The load options the actors get: for a base-plus-delta model, its base built once here (or found built)."""
     options = dict(load_options or {})
-    name = read_model_folder(model).base_name
-    if name is None or options.get("base_model"):
+    if not is_delta_folder(model) or options.get("base_model"):
         return options
+    name = read_model_folder(model).base_name
     started, built = time.monotonic(), is_built(built_folder(name), name)
     folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
                         progress=progress)
