@@ -230,7 +230,7 @@ def read_model_folder(path: str | os.PathLike, base_model: str | os.PathLike | N
     one this process read before while neither the folder's listing nor its base's has changed."""
     path = Path(path)
     base_model = str(base_model) if base_model else None
-    key = (path, path.resolve(), base_model)
+    key = (path, os.path.abspath(path), base_model)  # a relative path, from where it was asked
     kept = _DESCRIPTIONS.get(key)
     if kept is not None and _stamp(path, kept.kind, kept.delta_index, kept.configs, base_model) == kept.stamp:
         _DESCRIPTIONS.move_to_end(key)
@@ -274,6 +274,7 @@ def _base_location(kind: str, delta_index: dict, configs: dict, base_model: str 
 
 
 def _stamp(path: Path, kind: str, delta_index: dict, configs: dict, base_model: str | None) -> tuple:
+    """The folder's listing, where its base is and the base's listing: what a kept description is checked against."""
     base = _base_location(kind, delta_index, configs, base_model)
     return _listing(path), base, _listing(base)
 
