@@ -64,14 +64,14 @@ def draw_all(run: Run, re_arc: str, model: str, progress: bool):
     """(dataset, [(pool, examples written, pass)] of every item) of one run; pools loaded for the run's data."""
     from tqdm import tqdm
 
-    from arc_kit.model.loading import load_encoder
+    from arc_kit.model.description import read_model_folder
     from arc_kit.model.training_data import SequenceDataset, pretraining_data
     from arc_kit.settings import training_preset
 
     settings = training_preset(run.preset)
     sequences = settings.sequences.replace(**run.changes)
     data = pretraining_data(re_arc, settings.data)
-    encoder = load_encoder(model, max_len=sequences.max_tokens)
+    encoder = read_model_folder(model).encoder(max_len=sequences.max_tokens)
     dataset = SequenceDataset(data.pools, encoder, sequences, weights=data.weights, seed=settings.lora.training_seed,
                               length=run.sequences, repeatable=data.repeatable)
     drawn_so_far, items = Counter(), []  # the random sampler's passes: examples drawn from each pool so far

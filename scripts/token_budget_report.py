@@ -21,9 +21,10 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=8192)
     args = parser.parse_args()
     from arc_kit.data.datasets import load_tasks
-    from arc_kit.model.loading import default_model_path, load_encoder
+    from arc_kit.model.description import read_model_folder
+    from arc_kit.model.loading import default_model_path
 
-    encoder = load_encoder(args.model or default_model_path(), max_len=10**7)
+    encoder = read_model_folder(args.model or default_model_path()).encoder(max_len=10**7)
     for name in args.datasets:
         lengths = [len(encoder.encode_prompt(task.train, pair.input, log_drops=False)) + encoder.max_answer_len
                    for task in load_tasks(name).tasks() for pair in task.test]

@@ -572,11 +572,11 @@ def test_base_build_offline_with_an_empty_cache_says_what_to_run(capsys, tmp_pat
 
 def test_dry_run_picks_the_shortest_tasks_by_prompt_tokens(capsys, tmp_path, files, fallback_model):
     from arc_kit.data.datasets import load_tasks
-    from arc_kit.model.loading import load_encoder
+    from arc_kit.model.description import read_model_folder
     from arc_kit.run.planner import measure
 
     tasks = load_tasks(str(files / "challenges.json"), str(files / "solutions.json"))
-    encoder = load_encoder(fallback_model)
+    encoder = read_model_folder(fallback_model).encoder()
     sizes = {task.id: measure(task, encoder, 10**7) for task in tasks.tasks()}
     lengths = {task_id: size.prompt_tokens + size.answer_tokens for task_id, size in sizes.items()}
     status, out, _ = run(capsys, "dry-run", "--dataset", files / "challenges.json", "--solutions",

@@ -8,7 +8,7 @@ import pytest
 from test_planner import MEASURED, measured_records
 
 from arc_kit.cli import main
-from arc_kit.model.loading import load_encoder, token_budget_of
+from arc_kit.model.description import read_model_folder
 from arc_kit.run.estimates import Machine, estimate_from_folder, plan, read_measured_run
 from arc_kit.run.expectations import LLAMA_1B, expected_seconds, gpu_named, guessed_speeds, shape_of_folder
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure, speeds_from_records, work_units
@@ -52,15 +52,16 @@ def write_kaggle_run(working, task_set, records, settings=MEASURED, shape=None) 
 def test_a_measured_figure_is_every_task_at_the_measured_speeds_on_the_device_that_measured_them(
         tmp_path, kaggle_files, small_task_set, model_folder):
     records = write_measured_run(tmp_path / "run", kaggle_files, small_task_set.ids, {"device": "CPU"})
-    encoder = load_encoder(model_folder, max_len=MEASURED.max_len)
+    encoder = read_model_folder(model_folder).encoder(max_len=MEASURED.max_len)
     measured = speeds_from_records(records, small_task_set, encoder, MEASURED)
     target = SolveSettings(inference_augmentations=2, scoring_augmentations=8, ttt=TEST_TIME_TRAINING.replace(steps=3))
-    for wanted, settings in ((None, MEASURED), (target, target.replace(max_len=token_budget_of(model_folder)))):
+    budget = read_model_folder(model_folder).token_budget()
+    for wanted, settings in ((None, MEASURED), (target, target.replace(max_len=budget))):
         estimate = estimate_from_folder(tmp_path / "run", small_task_set, model_folder, wanted)
         figure = estimate.figure("measured")
         assert figure.speeds.to_json() == {**measured.to_json(), "guess": figure.speeds.guess}  # all measured
         assert figure.machine == Machine("CPU", 0, 1) and estimate.settings == settings
-        counting = load_encoder(model_folder, max_len=settings.max_len)
+        counting = read_model_folder(model_folder).encoder(max_len=settings.max_len)
         expected = {"training": 0.0, "generation": 0.0, "scoring": 0.0}
         for task in small_task_set.tasks():
             units = work_units(measure(task, counting, settings.max_len), settings)
@@ -206,8 +207,8 @@ def test_a_guessed_figure_on_gpus_is_the_tables_cell(small_task_set, model_folde
     paper = solve_preset("paper")
     guessed = estimate_from_folder(None, small_task_set, model_folder, paper, device="L4", gpus=4,
                                    workers_per_gpu=8).figure("guessed")
-    settings = paper.replace(max_len=token_budget_of(model_folder))
-    encoder = load_encoder(model_folder, max_len=settings.max_len)
+    settings = paper.replace(max_len=read_model_folder(model_folder).token_budget())
+    encoder = read_model_folder(model_folder).encoder(max_len=settings.max_len)
     sizes = [measure(task, encoder, settings.max_len) for task in small_task_set.tasks()]
     seconds, lanes = expected_seconds(sizes, settings, shape_of_folder(model_folder), gpu_named("L4"), 4)
     assert guessed.seconds == pytest.approx(seconds) and lanes == settings.inference_augmentations

@@ -110,11 +110,11 @@ def test_the_factor_gives_back_the_paper_run_it_comes_from(model_folder):
     """The prior, put on the paper's timed run (400 tasks, its 8B in 4 bits on one RTX 4090, one augmentation
     searched at a time), gives its generation time within 5%; the table's check line says the rest."""
     from arc_kit import load_dataset
-    from arc_kit.model.loading import load_encoder
+    from arc_kit.model.description import read_model_folder
     from arc_kit.run.expectations import PAPER_RUN, paper_check
     from arc_kit.run.planner import measure
 
-    encoder = load_encoder(model_folder, max_len=PAPER.max_len)  # every shrunk model writes a symbol a token
+    encoder = read_model_folder(model_folder).encoder(max_len=PAPER.max_len)  # every shrunk model: a symbol a token
     sizes = [measure(task, encoder, PAPER.max_len) for task in load_dataset("arc-agi-1/evaluation").tasks()]
     seconds, _ = expected_seconds(sizes, PAPER, NEMO_8B.with_four_bit(), gpu_named("RTX 4090"), 1, lanes=1)
     assert seconds["generation"] == pytest.approx(PAPER_RUN["generation"], rel=0.05)

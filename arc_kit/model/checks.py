@@ -5,7 +5,8 @@ Each refusal is one line: a config size that is no positive whole number or that
 minutes); weights missing or cut short (every shard an index names, every safetensors header against
 its file); a pickled ``.bin`` that is not plain tensors (read with ``torch.load(weights_only=True)``;
 the message never suggests the unsafe way round); a config that does not fit its weights' embedding;
-weights larger than this machine's memory. ``load_model`` and ``arc-kit check-model`` both go through here.
+weights larger than this machine's memory. A folder's description (``description``) asks them for every
+caller: the load, a pool's driver, ``arc-kit check-model``.
 
 Knows files, headers and shapes; builds no model, and knows nothing of tokenizers, memory beyond
 the weights (``memory``) or tasks.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.model.folders import ModelFolderError, first_line, read_json
-from arc_kit.model.memory import GIB, Architecture, weight_bytes
+from arc_kit.model.memory import GIB, Architecture
 
 # Far above every released model (the largest have ~130 layers, hidden 16384 to 25600, 262k tokens),
 # far below what would hang a machine allocating it.
@@ -210,22 +211,13 @@ def check_fits_machine(needed: int, what: str, device: str = "cpu") -> None:
                                     "or choose a smaller model (arc-kit check-model shows what it needs)")
 
 
-def check_before_load(folder: Path, adapter: Path | None = None, device: str | None = "cpu", value_bytes: int = 4,
-                      four_bit: bool = False) -> tuple[Architecture, WeightFiles]:
-    """The module docstring's checks (one line each), a quantization the kit does not load and an adapter's weights;
-    the weights (``value_bytes`` each) against ``device``'s memory unless it is None (check-model: the GPUs')."""
-    config = read_json(folder / "config.json")
+def checked_architecture(config: dict, folder: Path) -> Architecture:
+    """The architecture of ``config``, ``folder``'s config.json's; refused in one line when it has none, or holds
+    a quantization the kit does not load."""
     if not config:
         raise ModelFolderError(f"{folder} has no config.json (or an empty one): it is no model folder")
     architecture = architecture_of(config, folder / "config.json")
     if architecture.quantization and not architecture.four_bit:
         raise UnsupportedSetupError(f"{folder} holds {architecture.quantization} weights; the kit loads unquantized "
                                     "or bitsandbytes 4-bit weights")
-    weights = weight_files(folder)
-    check_against_weights(architecture, weights, folder / "config.json")
-    if adapter is not None:
-        weight_files(adapter, stem="adapter_model")
-    if device is not None:
-        needed = weight_bytes(architecture, value_bytes, four_bit or architecture.four_bit)
-        check_fits_machine(needed, f"the model in {folder} ({value_bytes} bytes a weight)", device)
-    return architecture, weights
+    return architecture

@@ -2,11 +2,12 @@
 
 ``save_delta`` writes what a peft model adds to a base of ``bases.BASES`` (the LoRA adapter and the
 fully trained embedding and head rows) as a peft adapter config and safetensors shards of under
-16 MiB, with ``delta.json`` naming the base and the shards; ``apply_delta`` puts them back on the
-built base. The adapter config holds only the keys that the oldest peft the kit supports knows
-(``portable_adapter_config``): a newer peft writes keys of its own features, which an older one (Kaggle's
-image has 0.18.1) reads with a warning to upgrade. This module knows the delta's files; it knows nothing
-of where the base comes from (``bases``, ``loading``), of devices, nor of training.
+16 MiB, with ``delta.json`` naming the base and the shards; ``apply_delta`` puts the shards that
+``description`` read from ``delta.json`` back on the built base. The adapter config holds only the keys that
+the oldest peft the kit supports knows (``portable_adapter_config``): a newer peft writes keys of its own
+features, which an older one (Kaggle's image has 0.18.1) reads with a warning to upgrade. This module knows
+the delta's files; it knows nothing of where the base comes from (``bases``, ``loading``), of devices, nor of
+training.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from arc_kit.model.folders import DELTA_INDEX, ModelFolderError, first_line, read_json
@@ -99,23 +101,20 @@ def make_adapter_config_portable(folder: str | os.PathLike) -> Path:
     return replace_file(target, json.dumps(saved, indent=2) + "\n")
 
 
-def apply_delta(model, path: str | os.PathLike):
-    """The base ``model`` with the delta of folder ``path`` merged into its weights: a plain model."""
+def apply_delta(model, path: str | os.PathLike, shards: Sequence[Path]):
+    """The base ``model`` with the delta of folder ``path`` merged into its weights: a plain model. ``shards``: the
+    files its delta.json names (``description.ModelFolder.own_weights``, which checks their names)."""
     from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
 
     path = Path(path)
-    shards = read_json(path / DELTA_INDEX).get("shards")
-    if not isinstance(shards, list) or not all(isinstance(name, str) and SHARD_NAME.fullmatch(name) for name in shards):
-        raise ModelFolderError(f"{path / DELTA_INDEX} names no shards, or shards not named as the kit names them "
-                               "(delta-00001-of-00002.safetensors)")
     config = LoraConfig.from_pretrained(str(path))  # peft reads the adapter's config: no code of the folder's
     state = {}
-    for name in shards:
+    for shard in shards:
         try:
-            state.update(load_file(str(path / name)))
+            state.update(load_file(str(shard)))
         except Exception as error:  # safetensors raises its own error types for damaged files
-            raise ModelFolderError(f"cannot read {path / name}: {first_line(error)}") from None
+            raise ModelFolderError(f"cannot read {shard}: {first_line(error)}") from None
     with quiet_peft(model):
         wrapped = get_peft_model(model, config)
     dtype = next(model.parameters()).dtype

@@ -9,7 +9,7 @@ folder that asks to run code of its own (``auto_map``: every transformers and pe
 never imported, never copied), and finds the model the kit ships. ``MODEL_KIND`` and ``BUILT_MODEL_KIND`` are
 a model folder as an output (``outputs``): their layouts, by exact name, are what the commands that write one
 (shrink and base merge, create-model) may replace. It knows nothing of how a model is built, merged or placed
-on a device (``loading``), nor of tasks.
+on a device (``loading``), nor of tasks; what a folder is, read once for every caller, is ``description``'s.
 """
 
 from __future__ import annotations
@@ -102,13 +102,17 @@ def read_json(path: Path) -> dict:
     return data
 
 
-def refuse_custom_code(folder: Path) -> None:
-    """ModelFolderError in one line when ``folder``'s config or tokenizer config asks for code of its own
-    (``auto_map``: transformers would import the folder's Python files): arc-kit never runs it."""
+def refuse_custom_code(folder: Path) -> dict[str, dict]:
+    """``folder``'s config, tokenizer, adapter and preprocessor configs, by name ({} each when absent);
+    ModelFolderError in one line when one asks for code of its own (``auto_map``: transformers would import the
+    folder's Python files): arc-kit never runs it."""
+    configs = {}
     for name in CUSTOM_CODE_FILES:
-        if read_json(folder / name).get("auto_map"):
+        configs[name] = read_json(folder / name)
+        if configs[name].get("auto_map"):
             raise ModelFolderError(f"{folder / name} asks to run code of its own (auto_map): arc-kit never runs a "
                                    "model folder's code; use a model whose architecture transformers ships")
+    return configs
 
 
 def code_files(folder: Path) -> list[str]:
@@ -146,8 +150,9 @@ def first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def checked_model_folder(path: str | os.PathLike) -> Path:
-    """``path`` as a Path, or FileNotFoundError when it is no model folder.
+def checked_configs(path: str | os.PathLike) -> dict[str, dict]:
+    """The configs of model folder ``path`` (``refuse_custom_code``'s), read once it is checked: FileNotFoundError
+    when it is no model folder, ModelFolderError in one line when it is damaged or asks for code of its own.
 
     Checked before transformers sees it: a name that is no local folder would be read as a hub id,
     and offline that fails with a message about connecting to huggingface.co; a FIFO or a device in it would
@@ -164,8 +169,7 @@ def checked_model_folder(path: str | os.PathLike) -> Path:
     if large:  # a tokenizer reads its files whole: a "bomb" of gigabytes would fill the memory
         raise ModelFolderError(f"{large[0]} holds {large[0].stat().st_size:,} bytes, more than any such file "
                                f"({JSON_BYTES:,}): the folder is damaged")
-    refuse_custom_code(path)
-    return path
+    return refuse_custom_code(path)
 
 
 def read_weights(auto_class, folder: Path, arguments: dict):

@@ -33,7 +33,7 @@ from typing import Any
 
 from arc_kit.data.jsonio import check_regular_file
 from arc_kit.model import devices
-from arc_kit.model.folders import JSON_BYTES, MODEL_KIND, checked_model_folder, first_line, load_tokenizer
+from arc_kit.model.folders import JSON_BYTES, MODEL_KIND, checked_configs, first_line, load_tokenizer
 from arc_kit.names import listed
 from arc_kit.outputs import OutputRefused, check_folder, claim_folder, inside, replace_file, small_json, staged_into
 from arc_kit.text import TextFormat
@@ -264,7 +264,7 @@ def shrink_model_folder(source: str | os.PathLike, destination: str | os.PathLik
         raise OutputRefused(f"{source} lies inside {destination}: writing there would replace the model being shrunk; "
                             "give another destination")
     check_folder(destination, MODEL_KIND, "shrink", overwrite=overwrite, option="the destination")
-    checked_model_folder(source)  # a FIFO in it, a broken config, or one that asks for the folder's own code: refused
+    checked_configs(source)  # a FIFO in it, a broken config, or one that asks for the folder's own code: refused
     check_regular_file(Path(source) / "config.json", "model's config.json")  # an adapter's folder has none
     tokenizer = load_tokenizer(Path(source))  # none, or a broken file: check-model's line
     tokens_to_keep(tokenizer, text_format, kept)  # a tokenizer that cannot be shrunk fails before the weights load

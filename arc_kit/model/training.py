@@ -26,8 +26,9 @@ from typing import Any
 from arc_kit.model import devices
 from arc_kit.model.bases import BASES, build_base, built_base_name
 from arc_kit.model.deltas import make_adapter_config_portable, save_delta
+from arc_kit.model.description import cut_to_limit
 from arc_kit.model.folders import save_model
-from arc_kit.model.loading import create_model, cut_to_limit, load_model
+from arc_kit.model.loading import create_model, load_model
 from arc_kit.model.optimization import (
     add_lora,
     build_optimizer,
@@ -86,7 +87,7 @@ def token_budget_after_training(from_scratch: bool, trained_length: int, max_pos
     A model trained from scratch has seen no position past its training sequences; a fine-tuned
     pretrained model keeps what its pretraining gave it (its maximum positions) and never less than
     what it was fine-tuned on. A record for the reader: the budget at inference is the authors' cap
-    for every model, bounded by the maximum positions only (``loading.token_budget_of``).
+    for every model, bounded by the maximum positions only (``ModelFolder.token_budget``).
     """
     if from_scratch or not max_positions:
         return trained_length

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from arc_kit import progress
-from arc_kit.data.jsonio import read_json
 from arc_kit.model.bases import build_base, built_folder, is_built
-from arc_kit.model.loading import DELTA_INDEX, is_delta_folder
+from arc_kit.model.description import read_model_folder
+from arc_kit.model.folders import is_delta_folder
 from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
@@ -193,8 +193,8 @@ def model_folders(model: str | os.PathLike, load_options: dict) -> dict[str, str
     (a base-plus-delta's, prepared by ``prepare_model``; an adapter's, given or named in its config)."""
     folders = {"model": str(Path(model).resolve())}
     base = load_options.get("base_model")
-    if base is None and (Path(model) / "adapter_config.json").is_file():
-        base = read_json(Path(model) / "adapter_config.json").get("base_model_name_or_path")
+    if base is None:
+        base = read_model_folder(model).adapter_config.get("base_model_name_or_path")
     if isinstance(base, str) and (Path(base) / "config.json").is_file():
         folders["base_model"] = str(Path(base).resolve())
     return folders
@@ -205,7 +205,7 @@ def prepare_model(model: str | os.PathLike, load_options: dict | None, progress:
     options = dict(load_options or {})
     if not is_delta_folder(model) or options.get("base_model"):
         return options
-    name = read_json(Path(model) / DELTA_INDEX)["base"]
+    name = read_model_folder(model).base_name
     started, built = time.monotonic(), is_built(built_folder(name), name)
     folder = build_base(name, weights=options.get("base_weights"), download=options.get("download_base", True),
                         progress=progress)

@@ -25,8 +25,8 @@ from pathlib import Path
 from arc_kit.data.datasets import load_challenges, load_tasks
 from arc_kit.data.jsonio import read_json
 from arc_kit.data.tasks import InvalidDataError, TaskSet
+from arc_kit.model.description import read_model_folder
 from arc_kit.model.folders import default_model_path
-from arc_kit.model.loading import load_encoder, token_budget_of
 from arc_kit.model.memory import Architecture
 from arc_kit.run.expectations import device_named, guessed_on, shape_of_folder, sized
 from arc_kit.run.planner import (
@@ -272,8 +272,8 @@ def estimate(run: MeasuredRun | None, tasks: TaskSet | None = None, model: str |
     model = run.model if run else Path(model or default_model_path())
     shape = run.shape if run else shape_of_folder(model)
     target = target or (run.settings if run else solve_preset("paper"))
-    target = target.replace(max_len=token_budget_of(model, target.max_len))
-    encoder = load_encoder(model, max_len=target.max_len)
+    target = target.replace(max_len=read_model_folder(model).token_budget(target.max_len))
+    encoder = read_model_folder(model).encoder(max_len=target.max_len)
     sizes = [measure(task, encoder, target.max_len) for task in tasks.tasks()]
     units = {part: sum(work_units(size, target)[part] for size in sizes) for part, _ in PARTS}
     asked = Machine(device, gpus, gpus * workers_per_gpu) if device else (run.machine if run else Machine("CPU", 0, 1))
@@ -300,7 +300,7 @@ def _measured_figures(run: MeasuredRun, asked: Machine, device: str | None, spee
     """The figure at the run's speeds (a part none measured at the prior's for the measuring device): on the machine
     asked about when it is the measuring device (or none is named), else on the run's own, beside it the same
     converted by the user's ``speedup`` (or a note that nothing converts it)."""
-    counting = load_encoder(run.model, max_len=run.settings.max_len)
+    counting = read_model_folder(run.model).encoder(max_len=run.settings.max_len)
     guessed = guessed_on(run.shape, run.machine.device, settings, sizes)
     speeds = speeds_from_records(run.records, run.tasks, counting, run.settings, guessed)
     measuring = device_named(run.machine.device)

@@ -25,14 +25,11 @@ import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import TaskSet
-from arc_kit.model.bases import built_folder
 from arc_kit.model.checks import architecture_of
-from arc_kit.model.folders import DELTA_INDEX, is_delta_folder, read_json
-from arc_kit.model.loading import load_encoder, token_budget_of
+from arc_kit.model.description import read_model_folder
 from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run.planner import (
     PARTS,
@@ -149,15 +146,12 @@ NAMED_BASES = {"smollm2-135m": SMOLLM2_135M}  # a delta's base, when it is not b
 
 
 def shape_of_folder(path: str | os.PathLike) -> Architecture | None:
-    """The shape of a model folder (its config, a delta's base's, or a named base's); None when none says."""
-    path = Path(path)
-    config, name = read_json(path / "config.json"), path.name
-    if not config and is_delta_folder(path):
-        name = str(read_json(path / DELTA_INDEX).get("base"))  # a FIFO or a damaged index: one line
-        config = read_json(built_folder(name) / "config.json")
-        if not config and name in NAMED_BASES:
-            return NAMED_BASES[name]
-    return replace(architecture_of(config, path), name=name) if config.get("num_hidden_layers") else None
+    """The shape of a model folder (its config, its base's, or a named base's); None when none says."""
+    folder = read_model_folder(path)
+    name = folder.base_name or folder.path.name
+    if not folder.config and name in NAMED_BASES:  # a delta whose base is not built here
+        return NAMED_BASES[name]
+    return replace(folder.architecture, name=name) if folder.config.get("num_hidden_layers") else None
 
 
 CUDA_CONTEXT_BYTES = 2**29  # what each process's CUDA context takes on a GPU besides its tensors (about 0.5 GiB)
@@ -334,8 +328,9 @@ def paper_check(sizes: list[TaskSize], settings: SolveSettings) -> str:
 def expectations_for(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, what: str) -> list[str]:
     """The model size x GPU table for ``tasks`` at ``settings`` (tokens counted by ``model``'s tokenizer: every
     shrunk model writes a symbol a token), and the paper's timed run priced the same way."""
-    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))
-    encoder = load_encoder(model, max_len=settings.max_len)
+    folder = read_model_folder(model)
+    settings = settings.replace(max_len=folder.token_budget(settings.max_len))
+    encoder = folder.encoder(max_len=settings.max_len)
     table = expectations_table([measure(task, encoder, settings.max_len) for task in tasks.tasks()], settings, what)
     paper = [measure(task, encoder, settings.max_len) for task in load_tasks(PAPER_CHECK_TASKS).tasks()]
     return [*table, "", paper_check(paper, settings)]

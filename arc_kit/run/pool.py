@@ -50,7 +50,7 @@ from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
 from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
 from arc_kit.model.devices import visible_gpus
-from arc_kit.model.loading import check_loadable, load_encoder, token_budget_of
+from arc_kit.model.description import read_model_folder
 from arc_kit.names import shown
 from arc_kit.provenance import run_info
 from arc_kit.run import actors
@@ -89,9 +89,10 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     """
     out = Path(out)
     check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused at once
-    settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
-    encoder = load_encoder(model, max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
-    check_loadable(model, LoadSettings(**(load_options or {})))  # its weights whole, options the actors take
+    folder = read_model_folder(model, LoadSettings(**(load_options or {})).base_model)  # options the actors take
+    settings = settings.replace(max_len=folder.token_budget(settings.max_len))  # as each actor resolves it
+    encoder = folder.encoder(max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
+    folder.check_weights()  # its weights whole
     import_ray()
     if address:
         check_address(address)

@@ -39,7 +39,7 @@ from arc_kit.data.submission import Score, any_attempt_right, build_submission, 
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
-from arc_kit.model.loading import load_encoder
+from arc_kit.model.description import read_model_folder
 from arc_kit.names import encoded, file_name, listed, shown
 from arc_kit.outputs import (
     FolderKind,
@@ -188,7 +188,7 @@ def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count
     if count and pick == "shortest":
         if model is None:
             raise ValueError("picking the shortest tasks needs a model, whose tokenizer counts the tokens")
-        return tasks.select([*shortest_tasks(tasks, load_encoder(model), count).ids, *tasks.skipped])
+        return tasks.select([*shortest_tasks(tasks, read_model_folder(model).encoder(), count).ids, *tasks.skipped])
     return tasks.head(count) if count else tasks
 
 
