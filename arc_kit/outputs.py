@@ -4,10 +4,8 @@ deleting only what its layout names.
 Claiming a folder. Every command that writes an output folder claims it first (``claim_folder``, or
 ``run.locking.hold_folder`` with a kind). The kit writes into a folder that does not exist yet, is empty, or
 holds the marker ``.arc-kit.json`` that the kit wrote when it made the folder, naming the command and the
-folder's kind; anything else is refused in one line (``OutputRefused``) before a byte is written. A
-marker or nothing: a folder that looks like one an earlier kit made without markers (``FolderKind.legacy``)
-is refused too, saying that ``--adopt`` takes it (``adopt_folder`` writes its marker, and nothing else). A
-symbolic link given as the folder is judged as the folder it points to, a dangling one refused. A single
+folder's kind; anything else is refused in one line (``OutputRefused``) before a byte is written: a
+marker or nothing. A symbolic link given as the folder is judged as the folder it points to, a dangling one refused. A single
 output file (a picture, a CSV) is written where nothing is, or over a file the caller recognises as the
 kit's own (``claim_file``). ``is_made_folder`` tells readers (a folder of task files) which folders hold the
 kit's outputs, to skip them.
@@ -78,7 +76,6 @@ class FolderKind:
     name: str  # "run", "model"...: a folder is only ever claimed again as the kind it was made as
     owned: tuple[str, ...] = ()  # the layout: every entry the kit writes (see the module's docstring)
     resumable: bool = False  # a rerun continues in it; else a folder made earlier is replaced only with overwrite
-    legacy: Callable[[Path], bool] | None = None  # recognises a folder an earlier kit made (adopted only on request)
     quiet: tuple[str, ...] = ()  # top-level entries of the kit's that clearing keeps, unsaid (a lock held meanwhile)
     kept: str = "what it wrote so far"  # what a stopped command leaves in it, in a few words
 
@@ -167,10 +164,6 @@ def check_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
             return check_folder(path, kind, command, overwrite=overwrite, option=option)
         if not foreign:
             return None
-        if kind.legacy is not None and kind.legacy(target):
-            raise OutputRefused(f"{path} looks like {_a(kind.name)} folder that an earlier arc-kit made, but holds "
-                                f"no {MARKER}: run the same command with --adopt to take it as this command's (its "
-                                f"files kept), or give {option} another folder")
         names = [entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "") for entry in foreign]
         raise OutputRefused(f"{path} holds files that arc-kit did not make ({_listed(names)}): it writes only into "
                             f"a new or empty folder, or one it made; give {option} another folder")
@@ -206,17 +199,6 @@ def claim_folder(path: str | os.PathLike, kind: FolderKind, command: str, *, ove
         _write_marker(target, kind, command)
     _claimed.append(Claim(path, kind, command))
     return path
-
-
-def adopt_folder(path: str | os.PathLike, kind: FolderKind, command: str) -> bool:
-    """Take a folder that an earlier kit made without a marker (``kind.legacy`` recognises it) as ``command``'s:
-    its marker is written, nothing else changes. True when it adopted one; False for any other folder (a new,
-    empty or marked one, or a user's: ``claim_folder`` then judges it as ever)."""
-    target = Path(os.path.realpath(path))
-    if not target.is_dir() or kind.legacy is None or read_marker(target) is not None or not kind.legacy(target):
-        return False
-    _write_marker(target, kind, command)
-    return True
 
 
 def remove_owned(folder: Path, kind: FolderKind, *, below: str = "") -> list[str]:

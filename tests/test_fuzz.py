@@ -594,7 +594,7 @@ def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        for extra in ([], ["--restart"], ["--adopt"]):
+        for extra in ([], ["--restart"]):
             status, printed, err = run(capsys, *options, *extra)
             assert status == 1 and f"is in use by process {holder.pid} on " in err and "since 20" in err, err
             assert len(err.strip().splitlines()) == 1
@@ -608,8 +608,8 @@ def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_
     assert not (out / HOLDER_FILE).exists()  # given back at the end of the run
 
 
-def test_records_without_run_json_are_refused_unless_restart_or_adopt_says_what_to_do(capsys, tmp_path, micro_model,
-                                                                                    no_model_work):
+def test_records_without_run_json_are_refused_unless_restart_discards_them(capsys, tmp_path, micro_model,
+                                                                          no_model_work):
     """Failure 10: a folder whose ``run.json`` was deleted after a kill resumed under other settings, mixing two
     runs' results."""
     dataset = write_tasks(tmp_path / "c.json", ["t1", "t2"])
@@ -619,12 +619,7 @@ def test_records_without_run_json_are_refused_unless_restart_or_adopt_says_what_
     records = (out / "records.jsonl").read_text()
     (out / "run.json").unlink()
     status, printed, err = run(capsys, *options, "--seed", "7")
-    assert status == 1 and "holds records but no run.json" in err and "--restart" in err and "--adopt" in err, err
+    assert status == 1 and "holds records but no run.json" in err and "--restart" in err, err
     assert (out / "records.jsonl").read_text() == records and not (out / "run.json").exists()
-    status, printed, err = run(capsys, *options, "--seed", "7", "--adopt")
-    assert status == 0 and "(2 tasks, 2 with records" in printed, err
-    assert (out / "records.jsonl").read_text() == records  # adopted: nothing solved again
-    assert json.loads((out / "run.json").read_text())["settings"]["seed"] == 7
-    (out / "run.json").unlink()
     status, printed, err = run(capsys, *options, "--restart")
     assert status == 0 and json.loads((out / "run.json").read_text())["settings"]["seed"] == SolveSettings().seed

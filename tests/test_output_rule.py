@@ -7,7 +7,7 @@
    itself, a sub-folder that is a link is refused; the commands that resume write through these.
 3. Deletion by exact name: a user's ``backup_records.jsonl``, ``worker-notes/`` or note inside ``adapter/``
    stays, and is said.
-4. A marker or nothing: the unmarked layouts of earlier kits are refused with ``--adopt``, which takes them.
+4. A marker or nothing: a folder laid out as the kit's but without its marker is refused in one line.
 5. Special files refused in one line (FIFOs, devices, an archive member larger than any task file), every
    numeric option bounded both ways, an unknown device or optimizer refused before any folder is made, Kaggle's
    names checked, an empty ``--model-source`` and a wheel of random bytes refused, damaged timings kept out of
@@ -38,7 +38,6 @@ from arc_kit.model.folders import MODEL_KIND
 from arc_kit.outputs import (
     MARKER,
     OutputRefused,
-    adopt_folder,
     appending,
     claim_folder,
     kit_subfolder,
@@ -263,8 +262,8 @@ def test_overwriting_a_model_keeps_its_adapter_folder_and_a_users_weights(tmp_pa
 
 # -- 4: a marker or nothing ----------------------------------------------------------------------------------------
 
-def test_the_layouts_of_earlier_kits_are_refused_until_adopted(tmp_path, capsys, tasks_file, micro_model,
-                                                               no_model_work):
+def test_a_folder_that_looks_like_the_kits_but_holds_no_marker_is_refused_in_one_line(tmp_path, capsys, tasks_file,
+                                                                                      micro_model, no_model_work):
     old_run = tmp_path / "old-run"
     old_run.mkdir()
     (old_run / RUN_FILE).write_text(json.dumps({"settings": {}}))
@@ -273,29 +272,24 @@ def test_the_layouts_of_earlier_kits_are_refused_until_adopted(tmp_path, capsys,
     command = ["solve", "--dataset", tasks_file, "--out", old_run, "--model", micro_model, *QUICK]
     for flag in ([], ["--restart"]):
         status, _, err = run(capsys, *command, *flag)
-        assert status == 1 and "earlier arc-kit made, but holds no .arc-kit.json" in last_line(err)
-        assert "--adopt" in last_line(err) and sorted(path.name for path in old_run.iterdir()) == \
-            ["notes.txt", "records.jsonl", RUN_FILE]
-    status, _, err = run(capsys, *command, "--adopt")  # its other settings refused as ever, before it is adopted
+        assert status == 1 and "holds files that arc-kit did not make" in last_line(err), err
+        assert sorted(path.name for path in old_run.iterdir()) == ["notes.txt", "records.jsonl", RUN_FILE]
     assert read_marker(old_run) is None and (old_run / "notes.txt").read_text() == "mine"
-    assert status == 1 and "other settings" in last_line(err)
     old_training = tmp_path / "old-training"
     (old_training / "checkpoints" / "step-3").mkdir(parents=True)
     (old_training / "checkpoints" / "step-3" / "progress.json").write_text('{"step": 3}')
     status, _, err = run(capsys, "pretrain", "--model", "micro", "--out", old_training, "--tasks", tasks_file,
                          "--no-resume", "--steps", "1", "--device", "cpu")
-    assert status == 1 and "--adopt" in last_line(err) and (old_training / "checkpoints" / "step-3").exists()
+    assert status == 1 and "holds files that arc-kit did not make (checkpoints/)" in last_line(err)
+    assert (old_training / "checkpoints" / "step-3").exists()
     old_evaluation = tmp_path / "old-evaluation"
     old_evaluation.mkdir()
     (old_evaluation / "evaluation.json").write_text(json.dumps({"model": "m", "settings": {}}))
     from arc_kit.sudoku.experiment import EVALUATION_KIND
 
-    with pytest.raises(OutputRefused, match="--adopt"):
+    with pytest.raises(OutputRefused, match="holds files that arc-kit did not make"):
         claim_folder(old_evaluation, EVALUATION_KIND, "sudoku evaluate")
-    users = tmp_path / "users"
-    users.mkdir()
-    (users / "notes.txt").write_text("mine")
-    assert not adopt_folder(users, RUN_KIND, "solve") and not (users / MARKER).exists()  # a user's: never adopted
+    assert not (old_evaluation / MARKER).exists()
 
 
 # -- 5: special files, numbers, names --------------------------------------------------------------------------------

@@ -24,12 +24,13 @@ from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.experiments.tables import ABLATION_STAGES, run_ablation, run_table
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.method.experts import Candidate
-from arc_kit.outputs import MARKER, OutputRefused
+from arc_kit.outputs import MARKER, OutputRefused, claim_folder
 from arc_kit.run.locking import LOCK_FILE
 from arc_kit.run.record_json import append_record, from_json, read_records, schema, to_json, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_FILE,
+    RUN_KIND,
     RunFolderError,
     check_run,
     choose_tasks,
@@ -171,10 +172,12 @@ def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_p
     stored["ttt"].pop("gradient_checkpointing")
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
     assert check_run(tmp_path, SETTINGS, {"dataset": "d"}) is True
-    with pytest.raises(OutputRefused, match="earlier arc-kit made, but holds no .arc-kit.json: .*--adopt"):
-        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing: adopted only when asked
-    assert open_run(tmp_path, SETTINGS, {"dataset": "d"}, adopt=True) == tmp_path
-    assert json.loads((tmp_path / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
+    with pytest.raises(OutputRefused, match="holds files that arc-kit did not make"):
+        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing
+    claim_folder(tmp_path / "made", RUN_KIND, "solve")  # a run folder of the kit's with such a run.json resumes
+    (tmp_path / "made" / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
+    assert open_run(tmp_path / "made", SETTINGS, {"dataset": "d"}) == tmp_path / "made"
+    assert json.loads((tmp_path / "made" / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
 
 
 def test_a_neutral_change_resumes_and_a_change_of_results_is_refused_naming_the_field(tmp_path):

@@ -54,7 +54,7 @@ def _run_solve(args) -> int:
           f"({settings.description})")
     deadline = deadline_from(args.hours, args.safety_minutes)
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                    address=args.address, shared_model=args.shared_model, restart=args.restart, adopt=args.adopt,
+                    address=args.address, shared_model=args.shared_model, restart=args.restart,
                     deadline=deadline, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
@@ -120,7 +120,7 @@ def _table(which: str):
 
         loaded = load_given_tasks(args)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
-                          restart=args.restart, adopt=args.adopt, load_options=load_options(args),
+                          restart=args.restart, load_options=load_options(args),
                           info=dataset_info(args.dataset, loaded),
                           workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
         print(table.markdown)

@@ -57,7 +57,6 @@ from arc_kit.run.runs import (
     RUN_KIND,
     TABLE_NAMES,
     RunFolderError,
-    adopt_run,
     check_run,
     check_run_folder,
     claim_task,
@@ -239,14 +238,12 @@ def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings
 
 def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
               load_options: dict | None = None, progress: bool = True, workers: int = 1,
-              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
-              adopt: bool = False) -> TableRun:
+              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None) -> TableRun:
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
     fixed samplers under the settings' search cap and temperature. ``out`` is a run folder (module
-    docstring; ``info``: see ``runs.open_run``); ``restart`` discards the earlier run first, ``adopt``
-    keeps records that lack a ``run.json``. The ablation can run in ``workers`` processes that share
+    docstring; ``info``: see ``runs.open_run``); ``restart`` discards the earlier run first. The ablation can run in ``workers`` processes that share
     the tasks (a small model leaves most of a GPU idle); with ``minutes``, no task starts after that
     long, a task still running ``grace_minutes`` later is stopped (a rerun does it), and the table
     covers the tasks finished from the first one on, in order. The model is loaded (for worker processes: its
@@ -261,7 +258,7 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     if workers > 1 and which != "ablation":
         raise ValueError("only the ablation runs in several workers")
     out = Path(out)
-    check_run_folder(out, which, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused
+    check_run_folder(out, which, restart=restart)  # a folder the kit may not write, or in use: refused
     # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
     # what the model takes
     settings = settings.replace(test_time_training=True, max_len=token_budget_of(model, settings.max_len))
@@ -271,10 +268,8 @@ def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: s
     solver = None if in_workers else Solver.from_loaded(load_model(model, load), settings)
     if in_workers:
         load_encoder(model, max_len=settings.max_len)  # what the workers load: its folder and tokenizer
-    if adopt:  # a run folder an earlier kit made without a marker becomes this table's, before it is claimed
-        adopt_run(out, settings, info, which, restart=restart)
     with hold_folder(out, RUN_KIND, which):
-        open_run(out, settings, info, restart=restart, adopt=adopt, command=which)
+        open_run(out, settings, info, restart=restart, command=which)
         if in_workers:
             return _ablation_in_workers(tasks, str(model), settings, out, load_options or {}, workers, minutes,
                                         grace_minutes)

@@ -38,7 +38,7 @@ def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | N
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
               workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
               shared_model: bool = False, restart: bool = False, deadline: float | None = None,
-              load_options: dict | None = None, info: dict | None = None, progress: bool = True, adopt: bool = False,
+              load_options: dict | None = None, info: dict | None = None, progress: bool = True,
               **pool_options) -> SolveRun:
     """The method on a task set, in this process or in a pool (``uses_pool``): what ``arc-kit solve`` runs.
 
@@ -49,18 +49,18 @@ def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings,
     refused run leaves the file system as it found it. Either way the run's report (``report``) is written beside
     its submission, ``report_path``.
     """
-    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused first
+    check_run_folder(out, restart=restart)  # a folder the kit may not write, or in use: refused first
     if uses_pool(workers, workers_per_gpu, address, deadline):
         run = solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
                             address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
-                            progress=progress, info=info, restart=restart, adopt=adopt, **pool_options)
+                            progress=progress, info=info, restart=restart, **pool_options)
     else:
         loaded = load_model(model, LoadSettings(**(load_options or {})))
         solver = Solver.from_loaded(loaded, settings)
         device = device_of(next(loaded.model.parameters()).device)  # what measured the run's speeds
         run = solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
                     info=run_info(model=model_info(loaded), device=device, gpus=int(device != "CPU"), **(info or {})),
-                    restart=restart, adopt=adopt)
+                    restart=restart)
     beside = Path(pool_options.get("submission_path") or run.submission_path).parent  # the Kaggle job's: its working
     with suppress(FolderInUseError), hold_folder(out, RUN_KIND, "solve"):  # a run started on it since: no report
         run.report_path = write_report_quietly(out, beside / REPORT_FILE, tasks=tasks,

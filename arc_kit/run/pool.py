@@ -60,7 +60,7 @@ from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
 from arc_kit.run.ray_session import RayLostError, actor_options, check_address, gpu_bundles, import_ray, ray_session
 from arc_kit.run.record_json import append_record, from_json, stream_records, write_records
 from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SPEEDS_FILE, SUBMISSION_FILE, TASKS_FILE, SolveRun, \
-    adopt_run, check_run_folder, mark_correct, open_run, run_records, task_line, write_scores
+    check_run_folder, mark_correct, open_run, run_records, task_line, write_scores
 from arc_kit.settings import BudgetSettings, LoadSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
                   solutions: TaskSet | None = None, load_options: dict | None = None, progress: bool = True,
                   submission_path: str | os.PathLike | None = None, submission_tasks: TaskSet | None = None,
                   info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
-                  pool: PoolSettings = PoolSettings(), restart: bool = False, adopt: bool = False) -> SolveRun:
+                  pool: PoolSettings = PoolSettings(), restart: bool = False) -> SolveRun:
     """Solve ``tasks`` with a pool of Ray actors (the module's docstring): this machine's own Ray, or the cluster at
     ``address`` (``shared_model``: the model's path is good on every node, so nothing of it is sent).
 
@@ -83,12 +83,12 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     ``stop_at`` (default: ``pool.stop_seconds`` after it) is when every actor is stopped, whatever it
     does. The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
     task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``;
-    ``restart`` and ``adopt`` as ``runs.open_run`` takes them. Everything it is given (the model's folder and
+    ``restart`` as ``runs.open_run`` takes it. Everything it is given (the model's folder and
     tokenizer, the load options, the address, Ray itself) is checked before ``out`` is claimed; the driver holds
     its lock throughout, and alone writes it.
     """
     out = Path(out)
-    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused at once
+    check_run_folder(out, restart=restart)  # a folder the kit may not write, or in use: refused at once
     settings = settings.replace(max_len=token_budget_of(model, settings.max_len))  # as each actor resolves it
     encoder = load_encoder(model, max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
     check_loadable(model, LoadSettings(**(load_options or {})))  # its weights whole, options the actors take
@@ -104,10 +104,8 @@ def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSetti
     info = run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), **device,
                        "workers": workers or _count(len(local_gpus), workers_per_gpu),
                        **({"address": address} if address else {})})
-    if adopt:  # a run folder an earlier kit made without a marker becomes this run's, before it is claimed
-        adopt_run(out, settings, info, restart=restart)
     with hold_folder(out, RUN_KIND, "solve"):
-        open_run(out, settings, info, restart=restart, adopt=adopt)
+        open_run(out, settings, info, restart=restart)
         # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
         write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
         run = _Pool.opened(tasks, model, encoder, settings, out, workers=workers or 1, budget=budget,

@@ -10,7 +10,7 @@ started its own Ray keeps Ray's logs in ``ray-logs``. A rerun on the same folder
 that ran other settings (compared on the fields that change results, older files read with today's defaults) or
 another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
 refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
-empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
+empty folder or one a run made (its marker), and ``--restart`` deletes
 only the run's own files there. Tasks that a lenient load skipped get fallback answers in the
 submission and count in the score wherever their solutions are known. The single-process ``solve``
 here, the pool of Ray actors (``pool``), the Kaggle job, the tables and the notebooks all use these
@@ -43,10 +43,8 @@ from arc_kit.model.loading import load_encoder
 from arc_kit.names import encoded, file_name, listed, shown
 from arc_kit.outputs import (
     FolderKind,
-    adopt_folder,
     check_folder,
     claim_folder,
-    is_made_folder,
     kit_subfolder,
     refuse_links,
     replacing,
@@ -79,23 +77,12 @@ WORKER_FILES = ("plan.json", "worker.log", "ready", "heartbeat", "assignment.jso
                 *TABLE_RECORDS)
 
 
-def _an_earlier_kits_run(folder: Path) -> bool:
-    """A run folder that a kit made before output folders had markers: its ``run.json`` holds the settings, or it
-    holds nothing but the lock's files (a run stopped before it wrote one)."""
-    names = {entry.name for entry in folder.iterdir()}
-    if names and names <= {LOCK_FILE, HOLDER_FILE}:
-        return True
-    with suppress(InvalidDataError, AttributeError):
-        return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
-    return False
-
-
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
 RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, FULL_RUN_TASKS, f"{CLAIMS_FOLDER}/*",
                                     *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
                                     *(f"worker-{{n}}/{name}" for name in WORKER_FILES), *LOG_FILES),
-                      quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
+                      quiet=(LOCK_FILE, HOLDER_FILE), resumable=True,
                       kept="the records of the tasks done and a complete submission")
 
 
@@ -208,7 +195,7 @@ def read_settings_file(path: str | os.PathLike) -> SolveSettings:
 
 
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-             restart: bool = False, adopt: bool = False, command: str = "solve") -> Path:
+             restart: bool = False, command: str = "solve") -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError; OutputRefused
     for a folder that no run made, see ``RUN_KIND``, or one with a link at a name of its layout: the worker
     processes open their files themselves).
@@ -216,45 +203,30 @@ def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str,
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
     run lacks a digest: the same file may be named by many paths). Records without a ``run.json``
-    are refused unless ``restart`` discards them or ``adopt`` keeps them as this run's. Done under
+    are refused unless ``restart`` discards them. Done under
     the folder's lock (``locking``): FolderInUseError while another process holds it; the caller
     that owns the run holds it for the whole run.
     """
     out = Path(out)
-    if adopt:
-        adopt_run(out, settings, info, command, restart=restart)
     with hold_folder(out, RUN_KIND, command):
         if restart:
             clear_run(out, command)
         refuse_links(out, RUN_KIND)  # worker processes open their files themselves: no link at the run's names
-        if not check_run(out, settings, info, adopt=adopt):
+        if not check_run(out, settings, info):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
 
 
 def check_run_folder(out: str | os.PathLike, command: str = "solve", option: str = "--out", *,
-                     adopt: bool = False, restart: bool = False) -> None:
+                     restart: bool = False) -> None:
     """Whether a run may go into ``out``, asked before any slow work (a model's load) and without a write: a folder
-    the kit may not write as a run's (``outputs.check_folder``; with ``adopt``, an earlier kit's is judged by
-    ``adopt_run`` once the rest is checked), one with a link at a name of its layout (``outputs.refuse_links``), or
-    one another process runs in (``locking.check_free``), is refused at once; with ``restart`` a link there is no
-    matter (the run's files, links among them, are discarded as themselves)."""
-    if not adopt:
-        check_folder(out, RUN_KIND, command, option=option)
+    the kit may not write as a run's (``outputs.check_folder``), one with a link at a name of its layout
+    (``outputs.refuse_links``), or one another process runs in (``locking.check_free``), is refused at once; with
+    ``restart`` a link there is no matter (the run's files, links among them, are discarded as themselves)."""
+    check_folder(out, RUN_KIND, command, option=option)
     if not restart:
         refuse_links(out, RUN_KIND)
     check_free(out)
-
-
-def adopt_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None,
-              command: str = "solve", *, restart: bool = False) -> None:
-    """``--adopt``: a run folder an earlier kit made without a marker becomes ``command``'s (``outputs.adopt_folder``:
-    its marker written, nothing else), once ``settings`` and ``info`` are found to resume it (``check_run``;
-    unless ``restart`` discards it), so that a refusal leaves it as it was. Before the folder is claimed."""
-    out = Path(out)
-    if not restart and out.is_dir() and not is_made_folder(out) and RUN_KIND.legacy(out):
-        check_run(out, settings, info, adopt=True)
-    adopt_folder(out, RUN_KIND, command)
 
 
 def has_records(out: str | os.PathLike) -> bool:
@@ -264,19 +236,16 @@ def has_records(out: str | os.PathLike) -> bool:
     return any(path.is_file() and not path.is_symlink() and path.stat().st_size for path in paths)
 
 
-def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-              adopt: bool = False) -> bool:
+def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None) -> bool:
     """True when ``out`` holds a run that ``settings`` and ``info`` may resume (the rules of ``open_run``),
     False when it holds none, RunFolderError when it holds another, or records but no ``run.json`` to
-    say what made them (unless ``adopt``: then they are this run's and False says to write one). Writes
-    nothing."""
+    say what made them. Writes nothing."""
     out = Path(out)
     run_path = out / RUN_FILE
     info = dict(info or {})
-    if not run_path.exists() and has_records(out) and not adopt:
+    if not run_path.exists() and has_records(out):
         raise RunFolderError(f"{out} holds records but no {RUN_FILE}, so which settings made them cannot be told; "
-                             "use --restart to discard them, or --adopt to keep them as this run's (under the "
-                             "settings given now)")
+                             "use --restart to discard them, or another --out")
     if run_path.exists():
         try:
             stored = read_json(run_path)
@@ -410,8 +379,8 @@ class SolveRun:
 
 
 def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
-          info: dict | None = None, progress: bool = True, restart: bool = False, deadline: float | None = None,
-          adopt: bool = False) -> SolveRun:
+          info: dict | None = None, progress: bool = True, restart: bool = False,
+          deadline: float | None = None) -> SolveRun:
     """Solve every task of ``tasks``, writing records, submission and scores to ``out``.
 
     ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
@@ -419,14 +388,12 @@ def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: 
     since the epoch) a ``planner.Planner`` orders the tasks cheapest first, steps down the
     ladder of cheaper settings as time runs short and caps each task and each search (wall clock);
     tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
-    task that fails is retried once, cheaper. ``restart`` and ``adopt``: as in ``open_run``; the run
+    task that fails is retried once, cheaper. ``restart``: as in ``open_run``; the run
     holds ``out``'s lock throughout (``locking``: a second run on it is refused, naming this one).
     """
     out = Path(out)
-    if adopt:
-        adopt_run(out, solver.settings, info, restart=restart)
     with hold_folder(out, RUN_KIND, "solve"):
-        open_run(out, solver.settings, info, restart=restart, adopt=adopt)
+        open_run(out, solver.settings, info, restart=restart)
         return _solve_in(tasks, solver, out, solutions, progress, deadline)
 
 
