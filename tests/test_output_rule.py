@@ -208,43 +208,42 @@ def test_a_resumed_run_never_writes_through_a_link_in_its_folder(tmp_path, capsy
     assert not (out / "scores.csv").is_symlink() and digest(victim) == before
 
 
-def test_a_run_folder_with_a_link_at_a_name_of_its_layout_is_refused_before_workers_write(tmp_path, victim):
+def test_a_run_folder_with_a_link_at_a_name_of_its_layout_is_refused_before_it_is_written(tmp_path, victim):
     from arc_kit.run.runs import open_run
     from arc_kit.settings import SolveSettings
 
     out = tmp_path / "run"
     open_run(out, SolveSettings())
-    (out / "worker-0").mkdir()
-    (out / "worker-0" / "plan.json").symlink_to(victim)  # a worker's plan: the pool writes it with its own open
-    with pytest.raises(OutputRefused, match=r"plan.json is a symbolic link .*\(worker-0/plan.json is its own name\)"):
+    (out / "ablation_records.jsonl").symlink_to(victim)
+    with pytest.raises(OutputRefused, match=r"ablation_records.jsonl is a symbolic link .*\(ablation_records.jsonl "
+                                            r"is its own name\)"):
         open_run(out, SolveSettings())
-    (out / "worker-0" / "plan.json").unlink()
-    (out / "worker-1").symlink_to(victim.parent)
-    with pytest.raises(OutputRefused, match="worker-1 is a symbolic link"):
+    (out / "ablation_records.jsonl").unlink()
+    (out / "ray-logs").symlink_to(victim.parent)  # the folder Ray's logs are copied into
+    with pytest.raises(OutputRefused, match="ray-logs is a symbolic link"):
         open_run(out, SolveSettings())
     open_run(out, SolveSettings(), restart=True)  # --restart removes the link itself
-    assert not (out / "worker-1").exists() and victim.exists()
+    assert not (out / "ray-logs").exists() and victim.exists()
 
 
 # -- 3: deletion by exact name -------------------------------------------------------------------------------------
 
 def test_clearing_deletes_exactly_the_layout_and_says_what_it_kept(tmp_path, victim):
     folder = claim_folder(tmp_path / "run", RUN_KIND, "solve")
-    kits = ["run.json", "records.jsonl", "scores.csv", "ablation.md", "worker-0/records.jsonl", "worker-12/plan.json",
-            "claims/t1", "tasks.json", ".records.jsonl.12.3.tmp"]
-    users = ["backup_records.jsonl", "worker-notes/a.txt", "worker-0/mine.txt", "records.jsonl.bak", "run.json.old",
-             "claims.txt", "my_records.jsonl"]
+    kits = ["run.json", "records.jsonl", "scores.csv", "ablation.md", "ablation_records.jsonl", "samplers.csv",
+            "tasks.json", ".records.jsonl.12.3.tmp"]
+    users = ["backup_records.jsonl", "worker-notes/a.txt", "worker-0/records.jsonl", "records.jsonl.bak",
+             "run.json.old", "claims/t1", "claims.txt", "my_records.jsonl"]
     for name in kits + users:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(name)
-    (folder / "worker-3").symlink_to(victim.parent)  # a link at a layout's name: removed itself
+    (folder / "ray-logs").symlink_to(victim.parent)  # a link at a layout's name: removed itself
     with pytest.warns(UserWarning, match=r"kept in .* what arc-kit did not make there: backup_records.jsonl, "
-                                         r"claims.txt, my_records.jsonl and 4 more"):
+                                         r"claims/, claims.txt and 5 more"):
         claim_folder(folder, RUN_KIND, "solve", clear=True)
     left = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
-    assert left == sorted([MARKER, *users]) and not (folder / "worker-3").exists() and victim.exists()
-    assert not (folder / "claims").exists() and not (folder / "worker-12").exists()
-    assert RUN_KIND.owns("worker-7/records.jsonl") and not RUN_KIND.owns("worker-notes/records.jsonl")
+    assert left == sorted([MARKER, *users]) and not (folder / "ray-logs").exists() and victim.exists()
+    assert RUN_KIND.owns("ablation_records.jsonl") and not RUN_KIND.owns("worker-7/records.jsonl")
 
 
 def test_overwriting_a_model_keeps_its_adapter_folder_and_a_users_weights(tmp_path, capsys):

@@ -54,7 +54,6 @@ from arc_kit.run.runs import (
     dataset_info,
     has_records,
     outcome_parts,
-    run_records,
 )
 from arc_kit.settings import CompetitionSettings, LoadSettings, SolveSettings, smoke
 
@@ -62,7 +61,7 @@ logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
 
 COMPETITION = "arc-prize-2026-arc-agi-2"  # the competition's slug: its folder's name, and kernel-metadata's source
-RUN_FOLDER = "arc_kit_run"  # below the working folder: the run's records, plans and worker folders
+RUN_FOLDER = "arc_kit_run"  # below the working folder: the run's folder (its records, speeds, Ray's logs)
 
 
 @dataclass
@@ -260,7 +259,7 @@ def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict
         error = f"{type(failure).__name__}: {failure}"
         logger.error("the solving run failed, the fallback submission stands: %s", error)
         try:
-            records.update(run_records(run_folder))
+            records.update(read_records(run_folder / RECORDS_FILE))
         except Exception:  # noqa: BLE001 - the records on disk may be what broke
             pass
     return records, error
