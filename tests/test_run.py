@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -342,6 +343,24 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
         err = capsys.readouterr().err
         assert status == 1 and "other settings (ttt.steps 64 -> 1)" in err and "--restart" in err
     assert sorted(path.name for path in out.iterdir()) == [MARKER, LOCK_FILE, RUN_FILE]
+
+
+def test_the_table_commands_take_the_pools_workers_and_hours(tmp_path, capsys, monkeypatch, model_folder):
+    """``--workers``, ``--workers-per-gpu`` and ``--hours`` (less ``--safety-minutes``) reach the pool, as a solve's do."""
+    given = {}
+
+    def pooled(tasks, outputs, settings, out, **options):
+        given.update(options, command=outputs.command, samplers=len(outputs.samplers))
+        return SimpleNamespace(markdown="the table")
+    monkeypatch.setattr(tables, "run_in_pool", pooled)
+    started = time.time()
+    for command in ("ablation", "samplers"):
+        assert main([command, "--model", str(model_folder), "--task-ids", "00576224", "--out", str(tmp_path / command),
+                     "--workers", "3", "--workers-per-gpu", "2", "--hours", "2", "--safety-minutes", "30"]) == 0
+        assert given["command"] == command and given["samplers"] == (8 if command == "samplers" else 0)
+        assert given["workers"] == 3 and given["workers_per_gpu"] == 2 and given["model"] == model_folder
+        assert started + 5400 <= given["deadline"] <= time.time() + 5400  # 2 hours less 30 minutes from now
+    assert "the table" in capsys.readouterr().out
 
 
 @pytest.mark.processes
