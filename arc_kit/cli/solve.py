@@ -120,9 +120,9 @@ def _table(which: str):
 
         loaded = load_given_tasks(args)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
-                          restart=args.restart, load_options=load_options(args), info=dataset_info(args.dataset, loaded),
-                          workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                          deadline=deadline_from(args.hours, args.safety_minutes))
+                          restart=args.restart, load_options=load_options(args),
+                          info=dataset_info(args.dataset, loaded), workers=args.workers,
+                          workers_per_gpu=args.workers_per_gpu, deadline=deadline_from(args.hours, args.safety_minutes))
         print(table.markdown)
         print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
         return 0
