@@ -46,7 +46,7 @@ from arc_kit.run.planner import shortest_tasks
 from arc_kit.data.pictures import task_picture
 from arc_kit.data.plotting import draw_rank_improvement, draw_threshold_curve
 from arc_kit.run.report import write_report
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import smoke, solve_preset
 from arc_kit.method.solver import Solver
 

@@ -243,7 +243,6 @@ def evaluate(args) -> None:
     from arc_kit.experiments.evaluation import held_out
     from arc_kit.experiments.tables import run_table
     from arc_kit.model.loading import LoadSettings, load_model
-    from arc_kit.run.runs import CLAIMS_FOLDER
     from arc_kit.settings import solve_preset
 
     _environment()
@@ -274,9 +273,10 @@ def evaluate(args) -> None:
     tasks = TaskSet([everything[i] for i in ids[:args.tasks]])
     settings = solve_preset("smoke" if args.smoke else "paper")
     ablation = EVALUATION / f"ablation-{choice}"  # one run folder per model: never two models' records in one
+    deadline = time.time() + 60 * max(0.5, minutes - args.finish_minutes)  # no task starts after it
     table = run_table("ablation", tasks, model, settings, ablation, load_options=_load_options(args),
-                      workers=args.workers, minutes=max(0.5, minutes - args.finish_minutes),
-                      grace_minutes=args.finish_minutes - 0.5)
+                      workers_per_gpu=args.workers, deadline=deadline,
+                      stop_at=deadline + 60 * (args.finish_minutes - 0.5))
     print(table.markdown, flush=True)
     # At most 8 files of 16 MiB come back: everything in one archive, in parts of 15 MiB.
     results = WORK / "results"
@@ -289,9 +289,9 @@ def evaluate(args) -> None:
                 shutil.copy(path, results / "model" / path.name)
     if nll_path.exists():
         shutil.copy(nll_path, results / nll_path.name)
-    # the whole run folder, every finished task (also those after the first gap, which the table leaves
-    # out): ``collect`` puts it back under .device/evaluation, and a later call that carries it resumes
-    shutil.copytree(ablation, results / ablation.name, ignore=shutil.ignore_patterns(CLAIMS_FOLDER))
+    # the whole run folder but Ray's logs, every finished task: ``collect`` puts it back under
+    # .device/evaluation, and a later call that carries it resumes
+    shutil.copytree(ablation, results / ablation.name, ignore=shutil.ignore_patterns("ray-logs"))
     manifest = parts.pack([results], _out(), "results", 15 * 2**20)
     print(f"results: {len(json.loads(manifest.read_text())['parts'])} part(s) in $OUT", flush=True)
 
@@ -299,7 +299,8 @@ def evaluate(args) -> None:
 def collect(args) -> None:
     """Here: unpack what an ``evaluate`` brought back; its ablation run becomes the one the next call carries."""
     from arc_kit.experiments.table_records import AblationRecord
-    from arc_kit.run.runs import records_file, run_records
+    from arc_kit.run.record_json import read_records
+    from arc_kit.run.runs import records_file
 
     returned = Path(args.files_at)
     manifests = sorted(returned.rglob("results" + parts.MANIFEST_SUFFIX))
@@ -317,7 +318,7 @@ def collect(args) -> None:
     shutil.copytree(returned_runs[0], ablation)
     for measured in folder.glob("held_out_nll-*.json"):  # measured once: a resumed evaluate skips it
         shutil.copy(measured, EVALUATION / measured.name)
-    records = run_records(ablation, records_file("ablation"), AblationRecord)
+    records = read_records(ablation / records_file("ablation"), AblationRecord)
     print(f"{len(records)} task(s) finished; the ablation run is in {ablation} (carry .device/evaluation to resume)")
     if (folder / "model").is_dir():
         print(f"the model trained there (its delta, log and loss curve) is in {folder / 'model'}")
@@ -342,7 +343,7 @@ def main() -> None:
     evaluation.add_argument("--finish-minutes", type=float, default=1.5, help="kept for the last tasks to end")
     evaluation.add_argument("--tasks", type=int, default=100)
     evaluation.add_argument("--nll-tasks", type=int, default=100)
-    evaluation.add_argument("--workers", type=int, default=12)
+    evaluation.add_argument("--workers", type=int, default=12, help="Ray actors sharing the GPU")
     evaluation.add_argument("--model", choices=("auto", "trained", "shipped"), default="auto",
                             help="the model trained there, or kaggle_dataset/model (auto: trained when there is one)")
     collecting = steps.add_parser("collect", help="here: unpack what evaluate brought back")

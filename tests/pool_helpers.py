@@ -31,6 +31,13 @@ def read_json(path: Path):
     return json.loads(Path(path).read_text())
 
 
+def solve_in_pool(tasks, model, settings, out, **options):
+    """A solve on Ray's actors, however many (``jobs.solve_job`` with ``ray=True``)."""
+    from arc_kit.run.jobs import solve_job
+
+    return solve_job(tasks, model, settings, out, ray=True, **options)
+
+
 def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool = False,
                  wait_for_loads: int = 0, broken: bool = False, peak_gib: float | None = None) -> None:
     """From now on (until ``patch`` undoes it) every pool's actors load the fake solve (``silent``: loading never
@@ -49,7 +56,7 @@ def fake_workers(patch, marks: Path, behaviour: dict[str, str], *, silent: bool 
 
 
 def fake_load(behaviour: dict, marks: str, silent: bool, wait_for_loads: int, broken: bool, peak_gib, model: str,
-              settings: dict, load_options: dict):
+              settings: dict, load_options: dict, work):
     from arc_kit.settings import SolveSettings
 
     if silent:
@@ -83,7 +90,7 @@ def folder_digest(folder: str | Path) -> str:
 class FakeSolver:
     """Answers [[7]] then [[7, 7]] to every test input, or dies, hangs or works first (the module's docstring).
 
-    It serves an actor (``solve``, ``memory``) and, for a one-process run to compare with, ``runs.solve``
+    It serves an actor (``solve``, ``memory``) and, for a one-process run to compare with, ``jobs.solve``
     (``settings``, ``solve_with_retry``).
     """
 

@@ -468,7 +468,8 @@ def test_dry_run_writes_a_complete_valid_submission_and_scores(capsys, tmp_path,
     status, printed, _ = run(capsys, "dry-run", "--tasks", 3, "--pick", "first", "--out", out, "--model", fallback_model, *QUICK)
     assert status == 0
     assert {path.name for path in out.iterdir()} == {"submission.json", "scores.csv", "score.json", "records.jsonl",
-                                                     "run.json", "report.html", LOCK_FILE, MARKER}  # no temporary files
+                                                     "run.json", "tasks.json", "report.html", LOCK_FILE,
+                                                     MARKER}  # no temporary files
     assert f"wrote {out / 'report.html'}: the run to read in a browser" in printed
     tasks = load_dataset(DATASET).head(3)
     assert validate_file(out / "submission.json", "submission", tasks) == ("submission", [])
@@ -496,7 +497,7 @@ def test_dry_run_on_challenges_without_solutions_writes_no_scores(capsys, tmp_pa
     assert status == 0
     # solutions.json is not named like the challenges file, so no answers are known
     assert {path.name for path in (tmp_path / "dry").iterdir()} == {"submission.json", "records.jsonl", "run.json",
-                                                                    "report.html", LOCK_FILE, MARKER}
+                                                                    "tasks.json", "report.html", LOCK_FILE, MARKER}
     submission = json.loads((tmp_path / "dry" / "submission.json").read_text())
     assert submission_problems(submission, parse_tasks(CHALLENGES)) == []
 
@@ -847,6 +848,6 @@ def test_a_records_line_that_is_no_record_is_named_and_its_task_solved_again(cap
     with pytest.warns(UserWarning, match=rf"{records}: skipped 1 .*line 1: {phrase}"):
         status, out, err = run(capsys, *options)
     assert status == 0, err
-    assert [json.loads(text).get("task_id") for text in records.read_text().splitlines()[1:]] == ["t2", "t1"]
+    assert [json.loads(text).get("task_id") for text in records.read_text().splitlines()] == ["t1", "t2"]  # in order
     assert "(2 tasks, 2 with records" in out
 

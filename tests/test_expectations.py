@@ -168,7 +168,7 @@ def test_the_table_has_a_cell_for_every_model_and_machine_and_names_its_prior():
 
 def test_the_first_task_measures_the_speeds_and_its_peak_memory_the_actors_per_gpu():
     from arc_kit.run.planner import Planner, work_units
-    from arc_kit.run.pool import first_task_line
+    from arc_kit.run.expectations import first_task_line
 
     guessed = guessed_speeds(NEMO_8B, gpu_named("L4"), PAPER, SIZES)
     planner = Planner(SIZES, PAPER, deadline=float("inf"), speeds=guessed)

@@ -11,8 +11,8 @@ before any model) run in-process on a share of them, and ``arc-kit solve --lenie
 share with the solver's work replaced by fallback records: what those runs check is loading,
 skipping and the submission, not the model. Those tests stay under 20 CPU seconds together.
 
-Then what a new user met, one test each: a task id that is a path (``show``'s picture, the
-ablation's claims), ids JSON allows but UTF-8 does not (a lone surrogate) or that forge a log line
+Then what a new user met, one test each: a task id that is a path (``show``'s picture), ids JSON
+allows but UTF-8 does not (a lone surrogate) or that forge a log line
 (a newline, terminal escapes), a FIFO given as any file, a record line of the wrong kinds, a key
 given twice, a solutions file holding null, the ``--lenient`` warning's source line, two runs on one
 folder, and records left without ``run.json``. The fuzz over every command is ``test_fuzz_commands``.
@@ -43,11 +43,10 @@ from arc_kit.method.records import TaskRecord, fallback_record
 from arc_kit.method.solver import Solver
 from arc_kit.outputs import claim_folder
 from arc_kit.run import jobs
-from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.record_json import from_json, read_records, to_json
-from arc_kit.run.runs import CLAIMS_FOLDER, RUN_KIND, SolveRun, claim_task
+from arc_kit.run.runs import RUN_KIND, SolveRun
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
-from pool_helpers import fake_workers
+from pool_helpers import fake_workers, solve_in_pool
 
 FILES = 300
 SEED = 20250101
@@ -407,17 +406,6 @@ def test_show_writes_each_task_s_picture_in_the_working_folder_whatever_its_id(c
     assert (working / "a.png").exists() and (working / "con.png").exists() is False  # Windows reserves CON
 
 
-def test_claims_of_any_task_id_stay_in_the_claims_folder_and_claim_once(tmp_path):
-    """Failure 2: the ablation's claim files were ``folder/task_id``: a slash wrote outside ``--out``, and a
-    slash naming no folder crashed that task on every retry."""
-    out = tmp_path / "runs" / "out"
-    for task_id in HOSTILE_IDS:
-        assert claim_task(out, task_id), task_id
-        assert not claim_task(out, task_id), task_id  # a second process never gets it
-    assert {path.parent for path in files_below(tmp_path) if path.is_file()} == {out / CLAIMS_FOLDER}
-    assert len(list((out / CLAIMS_FOLDER).iterdir())) == len(HOSTILE_IDS)
-
-
 @pytest.mark.parametrize("strict", [True, False], ids=["strict", "lenient"])
 def test_ids_json_allows_are_solved_and_answered_and_shown_escaped(capsys, tmp_path, micro_model, no_model_work,
                                                                   strict):
@@ -594,7 +582,7 @@ def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        for extra in ([], ["--restart"], ["--adopt"]):
+        for extra in ([], ["--restart"]):
             status, printed, err = run(capsys, *options, *extra)
             assert status == 1 and f"is in use by process {holder.pid} on " in err and "since 20" in err, err
             assert len(err.strip().splitlines()) == 1
@@ -608,8 +596,8 @@ def test_a_folder_in_use_is_refused_naming_its_holder_and_taken_over_once_it_is_
     assert not (out / HOLDER_FILE).exists()  # given back at the end of the run
 
 
-def test_records_without_run_json_are_refused_unless_restart_or_adopt_says_what_to_do(capsys, tmp_path, micro_model,
-                                                                                    no_model_work):
+def test_records_without_run_json_are_refused_unless_restart_discards_them(capsys, tmp_path, micro_model,
+                                                                          no_model_work):
     """Failure 10: a folder whose ``run.json`` was deleted after a kill resumed under other settings, mixing two
     runs' results."""
     dataset = write_tasks(tmp_path / "c.json", ["t1", "t2"])
@@ -619,12 +607,7 @@ def test_records_without_run_json_are_refused_unless_restart_or_adopt_says_what_
     records = (out / "records.jsonl").read_text()
     (out / "run.json").unlink()
     status, printed, err = run(capsys, *options, "--seed", "7")
-    assert status == 1 and "holds records but no run.json" in err and "--restart" in err and "--adopt" in err, err
+    assert status == 1 and "holds records but no run.json" in err and "--restart" in err, err
     assert (out / "records.jsonl").read_text() == records and not (out / "run.json").exists()
-    status, printed, err = run(capsys, *options, "--seed", "7", "--adopt")
-    assert status == 0 and "(2 tasks, 2 with records" in printed, err
-    assert (out / "records.jsonl").read_text() == records  # adopted: nothing solved again
-    assert json.loads((out / "run.json").read_text())["settings"]["seed"] == 7
-    (out / "run.json").unlink()
     status, printed, err = run(capsys, *options, "--restart")
     assert status == 0 and json.loads((out / "run.json").read_text())["settings"]["seed"] == SolveSettings().seed

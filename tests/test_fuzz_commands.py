@@ -19,7 +19,7 @@ The second fuzz (``test_no_command_changes_a_byte_of_what_it_did_not_make``) tur
 every command with an output path is pointed at places holding a user's files, and no byte of what
 the kit did not make may change (``ARC_KIT_FUZZ_OUTPUTS`` runs; see its section below). It covers
 links inside the kit's own folders (at its layout's names, to a user's file or folder), a user's files named
-near the layout's names, unmarked look-alikes of the folders earlier kits made, and two more tests: hostile
+near the layout's names, unmarked look-alikes of the kit's folders, and two more tests: hostile
 model folders (their own code, bombs, links) for every command that reads one, and a FIFO and /dev/zero for
 every option that reads a file (``ARC_KIT_FUZZ_HOSTILE=all`` for every pair).
 
@@ -388,14 +388,13 @@ def test_every_command_on_hostile_input_ends_in_one_line_without_traceback_hang_
 # names the kit uses too: run.json, records.jsonl, worker-0/, config.json, README.md, a broken .arc-kit.json),
 # a link to one, a link to nothing, a file of theirs, the input's own folder (a folder dataset, the model
 # folder it reads), a copy of the checkout's kaggle_dataset/ layout, a new folder inside theirs, a folder the
-# kit made for this command or for another (with the user's files added to it), with --restart, --adopt,
+# kit made for this command or for another (with the user's files added to it), with --restart,
 # --overwrite or --no-resume where the command has them. Whatever it does, every entry that was there and
 # that the kit did not make keeps its bytes (a link its target). ``ARC_KIT_FUZZ_OUTPUTS`` sets how many runs.
 # Two families of places beyond the first ten: "linked", a folder the kit made for the command with one to three names
 # of its layout made links to a user's file or folder outside it (the links are the kit's to replace; what they point
-# to must keep every byte), and "lookalike", an earlier kit's layout without the marker (refused, or with --adopt
-# taken: then its files at the layout's names are the kit's). The suite runs each command once at a place of each
-# family (the first ten, linked, lookalike).
+# to must keep every byte), and "lookalike", the kit's layout without the marker (refused). The suite runs each
+# command once at a place of each family (the first ten, linked, lookalike).
 
 OUTPUT_RUNS = int(os.environ.get("ARC_KIT_FUZZ_OUTPUTS", "60"))  # each command once at each family of places
 USER_NAMES = ["notes.txt", "run.json", "submission.json", "records.jsonl", "scores.csv", "score.json", "config.json",
@@ -559,41 +558,41 @@ def output_commands(places: OutputPlaces) -> dict:
 
     return {
         "solve": (lambda out: ["solve", "--dataset", places.tasks_folder, "--out", out, *solve_like],
-                  ["", "--restart", "--adopt"], ITSELF),
+                  ["", "--restart"], ITSELF),
         "dry-run": (lambda out: ["dry-run", "--dataset", good["tasks"], "--tasks", "1", "--out", out, *solve_like],
                     ["", "--restart"], ITSELF),
         "ablation": (lambda out: ["ablation", "--dataset", good["tasks"], "--solutions", good["solutions"], "--out",
                                   out, *solve_like], ["", "--restart"], ITSELF),
         "samplers": (lambda out: ["samplers", "--dataset", good["tasks"], "--solutions", good["solutions"], "--out",
-                                  out, *solve_like], ["", "--adopt"], ITSELF),
+                                  out, *solve_like], ["", "--restart"], ITSELF),
         "kaggle run": (lambda out: ["kaggle", "run", "--input", places.kaggle_input, "--working", out, "--model",
                                     model, "--job", "smoke", "--smoke-tasks", "1", *QUICK[:-2]],
-                       ["", "--restart", "--adopt"], ITSELF),
+                       ["", "--restart"], ITSELF),
         "kaggle build": (lambda out: ["kaggle", "build", "--out", out, "--owner", "someone"],
                          ["", "--overwrite"], kind_only("arc_kit.kaggle.dataset_build", "DATASET_KIND",
                                                         "kaggle build")),
         "create-model": (lambda out: ["create-model", "--preset", "micro", "--out", out], ["", "--overwrite"],
                          via("create-model", "--preset", "micro", "--out")),
         "pretrain": (lambda out: ["pretrain", "--model", "micro", "--out", out, "--tasks", good["tasks"],
-                                  *TINY_TRAINING], ["", "--no-resume", "--adopt"],
+                                  *TINY_TRAINING], ["", "--no-resume"],
                      kind_only("arc_kit.model.training", "TRAINING_KIND", "pretrain")),
         "base merge": (lambda out: ["base", "merge", model, out], ["", "--overwrite"],
                        via("base", "merge", model)),
         "shrink": (lambda out: ["shrink", model, out], ["", "--overwrite"],  # the micro model's tokenizer cannot
                    kind_only("arc_kit.model.folders", "MODEL_KIND", "shrink")),  # be shrunk: refused after the check
-        "base build": (lambda out: ["base", "build", "smollm2-135m", "--offline", "--out", out], ["", "--adopt"],
+        "base build": (lambda out: ["base", "build", "smollm2-135m", "--offline", "--out", out], [""],
                        kind_only("arc_kit.model.bases", "BASE_KIND", "base build")),
         "export": (lambda out: ["export", "--dataset", good["tasks"], "--out", out], [""],
                    via("export", "--dataset", good["tasks"], "--out")),
         "show": (lambda out: ["show", "t1", "--dataset", good["tasks"], "--out", out], [""], picture),
         "sudoku generate": (lambda out: ["sudoku", "generate", "--count", "1", "--out", out], [""], None),
         "sudoku train": (lambda out: ["sudoku", "train", "--model", "micro", "--puzzles", places.sudoku, "--out", out,
-                                      *TINY_TRAINING], ["", "--no-resume", "--adopt"],
+                                      *TINY_TRAINING], ["", "--no-resume"],
                          kind_only("arc_kit.model.training", "TRAINING_KIND", "sudoku train")),
         "sudoku evaluate": (lambda out: ["sudoku", "evaluate", "--model", model, "--puzzles", places.sudoku, "--out",
                                          out, "--limit", "1", "--max-forward-calls", "5", "--augmentations", "1",
                                          "--scoring-augmentations", "1", "--no-greedy-check"],
-                            ["", "--no-resume", "--adopt"],
+                            ["", "--no-resume"],
                             kind_only("arc_kit.sudoku.experiment", "EVALUATION_KIND", "sudoku evaluate")),
         "held-out": (lambda out: ["held-out", f"m={model}", "--dataset", good["tasks"], "--tasks", "1", "--out", out],
                      [""], None),
@@ -664,8 +663,8 @@ def link_layout(rng: random.Random, kit: Path, kind, file_victim: Path, folder_v
 
 
 def lookalike(rng: random.Random, kit: Path, kind) -> None:
-    """Files of ``kind``'s layout as an earlier kit left them, with no marker (adopted only with --adopt);
-    for a kind no earlier kit made, its layout's names with the user's bytes."""
+    """Files of ``kind``'s layout as the kit writes them, with no marker (refused: a marker or nothing); for the
+    other kinds, its layout's names with the user's bytes."""
     from arc_kit.settings import SolveSettings
 
     kit.mkdir(parents=True, exist_ok=True)
@@ -719,11 +718,11 @@ def workers_in_process(monkeypatch):
 
     real = jobs.solve_job
 
-    def in_process(tasks, model, settings, out, *, submission_path=None, adopt=False, **options):
+    def in_process(tasks, model, settings, out, *, submission_path=None, **options):
         if submission_path is None:  # solve's and dry-run's own call: as it is
-            return real(tasks, model, settings, out, adopt=adopt, **options)
+            return real(tasks, model, settings, out, **options)
         settings = settings.replace(max_len=read_model_folder(model).token_budget(settings.max_len))
-        open_run(out, settings, {}, adopt=adopt, command="kaggle run")
+        open_run(out, settings, {}, command="kaggle run")
         return SolveRun(Path(out), {task_id: fallback_record(task_id, "fuzz") for task_id in tasks.ids},
                         Path(submission_path))
     monkeypatch.setattr(jobs, "solve_job", in_process)
@@ -775,16 +774,6 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
         kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
                     and not key.startswith(f"case-{number}/victims")} \
             if place in ("made", "other", "linked") else set()  # what the kit made for the place: its to change
-        if place == "lookalike" and flag == "--adopt":  # adopted: the earlier kit's files at its layout's names
-            kit = kit_folder_of(name, out)
-            kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
-                        and (folder / key.split("/", 1)[1]).is_relative_to(kit)
-                        and kinds_of[name].owns(str((folder / key.split("/", 1)[1]).relative_to(kit)))}
-            tree = entries(tmp_path)
-            files_below = {key: [inner for inner, kind in tree.items() if inner.startswith(key + "/") and
-                                 kind != ("folder",)] for key, value in tree.items() if value == ("folder",)}
-            kit_made |= {key for key, inner in files_below.items()  # a sub-folder holding only the layout's files
-                         if key.startswith(f"case-{number}/") and inner and set(inner) <= kit_made}
         if place in ("made", "other", "linked", "lookalike") and out.is_dir():  # the user's files added
             same_kind = place != "other" or {name, other_name} <= RUN_COMMANDS  # a run's folder: its names the run's
             inside = [entry for entry in INSIDE_NAMES if name in kinds_of and not kinds_of[name].owns(entry)]

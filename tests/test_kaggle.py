@@ -38,7 +38,8 @@ from arc_kit.model.loading import default_model_path, load_model
 from arc_kit.run import jobs
 from arc_kit.run.planner import FALLBACK
 from arc_kit.run.record_json import read_records, to_json
-from arc_kit.run.runs import SolveRun, solve
+from arc_kit.run.jobs import solve
+from arc_kit.run.runs import SolveRun
 from arc_kit.settings import TEST_TIME_TRAINING, CompetitionSettings, SamplerSettings, SolveSettings, ladder, smoke
 from pool_helpers import FakeSolver
 

@@ -7,7 +7,7 @@
    itself, a sub-folder that is a link is refused; the commands that resume write through these.
 3. Deletion by exact name: a user's ``backup_records.jsonl``, ``worker-notes/`` or note inside ``adapter/``
    stays, and is said.
-4. A marker or nothing: the unmarked layouts of earlier kits are refused with ``--adopt``, which takes them.
+4. A marker or nothing: a folder laid out as the kit's but without its marker is refused in one line.
 5. Special files refused in one line (FIFOs, devices, an archive member larger than any task file), every
    numeric option bounded both ways, an unknown device or optimizer refused before any folder is made, Kaggle's
    names checked, an empty ``--model-source`` and a wheel of random bytes refused, damaged timings kept out of
@@ -38,7 +38,6 @@ from arc_kit.model.folders import MODEL_KIND
 from arc_kit.outputs import (
     MARKER,
     OutputRefused,
-    adopt_folder,
     appending,
     claim_folder,
     kit_subfolder,
@@ -209,43 +208,42 @@ def test_a_resumed_run_never_writes_through_a_link_in_its_folder(tmp_path, capsy
     assert not (out / "scores.csv").is_symlink() and digest(victim) == before
 
 
-def test_a_run_folder_with_a_link_at_a_name_of_its_layout_is_refused_before_workers_write(tmp_path, victim):
+def test_a_run_folder_with_a_link_at_a_name_of_its_layout_is_refused_before_it_is_written(tmp_path, victim):
     from arc_kit.run.runs import open_run
     from arc_kit.settings import SolveSettings
 
     out = tmp_path / "run"
     open_run(out, SolveSettings())
-    (out / "worker-0").mkdir()
-    (out / "worker-0" / "plan.json").symlink_to(victim)  # a worker's plan: the pool writes it with its own open
-    with pytest.raises(OutputRefused, match=r"plan.json is a symbolic link .*\(worker-0/plan.json is its own name\)"):
+    (out / "ablation_records.jsonl").symlink_to(victim)
+    with pytest.raises(OutputRefused, match=r"ablation_records.jsonl is a symbolic link .*\(ablation_records.jsonl "
+                                            r"is its own name\)"):
         open_run(out, SolveSettings())
-    (out / "worker-0" / "plan.json").unlink()
-    (out / "worker-1").symlink_to(victim.parent)
-    with pytest.raises(OutputRefused, match="worker-1 is a symbolic link"):
+    (out / "ablation_records.jsonl").unlink()
+    (out / "ray-logs").symlink_to(victim.parent)  # the folder Ray's logs are copied into
+    with pytest.raises(OutputRefused, match="ray-logs is a symbolic link"):
         open_run(out, SolveSettings())
     open_run(out, SolveSettings(), restart=True)  # --restart removes the link itself
-    assert not (out / "worker-1").exists() and victim.exists()
+    assert not (out / "ray-logs").exists() and victim.exists()
 
 
 # -- 3: deletion by exact name -------------------------------------------------------------------------------------
 
 def test_clearing_deletes_exactly_the_layout_and_says_what_it_kept(tmp_path, victim):
     folder = claim_folder(tmp_path / "run", RUN_KIND, "solve")
-    kits = ["run.json", "records.jsonl", "scores.csv", "ablation.md", "worker-0/records.jsonl", "worker-12/plan.json",
-            "claims/t1", "tasks.json", ".records.jsonl.12.3.tmp"]
-    users = ["backup_records.jsonl", "worker-notes/a.txt", "worker-0/mine.txt", "records.jsonl.bak", "run.json.old",
-             "claims.txt", "my_records.jsonl"]
+    kits = ["run.json", "records.jsonl", "scores.csv", "ablation.md", "ablation_records.jsonl", "samplers.csv",
+            "tasks.json", ".records.jsonl.12.3.tmp"]
+    users = ["backup_records.jsonl", "worker-notes/a.txt", "worker-0/records.jsonl", "records.jsonl.bak",
+             "run.json.old", "claims/t1", "claims.txt", "my_records.jsonl"]
     for name in kits + users:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(name)
-    (folder / "worker-3").symlink_to(victim.parent)  # a link at a layout's name: removed itself
+    (folder / "ray-logs").symlink_to(victim.parent)  # a link at a layout's name: removed itself
     with pytest.warns(UserWarning, match=r"kept in .* what arc-kit did not make there: backup_records.jsonl, "
-                                         r"claims.txt, my_records.jsonl and 4 more"):
+                                         r"claims/, claims.txt and 5 more"):
         claim_folder(folder, RUN_KIND, "solve", clear=True)
     left = sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
-    assert left == sorted([MARKER, *users]) and not (folder / "worker-3").exists() and victim.exists()
-    assert not (folder / "claims").exists() and not (folder / "worker-12").exists()
-    assert RUN_KIND.owns("worker-7/records.jsonl") and not RUN_KIND.owns("worker-notes/records.jsonl")
+    assert left == sorted([MARKER, *users]) and not (folder / "ray-logs").exists() and victim.exists()
+    assert RUN_KIND.owns("ablation_records.jsonl") and not RUN_KIND.owns("worker-7/records.jsonl")
 
 
 def test_overwriting_a_model_keeps_its_adapter_folder_and_a_users_weights(tmp_path, capsys):
@@ -263,8 +261,8 @@ def test_overwriting_a_model_keeps_its_adapter_folder_and_a_users_weights(tmp_pa
 
 # -- 4: a marker or nothing ----------------------------------------------------------------------------------------
 
-def test_the_layouts_of_earlier_kits_are_refused_until_adopted(tmp_path, capsys, tasks_file, micro_model,
-                                                               no_model_work):
+def test_a_folder_that_looks_like_the_kits_but_holds_no_marker_is_refused_in_one_line(tmp_path, capsys, tasks_file,
+                                                                                      micro_model, no_model_work):
     old_run = tmp_path / "old-run"
     old_run.mkdir()
     (old_run / RUN_FILE).write_text(json.dumps({"settings": {}}))
@@ -273,29 +271,24 @@ def test_the_layouts_of_earlier_kits_are_refused_until_adopted(tmp_path, capsys,
     command = ["solve", "--dataset", tasks_file, "--out", old_run, "--model", micro_model, *QUICK]
     for flag in ([], ["--restart"]):
         status, _, err = run(capsys, *command, *flag)
-        assert status == 1 and "earlier arc-kit made, but holds no .arc-kit.json" in last_line(err)
-        assert "--adopt" in last_line(err) and sorted(path.name for path in old_run.iterdir()) == \
-            ["notes.txt", "records.jsonl", RUN_FILE]
-    status, _, err = run(capsys, *command, "--adopt")  # its other settings refused as ever, before it is adopted
+        assert status == 1 and "holds files that arc-kit did not make" in last_line(err), err
+        assert sorted(path.name for path in old_run.iterdir()) == ["notes.txt", "records.jsonl", RUN_FILE]
     assert read_marker(old_run) is None and (old_run / "notes.txt").read_text() == "mine"
-    assert status == 1 and "other settings" in last_line(err)
     old_training = tmp_path / "old-training"
     (old_training / "checkpoints" / "step-3").mkdir(parents=True)
     (old_training / "checkpoints" / "step-3" / "progress.json").write_text('{"step": 3}')
     status, _, err = run(capsys, "pretrain", "--model", "micro", "--out", old_training, "--tasks", tasks_file,
                          "--no-resume", "--steps", "1", "--device", "cpu")
-    assert status == 1 and "--adopt" in last_line(err) and (old_training / "checkpoints" / "step-3").exists()
+    assert status == 1 and "holds files that arc-kit did not make (checkpoints/)" in last_line(err)
+    assert (old_training / "checkpoints" / "step-3").exists()
     old_evaluation = tmp_path / "old-evaluation"
     old_evaluation.mkdir()
     (old_evaluation / "evaluation.json").write_text(json.dumps({"model": "m", "settings": {}}))
     from arc_kit.sudoku.experiment import EVALUATION_KIND
 
-    with pytest.raises(OutputRefused, match="--adopt"):
+    with pytest.raises(OutputRefused, match="holds files that arc-kit did not make"):
         claim_folder(old_evaluation, EVALUATION_KIND, "sudoku evaluate")
-    users = tmp_path / "users"
-    users.mkdir()
-    (users / "notes.txt").write_text("mine")
-    assert not adopt_folder(users, RUN_KIND, "solve") and not (users / MARKER).exists()  # a user's: never adopted
+    assert not (old_evaluation / MARKER).exists()
 
 
 # -- 5: special files, numbers, names --------------------------------------------------------------------------------

@@ -349,7 +349,7 @@ def test_a_kind_is_never_claimed_as_another_and_clearing_deletes_only_the_layout
 def test_a_marker_another_process_writes_between_the_reads_is_taken_as_the_kits(tmp_path, monkeypatch):
     """Two runs started together on one new folder: the marker appears after the first read found none (seen on
     CI as "holds files that arc-kit did not make (.arc-kit.json)"); it is read again, and the folder is a run's."""
-    import arc_kit.outputs as outputs
+    import arc_kit.outputs.folders as outputs
 
     folder, kind, raced = tmp_path / "out", outputs.FolderKind("run", resumable=True), []
     folder.mkdir()

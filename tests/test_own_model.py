@@ -44,7 +44,7 @@ from arc_kit.model.memory import parameters, weight_bytes
 from arc_kit.model.shrinking import save_shrunk
 from arc_kit.run.model_check import check_model
 from arc_kit.run.record_json import to_json
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 
 TASK_IDS = ["66e6c45b", "be03b35f"]  # two small ARC-AGI-1 evaluation tasks (one test input each)

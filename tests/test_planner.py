@@ -11,7 +11,7 @@ from arc_kit.data.submission import submission_problems
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
 from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, measure, work_units
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings, ladder, smoke, solve_preset
 from arc_kit.text import TaskEncoder, Vocabulary
 

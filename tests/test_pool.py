@@ -20,18 +20,17 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import assert_same_finds
-from pool_helpers import TASK_IDS, fake_workers, is_running, read_json, tries
+from pool_helpers import TASK_IDS, fake_workers, is_running, read_json, solve_in_pool, tries
 
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.method.solver import Solver
 from arc_kit.model.loading import load_model
-from arc_kit.run import actors, expectations, jobs, pool
+from arc_kit.run import actors, expectations, jobs, pool, workers
 from arc_kit.run.planner import Speeds
-from arc_kit.run.pool import solve_in_pool
 from arc_kit.run.ray_session import ray_session
 from arc_kit.run.record_json import read_records, to_json
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, BudgetSettings, PoolSettings, SamplerSettings, SolveSettings
 
 SETTINGS = SolveSettings(
@@ -130,17 +129,12 @@ def test_a_rerun_recomputes_only_the_task_whose_record_is_missing(shared_ray, mo
 
 
 @pytest.mark.processes
-def test_a_rerun_with_nothing_left_finds_every_record_without_ray_even_in_an_earlier_kits_worker_folders(
-        model_folder, tasks, tmp_path, finished_run, monkeypatch):
-    out = tmp_path / "earlier"
+def test_a_rerun_with_nothing_left_finds_every_record_without_ray(model_folder, tasks, tmp_path, finished_run,
+                                                                  monkeypatch):
+    out = tmp_path / "again"
     shutil.copytree(finished_run, out)
-    lines = (out / "records.jsonl").read_text().splitlines()
-    for index in range(2):  # as the home-made pool left them: each worker's records in its own folder
-        (out / f"worker-{index}").mkdir()
-        (out / f"worker-{index}" / "records.jsonl").write_text("".join(line + "\n" for line in lines[index::2]))
-    (out / "records.jsonl").unlink()
     no_ray(monkeypatch)
-    again = solve_in_pool(tasks, model_folder, SETTINGS, out, workers=1, progress=False, pool=QUICK)
+    again = solve_in_pool(tasks, model_folder, SETTINGS, out, workers=2, progress=False, pool=QUICK)
     assert list(again.records) == TASK_IDS
     assert (out / "submission.json").read_bytes() == (finished_run / "submission.json").read_bytes()
 
@@ -317,25 +311,25 @@ def test_workers_per_gpu_follow_the_measured_peak_memory_within_the_cores_and_th
 
 
 def test_slots_go_round_the_gpus_or_fill_the_first_ones_then_the_cpus():
-    assert [slot.gpu for slot in pool.slot_layout(5, 2, spread=True)] == [0, 1, 0, 1, 0]
-    assert [slot.gpu for slot in pool.slot_layout(3, 2, spread=False)] == [0, 1, None]
-    assert [slot.gpu for slot in pool.slot_layout(2, 0, spread=True)] == [None, None]
-    assert [slot.index for slot in pool.slot_layout(2, 2, spread=True, first=4)] == [4, 5]
+    assert [slot.gpu for slot in workers.slot_layout(5, 2, spread=True)] == [0, 1, 0, 1, 0]
+    assert [slot.gpu for slot in workers.slot_layout(3, 2, spread=False)] == [0, 1, None]
+    assert [slot.gpu for slot in workers.slot_layout(2, 0, spread=True)] == [None, None]
+    assert [slot.index for slot in workers.slot_layout(2, 2, spread=True, first=4)] == [4, 5]
 
 
 def test_one_worker_solves_in_this_process_and_several_or_an_address_make_a_pool(monkeypatch):
-    monkeypatch.setattr(jobs, "visible_gpus", lambda: [])
-    assert not jobs.uses_pool(None, None, None, deadline=1e12) and not jobs.uses_pool(1, None, None, None)
-    assert jobs.uses_pool(2, None, None, None) and jobs.uses_pool(None, None, "10.0.0.1:6379", None)
-    monkeypatch.setattr(jobs, "visible_gpus", lambda: ["0"])
-    assert not jobs.uses_pool(None, None, None, None)  # one GPU, no deadline: this process
-    assert jobs.uses_pool(None, None, None, deadline=1e12)  # a deadline: the first task's memory may find room for more
-    assert jobs.uses_pool(None, 2, None, None) and not jobs.uses_pool(1, 2, None, None)
+    monkeypatch.setattr(workers, "visible_gpus", lambda: [])
+    assert not workers.uses_ray(None, None, None, deadline=1e12) and not workers.uses_ray(1, None, None, None)
+    assert workers.uses_ray(2, None, None, None) and workers.uses_ray(None, None, "10.0.0.1:6379", None)
+    monkeypatch.setattr(workers, "visible_gpus", lambda: ["0"])
+    assert not workers.uses_ray(None, None, None, None)  # one GPU, no deadline: this process
+    assert workers.uses_ray(None, None, None, deadline=1e12)  # a deadline: the first task's memory may find room
+    assert workers.uses_ray(None, 2, None, None) and not workers.uses_ray(1, 2, None, None)
 
 
 def test_one_worker_solves_in_this_process_without_ray(fallback_model, tasks, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed: nothing may import it
-    monkeypatch.setattr(jobs, "visible_gpus", lambda: [])
+    monkeypatch.setattr(workers, "visible_gpus", lambda: [])
     quick = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,
                           ttt=TEST_TIME_TRAINING.replace(steps=1), max_len=2048)
     run = jobs.solve_job(tasks.select(TASK_IDS[:2]), fallback_model, quick, tmp_path / "out", progress=False)

@@ -24,15 +24,24 @@ import time
 from pathlib import Path
 
 import pytest
-from pool_helpers import FakeSolver, fake_workers, folder_digest, is_running, loads, processes_naming, read_json, tries
+from pool_helpers import (
+    FakeSolver,
+    fake_workers,
+    folder_digest,
+    is_running,
+    loads,
+    processes_naming,
+    read_json,
+    solve_in_pool,
+    tries,
+)
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.submission import submission_problems
 from arc_kit.model.devices import UnsupportedSetupError
 from arc_kit.run import expectations, ray_session
-from arc_kit.run.pool import solve_in_pool
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, PoolSettings, SamplerSettings, SolveSettings
 
 SETTINGS = SolveSettings(sampler=SamplerSettings("greedy"), inference_augmentations=1, scoring_augmentations=1,

@@ -1,8 +1,8 @@
 """The run layer on its own: records tolerant at every level, run folders that resume or refuse, settings
 read strictly, the help that shows a preset's values, and the tables as run folders (resumed, refused,
-shared by workers).
+time-boxed, on Ray's actors).
 
-No model runs here except in the one test of the tables' real worker processes and the one of two solve
+No model runs here except in the one test of the table on two Ray actors and the one of two solve
 processes on one folder (both slow): the tables' per-task work is replaced by a stand-in that writes a
 typed record, since what matters is the folder.
 """
@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,24 +23,24 @@ import arc_kit.experiments.tables as tables
 from arc_kit.cli import main
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.experiments.tables import ABLATION_STAGES, run_ablation, run_table
+from arc_kit.run import pool
 from arc_kit.method.records import SearchStats, TaskRecord, TestResult, TrainingSummary
 from arc_kit.method.experts import Candidate
-from arc_kit.outputs import MARKER, OutputRefused
+from arc_kit.outputs import MARKER, OutputRefused, claim_folder
 from arc_kit.run.locking import LOCK_FILE
 from arc_kit.run.record_json import append_record, from_json, read_records, schema, to_json, write_records
 from arc_kit.run.runs import (
     RECORDS_FILE,
     RUN_FILE,
+    RUN_KIND,
     RunFolderError,
     check_run,
     choose_tasks,
-    claim_task,
     clear_run,
     deadline_from,
     open_run,
     read_settings_file,
     records_file,
-    run_records,
     task_ids_digest,
 )
 from arc_kit.settings import SOLVE_PRESETS, TEST_TIME_TRAINING, SamplerSettings, SolveSettings
@@ -171,10 +172,12 @@ def test_an_old_run_json_without_todays_fields_resumes_with_their_defaults(tmp_p
     stored["ttt"].pop("gradient_checkpointing")
     (tmp_path / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
     assert check_run(tmp_path, SETTINGS, {"dataset": "d"}) is True
-    with pytest.raises(OutputRefused, match="earlier arc-kit made, but holds no .arc-kit.json: .*--adopt"):
-        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing: adopted only when asked
-    assert open_run(tmp_path, SETTINGS, {"dataset": "d"}, adopt=True) == tmp_path
-    assert json.loads((tmp_path / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
+    with pytest.raises(OutputRefused, match="holds files that arc-kit did not make"):
+        open_run(tmp_path, SETTINGS, {"dataset": "d"})  # a marker or nothing
+    claim_folder(tmp_path / "made", RUN_KIND, "solve")  # a run folder of the kit's with such a run.json resumes
+    (tmp_path / "made" / RUN_FILE).write_text(json.dumps({"settings": stored, "dataset": "d"}))
+    assert open_run(tmp_path / "made", SETTINGS, {"dataset": "d"}) == tmp_path / "made"
+    assert json.loads((tmp_path / "made" / RUN_FILE).read_text())["settings"] == stored  # resumed: nothing rewritten
 
 
 def test_a_neutral_change_resumes_and_a_change_of_results_is_refused_naming_the_field(tmp_path):
@@ -198,14 +201,15 @@ def test_another_data_set_is_refused_by_its_task_ids_or_without_them_by_its_name
         open_run(tmp_path / "b", SETTINGS, {"dataset": "two.json"})
 
 
-def test_clearing_a_run_discards_tables_claims_and_workers_but_nothing_else(tmp_path):
+def test_clearing_a_run_discards_its_records_and_tables_but_nothing_else(tmp_path):
     open_run(tmp_path, SETTINGS)
-    for name in (records_file(), records_file("ablation"), "worker-0/" + records_file("ablation"), "notes.txt"):
+    for name in (records_file(), records_file("ablation"), "ablation.md", "worker-0/" + records_file("ablation"),
+                 "notes.txt"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("{}\n")
-    assert claim_task(tmp_path, "t1") and not claim_task(tmp_path, "t1")
-    clear_run(tmp_path)
-    assert sorted(path.name for path in tmp_path.iterdir()) == [MARKER, LOCK_FILE, "notes.txt"]  # its marker, lock
+    with pytest.warns(UserWarning, match="kept in .* what arc-kit did not make there: notes.txt, worker-0/"):
+        clear_run(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [MARKER, LOCK_FILE, "notes.txt", "worker-0"]
 
 
 def test_settings_from_json_strictly_names_unknown_fields_at_any_depth(tmp_path):
@@ -299,33 +303,31 @@ def stand_in_ablation(calls: list):
     return work
 
 
-def counting_clock():
-    ticks = iter(range(1000))
-    return SimpleNamespace(monotonic=lambda: next(ticks), time=lambda: 0.0)
-
-
-def test_a_table_run_resumes_refuses_other_settings_and_workers_share_its_tasks(tmp_path, small_task_set,
-                                                                                 monkeypatch):
+def test_a_table_run_starts_no_task_past_its_deadline_resumes_and_refuses_other_settings(tmp_path, small_task_set,
+                                                                                          monkeypatch):
     calls = []
-    monkeypatch.setattr(tables, "ablation_task", stand_in_ablation(calls))
+    stand_in = stand_in_ablation(calls)
+    clock = [1000.0]
+
+    def an_hour_each(solver, task, threshold=None):
+        clock[0] += 3600
+        return stand_in(solver, task)
+    monkeypatch.setattr(tables, "ablation_task", an_hour_each)
+    monkeypatch.setattr(pool, "time", SimpleNamespace(time=lambda: clock[0], monotonic=lambda: clock[0],
+                                                      sleep=lambda seconds: None))
     solver = SimpleNamespace(settings=SETTINGS)
     out = tmp_path / "ablation"
-    with pytest.raises(RunFolderError, match="holds no run"):  # a worker never opens the run itself
-        run_ablation(small_task_set, solver, out, progress=False, worker=0)
-    open_run(out, SETTINGS)  # as the parent does
-    monkeypatch.setattr(tables, "time", counting_clock())
-    run_ablation(small_task_set, solver, out, progress=False, worker=0, stop_at=0.5)  # one task, then its time is up
-    first = calls[:]
-    run = run_ablation(small_task_set, solver, out, progress=False, worker=1)  # the rest
-    assert len(first) == 1 and sorted(calls) == sorted(small_task_set.ids)
-    assert list(read_records(out / "worker-0" / records_file("ablation"), AblationRecord)) == first
-    assert sorted(read_records(out / "worker-1" / records_file("ablation"), AblationRecord)) == \
-        sorted(set(small_task_set.ids) - set(first))
-    assert sorted(run.records) == sorted(small_task_set.ids)
+    first = run_ablation(small_task_set, solver, out, progress=False, deadline=clock[0] + 60)  # one task, then no more
+    assert calls == small_task_set.ids[:1] and list(first.records) == calls
+    assert (first.table["test_outputs"] == len(small_task_set[calls[0]].test_outputs)).all()  # the table so far
+    run = run_ablation(small_task_set, solver, out, progress=False)  # the rest
+    assert calls == small_task_set.ids
+    assert list(read_records(out / records_file("ablation"), AblationRecord)) == small_task_set.ids  # in task order
+    assert list(run.records) == small_task_set.ids
     assert (run.table["correct"] == 3).all() and (run.table["test_outputs"] == 4).all()  # one task has two tests
+    assert (out / "ablation.md").read_text() == run.markdown + "\n"
     again = run_ablation(small_task_set, solver, out, progress=False)  # every record found: nothing computed
     assert len(calls) == 3 and again.markdown == run.markdown
-    assert sorted(run_records(out, records_file("ablation"), AblationRecord)) == sorted(small_task_set.ids)
     other = SimpleNamespace(settings=SETTINGS.replace(sampler=SamplerSettings(threshold=0.2)))
     with pytest.raises(RunFolderError, match=r"other settings \(sampler.threshold 0.09 -> 0.2\)"):
         run_ablation(small_task_set, other, out, progress=False)
@@ -343,9 +345,27 @@ def test_the_table_commands_refuse_a_folder_of_other_settings_before_any_work(tm
     assert sorted(path.name for path in out.iterdir()) == [MARKER, LOCK_FILE, RUN_FILE]
 
 
+def test_the_table_commands_take_the_pools_workers_and_hours(tmp_path, capsys, monkeypatch, model_folder):
+    """``--workers``, ``--workers-per-gpu`` and ``--hours`` (less ``--safety-minutes``) reach the pool, as a solve's do."""
+    given = {}
+
+    def pooled(tasks, outputs, settings, out, **options):
+        given.update(options, command=outputs.command, samplers=len(outputs.samplers))
+        return SimpleNamespace(markdown="the table")
+    monkeypatch.setattr(tables, "run_in_pool", pooled)
+    started = time.time()
+    for command in ("ablation", "samplers"):
+        assert main([command, "--model", str(model_folder), "--task-ids", "00576224", "--out", str(tmp_path / command),
+                     "--workers", "3", "--workers-per-gpu", "2", "--hours", "2", "--safety-minutes", "30"]) == 0
+        assert given["command"] == command and given["samplers"] == (8 if command == "samplers" else 0)
+        assert given["workers"] == 3 and given["workers_per_gpu"] == 2 and given["model"] == model_folder
+        assert started + 5400 <= given["deadline"] <= time.time() + 5400  # 2 hours less 30 minutes from now
+    assert "the table" in capsys.readouterr().out
+
+
 @pytest.mark.processes
 @pytest.mark.slow
-def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_folder):
+def test_the_ablation_on_two_ray_actors_covers_every_task(tmp_path, model_folder):
     from arc_kit.data.datasets import load_tasks
 
     tasks = load_tasks("arc-agi-1/evaluation").select(["00576224", "66e6c45b"])
@@ -355,7 +375,7 @@ def test_the_ablation_in_two_worker_processes_covers_every_task(tmp_path, model_
     run = run_table("ablation", tasks, model_folder, settings, tmp_path / "run", workers=2,
                     load_options={"device": "cpu"}, progress=False)
     assert sorted(run.records) == sorted(tasks.ids) and (run.table["test_outputs"] == 2).all()
-    written = run_records(tmp_path / "run", records_file("ablation"), AblationRecord)
+    written = read_records(tmp_path / "run" / records_file("ablation"), AblationRecord)
     assert sorted(written) == sorted(tasks.ids) and all(r.ttt.steps == 1 for r in written.values())
     assert json.loads((tmp_path / "run" / RUN_FILE).read_text())["table"] == "ablation"
 

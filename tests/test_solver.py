@@ -34,7 +34,7 @@ from arc_kit.model.loading import load_model
 from arc_kit.experiments.table_records import AblationRecord, SamplerRecord
 from arc_kit.method.records import TaskRecord
 from arc_kit.run.record_json import from_json, read_records, to_json
-from arc_kit.run.runs import solve
+from arc_kit.run.jobs import solve
 from arc_kit.settings import TEST_TIME_TRAINING, SamplerSettings, SolveSettings
 from arc_kit.method.solver import Solver
 from arc_kit.data.submission import build_submission, score_submission, submission_problems

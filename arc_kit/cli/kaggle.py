@@ -18,7 +18,7 @@ from arc_kit.cli.options import (
     number_argument,
     overwrite_argument,
     preset_arguments,
-    restart_arguments,
+    restart_argument,
     settings_from_options,
 )
 from arc_kit.names import listed
@@ -112,7 +112,7 @@ def _add_run_arguments(actions) -> None:
                     "first one's measured memory allows; without a GPU one: this process, without Ray)",
                     at_least=1, at_most=MAX_WORKERS)
     run.add_argument("--full", action="store_true", help="solve every task even if the test file is the placeholder")
-    restart_arguments(run, "--working")
+    restart_argument(run, "--working")
     given = run.add_mutually_exclusive_group()
     given.add_argument("--settings", dest="settings_file", metavar="FILE",
                        help="the method's settings from a JSON file (SolveSettings.to_json, or a run.json); the "
@@ -126,7 +126,7 @@ def _kaggle_run(args) -> None:
     clock = settings_from_options(args, CompetitionSettings())
     result = kaggle.run_competition(model_path(args), _kaggle_settings(args), clock, input_root=args.input,
                                     working=args.working, workers=args.workers, force_full=args.full,
-                                    restart=args.restart, adopt=args.adopt)
+                                    restart=args.restart)
     end, *score = result.lines()
     print(f"wrote {result.submission_path}: {end}", *score, sep="\n")
 

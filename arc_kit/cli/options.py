@@ -185,7 +185,7 @@ def solve_arguments(parser, *, preset: str, tasks_default: int | None, out_defau
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="the run folder (records.jsonl, submission.json, scores): new or empty, or an earlier "
                              "run's, which this one resumes; never a folder of yours (default: %(default)s)")
-    restart_arguments(parser, "--out")
+    restart_argument(parser, "--out")
     device_argument(parser)
     dtype_argument(parser)
     parser.add_argument("--quantization", choices=["4bit"], help="load the model in 4 bits (GPU only)")
@@ -222,21 +222,9 @@ MAX_COUNT = 10**7  # tasks or puzzles a command takes: more than any set holds
 MAX_TOKENS = 1 << 20  # a token budget: longer than any model's positions
 
 
-def restart_arguments(parser, out: str) -> None:
-    """``--restart`` and ``--adopt``: what to do with an earlier run's records in the output folder."""
-    given = parser.add_mutually_exclusive_group()
-    given.add_argument("--restart", action="store_true", help=f"discard earlier results in {out} instead of resuming")
-    given.add_argument("--adopt", action="store_true",
-                       help=f"keep records in {out} that have no run.json (it was deleted) as this run's, under the "
-                            "settings given now, and take a run folder an earlier arc-kit made (no .arc-kit.json "
-                            "marker) as this one's, instead of refusing them")
-
-
-def adopt_argument(parser, what: str) -> None:
-    """``--adopt``: take a folder that an earlier kit made without a marker as this command's (``outputs``)."""
-    parser.add_argument("--adopt", action="store_true",
-                        help=f"take {what} that an earlier arc-kit made (no .arc-kit.json marker) as this command's, "
-                             "keeping its files, instead of refusing it")
+def restart_argument(parser, out: str) -> None:
+    """``--restart``: discard an earlier run's results in the output folder instead of resuming."""
+    parser.add_argument("--restart", action="store_true", help=f"discard earlier results in {out} instead of resuming")
 
 
 def overwrite_argument(parser, what: str) -> None:

@@ -54,7 +54,7 @@ def _run_solve(args) -> int:
           f"({settings.description})")
     deadline = deadline_from(args.hours, args.safety_minutes)
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
-                    address=args.address, shared_model=args.shared_model, restart=args.restart, adopt=args.adopt,
+                    address=args.address, shared_model=args.shared_model, restart=args.restart,
                     deadline=deadline, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
@@ -116,13 +116,13 @@ def setup_report(parser):
 def _table(which: str):
     def run(args):
         from arc_kit.experiments.tables import run_table
-        from arc_kit.run.runs import dataset_info
+        from arc_kit.run.runs import dataset_info, deadline_from
 
         loaded = load_given_tasks(args)
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
-                          restart=args.restart, adopt=args.adopt, load_options=load_options(args),
-                          info=dataset_info(args.dataset, loaded),
-                          workers=getattr(args, "table_workers", 1), minutes=getattr(args, "minutes", None))
+                          restart=args.restart, load_options=load_options(args),
+                          info=dataset_info(args.dataset, loaded), workers=args.workers,
+                          workers_per_gpu=args.workers_per_gpu, deadline=deadline_from(args.hours, args.safety_minutes))
         print(table.markdown)
         print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
         return 0
@@ -132,10 +132,6 @@ def _table(which: str):
 @command("ablation", "the paper's Table 1: baseline, +TTT, +16xAug, +PoE, +DFS on tasks with solutions")
 def setup_ablation(parser):
     solve_arguments(parser, preset="paper", tasks_default=0, out_default=None)
-    number_argument(parser, "--table-workers", int, "processes sharing the tasks on one device (a small model leaves "
-                    "a GPU mostly idle)", at_least=1, at_most=MAX_WORKERS, default=1)
-    number_argument(parser, "--minutes", float, "start no task after this long; the table covers the finished tasks "
-                    "from the first on", above=0, at_most=60 * MAX_HOURS)
     return _table("ablation")
 
 

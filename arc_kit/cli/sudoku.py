@@ -10,7 +10,6 @@ from __future__ import annotations
 from arc_kit.cli.options import (
     MAX_COUNT,
     add_settings_options,
-    adopt_argument,
     command,
     device_argument,
     number_argument,
@@ -62,7 +61,6 @@ def _add_train_arguments(actions) -> None:
                     at_least=1, at_most=10**6, default=1000)
     train.add_argument("--out", required=True)
     train.add_argument("--no-resume", action="store_true")
-    adopt_argument(train, "a training run's folder")
     device_argument(train)
     add_settings_options(train, TrainingSettings(), "training settings (defaults: from-scratch for a preset, "
                                                     "else the paper's)")
@@ -76,7 +74,6 @@ def _add_evaluate_arguments(actions) -> None:
     evaluate.add_argument("--out", required=True, help="folder for records.jsonl, metrics.json and the plot; "
                                                        "puzzles already there are kept (resumes)")
     evaluate.add_argument("--no-resume", action="store_true", help="solve every puzzle again")
-    adopt_argument(evaluate, "an evaluation folder")
     device_argument(evaluate, "cpu")
     number_argument(evaluate, "--minutes", float, "start no new puzzle after this long; the metrics cover the puzzles "
                     "done", above=0, at_most=525600)
@@ -104,7 +101,7 @@ def _train(args, pairs) -> None:
 
     settings = settings_from_options(args, training_settings_for(args.model))
     result = train_sudoku(args.model, args.out, pairs, settings, copies=args.copies,
-                          resume=not args.no_resume, device=args.device, adopt=args.adopt)
+                          resume=not args.no_resume, device=args.device)
     print_training(result)
 
 
@@ -114,6 +111,5 @@ def _evaluate(args, pairs) -> None:
     from arc_kit.sudoku.experiment import evaluate as evaluate_sudoku
 
     metrics = evaluate_sudoku(args.model, pairs, args.out, settings_from_options(args, SudokuEvalSettings()),
-                              device=args.device, minutes=args.minutes, resume=not args.no_resume,
-                              adopt=args.adopt)
+                              device=args.device, minutes=args.minutes, resume=not args.no_resume)
     print(json.dumps(metrics, indent=1))

@@ -35,7 +35,7 @@ from arc_kit.data.submission import build_submission, solutions_problems
 from arc_kit.data.task_files import parse_tasks
 from arc_kit.data.tasks import InvalidDataError, Pair, SkippedTask, TaskSet, parse_task
 from arc_kit.names import file_name, listed, shown
-from arc_kit.outputs import FolderKind, claim_folder, is_made_folder, small_json
+from arc_kit.outputs import FolderKind, claim_folder, is_made_folder
 
 KAGGLE_INPUT = Path("/kaggle/input")
 
@@ -102,12 +102,12 @@ def _task_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     folders below it that hold the kit's outputs are passed over."""
     if not folder.is_dir():
         raise InvalidDataError([f"no such folder: {folder}"])
-    if _holds_outputs(folder):
+    if is_made_folder(folder):
         raise InvalidDataError([f"{folder} holds arc-kit's outputs (a run, a model...), not task files: give the "
                                 "folder of task files"])
     paths = []
     for root, folders, files in os.walk(folder):  # links to folders not followed, as rglob does not
-        folders[:] = [name for name in folders if not _holds_outputs(Path(root) / name)]
+        folders[:] = [name for name in folders if not is_made_folder(Path(root) / name)]
         paths += [Path(root) / name for name in (*folders, *files) if name.endswith(".json")]
     paths.sort()
     if not paths:
@@ -116,14 +116,6 @@ def _task_files(folder: Path) -> tuple[dict[str, Path], list[Path]]:
     for path in paths:
         first.setdefault(path.stem, path)
     return first, [path for path in paths if first[path.stem] != path]
-
-
-def _holds_outputs(folder: Path) -> bool:
-    """True for a folder the kit made (its marker), or a run folder of a kit from before markers (its run.json)."""
-    if is_made_folder(folder):
-        return True
-    run = small_json(folder / "run.json")
-    return isinstance(run, dict) and isinstance(run.get("settings"), dict)
 
 
 def folder_problems(folder: str | os.PathLike, *, max_side: int = MAX_SIDE) -> dict[str, list[str]]:

@@ -15,19 +15,22 @@ Accuracy is the competition's (either attempt), top-1 beside it (the first attem
 paper's Sudoku experiment counts); every NLL is measured as ``settings.probabilities`` says (the
 records name it); timings are per task.
 
-A table's folder is a run folder (``run``): ``run.json`` holds the settings and the data set, and
-each task's record (``table_records``) is appended to ``<table>_records.jsonl`` as it finishes. A
-rerun resumes; a folder that ran other settings or another data set is refused
-(``runs.RunFolderError``), as a solve's is; ``table_records`` writes the tables out. This module
-knows the solver's pieces and the run layer; it writes no record layout of its own.
+A table runs through the pool as a solve does (``run.pool.run_in_pool``: one worker in this process, or Ray's
+actors, several of them sharing a GPU where asked): ``ablation_task`` or ``sampler_task`` is the workers' work on
+a task, ``TableOutputs`` what the run keeps. A table's folder is a run folder (``run``): ``run.json`` holds the
+settings and the data set, each task's record (``table_records``) is appended to ``<table>_records.jsonl`` as it
+finishes and the table rewritten. A rerun resumes; a folder that ran other settings or another data set is
+refused (``runs.RunFolderError``), as a solve's is; ``table_records`` writes the tables out. This module knows the
+solver's pieces and the run layer; it writes no record layout of its own.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager, nullcontext
-from itertools import takewhile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from arc_kit.data.augmentation import Augmentation
@@ -46,26 +49,9 @@ from arc_kit.experiments.table_records import (
 )
 from arc_kit.method.experts import AGGREGATIONS, Candidate, select
 from arc_kit.method.solver import Solver, task_rng
-from arc_kit.model.description import read_model_folder
-from arc_kit.model.loading import LoadSettings, load_model
 from arc_kit.names import shown
-from arc_kit.outputs import kit_subfolder, remove_owned
-from arc_kit.progress import progress_bar
-from arc_kit.run.locking import hold_folder
-from arc_kit.run.record_json import append_record
-from arc_kit.run.runs import (
-    CLAIMS_FOLDER,
-    RUN_KIND,
-    TABLE_NAMES,
-    RunFolderError,
-    adopt_run,
-    check_run,
-    check_run_folder,
-    claim_task,
-    open_run,
-    records_file,
-    run_records,
-)
+from arc_kit.run.pool import run_in_pool
+from arc_kit.run.runs import TABLE_NAMES, records_file
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 DEFAULT_SAMPLERS = (SamplerSettings("greedy"), SamplerSettings("sample", count=2), SamplerSettings("sample", count=4),
@@ -185,133 +171,96 @@ def sampler_task(solver: Solver, task: Task, samplers: Sequence[SamplerSettings]
     return record
 
 
-def _run_tasks(tasks: TaskSet, solver: Solver, out: Path, table: str, kind: type, work, progress: bool, *,
-               info: dict | None = None, worker: int | None = None, stop_at: float | None = None) -> dict:
-    """Run ``work`` on every task without a record in run folder ``out``; a rerun resumes.
+def ablation_work(solver: Solver, task: Task, rung: int, budget=None) -> AblationRecord:
+    """The ablation's work on a task in a pool's worker (``run.pool.Outputs.work``): its five stages, in full (no rung
+    nor cap applies to a table)."""
+    return ablation_task(solver, task)
 
-    A single process opens the run (``runs.open_run``: refused when the folder ran other settings or
-    another data set) and holds the folder's lock throughout (``locking``). As one of several workers
-    (``worker`` = its number) the parent has opened it and holds its lock; a task goes to whichever
-    worker claims it first and its record into ``out/worker-N``; no task is started after ``stop_at``
-    (monotonic).
-    """
 
-    with hold_folder(out, RUN_KIND, table) if worker is None else nullcontext():
-        if worker is None:
-            open_run(out, solver.settings, info, command=table)
-        elif not check_run(out, solver.settings, info):
-            raise RunFolderError(f"{out} holds no run ({table} worker {worker}); the parent opens it first")
-        records = run_records(out, records_file(table), kind, tasks.ids)
-        path = (out if worker is None else out / f"worker-{worker}") / records_file(table)
-        kit_subfolder(path.parent, within=out)  # a worker's folder: never a link to elsewhere
-        for task in progress_bar([t for t in tasks.tasks() if t.id not in records], desc=table, unit="task",
-                         disable=not progress):
-            if not task.has_solutions:
-                raise ValueError(f"task {shown(task.id)} has no known test outputs; the tables need solutions")
-            if stop_at is not None and time.monotonic() > stop_at:
-                break
-            if worker is not None and not claim_task(out, task.id):
-                continue
-            records[task.id] = work(task)
-            append_record(path, records[task.id])
-    return {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
+def sampler_work(solver: Solver, task: Task, rung: int, budget=None, *,
+                 samplers: Sequence[SamplerSettings] = DEFAULT_SAMPLERS) -> SamplerRecord:
+    """The sampler table's work on a task in a pool's worker: every sampler, in full."""
+    return sampler_task(solver, task, samplers)
+
+
+@dataclass
+class TableOutputs:
+    """What a table keeps of its tasks (``run.pool.Outputs``): each task's record in ``<table>_records.jsonl``, and
+    the table (``<table>.md``, ``<table>.csv``) rewritten after each. A table's task has no fallback: one its worker
+    could not finish is left for a rerun."""
+
+    command: str  # the table: "ablation" or "samplers"
+    settings: SolveSettings
+    out: Path
+    samplers: tuple[SamplerSettings, ...] = ()  # the sampler table's
+    ladder = False
+
+    @property
+    def records_file(self) -> str:
+        return records_file(self.command)
+
+    @property
+    def record_kind(self) -> type:
+        return AblationRecord if self.command == "ablation" else SamplerRecord
+
+    @property
+    def work(self):
+        return ablation_work if self.command == "ablation" else partial(sampler_work, samplers=self.samplers)
+
+    def fallback(self, task_id: str, why: str) -> None:
+        return None
+
+    def took(self, record) -> None:
+        return None
+
+    def measured(self, record) -> tuple[int, None]:
+        return 0, None
+
+    def line(self, record) -> str:
+        if isinstance(record, AblationRecord):
+            seconds = sum(record.seconds.values())
+        else:
+            seconds = sum(result.seconds for result in record.samplers.values()) + record.scoring_seconds \
+                + ((record.ttt.seconds or 0.0) if record.ttt else 0.0)
+        return f"task {shown(record.task_id)}: {self.command} in {seconds:.1f} s"
+
+    def write(self, records: dict) -> None:
+        if records:
+            self.end(records, 0.0)
+
+    def end(self, records: dict, seconds: float) -> TableRun:
+        if self.command == "ablation":
+            return ablation_table(records, self.settings, self.out)
+        return sampler_table(records, self.samplers, self.settings, self.out)
 
 
 def run_ablation(tasks: TaskSet, solver: Solver, out: str | Path, *, progress: bool = True, info: dict | None = None,
-                 worker: int | None = None, stop_at: float | None = None) -> TableRun:
-    """The ablation on every task (its +DFS stage at the solver's threshold); writes ablation.md and ablation.csv
-    into the run folder ``out`` (``info`` goes into a new ``run.json``, see ``runs.open_run``)."""
-    out = Path(out)
-    records = _run_tasks(tasks, solver, out, "ablation", AblationRecord, lambda task: ablation_task(solver, task),
-                         progress, info=info, worker=worker, stop_at=stop_at)
-    return ablation_table(records, solver.settings, out)
+                 **options) -> TableRun:
+    """The ablation on every task with ``solver`` (its +DFS stage at the solver's threshold), in this process;
+    writes ablation.md and ablation.csv into the run folder ``out`` (``info`` goes into a new ``run.json``, see
+    ``runs.open_run``; ``options`` are ``run.pool.run_in_pool``'s)."""
+    outputs = TableOutputs("ablation", solver.settings, Path(out))
+    return run_in_pool(tasks, outputs, solver.settings, out, solver=solver, progress=progress, info=info, **options)
 
 
-def _ablation_worker(worker: int, tasks: TaskSet, model, settings: SolveSettings, out: str, load_options: dict,
-                     stop_at_epoch: float | None) -> None:
-    """One of several processes sharing an ablation run (see ``run_table``); ``settings`` are the run's own."""
-    import torch
-
-    torch.set_num_threads(1)
-    solver = Solver.from_loaded(load_model(model, LoadSettings(**load_options)), settings)
-    stop_at = None if stop_at_epoch is None else time.monotonic() + stop_at_epoch - time.time()
-    run_ablation(tasks, solver, out, progress=False, worker=worker, stop_at=stop_at)
-
-
-def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *, restart: bool = False,
-              load_options: dict | None = None, progress: bool = True, workers: int = 1,
-              minutes: float | None = None, grace_minutes: float = 2.0, info: dict | None = None,
-              adopt: bool = False) -> TableRun:
+def run_table(which: str, tasks: TaskSet, model, settings: SolveSettings, out: str | Path, *,
+              info: dict | None = None, **options) -> TableRun:
     """One of the paper's tables on ``tasks`` (which need known test outputs) with the model in folder ``model``.
 
     The ablation uses the settings' DFS threshold for its last stage; the sampler table runs its
-    fixed samplers under the settings' search cap and temperature. ``out`` is a run folder (module
-    docstring; ``info``: see ``runs.open_run``); ``restart`` discards the earlier run first, ``adopt``
-    keeps records that lack a ``run.json``. The ablation can run in ``workers`` processes that share
-    the tasks (a small model leaves most of a GPU idle); with ``minutes``, no task starts after that
-    long, a task still running ``grace_minutes`` later is stopped (a rerun does it), and the table
-    covers the tasks finished from the first one on, in order. The model is loaded (for worker processes: its
-    folder and tokenizer checked) before ``out`` is claimed: a refused table leaves nothing behind.
+    fixed samplers under the settings' search cap and temperature; both with test-time training on. ``out`` is a
+    run folder (module docstring; ``info``: see ``runs.open_run``). The tasks go through the pool
+    (``run.pool.run_in_pool``; ``options`` are its own: ``restart``, ``load_options``, ``progress``, ``workers`` and
+    ``workers_per_gpu``, as several Ray actors may share a GPU that a small model leaves mostly idle, ``deadline``
+    after which no task starts, ``stop_at``...): the table covers the tasks finished. The model is loaded (for Ray's
+    actors: its folder and tokenizer checked) before ``out`` is claimed: a refused table leaves nothing behind.
     """
-    from arc_kit.provenance import run_info
-
     if which not in TABLE_NAMES:  # ("ablation", "samplers"): a run folder's layout names their files
         raise ValueError(f"unknown table {which!r}; expected one of {TABLE_NAMES}")
     if not tasks.has_solutions:
         raise ValueError("the tables need tasks with known test outputs (a dataset name, or --solutions)")
-    if workers > 1 and which != "ablation":
-        raise ValueError("only the ablation runs in several workers")
-    out = Path(out)
-    check_run_folder(out, which, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused
-    # the settings every process runs with, as the solver resolves them: test-time training on, the budget cut to
-    # what the model takes
-    folder = read_model_folder(model)
-    settings = settings.replace(test_time_training=True, max_len=folder.token_budget(settings.max_len))
-    info = run_info(**{"model": str(model), "table": which, "tasks": len(tasks), **(info or {})})
-    in_workers = which == "ablation" and (workers > 1 or minutes is not None)
-    load = LoadSettings(**(load_options or {}))
-    solver = None if in_workers else Solver.from_loaded(load_model(model, load), settings)
-    if in_workers:
-        folder.encoder(max_len=settings.max_len)  # what the workers load: its folder and tokenizer
-    if adopt:  # a run folder an earlier kit made without a marker becomes this table's, before it is claimed
-        adopt_run(out, settings, info, which, restart=restart)
-    with hold_folder(out, RUN_KIND, which):
-        open_run(out, settings, info, restart=restart, adopt=adopt, command=which)
-        if in_workers:
-            return _ablation_in_workers(tasks, str(model), settings, out, load_options or {}, workers, minutes,
-                                        grace_minutes)
-        if which == "ablation":
-            return run_ablation(tasks, solver, out, progress=progress)
-        samplers = [sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
-                                    temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS]
-        records = _run_tasks(tasks, solver, out, "samplers", SamplerRecord,
-                             lambda task: sampler_task(solver, task, samplers), progress)
-        return sampler_table(records, samplers, settings, out)
-
-
-def _ablation_in_workers(tasks: TaskSet, model: str, settings: SolveSettings, out: Path, load_options: dict,
-                         workers: int, minutes: float | None, grace_minutes: float) -> TableRun:
-    """The ablation in ``workers`` processes sharing the tasks of the opened run folder ``out`` (``run_table``)."""
-    import multiprocessing
-
-    stop_at_epoch = None if minutes is None else time.time() + 60 * minutes
-    remove_owned(out, RUN_KIND, below=CLAIMS_FOLDER)  # claims of an interrupted run: its tasks are not done
-    context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_ablation_worker, args=(worker, tasks, model, settings, str(out),
-                                                                load_options, stop_at_epoch))
-                 for worker in range(workers)]
-    for process in processes:
-        process.start()
-    hard_stop = None if minutes is None else time.monotonic() + 60 * (minutes + grace_minutes)
-    for process in processes:
-        process.join(None if hard_stop is None else max(0.0, hard_stop - time.monotonic()))
-    late = [worker for worker, process in enumerate(processes) if process.is_alive()]
-    for worker in late:  # their tasks in flight are lost; a rerun does them
-        processes[worker].terminate()
-        processes[worker].join()
-    failed = [worker for worker, process in enumerate(processes) if process.exitcode != 0 and worker not in late]
-    if failed:
-        raise RuntimeError(f"ablation worker(s) {failed} failed; rerun to resume (their logs are above)")
-    records = run_records(out, records_file("ablation"), AblationRecord, tasks.ids)
-    return ablation_table({task_id: records[task_id] for task_id in takewhile(records.__contains__, tasks.ids)},
-                          settings, out)  # the longest run of tasks from the first
+    settings = settings.replace(test_time_training=True)
+    samplers = tuple(sampler.replace(max_forward_calls=settings.sampler.max_forward_calls,
+                                     temperature=settings.sampler.temperature) for sampler in DEFAULT_SAMPLERS)
+    outputs = TableOutputs(which, settings, Path(out), samplers if which == "samplers" else ())
+    return run_in_pool(tasks, outputs, settings, out, model=model, info={"table": which, **(info or {})}, **options)

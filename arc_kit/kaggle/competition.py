@@ -48,14 +48,12 @@ from arc_kit.run.runs import (
     RUN_KIND,
     SUBMISSION_FILE,
     RunFolderError,
-    adopt_run,
     answered_by_model,
     check_run,
     clear_run,
     dataset_info,
     has_records,
     outcome_parts,
-    run_records,
 )
 from arc_kit.settings import CompetitionSettings, LoadSettings, SolveSettings, smoke
 
@@ -63,7 +61,7 @@ logger = logging.getLogger(__name__)
 KAGGLE_WORKING = Path("/kaggle/working")
 
 COMPETITION = "arc-prize-2026-arc-agi-2"  # the competition's slug: its folder's name, and kernel-metadata's source
-RUN_FOLDER = "arc_kit_run"  # below the working folder: the run's records, plans and worker folders
+RUN_FOLDER = "arc_kit_run"  # below the working folder: the run's folder (its records, speeds, Ray's logs)
 
 
 @dataclass
@@ -100,7 +98,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
                     input_root: str | os.PathLike = "/kaggle/input", working: str | os.PathLike = KAGGLE_WORKING,
                     started: float | None = None, workers: int | None = None, load_options: dict | None = None,
                     force_full: bool = False, progress: bool = True, competition: str = COMPETITION,
-                    restart: bool = False, adopt: bool = False) -> CompetitionRun:
+                    restart: bool = False) -> CompetitionRun:
     """The competition notebook's job; ``submission.json`` in ``working`` is valid from the first second.
 
     The limit is ``clock.hours`` after ``started``: the planner plans to end ``clock.safety_minutes``
@@ -109,10 +107,10 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     The clock and the test file are checked before anything is made (the working folder included). Then
     ``working/submission.json`` must be the job's to replace (``outputs.claim_file``: absent, an earlier
     job's, or the notebook's fallback; a user's file of that name is refused in one line), and the run folder
-    below it is held for the whole job (``locking``: one job at a time), new, empty or a run's (``adopt``: an
-    earlier kit's without a marker too). An earlier run of the same settings there is resumed (its records
-    kept); one of other settings is refused (``runs.RunFolderError``) before anything is written, unless
-    ``restart`` discards it (records left without a ``run.json`` too, unless ``adopt`` keeps them). Past
+    below it is held for the whole job (``locking``: one job at a time), new, empty or a run's. An earlier run of
+    the same settings there is resumed (its records kept); one of other settings is refused
+    (``runs.RunFolderError``) before anything is written, unless ``restart`` discards it (records left without a
+    ``run.json`` too). Past
     that nothing raises: a failure is reported in ``error`` and the submission on disk stays complete.
     """
     started = time.time() if started is None else started  # the clock was checked as it was made
@@ -124,17 +122,13 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
     job, chosen, run_settings = _choose_job(clock, force_full, files, tasks, settings)
     placeholder, rehearse = job == "smoke", job == "rehearse"
     run_folder = working / RUN_FOLDER
-    if not adopt:
-        check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
+    check_folder(run_folder, RUN_KIND, "kaggle run", option="--working")  # before the working folder is made
     submission_path = claim_file(working / "submission.json", "kaggle run", option="--working",
-                                 own=lambda path: _jobs_submission(path, run_folder, adopt))
+                                 own=lambda path: _jobs_submission(path, run_folder))
     folder = read_model_folder(model, LoadSettings(**(load_options or {})).base_model)
     folder.check_weights()  # a model refused before the working folder is made
-    if adopt:  # checked first against the settings: a refusal leaves it as it was
-        adopt_run(run_folder, run_settings.replace(max_len=folder.token_budget(run_settings.max_len)),
-                  command="kaggle run", restart=restart)
     with hold_folder(run_folder, RUN_KIND, "kaggle run", "--working"):  # one job at a time in a working folder
-        _check_run_folder(run_folder, folder, run_settings, restart=restart, adopt=adopt)
+        _check_run_folder(run_folder, folder, run_settings, restart=restart)
         attempts = settings.attempts
         earlier = read_records(run_folder / RECORDS_FILE, task_ids=tasks.ids)
         _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
@@ -150,7 +144,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         records, error = _solve_keeping_records(run_folder, earlier, lambda: jobs.solve_job(
             chosen, model, run_settings, run_folder, workers=workers, workers_per_gpu=clock.workers_per_gpu or None,
             deadline=deadline, stop_at=stop_at, load_options=load_options, progress=progress, solutions=solutions,
-            adopt=adopt, info=info, **own).records)
+            info=info, **own).records)
         error = _write_final_submission(submission_path, tasks, records, attempts, error)
         if rehearse:
             write_json_atomically(run_folder / FULL_RUN_TASKS, _public_tasks(files).without_solutions()
@@ -214,24 +208,21 @@ def _rehearsal_lines(run_folder: Path) -> list[str]:
         return [f"no estimate of a full run: {type(failure).__name__}: {failure}"]
 
 
-def _check_run_folder(run_folder: Path, folder: ModelFolder, run_settings: SolveSettings, *, restart: bool,
-                      adopt: bool) -> None:
+def _check_run_folder(run_folder: Path, folder: ModelFolder, run_settings: SolveSettings, *, restart: bool) -> None:
     """Clear the run folder on ``restart``; refuse an earlier run of other settings in it."""
     if restart:
         clear_run(run_folder, "kaggle run", "--working")
     if (run_folder / RUN_FILE).exists() or has_records(run_folder):  # refused loudly, before anything is written
         try:
-            check_run(run_folder, run_settings.replace(max_len=folder.token_budget(run_settings.max_len)),
-                      adopt=adopt)
+            check_run(run_folder, run_settings.replace(max_len=folder.token_budget(run_settings.max_len)))
         except RunFolderError as refusal:  # in this command's words
             raise RunFolderError(str(refusal).replace("another --out", "another --working")) from None
 
 
-def _jobs_submission(path: Path, run_folder: Path, adopt: bool = False) -> bool:
+def _jobs_submission(path: Path, run_folder: Path) -> bool:
     """True when ``path`` is a submission this job may replace: an earlier job's (its run folder is the kit's,
-    ``runs.RUN_KIND``; with ``adopt``, an earlier kit's without a marker too) or the notebook's fallback (every
-    attempt ``[[0]]``, written before the kit is installed)."""
-    if is_made_folder(run_folder) or (adopt and run_folder.is_dir() and RUN_KIND.legacy(run_folder)):
+    ``runs.RUN_KIND``) or the notebook's fallback (every attempt ``[[0]]``, written before the kit is installed)."""
+    if is_made_folder(run_folder):
         return True
     try:
         submission = load_submission(path)
@@ -268,7 +259,7 @@ def _solve_keeping_records(run_folder: Path, earlier: dict, solve) -> tuple[dict
         error = f"{type(failure).__name__}: {failure}"
         logger.error("the solving run failed, the fallback submission stands: %s", error)
         try:
-            records.update(run_records(run_folder))
+            records.update(read_records(run_folder / RECORDS_FILE))
         except Exception:  # noqa: BLE001 - the records on disk may be what broke
             pass
     return records, error

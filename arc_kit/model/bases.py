@@ -37,7 +37,6 @@ from arc_kit.model.shrinking import save_shrunk
 from arc_kit.outputs import (
     FolderKind,
     OutputRefused,
-    adopt_folder,
     check_folder,
     claim_folder,
     remove_owned,
@@ -302,26 +301,20 @@ def built_base_name(folder: str | os.PathLike) -> str | None:
 
 
 def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None, *,
-               weights: str | os.PathLike | None = None, download: bool = True, progress: bool = True,
-               adopt: bool = False) -> Path:
+               weights: str | os.PathLike | None = None, download: bool = True, progress: bool = True) -> Path:
     """The shrunk model folder of base ``name``, built once (cached and idempotent).
 
     ``out`` defaults to ``built_folder(name)``; ``weights`` is where to look first (see
     ``locate_weights``). The folder holds float32 safetensors, the shrunk tokenizer and
-    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids. ``adopt``: a base
-    folder that an earlier kit built without a marker is rebuilt in place (``outputs.adopt_folder``), else refused.
+    ``arc_kit.json`` with the provenance (package, version, sha256, licence) and the kept ids.
     """
     spec = get_spec(name)
     out = Path(out) if out is not None else built_folder(name)
     if is_built(out, name):
         return out
-    if not adopt:
-        _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
+    _refuse_foreign(out)  # before the lock: a refusal touches nothing, the cache included
     # weights given, or none to download: found (or refused) before the lock too; only a download waits for it
     located = locate_weights(name, weights, download=False, progress=progress) if weights or not download else None
-    if adopt:  # an earlier kit's base, taken once the rest is checked: a refusal leaves it as it was
-        adopt_folder(out, BASE_KIND, "base build")
-        _refuse_foreign(out)
     with cache_lock(spec.name):  # one builder at a time; the others find its folder built
         if is_built(out, name):
             return out
@@ -329,15 +322,8 @@ def build_base(name: str = "smollm2-135m", out: str | os.PathLike | None = None,
                       progress)
 
 
-def _an_earlier_kits_base(folder: Path) -> bool:
-    """A base folder that a kit built before output folders had markers: its ``arc_kit.json`` names the base (adopted
-    only with --adopt: ``outputs``)."""
-    record = small_json(folder / "arc_kit.json")
-    return isinstance(record, dict) and isinstance(record.get("base"), dict)
-
-
 # a built base: replaced (by a fresh build) only where base build made it, never a model trained or shrunk since
-BASE_KIND = FolderKind("base", owned=MODEL_KIND.owned, legacy=_an_earlier_kits_base, kept="nothing (built aside)")
+BASE_KIND = FolderKind("base", owned=MODEL_KIND.owned, kept="nothing (built aside)")
 
 
 def _refuse_foreign(out: Path) -> None:

@@ -39,7 +39,7 @@ from arc_kit.model.optimization import (
 from arc_kit.model.training_data import BatchOrder, PaddingCollator, SequenceDataset
 from arc_kit.model.training_folder import TRAINING_KIND, resume_point, save_checkpoint
 from arc_kit.model.training_log import append_row, plot_loss_curve, start_log
-from arc_kit.outputs import adopt_folder, claim_folder, kit_subfolder, staged_into
+from arc_kit.outputs import claim_folder, kit_subfolder, staged_into
 from arc_kit.progress import progress_bar
 from arc_kit.provenance import run_info
 from arc_kit.settings import MODEL_PRESETS, LoadSettings, TrainingSettings, training_preset
@@ -330,22 +330,19 @@ def pretrain(model_source: str | os.PathLike, out: str | os.PathLike,
              pools: Mapping[str, Sequence], settings: TrainingSettings = TrainingSettings(), *,
              weights: Mapping[str, float] | None = None, data_description: str = "",
              repeatable: Collection[str] = (), resume: bool = True, device: str = "auto",
-             progress: bool = True, command: str = "pretrain", adopt: bool = False) -> PretrainResult:
+             progress: bool = True, command: str = "pretrain") -> PretrainResult:
     """Train a model (a folder, or a preset name for a fresh from-scratch model) and save it to ``out``.
 
     ``pools`` (and optional ``weights``, ``repeatable``) are the training pools, see
     ``training_data.pretraining_data``. A rerun with the same ``out`` resumes from the latest
     checkpoint; with ``settings.minutes`` the run stops cleanly in time, saving a checkpoint and a
-    usable model. The sequences' token budget is cut to the model's positions (a warning says so). ``adopt``
-    takes a training run that an earlier kit made without a marker as this one's (``outputs.adopt_folder``).
+    usable model. The sequences' token budget is cut to the model's positions (a warning says so).
     """
     if settings.lora.steps is None and settings.sequences.sampler != "passes":
         raise ValueError("set steps: only the passes sequence sampler plans how many sequences there are")
     device = devices.resolve_device(device)  # an unknown device: one line, before the folder is made
     started = time.monotonic()
     source = _load_source(model_source, settings)  # a model that does not load: refused before the folder is made
-    if adopt:
-        adopt_folder(out, TRAINING_KIND, command)
     out = claim_folder(out, TRAINING_KIND, command)  # ``command`` (pretrain, sudoku train) names it in its marker
     accelerator = _start_accelerator(settings, device, out / "checkpoints")
     model, settings = _ready_to_train(source, settings)

@@ -20,15 +20,6 @@ from arc_kit.outputs import FolderKind, remove_entry, remove_owned, replace_file
 logger = logging.getLogger(__name__)
 
 
-def _an_earlier_kits_training(folder: Path) -> bool:
-    """A training run that a kit made before output folders had markers: a checkpoint, or its record (adopted only
-    with --adopt: ``outputs``)."""
-    if any((path / "progress.json").exists() for path in _checkpoints(folder / "checkpoints")):
-        return True
-    record = small_json(folder / "arc_kit.json")
-    return isinstance(record, dict) and isinstance(record.get("training"), dict)
-
-
 # what a checkpoint holds: accelerate's ``save_state`` files (model, optimizer, scheduler, sampler, data loader and
 # the i-th of several ``_{i}``; a process's random states; the scaler; a registered object's), and its progress.json
 CHECKPOINT_FILES = ("progress.json", "random_states_{n}.pkl", "scaler.pt", "custom_checkpoint_{n}.pkl",
@@ -38,8 +29,7 @@ CHECKPOINT_FILES = ("progress.json", "random_states_{n}.pkl", "scaler.pt", "cust
 # a training run's folder: its checkpoints, its log and curve, and the model it saves
 TRAINING_KIND = FolderKind("training", owned=(*(f"checkpoints/step-{{n}}/{name}" for name in CHECKPOINT_FILES),
                                               "training_log.csv", "loss_curve.png", *MODEL_FILES, *ADAPTER_FILES),
-                           resumable=True,
-                           legacy=_an_earlier_kits_training, kept="its checkpoints (every --save-every steps)")
+                           resumable=True, kept="its checkpoints (every --save-every steps)")
 
 
 def _checkpoint_number(path: Path) -> int | None:

@@ -7,9 +7,9 @@ leaf);
 (a decode step's memory-bandwidth floor on the device times a factor; its table per model size and
 GPU; how many workers share a GPU), and ``estimates`` prices a run at the speeds an earlier one
 measured, on the device that measured them, beside the prior's;
-``jobs`` runs a task set in this process or in a pool: ``pool`` spreads a run's tasks over Ray actors
-on this machine's GPUs and CPUs or a cluster's (``ray_session`` starts and stops Ray, ``actors`` is
-an actor's side);
+``pool`` runs a task set through one pool of workers and keeps its run folder in one loop (``jobs``: a solve's
+outputs; ``workers``: Ray actors on this machine's GPUs and CPUs or a cluster's, or one worker in this process;
+``ray_session`` starts and stops Ray, ``actors`` is a worker's side);
 ``model_check`` says whether a model folder is ready for the competition (``arc-kit check-model``);
 ``report`` writes a run as one HTML page (``arc-kit report``).
 The method on one task is ``method.solver``'s, and the records it returns are ``method.records``'.
@@ -20,7 +20,6 @@ files or the command line.
 from arc_kit.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "runs": ("solve",),
-    "pool": ("solve_in_pool",),
-    "jobs": ("solve_job",),
+    "pool": ("run_in_pool",),
+    "jobs": ("solve", "solve_job"),
 })

@@ -1,17 +1,19 @@
-"""One actor of a pool: it loads the model once, then solves the tasks the driver hands it, one at a time.
+"""One worker of a pool: it loads the model once, then does the run's kind of work on the tasks the driver hands it.
 
-``SlotActor`` (made a Ray actor by ``pool``, placed by ``ray_session.actor_options``) answers three
-calls: ``load`` (the model, from this node's disk or received through Ray, see below, loaded by the
-loader the driver hands it: ``load_solver``), ``solve`` (one task at the rung and within the caps the
-driver chose: its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the
-engine steps made so far; it answers while a solve runs, so the driver's watchdog can tell a working
-actor from a stopped one; ``load_solver`` installs the count).
+``SlotActor`` (made a Ray actor by ``workers.RayWorkers``, placed by ``ray_session.actor_options``; or made in the
+driver's process around a solver loaded there, ``workers.InProcess``) answers three calls: ``load`` (the model, from
+this node's disk or received through Ray, see below, loaded by the loader the driver hands it: ``load_solver``),
+``solve`` (the run's work on one task, ``SlotSolver``: a solve at the rung and within the caps the driver chose, or
+a table's stages; its record, as JSON, and the process's peak GPU memory so far) and ``steps`` (the engine steps
+made so far; it answers while a solve runs, so the driver's watchdog can tell a working actor from a stopped one;
+``load_solver`` installs the count).
 
 Nothing assumes a shared file system. ``ModelServer``, an actor on the driver's node, hands out the
 model's files in pieces; an actor on another node writes them into that node's cache
 (``receive_model``: one folder per model, made once under a lock and shared by the node's actors).
 An actor on the driver's node, or any actor when the model's path is shared by every node, loads
-from the path itself. The tasks come with the calls.
+from the path itself. The tasks come with the calls, the kind of work (a function the driver names: ``runs.solve_one``,
+a table's) with the load.
 
 The driver prepares the model first: a base-plus-delta's base is built once, on its node
 (``prepare_model``), and ``model_folders`` names what an actor needs. This module knows the solver,
@@ -39,8 +41,7 @@ from arc_kit.model.folders import is_delta_folder
 from arc_kit.outputs import kit_subfolder, replace_file, replacing
 from arc_kit.run.planner import TaskBudget
 from arc_kit.run.record_json import to_json
-from arc_kit.run.runs import solve_one
-from arc_kit.settings import LoadSettings, SolveSettings, ladder
+from arc_kit.settings import LoadSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +50,14 @@ COMPLETE = ".complete"  # in a received model's folder: every file arrived
 
 
 class SlotSolver:
-    """The model loaded for one slot: its solver and its ladder of cheaper settings."""
+    """The model loaded for one slot: its solver, and the run's kind of work on a task, ``work(solver, task, rung,
+    budget)``, which returns the task's record."""
 
-    def __init__(self, solver):
-        self.solver, self.rungs = solver, ladder(solver.settings)
+    def __init__(self, solver, work):
+        self.solver, self.work = solver, work
 
     def solve(self, task, rung: int, budget: TaskBudget | None):
-        return solve_one(self.solver, task, rung, self.rungs, budget)
+        return self.work(self.solver, task, rung, budget)
 
     def memory(self) -> dict:
         """This process's peak reserved GPU memory and its GPU's total, in bytes ({} on the CPU)."""
@@ -67,11 +69,11 @@ class SlotSolver:
                 "total_bytes": torch.cuda.get_device_properties(0).total_memory}
 
 
-def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
+def load_solver(model: str, settings: dict, load_options: dict, work) -> SlotSolver:
     """The model in folder ``model`` loaded with ``load_options`` (``settings.LoadSettings``' fields) into a solver
-    with ``settings`` (``SolveSettings.to_json``). Its engine's steps are counted through ``on_step`` (the engine
-    never calls the model's forward), every forward pass of its models (test-time training's, transformers' own
-    forward) by a hook, each model once."""
+    with ``settings`` (``SolveSettings.to_json``) that does ``work`` on a task. Its engine's steps are counted
+    through ``on_step`` (the engine never calls the model's forward), every forward pass of its models (test-time
+    training's, transformers' own forward) by a hook, each model once."""
     from arc_kit.method.solver import Solver
     from arc_kit.model.loading import load_model
 
@@ -79,7 +81,7 @@ def load_solver(model: str, settings: dict, load_options: dict) -> SlotSolver:
     solver = Solver.from_loaded(loaded, SolveSettings.from_json(settings), on_step=progress.tick)
     for torch_model in {id(each): each for each in (loaded.model, solver.model)}.values():
         progress.count_forward_calls(torch_model)
-    return SlotSolver(solver)
+    return SlotSolver(solver, work)
 
 
 @dataclass(frozen=True)
@@ -100,15 +102,15 @@ class ModelSource:
 
 
 class SlotActor:
-    """One slot's actor (see the module's docstring); made by Ray, with no arguments."""
+    """One slot's worker (see the module's docstring); made by Ray with no arguments, or around ``slot_solver``."""
 
-    def __init__(self):
-        self.slot_solver, self.loaded = None, {}
+    def __init__(self, slot_solver: SlotSolver | None = None):
+        self.slot_solver, self.loaded = slot_solver, {}
 
-    def load(self, loader, source: ModelSource, settings: dict, load_options: dict, niceness: int = 0) -> dict:
-        """Load the model with ``loader(model, settings, load_options)``; where this actor runs (pid, node, GPU) and
-        at what priority: the driver's ``niceness``, where this process may take it (a cluster's Ray starts its
-        workers at its own ``worker_niceness``, 15 by default; only a privileged process may lower its own)."""
+    def load(self, loader, source: ModelSource, settings: dict, load_options: dict, work, niceness: int = 0) -> dict:
+        """Load the model with ``loader(model, settings, load_options, work)``; where this actor runs (pid, node,
+        GPU) and at what priority: the driver's ``niceness``, where this process may take it (a cluster's Ray starts
+        its workers at its own ``worker_niceness``, 15 by default; only a privileged process may lower its own)."""
         import ray
 
         with suppress(OSError, AttributeError):  # no privilege, or no such call on this system
@@ -116,7 +118,7 @@ class SlotActor:
         node = ray.get_runtime_context().get_node_id()
         paths = source.here(node)
         options = {**load_options, **({"base_model": paths["base_model"]} if "base_model" in paths else {})}
-        self.slot_solver = loader(paths["model"], settings, options)
+        self.slot_solver = loader(paths["model"], settings, options, work)
         self.loaded = {"pid": os.getpid(), "node": node, "device": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                        "model": paths["model"], "niceness": os.nice(0) if hasattr(os, "nice") else niceness}
         return self.loaded

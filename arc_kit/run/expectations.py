@@ -34,6 +34,7 @@ from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weigh
 from arc_kit.run.planner import (
     PARTS,
     PROMPT_TOKEN_WEIGHT,
+    Planner,
     Speeds,
     TaskSize,
     hours,
@@ -164,6 +165,26 @@ def workers_per_gpu_for(peak_bytes: float, total_bytes: float, gpus: int, cpus: 
     cpus = cpus or os.cpu_count() or 1
     by_memory = int(0.9 * total_bytes // (peak_bytes + CUDA_CONTEXT_BYTES))
     return max(1, min(MAX_WORKERS_PER_GPU, by_memory, cpus // max(1, gpus)))
+
+
+def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory: dict,
+                    gpus: int) -> tuple[int | None, str]:
+    """What the first task a pool finishes tells it when it had measured nothing (its timings are the planner's
+    already, ``Planner.done``): the actors per GPU its peak memory allows (None when not measured), and the line
+    that says what was measured."""
+    speeds = planner.speeds
+    if not timings:
+        line = (f"task {task_id} measured nothing: the planner keeps its guessed speeds "
+                f"({speeds.guess or 'the fixed assumption'})")
+    else:
+        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per training "
+                f"token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
+    per_gpu = None
+    if memory.get("peak_bytes") and memory.get("total_bytes"):
+        per_gpu = workers_per_gpu_for(memory["peak_bytes"], memory["total_bytes"], gpus)
+        line += (f"; peak {memory['peak_bytes'] / 2**30:.2f} GiB of {memory['total_bytes'] / 2**30:.1f} GiB: "
+                 f"{per_gpu} worker(s) per GPU")
+    return per_gpu, line
 
 
 @dataclass(frozen=True)

@@ -1,68 +1,122 @@
-"""What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, in this process or in a pool.
+"""What ``arc-kit solve``, ``dry-run`` and ``kaggle run`` run: the method on a task set, through the pool.
 
-One worker solves in this process (``runs.solve``; Ray is neither started nor imported); a run that
-needs more (``uses_pool``) makes a pool of Ray actors (``pool.solve_in_pool``). This module knows
-which; how either runs is ``runs``' and ``pool``'s.
+``solve_job`` hands the pool (``pool.run_in_pool``) a model folder: one worker in this process, Ray's actors where
+more serve (``workers.uses_ray``); ``solve`` a solver loaded already (one worker, in this process). Either way
+the run's outputs are ``SolveOutputs``: each task solved at a rung within its caps (``runs.solve_one``), its record
+marked against the known answers, the submission of every covered task rewritten after each (complete and valid
+at all times), and at the end the scores (where the answers are known) and the report (``report``) beside the
+submission. This module knows what a solve keeps; how the tasks run is ``pool``'s.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
+from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
+from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
 from arc_kit.method.solver import Solver
-from arc_kit.model.devices import visible_gpus
-from arc_kit.model.loading import load_model, model_info
-from arc_kit.provenance import run_info
-from arc_kit.run.expectations import device_of
-from arc_kit.run.locking import FolderInUseError, hold_folder
-from arc_kit.run.pool import solve_in_pool
+from arc_kit.run.pool import run_in_pool
 from arc_kit.run.report import write_report_quietly
-from arc_kit.run.runs import REPORT_FILE, RUN_KIND, SolveRun, check_run_folder, solve
-from arc_kit.settings import LoadSettings, SolveSettings
+from arc_kit.run.runs import RECORDS_FILE, REPORT_FILE, SUBMISSION_FILE, SolveRun, mark_correct, solve_one, \
+    task_line, write_scores
+from arc_kit.settings import SolveSettings
 
 
-def uses_pool(workers: int | None, workers_per_gpu: int | None, address: str | None, deadline: float | None) -> bool:
-    """Whether a run needs a pool: an address, several workers, or GPUs a pool serves better than one process
-    (several of them, workers per GPU asked for, or one with a deadline, whose first task may find room for more)."""
-    if address:
-        return True
-    if workers is not None:
-        return workers > 1
-    gpus = visible_gpus()
-    return bool(gpus) and (bool(workers_per_gpu) or len(gpus) > 1 or deadline is not None)
+@dataclass
+class SolveOutputs:
+    """What a solve keeps of its tasks (``pool.Outputs``; the module's docstring)."""
+
+    out: Path
+    tasks: TaskSet  # the tasks solved
+    attempts: int
+    answers: TaskSet | None  # the known solutions, if any: a task's record is marked as it finishes
+    solutions: TaskSet | None  # the solutions given apart from the tasks, for the report
+    submission_path: Path
+    covered: TaskSet  # the tasks the submission covers
+    command = "solve"
+    records_file = RECORDS_FILE
+    record_kind = TaskRecord
+    work = staticmethod(solve_one)
+    ladder = True
+
+    @classmethod
+    def of(cls, tasks: TaskSet, settings: SolveSettings, out: str | os.PathLike, *, solutions: TaskSet | None = None,
+           submission_path: str | os.PathLike | None = None, submission_tasks: TaskSet | None = None
+           ) -> SolveOutputs:
+        """The outputs of a run of ``tasks`` in ``out``: its submission (``out/submission.json`` unless
+        ``submission_path`` says otherwise) covers every task of ``submission_tasks`` (default ``tasks``), solved or
+        not; the answers are ``solutions``, else the tasks' own, where any are known."""
+        answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
+        if answers is not None and not answers.known_outputs():
+            answers = None  # nothing to score against (every task skipped, say)
+        path = Path(submission_path) if submission_path is not None else Path(out) / SUBMISSION_FILE
+        return cls(Path(out), tasks, settings.attempts, answers, solutions, path,
+                   submission_tasks if submission_tasks is not None else tasks)
+
+    def fallback(self, task_id: str, why: str) -> TaskRecord:
+        return fallback_record(task_id, why)
+
+    def took(self, record: TaskRecord) -> float | None:
+        if self.answers is None:
+            return None
+        if record.task_id in self.answers:
+            mark_correct(record, self.tasks, self.answers, self.attempts)
+        return record.share_correct
+
+    def measured(self, record: TaskRecord) -> tuple[int, dict | None]:
+        return record.rung, None if record.failed else record.timings
+
+    def line(self, record: TaskRecord) -> str:
+        return task_line(record)
+
+    def write(self, records: dict) -> None:
+        """The submission of every covered task, from the records so far (fallback answers for the others)."""
+        write_submission(self.submission_path, build_submission(self.covered, answers_from_records(records),
+                                                                attempts=self.attempts), self.covered)
+
+    def end(self, records: dict, seconds: float) -> SolveRun:
+        """The scores (skipped tasks count too) and the report, beside the submission."""
+        run = SolveRun(self.out, records, self.submission_path, seconds=seconds)
+        if self.answers is not None:
+            run.score = write_scores(self.out, self.submission_path, records, self.answers,
+                                     list(self.tasks.test_counts()), self.attempts)
+        run.report_path = write_report_quietly(self.out, self.submission_path.parent / REPORT_FILE, tasks=self.tasks,
+                                               solutions=self.solutions)
+        return run
 
 
 def solve_job(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
-              workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
-              shared_model: bool = False, restart: bool = False, deadline: float | None = None,
-              load_options: dict | None = None, info: dict | None = None, progress: bool = True, adopt: bool = False,
-              **pool_options) -> SolveRun:
-    """The method on a task set, in this process or in a pool (``uses_pool``): what ``arc-kit solve`` runs.
+              solutions: TaskSet | None = None, submission_path: str | os.PathLike | None = None,
+              submission_tasks: TaskSet | None = None, **options) -> SolveRun:
+    """The method on a task set with the model in folder ``model``, through the pool: what ``arc-kit solve`` runs.
 
-    ``restart`` discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun
-    resumes. ``pool_options`` go to ``solve_in_pool`` (``stop_at``, ``solutions``, ``submission_path``...);
-    in this process only ``solutions`` applies (a deadline bounds each task, and nothing stops a hang).
-    The model is loaded (in a pool: its folder and tokenizer checked) before ``out`` is claimed, so that a
-    refused run leaves the file system as it found it. Either way the run's report (``report``) is written beside
-    its submission, ``report_path``.
+    ``options`` are ``pool.run_in_pool``'s (``workers``, ``deadline``, ``stop_at``, ``restart``...); ``restart``
+    discards an earlier run in ``out`` first, whichever way it was run; otherwise a rerun resumes. The model is loaded
+    (for Ray's actors: its folder and tokenizer checked) before ``out`` is claimed, so that a refused run leaves the
+    file system as it found it. The run's report is written beside its submission, ``report_path``.
     """
-    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused first
-    if uses_pool(workers, workers_per_gpu, address, deadline):
-        run = solve_in_pool(tasks, model, settings, out, workers=workers, workers_per_gpu=workers_per_gpu,
-                            address=address, shared_model=shared_model, deadline=deadline, load_options=load_options,
-                            progress=progress, info=info, restart=restart, adopt=adopt, **pool_options)
-    else:
-        loaded = load_model(model, LoadSettings(**(load_options or {})))
-        solver = Solver.from_loaded(loaded, settings)
-        device = device_of(next(loaded.model.parameters()).device)  # what measured the run's speeds
-        run = solve(tasks, solver, out, deadline=deadline, progress=progress, solutions=pool_options.get("solutions"),
-                    info=run_info(model=model_info(loaded), device=device, gpus=int(device != "CPU"), **(info or {})),
-                    restart=restart, adopt=adopt)
-    beside = Path(pool_options.get("submission_path") or run.submission_path).parent  # the Kaggle job's: its working
-    with suppress(FolderInUseError), hold_folder(out, RUN_KIND, "solve"):  # a run started on it since: no report
-        run.report_path = write_report_quietly(out, beside / REPORT_FILE, tasks=tasks,
-                                               solutions=pool_options.get("solutions"))
-    return run
+    outputs = SolveOutputs.of(tasks, settings, out, solutions=solutions, submission_path=submission_path,
+                              submission_tasks=submission_tasks)
+    return run_in_pool(tasks, outputs, settings, out, model=model, **options)
+
+
+def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
+          info: dict | None = None, progress: bool = True, restart: bool = False,
+          deadline: float | None = None) -> SolveRun:
+    """Solve every task of ``tasks`` with ``solver``, in this process, writing records, submission, scores and the
+    report to ``out``.
+
+    ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
+    only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
+    since the epoch) the planner orders the tasks cheapest first, steps down the ladder of cheaper
+    settings as time runs short and caps each task and each search (wall clock); tasks it cannot fit get
+    fallback answers. With ``progress`` a line per task says how it went. A task that fails is retried
+    once, cheaper. ``restart``: as in ``runs.open_run``; the run holds ``out``'s lock throughout
+    (``locking``: a second run on it is refused, naming this one).
+    """
+    outputs = SolveOutputs.of(tasks, solver.settings, out, solutions=solutions)
+    return run_in_pool(tasks, outputs, solver.settings, out, solver=solver, info=info, progress=progress,
+                     restart=restart, deadline=deadline)

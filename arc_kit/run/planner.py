@@ -14,7 +14,8 @@ gets fallback answers only, so a complete, valid submission exists at the deadli
 each task's wall-clock caps (``budget``): a deadline for the task and a cap for each search, a few
 times their estimates (``settings.BudgetSettings``), never past the run's deadline. Tasks run cheapest first
 in one process, so that a short budget solves as many as it can; a queue shared by several workers
-runs the longest first, so that the workers end together. This module knows the solver's settings
+runs the longest first, so that the workers end together; tasks of the same cost (or not priced: sizes of
+zero) run in the order given. This module knows the solver's settings
 and records, not models or processes.
 """
 
@@ -182,8 +183,8 @@ class Planner:
         """Price everything with ``speeds`` (a measurement on this machine) from now on, and reorder the queue."""
         self.speeds = speeds
         sign = -1 if self.longest_first else 1
-        for task_id, size in self.sizes.items():
-            self.position[task_id] = (sign * speeds.seconds(size, self.rungs[0]), task_id)
+        for index, (task_id, size) in enumerate(self.sizes.items()):  # a tie in the order given (tasks not priced)
+            self.position[task_id] = (sign * speeds.seconds(size, self.rungs[0]), index)
         self.remaining.sort(key=self.position.__getitem__)
 
     def estimate(self, task_ids: Sequence[str], rung: int) -> float:

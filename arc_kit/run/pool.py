@@ -1,35 +1,37 @@
-"""A run's tasks on Ray: an actor per slot, the queue and the watchdog in the driver, which alone writes the run folder.
+"""A run's tasks through the one pool of workers, and the one loop that keeps its run folder: the driver.
 
-The pool's driver (``solve_in_pool``; ``jobs.solve_job`` says when a run needs one) checks what it is given (the
-model's folder and tokenizer, its weights whole, the load options, the address, Ray's import) before it claims the
-run folder, opens it (``runs.open_run``: one of other settings is refused before Ray starts), takes the records there
-(``runs.run_records``: an earlier kit's worker folders too) and queues the tasks left longest first
-(``planner.Planner``, priced with the speeds measured so far, ``speeds.json``). It starts Ray
-(``ray_session``) and an actor per slot (``slot_layout``: round the cluster's GPUs, several sharing one, or on
-CPUs), each loading the model once (``actors``). Its loop: a loaded, idle actor gets the next task with
-the rung the time left allows and the task's caps; a finished task's record is appended to
-``records.jsonl``, its timings refine the planner's speeds, and ``submission.json`` is rewritten
-(complete and valid at all times). The watchdog gives up on an actor whose process died (or whose node
-went), that has not loaded its model after ``load_seconds``, whose task runs ``hang_seconds`` past its
-deadline, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang;
-``actors.SlotActor.steps``): it is killed, its task goes back to the queue once (then gets fallback
-answers) and its slot gets a fresh actor (up to ``restarts`` times). At ``stop_at`` every actor is
-stopped, the tasks left get fallback answers and the last writes follow. With a deadline and no speeds
-measured, the first tasks are priced with guessed speeds; the first task to finish measures them
-(``first_task_line``), the queue is priced again, and its peak GPU memory says how many more
-actors share each GPU. Every task's result depends only on the seed and the task, so a pool gives the
-submission one process gives; a rerun resumes.
+``run_in_pool`` is how every job that works on a task set runs it: ``solve``, ``dry-run`` and the Kaggle job
+(``jobs``), the paper's tables (``experiments.tables``). What a worker does on a task and what the run keeps of it
+are the caller's ``Outputs``: a solve at a rung within caps, kept as a submission, scores and a report
+(``jobs.SolveOutputs``); a table's stages, kept as the table. The workers are Ray actors (``workers.RayWorkers``:
+this machine's own Ray, or a cluster's at ``address``) or, where one worker suffices (``workers.uses_ray``), this
+process with its solver loaded here (``workers.InProcess``); the same loop drives either.
 
-Ray's own death is a fault like an actor's, of every actor at once. Once a poll the watchdog looks at Ray itself
-(``ray_session.Session.lost``: its GCS's port, this node's raylet's socket; Ray's own health checks take 15 s and
-more to tell, and a call into a Ray whose GCS is gone blocks until Ray ends the process a minute later). Found
-gone, the run stops at once with one line (``RayLostError``): the actors here are killed by their pids, nothing more
-is asked of Ray, and no fallback record is written for the tasks left, so that the same command run again resumes
-and does them; the records of the tasks done and the submission, complete and valid since the start, stay. It
-does not go on in one process: the driver holds no model, and a rerun on a Ray that works is what the user wants to
-choose. (A node other than the driver's lost: its actors die, and are given up on one by one.)
+Everything given is checked before the run folder is claimed (the model's folder and tokenizer, its weights whole,
+the load options, the address, Ray's import; in this process the model is loaded). The folder is opened
+(``runs.open_run``: one of other settings is refused before Ray starts), its records read, and the tasks left
+queued (``planner.Planner``: in their order for one worker without a deadline, else cheapest first for one worker
+and longest first for several, priced with the speeds measured so far, ``speeds.json``). The loop: a loaded, idle
+worker gets the next task at the rung the time left allows, with the task's caps (a table's tasks at rung 0,
+uncapped, none started past the deadline). ``finish`` takes every finished task, however it ran: the planner learns
+its speeds, its record is appended to the records file, the submission (or the table) is rewritten and its line
+printed. The watchdog (``workers.Slot.trouble``) gives up on a worker whose process died (or whose node went),
+that has not loaded its model after ``load_seconds``, whose task runs ``hang_seconds`` past its deadline, or whose
+engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is killed, its task
+goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to ``restarts``
+times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get fallback answers,
+the records are rewritten in task order, and the last writes follow (``Outputs.end``: the submission, the scores
+and the report; or the table). With a deadline and no speeds measured, the first tasks are priced with guessed
+speeds; the first task to finish measures them (``first_task_line``), the queue is priced again, and its peak GPU
+memory says how many more actors share each GPU. Every task's result depends only on the seed and the task, so a
+pool gives the submission one process gives; a rerun resumes.
 
-This module knows the planner, the run folder and the actors' calls; nothing of Ray's start or an actor's side.
+Ray's own death is a fault like an actor's, of every actor at once (``ray_is_there``, once a poll): the run stops
+at once with one line (``RayLostError``), its records and its submission, complete and valid since the start,
+kept and no fallback record written for the tasks left, so that the same command run again resumes and does them
+(``workers.RayWorkers.lost`` says how Ray is looked at, and why the run does not go on in one process).
+
+This module knows the planner, the run folder and the workers' calls; nothing of Ray's start or a worker's side.
 """
 
 from __future__ import annotations
@@ -38,288 +40,224 @@ import itertools
 import logging
 import math
 import os
-import signal
+import sys
 import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from arc_kit.data.jsonio import read_json, write_json_atomically
-from arc_kit.data.submission import build_submission, write_submission
 from arc_kit.data.tasks import TaskSet
-from arc_kit.method.records import TaskRecord, answers_from_records, fallback_record
+from arc_kit.method.solver import Solver
 from arc_kit.model.devices import visible_gpus
 from arc_kit.model.description import read_model_folder
 from arc_kit.names import shown
+from arc_kit.progress import progress_bar
 from arc_kit.provenance import run_info
-from arc_kit.run import actors
-from arc_kit.run.expectations import MAX_WORKERS_PER_GPU, first_speeds, visible_gpu_name, workers_per_gpu_for
+from arc_kit.run.expectations import first_speeds, first_task_line, speeds_for_model, visible_gpu_name
 from arc_kit.run.locking import hold_folder
-from arc_kit.run.planner import FALLBACK, Planner, Speeds, hours, measure
-from arc_kit.run.ray_session import RayLostError, actor_options, check_address, gpu_bundles, import_ray, ray_session
-from arc_kit.run.record_json import append_record, from_json, stream_records, write_records
-from arc_kit.run.runs import RECORDS_FILE, RUN_KIND, SPEEDS_FILE, SUBMISSION_FILE, TASKS_FILE, SolveRun, \
-    adopt_run, check_run_folder, mark_correct, open_run, run_records, task_line, write_scores
+from arc_kit.run.planner import FALLBACK, Planner, Speeds, TaskSize, hours, measure
+from arc_kit.run.ray_session import RayLostError, ray_session
+from arc_kit.run.record_json import append_record, from_json, read_records, stream_records, write_records
+from arc_kit.run.runs import RUN_KIND, SPEEDS_FILE, TASKS_FILE, check_run_folder, open_run
+from arc_kit.run.workers import InProcess, RayWorkers, Slot, checked_for_ray, loaded_here, uses_ray
 from arc_kit.settings import BudgetSettings, LoadSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
 
 
-def solve_in_pool(tasks: TaskSet, model: str | os.PathLike, settings: SolveSettings, out: str | os.PathLike, *,
-                  workers: int | None = None, workers_per_gpu: int | None = None, address: str | None = None,
-                  shared_model: bool = False, deadline: float | None = None, stop_at: float | None = None,
-                  solutions: TaskSet | None = None, load_options: dict | None = None, progress: bool = True,
-                  submission_path: str | os.PathLike | None = None, submission_tasks: TaskSet | None = None,
-                  info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
-                  pool: PoolSettings = PoolSettings(), restart: bool = False, adopt: bool = False) -> SolveRun:
-    """Solve ``tasks`` with a pool of Ray actors (the module's docstring): this machine's own Ray, or the cluster at
-    ``address`` (``shared_model``: the model's path is good on every node, so nothing of it is sent).
+class Outputs(Protocol):
+    """What a run does on each task and keeps of it (``jobs.SolveOutputs``, ``experiments.tables.TableOutputs``)."""
 
-    ``workers`` (a total; with ``address``, over the cluster's GPUs, and those beyond them on CPUs) wins
-    over ``workers_per_gpu``; with neither, one actor per GPU starts (one on a CPU without GPUs), and
-    with a deadline the first measures how many more fit. A base-plus-delta model's base is prepared
-    once, here. ``deadline`` (seconds since the epoch) is when the planner wants the work done;
-    ``stop_at`` (default: ``pool.stop_seconds`` after it) is when every actor is stopped, whatever it
-    does. The submission (``out/submission.json`` unless ``submission_path`` says otherwise) covers every
-    task of ``submission_tasks`` (default ``tasks``), solved or not. ``info`` goes into ``run.json``;
-    ``restart`` and ``adopt`` as ``runs.open_run`` takes them. Everything it is given (the model's folder and
-    tokenizer, the load options, the address, Ray itself) is checked before ``out`` is claimed; the driver holds
-    its lock throughout, and alone writes it.
+    command: str  # the command that runs it: in the run folder's marker, on its progress bar
+    records_file: str  # its records' file in the run folder
+    record_kind: type  # a record's dataclass (``record_json``)
+    work: Any  # a worker's side, sent to each: ``work(solver, task, rung, budget)`` -> the task's record
+    ladder: bool  # the planner's rungs and caps apply (a solve); else rung 0, uncapped (a table)
+
+    def fallback(self, task_id: str, why: str) -> Any | None: ...  # a task given no model work: its record, or None
+    def took(self, record) -> float | None: ...  # a record marked against the known answers: its share right, or None
+    def measured(self, record) -> tuple[int, dict | None]: ...  # its rung, and the timings the planner learns from
+    def line(self, record) -> str: ...  # its progress line
+    def write(self, records: dict) -> None: ...  # the submission (or the table) of the records so far
+    def end(self, records: dict, seconds: float) -> Any: ...  # the last writes: what the run returns
+
+
+def run_in_pool(tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: str | os.PathLike, *,
+                model: str | os.PathLike | None = None, solver: Solver | None = None, workers: int | None = None,
+                workers_per_gpu: int | None = None, address: str | None = None, shared_model: bool = False,
+                deadline: float | None = None, stop_at: float | None = None, load_options: dict | None = None,
+                progress: bool = True, info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
+                pool: PoolSettings = PoolSettings(), restart: bool = False, ray: bool | None = None):
+    """``tasks`` through the pool into run folder ``out`` (the module's docstring); ``outputs.end``'s result.
+
+    With ``solver`` (loaded already, its settings the run's) one worker runs in this process; else the model in folder
+    ``model``: on Ray actors where ``ray`` (default: ``workers.uses_ray``) says so (``shared_model``: its path is good
+    on every node of the cluster at ``address``, so nothing of it is sent), else loaded here. ``workers`` (a total;
+    with ``address``, over the cluster's GPUs, and those beyond them on CPUs) wins over ``workers_per_gpu``; with
+    neither, one actor per GPU starts (one on a CPU without GPUs), and with a deadline the first measures how many
+    more fit. ``deadline`` (seconds since the epoch) is when the planner wants the work done; ``stop_at`` (default:
+    ``pool.stop_seconds`` after it) is when every worker is stopped, whatever it does. ``info`` goes into
+    ``run.json``; ``restart`` as ``runs.open_run`` takes it. The driver holds the folder's lock throughout, and
+    alone writes it.
     """
-    out = Path(out)
-    check_run_folder(out, adopt=adopt, restart=restart)  # a folder the kit may not write, or in use: refused at once
-    folder = read_model_folder(model, LoadSettings(**(load_options or {})).base_model)  # options the actors take
-    settings = settings.replace(max_len=folder.token_budget(settings.max_len))  # as each actor resolves it
-    encoder = folder.encoder(max_len=settings.max_len)  # the folder and its tokenizer: refused now, or never
-    folder.check_weights()  # its weights whole
-    import_ray()
-    if address:
-        check_address(address)
-    started = time.monotonic()
-    load_options = actors.prepare_model(model, load_options, progress)
+    out, command = Path(out), outputs.command
+    check_run_folder(out, command, restart=restart)  # a folder the kit may not write, or in use: refused at once
+    where: dict[str, Any] = {"workers": 1}
+    encoder = None
+    if solver is None and not (uses_ray(workers, workers_per_gpu, address, deadline) if ray is None else ray):
+        solver, where = loaded_here(model, settings, load_options)  # refused now, before the folder is claimed
+    if solver is None:
+        folder = read_model_folder(model, LoadSettings(**(load_options or {})).base_model)  # options the actors take
+        settings = settings.replace(max_len=folder.token_budget(settings.max_len))  # as each actor resolves it
+        encoder, load_options, where = checked_for_ray(model, settings, load_options, workers=workers,
+                                                       workers_per_gpu=workers_per_gpu, address=address,
+                                                       progress=progress)
+    else:
+        settings = solver.settings
     if stop_at is None and deadline is not None:
         stop_at = deadline + pool.stop_seconds
-    local_gpus = [] if address else visible_gpus()
-    device = {} if address else {"device": visible_gpu_name() if local_gpus else "CPU", "gpus": len(local_gpus)}
-    info = run_info(**{"model": str(model), "tasks": len(tasks), **(info or {}), **device,
-                       "workers": workers or _count(len(local_gpus), workers_per_gpu),
-                       **({"address": address} if address else {})})
-    if adopt:  # a run folder an earlier kit made without a marker becomes this run's, before it is claimed
-        adopt_run(out, settings, info, restart=restart)
-    with hold_folder(out, RUN_KIND, "solve"):
-        open_run(out, settings, info, restart=restart, adopt=adopt)
+    started = time.monotonic()
+    with hold_folder(out, RUN_KIND, command):
+        open_run(out, settings, run_info(**{"tasks": len(tasks), **where, **(info or {})}), restart=restart,
+                 command=command)
         # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
         write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
-        run = _Pool.opened(tasks, model, encoder, settings, out, workers=workers or 1, budget=budget,
-                           solutions=solutions, submission_path=submission_path, submission_tasks=submission_tasks,
-                           deadline=deadline, stop_at=stop_at, limits=pool, progress=progress)
-        run.write()
-        if run.planner.remaining:  # a rerun with nothing left to do needs no Ray
-            cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
-            with ray_session(out, address=address, cpus=cpus, gpus=len(local_gpus), settings=pool) as session:
-                try:
-                    run.session = session
-                    run.begin(session.ray, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
-                              address=address, shared_model=shared_model)
-                    run.watch()
-                finally:
-                    run.stop_all()
-        return run.wind_up(started)
-
-
-def _count(gpus: int, workers_per_gpu: int | None) -> int:
-    """The workers when none are asked for: ``workers_per_gpu`` (or one) on each GPU, else one on a CPU."""
-    return gpus * (workers_per_gpu or 1) if gpus else 1
-
-
-@dataclass
-class Slot:
-    """One actor's place (its number, and the GPU it shares, None: the CPU) and its actor, seen from the driver."""
-
-    index: int
-    gpu: int | None
-    actor: Any = None
-    starts: int = 0
-    started_at: float = 0.0  # when its actor was asked to load
-    loaded: dict | None = None  # where it runs (pid, node, GPU), once its model is loaded
-    task: str | None = None  # the task it runs
-    task_started: float = 0.0
-    task_deadline: float = math.inf  # that task's own deadline (seconds since the epoch)
-    steps: int = -1  # its engine steps as last read
-    moved_at: float = 0.0  # when they last moved
-    asked_at: float = 0.0  # when its steps were last asked for
-    asking: bool = False  # an answer about its steps is awaited
-
-    @property
-    def idle(self) -> bool:
-        return self.actor is not None and self.loaded is not None and self.task is None
-
-
-def slot_layout(workers: int, gpus: int, spread: bool, first: int = 0) -> list[Slot]:
-    """``workers`` slots numbered from ``first``: round the ``gpus`` when ``spread``, else one on each of the first
-    GPUs and the rest on the CPU."""
-    if spread and gpus:
-        return [Slot(index, index % gpus) for index in range(first, first + workers)]
-    return [Slot(index, index if index < gpus else None) for index in range(first, first + workers)]
-
-
-def first_task_line(planner: Planner, task_id: str, timings: dict | None, memory: dict,
-                    gpus: int) -> tuple[int | None, str]:
-    """What the first task a pool finishes tells it when it had measured nothing (its timings are the planner's
-    already, ``Planner.done``): the actors per GPU its peak memory allows (None when not measured), and the line
-    that says what was measured."""
-    speeds = planner.speeds
-    if not timings:
-        line = (f"task {task_id} measured nothing: the planner keeps its guessed speeds "
-                f"({speeds.guess or 'the fixed assumption'})")
-    else:
-        line = (f"measured on task {task_id} in {timings.get('total', 0):.1f} s: {speeds.training:.2e} s per training "
-                f"token, {speeds.generation:.2e} s per generated token, {speeds.scoring:.2e} s per scored token")
-    per_gpu = None
-    if memory.get("peak_bytes") and memory.get("total_bytes"):
-        per_gpu = workers_per_gpu_for(memory["peak_bytes"], memory["total_bytes"], gpus)
-        line += (f"; peak {memory['peak_bytes'] / 2**30:.2f} GiB of {memory['total_bytes'] / 2**30:.1f} GiB: "
-                 f"{per_gpu} worker(s) per GPU")
-    return per_gpu, line
+        run = _Pool.opened(tasks, outputs, settings, out, encoder, model=model, solver=solver, workers=where["workers"],
+                           budget=budget, deadline=deadline, stop_at=stop_at, limits=pool, progress=progress)
+        try:
+            if run.planner.remaining:  # a rerun with nothing left to do needs no worker
+                run.begin(solver, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
+                          address=address, shared_model=shared_model)
+            return run.wind_up(started)
+        finally:
+            run.bar.close()
 
 
 @dataclass
 class _Pool:
-    """The driver's state while its actors run: the queue (its planner), the slots, the records, the submission.
+    """The driver's state while its workers run: the queue (its planner), the slots, the records, the outputs.
 
-    One call of ``solve_in_pool`` makes one; its methods are the steps of the driver's loop.
+    One call of ``run_in_pool`` makes one; its methods are the steps of the driver's loop.
     """
 
     tasks: TaskSet
-    settings: SolveSettings
+    outputs: Outputs
+    settings: SolveSettings  # the run's, as its workers' solvers resolve them
     out: Path
     planner: Planner
-    mine: dict[str, TaskRecord]  # this run's tasks' records (the folder's others stay in its file: ``wind_up``)
-    answers: TaskSet | None  # the known solutions, if any: tasks get marked as they finish
-    submission_path: Path
-    covered: TaskSet  # the tasks the submission covers
+    mine: dict  # this run's tasks' records (the folder's others stay in its file: ``wind_up``)
     deadline: float | None
+    bar: Any  # the progress bar over the tasks left
     stop_at: float | None = None
     limits: PoolSettings = field(default_factory=PoolSettings)
     progress: bool = True
-    ray: Any = None
-    session: Any = None  # ``ray_session.Session``: a SIGTERM held while Ray's calls block
+    priced: bool = False  # the planner's speeds are real estimates (``speeds.json`` is kept)
+    workers: Any = None  # ``workers.RayWorkers`` or ``workers.InProcess``
     slots: list[Slot] = field(default_factory=list)
     waiting: dict = field(default_factory=dict)  # each awaited answer: (its slot, what it answers)
-    start_options: dict = field(default_factory=dict)  # how an actor is made and loaded
     measuring: bool = False  # nothing measured yet: the first finished task sets the speeds and actors per GPU
-    lost: dict[str, int] = field(default_factory=dict)  # task id -> times its actor died or hung on it
-    solved: float = 0.0
-    changed: bool = False  # a record came in since the last write
-    last_report: float = field(default_factory=time.monotonic)
+    lost: dict[str, int] = field(default_factory=dict)  # task id -> times its worker died or hung on it
+    solved: float | None = None  # the share right so far, where the answers are known
     ray_looked_at: float = 0.0  # when Ray itself was last looked at (``ray_is_there``)
-    ray_lost: bool = False  # it was lost: nothing more is asked of it
 
     @classmethod
-    def opened(cls, tasks: TaskSet, model, encoder, settings: SolveSettings, out: Path, *, workers: int,
-               budget: BudgetSettings, solutions: TaskSet | None, submission_path, submission_tasks: TaskSet | None,
-               deadline: float | None, **options) -> _Pool:
-        """The pool of an opened run folder: the records already there, the tasks left queued longest first."""
-        records = run_records(out, task_ids=tasks.ids)  # read a line at a time: this run's tasks only
-        answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-        if answers is not None and not answers.known_outputs():
-            answers = None
+    def opened(cls, tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: Path, encoder, *, model, solver,
+               workers: int, budget: BudgetSettings, deadline: float | None, progress: bool, **options) -> _Pool:
+        """The pool of an opened run folder: the records already there, the tasks left queued (the module's
+        docstring), the outputs written from the records so far."""
+        records = read_records(out / outputs.records_file, outputs.record_kind, tasks.ids)  # this run's, line by line
         todo = [task_id for task_id in tasks.ids if task_id not in records]
-        sizes = [measure(tasks[task_id], encoder, settings.max_len) for task_id in todo]  # the planner's counts
-        speeds = _stored_speeds(out) or first_speeds(model, settings, sizes,
-                                                     visible_gpu_name() if visible_gpus() else None)
+        if records:  # this run's tasks: read for them alone
+            logger.warning("resuming: %d of %d tasks already done in %s", len(tasks) - len(todo), len(tasks), out)
+        priced = outputs.ladder and (deadline is not None or solver is None)  # else they run in their order
+        encoder = solver.encoder if priced and solver is not None else encoder
+        sizes = [measure(tasks[task_id], encoder, settings.max_len) if priced else TaskSize(task_id, 0, 0, 0, 0)
+                 for task_id in todo]
+        speeds = Speeds()
+        if priced:
+            speeds = _stored_speeds(out) or (speeds_for_model(solver.model, settings, sizes) if solver is not None
+                                             else first_speeds(model, settings, sizes,
+                                                               visible_gpu_name() if visible_gpus() else None))
         planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
-                          longest_first=True, budget=budget)
-        submission_path = Path(submission_path) if submission_path is not None else out / SUBMISSION_FILE
+                          longest_first=solver is None, budget=budget)
         mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
-        pool = cls(tasks, settings, out, planner, mine, answers, submission_path,
-                   submission_tasks if submission_tasks is not None else tasks, deadline, **options)
-        pool.solved = sum(record.share_correct for record in mine.values())
+        # in one process a bar counts the tasks beside their lines; Ray's actors' runs (a cluster's, a notebook's
+        # log) print a line as each task is handed out instead, and their lost Ray or SIGTERM is one line alone
+        bar = progress_bar(total=len(todo), desc=outputs.command, unit="task", leave=False,
+                           disable=not progress or solver is None)
+        pool = cls(tasks, outputs, settings, out, planner, mine, deadline, bar, progress=progress, priced=priced,
+                   **options)
+        shares = [share for share in map(outputs.took, mine.values()) if share is not None]
+        pool.solved = sum(shares) if shares else None
+        outputs.write(mine)  # complete at once: the records' answers, fallbacks for the rest
         return pool
 
     # -- the start ------------------------------------------------------------------------------------------------
 
-    def begin(self, ray, model, load_options: dict, *, workers: int | None, workers_per_gpu: int | None,
-              address: str | None, shared_model: bool) -> None:
-        """The slots on the cluster's GPUs (or CPUs), the model's source, the first actors started."""
-        self.ray = ray
-        gpus = int(ray.cluster_resources().get("GPU", 0))  # this machine's own Ray's: those it was started with
-        node = ray.get_runtime_context().get_node_id()  # the driver's
-        spread = workers is None  # slots go round the GPUs; else the first ones, then the CPUs
-        count = workers or _count(gpus, workers_per_gpu)
-        self.measuring = self.deadline is not None and bool(self.planner.remaining) \
-            and not self.planner.speeds.measured_tasks
-        layout = slot_layout(count, gpus, spread)
-        used = gpus if spread else sum(slot.gpu is not None for slot in layout)
-        folders = actors.model_folders(model, load_options)
-        cluster = address is not None or sum(node["Alive"] for node in ray.nodes()) > 1  # nodes may join later
-        server = None
-        if cluster and not shared_model:  # on the driver's node
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    def begin(self, solver: Solver | None, model, load_options: dict, *, workers: int | None,
+              workers_per_gpu: int | None, address: str | None, shared_model: bool) -> None:
+        """The workers started (this process's one, or Ray's actors in a session of Ray's), the loop run, every
+        worker stopped however it ends."""
+        self.measuring = self.priced and self.deadline is not None and not self.planner.speeds.measured_tasks
+        if solver is not None:
+            self.run_with(InProcess(solver, self.outputs.work))
+            return
+        cpus = max(os.cpu_count() or 1, workers or 1)  # this machine's Ray: room for every CPU slot asked for
+        gpus = 0 if address else len(visible_gpus())
+        with ray_session(self.out, address=address, cpus=cpus, gpus=gpus, settings=self.limits) as session:
+            self.run_with(RayWorkers(session, model, load_options, self.settings, self.outputs.work,
+                                     self.limits, workers=workers, workers_per_gpu=workers_per_gpu, address=address,
+                                     shared_model=shared_model))
 
-            here = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-            server = ray.remote(actors.ModelServer).options(num_cpus=0, scheduling_strategy=here).remote(folders)
-        self.start_options = {
-            "actor_class": ray.remote(actors.SlotActor), "bundles": gpu_bundles(ray, used, self.limits.load_seconds),
-            "fraction": 1 / max(MAX_WORKERS_PER_GPU, workers_per_gpu or 1), "server": server, "spread": spread,
-            "workers_per_gpu": workers_per_gpu, "gpus": used, "node": node,
-            "niceness": os.nice(0) if hasattr(os, "nice") else 0,  # the driver's: each actor takes it where it may
-            "load": (actors.load_solver,  # read now: a test's replacement travels to the actors
-                     actors.ModelSource(folders, node, server, self.limits.chunk_megabytes * 2**20),
-                     self.settings.to_json(), dict(load_options))}
-        self.add_slots(layout)
+    def run_with(self, workers) -> None:
+        """The loop on ``workers``' slots, which are all stopped however it ends."""
+        self.workers = workers
+        try:
+            self.add_slots(workers.first)
+            self.watch()
+        finally:
+            workers.close(self.slots)
+            self.waiting = {}
 
     def add_slots(self, added: list[Slot]) -> None:
-        """Take the slots ``added`` and start their actors, no more of them than tasks queued."""
+        """Take the slots ``added`` and start their workers, no more of them than tasks queued."""
         self.slots += added
         self.planner.workers = len(self.slots)
         for slot in added[:len(self.planner.remaining)]:
             self.start(slot)
-        running = [slot for slot in self.slots if slot.actor is not None]
-        where = [f"{sum(slot.gpu == gpu for slot in running)} on GPU {gpu}"
-                 for gpu in sorted({slot.gpu for slot in running if slot.gpu is not None})]
-        on_cpus = sum(slot.gpu is None for slot in running)
-        where += [f"{on_cpus} on CPUs"] if on_cpus else []
-        more = f"started {len(added)} more: " if len(self.slots) > len(added) else "started "
-        self.note(f"{more}{len(running)} worker(s) on Ray ({', '.join(where) or 'none'})")
+        if self.workers.remote:
+            self.note(self.workers.started(self.slots, len(added)))
 
     def start(self, slot: Slot) -> None:
-        """Start (or start again) ``slot``'s actor and ask it to load the model."""
-        options = self.start_options
-        actor = options["actor_class"].options(**actor_options(slot.gpu, options["bundles"],
-                                                               options["fraction"])).remote()
-        slot.actor, slot.loaded, slot.task, slot.steps, slot.asking = actor, None, None, -1, False
+        """Start (or start again) ``slot``'s worker and ask it to load its solver."""
+        slot.loaded, slot.task, slot.steps, slot.asking = None, None, -1, False
         slot.starts, slot.started_at = slot.starts + 1, time.time()
-        self.waiting[actor.load.remote(*options["load"], options["niceness"])] = (slot, "load")
+        self.waiting[self.workers.start(slot)] = (slot, "load")
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
     def watch(self) -> None:
-        """The driver's loop: answers in, the stop time, the watchdog, work for the idle, steps asked, writes."""
+        """The driver's loop: answers in, the stop time, the watchdog, work for the idle, steps asked."""
         while True:
-            self.changed = False
             self.ray_is_there(time.time())  # before Ray is asked anything more
             self.take_answers()
-            self.session.check_signals()  # a SIGTERM that came meanwhile, raised here: outside Ray's calls
+            self.workers.check_signals()  # a SIGTERM that came meanwhile, raised here: outside Ray's calls
             now = time.time()
             if self.stop_at is not None and now >= self.stop_at:
                 logger.warning("the run's stop time has come: stopping %d worker(s)",
                                sum(slot.actor is not None for slot in self.slots))
                 break
             for slot in self.slots:
-                why = self.trouble(slot, now)
+                why = slot.trouble(now, self.limits)
                 if why is not None:
                     self.give_up_on(slot, why)
             for slot in self.slots:
                 self.feed(slot)
             self.ask_steps(now)
-            if self.changed:
-                self.write()
-                self.write_speeds()
             if self.is_over():
                 break
-            self.tick()
 
     def take_answers(self) -> None:
         """Wait up to ``poll_seconds`` for an answer, then take every answer in (a task's record, a load, steps)."""
@@ -327,17 +265,14 @@ class _Pool:
         if not pending:
             time.sleep(self.limits.poll_seconds)
             return
-        ready, _ = self.ray.wait(pending, num_returns=1, timeout=self.limits.poll_seconds)
-        if ready:
-            ready, _ = self.ray.wait(pending, num_returns=len(pending), timeout=0)
-        for reference in ready:
+        for reference in self.workers.ready(pending, self.limits.poll_seconds):
             if reference in self.waiting:  # not dropped by a give-up on its slot since
                 self.take(reference, *self.waiting.pop(reference))
 
     def take(self, reference, slot: Slot, what: str) -> None:
-        """One answer of ``slot``'s actor; an actor that died (or raised) is given up on."""
+        """One answer of ``slot``'s worker; a worker that died (or whose call raised) is given up on."""
         try:
-            value = self.ray.get(reference)
+            value = self.workers.value(reference)
         except Exception as error:  # noqa: BLE001 - a dead actor, a lost node, a call that raised: all the same here
             self.give_up_on(slot, _what_happened(error))
             return
@@ -350,66 +285,45 @@ class _Pool:
             slot.loaded, slot.moved_at = value, now
             logger.info("worker %d loaded the model: pid %s on node %s, GPU %r", slot.index, value["pid"],
                         value["node"][:12], value["device"])
-            if value["niceness"] > self.start_options["niceness"]:  # a cluster's Ray, which it may not override
+            if value["niceness"] > self.workers.niceness:  # a cluster's Ray, which it may not override
                 logger.warning("worker %d runs at niceness %d, below the driver's priority: its Ray starts workers "
                                "so (`ray start --head --system-config='{\"worker_niceness\": 0}'` does not)",
                                slot.index, value["niceness"])
         else:
             task_id, slot.task, slot.task_deadline = slot.task, None, math.inf
-            record = from_json(TaskRecord, value["record"])
+            record = from_json(self.outputs.record_kind, value["record"])
             if task_id in self.tasks and task_id not in self.mine:
                 self.finish(task_id, record)
                 if self.measuring:
-                    self.measured(task_id, None if record.failed else record.timings, value["memory"])
+                    self.measured(task_id, self.outputs.measured(record)[1], value["memory"])
 
     def measured(self, task_id: str, timings: dict | None, memory: dict) -> None:
         """The first finished task's measurement: the queue priced again with its speeds; as many more actors started
         as its peak memory allows."""
         self.measuring = False
         self.planner.calibrate(self.planner.speeds)
-        options = self.start_options
-        per_gpu, line = first_task_line(self.planner, task_id, timings, memory, options["gpus"])
+        per_gpu, line = first_task_line(self.planner, task_id, timings, memory, self.workers.gpus)
         self.note(line)
-        if per_gpu and options["spread"] and options["gpus"] and options["workers_per_gpu"] is None:
-            self.add_slots(slot_layout(options["gpus"] * (per_gpu - 1), options["gpus"], True, first=len(self.slots)))
+        self.add_slots(self.workers.more_slots(per_gpu, first=len(self.slots)))
 
     def ray_is_there(self, now: float) -> None:
         """Ray's own death is a fault like an actor's, of every actor at once: its GCS or this node's raylet found
-        gone (``Session.lost``, looked at once a poll) stops the run with ``RayLostError``, its records and its
-        complete submission kept, no fallback record written for the tasks left: a rerun resumes and does them."""
+        gone (looked at once a poll) stops the run with ``RayLostError``, its records and its complete submission
+        kept, no fallback record written for the tasks left: a rerun resumes and does them."""
         if now - self.ray_looked_at < self.limits.poll_seconds:
             return
         self.ray_looked_at = now
-        lost = self.session.lost()
+        lost = self.workers.lost()
         if lost is not None:  # every record in came with its write, in the loop's last turn
-            self.ray_lost = True
             raise RayLostError(f"Ray was lost mid-run ({lost}): stopped with {len(self.mine)} of {len(self.tasks)} "
                                f"task(s) done; {self.out} keeps their records and a complete submission (fallback "
                                "answers for the rest): run the same command again to go on")
 
-    def trouble(self, slot: Slot, now: float) -> str | None:
-        """Why ``slot``'s actor must be given up on, or None while it is well (or was never started)."""
-        if slot.actor is None:
-            return None
-        if slot.loaded is None:
-            waited = now - slot.started_at
-            return f"hung: no model after {waited:.0f} s" if waited > self.limits.load_seconds else None
-        if slot.task is None:
-            return None
-        doing = f"task {shown(slot.task)}"
-        if now > slot.task_deadline + self.limits.hang_seconds:
-            return f"hung: {doing} is {now - slot.task_deadline:.0f} s past its deadline"
-        stalled = now - max(slot.moved_at, slot.task_started)
-        if stalled > self.limits.stall_seconds:
-            count = f"its count stands at {slot.steps}" if slot.steps >= 0 else "its count never came"
-            return f"hung: no engine step on {doing} for {stalled:.0f} s ({count})"
-        return None
-
     def give_up_on(self, slot: Slot, why: str) -> None:
-        """Kill a dead or hung actor; its task back to the queue (or fallback answers); a fresh actor."""
+        """Kill a dead or hung worker; its task back to the queue (or fallback answers); a fresh worker."""
         self.waiting = {reference: (owner, what) for reference, (owner, what) in self.waiting.items()
                         if owner is not slot}
-        self.kill(slot, hung=True)
+        self.workers.kill(slot, hung=True)
         pid = slot.loaded["pid"] if slot.loaded else None
         logger.warning("worker %d%s %s (its output: Ray's logs, worker-*-%s.err)", slot.index,
                        f" (pid {pid})" if pid else "", why, pid or "PID")
@@ -419,141 +333,107 @@ class _Pool:
             if self.lost[task_id] <= self.limits.retries:
                 self.planner.requeue(task_id)
             else:
-                self.finish(task_id, fallback_record(task_id, f"its worker died or hung {self.lost[task_id]} times"))
+                self.fall_back(task_id, f"its worker died or hung {self.lost[task_id]} times")
         if self.planner.remaining and slot.starts <= self.limits.restarts:
             self.start(slot)
 
-    def kill(self, slot: Slot, hung: bool = False) -> None:
-        """Kill ``slot``'s actor. On this node its process is also sent SIGKILL when ``hung`` (a stopped process
-        would wait for Ray's kill, and outlive a Ray shut down meanwhile), else SIGCONT (one stopped but not yet
-        found so ends with the rest, as Ray's kill asks; a running one ignores it)."""
-        if slot.actor is not None:
-            if not self.ray_lost:  # a Ray without its GCS would block the call
-                with suppress(Exception):  # already gone
-                    self.ray.kill(slot.actor, no_restart=True)
-            if slot.loaded and slot.loaded["node"] == self.start_options.get("node"):
-                with suppress(OSError):  # gone already
-                    os.kill(slot.loaded["pid"], signal.SIGKILL if hung else signal.SIGCONT)
-        slot.actor, slot.asking = None, False
-
     def feed(self, slot: Slot) -> None:
-        """Work for a loaded, idle actor: the next task at the rung the time left allows, with its caps."""
+        """Work for a loaded, idle worker: the next task at the rung the time left allows, with its caps."""
         while slot.idle and self.planner.remaining:
             task_id = self.planner.remaining[0]
-            rung = self.planner.choose(task_id)
+            rung = self.planner.choose(task_id) if self.outputs.ladder else \
+                0 if self.deadline is None or time.time() < self.deadline else FALLBACK
             self.planner.start(task_id)
             if rung == FALLBACK:
-                self.finish(task_id, fallback_record(task_id, "out of time"))
+                self.fall_back(task_id, "out of time")
                 continue
-            caps = self.planner.budget(task_id, rung) if self.deadline is not None else None
+            caps = self.planner.budget(task_id, rung) if self.deadline is not None and self.outputs.ladder else None
             slot.task, slot.task_started, slot.task_deadline = task_id, time.time(), caps.deadline if caps else math.inf
-            seconds = None if caps is None else (caps.deadline - time.time(), caps.search_seconds)
-            self.waiting[slot.actor.solve.remote(self.tasks[task_id], rung, seconds)] = (slot, "solve")
-            if self.progress:
+            if self.progress and self.workers.remote:
                 cap = "" if caps is None else f", capped at {hours(caps.deadline - time.time())}"
                 left = self.planner.estimate(self.planner.remaining, rung) / self.planner.workers
                 ends = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
-                print(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; "
-                      f"{len(self.planner.remaining)} task(s) queued, projected to finish in {hours(left)}{ends}",
-                      flush=True)
+                self.say(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; "
+                         f"{len(self.planner.remaining)} task(s) queued, projected to finish in {hours(left)}{ends}")
+            seconds = None if caps is None else (caps.deadline - time.time(), caps.search_seconds)
+            self.waiting[self.workers.call(slot, "solve", self.tasks[task_id], rung, seconds)] = (slot, "solve")
 
     def ask_steps(self, now: float) -> None:
-        """Ask every loaded actor for its engine steps, at most once a poll (a stopped one never answers)."""
+        """Ask every loaded worker for its engine steps, at most once a poll (a stopped one never answers)."""
         for slot in self.slots:
             if slot.actor is not None and slot.loaded is not None and not slot.asking \
                     and now - slot.asked_at >= self.limits.poll_seconds:
                 slot.asking, slot.asked_at = True, now
-                self.waiting[slot.actor.steps.remote()] = (slot, "steps")
+                self.waiting[self.workers.call(slot, "steps")] = (slot, "steps")
 
-    def finish(self, task_id: str, record: TaskRecord) -> None:
-        """Take ``record`` as ``task_id``'s: the planner learns its speeds, the answers mark it, it is appended."""
-        self.planner.done(task_id, record.rung, None if record.failed else record.timings)
-        if self.answers is not None and task_id in self.answers:
-            mark_correct(record, self.tasks, self.answers, self.settings.attempts)
-            self.solved += record.share_correct
+    def finish(self, task_id: str, record) -> None:
+        """A finished task, however it ran: the planner learns its speeds, the answers mark it, it is appended to the
+        records file, the submission (or the table) is rewritten, and its line printed."""
+        self.planner.done(task_id, *self.outputs.measured(record))
+        share = self.outputs.took(record)
+        if share is not None:
+            self.solved = (self.solved or 0.0) + share
         self.mine[task_id] = record
-        append_record(self.out / RECORDS_FILE, record)  # never through a link (``outputs.appending``)
-        if self.progress:
-            print(task_line(record), flush=True)
-        self.changed = True
+        append_record(self.out / self.outputs.records_file, record)  # never through a link (``outputs.appending``)
+        self.outputs.write(self.mine)
+        if self.priced:
+            # with the workers that measured them: an estimate shares one worker's seconds among as many
+            write_json_atomically(self.out / SPEEDS_FILE, {**self.planner.speeds.to_json(), "workers": len(self.slots)})
+        if self.deadline is not None:
+            self.bar.set_description(f"{self.outputs.command} ({hours(max(0.0, self.deadline - time.time()))} left)",
+                                     refresh=False)
+        if self.solved is not None:
+            self.bar.set_postfix(solved=f"{self.solved:g}/{len(self.mine)}", refresh=False)
+        self.bar.update(1)
+        self.say(self.outputs.line(record))
+
+    def fall_back(self, task_id: str, why: str) -> None:
+        """``task_id`` without model work: its fallback record finished, where its outputs have one."""
+        record = self.outputs.fallback(task_id, why)
+        if record is not None:
+            self.finish(task_id, record)
 
     def is_over(self) -> bool:
-        """Whether the loop ends: nothing queued or running, or tasks queued and no actor left (fallbacks for them)."""
+        """Whether the loop ends: nothing queued or running, or tasks queued and no worker left (fallbacks for them)."""
         running = [slot for slot in self.slots if slot.task is not None]
         if not self.planner.remaining and not running:
             return True
         if self.planner.remaining and not any(slot.actor is not None for slot in self.slots):
             logger.warning("no worker left: %d task(s) get fallback answers", len(self.planner.remaining))
             for task_id in list(self.planner.remaining):
-                self.finish(task_id, fallback_record(task_id, "no worker left"))
+                self.planner.start(task_id)
+                self.fall_back(task_id, "no worker left")
             return True
         return False
 
-    # -- writes and the end ---------------------------------------------------------------------------------------
-
-    def write(self) -> None:
-        """The submission of every covered task, from the records so far (fallback answers for the others)."""
-        write_submission(self.submission_path, build_submission(self.covered, answers_from_records(self.mine),
-                                                                attempts=self.settings.attempts), self.covered)
-
-    def write_speeds(self) -> None:
-        # with the workers that measured them: an estimate shares one worker's seconds among as many
-        write_json_atomically(self.out / SPEEDS_FILE, {**self.planner.speeds.to_json(), "workers": len(self.slots)})
+    def say(self, line: str) -> None:
+        if self.progress:
+            self.bar.write(line)  # above the bar, where there is one; else printed
+            sys.stdout.flush()
 
     def note(self, message: str) -> None:
         logger.info(message)
-        if self.progress:
-            print(message, flush=True)
+        self.say(message)
 
-    def tick(self, force: bool = False) -> None:
-        """Every minute: tasks done, solved (when known) and the time left."""
-        if not self.progress or (not force and time.monotonic() - self.last_report < 60):
-            return
-        self.last_report = time.monotonic()
-        parts = [f"{len(self.mine)}/{len(self.tasks)} tasks done"]
-        parts += [f"{self.solved:g} solved"] if self.answers is not None else []
-        parts += [f"{hours(max(0.0, self.deadline - time.time()))} left"] if self.deadline is not None else []
-        print("progress: " + ", ".join(parts), flush=True)
-
-    def stop_all(self) -> None:
-        """Nothing outlives the loop: finished, stopped or failed, every actor (and the model's server) is killed."""
-        for slot in self.slots:
-            self.kill(slot, hung=self.ray_lost)  # Ray lost: its actors here killed by their pids
-        self.waiting = {}
-        options = self.start_options
-        if self.ray_lost:
-            return
-        if options.get("server") is not None:
-            self.ray.kill(options["server"], no_restart=True)
-        if options.get("bundles") is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(options["bundles"])
-
-    def wind_up(self, started: float) -> SolveRun:
-        """Fallback answers for the tasks left, the records in task order, the last writes, the scores."""
+    def wind_up(self, started: float):
+        """The loop's end: fallback answers for the tasks left, the records in task order, the last writes."""
         running = [slot.task for slot in self.slots if slot.task]
         for task_id in [*self.planner.remaining, *running]:
             if task_id not in self.mine:
-                self.finish(task_id, fallback_record(task_id, "out of time"))
+                self.fall_back(task_id, "out of time")
         ordered = {task_id: self.mine[task_id] for task_id in self.tasks.ids if task_id in self.mine}
-        others = (record for record in stream_records(self.out / RECORDS_FILE, warn=False)  # other runs' tasks, as
-                  if record.task_id not in ordered)  # they stand, a line at a time from the file replaced
-        write_records(self.out / RECORDS_FILE, itertools.chain(ordered.values(), others))
+        path, kind = self.out / self.outputs.records_file, self.outputs.record_kind
+        others = (record for record in stream_records(path, kind)  # other runs' tasks, as they stand, a line at a
+                  if record.task_id not in ordered)  # time from the file replaced (a line that is none is said)
+        write_records(path, itertools.chain(ordered.values(), others))
         self.mine = ordered
-        self.write()
-        self.write_speeds()
-        self.tick(force=True)
-        run = SolveRun(self.out, ordered, self.submission_path, seconds=time.monotonic() - started)
-        if self.answers is not None:
-            run.score = write_scores(self.out, self.submission_path, ordered, self.answers,
-                                     list(self.tasks.test_counts()), self.settings.attempts)
-        return run
+        self.outputs.write(ordered)
+        return self.outputs.end(ordered, time.monotonic() - started)
 
 
 def _what_happened(error: BaseException) -> str:
-    """One line on an actor's end: what its call raised, or how it died."""
-    cause = getattr(error, "cause", None)  # a call that raised: Ray's error wraps what it raised
+    """One line on a worker's end: what its call raised, or how it died."""
+    cause = getattr(error, "cause", None)  # a call that raised: Ray's error (and ``workers.CallFailed``) carries it
     if isinstance(cause, BaseException):
         return f"failed: {type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[0]}"
     return f"died: {(str(error).strip().splitlines() or [type(error).__name__])[0].rstrip('.')}"

@@ -2,7 +2,7 @@
 
 ``write_report`` reads a run folder the kit wrote (a solve's, a dry run's, a Kaggle job's, or the
 Kaggle working folder above one: ``estimates.find_run``): its ``run.json`` (the settings, the data set,
-the model, where the run came from), its records (``runs.run_records``) and its score where the answers
+the model, where the run came from), its records (``record_json.read_records``) and its score where the answers
 were known; the tasks' pairs come from the tasks given, else from the data set ``run.json`` names or the
 pool's ``tasks.json`` (``estimates.run_tasks``), and a report without them still shows every record.
 The page holds a summary (score, tasks, time, settings), then a section per task in the order the run
@@ -13,8 +13,8 @@ of plain JavaScript sort the tasks and filter them (right, wrong, no answer, the
 Pictures are inline SVG; the page loads nothing from anywhere.
 
 The file goes where nothing is, or over a report this module wrote (``is_report``: the page's
-generator tag), never over another file (``outputs.claim_file``). ``jobs.solve_job`` writes one beside
-every run's submission. Knows run folders, records and tasks; knows nothing of models.
+generator tag), never over another file (``outputs.claim_file``). A solve's outputs (``jobs.SolveOutputs``) write
+one beside every run's submission. Knows run folders, records and tasks; knows nothing of models.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from arc_kit.method.records import TaskRecord
 from arc_kit.names import shown
 from arc_kit.outputs import claim_file, replace_file
 from arc_kit.run.estimates import find_run, run_tasks
-from arc_kit.run.runs import REPORT_FILE, RUN_FILE, RunFolderError, answered_by_model, read_run_info, run_records
+from arc_kit.run.record_json import read_records
+from arc_kit.run.runs import RECORDS_FILE, REPORT_FILE, RUN_FILE, RunFolderError, answered_by_model, read_run_info
 from arc_kit.settings import SolveSettings
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def write_report(run: str | os.PathLike, out: str | os.PathLike | None = None, *
     out = Path(out) if out is not None else folder / REPORT_FILE
     claim_file(out, "report", own=is_report)  # before any work: a file of the user's is never replaced
     info = read_run_info(folder)
-    records = run_records(folder)
+    records = read_records(folder / RECORDS_FILE)
     if tasks is None:
         try:
             tasks, _, _ = run_tasks(folder, info)

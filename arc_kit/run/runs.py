@@ -3,21 +3,18 @@
 A run folder holds ``run.json`` (the settings and where the run came from), ``records.jsonl`` (one
 ``records.TaskRecord`` per finished task, appended as each finishes), ``submission.json``
 (complete and valid from the first second, rewritten after every task), ``report.html`` and, when the answers are
-known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl``
-instead (``records_file``), the ablation's processes sharing a run each write into a ``worker-N``
-folder, as an earlier kit's worker processes did (``run_records`` reads them all), and a pool that
-started its own Ray keeps Ray's logs in ``ray-logs``. A rerun on the same folder resumes; a folder
-that ran other settings (compared on the fields that change results, older files read with today's defaults) or
-another data set (the digest of its task ids, ``task_ids_digest``; its name without one) is
-refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a new or
-empty folder or one a run made (its marker, or an earlier kit's ``run.json``), and ``--restart`` deletes
-only the run's own files there. Tasks that a lenient load skipped get fallback answers in the
-submission and count in the score wherever their solutions are known. The single-process ``solve``
-here, the pool of Ray actors (``pool``), the Kaggle job, the tables and the notebooks all use these
-pieces.
+known, ``scores.csv`` and ``score.json``; a table's folder holds ``<table>_records.jsonl`` instead
+(``records_file``) and the table, and a pool that started its own Ray keeps Ray's logs in ``ray-logs``. A rerun
+on the same folder resumes; a folder that ran other settings (compared on the fields that change results, older
+files read with today's defaults) or another data set (the digest of its task ids, ``task_ids_digest``; its name
+without one) is refused. The folder is claimed first (``outputs``, kind ``RUN_KIND``): a run writes only into a
+new or empty folder or one a run made (its marker), and ``--restart`` deletes only the run's own files there.
+Tasks that a lenient load skipped get fallback answers in the submission and count in the score wherever their
+solutions are known. The pool's one loop (``pool``: every solve, the Kaggle job, the tables), its workers
+(``solve_one``: a solve's work on a task) and the notebooks use these pieces.
 
-This module knows the solver, the planner and the record layout; it knows nothing of models
-beyond what the solver holds.
+This module knows the solver and the record layout; it knows nothing of models beyond what the solver holds,
+nor of workers.
 """
 
 from __future__ import annotations
@@ -26,37 +23,29 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from arc_kit.data.jsonio import read_json, repeated_keys_within, write_json_atomically
-from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission, write_submission
+from arc_kit.data.submission import Score, any_attempt_right, build_submission, score_submission
 from arc_kit.data.tasks import InvalidDataError, Task, TaskSet
-from arc_kit.method.records import FALLBACK_RUNG, TaskRecord, answers_from_records, fallback_record
+from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
 from arc_kit.method.solver import Solver
 from arc_kit.model.description import read_model_folder
-from arc_kit.names import encoded, file_name, listed, shown
+from arc_kit.names import encoded, listed, shown
 from arc_kit.outputs import (
     FolderKind,
-    adopt_folder,
     check_folder,
     claim_folder,
-    is_made_folder,
-    kit_subfolder,
     refuse_links,
     replacing,
 )
-from arc_kit.progress import progress_bar
-from arc_kit.run.expectations import speeds_for_model
 from arc_kit.run.locking import HOLDER_FILE, LOCK_FILE, check_free, hold_folder
-from arc_kit.run.planner import Planner, TaskBudget, measure, shortest_tasks
+from arc_kit.run.planner import TaskBudget, shortest_tasks
 from arc_kit.run.ray_session import LOG_FILES
-from arc_kit.run.record_json import append_record, read_records
 from arc_kit.settings import SolveSettings, ladder
 
 logger = logging.getLogger(__name__)
@@ -69,33 +58,13 @@ RUN_FILES = (RUN_FILE, RECORDS_FILE, SUBMISSION_FILE, "scores.csv", "score.json"
 TASKS_FILE = "tasks.json"  # a pool's tasks' challenges: ``estimates`` reads which tasks a run timed from it
 SPEEDS_FILE = "speeds.json"  # the speeds a pool measured so far (a rerun starts from them), and its workers
 FULL_RUN_TASKS = "full_run_tasks.json"  # a rehearsal's: the tasks of the full run it stands for (``estimates``)
-CLAIMS_FOLDER = "claims"  # processes sharing a run's tasks claim each one here (``claim_task``)
 TABLE_NAMES = ("ablation", "samplers")  # the paper's tables (``experiments.tables``), each run in a run folder
 TABLE_RECORDS = tuple(f"{table}_{RECORDS_FILE}" for table in TABLE_NAMES)  # their records (``records_file``)
-WORKER_FOLDER = re.compile(r"worker-[0-9]+")  # where a process of a shared run writes (``run_records``)
-# what the ablation's processes write into a worker's folder (their records), and what an earlier kit's worker
-# processes and their parent wrote there (plan, log, the files they talked through, the records)
-WORKER_FILES = ("plan.json", "worker.log", "ready", "heartbeat", "assignment.json", "calibration.json", RECORDS_FILE,
-                *TABLE_RECORDS)
-
-
-def _an_earlier_kits_run(folder: Path) -> bool:
-    """A run folder that a kit made before output folders had markers: its ``run.json`` holds the settings, or it
-    holds nothing but the lock's files (a run stopped before it wrote one)."""
-    names = {entry.name for entry in folder.iterdir()}
-    if names and names <= {LOCK_FILE, HOLDER_FILE}:
-        return True
-    with suppress(InvalidDataError, AttributeError):
-        return isinstance(read_json(folder / RUN_FILE).get("settings"), Mapping)
-    return False
-
-
 # a run folder's layout, by exact name: what --restart deletes (its lock stays: it is held while it clears)
-RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, FULL_RUN_TASKS, f"{CLAIMS_FOLDER}/*",
-                                    *TABLE_RECORDS,
+RUN_KIND = FolderKind("run", owned=(*RUN_FILES, TASKS_FILE, SPEEDS_FILE, FULL_RUN_TASKS, *TABLE_RECORDS,
                                     *(f"{table}.{suffix}" for table in TABLE_NAMES for suffix in ("md", "csv")),
-                                    *(f"worker-{{n}}/{name}" for name in WORKER_FILES), *LOG_FILES),
-                      quiet=(LOCK_FILE, HOLDER_FILE), resumable=True, legacy=_an_earlier_kits_run,
+                                    *LOG_FILES),
+                      quiet=(LOCK_FILE, HOLDER_FILE), resumable=True,
                       kept="the records of the tasks done and a complete submission")
 
 
@@ -128,7 +97,7 @@ def dataset_info(dataset: str | os.PathLike, loaded: TaskSet) -> dict:
 
 
 def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--out") -> None:
-    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records, task claims, worker folders.
+    """Discard an earlier run in ``out`` (``--restart``): its files, a table's records and table, Ray's logs.
 
     Only in a folder a run made (``RUN_KIND``; OutputRefused for any other, nothing deleted); a user's
     file beside the run's stays. Under the folder's lock (``locking.hold_folder``): a run that another
@@ -139,39 +108,6 @@ def clear_run(out: str | os.PathLike, command: str = "solve", option: str = "--o
         return
     with hold_folder(out, RUN_KIND, command, option):  # a folder no run made is refused before its lock is made
         claim_folder(out, RUN_KIND, command, clear=True, option=option)
-
-
-def run_records(out: str | os.PathLike, name: str = RECORDS_FILE, kind: type = TaskRecord,
-                task_ids: Iterable[str] | None = None) -> dict[str, Any]:
-    """The records of ``kind`` in run folder ``out`` (of ``task_ids`` only, when given: ``record_json.read_records``):
-    its file ``name``, then its worker folders' (the first found wins)."""
-    out, task_ids = Path(out), None if task_ids is None else set(task_ids)
-    records = read_records(out / name, kind, task_ids)
-    for folder in sorted(worker_folders(out), key=lambda folder: (len(folder.name), folder.name)):
-        for task_id, record in read_records(folder / name, kind, task_ids).items():
-            records.setdefault(task_id, record)
-    return records
-
-
-def worker_folders(out: str | os.PathLike) -> list[Path]:
-    """The worker folders of run folder ``out`` (``worker-N``, real folders: a user's ``worker-notes`` or a link
-    is none)."""
-    return [path for path in Path(out).glob("worker-*")
-            if WORKER_FOLDER.fullmatch(path.name) and path.is_dir() and not path.is_symlink()]
-
-
-def claim_task(out: str | os.PathLike, task_id: str) -> bool:
-    """True for the one process that claims ``task_id`` in ``out`` first (processes sharing a run's tasks).
-
-    The claim is a file in ``out/claims`` named by ``names.file_name``: inside that folder whatever the id holds.
-    Made only where nothing is (not even a link), in a real folder (``outputs.kit_subfolder``).
-    """
-    folder = kit_subfolder(Path(out) / CLAIMS_FOLDER, within=out)
-    try:
-        os.close(os.open(folder / file_name(task_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # O_EXCL: not even a link
-        return True
-    except FileExistsError:
-        return False
 
 
 def choose_tasks(tasks: TaskSet, *, task_ids: Sequence[str] | None = None, count: int | None = None,
@@ -208,75 +144,54 @@ def read_settings_file(path: str | os.PathLike) -> SolveSettings:
 
 
 def open_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-             restart: bool = False, adopt: bool = False, command: str = "solve") -> Path:
+             restart: bool = False, command: str = "solve") -> Path:
     """Make ``out`` ready for a run with ``settings``: new, resumed, or refused (RunFolderError; OutputRefused
-    for a folder that no run made, see ``RUN_KIND``, or one with a link at a name of its layout: the worker
-    processes open their files themselves).
+    for a folder that no run made, see ``RUN_KIND``, or one with a link at a name of its layout).
 
     ``info`` is written into a new ``run.json`` beside the settings; its ``task_ids_digest`` must
     match the one an earlier run in the folder recorded (its ``dataset`` name, only where either
     run lacks a digest: the same file may be named by many paths). Records without a ``run.json``
-    are refused unless ``restart`` discards them or ``adopt`` keeps them as this run's. Done under
-    the folder's lock (``locking``): FolderInUseError while another process holds it; the caller
-    that owns the run holds it for the whole run.
+    are refused unless ``restart`` discards them. Done under the folder's lock (``locking``):
+    FolderInUseError while another process holds it; the caller that owns the run holds it for the whole run.
     """
     out = Path(out)
-    if adopt:
-        adopt_run(out, settings, info, command, restart=restart)
     with hold_folder(out, RUN_KIND, command):
         if restart:
             clear_run(out, command)
-        refuse_links(out, RUN_KIND)  # worker processes open their files themselves: no link at the run's names
-        if not check_run(out, settings, info, adopt=adopt):
+        refuse_links(out, RUN_KIND)  # a link at a run's names refused before its work, not at its first write
+        if not check_run(out, settings, info):
             write_json_atomically(out / RUN_FILE, {"settings": settings.to_json(), **dict(info or {})}, indent=2)
     return out
 
 
 def check_run_folder(out: str | os.PathLike, command: str = "solve", option: str = "--out", *,
-                     adopt: bool = False, restart: bool = False) -> None:
+                     restart: bool = False) -> None:
     """Whether a run may go into ``out``, asked before any slow work (a model's load) and without a write: a folder
-    the kit may not write as a run's (``outputs.check_folder``; with ``adopt``, an earlier kit's is judged by
-    ``adopt_run`` once the rest is checked), one with a link at a name of its layout (``outputs.refuse_links``), or
-    one another process runs in (``locking.check_free``), is refused at once; with ``restart`` a link there is no
-    matter (the run's files, links among them, are discarded as themselves)."""
-    if not adopt:
-        check_folder(out, RUN_KIND, command, option=option)
+    the kit may not write as a run's (``outputs.check_folder``), one with a link at a name of its layout
+    (``outputs.refuse_links``), or one another process runs in (``locking.check_free``), is refused at once; with
+    ``restart`` a link there is no matter (the run's files, links among them, are discarded as themselves)."""
+    check_folder(out, RUN_KIND, command, option=option)
     if not restart:
         refuse_links(out, RUN_KIND)
     check_free(out)
 
 
-def adopt_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None,
-              command: str = "solve", *, restart: bool = False) -> None:
-    """``--adopt``: a run folder an earlier kit made without a marker becomes ``command``'s (``outputs.adopt_folder``:
-    its marker written, nothing else), once ``settings`` and ``info`` are found to resume it (``check_run``;
-    unless ``restart`` discards it), so that a refusal leaves it as it was. Before the folder is claimed."""
-    out = Path(out)
-    if not restart and out.is_dir() and not is_made_folder(out) and RUN_KIND.legacy(out):
-        check_run(out, settings, info, adopt=True)
-    adopt_folder(out, RUN_KIND, command)
-
-
 def has_records(out: str | os.PathLike) -> bool:
-    """True when run folder ``out`` holds a record file with something in it (a solve's, a table's, a worker's)."""
-    out = Path(out)
-    paths = [folder / name for folder in (out, *worker_folders(out)) for name in (RECORDS_FILE, *TABLE_RECORDS)]
+    """True when run folder ``out`` holds a record file with something in it (a solve's, a table's)."""
+    paths = [Path(out) / name for name in (RECORDS_FILE, *TABLE_RECORDS)]
     return any(path.is_file() and not path.is_symlink() and path.stat().st_size for path in paths)
 
 
-def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None, *,
-              adopt: bool = False) -> bool:
+def check_run(out: str | os.PathLike, settings: SolveSettings, info: Mapping[str, Any] | None = None) -> bool:
     """True when ``out`` holds a run that ``settings`` and ``info`` may resume (the rules of ``open_run``),
     False when it holds none, RunFolderError when it holds another, or records but no ``run.json`` to
-    say what made them (unless ``adopt``: then they are this run's and False says to write one). Writes
-    nothing."""
+    say what made them. Writes nothing."""
     out = Path(out)
     run_path = out / RUN_FILE
     info = dict(info or {})
-    if not run_path.exists() and has_records(out) and not adopt:
+    if not run_path.exists() and has_records(out):
         raise RunFolderError(f"{out} holds records but no {RUN_FILE}, so which settings made them cannot be told; "
-                             "use --restart to discard them, or --adopt to keep them as this run's (under the "
-                             "settings given now)")
+                             "use --restart to discard them, or another --out")
     if run_path.exists():
         try:
             stored = read_json(run_path)
@@ -409,82 +324,6 @@ class SolveRun:
         return [task_id for task_id, record in self.records.items() if record.failed]
 
 
-def solve(tasks: TaskSet, solver: Solver, out: str | os.PathLike, *, solutions: TaskSet | None = None,
-          info: dict | None = None, progress: bool = True, restart: bool = False, deadline: float | None = None,
-          adopt: bool = False) -> SolveRun:
-    """Solve every task of ``tasks``, writing records, submission and scores to ``out``.
-
-    ``tasks`` may hold solutions; the solver never sees them (``solve_task`` strips them), they are
-    only used for scoring, as are ``solutions`` if given separately. With a ``deadline`` (seconds
-    since the epoch) a ``planner.Planner`` orders the tasks cheapest first, steps down the
-    ladder of cheaper settings as time runs short and caps each task and each search (wall clock);
-    tasks it cannot fit get fallback answers. With ``progress`` a line per task says how it went. A
-    task that fails is retried once, cheaper. ``restart`` and ``adopt``: as in ``open_run``; the run
-    holds ``out``'s lock throughout (``locking``: a second run on it is refused, naming this one).
-    """
-    out = Path(out)
-    if adopt:
-        adopt_run(out, solver.settings, info, restart=restart)
-    with hold_folder(out, RUN_KIND, "solve"):
-        open_run(out, solver.settings, info, restart=restart, adopt=adopt)
-        return _solve_in(tasks, solver, out, solutions, progress, deadline)
-
-
-def _solve_in(tasks: TaskSet, solver: Solver, out: Path, solutions: TaskSet | None, progress: bool,
-              deadline: float | None) -> SolveRun:
-    """The body of ``solve``, in a folder made ready for it."""
-
-    records_path = out / RECORDS_FILE
-    records = read_records(records_path, task_ids=tasks.ids)  # a line at a time, this set's tasks kept
-    todo = [task_id for task_id in tasks.ids if task_id not in records]
-    if records and todo != tasks.ids:
-        logger.warning("resuming: %d of %d tasks already done in %s", len(tasks) - len(todo), len(tasks), out)
-    answers = solutions if solutions is not None else (tasks if tasks.has_solutions else None)
-    if answers is not None and not answers.known_outputs():
-        answers = None  # nothing to score against (every task skipped, say)
-    submission_path = out / SUBMISSION_FILE
-    started = time.monotonic()
-    rungs = ladder(solver.settings)
-    attempts = solver.settings.attempts
-    planner = None
-    if deadline is not None:
-        sizes = [measure(tasks[task_id], solver.encoder, solver.settings.max_len) for task_id in todo]
-        planner = Planner(sizes, solver.settings, deadline, speeds_for_model(solver.model, solver.settings, sizes))
-        todo = list(planner.remaining)  # a copy: ``done`` takes each from the planner's
-
-    def write() -> None:
-        write_submission(submission_path, build_submission(tasks, answers_from_records(records), attempts=attempts),
-                         tasks)
-
-    write()  # a complete, valid submission exists from the start
-    bar = progress_bar(todo, desc="solve", unit="task", disable=not progress)
-    solved = sum(record.share_correct for record in records.values())
-    for task_id in bar:
-        task = tasks[task_id]
-        rung = planner.choose(task_id) if planner else 0
-        if rung == FALLBACK_RUNG:
-            record = fallback_record(task_id, "out of time")
-        else:
-            record = solve_one(solver, task, rung, rungs, planner.budget(task_id, rung) if planner else None)
-        if planner:
-            planner.done(task_id, record.rung, None if record.failed else record.timings)
-            bar.set_description(f"solve (rung {record.rung}, {planner.seconds_left() / 60:.0f} min left)")
-        if answers is not None and task_id in answers:
-            mark_correct(record, tasks, answers, attempts)
-            solved += record.share_correct
-            bar.set_postfix(solved=f"{solved:g}/{len(records) + 1}")
-        records[task_id] = record
-        append_record(records_path, record)
-        write()
-        if progress:
-            bar.write(task_line(record))
-    mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}  # not another set's leftovers
-    run = SolveRun(out, mine, submission_path, seconds=time.monotonic() - started)
-    if answers is not None:  # skipped tasks count too
-        run.score = write_scores(out, submission_path, mine, answers, list(tasks.test_counts()), attempts)
-    return run
-
-
 def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: float | None = None) -> float | None:
     """The planner's deadline (seconds since the epoch) for a budget of ``hours`` from ``now``, ``safety_minutes``
     before its end; None without a budget. ValueError when the margin leaves no time (or a number is not finite)."""
@@ -496,9 +335,10 @@ def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: floa
     return (time.time() if now is None else now) + 3600 * hours - 60 * safety_minutes
 
 
-def solve_one(solver: Solver, task: Task, rung: int, rungs: Sequence[SolveSettings],
-              budget: TaskBudget | None = None) -> TaskRecord:
-    """One task at ``rung`` (retried cheaper on failure) within ``budget``'s caps, if any."""
+def solve_one(solver: Solver, task: Task, rung: int, budget: TaskBudget | None = None) -> TaskRecord:
+    """One task at ``rung`` of the solver's ladder (retried cheaper on failure) within ``budget``'s caps, if any: a
+    solve's work on a task, in the pool's workers."""
+    rungs = ladder(solver.settings)
     if budget is None:
         return solver.solve_with_retry(task, rung, rungs)
     deadline = time.monotonic() + (budget.deadline - time.time())  # the solver counts on the monotonic clock

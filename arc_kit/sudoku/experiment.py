@@ -36,7 +36,6 @@ from arc_kit.method.experts import select
 from arc_kit.model.devices import check_device_name
 from arc_kit.outputs import (
     FolderKind,
-    adopt_folder,
     claim_folder,
     is_made_folder,
     remove_entry,
@@ -51,7 +50,7 @@ from arc_kit.sudoku.rules import clue_count, is_valid_solution, keeps_clues, sco
 logger = logging.getLogger(__name__)
 
 def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: TrainingSettings, *,
-          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True, adopt: bool = False):
+          copies: int = 1000, resume: bool = True, device: str = "auto", progress: bool = True):
     """Fine-tune (or train a preset from scratch) on ``pairs``; ``training.PretrainResult``."""
     from arc_kit.model.training import pretrain
 
@@ -61,19 +60,12 @@ def train(model: str, out: str | os.PathLike, pairs: Sequence[Pair], settings: T
     description = (f"Sudoku: {len(pairs)} puzzles ({min(clues)}-{max(clues)} clues, mean {np.mean(clues):.1f}), "
                    f"each under {copies} random Sudoku augmentations, one puzzle per sequence")
     return pretrain(model, out, {"sudoku": pool}, settings, data_description=description, resume=resume,
-                    device=device, progress=progress, command="sudoku train", adopt=adopt)
-
-
-def _an_earlier_kits_evaluation(folder: Path) -> bool:
-    """An evaluation folder that a kit made before output folders had markers: its ``evaluation.json`` (adopted
-    only with --adopt: ``outputs``)."""
-    identity = small_json(folder / "evaluation.json")
-    return isinstance(identity, dict) and set(identity) == {"model", "settings"}
+                    device=device, progress=progress, command="sudoku train")
 
 
 EVALUATION_KIND = FolderKind("sudoku evaluation", owned=("records.jsonl", "evaluation.json", "metrics.json",
                                                        "threshold_curve.csv", "threshold_curve.png"), resumable=True,
-                             legacy=_an_earlier_kits_evaluation, kept="the records of the puzzles done")
+                             kept="the records of the puzzles done")
 
 
 CURVE_THRESHOLDS = (0.01, 0.02, 0.03, 0.05, 0.09, 0.15, 0.25, 0.4, 0.6)
@@ -184,13 +176,12 @@ def _same_evaluation(stored, identity: dict) -> bool:
 
 def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os.PathLike,
              settings: SudokuEvalSettings = SudokuEvalSettings(), *, device: str = "cpu", minutes: float | None = None,
-             resume: bool = True, progress: bool = True, adopt: bool = False) -> dict:
+             resume: bool = True, progress: bool = True) -> dict:
     """Solve the puzzles, write records.jsonl, metrics.json, threshold_curve.csv and .png; the metrics.
 
     Puzzle i is ``sudoku-<i>``. ``resume``: puzzles already in ``out/records.jsonl`` (from a run with
     the same model and settings, checked against ``out/evaluation.json``) are kept, not solved again.
-    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done. ``adopt``:
-    an evaluation folder an earlier kit made without a marker becomes this one's (``outputs.adopt_folder``).
+    ``minutes``: this call starts no new puzzle after this long; the metrics cover the puzzles done.
     """
     import matplotlib.pyplot as plt
 
@@ -204,11 +195,9 @@ def evaluate(model_path: str | os.PathLike, pairs: Sequence[Pair], out: str | os
     identity = {"model": str(Path(model_path).resolve()), "settings": settings.result_json()}
     records_path, identity_path = Path(out) / "records.jsonl", Path(out) / "evaluation.json"
     resumed = resume and records_path.exists()
-    if resumed and (adopt or is_made_folder(out)) and not _same_evaluation(small_json(identity_path), identity):
+    if resumed and is_made_folder(out) and not _same_evaluation(small_json(identity_path), identity):
         raise ValueError(f"{out} holds an evaluation of another model or with other settings; "  # before a claim
                          "choose another --out or pass --no-resume")
-    if adopt:  # the model loaded and the evaluation checked first: a refusal leaves the folder as it was
-        adopt_folder(out, EVALUATION_KIND, "sudoku evaluate")
     out = claim_folder(out, EVALUATION_KIND, "sudoku evaluate")
     if not resumed:
         remove_entry(records_path)
