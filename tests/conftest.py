@@ -59,16 +59,28 @@ def pytest_collection_finish(session):
     gc.enable()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (``make test``: ``-n 2 --dist loadgroup``)
+@pytest.hookimpl(wrapper=True)  # around pytest-xdist's own: the groups before it reads them, checked after
 def pytest_collection_modifyitems(config, items):
     """Two groups that ``make test`` runs side by side: the tests that start processes (``@pytest.mark.processes``:
     installs, notebooks, Ray, commands run as processes, training in two processes), one at a time as before, and
-    the in-process tests on the shared tiny models (``pytest -m "not processes"`` runs those alone)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "processes" if item.get_closest_marker("processes") else "in-process"
-        item.add_marker(pytest.mark.xdist_group(group))
+    the in-process tests on the shared tiny models (``pytest -m "not processes"`` runs those alone).
+
+    The groups must reach pytest-xdist's scheduler (the ``@group`` ending of each node id); where a pytest release
+    stops that, both groups would be spread over both workers, the process tests side by side and the suite minutes
+    slower with nothing failing: that is said in one line instead."""
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            group = "processes" if item.get_closest_marker("processes") else "in-process"
+            item.add_marker(pytest.mark.xdist_group(group))
+    return (yield)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """On ``make test``'s driver: each worker's tests, as pytest-xdist will schedule them, must end in their
+    group, or the groups are lost (see above)."""
+    if node.config.getvalue("dist") == "loadgroup" and ids and "@" not in ids[0]:
+        pytest.exit(f"pytest {pytest.__version__} keeps pytest-xdist's loadgroup from grouping the tests "
+                    "(pytest-xdist#1386): install the pytest that requirements-test.txt names", returncode=4)
 
 
 @pytest.fixture(scope="module", autouse=True)
