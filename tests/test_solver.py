@@ -431,7 +431,7 @@ def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nl
 def test_each_search_gets_its_part_of_the_searches_share_of_the_time_left(model_folder, tasks, clock, monkeypatch):
     monkeypatch.setattr(solver_module, "time", clock)
     solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False, inference_augmentations=3))
-    deadlines, later = [], iter([20.0, 60.0, 70.0])
+    deadlines, later = [], iter([20.0, 40.0, 60.0, 70.0])
     real_search = solver_module.search
 
     def timed(*arguments, **keywords):
@@ -441,12 +441,12 @@ def test_each_search_gets_its_part_of_the_searches_share_of_the_time_left(model_
         return result
 
     monkeypatch.setattr(solver_module, "search", timed)
-    record = solver.solve_task(tasks[TASK_IDS[0]], deadline=100.0, search_share=0.8)
-    # the first search at 0: half of 0.8 of the 100 s left (two searches left); the lanes of the others at 20: all
-    # of 0.8 of the 80 s left (they count as one search), scoring keeping the rest
-    assert deadlines == [40.0, 84.0]
+    task = tasks[TASK_IDS[2]]  # two test inputs: four searches, the first view alone then the others as lanes
+    record = solver.solve_task(task, deadline=100.0, search_share=0.8)
+    # each search at its start: the searches left (this one among them) share 0.8 of the time left, scoring the rest
+    assert deadlines == pytest.approx([0 + 100 * 0.8 / 4, 20 + 80 * 0.8 / 3, 40 + 60 * 0.8 / 2, 60 + 40 * 0.8])
     assert record.error is None and record.deadline_hit is None
-    assert len(record.tests[0].scoring_augmentations) == 2  # time was left: scored as usual
+    assert [len(test.scoring_augmentations) for test in record.tests] == [2, 2]  # time was left: scored as usual
 
 
 def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch):
