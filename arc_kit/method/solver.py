@@ -165,8 +165,8 @@ class Solver:
             stats.dropped_train_pairs += len(prompt.dropped)
             prompts.append(prompt.ids)
         steps_before = engine.steps
-        groups = [views for views in (range(1), range(1, len(augmentations))) if views]  # the first alone: its best
-        for index, views in enumerate(groups):  # answer guides the others
+        groups = [views for views in (range(1), range(1, len(augmentations))) if views]  # the first view alone, then
+        for index, views in enumerate(groups):  # the others as lanes, guided by its best answer
             grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]  # the best first
             chosen = [augmentations[view] for view in views]
             guesses = [self.encoder.encode_answer(a.apply_grid(grids[0])) if grids else None for a in chosen]

@@ -211,8 +211,8 @@ class Planner:
         share = min(1.0, self.workers * own / (own + rest)) if own + rest > 0 else 1.0
         units = work_units(size, settings)
         generation, scoring = self.speeds.generation * units["generation"], self.speeds.scoring * units["scoring"]
-        searches = generation / (generation + scoring) if generation + scoring > 0 else 1.0
-        return TaskBudget(now + left * share, searches)
+        search_share = generation / (generation + scoring) if generation + scoring > 0 else 1.0
+        return TaskBudget(now + left * share, search_share)
 
     def start(self, task_id: str) -> None:
         """``task_id`` is running (in a worker): no longer counted among the tasks left."""
