@@ -99,7 +99,7 @@ class FakeSolver:
         self.behaviour, self.marks, self.model, self.settings = behaviour, marks, model, settings
         self.wait_for_loads, self.peak_gib = wait_for_loads, peak_gib
 
-    def solve_with_retry(self, task, rung=0, rungs=None, deadline=None, search_seconds=None):
+    def solve_with_retry(self, task, rung=0, rungs=None, deadline=None, search_share=None):
         return self.solve(task, rung, None)
 
     def solve(self, task, rung, budget):
@@ -128,7 +128,7 @@ class FakeSolver:
                                             for _ in task.test_inputs],
                             timings={"ttt": 0.5, "generation": 0.25, "scoring": 0.125, "total": 0.875}, rung=rung)
         record.extra = {"device": os.environ.get("CUDA_VISIBLE_DEVICES"), "node": _node(), "niceness": os.nice(0),
-                        "budget": None if budget is None else [budget.deadline, budget.search_seconds]}
+                        "budget": None if budget is None else [budget.deadline, budget.search_share]}
         return record
 
     def memory(self):

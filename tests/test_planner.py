@@ -234,24 +234,21 @@ def test_a_shared_queue_runs_the_longest_first_and_a_task_put_back_returns_to_it
     assert planner.remaining == ["small"]
 
 
-def test_the_caps_are_a_few_times_the_estimates_and_never_past_the_deadline():
-    from arc_kit.run.planner import searches_per_test
-    from arc_kit.settings import BudgetSettings
-
+def test_a_tasks_deadline_is_its_share_of_the_time_left_by_its_share_of_the_work_left():
     clock = FakeClock()
-    size = TaskSize("t", 1500, 2000, 120, 3, tests=2)
-    caps = BudgetSettings(task_factor=3.0, task_minimum=1.0, search_factor=2.0, search_minimum=0.5)
+    small, big = TaskSize("small", 1500, 2000, 120, 3, tests=2), TaskSize("big", 1500, 6000, 360, 3)
     settings = SolveSettings(inference_augmentations=4, scoring_augmentations=4)
-    planner = Planner([size], settings, deadline=clock.now + 1e6, clock=clock, budget=caps)
-    budget = planner.budget("t", 0)
-    estimate = Speeds().seconds(size, settings)
-    assert budget.deadline == pytest.approx(clock.now + 3.0 * estimate)
-    generation = Speeds().generation * work_units(size, settings)["generation"]
-    assert searches_per_test(settings) == 2  # the first view alone, then the rest as lanes
-    assert searches_per_test(settings.replace(inference_augmentations=1)) == 1
-    assert budget.search_seconds == pytest.approx(2.0 * generation / (2 * 2))
-    planner.deadline = clock.now + 1.0  # the run ends first: so does the task
-    assert planner.budget("t", 0).deadline == clock.now + 1.0
-    tiny = Planner([size], settings, deadline=clock.now + 1e6, clock=clock,
-                   budget=BudgetSettings(task_minimum=600.0, search_minimum=60.0))
-    assert tiny.budget("t", 0) == type(budget)(clock.now + 600.0, 60.0)  # the minimums hold
+    planner = Planner([small, big], settings, deadline=clock.now + 1000.0, clock=clock)
+    own, rest = (Speeds().seconds(size, settings) for size in (small, big))
+    budget = planner.budget("small", 0)
+    assert budget.deadline == pytest.approx(clock.now + 1000.0 * own / (own + rest))
+    units = work_units(small, settings)  # the searches' share: generation's against scoring's
+    generation, scoring = Speeds().generation * units["generation"], Speeds().scoring * units["scoring"]
+    assert budget.search_share == pytest.approx(generation / (generation + scoring)) and 0 < budget.search_share < 1
+    planner.speeds = Speeds(**{part: 10 * getattr(Speeds(), part) for part in ("training", "generation", "scoring")})
+    guessed = planner.budget("small", 0)  # a guess off by any factor: the same caps
+    assert (guessed.deadline, guessed.search_share) == pytest.approx((budget.deadline, budget.search_share))
+    planner.workers = 2  # two workers share the work: the small task may take twice its share, never past the end
+    assert planner.budget("small", 0).deadline == pytest.approx(clock.now + 2000.0 * own / (own + rest))
+    planner.start("big")  # the last task: the time left is all its own
+    assert planner.budget("small", 0).deadline == clock.now + 1000.0

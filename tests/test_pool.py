@@ -31,13 +31,13 @@ from arc_kit.run.planner import Speeds
 from arc_kit.run.ray_session import ray_session
 from arc_kit.run.record_json import read_records, to_json
 from arc_kit.run.jobs import solve
-from arc_kit.settings import TEST_TIME_TRAINING, BudgetSettings, PoolSettings, SamplerSettings, SolveSettings
+from arc_kit.settings import TEST_TIME_TRAINING, PoolSettings, SamplerSettings, SolveSettings
 
 SETTINGS = SolveSettings(
     sampler=SamplerSettings("dfs", threshold=0.05, max_forward_calls=200),
     inference_augmentations=2, scoring_augmentations=2,
     ttt=TEST_TIME_TRAINING.replace(steps=2), max_len=2048)
-QUICK = PoolSettings(hang_seconds=0.5, poll_seconds=0.05)  # the driver looks every 50 ms; a cap overrun is a hang
+QUICK = PoolSettings(poll_seconds=0.05)  # the driver looks every 50 ms
 LOGGER = "arc_kit.run.pool"
 
 
@@ -180,23 +180,24 @@ def test_a_dead_actors_task_goes_back_to_the_queue_once_and_the_others_take_the_
 
 @pytest.mark.processes
 @pytest.mark.slow
-def test_a_task_that_hangs_past_its_cap_is_stopped_retried_once_then_given_fallbacks(shared_ray, model_folder, tasks,
-                                                                                    tmp_path, monkeypatch, caplog):
+def test_a_task_that_hangs_past_its_deadline_is_stopped_and_given_fallbacks(shared_ray, model_folder, tasks, tmp_path,
+                                                                            monkeypatch, caplog):
     hanging = TASK_IDS[2]
     fake_workers(monkeypatch, tmp_path / "marks", {hanging: "hang"})
-    caps = BudgetSettings(task_factor=0.0, task_minimum=1.0, search_factor=0.0, search_minimum=0.25)  # a second
     started = time.time()
+    deadline = started + 10  # each task's deadline its share of the time left; hung past it by as long again
     with caplog.at_level(logging.INFO, logger=LOGGER):
         run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=2, progress=False,
-                            deadline=started + 3600, budget=caps, pool=QUICK)
+                            deadline=deadline, pool=QUICK)
     assert any(message.startswith("measured on task ") for message in warnings_of(caplog))  # the first task's
-    assert time.time() - started < 60  # two caps and the kills, not the hour
-    assert run.records[hanging].skipped == "its worker died or hung 2 times"
-    assert sum(f"hung: task {hanging} is" in message for message in warnings_of(caplog)) == 2
+    assert time.time() - started < 2 * 10 + 5  # the last try hung past the run's deadline by as long again at most
+    hung = sum(f"hung: task {hanging} is" in message for message in warnings_of(caplog))  # retried while time was left
+    assert run.records[hanging].skipped == ("its worker died or hung 2 times" if hung == 2 else "out of time")
+    assert hung in (1, 2)  # a retry once at most (the retries themselves: the dying actors' test)
     for task_id in TASK_IDS:
         if task_id != hanging:
-            task_deadline, search_seconds = run.records[task_id].extra["budget"]
-            assert started < task_deadline <= started + 60 and search_seconds == 0.25  # the planner's caps
+            task_deadline, search_share = run.records[task_id].extra["budget"]
+            assert started < task_deadline <= deadline + 1 and 0 < search_share < 1  # the planner's caps, as sent
     assert submission_problems(read_json(tmp_path / "out" / "submission.json"), tasks) == []
     time.sleep(2)  # Ray kills a killed actor's process within a few seconds
     assert not any(is_running(pid) for pid in tries(tmp_path / "marks", hanging))
@@ -210,8 +211,7 @@ def test_at_the_stop_time_a_hung_actor_is_stopped_and_the_submission_is_complete
     started = time.time()
     stop_at = started + 6.0
     run = solve_in_pool(tasks, model_folder, SETTINGS, tmp_path / "out", workers=1, progress=False,
-                        deadline=started + 3600, stop_at=stop_at, budget=BudgetSettings(task_minimum=3000.0),
-                        pool=QUICK)
+                        deadline=started + 3600, stop_at=stop_at, pool=QUICK)  # the tasks' deadlines far off
     assert time.time() < stop_at + 5  # stopped, then written, promptly
     (first,) = [task_id for task_id in TASK_IDS if tries(tmp_path / "marks", task_id)]  # the one it hung on
     assert list(run.records) == TASK_IDS and all(record.skipped == "out of time" for record in run.records.values())

@@ -37,10 +37,10 @@ from arc_kit.run.runs import (
     check_run,
     choose_tasks,
     clear_run,
-    deadline_from,
     open_run,
     read_settings_file,
     records_file,
+    run_clock,
     task_ids_digest,
 )
 from arc_kit.settings import SOLVE_PRESETS, TEST_TIME_TRAINING, SamplerSettings, SolveSettings
@@ -280,12 +280,14 @@ def test_choose_tasks_takes_ids_or_the_first_by_id_and_keeps_every_task_without_
         choose_tasks(small_task_set, count=1, pick="longest")
 
 
-def test_the_deadline_of_a_budget_and_the_training_preset_a_model_calls_for():
+def test_the_deadline_and_stop_time_of_a_budget_and_the_training_preset_a_model_calls_for():
     from arc_kit.model.training import training_settings_for
     from arc_kit.settings import TRAINING_PRESETS
 
-    assert deadline_from(None, 30) is None
-    assert deadline_from(2, 30, now=1000.0) == 1000.0 + 2 * 3600 - 30 * 60
+    assert run_clock(None, 30) == (None, None)
+    limit = 1000.0 + 2 * 3600  # the deadline is the safety margin before it, the stop time the stop margin
+    assert run_clock(2, 30, started=1000.0) == (limit - 30 * 60, limit)
+    assert run_clock(2, 30, 10, started=1000.0) == (limit - 30 * 60, limit - 10 * 60)
     assert training_settings_for("micro") == TRAINING_PRESETS["from-scratch"]  # a model preset: trained in full
     assert training_settings_for("runs/some-folder") == TRAINING_PRESETS["paper"]
     assert training_settings_for("micro", "smollm2-cpu") == TRAINING_PRESETS["smollm2-cpu"]

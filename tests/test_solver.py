@@ -357,7 +357,7 @@ def test_a_task_past_its_deadline_comes_back_at_once_with_a_well_formed_record(m
     calls = []
     handle = solver.model.register_forward_hook(lambda *arguments: calls.append(1))
     try:
-        record = solver.solve_task(task, deadline=time.monotonic() - 1, search_seconds=60)
+        record = solver.solve_task(task, deadline=time.monotonic() - 1, search_share=0.5)
     finally:
         handle.remove()
     assert calls == []  # no training step, no search, no scoring
@@ -428,10 +428,10 @@ def test_a_deadline_during_generation_skips_scoring_and_selects_by_generation_nl
     assert [a.tolist() for a in test.attempts] == [c.grid.tolist() for c in ranked[:2]]
 
 
-def test_each_search_gets_the_earlier_of_the_task_deadline_and_its_own_cap(model_folder, tasks, clock, monkeypatch):
+def test_each_search_gets_its_part_of_the_searches_share_of_the_time_left(model_folder, tasks, clock, monkeypatch):
     monkeypatch.setattr(solver_module, "time", clock)
     solver = make_solver(model_folder, SETTINGS.replace(test_time_training=False, inference_augmentations=3))
-    deadlines, later = [], iter([50.0, 98.0, 99.0])
+    deadlines, later = [], iter([20.0, 40.0, 60.0, 70.0])
     real_search = solver_module.search
 
     def timed(*arguments, **keywords):
@@ -441,11 +441,12 @@ def test_each_search_gets_the_earlier_of_the_task_deadline_and_its_own_cap(model
         return result
 
     monkeypatch.setattr(solver_module, "search", timed)
-    record = solver.solve_task(tasks[TASK_IDS[0]], deadline=100.0, search_seconds=5.0)
-    # the first search at 0: its own 5 s; the lanes of the others at 50: 55 (they count as one search)
-    assert deadlines == [5.0, 55.0]
+    task = tasks[TASK_IDS[2]]  # two test inputs: four searches, the first view alone then the others as lanes
+    record = solver.solve_task(task, deadline=100.0, search_share=0.8)
+    # each search at its start: the searches left (this one among them) share 0.8 of the time left, scoring the rest
+    assert deadlines == pytest.approx([0 + 100 * 0.8 / 4, 20 + 80 * 0.8 / 3, 40 + 60 * 0.8 / 2, 60 + 40 * 0.8])
     assert record.error is None and record.deadline_hit is None
-    assert len(record.tests[0].scoring_augmentations) == 2  # time was left: scored as usual
+    assert [len(test.scoring_augmentations) for test in record.tests] == [2, 2]  # time was left: scored as usual
 
 
 def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch):
@@ -455,7 +456,7 @@ def test_no_retry_once_the_deadline_has_passed(model_folder, tasks, monkeypatch)
     record = solver.solve_with_retry(tasks[TASK_IDS[0]])
     assert calls == [TASK_IDS[0]] * 2 and record.retried_after.startswith("ZeroDivisionError")
     calls.clear()
-    record = solver.solve_with_retry(tasks[TASK_IDS[0]], deadline=time.monotonic() + 3600, search_seconds=1.0)
+    record = solver.solve_with_retry(tasks[TASK_IDS[0]], deadline=time.monotonic() + 3600, search_share=0.5)
     assert len(calls) == 2 and record.error.startswith("ZeroDivisionError")
     calls.clear()
     monkeypatch.setattr(Solver, "adapt", lambda *arguments, **keywords: 1 / 0)

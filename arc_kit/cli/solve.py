@@ -43,7 +43,7 @@ from arc_kit.settings import (
 
 def _run_solve(args) -> int:
     from arc_kit.experiments.analysis import draft_share
-    from arc_kit.run.runs import dataset_info, deadline_from, outcome_parts
+    from arc_kit.run.runs import dataset_info, outcome_parts, run_clock
     from arc_kit.run.jobs import solve_job
 
     settings = solve_settings(args)  # first: a value the settings do not take is refused before any work
@@ -52,10 +52,10 @@ def _run_solve(args) -> int:
     skipped = f" and {len(tasks.skipped)} skipped (fallback answers)" if tasks.skipped else ""
     print(f"solving {len(tasks)} task(s){skipped} of {tasks.name or args.dataset} with {model} "
           f"({settings.description})")
-    deadline = deadline_from(args.hours, args.safety_minutes)
+    deadline, stop_at = run_clock(args.hours, args.safety_minutes)  # stopped at the limit itself
     run = solve_job(tasks, model, settings, args.out, workers=args.workers, workers_per_gpu=args.workers_per_gpu,
                     address=args.address, shared_model=args.shared_model, restart=args.restart,
-                    deadline=deadline, load_options=load_options(args),
+                    deadline=deadline, stop_at=stop_at, load_options=load_options(args),
                     info={**dataset_info(args.dataset, loaded), "tasks": len(tasks)})
     failed = run.failed
     if run.report_path is not None:
@@ -116,13 +116,14 @@ def setup_report(parser):
 def _table(which: str):
     def run(args):
         from arc_kit.experiments.tables import run_table
-        from arc_kit.run.runs import dataset_info, deadline_from
+        from arc_kit.run.runs import dataset_info, run_clock
 
         loaded = load_given_tasks(args)
+        deadline, stop_at = run_clock(args.hours, args.safety_minutes)  # no task started past the deadline
         table = run_table(which, select_tasks(args, loaded), model_path(args), solve_settings(args), args.out,
                           restart=args.restart, load_options=load_options(args),
                           info=dataset_info(args.dataset, loaded), workers=args.workers,
-                          workers_per_gpu=args.workers_per_gpu, deadline=deadline_from(args.hours, args.safety_minutes))
+                          workers_per_gpu=args.workers_per_gpu, deadline=deadline, stop_at=stop_at)
         print(table.markdown)
         print(f"wrote {Path(args.out) / (which + '.md')} and {Path(args.out) / (which + '.csv')}")
         return 0

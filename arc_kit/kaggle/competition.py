@@ -54,6 +54,7 @@ from arc_kit.run.runs import (
     dataset_info,
     has_records,
     outcome_parts,
+    run_clock,
 )
 from arc_kit.settings import CompetitionSettings, LoadSettings, SolveSettings, smoke
 
@@ -132,8 +133,7 @@ def run_competition(model: str | os.PathLike, settings: SolveSettings = SolveSet
         attempts = settings.attempts
         earlier = read_records(run_folder / RECORDS_FILE, task_ids=tasks.ids)
         _write_submission(submission_path, tasks, earlier, attempts)  # complete at once: earlier answers, fallbacks
-        limit = started + 3600 * clock.hours
-        deadline, stop_at = limit - 60 * clock.safety_minutes, limit - 60 * clock.stop_minutes
+        deadline, stop_at = run_clock(clock.hours, clock.safety_minutes, clock.stop_minutes, started=started)
         if rehearse:  # the planner plans to end the rehearsal's tasks in its minutes
             deadline = min(deadline, started + 60 * clock.rehearse_minutes)
         solutions = _public_solutions(files, chosen)

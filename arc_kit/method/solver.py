@@ -9,11 +9,13 @@ them: two, or one for top-1) by the aggregation become the attempts. Every NLL i
 ``AnswerSpace``. Every random choice comes from a generator seeded by (seed, task id), so a task's
 result does not depend on which tasks ran before it, in which process, or whether a run resumed.
 
-A task may be given a ``deadline`` (a ``time.monotonic()`` value) and each search a cap of
-``search_seconds``: test-time training stops between steps, a search stops before its next model
-call and keeps what it found, a search that would start late finds nothing, and a test input whose
-candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record
-says which stage the deadline cut short (``deadline_hit``).
+A task may be given a ``deadline`` (a ``time.monotonic()`` value), and with it ``search_share``: the share of
+the time left after test-time training that its searches may take (the rest is scoring's). Each search's deadline
+is its part of that share of the time left when it starts (``search_deadline``: the searches left divide it), so
+that no search takes the time of those after it or of scoring. Test-time training stops between steps, a search
+stops before its next model call and keeps what it found, a search that would start late finds nothing, and a test
+input whose candidates arrive after the deadline is decided by generation NLL (no scoring pass). The record says
+which stage the deadline cut short (``deadline_hit``).
 
 Every model call goes through the solver's one decode engine (``engine.make_engine``), built on
 first use; after test-time training changes the adapter, and when ``base_model`` turns it off or on
@@ -140,15 +142,16 @@ class Solver:
 
     def sample(self, model, train: Sequence[Pair], test_input: np.ndarray, augmentations: Sequence[Augmentation],
                sampler: SamplerSettings, task_id: str = "", *, deadline: float | None = None,
-               search_seconds: float | None = None) -> tuple[list[Candidate], SearchStats]:
+               search_share: float | None = None, searches_after: int = 0) -> tuple[list[Candidate], SearchStats]:
         """Search under each augmentation (``search.search``); decode, map back and merge the answers.
 
         The first augmentation's search runs alone; the others' then run together, as lanes, each
         guided by the first one's best answer (mapped into its frame). Each search gets the draft source
         ``sampler.drafts`` names (``drafts.draft_source``: the candidates so far are among its drafts;
-        "auto" learns in ``draft_odds`` how often they are followed). Each of the two stops at ``deadline``
-        or ``search_seconds`` after it starts, whichever comes first. The stats count the engine's steps
-        and the drafts fed and followed.
+        "auto" learns in ``draft_odds`` how often they are followed). Each of the two stops at its own deadline,
+        its part of ``search_share`` of the time left to ``deadline`` (``search_deadline``; ``searches_after``: the
+        searches of the test inputs after this one). The stats count the engine's steps and the drafts fed and
+        followed.
         """
         engine = self.engine(model)
         merged: dict[bytes, Candidate] = {}
@@ -162,16 +165,14 @@ class Solver:
             stats.dropped_train_pairs += len(prompt.dropped)
             prompts.append(prompt.ids)
         steps_before = engine.steps
-        for views in (range(1), range(1, len(augmentations))):  # the first alone: its best answer guides the others
-            if not views:
-                continue
+        groups = [views for views in (range(1), range(1, len(augmentations))) if views]  # the first view alone, then
+        for index, views in enumerate(groups):  # the others as lanes, guided by its best answer
             grids = [c.grid for c in sorted(merged.values(), key=lambda c: c.best_generation_nll)]  # the best first
             chosen = [augmentations[view] for view in views]
             guesses = [self.encoder.encode_answer(a.apply_grid(grids[0])) if grids else None for a in chosen]
             drafts = [draft_source(sampler.drafts, self.encoder, prompts[view], test_input, augmentations[view], grids)
                       for view in views]
-            limits = [deadline, None if search_seconds is None else time.monotonic() + search_seconds]
-            searched = min((limit for limit in limits if limit is not None), default=None)
+            searched = search_deadline(deadline, search_share, len(groups) - index + searches_after)
             results = search(engine, [prompts[view] for view in views], self.space, sampler, guesses, drafts=drafts,
                              deadline=searched, odds=self.draft_odds)
             for augmentation, result in zip(chosen, results):
@@ -222,12 +223,13 @@ class Solver:
 
     # -- the method ------------------------------------------------------------------------------
     def solve_task(self, task: Task, settings: SolveSettings | None = None, rung: int = 0,
-                   deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
+                   deadline: float | None = None, search_share: float | None = None) -> TaskRecord:
         """Run the whole method on one task; its record (errors recorded, never raised).
 
         ``settings`` (a cheaper rung of ``settings.ladder(self.settings)``, say) replaces the solver's
         own for this task; the test-time adapter's shape stays the solver's. ``deadline`` (a
-        ``time.monotonic()`` value) bounds the task, ``search_seconds`` each search (module docstring).
+        ``time.monotonic()`` value) bounds the task, and ``search_share`` of its time left its searches (module
+        docstring).
         """
         settings = settings or self.settings
         started = time.monotonic()
@@ -243,8 +245,10 @@ class Solver:
             for test_index, test_input in enumerate(task.test_inputs):
                 inference, scoring = self.views(task, test_index, settings)
                 moment = time.monotonic()
+                later = (len(task.test_inputs) - test_index - 1) * searches_per_input(len(inference))
                 candidates, stats = self.sample(self.model, task.train, test_input, inference, settings.sampler,
-                                                task_id=task.id, deadline=deadline, search_seconds=search_seconds)
+                                                task_id=task.id, deadline=deadline, search_share=search_share,
+                                                searches_after=later)
                 generation_seconds += time.monotonic() - moment
                 out_of_time = deadline_passed(deadline)
                 if out_of_time and record.deadline_hit is None:
@@ -270,20 +274,34 @@ class Solver:
         return record
 
     def solve_with_retry(self, task: Task, rung: int = 0, rungs: Sequence[SolveSettings] | None = None,
-                         deadline: float | None = None, search_seconds: float | None = None) -> TaskRecord:
+                         deadline: float | None = None, search_share: float | None = None) -> TaskRecord:
         """``solve_task`` at ``rung``; on failure (out of memory, say) once more two rungs cheaper.
 
-        Both tries share ``deadline`` and ``search_seconds``; there is no retry once the deadline has passed.
+        Both tries share ``deadline`` and ``search_share``; there is no retry once the deadline has passed.
         """
         rungs = list(rungs or ladder(self.settings))
-        record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_seconds=search_seconds)
+        record = self.solve_task(task, rungs[rung], rung, deadline=deadline, search_share=search_share)
         if record.error is None or deadline_passed(deadline):
             return record
         release_memory()
         cheaper = min(rung + 2, len(rungs) - 1)
-        retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_seconds=search_seconds)
+        retry = self.solve_task(task, rungs[cheaper], cheaper, deadline=deadline, search_share=search_share)
         retry.retried_after = record.error
         return retry
+
+
+def searches_per_input(views: int) -> int:
+    """Search calls per test input under ``views`` inference views: the first alone, then the rest as lanes."""
+    return 2 if views > 1 else 1
+
+
+def search_deadline(deadline: float | None, search_share: float | None, searches_left: int) -> float | None:
+    """A search's deadline (``time.monotonic()``): its part of ``search_share`` of the task's time left, the
+    ``searches_left`` (this one among them) sharing it alike; the task's ``deadline`` where no share is given."""
+    if deadline is None or search_share is None:
+        return deadline
+    now = time.monotonic()
+    return min(deadline, now + max(0.0, deadline - now) * search_share / max(1, searches_left))
 
 
 def augmented_nlls(engine, encoder: TaskEncoder, train: Sequence[Pair], test_input: np.ndarray,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from arc_kit.data.datasets import load_tasks
 from arc_kit.data.tasks import TaskSet
 from arc_kit.model.checks import architecture_of
+from arc_kit.method.solver import searches_per_input
 from arc_kit.model.description import read_model_folder
 from arc_kit.model.memory import Architecture, kv_cache_bytes, parameters, weight_bytes
 from arc_kit.run.planner import (
@@ -39,7 +40,6 @@ from arc_kit.run.planner import (
     TaskSize,
     hours,
     measure,
-    searches_per_test,
     work_units,
 )
 from arc_kit.settings import SolveSettings
@@ -199,7 +199,8 @@ class Typical:
     def of(cls, sizes: Sequence[TaskSize], settings: SolveSettings, lanes: float | None = None) -> Typical:
         """The typical work of ``sizes`` at ``settings``; ``lanes``: searched together (default: as a solve does)."""
         tests = sum(size.tests for size in sizes) or 1
-        lanes = settings.inference_augmentations / searches_per_test(settings) if lanes is None else lanes
+        if lanes is None:
+            lanes = settings.inference_augmentations / searches_per_input(settings.inference_augmentations)
         return cls(sum(size.prompt_tokens for size in sizes) / tests or 1.0,
                    sum(size.answer_tokens for size in sizes) / tests, max(1.0, lanes))
 

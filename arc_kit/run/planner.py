@@ -11,8 +11,9 @@ Before each task the planner picks the first rung of a ladder of cheaper setting
 fewer augmentations, a higher DFS threshold, no TTT and greedy) at which everything left is
 estimated to fit before the deadline (shared by ``workers`` processes); past the last rung a task
 gets fallback answers only, so a complete, valid submission exists at the deadline. It also sets
-each task's wall-clock caps (``budget``): a deadline for the task and a cap for each search, a few
-times their estimates (``settings.BudgetSettings``), never past the run's deadline. Tasks run cheapest first
+each task's caps (``budget``), the middle of the chain of time limits (docs/architecture.md, "Time"): the
+task's deadline, its share of the time left by its share of the work left, and its searches' share of
+that (generation's against scoring's), from which the solver derives each search's deadline. Tasks run cheapest first
 in one process, so that a short budget solves as many as it can; a queue shared by several workers
 runs the longest first, so that the workers end together; tasks of the same cost (or not priced: sizes of
 zero) run in the order given. This module knows the solver's settings
@@ -30,7 +31,7 @@ from typing import Any
 from arc_kit import codec
 from arc_kit.data.tasks import Task, TaskSet
 from arc_kit.method.records import FALLBACK_RUNG, TaskRecord
-from arc_kit.settings import DEFAULT_TOKEN_BUDGET, BudgetSettings, SolveSettings, ladder
+from arc_kit.settings import DEFAULT_TOKEN_BUDGET, SolveSettings, ladder
 from arc_kit.text import TaskEncoder
 
 FALLBACK = FALLBACK_RUNG  # the rung beyond the ladder: no model work, fallback answers
@@ -149,15 +150,11 @@ def work_units(size: TaskSize, settings: SolveSettings) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class TaskBudget:
-    """The caps of one task: ``deadline`` (seconds since the epoch) and each search's own seconds."""
+    """The caps of one task: its ``deadline`` (seconds since the epoch), and the share of its time left after
+    test-time training that its searches may take (``method.solver.search_deadline`` divides it among them)."""
 
     deadline: float
-    search_seconds: float
-
-
-def searches_per_test(settings: SolveSettings) -> int:
-    """Search calls per test input: two (the first view alone, then the rest as lanes), one for a single view."""
-    return 2 if settings.inference_augmentations > 1 else 1
+    search_share: float
 
 
 class Planner:
@@ -168,13 +165,11 @@ class Planner:
     """
 
     def __init__(self, sizes: Sequence[TaskSize], settings: SolveSettings, deadline: float,
-                 speeds: Speeds | None = None, clock=time.time, *, workers: int = 1, longest_first: bool = False,
-                 budget: BudgetSettings = BudgetSettings()):
+                 speeds: Speeds | None = None, clock=time.time, *, workers: int = 1, longest_first: bool = False):
         self.sizes = {size.task_id: size for size in sizes}
         self.rungs = ladder(settings)
         self.deadline, self.clock = deadline, clock
         self.workers = max(1, workers)
-        self.budget_settings = budget
         self.longest_first = longest_first
         self.position, self.remaining = {}, list(self.sizes)  # the tasks still to run, in the order they run
         self.calibrate(speeds or Speeds())  # sets self.speeds
@@ -205,14 +200,19 @@ class Planner:
         return cheapest if self.speeds.seconds(self.sizes[task_id], self.rungs[cheapest]) <= left else FALLBACK
 
     def budget(self, task_id: str, rung: int) -> TaskBudget:
-        """The caps of ``task_id`` at ``rung``, starting now: a few times its estimates, never past the deadline."""
-        settings, size, caps = self.rungs[rung], self.sizes[task_id], self.budget_settings
-        now = self.clock()
-        task_seconds = max(caps.task_minimum, caps.task_factor * self.speeds.seconds(size, settings))
-        generation = self.speeds.generation * work_units(size, settings)["generation"]
-        searches = size.tests * searches_per_test(settings)
-        search_seconds = max(caps.search_minimum, caps.search_factor * generation / searches)
-        return TaskBudget(min(now + task_seconds, self.deadline), search_seconds)
+        """The caps of ``task_id`` at ``rung``, starting now: the time left to the deadline shared among the work
+        left (this task's estimate against the estimate of everything left, shared by the workers), and generation's
+        share of the task's generation and scoring. Only the estimates' ratios count, so a guessed speed off by any
+        factor gives the same caps."""
+        settings, size = self.rungs[rung], self.sizes[task_id]
+        own = self.speeds.seconds(size, settings)
+        rest = self.estimate([i for i in self.remaining if i != task_id], rung)
+        left, now = max(0.0, self.seconds_left()), self.clock()
+        share = min(1.0, self.workers * own / (own + rest)) if own + rest > 0 else 1.0
+        units = work_units(size, settings)
+        generation, scoring = self.speeds.generation * units["generation"], self.speeds.scoring * units["scoring"]
+        search_share = generation / (generation + scoring) if generation + scoring > 0 else 1.0
+        return TaskBudget(now + left * share, search_share)
 
     def start(self, task_id: str) -> None:
         """``task_id`` is running (in a worker): no longer counted among the tasks left."""

@@ -16,8 +16,9 @@ worker gets the next task at the rung the time left allows, with the task's caps
 uncapped, none started past the deadline). ``finish`` takes every finished task, however it ran: the planner learns
 its speeds, its record is appended to the records file, the submission (or the table) is rewritten and its line
 printed. The watchdog (``workers.Slot.trouble``) gives up on a worker whose process died (or whose node went),
-that has not loaded its model after ``load_seconds``, whose task runs ``hang_seconds`` past its deadline, or whose
-engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is killed, its task
+that has not loaded its model after ``load_seconds``, whose task runs past its deadline by as long again as it was
+given, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is
+killed, its task
 goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to ``restarts``
 times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get fallback answers,
 the records are rewritten in task order, and the last writes follow (``Outputs.end``: the submission, the scores
@@ -62,7 +63,7 @@ from arc_kit.run.ray_session import RayLostError, ray_session
 from arc_kit.run.record_json import append_record, from_json, read_records, stream_records, write_records
 from arc_kit.run.runs import RUN_KIND, SPEEDS_FILE, TASKS_FILE, check_run_folder, open_run
 from arc_kit.run.workers import InProcess, RayWorkers, Slot, checked_for_ray, loaded_here, uses_ray
-from arc_kit.settings import BudgetSettings, LoadSettings, PoolSettings, SolveSettings
+from arc_kit.settings import LoadSettings, PoolSettings, SolveSettings
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def run_in_pool(tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: 
                 model: str | os.PathLike | None = None, solver: Solver | None = None, workers: int | None = None,
                 workers_per_gpu: int | None = None, address: str | None = None, shared_model: bool = False,
                 deadline: float | None = None, stop_at: float | None = None, load_options: dict | None = None,
-                progress: bool = True, info: dict | None = None, budget: BudgetSettings = BudgetSettings(),
-                pool: PoolSettings = PoolSettings(), restart: bool = False, ray: bool | None = None):
+                progress: bool = True, info: dict | None = None, pool: PoolSettings = PoolSettings(),
+                restart: bool = False, ray: bool | None = None):
     """``tasks`` through the pool into run folder ``out`` (the module's docstring); ``outputs.end``'s result.
 
     With ``solver`` (loaded already, its settings the run's) one worker runs in this process; else the model in folder
@@ -97,8 +98,9 @@ def run_in_pool(tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: 
     on every node of the cluster at ``address``, so nothing of it is sent), else loaded here. ``workers`` (a total;
     with ``address``, over the cluster's GPUs, and those beyond them on CPUs) wins over ``workers_per_gpu``; with
     neither, one actor per GPU starts (one on a CPU without GPUs), and with a deadline the first measures how many
-    more fit. ``deadline`` (seconds since the epoch) is when the planner wants the work done; ``stop_at`` (default:
-    ``pool.stop_seconds`` after it) is when every worker is stopped, whatever it does. ``info`` goes into
+    more fit. ``deadline`` (seconds since the epoch) is when the planner wants the work done; ``stop_at`` is when
+    every worker is stopped, whatever it does (both ``runs.run_clock``'s; without a stop time, each task's own deadline
+    and the watchdog bound the workers). ``info`` goes into
     ``run.json``; ``restart`` as ``runs.open_run`` takes it. The driver holds the folder's lock throughout, and
     alone writes it.
     """
@@ -116,8 +118,6 @@ def run_in_pool(tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: 
                                                        progress=progress)
     else:
         settings = solver.settings
-    if stop_at is None and deadline is not None:
-        stop_at = deadline + pool.stop_seconds
     started = time.monotonic()
     with hold_folder(out, RUN_KIND, command):
         open_run(out, settings, run_info(**{"tasks": len(tasks), **where, **(info or {})}), restart=restart,
@@ -125,7 +125,7 @@ def run_in_pool(tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: 
         # the tasks it solves, for ``estimates`` where its data set does not load elsewhere (Kaggle's hidden test file)
         write_json_atomically(out / TASKS_FILE, TaskSet(tasks.tasks(), tasks.name).challenges_json())
         run = _Pool.opened(tasks, outputs, settings, out, encoder, model=model, solver=solver, workers=where["workers"],
-                           budget=budget, deadline=deadline, stop_at=stop_at, limits=pool, progress=progress)
+                           deadline=deadline, stop_at=stop_at, limits=pool, progress=progress)
         try:
             if run.planner.remaining:  # a rerun with nothing left to do needs no worker
                 run.begin(solver, model, load_options, workers=workers, workers_per_gpu=workers_per_gpu,
@@ -164,7 +164,7 @@ class _Pool:
 
     @classmethod
     def opened(cls, tasks: TaskSet, outputs: Outputs, settings: SolveSettings, out: Path, encoder, *, model, solver,
-               workers: int, budget: BudgetSettings, deadline: float | None, progress: bool, **options) -> _Pool:
+               workers: int, deadline: float | None, progress: bool, **options) -> _Pool:
         """The pool of an opened run folder: the records already there, the tasks left queued (the module's
         docstring), the outputs written from the records so far."""
         records = read_records(out / outputs.records_file, outputs.record_kind, tasks.ids)  # this run's, line by line
@@ -181,7 +181,7 @@ class _Pool:
                                              else first_speeds(model, settings, sizes,
                                                                visible_gpu_name() if visible_gpus() else None))
         planner = Planner(sizes, settings, deadline if deadline is not None else math.inf, speeds, workers=workers,
-                          longest_first=solver is None, budget=budget)
+                          longest_first=solver is None)
         mine = {task_id: records[task_id] for task_id in tasks.ids if task_id in records}
         # in one process a bar counts the tasks beside their lines; Ray's actors' runs (a cluster's, a notebook's
         # log) print a line as each task is handed out instead, and their lost Ray or SIGTERM is one line alone
@@ -355,7 +355,7 @@ class _Pool:
                 ends = "" if self.deadline is None else f" (deadline in {hours(self.deadline - time.time())})"
                 self.say(f"task {shown(task_id)} -> worker {slot.index}: rung {rung}{cap}; "
                          f"{len(self.planner.remaining)} task(s) queued, projected to finish in {hours(left)}{ends}")
-            seconds = None if caps is None else (caps.deadline - time.time(), caps.search_seconds)
+            seconds = None if caps is None else (caps.deadline - time.time(), caps.search_share)
             self.waiting[self.workers.call(slot, "solve", self.tasks[task_id], rung, seconds)] = (slot, "solve")
 
     def ask_steps(self, now: float) -> None:

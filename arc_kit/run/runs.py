@@ -324,15 +324,20 @@ class SolveRun:
         return [task_id for task_id, record in self.records.items() if record.failed]
 
 
-def deadline_from(hours: float | None, safety_minutes: float = 0.0, *, now: float | None = None) -> float | None:
-    """The planner's deadline (seconds since the epoch) for a budget of ``hours`` from ``now``, ``safety_minutes``
-    before its end; None without a budget. ValueError when the margin leaves no time (or a number is not finite)."""
+def run_clock(hours: float | None, safety_minutes: float = 0.0, stop_minutes: float = 0.0, *,
+              started: float | None = None) -> tuple[float | None, float | None]:
+    """The top of the chain of time limits (docs/architecture.md, "Time"): (the run's deadline, its stop time), in
+    seconds since the epoch, for a limit ``hours`` after ``started`` (default: now). The planner plans to end
+    ``safety_minutes`` before the limit; workers still running ``stop_minutes`` before it are stopped, and the last
+    write follows. (None, None) without hours. ValueError in one line when the margins leave no time (or a number is
+    not finite)."""
     if hours is None:
-        return None
-    if not 0 <= 60 * safety_minutes < 3600 * hours < float("inf"):
+        return None, None
+    if not 0 <= 60 * stop_minutes <= 60 * safety_minutes < 3600 * hours < float("inf"):
         raise ValueError(f"--safety-minutes ({safety_minutes:g}) leaves nothing of --hours ({hours:g}): give more "
                          "hours or fewer safety minutes")
-    return (time.time() if now is None else now) + 3600 * hours - 60 * safety_minutes
+    limit = (time.time() if started is None else started) + 3600 * hours
+    return limit - 60 * safety_minutes, limit - 60 * stop_minutes
 
 
 def solve_one(solver: Solver, task: Task, rung: int, budget: TaskBudget | None = None) -> TaskRecord:
@@ -342,7 +347,7 @@ def solve_one(solver: Solver, task: Task, rung: int, budget: TaskBudget | None =
     if budget is None:
         return solver.solve_with_retry(task, rung, rungs)
     deadline = time.monotonic() + (budget.deadline - time.time())  # the solver counts on the monotonic clock
-    return solver.solve_with_retry(task, rung, rungs, deadline=deadline, search_seconds=budget.search_seconds)
+    return solver.solve_with_retry(task, rung, rungs, deadline=deadline, search_share=budget.search_share)
 
 
 def task_line(record: TaskRecord) -> str:

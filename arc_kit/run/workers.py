@@ -103,7 +103,9 @@ class Slot:
 
     def trouble(self, now: float, limits: PoolSettings) -> str | None:
         """Why its worker must be given up on (the pool's watchdog), or None while it is well (or was never
-        started)."""
+        started): no model after ``load_seconds``, no engine step for ``stall_seconds``, or its task past its deadline
+        by as long again as it was given (the solver stops at its deadline within a step; past it, only a scoring
+        pass begun in time and the record remain)."""
         if self.actor is None:
             return None
         if self.loaded is None:
@@ -112,7 +114,7 @@ class Slot:
         if self.task is None:
             return None
         doing = f"task {shown(self.task)}"
-        if now > self.task_deadline + limits.hang_seconds:
+        if now - self.task_deadline > self.task_deadline - self.task_started:
             return f"hung: {doing} is {now - self.task_deadline:.0f} s past its deadline"
         stalled = now - max(self.moved_at, self.task_started)
         if stalled > limits.stall_seconds:

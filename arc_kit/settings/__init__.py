@@ -6,8 +6,8 @@ in one class (a test holds every class to it), with a one-line reason (``help``)
 and is what ``--help`` prints. What two stages share is one dataclass both hold
 (``LoraTrainingSettings``: the initial fine-tune's and test-time training's). ``base`` holds what every
 settings dataclass shares (checks, JSON through the kit's one codec ``arc_kit.codec``, the command-line options);
-``training`` the training stages; ``solving`` the solver, the run's time caps and its pool of Ray
-actors (its watchdog's limits), the competition job, the Sudoku evaluation and how a model is loaded;
+``training`` the training stages; ``solving`` the solver, the run's pool of Ray actors (its watchdog's
+two times), the competition job and its clock, the Sudoku evaluation and how a model is loaded;
 ``presets`` the named presets, the from-scratch models' too (and nowhere else), and the ladder. Import
 the names from here.
 
@@ -44,7 +44,6 @@ from arc_kit.settings.solving import (
     PROBABILITY_MODES,
     SEARCH_KINDS,
     SUDOKU_SOLVING,
-    BudgetSettings,
     CompetitionSettings,
     LoadSettings,
     PoolSettings,
@@ -63,7 +62,7 @@ from arc_kit.settings.training import (
 __all__ = [
     "ANY_NUMBER", "DECODING_MODES", "DEFAULT_TOKEN_BUDGET", "DRAFT_SOURCES", "DRY_RUN_TASKS",
     "ENGINE_COMPILE_MODES", "MODEL_PRESETS", "PROBABILITY_MODES", "SEARCH_KINDS", "SOLVE_PRESETS", "SUDOKU_SOLVING",
-    "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds", "BudgetSettings", "CompetitionSettings", "DataSettings",
+    "TEST_TIME_TRAINING", "TRAINING_PRESETS", "Bounds", "CompetitionSettings", "DataSettings",
     "LoadSettings", "LoraTrainingSettings", "PoolSettings", "SamplerSettings", "SequenceSettings", "Settings",
     "SolveSettings", "SudokuEvalSettings", "TrainingSettings", "changed", "described", "ladder", "options",
     "replace_path", "replace_paths", "setting", "smoke", "solve_preset", "sudoku_training", "training_preset",

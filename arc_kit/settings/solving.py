@@ -1,5 +1,5 @@
-"""The settings of solving: how a model is loaded, the sampler, the whole method, the run's time caps and its pool
-of Ray actors, the competition job, the Sudoku test.
+"""The settings of solving: how a model is loaded, the sampler, the whole method, the run's pool of Ray actors, the
+competition job and its clock (the top of the chain of time limits), the Sudoku test.
 
 Each dataclass is frozen and its defaults are the paper's final configuration; the names of the
 choices that other modules implement (aggregations, samplers, probabilities, decodings, compile modes)
@@ -132,36 +132,25 @@ class SolveSettings(Settings):
 
 
 @dataclass(frozen=True)
-class BudgetSettings(Settings):
-    """Wall-clock caps on one task and one search, set from the planner's estimates (the paper has none)."""
-
-    task_factor: float = setting(4.0, "a task may take this many times its estimated seconds before it is cut "
-                                      "short (it keeps what it found)", at_least=0, at_most=1000)
-    task_minimum: float = setting(300.0, "seconds no task is cut short before: the first estimates are rough",
-                                  at_least=0, at_most=31_536_000)
-    search_factor: float = setting(4.0, "one search may take this many times its share of the task's estimated "
-                                        "generation seconds", at_least=0, at_most=1000)
-    search_minimum: float = setting(30.0, "seconds no search is cut short before", at_least=0,
-                                    at_most=31_536_000)
-
-
-@dataclass(frozen=True)
 class PoolSettings(Settings):
-    """When the driver gives up on an actor and what it does then; how big a Ray it starts."""
+    """When the driver gives up on an actor and what it does then; how big a Ray it starts.
 
-    hang_seconds: float = setting(300.0, "a task this long past its own deadline is hung (the solver checks its "
-                                         "deadline between steps, so a healthy one stops well within this)", at_least=0)
+    The run's time limits are not here: they are one chain from ``--hours`` (docs/architecture.md, "Time"), and a
+    task is hung when it runs past its own deadline by as long again as it was given. The two times here have nothing
+    to derive from: how long a healthy engine may go without a step, and a model's load."""
+
     stall_seconds: float = setting(120.0, "an actor running a task whose engine has made no step for this long is "
-                                          "hung: stopped (SIGSTOP), deadlocked, or stuck in a loop", at_least=0)
+                                          "hung: stopped (SIGSTOP), deadlocked, or stuck in a loop (longer on a "
+                                          "machine whose one step takes minutes)", at_least=0)
     load_seconds: float = setting(900.0, "an actor that has not loaded its model this long after it was asked to "
-                                         "is hung (or waits for resources the cluster lacks)", at_least=0)
-    stop_seconds: float = setting(120.0, "with a deadline but no stop time, actors still running this long after "
-                                         "the deadline are stopped", at_least=0)
+                                         "is hung, or waits for GPUs the cluster lacks (longer for a model that "
+                                         "loads slowly, from a network disk say)", at_least=0)
     restarts: int = setting(2, "times a slot whose actor died or hung gets a fresh one", at_least=0)
     retries: int = setting(1, "times the task of an actor that died or hung goes back to the queue before it gets "
                               "fallback answers", at_least=0)
     poll_seconds: float = setting(1.0, "how long the driver waits for news from its actors before it looks at the "
-                                       "clock and their steps again", above=0)
+                                       "clock and their steps again (a cadence, not a limit: tests make it short)",
+                                  above=0)
     object_store_megabytes: int = setting(256, "the object store of a Ray the run starts itself (tasks, records and "
                                                "model pieces on their way; in /dev/shm when it has room, else on "
                                                "disk)", at_least=80)
