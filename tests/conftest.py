@@ -59,22 +59,30 @@ def pytest_collection_finish(session):
     gc.enable()
 
 
+FIRST = ("test_install.py",)  # the longest by far (minutes): started first, so that no worker ends alone on it
+
+
 @pytest.hookimpl(wrapper=True)  # around pytest-xdist's own: the groups before it reads them, checked after
 def pytest_collection_modifyitems(config, items):
-    """Two groups that ``make test`` runs side by side: the tests that start processes (``@pytest.mark.processes``:
-    installs, notebooks, Ray, commands run as processes, training in two processes), one at a time as before, and
-    the in-process tests on the shared tiny models (``pytest -m "not processes"`` runs those alone).
+    """How ``make test`` (``pytest -n 2 --dist loadgroup``) shares the tests between its two workers: the in-process
+    tests on the shared tiny models are one group, run by one worker (``pytest -m "not processes"`` runs them
+    alone); each test that starts processes (``@pytest.mark.processes``: installs, notebooks, Ray, commands run as
+    processes, training in two processes) is a group of its own, run by whichever worker is free, the longest first.
+    Most of a process test's time is spent waiting (a process starting, Ray, a watchdog's poll), so one beside the
+    in-process tests, or two side by side once those are done, keep both cores busy.
 
     The groups must reach pytest-xdist's scheduler (the ``@group`` ending of each node id); where a pytest release
-    stops that, both groups would be spread over both workers, the process tests side by side and the suite minutes
-    slower with nothing failing: that is said in one line instead."""
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            group = "processes" if item.get_closest_marker("processes") else "in-process"
+    stops that, the in-process tests would be spread over both workers, their tiny models built twice and the suite
+    minutes slower with nothing failing: that is said in one line instead."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker's collection (the driver collects nothing)
+        items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the order within each part kept
+        for index, item in enumerate(items):
+            group = f"processes-{index}" if item.get_closest_marker("processes") else "in-process"
             item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: none without it (``-p no:xdist``)
 def pytest_xdist_node_collection_finished(node, ids):
     """On ``make test``'s driver: each worker's tests, as pytest-xdist will schedule them, must end in their
     group, or the groups are lost (see above)."""

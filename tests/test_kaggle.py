@@ -484,7 +484,7 @@ def test_a_failing_task_is_retried_cheaper_and_never_costs_the_others(model_fold
 @pytest.mark.processes
 @pytest.mark.slow
 def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_model, tmp_path, capsys):
-    hours = 0.002  # 7.2 seconds for six tasks: too little for the settings below on this machine
+    hours = 0.001  # 3.6 seconds for six tasks (the model's load included): too little for the settings below
     out = tmp_path / "run"
     started = time.time()
     status = main(["solve", "--model", str(micro_model), "--tasks", "6", "--out", str(out), "--hours", str(hours),
@@ -498,7 +498,8 @@ def test_solve_with_a_tiny_budget_ends_on_time_with_a_complete_submission(micro_
     records = read_record_dicts(out / "records.jsonl")
     assert sorted(records) == tasks.ids
     rungs = [record["rung"] for record in records.values()]
-    assert max(rungs) > 0 or FALLBACK in rungs, rungs  # something was cut to fit
+    cut = [record["deadline_hit"] for record in records.values() if record.get("deadline_hit")]
+    assert max(rungs) > 0 or FALLBACK in rungs or cut, rungs  # something was cut to fit: a rung, or a task's deadline
     for record in records.values():
         if record["rung"] == FALLBACK:
             assert record["skipped"] == "out of time" and record["test"] == []

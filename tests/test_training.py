@@ -565,11 +565,11 @@ def test_a_time_limit_stops_cleanly_and_the_rerun_finishes(uninterrupted, pools,
 
 @pytest.mark.slow
 def test_a_time_limit_fits_the_warm_up_and_the_schedule_to_its_minutes_so_that_a_short_run_learns(pools, tmp_path):
-    """Planned for 100,000 steps, a quarter of them warming up, and given half a minute: the warm-up and the cosine
+    """Planned for 100,000 steps, a quarter of them warming up, and given nine seconds: the warm-up and the cosine
     are fitted to the steps that fit (after three timed ones), so the rate reaches its peak, decays, and the loss
     falls; on the plan's own schedule the rate would end below 1% of its peak and the loss stay where it began."""
-    settings = SCRATCH.replace(steps=100_000, warmup_ratio=0.25, minutes=0.5, save_every=10**6,
-                               sequences=SequenceSettings(sampler="random", max_tokens=512))
+    settings = SCRATCH.replace(steps=100_000, warmup_ratio=0.25, minutes=0.15, save_every=10**6,
+                               sequences=SequenceSettings(sampler="random", max_tokens=256))
     result = pretrain("micro", tmp_path / "run", pools, settings, device="cpu", progress=False)
     log = Run(tmp_path / "run", settings, result).log
     rates, losses = [float(row["learning_rate"]) for row in log], [float(row["loss"]) for row in log]
