@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config, items):
     """How ``make test`` (``pytest -n 2 --dist loadgroup``) shares the tests between its two workers: the in-process
     tests on the shared tiny models are one group, run by one worker (``pytest -m "not processes"`` runs them
     alone); each test that starts processes (``@pytest.mark.processes``: installs, notebooks, Ray, commands run as
-    processes, training in two processes) is a group of its own, run by whichever worker is free, the longest first.
+    processes, training in two processes) is a group of its own, run by whichever worker is free, the install first.
     Most of a process test's time is spent waiting (a process starting, Ray, a watchdog's poll), so one beside the
     in-process tests, or two side by side once those are done, keep both cores busy.
 
