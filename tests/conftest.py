@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,33 @@ def _split_kaggle(tasks: dict[str, dict]) -> tuple[dict, dict]:
 
 
 PLAIN = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}  # the smallest valid task
+
+
+QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
+         "--max-len", "2048", "--device", "cpu"]  # a command's cheapest settings: one view, greedy, one TTT step
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``arc-kit ARGV`` run in this process; argparse's usage error is its status."""
+    from arc_kit.cli import main
+
+    try:
+        status = main([str(arg) for arg in argv])
+    except SystemExit as stop:
+        status = stop.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def file_tree(root: Path) -> dict[str, tuple]:
+    """Every entry below ``root``: a file's bytes, a link's target, a folder as such (links not followed)."""
+    found = {}
+    for folder, folders, names in os.walk(root):
+        for name in folders + names:
+            path = Path(folder) / name
+            found[str(path.relative_to(root))] = (("link", os.readlink(path)) if path.is_symlink() else
+                                                  ("folder",) if path.is_dir() else ("file", path.read_bytes()))
+    return found
 
 
 @pytest.fixture

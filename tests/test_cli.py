@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from conftest import QUICK, run
 
 import arc_kit  # noqa: E402
 from arc_kit.cli import build_parser, main  # noqa: E402
@@ -42,8 +43,6 @@ DATASET = "arc-agi-1/evaluation"
 DEEP = "[" * 50_000 + "]" * 50_000
 HUGE = "7" * 5001
 
-QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
-         "--max-len", "2048"]
 
 
 def pair(grid_in, grid_out=None):
@@ -73,13 +72,6 @@ def files(tmp_path):
     submission = build_submission(tasks, {"t1": [[[[0]], [[4, 3]]]], "t2": [[[[7]], [[1]]]]})
     (tmp_path / "submission.json").write_text(json.dumps(submission))
     return tmp_path
-
-
-def run(capsys, *argv):
-    """(exit status, stdout, stderr) of ``arc-kit ARGV`` run in-process."""
-    status = main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def assert_one_line_error(err, *phrases):

@@ -31,7 +31,7 @@ import threading
 import time
 
 import pytest
-from conftest import PLAIN
+from conftest import PLAIN, run
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_challenges
@@ -158,12 +158,6 @@ def broken_file(text: str, rng: random.Random) -> str:
     if way == 1:  # a stray character after one
         return text[:place + 1] + rng.choice(["x", "'", ";", "]]", ",,"]) + text[place + 1:]
     return text[:place] + text[place + 1:]  # one left out
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

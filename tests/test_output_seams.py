@@ -21,33 +21,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, file_tree, run
 
-from arc_kit.cli import main
 from arc_kit.outputs import appending, claim_folder
 from arc_kit.run.runs import RUN_KIND
-
-QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
-         "--max-len", "2048", "--device", "cpu"]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        status = main([str(arg) for arg in argv])
-    except SystemExit as stop:  # argparse: a usage error
-        status = stop.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def tree(root: Path) -> dict[str, tuple]:
-    """Every entry below ``root``: a file's bytes, a link's target, a folder as such (links not followed)."""
-    found = {}
-    for folder, folders, names in os.walk(root):
-        for name in folders + names:
-            path = Path(folder) / name
-            found[str(path.relative_to(root))] = (("link", os.readlink(path)) if path.is_symlink() else
-                                                  ("folder",) if path.is_dir() else ("file", path.read_bytes()))
-    return found
 
 
 def one_line(err: str) -> str:
@@ -198,11 +175,11 @@ def test_a_refused_option_or_input_leaves_the_file_system_as_it_found_it(tmp_pat
              "held-out's file, a model with its own code": (["held-out", f"m={coded}", "--dataset", tasks_file,
                                                               "--tasks", "1", "--out", tmp_path / "new" / "r.json"],
                                                              "asks to run code of its own")}
-    before = tree(tmp_path)
+    before = file_tree(tmp_path)
     for case, (argv, said) in cases.items():
         status, _, err = run(capsys, *argv)
         assert status in (1, 2) and said in one_line(err), (case, err)
-        assert tree(tmp_path) == before, case  # no folder made, no marker, no lock, no run.json
+        assert file_tree(tmp_path) == before, case  # no folder made, no marker, no lock, no run.json
 
 
 # -- 6: a model folder's code files, named as ignored ------------------------------------------------------------------

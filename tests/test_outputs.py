@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PLAIN
+from conftest import PLAIN, QUICK, file_tree, run
 
 from arc_kit.cli import main
 from arc_kit.data.datasets import load_folder
@@ -30,26 +30,6 @@ from arc_kit.provenance import git_commit
 from arc_kit.settings import SamplerSettings, SolveSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["--sampler", "greedy", "--ttt-steps", "1", "--augmentations", "1", "--scoring-augmentations", "1",
-         "--max-len", "2048", "--device", "cpu"]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    status = main([str(arg) for arg in argv])
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def snapshot(folder: Path) -> dict[str, object]:
-    """Every entry below ``folder``: a file's bytes, a link's target, a folder as such (links not followed)."""
-    found = {}
-    for root, folders, names in os.walk(folder):
-        for name in folders + names:
-            path = Path(root) / name
-            key = str(path.relative_to(folder))
-            found[key] = (("link", os.readlink(path)) if path.is_symlink() else ("folder",) if path.is_dir()
-                          else ("file", path.read_bytes()))
-    return found
 
 
 def users_folder(folder: Path) -> Path:
@@ -78,14 +58,14 @@ def test_kaggle_build_refuses_a_model_inside_its_out_and_the_shipped_dataset_fol
     out = tmp_path / "D"
     shutil.copytree(model_folder, out / "model")
     (out / "README.md").write_text("the user's readme\n")
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     status, _, err = run(capsys, "kaggle", "build", "--out", out, "--model", out / "model", "--owner", "someone")
     assert status == 1
     one_line_error(err, "overlap", "--out")
     # a copy of the checkout's kaggle_dataset/ (its shipped model the default): refused, not one byte changed
     shipped = tmp_path / "kaggle_dataset"
     shutil.copytree(ROOT / "kaggle_dataset", shipped, ignore=shutil.ignore_patterns("*.safetensors"))
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     monkeypatch.setenv("ARC_KIT_MODEL", str(shipped / "model"))
     status, _, err = run(capsys, "kaggle", "build", "--out", shipped, "--owner", "someone")
     assert status == 1
@@ -94,7 +74,7 @@ def test_kaggle_build_refuses_a_model_inside_its_out_and_the_shipped_dataset_fol
     status, _, err = run(capsys, "kaggle", "build", "--out", shipped, "--owner", "someone")
     assert status == 1
     one_line_error(err, "holds files that arc-kit did not make", "README.md")
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 # -- 2: --restart discards only a run's files, and only in a run's folder ------------------------------------
@@ -102,12 +82,12 @@ def test_kaggle_build_refuses_a_model_inside_its_out_and_the_shipped_dataset_fol
 def test_restart_on_a_folder_that_is_no_run_is_refused_and_deletes_nothing(tmp_path, capsys, tasks_file,
                                                                           fallback_model):
     out = users_folder(tmp_path / "D")
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     status, _, err = run(capsys, "solve", "--dataset", tasks_file, "--out", out, "--restart", "--model",
                          fallback_model, *QUICK)
     assert status == 1
     one_line_error(err, f"{out} holds files that arc-kit did not make", "claims/", "give --out another folder")
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_restart_in_a_run_folder_keeps_the_users_file_and_a_rerun_resumes(tmp_path, capsys, caplog, tasks_file,
@@ -127,16 +107,16 @@ def test_restart_in_a_run_folder_keeps_the_users_file_and_a_rerun_resumes(tmp_pa
 def test_create_model_never_replaces_a_trained_model_and_overwrites_only_its_own(tmp_path, capsys, model_folder):
     trained = tmp_path / "trained"
     shutil.copytree(model_folder, trained)  # a model of the user's (or trained since): no marker
-    before = snapshot(trained)
+    before = file_tree(trained)
     status, _, err = run(capsys, "create-model", "--preset", "micro", "--out", trained)
-    assert status == 1 and snapshot(trained) == before
+    assert status == 1 and file_tree(trained) == before
     one_line_error(err, "holds files that arc-kit did not make")
     fresh = tmp_path / "fresh"
     assert run(capsys, "create-model", "--preset", "micro", "--out", fresh)[0] == 0
     (fresh / "notes.txt").write_text("mine")
-    made = snapshot(fresh)
+    made = file_tree(fresh)
     status, _, err = run(capsys, "create-model", "--preset", "micro", "--out", fresh, "--seed", "1")
-    assert status == 1 and snapshot(fresh) == made
+    assert status == 1 and file_tree(fresh) == made
     one_line_error(err, "pass --overwrite to replace it")
     assert run(capsys, "create-model", "--preset", "micro", "--out", fresh, "--seed", "1", "--overwrite")[0] == 0
     assert (fresh / "notes.txt").read_text() == "mine"
@@ -257,7 +237,7 @@ def test_an_out_that_links_to_a_users_folder_or_to_nothing_is_refused(tmp_path, 
     target = users_folder(tmp_path / "theirs")
     (tmp_path / "link").symlink_to(target)
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
-    before = snapshot(tmp_path)
+    before = file_tree(tmp_path)
     for out, phrase in ((tmp_path / "link", "holds files that arc-kit did not make"),
                         (tmp_path / "dangling", "which does not exist")):
         for command in (["solve", "--dataset", tasks_file, "--out", out, "--model", micro_model, *QUICK],
@@ -266,7 +246,7 @@ def test_an_out_that_links_to_a_users_folder_or_to_nothing_is_refused(tmp_path, 
             status, _, err = run(capsys, *command)
             assert status == 1, command
             one_line_error(err, phrase)
-    assert snapshot(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_sigterm_ends_a_run_in_one_line_saying_what_it_kept_and_how_to_resume(tmp_path, capsys, monkeypatch,

@@ -123,17 +123,22 @@ def test_a_small_dev_shm_puts_the_object_store_on_disk(tmp_path, monkeypatch):
         assert ray_session._plasma_directory(256 * 2**20, tmp_path) == expected
 
 
+def one_done_then_held(model_folder, tmp_path: Path, monkeypatch) -> tuple[list[str], Path, list[str]]:
+    """Four tasks for ``solve --workers 2`` on two actors: the first answered at once, the others held until
+    ``marks/hold`` goes, so that a stop comes with one task done; (the tasks, the run folder, the command)."""
+    four = SIX[:4]
+    fake_workers(monkeypatch, tmp_path / "marks", {task_id: "held" for task_id in four[1:]})
+    (tmp_path / "marks" / "hold").touch()
+    out = tmp_path / "out"
+    return four, out, ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *four, "--model",
+                       str(model_folder), "--out", str(out), "--workers", "2", *OPTIONS]
+
+
 @pytest.mark.processes
 @pytest.mark.slow
 def test_sigterm_stops_the_command_and_its_ray_keeps_what_was_done_and_a_rerun_finishes(model_folder, six, tmp_path,
                                                                                       monkeypatch, capsys):
-    four = SIX[:4]
-    # the first task answered at once, the others held until the rerun: the stop comes with one task done
-    fake_workers(monkeypatch, tmp_path / "marks", {task_id: "held" for task_id in four[1:]})
-    (tmp_path / "marks" / "hold").touch()
-    out = tmp_path / "out"
-    command = ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *four, "--model", str(model_folder),
-               "--out", str(out), "--workers", "2", *OPTIONS]
+    four, out, command = one_done_then_held(model_folder, tmp_path, monkeypatch)
 
     def terminate():
         while not (out / "records.jsonl").exists():  # once a task is done
@@ -163,12 +168,7 @@ def test_a_lost_raylet_stops_the_run_in_one_line_keeping_a_whole_submission_and_
         model_folder, six, tmp_path, monkeypatch, capsys):
     import ray
 
-    four = SIX[:4]
-    fake_workers(monkeypatch, tmp_path / "marks", {task_id: "held" for task_id in four[1:]})
-    (tmp_path / "marks" / "hold").touch()
-    out = tmp_path / "out"
-    command = ["solve", "--dataset", "arc-agi-1/evaluation", "--task-ids", *four, "--model", str(model_folder),
-               "--out", str(out), "--workers", "2", *OPTIONS]
+    four, out, command = one_done_then_held(model_folder, tmp_path, monkeypatch)
     killed = {}
 
     def kill_raylet():

@@ -442,23 +442,6 @@ CHECKED_WITH = {  # a check command -> the README command whose run it is
 KEPT = re.compile(r"^kept (\S+) \(the stand-in input", re.MULTILINE)
 
 
-def metadata_only_wheel(folder: Path, name: str, version: str) -> Path:
-    """A wheel of ``name`` ``version`` that holds no module: installed, it changes nothing a run imports. It stands
-    in for the package index's wheel of a package a build downloads (bitsandbytes, unsloth: hundreds of MB)."""
-    import zipfile
-
-    info = f"{name}-{version}.dist-info"
-    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return wheel
-
-
 def kit_wheel_built_once(monkeypatch, folder: Path) -> None:
     """`kaggle build` builds the kit's wheel from this checkout (pip wheel, seconds): the first build does, the
     others copy that wheel (the same checkout, the same wheel)."""
@@ -501,7 +484,7 @@ def kaggle_commands(root: Path, model: Path, environments: Path) -> dict:
 
     index = root / "index"
     for name, version in (("bitsandbytes", "0.50.2"), ("unsloth", "2026.10.9")):
-        metadata_only_wheel(index, name, version)
+        make_wheel(index, name, version, module=False)
     places = Places(root / "places", model, model, None)
     places.root.mkdir()
     places["extra_wheels"] = str(make_wheel(root / "extra").parent)
