@@ -60,25 +60,41 @@ def pytest_collection_finish(session):
     gc.enable()
 
 
-FIRST = ("test_install.py",)  # the longest by far (minutes): started first, so that no worker ends alone on it
+# The modules whose tests that start processes take longest, longest first (minutes to half a minute each, measured
+# in ``make test``): each worker takes the next group as it is free, so that none ends alone on a long one
+LONGEST = ("test_install.py", "test_ray_cluster.py", "test_pool.py", "test_readme_commands.py", "test_kaggle.py",
+           "test_exploring.py", "test_fuzz.py", "test_run.py", "test_fuzz_commands.py", "test_training.py")
+
+
+def pytest_configure(config):
+    """pytest-xdist hands out the groups in the order below, not (its default) those of the most tests first, which
+    would leave the install, two tests of minutes, to the end."""
+    if config.pluginmanager.hasplugin("xdist"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(wrapper=True)  # around pytest-xdist's own: the groups before it reads them, checked after
 def pytest_collection_modifyitems(config, items):
     """How ``make test`` (``pytest -n 2 --dist loadgroup``) shares the tests between its two workers: the in-process
     tests on the shared tiny models are one group, run by one worker (``pytest -m "not processes"`` runs them
-    alone); each test that starts processes (``@pytest.mark.processes``: installs, notebooks, Ray, commands run as
-    processes, training in two processes) is a group of its own, run by whichever worker is free, the install first.
-    Most of a process test's time is spent waiting (a process starting, Ray, a watchdog's poll), so one beside the
-    in-process tests, or two side by side once those are done, keep both cores busy.
+    alone); the tests that start processes (``@pytest.mark.processes``: installs, notebooks, Ray, commands run as
+    processes, training in two processes) are a group for each module, so that what a module's fixtures start (one
+    Ray, a finished run, the install's second check beside its first) is started once, run by whichever worker is
+    free, the longest modules first. Most of a process test's time is spent waiting (a process starting, Ray, a
+    watchdog's poll), so one beside the in-process tests, or two side by side once those are done, keep both cores
+    busy.
 
     The groups must reach pytest-xdist's scheduler (the ``@group`` ending of each node id); where a pytest release
     stops that, the in-process tests would be spread over both workers, their tiny models built twice and the suite
     minutes slower with nothing failing: that is said in one line instead."""
     if hasattr(config, "workerinput"):  # a pytest-xdist worker's collection (the driver collects nothing)
-        items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the order within each part kept
-        for index, item in enumerate(items):
-            group = f"processes-{index}" if item.get_closest_marker("processes") else "in-process"
+        def order(item):
+            if not item.get_closest_marker("processes"):
+                return 0, 0
+            return 1, LONGEST.index(item.path.name) if item.path.name in LONGEST else len(LONGEST)
+        items.sort(key=order)  # stable: the order within each part kept
+        for item in items:
+            group = f"processes-{item.path.stem}" if item.get_closest_marker("processes") else "in-process"
             item.add_marker(pytest.mark.xdist_group(group))
     return (yield)
 

@@ -113,18 +113,6 @@ def test_the_entry_point_runs_as_a_process(tmp_path):
     assert bad.returncode == 1 and "no such file" in bad.stdout and "Traceback" not in bad.stderr
 
 
-@pytest.mark.processes
-@pytest.mark.slow
-def test_a_dry_run_runs_as_a_process(tmp_path, fallback_model):
-    out = tmp_path / "run"
-    dry_run = subprocess.run([sys.executable, "-m", "arc_kit", "dry-run", "--tasks", "2", "--pick", "first",
-                              "--out", str(out), "--model", str(fallback_model), *QUICK], capture_output=True, text=True,
-                             timeout=120)
-    assert dry_run.returncode == 0, dry_run.stderr
-    assert "Traceback" not in dry_run.stderr
-    assert validate_file(out / "submission.json", "submission", load_dataset(DATASET).head(2)) == ("submission", [])
-
-
 def test_datasets_lists_the_names_that_load(capsys):
     status, out, _ = run(capsys, "datasets")
     names = out.split()

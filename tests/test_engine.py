@@ -389,11 +389,13 @@ def test_buckets():
         256, 256, 512, 1024, 1024, 2048, 2048, 3072, 8192]
 
 
-@pytest.mark.processes
+@pytest.mark.processes  # inductor compiles in worker processes of its own
 @pytest.mark.slow
-def test_the_step_compiles_whole_and_equals_the_eager_step():
-    """``torch.compile(fullgraph=True)`` (a graph break would raise): the same NLLs as the eager step, one graph
-    per lane bucket however many steps and capacities it takes, lanes moved into the smaller bucket as eagerly."""
+def test_the_compiled_step_pads_runs_to_their_bucket_and_equals_the_eager_step_with_one_graph_per_bucket():
+    """``torch.compile(fullgraph=True)`` (a graph break would raise) on runs of several lengths, rewinds into them
+    included: the compiled step pads each run to a power of two and gives the eager step's NLLs, with no more than
+    one graph per (lane bucket, run bucket), none from step to step or per capacity; lanes moved into the smaller
+    bucket as eagerly. (Their padding differs, which no position a DFS feeds can see.)"""
     from torch._dynamo.utils import counters
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -404,49 +406,18 @@ def test_the_step_compiles_whole_and_equals_the_eager_step():
     counters.clear()
     compiled, eager = Engine(model, compile=True), Engine(model)
     prompts = [*PROMPTS, PROMPTS[0][:9]]
-    found = []
-    for engine in (eager, compiled):
-        engine.start(3, 40, SPACE)  # a bucket of 4
-        rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
-        ends = [len(prompt) for prompt in prompts]
-        rows += engine.step([[1], [2], [3]], ends)
-        rows += engine.step([[3], [0], [0]], [ends[0], ends[1] + 1, ends[2] + 1])  # lane 0 rewound
-        rows += engine.step([[2], [1], [1]], [ends[0] + 1, ends[1] + 2, ends[2]])  # lane 2 rewound
-        engine.keep_lanes([0, 2])  # a bucket of 2
-        rows += engine.step([[0], [2]], [ends[0] + 2, ends[2] + 1])
-        rows += engine.step([[1], [1]], [ends[0] + 1, ends[2] + 2])
-        rows += engine.step([[2], [0]], [300, ends[2] + 3])  # a capacity bucket further: the same graph
-        engine.release()
-        found.append(rows)
-    for fast, slow in zip(*found):
-        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
-    assert counters["stats"]["unique_graphs"] == 2  # one per lane bucket: none from step to step or per capacity
-    torch._dynamo.reset()
-
-
-@pytest.mark.slow
-def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eager_step():
-    """Runs of several lengths (rewinds into them included): the compiled step pads them to a power of two and
-    gives the eager step's NLLs; no more than one graph per (lane bucket, run bucket). (Their padding differs,
-    which no position a DFS feeds can see.)"""
-    from torch._dynamo.utils import counters
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen3ForCausalLM(Qwen3Config(**{**SHAPE, "num_hidden_layers": 1}, head_dim=16)).eval()
-    torch._dynamo.reset()
-    counters.clear()
-    compiled, eager = Engine(model, compile=True), Engine(model)
-    prompts = [*PROMPTS, PROMPTS[0][:9]]
     ends = [len(prompt) for prompt in prompts]
-    steps = [  # (runs, positions) of the live lanes; then (lanes kept,)
-        ([[1, 2, 3], [0], [2, 2]], ends),  # runs bucket 4
-        ([[3], [1], [0]], [ends[0] + 1, ends[1] + 1, ends[2] + 2]),  # lane 0 rewound into its run; bucket 1
-        ([[2, 0], [1, 1, 1, 1, 1], [3]], [ends[0] + 2, ends[1] + 2, ends[2] + 3]),  # bucket 8
+    e0, e1, e2 = ends
+    steps = [  # (runs, positions) of the live lanes; then (lanes kept,); every position fed on the lane's path
+        ([[1], [2], [3]], [e0, e1, e2]),  # lane bucket 4, runs bucket 1
+        ([[2], [0], [1]], [300, e1 + 1, e2]),  # the same graph at a capacity bucket further; lane 2 rewound
+        ([[1, 2, 3], [0], [2, 2]], [e0, e1 + 2, e2 + 1]),  # runs bucket 4; lane 0 rewound
+        ([[3], [1], [0]], [e0 + 1, e1 + 3, e2 + 3]),  # lane 0 rewound into its run; runs bucket 1
+        ([[2, 0], [1, 1, 1, 1, 1], [3]], [e0 + 2, e1 + 4, e2 + 4]),  # runs bucket 8
         ((0, 2),),  # a lane bucket of 2
-        ([[0, 1, 2], [1]], [ends[0] + 3, ends[2] + 4]),
-        ([[2, 1], [0, 0, 0]], [ends[0] + 6, ends[2] + 4]),  # every position fed follows the lane's path, as in a DFS
+        ([[0, 1, 2], [1]], [e0 + 3, e2 + 5]),  # runs bucket 4
+        ([[2, 1], [0, 0, 0]], [e0 + 6, e2 + 6]),
+        ([[2], [0]], [e0 + 1, e2 + 9]),  # runs bucket 1
     ]
     found = []
     for engine in (eager, compiled):
@@ -461,7 +432,7 @@ def test_the_compiled_step_takes_runs_padded_to_their_bucket_and_equals_the_eage
         found.append(rows)
     for fast, slow in zip(*found):
         np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
-    assert 0 < counters["stats"]["unique_graphs"] <= 4  # (4, 4), (4, 1), (4, 8), (2, 4)
+    assert 0 < counters["stats"]["unique_graphs"] <= 5  # (4, 4), (4, 1), (4, 8), (2, 4), (2, 1)
     torch._dynamo.reset()
 
 

@@ -198,6 +198,7 @@ def test_quantizations_the_engine_cannot_run_fall_back_to_transformers_with_one_
     assert unsupported_reason(model) is None  # a 4-bit config over plain weights: nothing to refuse
 
 
+@pytest.mark.processes  # inductor compiles in worker processes of its own
 @pytest.mark.slow
 def test_the_4_bit_step_compiles_whole_and_equals_the_eager_step(tmp_path):
     """``torch.compile(fullgraph=True)`` traces bitsandbytes' 4-bit matmul (a custom op with a fake kernel) and

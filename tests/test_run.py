@@ -396,7 +396,7 @@ def test_two_solve_runs_started_together_on_one_folder_solve_each_task_once(tmp_
     (tmp_path / "challenges.json").write_text(json.dumps(challenges))
     command = [sys.executable, "-m", "arc_kit", "solve", "--dataset", str(tmp_path / "challenges.json"), "--out",
                str(tmp_path / "out"), "--model", str(model_folder), "--device", "cpu", "--sampler", "greedy",
-               "--ttt-steps", "30", "--augmentations", "1", "--scoring-augmentations", "1", "--max-len", "2048"]
+               "--ttt-steps", "5", "--augmentations", "1", "--scoring-augmentations", "1", "--max-len", "2048"]
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(run.wait(timeout=600), *run.communicate()) for run in runs]
     assert sorted(status for status, _, _ in results) in ([0, 0], [0, 1]), results

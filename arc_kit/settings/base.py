@@ -104,6 +104,13 @@ def _bare(hint: Any) -> Any:
     return next(a for a in typing.get_args(hint) if a is not type(None)) if _optional(hint) else hint
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a settings class, worked out once (every settings object made checks its fields
+    against them)."""
+    return typing.get_type_hints(cls)
+
+
 def _nested(hint: Any) -> type | None:
     """The settings class a field of this type holds, else None."""
     return hint if isinstance(hint, type) and issubclass(hint, Settings) else None
@@ -115,7 +122,7 @@ class Settings:
 
     def __post_init__(self):
         """Every field's declared range (numbers: finite, whole for an int) and choices; ValueError in one line."""
-        hints = typing.get_type_hints(type(self))
+        hints = _type_hints(type(self))
         for item in dataclasses.fields(self):
             value, hint = getattr(self, item.name), hints[item.name]
             if value is None and _optional(hint):
@@ -163,7 +170,7 @@ class Settings:
 def _leaves(cls: type, prefix: tuple[str, ...] = (), holders: tuple = ()) -> Iterator[tuple]:
     """(path, field, type, holders) of every field of ``cls`` and of its nested settings that holds no settings
     itself, in field order; ``holders``: the fields on the way down to it."""
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     for item in dataclasses.fields(cls):
         if _nested(hints[item.name]):
             yield from _leaves(hints[item.name], (*prefix, item.name), (*holders, item))
