@@ -419,7 +419,7 @@ def test_the_compiled_step_pads_runs_to_their_bucket_and_equals_the_eager_step_w
         ([[2, 1], [0, 0, 0]], [e0 + 6, e2 + 6]),
         ([[2], [0]], [e0 + 1, e2 + 9]),  # runs bucket 1
     ]
-    found = []
+    found, graphs = [], []  # graphs: the compiled engine's count after each of its steps
     for engine in (eager, compiled):
         engine.start(3, 40, SPACE)  # a lane bucket of 4
         rows = [engine.prefill(lane, prompt, len(prompt)) for lane, prompt in enumerate(prompts)]
@@ -428,11 +428,14 @@ def test_the_compiled_step_pads_runs_to_their_bucket_and_equals_the_eager_step_w
                 engine.keep_lanes(step[0])
                 continue
             rows += engine.step(*step)
+            graphs.append(counters["stats"]["unique_graphs"])
         engine.release()
         found.append(rows)
     for fast, slow in zip(*found):
         np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-5)
-    assert 0 < counters["stats"]["unique_graphs"] <= 5  # (4, 4), (4, 1), (4, 8), (2, 4), (2, 1)
+    compiled_graphs = graphs[len(graphs) // 2:]
+    assert compiled_graphs[0] > 0 and compiled_graphs[1] == compiled_graphs[0]  # a capacity further: no graph
+    assert compiled_graphs[-1] <= 5  # (4, 1), (4, 4), (4, 8), (2, 4), (2, 1) at most
     torch._dynamo.reset()
 
 
