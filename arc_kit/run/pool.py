@@ -18,9 +18,8 @@ its speeds, its record is appended to the records file, the submission (or the t
 printed. The watchdog (``workers.Slot.trouble``) gives up on a worker whose process died (or whose node went),
 that has not loaded its model after ``load_seconds``, whose task runs past its deadline by as long again as it was
 given, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is
-killed, its task
-goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to ``restarts``
-times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get fallback answers,
+killed, its task goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to
+``restarts`` times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get fallback answers,
 the records are rewritten in task order, and the last writes follow (``Outputs.end``: the submission, the scores
 and the report; or the table). With a deadline and no speeds measured, the first tasks are priced with guessed
 speeds; the first task to finish measures them (``first_task_line``), the queue is priced again, and its peak GPU
