@@ -15,16 +15,16 @@ and longest first for several, priced with the speeds measured so far, ``speeds.
 worker gets the next task at the rung the time left allows, with the task's caps (a table's tasks at rung 0,
 uncapped, none started past the deadline). ``finish`` takes every finished task, however it ran: the planner learns
 its speeds, its record is appended to the records file, the submission (or the table) is rewritten and its line
-printed. The watchdog (``workers.Slot.trouble``) gives up on a worker whose process died (or whose node went),
-that has not loaded its model after ``load_seconds``, whose task runs past its deadline by as long again as it was
-given, or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is
-killed, its task goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to
-``restarts`` times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get fallback answers,
-the records are rewritten in task order, and the last writes follow (``Outputs.end``: the submission, the scores
-and the report; or the table). With a deadline and no speeds measured, the first tasks are priced with guessed
-speeds; the first task to finish measures them (``first_task_line``), the queue is priced again, and its peak GPU
-memory says how many more actors share each GPU. Every task's result depends only on the seed and the task, so a
-pool gives the submission one process gives; a rerun resumes.
+printed. The watchdog (``workers.Slot.trouble``) gives up on a worker whose process died (or whose node went), that
+has not loaded its model after ``load_seconds``, whose task runs past its deadline by as long again as it was given,
+or whose engine made no step for ``stall_seconds`` (a SIGSTOP, a hang; ``actors.SlotActor.steps``): it is killed,
+its task goes back to the queue once (then gets fallback answers) and its slot gets a fresh worker (up to
+``restarts`` times). At ``stop_at`` every worker is stopped. The loop's end (``wind_up``): the tasks left get
+fallback answers, the records are rewritten in task order, and the last writes follow (``Outputs.end``: the
+submission, the scores and the report; or the table). With a deadline and no speeds measured, the first tasks are
+priced with guessed speeds; the first task to finish measures them (``first_task_line``), the queue is priced again,
+and its peak GPU memory says how many more actors share each GPU. Every task's result depends only on the seed and
+the task, so a pool gives the submission one process gives; a rerun resumes.
 
 Ray's own death is a fault like an actor's, of every actor at once (``ray_is_there``, once a poll): the run stops
 at once with one line (``RayLostError``), its records and its submission, complete and valid since the start,
